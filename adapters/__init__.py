@@ -1,0 +1,1 @@
+"""Adapters that give LangChain / LangGraph and AutoGen code agentrt tagging and tools."""

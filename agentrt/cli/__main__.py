@@ -1,0 +1,5 @@
+import sys
+
+from agentrt.cli import main
+
+sys.exit(main())

@@ -1,0 +1,142 @@
+"""The one error tree of the agentrt project (SDK, controller, engine emulator, simulator).
+
+Users catch these, never httpx's, SQLAlchemy's or openai's: third-party errors are translated
+at the boundary with ``raise OurError(...) from exc``.
+
+::
+
+    AgentrtError                      root of everything we raise
+    ├── ConfigError                   invalid configuration, raised at construction
+    ├── ProtocolError                 a malformed agentrt header or program event
+    ├── DeadlineExceeded              the program's deadline passed (also a TimeoutError)
+    ├── LLMCallError                  an LLM call failed after its retries
+    │   └── EndpointUnavailable       the controller / server could not be reached
+    ├── ToolError                     a tool failed
+    │   ├── ToolArgumentsInvalid      the model's arguments did not validate
+    │   └── ToolTimeout               the tool ran past its own timeout
+    ├── JournalError                  the intent journal failed
+    │   ├── JournalUnavailable        the store cannot be reached: side effects fail closed
+    │   ├── SchemaVersionError        the store's schema is newer / corrupt
+    │   ├── NonDeterminismError       a re-run asked for a different step at a recorded position
+    │   ├── ResultNotSerializable     a tool result that cannot be stored
+    │   └── UnknownOutcome            a side effect STARTED with no recorded result
+    └── EngineError                   the engine emulator refused a request
+        └── InvalidRequest            bad input to the engine (maps to HTTP 4xx)
+
+Packages may define narrower subclasses in their own modules; they must derive from one of the
+classes above.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AgentrtError",
+    "ConfigError",
+    "DeadlineExceeded",
+    "EndpointUnavailable",
+    "EngineError",
+    "InvalidRequest",
+    "JournalError",
+    "JournalUnavailable",
+    "LLMCallError",
+    "NonDeterminismError",
+    "ProtocolError",
+    "ResultNotSerializable",
+    "SchemaVersionError",
+    "ToolArgumentsInvalid",
+    "ToolError",
+    "ToolTimeout",
+    "UnknownOutcome",
+]
+
+
+class AgentrtError(Exception):
+    """Root of every error raised by agentrt."""
+
+
+class ConfigError(AgentrtError, ValueError):
+    """Invalid configuration; raised when the object is constructed, not later."""
+
+
+class ProtocolError(AgentrtError, ValueError):
+    """A malformed agentrt header, event or message on the wire."""
+
+
+class DeadlineExceeded(AgentrtError, TimeoutError):
+    """The program's deadline passed; the remaining work was cancelled."""
+
+
+class LLMCallError(AgentrtError):
+    """An LLM call failed (after the configured retries)."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        #: HTTP status of the last failed attempt, or None when no response came back.
+        self.status_code = status_code
+
+
+class EndpointUnavailable(LLMCallError):
+    """The controller or the model server could not be reached."""
+
+
+class ToolError(AgentrtError):
+    """A tool failed."""
+
+
+class ToolArgumentsInvalid(ToolError, ValueError):
+    """The arguments given to a tool did not validate against its schema."""
+
+
+class ToolTimeout(ToolError, TimeoutError):
+    """A tool ran past its own timeout."""
+
+
+class JournalError(AgentrtError):
+    """The intent journal failed."""
+
+
+class JournalUnavailable(JournalError):
+    """The journal store cannot be reached; side-effecting tools refuse to run."""
+
+
+class SchemaVersionError(JournalError):
+    """The journal database is corrupt or has a schema this version does not know."""
+
+
+class NonDeterminismError(JournalError):
+    """A re-run of a program asked for a different step than the one recorded there."""
+
+
+class ResultNotSerializable(JournalError, TypeError):
+    """A tool result cannot be serialised into the journal."""
+
+
+class UnknownOutcome(JournalError):
+    """A side effect was started but its outcome was never recorded.
+
+    It may or may not have happened. It is never re-run blindly: the caller must reconcile it.
+    """
+
+    def __init__(self, message: str, *, key: str, intent: Any = None) -> None:
+        super().__init__(message)
+        #: The idempotency key of the step whose outcome is unknown.
+        self.key = key
+        #: The journal's record of the intent (a dataclass of the journal module), if known.
+        self.intent = intent
+
+
+class EngineError(AgentrtError):
+    """The engine emulator refused or failed a request."""
+
+
+class InvalidRequest(EngineError, ValueError):
+    """Bad input to the engine: it maps to an HTTP 4xx with an OpenAI-style error body."""
+
+    def __init__(self, message: str, *, status_code: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        #: HTTP status to answer with (400, 404, 413, ...).
+        self.status_code = status_code
+        #: The offending request field, when one can be named.
+        self.param = param

@@ -1,0 +1,238 @@
+"""The agentrt wire contract, shared by the SDK and the controller (docs/protocol.md).
+
+Two parts:
+
+1. **Call tags** — HTTP headers on every OpenAI-compatible request made inside a program.
+   They let any server in the path (our controller, a gateway) schedule by program.
+2. **Program events** — small JSON endpoints on the controller: session start/end, program
+   start/end, tool-wait start/end with the tool's predicted duration.
+
+Everything here is plain data: no I/O. The SDK writes these headers and events; the controller
+parses them with :meth:`CallTags.from_headers` and the pydantic models below.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentrt.errors import ProtocolError
+
+__all__ = [
+    "EVENTS_PREFIX",
+    "HEADER_ATTEMPT",
+    "HEADER_NODE_ID",
+    "HEADER_OBJECTIVE",
+    "HEADER_PARENT_IDS",
+    "HEADER_PROGRAM_ID",
+    "HEADER_SESSION_ID",
+    "HEADER_THREAD_ID",
+    "HEADER_TIMEOUT_MS",
+    "HEADER_TRACEPARENT",
+    "CallTags",
+    "Objective",
+    "ProgramEnd",
+    "ProgramStart",
+    "SessionStart",
+    "SessionStarted",
+    "ToolWaitEnd",
+    "ToolWaitStart",
+]
+
+HEADER_SESSION_ID = "X-Agentrt-Session-Id"
+HEADER_PROGRAM_ID = "X-Agentrt-Program-Id"
+HEADER_THREAD_ID = "X-Agentrt-Thread-Id"
+HEADER_NODE_ID = "X-Agentrt-Node-Id"
+HEADER_PARENT_IDS = "X-Agentrt-Parent-Ids"
+HEADER_ATTEMPT = "X-Agentrt-Attempt"
+HEADER_TIMEOUT_MS = "X-Agentrt-Timeout-Ms"
+#: ``latency`` (default) or ``throughput``: a hint, as Parrot deduces for map vs reduce calls.
+HEADER_OBJECTIVE = "X-Agentrt-Objective"
+HEADER_TRACEPARENT = "traceparent"
+
+#: Prefix of the controller's program-event endpoints.
+EVENTS_PREFIX = "/agentrt/v1"
+
+Objective = Literal["latency", "throughput"]
+
+# Ids are opaque to the server but must be header-safe and bounded.
+_ID_RE = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
+_MAX_PARENTS = 256
+
+
+def _check_id(name: str, value: str) -> str:
+    if not _ID_RE.match(value):
+        raise ProtocolError(
+            f"{name} must be 1-128 characters of [A-Za-z0-9._:@/+=-], got {value[:40]!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class CallTags:
+    """The tags carried by one LLM call. Ids are opaque strings chosen by the SDK."""
+
+    #: Client session (one ``Runtime``); groups programs of one tenant / process.
+    session_id: str
+    #: The program (one agent run); the unit of scheduling.
+    program_id: str
+    #: The parallel branch of the program the call belongs to; ``"main"`` for the root thread.
+    thread_id: str
+    #: This call's node in the program's DAG.
+    node_id: str
+    #: Node ids this call depends on (its parents in the DAG); empty for a root.
+    parent_ids: tuple[str, ...] = ()
+    #: 1 for the first try of this node, 2 for the first retry, ...
+    attempt: int = 1
+    #: Remaining budget in milliseconds at send time; ``None`` = no deadline.
+    timeout_ms: int | None = None
+    #: Scheduling hint for the call.
+    objective: Objective = "latency"
+    #: W3C trace context of the caller's span, if any.
+    traceparent: str | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        _check_id("session id", self.session_id)
+        _check_id("program id", self.program_id)
+        _check_id("thread id", self.thread_id)
+        _check_id("node id", self.node_id)
+        if len(self.parent_ids) > _MAX_PARENTS:
+            raise ProtocolError(f"at most {_MAX_PARENTS} parent ids, got {len(self.parent_ids)}")
+        for parent in self.parent_ids:
+            _check_id("parent id", parent)
+        if self.attempt < 1:
+            raise ProtocolError(f"attempt must be >= 1, got {self.attempt}")
+        if self.timeout_ms is not None and self.timeout_ms < 0:
+            raise ProtocolError(f"timeout must be >= 0 ms, got {self.timeout_ms}")
+        if self.objective not in ("latency", "throughput"):
+            raise ProtocolError(f"objective must be latency or throughput, got {self.objective!r}")
+
+    def to_headers(self) -> dict[str, str]:
+        """The HTTP headers for this call."""
+        headers = {
+            HEADER_SESSION_ID: self.session_id,
+            HEADER_PROGRAM_ID: self.program_id,
+            HEADER_THREAD_ID: self.thread_id,
+            HEADER_NODE_ID: self.node_id,
+            HEADER_PARENT_IDS: ",".join(self.parent_ids),
+            HEADER_ATTEMPT: str(self.attempt),
+            HEADER_OBJECTIVE: self.objective,
+        }
+        if self.timeout_ms is not None:
+            headers[HEADER_TIMEOUT_MS] = str(self.timeout_ms)
+        if self.traceparent:
+            headers[HEADER_TRACEPARENT] = self.traceparent
+        return headers
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str]) -> CallTags | None:
+        """Parse tags from request headers (case-insensitive mapping expected).
+
+        Returns ``None`` when the request carries no program id (an untagged call; the
+        controller then treats it as a one-call program). Raises :class:`ProtocolError` when
+        tags are present but malformed.
+        """
+        lowered = {k.lower(): v for k, v in headers.items()}
+        program_id = lowered.get(HEADER_PROGRAM_ID.lower())
+        if not program_id:
+            return None
+        parents_raw = lowered.get(HEADER_PARENT_IDS.lower(), "")
+        parents = tuple(p.strip() for p in parents_raw.split(",") if p.strip())
+        try:
+            attempt = int(lowered.get(HEADER_ATTEMPT.lower(), "1"))
+            timeout_raw = lowered.get(HEADER_TIMEOUT_MS.lower())
+            timeout_ms = int(timeout_raw) if timeout_raw not in (None, "") else None
+        except ValueError as exc:
+            raise ProtocolError(f"malformed agentrt header: {exc}") from exc
+        objective = lowered.get(HEADER_OBJECTIVE.lower(), "latency")
+        if objective not in ("latency", "throughput"):
+            raise ProtocolError(f"objective must be latency or throughput, got {objective!r}")
+        return cls(
+            session_id=lowered.get(HEADER_SESSION_ID.lower()) or "anonymous",
+            program_id=program_id,
+            thread_id=lowered.get(HEADER_THREAD_ID.lower()) or "main",
+            node_id=lowered.get(HEADER_NODE_ID.lower()) or "n0",
+            parent_ids=parents,
+            attempt=attempt,
+            timeout_ms=timeout_ms,
+            objective=objective,  # type: ignore[arg-type]  # checked just above
+            traceparent=lowered.get(HEADER_TRACEPARENT) or None,
+        )
+
+    def deadline_s(self, now_s: float) -> float:
+        """Absolute deadline on the receiver's clock (seconds); ``math.inf`` when none."""
+        if self.timeout_ms is None:
+            return math.inf
+        return now_s + self.timeout_ms / 1000.0
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SessionStart(_Event):
+    """``POST {EVENTS_PREFIX}/sessions`` — open a client session."""
+
+    #: Proposed session id; the controller echoes it (or makes one when omitted).
+    session_id: str | None = Field(default=None, pattern=_ID_RE.pattern)
+    #: Free-form client description, e.g. ``"agentrt-sdk/0.1.0"``.
+    client: str = Field(default="", max_length=200)
+
+
+class SessionStarted(_Event):
+    """Answer to :class:`SessionStart`."""
+
+    session_id: str
+    #: The controller's program idle timeout (seconds), so clients know how long state lives.
+    idle_timeout_s: float
+
+
+class ProgramStart(_Event):
+    """``POST {EVENTS_PREFIX}/programs/{program_id}/start`` — a program begins (optional:
+    a first tagged call also creates the program)."""
+
+    session_id: str = Field(pattern=_ID_RE.pattern)
+    #: Human-readable program kind, e.g. ``"react"``.
+    name: str = Field(default="", max_length=200)
+    #: Remaining budget of the whole program (milliseconds), if it has a deadline.
+    timeout_ms: int | None = Field(default=None, ge=0)
+
+
+class ProgramEnd(_Event):
+    """``POST {EVENTS_PREFIX}/programs/{program_id}/end`` — the program finished; the
+    controller frees its entry and any KV retention."""
+
+    session_id: str = Field(pattern=_ID_RE.pattern)
+    #: ``ok``, ``error`` or ``cancelled``.
+    status: Literal["ok", "error", "cancelled"] = "ok"
+
+
+class ToolWaitStart(_Event):
+    """``POST {EVENTS_PREFIX}/programs/{program_id}/tool-start`` — the program waits on a tool
+    (or a human); its KV cache may be worth retaining (BRIEF.md §5)."""
+
+    session_id: str = Field(pattern=_ID_RE.pattern)
+    thread_id: str = Field(pattern=_ID_RE.pattern)
+    node_id: str = Field(pattern=_ID_RE.pattern)
+    tool_name: str = Field(min_length=1, max_length=200)
+    #: Predicted duration of the wait (seconds), from the tool's history; None if unknown.
+    predicted_duration_s: float | None = Field(default=None, ge=0)
+    #: ``tool`` or ``human`` (human think time is usually far longer and less predictable).
+    kind: Literal["tool", "human"] = "tool"
+
+
+class ToolWaitEnd(_Event):
+    """``POST {EVENTS_PREFIX}/programs/{program_id}/tool-end`` — the wait is over."""
+
+    session_id: str = Field(pattern=_ID_RE.pattern)
+    thread_id: str = Field(pattern=_ID_RE.pattern)
+    node_id: str = Field(pattern=_ID_RE.pattern)
+    tool_name: str = Field(min_length=1, max_length=200)
+    #: Measured duration of the wait (seconds).
+    duration_s: float = Field(ge=0)
+    ok: bool = True

@@ -1,0 +1,1 @@
+"""The program controller: an OpenAI-compatible service that schedules by program."""

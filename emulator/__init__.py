@@ -1,0 +1,1 @@
+"""The engine emulator: a pure vLLM-like engine model (``emulator.core``) and its HTTP server."""

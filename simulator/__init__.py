@@ -1,0 +1,1 @@
+"""Discrete-event simulator driving the engine model and the controller policies."""

@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from agentrt.errors import ProtocolError
+from agentrt.protocol import HEADER_PROGRAM_ID, CallTags
+
+
+def test_round_trip_through_headers() -> None:
+    tags = CallTags(
+        session_id="s1",
+        program_id="p1",
+        thread_id="t2",
+        node_id="n7",
+        parent_ids=("n5", "n6"),
+        attempt=2,
+        timeout_ms=1500,
+        objective="throughput",
+        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    )
+    headers = {k.lower(): v for k, v in tags.to_headers().items()}
+    assert CallTags.from_headers(headers) == tags
+    assert tags.deadline_s(10.0) == pytest.approx(11.5)
+
+
+def test_untagged_request_has_no_tags() -> None:
+    assert CallTags.from_headers({"content-type": "application/json"}) is None
+
+
+def test_missing_optional_headers_take_defaults() -> None:
+    tags = CallTags.from_headers({HEADER_PROGRAM_ID: "p"})
+    assert tags is not None
+    assert (tags.thread_id, tags.attempt, tags.timeout_ms) == ("main", 1, None)
+    assert tags.deadline_s(3.0) == math.inf
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {HEADER_PROGRAM_ID: "p", "X-Agentrt-Attempt": "x"},
+        {HEADER_PROGRAM_ID: "p", "X-Agentrt-Attempt": "0"},
+        {HEADER_PROGRAM_ID: "p", "X-Agentrt-Timeout-Ms": "-5"},
+        {HEADER_PROGRAM_ID: "bad id with spaces"},
+        {HEADER_PROGRAM_ID: "p", "X-Agentrt-Objective": "fast"},
+        {HEADER_PROGRAM_ID: "p" * 200},
+    ],
+)
+def test_malformed_tags_are_rejected(headers: dict[str, str]) -> None:
+    with pytest.raises(ProtocolError):
+        CallTags.from_headers(headers)
