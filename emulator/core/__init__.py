@@ -4,3 +4,28 @@ scheduling, retention pins and a roofline step-time model.
 Nothing here does I/O or reads a clock: the HTTP server (``emulator.server``) and the
 simulator (``simulator``) both pass ``now_s`` in and drive the same objects.
 """
+
+from emulator.core.engine import EngineCore
+from emulator.core.profiles import PROFILES, HardwareProfile, get_profile, step_time_s
+from emulator.core.types import (
+    EngineConfig,
+    EngineRequest,
+    EngineStats,
+    RequestProgress,
+    SchedulingPolicy,
+    StepResult,
+)
+
+__all__ = [
+    "PROFILES",
+    "EngineConfig",
+    "EngineCore",
+    "EngineRequest",
+    "EngineStats",
+    "HardwareProfile",
+    "RequestProgress",
+    "SchedulingPolicy",
+    "StepResult",
+    "get_profile",
+    "step_time_s",
+]

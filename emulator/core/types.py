@@ -27,6 +27,9 @@ class EngineConfig:
     scheduling_policy: SchedulingPolicy = "fcfs"
     #: Automatic prefix caching on / off.
     enable_prefix_caching: bool = True
+    #: Fraction of device memory the engine may use, for deriving ``num_gpu_blocks`` from the
+    #: hardware profile (vLLM ``--gpu-memory-utilization``), in (0, 1].
+    gpu_memory_utilization: float = 0.9
 
 
 @dataclass(slots=True)
@@ -67,8 +70,12 @@ class RequestProgress:
     first_token: bool
     #: True when the request produced its last output token and left the engine.
     finished: bool
-    #: Prompt tokens served from the prefix cache when the request was (last) scheduled.
+    #: Prompt tokens served from the prefix cache when the request was first scheduled
+    #: (vLLM's ``num_cached_tokens``, reported as ``usage.prompt_tokens_details.cached_tokens``).
     num_cached_tokens: int
+    #: Tokens computed for this request by this step (prefill chunk, recompute, or 1 per decode;
+    #: summed over fused steps) — the work it was charged.
+    num_computed_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -105,9 +112,16 @@ class EngineStats:
     prompt_tokens: int
     #: ``vllm:generation_tokens_total``.
     generation_tokens: int
-    #: Prompt tokens actually computed again after a preemption or an eviction (recompute).
+    #: Tokens a preempted request computed again on resumption (its prompt and the output it
+    #: had generated: vLLM recomputes both as a prompt).
     recomputed_prompt_tokens: int
     #: KV blocks held by retention pins.
     pinned_blocks: int
     #: Total KV blocks.
     num_blocks: int
+    #: Prompt tokens that missed the prefix cache on a request's first scheduling although they
+    #: had been cached before and were evicted (the cost of LRU eviction, BRIEF §3/§5). The
+    #: engine remembers the last ``4 × num_blocks`` evicted block hashes.
+    evicted_prefix_tokens: int = 0
+    #: Engine iterations run (fused steps counted one by one).
+    num_steps: int = 0
