@@ -14,7 +14,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from controller.process_table import ProcessTable
+
+#: Session id of calls that carry none (untagged calls, single-tenant drivers).
+DEFAULT_SESSION = "anonymous"
+
+#: A program's key in the process table: ``(session_id, program_id)``. The session part keeps
+#: tenants apart; two sessions may use the same program id.
+ProgramKey = tuple[str, str]
 
 
 @dataclass(slots=True)
@@ -47,13 +57,16 @@ class Call:
     oracle_service_s: float | None = None
     #: Simulator only: the program's remaining service including this call (seconds).
     oracle_program_remaining_s: float | None = None
+    #: Client session (tenant) of the program; keyword-only so positional construction of the
+    #: fields above keeps working.
+    session_id: str = field(default=DEFAULT_SESSION, kw_only=True)
 
     # --- written by the scheduler -------------------------------------------------------
     #: Program-level priority when the call was enqueued (seconds of service; lower = sooner).
     priority_s: float = 0.0
     #: Current queue index (0 = highest).
     level: int = 0
-    #: When the call entered its current queue (seconds); for FCFS order and call wait.
+    #: Start of the call's current wait segment (seconds): set on submit and requeue.
     enqueued_s: float = 0.0
     #: Time this call has spent queued (seconds), reset on anti-starvation promotion.
     wait_s: float = 0.0
@@ -65,6 +78,14 @@ class Call:
     seq: int = 0
     #: Free-form per-policy annotations (JSON-able), shown in introspection.
     notes: dict[str, Any] = field(default_factory=dict)
+    #: When the call entered its current level (seconds): the FCFS key inside a level. Set on
+    #: submit, demotion and promotion; a requeue keeps it, so the call keeps its place.
+    level_entered_s: float = 0.0
+
+    @property
+    def program_key(self) -> ProgramKey:
+        """The call's program in the process table: ``(session_id, program_id)``."""
+        return (self.session_id, self.program_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,13 +106,20 @@ class BackendView:
     kv_cache_usage: float | None = None
     #: Whether the backend honours a per-request ``priority`` (vLLM with priority scheduling).
     supports_priority: bool = False
+    #: When ``num_running`` / ``num_waiting`` / ``kv_cache_usage`` were scraped (seconds,
+    #: driver's clock); ``None`` = unknown. Adaptive admission reacts once per new scrape.
+    metrics_at_s: float | None = None
 
 
 class Scheduler(Protocol):
-    """Orders queued calls. Implementations keep their own queues and state."""
+    """Orders queued calls. Implementations keep their own queues; program-level facts
+    (attained service, waiting, critical path, active calls) live in :attr:`table`, which the
+    scheduler keeps up to date from the calls below (docs/scheduling.md)."""
 
     #: Short policy name (``fcfs``, ``plas``...), used in metrics and introspection.
     name: str
+    #: The process table the scheduler reads priorities from and records calls in.
+    table: ProcessTable
 
     def submit(self, call: Call, now_s: float) -> None:
         """Enqueue an arrived call."""
@@ -101,6 +129,9 @@ class Scheduler(Protocol):
 
     def requeue(self, call: Call, now_s: float) -> None:
         """Put back a popped call that could not be admitted (it keeps its place)."""
+
+    def cancel(self, call: Call, now_s: float) -> bool:
+        """Remove a queued call (its client went away); ``False`` if it was not queued."""
 
     def queued(self) -> int:
         """Number of queued calls."""
@@ -117,8 +148,10 @@ class Scheduler(Protocol):
     def drop_expired(self, now_s: float) -> list[Call]:
         """Remove and return queued calls whose deadline has passed."""
 
-    def on_program_end(self, program_id: str, now_s: float) -> None:
-        """Forget everything about a program."""
+    def on_program_end(
+        self, program_id: str, now_s: float, session_id: str = DEFAULT_SESSION
+    ) -> None:
+        """Forget everything about a program (its process-table entry)."""
 
     def snapshot(self, now_s: float) -> dict[str, Any]:
         """JSON-able view of the queues, for introspection."""

@@ -1,0 +1,118 @@
+"""Discrete-queue parameters shared by MLFQ, PLAS, ATLAS (and SRPT's backend priority).
+
+Autellix (arXiv 2502.13965) §4.1-4.2: K queues Q1..QK with priority ranges ``[lo_i, hi_i)``,
+``lo_1 = 0``, ``hi_K = inf``. Here the K-1 inner boundaries are given in seconds of attained
+service, and each queue has a quantum in decode (output) tokens. Defaults follow BRIEF.md §3:
+boundaries 0.5, 2, 8, 32 s; quanta 16, 32, 64, 128, 256 tokens.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from agentrt.errors import ConfigError
+
+__all__ = ["SchedulerConfig", "is_starving", "starvation_ratio"]
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Validated on construction; every violation raises :class:`ConfigError`."""
+
+    #: Inner queue boundaries (seconds of service), strictly increasing, finite, > 0.
+    #: Queue index ``i`` holds priorities in ``[boundaries[i-1], boundaries[i])``.
+    boundaries_s: tuple[float, ...] = (0.5, 2.0, 8.0, 32.0)
+    #: Per-queue quantum (output tokens, >= 1); exactly ``len(boundaries_s) + 1`` of them.
+    quanta_tokens: tuple[int, ...] = (16, 32, 64, 128, 256)
+    #: Anti-starvation threshold β (> 0) on waiting / service; ``None`` = off (plain
+    #: PLAS / ATLAS, which can starve long programs under overload).
+    starvation_beta: float | None = None
+    #: Minimum time between two anti-starvation sweeps over the queues (seconds, >= 0);
+    #: 0 = check on every ``pop``. A sweep costs O(queued calls below Q1).
+    starvation_check_interval_s: float = 0.0
+    #: Calls of a program whose KV is retained (BRIEF.md §5; ``ProcessTable.set_retention``)
+    #: enter Q1 instead of their PLAS / ATLAS queue while the retention lasts.
+    boost_retained: bool = True
+
+    def __post_init__(self) -> None:
+        bounds = tuple(float(b) for b in self.boundaries_s)
+        object.__setattr__(self, "boundaries_s", bounds)
+        object.__setattr__(self, "quanta_tokens", tuple(self.quanta_tokens))
+        if any(not (math.isfinite(b) and b > 0) for b in bounds):
+            raise ConfigError(f"queue boundaries must be finite and > 0 seconds, got {bounds}")
+        if any(b >= nxt for b, nxt in itertools.pairwise(bounds)):
+            raise ConfigError(f"queue boundaries must be strictly increasing, got {bounds}")
+        if len(self.quanta_tokens) != len(bounds) + 1:
+            raise ConfigError(
+                f"need one quantum per queue: {len(bounds)} boundaries make "
+                f"{len(bounds) + 1} queues, got {len(self.quanta_tokens)} quanta"
+            )
+        if any(isinstance(q, bool) or not isinstance(q, int) or q < 1 for q in self.quanta_tokens):
+            raise ConfigError(f"quanta must be integers >= 1 token, got {self.quanta_tokens}")
+        beta = self.starvation_beta
+        bad_type = isinstance(beta, bool) or not isinstance(beta, int | float)
+        if beta is not None and (bad_type or not beta > 0):
+            raise ConfigError(f"starvation_beta must be > 0 or unset, got {beta!r}")
+        if not self.starvation_check_interval_s >= 0:
+            raise ConfigError("starvation_check_interval_s must be >= 0 seconds")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> SchedulerConfig:
+        """Build from a config-file / JSON table with the field names above (``boundaries_s``
+        and ``quanta_tokens`` as lists). Unknown keys raise :class:`ConfigError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown scheduling parameter(s) {unknown}; valid: {sorted(known)}")
+        kwargs = dict(values)
+        try:
+            for name in ("boundaries_s", "quanta_tokens"):
+                if name in kwargs:
+                    kwargs[name] = tuple(kwargs[name])
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ConfigError(f"bad scheduling parameters: {exc}") from exc
+
+    @property
+    def levels(self) -> int:
+        """Number of queues K."""
+        return len(self.quanta_tokens)
+
+    def level_for(self, priority_s: float) -> int:
+        """Queue index (0 = Q1) whose range ``[lo, hi)`` holds ``priority_s``."""
+        return bisect.bisect_right(self.boundaries_s, priority_s)
+
+    def quantum(self, level: int) -> int:
+        """Quantum of queue ``level`` (output tokens)."""
+        return self.quanta_tokens[level]
+
+
+def starvation_ratio(
+    program_wait_s: float, program_service_s: float, call_wait_s: float, call_service_s: float
+) -> float:
+    """Autellix §4.3: ``(W_program + W_call) / (T_program + T_call)``.
+
+    With no service at all the ratio is ``inf`` if anything waited, else 0.
+    """
+    wait = program_wait_s + call_wait_s
+    service = program_service_s + call_service_s
+    if service <= 0:
+        return math.inf if wait > 0 else 0.0
+    return wait / service
+
+
+def is_starving(
+    beta: float,
+    program_wait_s: float,
+    program_service_s: float,
+    call_wait_s: float,
+    call_service_s: float,
+) -> bool:
+    """True when :func:`starvation_ratio` ``>= beta`` (the call is moved to Q1)."""
+    ratio = starvation_ratio(program_wait_s, program_service_s, call_wait_s, call_service_s)
+    return ratio >= beta
