@@ -1,0 +1,165 @@
+"""SQLite implementation of the journal store (aiosqlite, WAL).
+
+Connections run with ``journal_mode=WAL``, ``busy_timeout`` and ``synchronous=FULL`` (default)
+or ``NORMAL``; see docs/journal.md for what a power loss can lose in each mode. Writes go
+through one connection, serialised by an in-process lock and opened with ``BEGIN IMMEDIATE`` so
+that a read-then-write transaction never fails with ``SQLITE_BUSY`` when another *process*
+writes too (it waits up to ``busy_timeout`` instead). Reads use a small pool of other
+connections; WAL lets them run while a write is in progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from sqlalchemy import URL, event
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from agentrt.errors import ConfigError, JournalError, JournalUnavailable, SchemaVersionError
+from agentrt.journal import schema
+from agentrt.journal.migrations import MIGRATIONS, Migration
+from agentrt.journal.store import JournalStore
+
+__all__ = ["SqliteJournalStore"]
+
+_CORRUPT_MARKERS = ("file is not a database", "malformed", "disk image")
+
+
+class SqliteJournalStore(JournalStore):
+    """The journal in one SQLite file.
+
+    ``path``: the database file (parent directories are created when ``create``).
+    ``synchronous``: ``"FULL"`` (every commit fsyncs the WAL: survives power loss) or
+    ``"NORMAL"`` (fsync at checkpoints only: survives a process crash, a power loss may roll
+    back the last commits). ``busy_timeout_s``: how long a write waits for another process's
+    write lock before :class:`JournalUnavailable`. ``create=False``: a missing file raises
+    :class:`JournalUnavailable` instead of creating an empty journal.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        busy_timeout_s: float = 5.0,
+        read_pool_size: int = 4,
+        create: bool = True,
+        migrations: Sequence[Migration] = MIGRATIONS,
+    ) -> None:
+        super().__init__(migrations=migrations)
+        if synchronous not in ("FULL", "NORMAL"):
+            raise ConfigError(f"synchronous must be 'FULL' or 'NORMAL', got {synchronous!r}")
+        if busy_timeout_s < 0:
+            raise ConfigError(f"busy_timeout_s must be >= 0, got {busy_timeout_s}")
+        if read_pool_size < 1:
+            raise ConfigError(f"read_pool_size must be >= 1, got {read_pool_size}")
+        self.path = Path(path)
+        self.synchronous = synchronous
+        self.busy_timeout_s = busy_timeout_s
+        self._read_pool_size = read_pool_size
+        self._create = create
+        self._write_engine: AsyncEngine | None = None
+        self._read_engine: AsyncEngine | None = None
+        self._write_lock: anyio.Lock | None = None
+
+    @property
+    def where(self) -> str:
+        return str(self.path)
+
+    def _engine(self, begin_sql: str | None, pool_size: int) -> AsyncEngine:
+        """An engine whose transactions start with ``begin_sql`` (``None``: autocommit, every
+        statement is its own transaction; connections then need no reset on return)."""
+        url = URL.create("sqlite+aiosqlite", database=str(self.path))
+        engine = create_async_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=0,
+            pool_timeout=60,
+            pool_reset_on_return=None if begin_sql is None else "rollback",
+        )
+        pragmas = (
+            f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}",
+            "PRAGMA journal_mode = WAL",
+            f"PRAGMA synchronous = {self.synchronous}",
+        )
+
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            # Take transaction control away from the sqlite3 module: we emit BEGIN ourselves.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            try:
+                for pragma in pragmas:
+                    cursor.execute(pragma)
+            finally:
+                cursor.close()
+
+        def on_begin(conn: Any) -> None:
+            if not conn.get_execution_options().get("agentrt_autocommit"):
+                conn.exec_driver_sql(begin_sql)
+
+        event.listen(engine.sync_engine, "connect", on_connect)
+        if begin_sql is not None:
+            event.listen(engine.sync_engine, "begin", on_begin)
+        return engine
+
+    async def _connect(self) -> None:
+        if not self._create and not self.path.exists():
+            raise JournalUnavailable(f"no journal database at {self.path}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._write_lock = anyio.Lock()
+        self._write_engine = self._engine("BEGIN IMMEDIATE", 1)
+        # Every read is one SELECT: autocommit gives it a consistent snapshot already.
+        self._read_engine = self._engine(None, self._read_pool_size)
+
+    async def _dispose(self) -> None:
+        for engine in (self._write_engine, self._read_engine):
+            if engine is not None:
+                await engine.dispose()
+        self._write_engine = self._read_engine = None
+
+    @asynccontextmanager
+    async def _read(self) -> AsyncIterator[AsyncConnection]:
+        if self._read_engine is None:
+            raise JournalError(f"journal {self.where} is not open")
+        async with self._read_engine.connect() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _write(self) -> AsyncIterator[AsyncConnection]:
+        if self._write_engine is None or self._write_lock is None:
+            raise JournalError(f"journal {self.where} is not open")
+        async with self._write_lock, self._write_engine.begin() as conn:
+            yield conn
+
+    async def _write_one(self, statement: Any) -> int:
+        # One statement in autocommit mode is one transaction: its write lock is taken when
+        # the statement starts (no read-to-write upgrade that could hit SQLITE_BUSY), and it
+        # saves the BEGIN / COMMIT round trips to the connection's thread.
+        if self._write_engine is None or self._write_lock is None:
+            raise JournalError(f"journal {self.where} is not open")
+        async with self._write_lock, self._write_engine.connect() as conn:
+            await conn.execution_options(agentrt_autocommit=True)
+            result = await conn.execute(statement)
+            await conn.commit()
+        return int(result.rowcount)
+
+    def _insert(self) -> Any:
+        return sqlite_insert(schema.steps)
+
+    def _classify(self, exc: BaseException) -> JournalError | None:
+        text = str(exc)
+        if any(marker in text for marker in _CORRUPT_MARKERS):
+            return SchemaVersionError(
+                f"journal database {self.path} is corrupt or not a SQLite database: {text}"
+            )
+        if "database is locked" in text:
+            return JournalUnavailable(
+                f"journal {self.path} stayed locked by another writer for longer than "
+                f"busy_timeout ({self.busy_timeout_s} s)"
+            )
+        return None
