@@ -17,7 +17,7 @@ from agentrt import __version__
 __all__ = ["main"]
 
 #: (module, description) for each command group, in the order ``--help`` shows them.
-_COMMAND_MODULES: tuple[str, ...] = ()
+_COMMAND_MODULES: tuple[str, ...] = ("emulator.cli", "controller.cli")
 
 Handler = Callable[[argparse.Namespace], int]
 
