@@ -261,12 +261,13 @@ class Scheduler:
                 if len(hashes) < full:
                     extend_hashes(hashes, req.tokens, bs, req.seed, full)
                 hits = pool.lookup(hashes, (num_tokens - 1) // bs)
-            hit_tokens = len(hits) * bs
+            num_hits = len(hits)
+            hit_tokens = num_hits * bs
             n = num_tokens - hit_tokens
             if n > budget:
                 n = budget
             end = hit_tokens + n
-            need = (end + bs - 1) // bs - len(hits)
+            need = (end + bs - 1) // bs - num_hits
             if need + pool.num_evictable(hits) > pool.num_free:
                 break  # head-of-line: nothing behind it is admitted either (vLLM)
             waiting.pop()
@@ -274,12 +275,12 @@ class Scheduler:
                 self.counters.prefix_cache_queries += num_tokens
                 self.counters.prefix_cache_hits += hit_tokens
                 if req.num_cached_tokens < 0 and pool.evicted:
-                    self._count_evicted_prefix(req, len(hits), (num_tokens - 1) // bs)
+                    self._count_evicted_prefix(req, num_hits, (num_tokens - 1) // bs)
             pool.touch(hits)
             pool.allocate(hits, need)
             req.blocks = hits
             req.num_computed = hit_tokens
-            req.num_cached_blocks = len(hits)
+            req.num_cached_blocks = num_hits
             if req.num_cached_tokens < 0:
                 req.num_cached_tokens = hit_tokens
             if caching and end // bs > req.num_cached_blocks:
