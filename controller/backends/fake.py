@@ -1,0 +1,94 @@
+"""An in-process fake backend for tests (like ``httpx.MockTransport``): a handler function
+answers each request; no sockets involved."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.backends.api import (
+    BackendCapabilities,
+    BackendLoad,
+    BackendRequest,
+    BackendUnavailable,
+)
+
+__all__ = ["FakeBackend", "FakeResponse"]
+
+
+@dataclass
+class FakeResponse:
+    """A canned answer: ``body`` whole, or ``chunks`` streamed one by one."""
+
+    status_code: int = 200
+    body: bytes = b""
+    chunks: Sequence[bytes] = ()
+    headers: Mapping[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+    closed: bool = False
+
+    @classmethod
+    def json(cls, data: Any, status_code: int = 200) -> FakeResponse:
+        return cls(status_code=status_code, body=json.dumps(data).encode())
+
+    async def aread(self) -> bytes:
+        self.closed = True
+        return self.body or b"".join(self.chunks)
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks or (self.body,):
+            yield chunk
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+Handler = Callable[[BackendRequest], Awaitable[FakeResponse]]
+
+
+class FakeBackend:
+    """A backend whose answers come from ``handler``; ``down=True`` makes it unreachable."""
+
+    kind = "fake"
+
+    def __init__(
+        self,
+        backend_id: str,
+        handler: Handler,
+        *,
+        capabilities: BackendCapabilities | None = None,
+        load: BackendLoad | None = None,
+        models: list[dict[str, Any]] | None = None,
+    ) -> None:
+        self.backend_id = backend_id
+        self.url = f"fake://{backend_id}"
+        self.capabilities = capabilities or BackendCapabilities()
+        self.handler = handler
+        self.load = load or BackendLoad()
+        self.model_list = models if models is not None else [{"id": "fake-model"}]
+        self.down = False
+        #: Every request sent, in order.
+        self.requests: list[BackendRequest] = []
+
+    async def send(self, request: BackendRequest) -> FakeResponse:
+        if self.down:
+            raise BackendUnavailable(f"fake backend {self.backend_id} is down")
+        self.requests.append(request)
+        return await self.handler(request)
+
+    async def scrape(self) -> BackendLoad:
+        if self.down:
+            raise BackendUnavailable(f"fake backend {self.backend_id} is down")
+        return self.load
+
+    async def health(self) -> bool:
+        return not self.down
+
+    async def models(self) -> list[dict[str, Any]]:
+        if self.down:
+            raise BackendUnavailable(f"fake backend {self.backend_id} is down")
+        return list(self.model_list)
+
+    async def aclose(self) -> None:
+        return None

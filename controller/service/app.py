@@ -1,0 +1,147 @@
+"""The controller service as one ASGI application object, built from explicit config.
+
+::
+
+    app = ControllerApp(config)                 # validates config, builds policies
+    uvicorn.run(app, ...)                       # or: async with serve_controller(config)
+
+No globals: the HTTP client, backends, dispatcher, metrics and tracer provider belong to the
+:class:`ControllerApp`. Its ASGI lifespan starts the dispatch and probe loops in a task group
+and closes everything on shutdown. The two OpenAI generation paths bypass Starlette's router
+(a dict lookup) to keep per-call overhead small; everything else is an ordinary Starlette app.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import anyio
+import httpx
+from opentelemetry.trace import TracerProvider
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agentrt import __version__
+from agentrt.errors import ConfigError
+from controller.backends.api import Backend
+from controller.backends.factory import build_backend
+from controller.service.charging import Charger, CostFunction
+from controller.service.config import ControllerConfig
+from controller.service.core import ControllerCore
+from controller.service.events import event_routes
+from controller.service.metrics import ServiceMetrics
+from controller.service.policies import build_cost, build_dispatcher
+from controller.service.proxy import CompletionsEndpoint, Receive, Scope, Send
+from controller.service.tracing import CallTracing
+
+__all__ = ["ControllerApp"]
+
+_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+
+class ControllerApp:
+    """The controller: an ASGI app. Raises :class:`~agentrt.errors.ConfigError` on bad config.
+
+    ``backends`` replaces the ones named in ``config.backends`` (tests pass fakes);
+    ``tracer_provider`` enables spans; ``cost`` replaces the configured cost model;
+    ``clock`` is the monotonic clock in seconds that every policy decision uses.
+    """
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        *,
+        backends: Sequence[Backend] | None = None,
+        tracer_provider: TracerProvider | None = None,
+        cost: CostFunction | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.metrics = ServiceMetrics()
+        self.http = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.backend_timeout_s, connect=config.connect_timeout_s),
+            limits=httpx.Limits(
+                max_connections=config.max_connections,
+                max_keepalive_connections=config.max_connections,
+            ),
+            trust_env=False,  # never route backend traffic through an environment proxy
+        )
+        if backends is None:
+            backends = [build_backend(spec, self.http) for spec in config.backends]
+        if not backends:
+            raise ConfigError("the controller needs at least one backend")
+        self.core = ControllerCore(
+            config, build_dispatcher(config), list(backends), self.metrics, clock
+        )
+        charger = Charger(cost if cost is not None else build_cost(config))
+        tracing = CallTracing(tracer_provider)
+        self._generation = {
+            path: CompletionsEndpoint(path, self.core, charger, tracing)
+            for path in _GENERATION_PATHS
+        }
+        self.metrics.on_collect(self._collect)
+        self._starlette = Starlette(
+            routes=[
+                Route("/health", self._health, methods=["GET"]),
+                Route("/metrics", self._metrics, methods=["GET"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                *event_routes(self.core),
+            ],
+            lifespan=self._lifespan,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            endpoint = self._generation.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await self._starlette(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _app: Any) -> AsyncIterator[None]:
+        async with self.http, anyio.create_task_group() as group:
+            await group.start(self.core.run)
+            yield
+            group.cancel_scope.cancel()
+        for backend in self.core.pool.states.values():
+            await backend.backend.aclose()
+
+    # --- plain endpoints ---------------------------------------------------------------------
+
+    async def _health(self, request: Request) -> Response:
+        healthy = self.core.pool.any_healthy()
+        return JSONResponse(
+            {
+                "status": "ok" if healthy else "degraded",
+                "version": __version__,
+                "backends": {
+                    backend_id: state.healthy for backend_id, state in self.core.pool.states.items()
+                },
+            },
+            status_code=200 if healthy else 503,
+        )
+
+    async def _metrics(self, request: Request) -> Response:
+        return Response(
+            self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
+    async def _models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": self.core.pool.model_list()})
+
+    def _collect(self) -> None:
+        core = self.core
+        now = core.clock()
+        self.metrics.fill_queues(core.dispatcher.scheduler.snapshot(now))
+        self.metrics.programs.set(float(len(core.dispatcher.table)))
+        for backend_id, state in core.pool.states.items():
+            self.metrics.in_flight.set(float(state.in_flight), backend_id)
+            self.metrics.backend_up.set(1.0 if state.healthy else 0.0, backend_id)
+            if state.load.num_waiting is not None:
+                self.metrics.backend_waiting.set(float(state.load.num_waiting), backend_id)

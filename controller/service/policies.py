@@ -1,0 +1,55 @@
+"""Builds the pure policy objects the service drives from its configuration.
+
+Schedulers and admission policies come from :mod:`controller.scheduling.factory` (the same
+factory the simulator uses); routers are chosen by name here. Unknown names are
+:class:`ConfigError`, never a silent fallback (STYLE.md rule 2).
+"""
+
+from __future__ import annotations
+
+from agentrt.errors import ConfigError
+from controller.cost_model import CostModel
+from controller.process_table import ProcessTable
+from controller.scheduling.api import AdmissionPolicy, Router, Scheduler
+from controller.scheduling.basic import RoundRobinRouter
+from controller.scheduling.dispatcher import Dispatcher
+from controller.scheduling.factory import build_admission as factory_admission
+from controller.scheduling.factory import build_scheduler as factory_scheduler
+from controller.service.charging import CostFunction
+from controller.service.config import ControllerConfig
+
+__all__ = ["build_cost", "build_dispatcher"]
+
+
+def build_scheduler(config: ControllerConfig) -> Scheduler:
+    table = ProcessTable(idle_timeout_s=config.program_idle_timeout_s)
+    return factory_scheduler(config.policy, dict(config.scheduling), table=table)
+
+
+def build_router(config: ControllerConfig) -> Router:
+    if config.router == "round_robin":
+        return RoundRobinRouter()
+    raise ConfigError(f"unknown router {config.router!r}; known: round_robin")
+
+
+def build_admission(config: ControllerConfig) -> AdmissionPolicy:
+    window = config.admission_window
+    if window == "adaptive":
+        return factory_admission("adaptive", dict(config.admission))
+    if config.admission:
+        raise ConfigError("admission options apply to admission_window=adaptive only")
+    return factory_admission("fixed", {"window": window})
+
+
+def build_dispatcher(config: ControllerConfig) -> Dispatcher:
+    return Dispatcher(build_scheduler(config), build_router(config), build_admission(config))
+
+
+def build_cost(config: ControllerConfig) -> CostFunction:
+    """The cost model named by ``config.cost`` as ``(uncached_prompt, output) -> seconds``."""
+    model = CostModel.from_mapping(config.cost)
+
+    def cost(uncached_prompt_tokens: int, output_tokens: int) -> float:
+        return model.service_s(uncached_prompt_tokens, output_tokens)
+
+    return cost

@@ -1,0 +1,89 @@
+"""Running the controller: embedded on a free loopback port, or as the CLI's server."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import anyio
+import uvicorn
+from opentelemetry.trace import TracerProvider
+
+from agentrt.errors import ConfigError
+from controller.backends.api import Backend
+from controller.service.app import ControllerApp
+from controller.service.charging import CostFunction
+from controller.service.config import ControllerConfig
+
+__all__ = ["run_controller", "serve_controller"]
+
+
+def _uvicorn_config(app: ControllerApp, sock_port: int) -> uvicorn.Config:
+    config = app.config
+    return uvicorn.Config(
+        app,
+        host=config.host,
+        port=sock_port,
+        log_level=config.log_level,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+    )
+
+
+@contextlib.asynccontextmanager
+async def serve_controller(
+    config: ControllerConfig,
+    *,
+    backends: Sequence[Backend] | None = None,
+    tracer_provider: TracerProvider | None = None,
+    cost: CostFunction | None = None,
+    on_app: Callable[[ControllerApp], None] | None = None,
+) -> AsyncIterator[str]:
+    """Run a controller in this event loop; yields its base URL (``http://host:port``).
+
+    ``config.port = 0`` picks a free port. The server stops when the block exits. ``on_app``
+    receives the :class:`ControllerApp` (tests inspect its state).
+    """
+    app = ControllerApp(config, backends=backends, tracer_provider=tracer_provider, cost=cost)
+    if on_app is not None:
+        on_app(app)
+    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(_uvicorn_config(app, port))
+    server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
+    async with anyio.create_task_group() as group:
+        group.start_soon(server.serve, [sock])
+        while not server.started:
+            if server.should_exit:
+                raise ConfigError("the controller failed to start (see its log)")
+            await anyio.sleep(0.005)
+        try:
+            yield f"http://{config.host}:{port}"
+        finally:
+            server.should_exit = True
+    sock.close()
+
+
+def run_controller(config: ControllerConfig, banner: str = "") -> None:
+    """Serve until interrupted (the ``agentrt controller serve`` command); ``banner`` is
+    printed to stderr once the configuration has been validated."""
+    app = ControllerApp(config)
+    if banner:
+        print(banner, file=sys.stderr, flush=True)
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        access_log=False,
+        lifespan="on",
+    )
