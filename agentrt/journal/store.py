@@ -165,6 +165,7 @@ class JournalStore(abc.ABC):
     async def open(self) -> int:
         """Connect and bring the schema up to date; returns the schema version."""
         async with self._guard("open"):
+            await self._dispose()  # opening again starts from fresh connections
             await self._connect()
             try:
                 async with self._write() as conn:
