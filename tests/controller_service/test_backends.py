@@ -1,0 +1,141 @@
+"""The backend seam: specs, body encoding, metric parsing, the vLLM HTTP backend."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+import pytest
+
+from agentrt.errors import ConfigError, EndpointUnavailable
+from controller.backends import BackendRequest, BackendSpec, BackendUnavailable, build_backend
+from controller.backends.http import VllmBackend, encode_body
+from controller.backends.prometheus_text import sum_samples
+
+from .conftest import fake_backends
+from .fake_openai import FakeState
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(
+    ("text", "url", "kind", "backend_id", "priority"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000", "vllm", "127.0.0.1:8000", False),
+        ("http://h:9/v1/,priority=on,id=e0", "http://h:9", "vllm", "e0", True),
+        ("https://h,kind=openai", "https://h", "openai", "h:443", False),
+    ],
+)
+def test_backend_spec_parses(
+    text: str, url: str, kind: str, backend_id: str, priority: bool
+) -> None:
+    spec = BackendSpec.parse(text)
+    assert (spec.url, spec.kind, spec.backend_id, spec.priority) == (
+        url,
+        kind,
+        backend_id,
+        priority,
+    )
+
+
+@pytest.mark.parametrize(
+    "text", ["ftp://h", "http://", "http://h,priority=maybe", "http://h,novalue"]
+)
+def test_backend_spec_rejects(text: str) -> None:
+    with pytest.raises(ConfigError):
+        BackendSpec.parse(text)
+
+
+def test_unknown_kind_and_option_are_config_errors() -> None:
+    client = httpx.AsyncClient()
+    with pytest.raises(ConfigError, match="unknown backend kind"):
+        build_backend(BackendSpec.parse("http://h,kind=tgi"), client)
+    with pytest.raises(ConfigError, match="unknown options"):
+        build_backend(BackendSpec.parse("http://h,colour=red"), client)
+
+
+def _request(raw: bytes, **kwargs: object) -> BackendRequest:
+    return BackendRequest("/v1/chat/completions", raw, json.loads(raw), False, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b'{"model": "m"}', b'{"model":"m","messages":[{"content":"}"}]}  \n', b"{}", b'{ "a": {} }'],
+)
+def test_priority_is_spliced_without_reserialising(raw: bytes) -> None:
+    out = encode_body(_request(raw), {"priority": 3})
+    assert json.loads(out) == {**json.loads(raw), "priority": 3}
+    assert out.startswith(raw.rstrip()[:-1].rstrip())  # the client's bytes are kept as sent
+
+
+def test_existing_priority_and_stream_usage_are_merged() -> None:
+    raw = b'{"model": "m", "priority": 9, "stream_options": {"x": 1}}'
+    out = json.loads(encode_body(_request(raw, add_stream_usage=True), {"priority": 2}))
+    assert out["priority"] == 2
+    assert out["stream_options"] == {"x": 1, "include_usage": True}
+    assert encode_body(_request(raw), {}) == raw
+
+
+def test_prometheus_text_sums_series_and_skips_garbage() -> None:
+    text = "\n".join(
+        [
+            "# HELP vllm:num_requests_waiting x",
+            'vllm:num_requests_waiting{model_name="a"} 3',
+            'vllm:num_requests_waiting{model_name="b",engine="1"} 2.0 1700000000',
+            "vllm:num_requests_running NaN",
+            "vllm:kv_cache_usage_perc not-a-number",
+            "garbage line without value",
+            "{broken",
+            "\x00\xff",
+        ]
+    )
+    found = sum_samples(text, ["vllm:num_requests_waiting", "vllm:num_requests_running"])
+    assert found == {"vllm:num_requests_waiting": 5.0}
+
+
+def test_vllm_load_treats_out_of_range_values_as_unknown() -> None:
+    backend = VllmBackend("b", "http://h", httpx.AsyncClient())
+    load = backend.load_from_metrics(
+        "vllm:kv_cache_usage_perc 7\nvllm:num_requests_waiting -1\nvllm:num_requests_running 4\n"
+    )
+    assert (load.kv_cache_usage, load.num_waiting, load.num_running) == (None, None, 4)
+
+
+@pytest.mark.anyio
+async def test_vllm_backend_over_http() -> None:
+    state = FakeState(metrics_text="vllm:num_requests_waiting 4\nvllm:kv_cache_usage_perc 0.25\n")
+    async with fake_backends(state) as (url,), httpx.AsyncClient() as client:
+        backend = build_backend(BackendSpec(url, priority=True), client)
+        assert await backend.health()
+        load = await backend.scrape()
+        assert (load.num_waiting, load.kv_cache_usage, load.num_running) == (4, 0.25, None)
+        assert [m["id"] for m in await backend.models()] == ["tiny"]
+        raw = json.dumps({"model": "tiny", "messages": []}).encode()
+        response = await backend.send(_request(raw, priority=5))
+        assert response.status_code == 200
+        assert json.loads(await response.aread())["usage"]["completion_tokens"] == 5
+    assert state.requests[0]["priority"] == 5
+
+
+@pytest.mark.anyio
+async def test_garbage_metrics_mean_unknown_load() -> None:
+    state = FakeState(metrics_text="<html>not metrics</html>")
+    async with fake_backends(state) as (url,), httpx.AsyncClient() as client:
+        load = await build_backend(BackendSpec(url), client).scrape()
+    assert load.num_waiting is None and load.num_running is None
+
+
+@pytest.mark.anyio
+async def test_unreachable_backend_raises_our_error() -> None:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with httpx.AsyncClient() as client:
+        backend = build_backend(BackendSpec(f"http://127.0.0.1:{port}"), client)
+        assert not await backend.health()
+        with pytest.raises(BackendUnavailable) as caught:
+            await backend.send(_request(b'{"model": "m"}'))
+        with pytest.raises(EndpointUnavailable):
+            await backend.scrape()
+    assert caught.value.connect_failed

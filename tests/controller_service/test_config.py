@@ -1,0 +1,105 @@
+"""Configuration: file < environment < flags; unknown keys and bad values are errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentrt.cli import main
+from agentrt.errors import ConfigError
+from controller.service import ControllerApp, load_config
+from controller.service.config import ControllerConfig
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def test_precedence_file_env_flags(tmp_path: Path) -> None:
+    file = tmp_path / "controller.toml"
+    file.write_text(
+        'policy = "plas"\nport = 9000\nadmission_window = "adaptive"\n'
+        '[[backends]]\nurl = "http://a:1"\npriority = true\n'
+        "[scheduling]\nstarvation_beta = 3.0\n"
+    )
+    env = {"AGENTRT_CONTROLLER_PORT": "9100", "AGENTRT_CONTROLLER_POLICY": "atlas"}
+    config = load_config(file, env, {"port": 9200, "policy": None})
+    assert config.port == 9200  # flag beats environment
+    assert config.policy == "atlas"  # environment beats file (flag unset)
+    assert config.admission_window == "adaptive"
+    assert config.backends[0].priority and config.backends[0].url == "http://a:1"
+    assert config.scheduling == {"starvation_beta": 3.0}
+
+
+def test_json_file_and_environment_lists(tmp_path: Path) -> None:
+    file = tmp_path / "c.json"
+    file.write_text(json.dumps({"controller": {"admission_window": "unlimited"}}))
+    env = {
+        "AGENTRT_CONTROLLER_CONFIG": str(file),
+        "AGENTRT_CONTROLLER_BACKENDS": "http://a:1,priority=on  http://b:2,kind=openai",
+        "AGENTRT_CONTROLLER_COST": '{"decode_s_per_token": 0.02}',
+        "OTHER_VARIABLE": "ignored",
+    }
+    config = load_config(None, env)
+    assert config.admission_window is None
+    assert [b.backend_id for b in config.backends] == ["a:1", "b:2"]
+    assert config.backends[1].kind == "openai"
+    assert config.cost == {"decode_s_per_token": 0.02}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"AGENTRT_CONTROLLER_POLICYY": "plas"}, "unknown environment variable"),
+        ({"AGENTRT_CONTROLLER_PORT": "eighty"}, "must be a number"),
+        ({"AGENTRT_CONTROLLER_PORT": "70000"}, "port"),
+        ({"AGENTRT_CONTROLLER_ADMISSION_WINDOW": "0"}, "admission_window"),
+        ({"AGENTRT_CONTROLLER_ADMISSION_WINDOW": "lots"}, "admission_window"),
+        ({"AGENTRT_CONTROLLER_SCHEDULING": "[1]"}, "scheduling"),
+        ({"AGENTRT_CONTROLLER_BACKENDS": "http://a:1 http://a:1"}, "unique"),
+        ({"AGENTRT_CONTROLLER_SCRAPE_INTERVAL_S": "0"}, "scrape_interval_s"),
+    ],
+)
+def test_bad_environment_is_rejected(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, env)
+
+
+def test_unknown_file_key_is_rejected(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text("polcy = 'plas'\n")
+    with pytest.raises(ConfigError, match="polcy"):
+        load_config(file)
+    file.write_text("not toml = = =")
+    with pytest.raises(ConfigError, match="not valid"):
+        load_config(file)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"policy": "lottery"},
+        {"policy": "fcfs", "scheduling": {"starvation_beta": 2}},
+        {"policy": "plas", "scheduling": {"boundaries": [1]}},
+        {"router": "random"},
+        {"cost": {"profile": "tpu-v9"}},
+        {"admission_window": 4, "admission": {"min_window": 2}},
+        {"admission_window": "adaptive", "admission": {"nope": 1}},
+        {"backends": ()},
+    ],
+)
+def test_policies_are_validated_when_the_app_is_built(options: dict[str, object]) -> None:
+    from controller.backends.spec import BackendSpec
+
+    base: dict[str, object] = {"backends": (BackendSpec("http://a:1"),)}
+    with pytest.raises(ConfigError):
+        ControllerApp(ControllerConfig(**{**base, **options}))  # type: ignore[arg-type]
+
+
+def test_cli_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["controller", "serve", "--backend", "http://a:1", "--policy", "nope"]) == 2
+    assert "unknown scheduling policy" in capsys.readouterr().err
+    assert main(["controller", "serve"]) == 2
+    assert "no backend" in capsys.readouterr().err
