@@ -113,8 +113,12 @@ class CostModel:
         params = dict(values)
         if "profile" in params:
             profile = params.pop("profile")
-            allowed = {"prefill_efficiency", "nominal_batch", "nominal_context_tokens",
-                       "per_call_s"}  # fmt: skip
+            allowed = {
+                "prefill_efficiency",
+                "nominal_batch",
+                "nominal_context_tokens",
+                "per_call_s",
+            }
             unknown = sorted(set(params) - allowed)
             if unknown:
                 raise ConfigError(f"unknown cost parameter(s) {unknown} with a profile")
@@ -122,8 +126,9 @@ class CostModel:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(params) - known)
         if unknown:
-            raise ConfigError(f"unknown cost parameter(s) {unknown}; valid: {sorted(known)} "
-                              "or 'profile'")  # fmt: skip
+            raise ConfigError(
+                f"unknown cost parameter(s) {unknown}; valid: {sorted(known)} or 'profile'"
+            )
         return cls(**params)
 
     @classmethod

@@ -338,7 +338,9 @@ class ProcessTable:
 
         Idle means: no active call, and ``now_s - held_until_s() >= idle_timeout_s`` (a tool
         wait counts until its predicted end, retention until its TTL). A program that is not
-        idle is re-checked one timeout later, so each call costs O(removed + re-checked).
+        idle when its turn comes is re-checked one timeout later, so each call costs
+        O(removed + re-checked), and a program held by a call, a tool wait or retention leaves
+        between one and two timeouts after the hold ends (a plain idle program: exactly one).
         """
         removed: list[ProgramKey] = []
         timeout = self.idle_timeout_s

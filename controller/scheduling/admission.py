@@ -10,7 +10,11 @@ work to pull into its batch while the ordering decisions stay at the controller.
 new metrics sample of a backend (``BackendView.metrics_at_s``, or at most once per
 ``update_interval_s`` when the driver gives no sample time):
 
-* ``num_waiting > target_waiting``: ``window = max(min_window, window * decrease_factor)``;
+* ``num_waiting > target_waiting``: shrink by the excess, but by at most the multiplicative
+  factor — ``window = max(min_window, window * decrease_factor, window - excess)`` with
+  ``excess = num_waiting - target_waiting``. A small overshoot costs one slot (no AIMD
+  sawtooth that periodically starves the batch); a flooded engine (e.g. other clients) still
+  halves the window per sample;
 * ``num_waiting <= target_waiting`` and the window is what limits us
   (``in_flight >= floor(window)``): ``window = min(max_window, window + increase_step)``;
 * otherwise (we are not using the window, or no metrics): unchanged.
@@ -45,7 +49,7 @@ class AdaptiveWindowConfig:
     target_waiting: int = 2
     #: Additive increase per sample (calls, > 0).
     increase_step: float = 1.0
-    #: Multiplicative decrease per sample, in (0, 1).
+    #: Largest decrease per sample, as a factor in (0, 1).
     decrease_factor: float = 0.5
     #: Without ``metrics_at_s``, react at most this often (seconds, > 0).
     update_interval_s: float = 1.0
@@ -75,8 +79,9 @@ class AdaptiveWindowConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"unknown adaptive admission parameter(s) {unknown}; "
-                              f"valid: {sorted(known)}")  # fmt: skip
+            raise ConfigError(
+                f"unknown adaptive admission parameter(s) {unknown}; valid: {sorted(known)}"
+            )
         try:
             return cls(**dict(values))
         except TypeError as exc:
@@ -129,7 +134,9 @@ class AdaptiveWindowAdmission:
                 return state
             state.last_sample_s = now_s
         if waiting > cfg.target_waiting:
-            state.window = max(cfg.min_window, state.window * cfg.decrease_factor)
+            excess = waiting - cfg.target_waiting
+            shrunk = max(state.window * cfg.decrease_factor, state.window - excess)
+            state.window = max(cfg.min_window, shrunk)
         elif backend.in_flight >= math.floor(state.window):
             state.window = min(cfg.max_window, state.window + cfg.increase_step)
         return state

@@ -176,7 +176,8 @@ def fig2(policy: str, *, preemptive: bool = False) -> ReplayResult:
     paper's engine.
     """
     longest = max(sum(d) for d in FIG2_PROGRAMS.values())
-    config = None if policy == "fcfs" else (unit_config(longest) if preemptive else
-                                             SchedulerConfig())  # fmt: skip
+    config = (
+        None if policy == "fcfs" else (unit_config(longest) if preemptive else SchedulerConfig())
+    )
     scheduler = build_scheduler(policy, config, oracle=True)
     return replay_chains(FIG2_PROGRAMS, scheduler, slots=2, preemptive=preemptive)

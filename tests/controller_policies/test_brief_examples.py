@@ -26,8 +26,9 @@ def test_queue_example_config(attained_s: float, level: int, quantum: int) -> No
     assert config.quantum(level) == quantum
 
 
-@pytest.mark.parametrize(("attained_s", "level", "quantum"), [(1.2, 1, 32), (0.0, 0, 16),
-                                                               (40.0, 4, 256)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("attained_s", "level", "quantum"), [(1.2, 1, 32), (0.0, 0, 16), (40.0, 4, 256)]
+)
 def test_queue_example_through_plas(attained_s: float, level: int, quantum: int) -> None:
     """A program with that much attained service: its next call enters that queue."""
     scheduler = PlasScheduler()
