@@ -13,7 +13,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from agentrt.cli import main
-from tests.emulator_server.conftest import MODEL
+
+from .helpers import MODEL
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,7 +8,8 @@ import openai as openai_module
 import pytest
 
 from emulator.server import serve_engine_in_thread
-from tests.emulator_server.conftest import (
+
+from .helpers import (
     MODEL,
     make_config,
     metric,

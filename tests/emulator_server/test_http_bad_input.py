@@ -9,7 +9,8 @@ import httpx
 import pytest
 
 from emulator.server import EmulatorConfig, RunningEmulator, serve_engine
-from tests.emulator_server.conftest import MODEL, make_config
+
+from .helpers import MODEL, make_config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -11,7 +11,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from emulator.core.profiles import get_profile
-from tests.emulator_server.conftest import (
+
+from .helpers import (
     MODEL,
     make_config,
     metric,

@@ -9,7 +9,7 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.emulator_server.conftest import MODEL, serving
+from .helpers import MODEL, serving
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import anyio
 import httpx
-import pytest
 from openai import AsyncOpenAI
 
 from emulator.core.types import EngineConfig
@@ -80,8 +79,3 @@ async def wait_metric(
         return metric(await scrape(engine), name) == wanted
 
     await poll_until(reached, timeout_s)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
