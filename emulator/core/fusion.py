@@ -11,7 +11,7 @@ step index, then position in the running list, allocation before cache registrat
 
 from __future__ import annotations
 
-from emulator.core.kv_cache import BlockPool
+from emulator.core.kv_cache import BlockPool, extend_hashes
 from emulator.core.profiles import HardwareProfile, step_time_s
 from emulator.core.queues import RequestState
 from emulator.core.types import RequestProgress
@@ -103,27 +103,49 @@ def run_fused_decode(
     the last step (their blocks are still held; the caller frees them in that order).
     """
     bs = block_size
-    events: list[tuple[int, int, int]] = []  # (step, position in running, 0 alloc / 1 cache)
+    # Block events encoded as ints that sort in single-step order:
+    # key = (step · batch + position) · 2 + (0 allocate | 1 register a full block).
+    stride = 2 * len(running)
+    keys: list[int] = []
+    append_key = keys.append
     for idx, req in enumerate(running):
         c = req.num_computed
-        j = len(req.blocks) * bs - c
+        base = 2 * idx
+        j = len(req.blocks) * bs - c  # computing position c + j needs a new block
         while j < k:
-            events.append((j, idx, 0))
+            append_key(j * stride + base)
             j += bs
         if caching:
             j = (-c - 1) % bs  # computing position c + j fills a block
-            while j < k:
-                events.append((j, idx, 1))
-                j += bs
-    if events:
-        events.sort()
-        allocate = pool.allocate
-        for j, idx, kind in events:
-            req = running[idx]
-            if kind == 0:
-                allocate(req.blocks, 1)
+            if j < k:
+                # all hashes of the blocks this run fills, in one go
+                extend_hashes(req.hashes, req.tokens, bs, req.seed, (c + k) // bs)
+                while j < k:
+                    append_key(j * stride + base + 1)
+                    j += bs
+    if keys:
+        keys.sort()
+        popitem = pool.free.popitem
+        block_hash = pool.block_hash
+        ref = pool.ref
+        register = pool.register
+        for key in keys:
+            j, rest = divmod(key, stride)
+            req = running[rest >> 1]
+            if rest & 1:
+                upto = (req.num_computed + j + 1) // bs
+                hashes = req.hashes
+                blocks = req.blocks
+                for b in range(req.num_cached_blocks, upto):
+                    register(blocks[b], hashes[b])
+                req.num_cached_blocks = upto
             else:
-                req.cache_full_blocks(pool, bs, (req.num_computed + j + 1) // bs)
+                block = popitem(last=False)[0]
+                h = block_hash[block]
+                if h is not None:
+                    pool.evict(block, h)
+                ref[block] = 1
+                req.blocks.append(block)
     progress: list[RequestProgress] = []
     finished: list[RequestState] = []
     append = progress.append

@@ -113,11 +113,12 @@ class BlockPool:
             block = popitem(last=False)[0]
             h = block_hash[block]
             if h is not None:
-                self._evict(block, h)
+                self.evict(block, h)
             ref[block] = 1
             out.append(block)
 
-    def _evict(self, block: int, h: int) -> None:
+    def evict(self, block: int, h: int) -> None:
+        """Forget the cached content ``h`` of ``block`` (taken from the free queue)."""
         self.block_hash[block] = None
         del self.cached[h]
         evicted = self.evicted
