@@ -138,7 +138,8 @@ async def test_pinned_prefix_survives_memory_pressure() -> None:
 
 
 async def test_priority_header_and_body_order_queued_requests() -> None:
-    config = make_config(time_scale=50, max_num_seqs=1, scheduling_policy="priority")
+    # The blocker runs ~13 model s = ~0.6 s of wall time: the others surely queue behind it.
+    config = make_config(time_scale=20, max_num_seqs=1, scheduling_policy="priority")
     async with serving(config) as (engine, openai):
         finished: list[str] = []
 
@@ -154,7 +155,7 @@ async def test_priority_header_and_body_order_queued_requests() -> None:
             finished.append(name)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(call, "blocker", 0, 120)
+            tg.start_soon(call, "blocker", 0, 1500)
             await wait_metric(engine, "vllm:num_requests_running", 1)
             tg.start_soon(call, "late-low", 5, 4)
             await wait_metric(engine, "vllm:num_requests_waiting", 1)
@@ -190,3 +191,26 @@ async def test_time_scale_runs_faster_than_the_modelled_gpu() -> None:
     # Every decode step reads all the weights once: a lower bound of the modelled time.
     assert model_s >= tokens * profile.weight_bytes / profile.mem_bandwidth
     assert wall_s < model_s / 5
+
+
+async def test_memory_pressure_preempts_and_every_request_still_finishes() -> None:
+    # 40 blocks of 16 tokens; four requests that each grow to ~22 blocks cannot all fit.
+    config = make_config(time_scale=500, num_gpu_blocks=40, max_model_len=640)
+    async with serving(config) as (engine, openai):
+        usages: list[int] = []
+
+        async def call(index: int) -> None:
+            completion = await openai.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": f"story {index}"}],
+                max_tokens=300, extra_body={"ignore_eos": True},
+            )  # fmt: skip
+            assert completion.usage is not None
+            usages.append(completion.usage.completion_tokens)
+
+        async with anyio.create_task_group() as tg:
+            for index in range(4):
+                tg.start_soon(call, index)
+        assert usages == [300] * 4
+        text = await scrape(engine)
+        assert metric(text, "vllm:num_preemptions_total") > 0
+        assert metric(text, "agentrt:engine_recomputed_prompt_tokens_total") > 0
