@@ -1,6 +1,6 @@
 """The service charged to a call: an estimate of engine execution time from the work done.
 
-Autellix (arXiv 2502.13965 §4) measures attained service inside the engine. A proxy sees only
+Autellix (arXiv 2502.13965) measures attained service inside the engine. A proxy sees only
 wall time, which includes the backend's own queueing — charging that would punish a program for
 *waiting*. So the controller charges the work the call made the engine do::
 

@@ -1,4 +1,4 @@
-"""The process table: one entry per live program (BRIEF.md §3; Autellix arXiv 2502.13965 §4).
+"""The process table: one entry per live program (BRIEF.md §3; Autellix arXiv 2502.13965).
 
 An entry holds what program-level scheduling needs — attained service (PLAS), the longest
 critical path seen (ATLAS), total waiting time — plus what introspection and retention need:
@@ -306,7 +306,7 @@ class ProcessTable:
     def call_finished(self, call: Call, service_s: float, now_s: float) -> None:
         """The call finished with ``service_s`` seconds of service charged (cost model).
 
-        PLAS: ``attained += service_s``. ATLAS (§4.2): ``critical_path = max(critical_path,
+        PLAS: ``attained += service_s``. ATLAS: ``critical_path = max(critical_path,
         inherited + service_s)`` where ``inherited`` is the scalar when the call arrived.
         """
         entry, active = self._active(call, now_s)

@@ -1,9 +1,9 @@
 """Discrete-queue parameters shared by MLFQ, PLAS, ATLAS (and SRPT's backend priority).
 
-Autellix (arXiv 2502.13965) §4.1-4.2: K queues Q1..QK with priority ranges ``[lo_i, hi_i)``,
-``lo_1 = 0``, ``hi_K = inf``. Here the K-1 inner boundaries are given in seconds of attained
-service, and each queue has a quantum in decode (output) tokens. Defaults follow BRIEF.md §3:
-boundaries 0.5, 2, 8, 32 s; quanta 16, 32, 64, 128, 256 tokens.
+Autellix (arXiv 2502.13965), as summarised in BRIEF.md §3: K queues Q1..QK with priority
+ranges ``[lo_i, hi_i)``, ``lo_1 = 0``, ``hi_K = inf``. Here the K-1 inner boundaries are given
+in seconds of attained service, and each queue has a quantum in decode (output) tokens.
+Defaults follow BRIEF.md §3: boundaries 0.5, 2, 8, 32 s; quanta 16, 32, 64, 128, 256 tokens.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ class SchedulerConfig:
 def starvation_ratio(
     program_wait_s: float, program_service_s: float, call_wait_s: float, call_service_s: float
 ) -> float:
-    """Autellix §4.3: ``(W_program + W_call) / (T_program + T_call)``.
+    """Autellix anti-starvation (BRIEF.md §3): ``(W_program + W_call) / (T_program + T_call)``.
 
     With no service at all the ratio is ``inf`` if anything waited, else 0.
     """

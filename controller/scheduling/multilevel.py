@@ -1,16 +1,19 @@
-"""Discrete-queue schedulers: per-call MLFQ, PLAS and ATLAS (Autellix arXiv 2502.13965 §4).
+"""Discrete-queue schedulers: per-call MLFQ, PLAS and ATLAS (Autellix arXiv 2502.13965;
+BRIEF.md §3).
 
 All three share one mechanism (:class:`MultiLevelScheduler`) and differ only in the priority a
 new call enters with:
 
 * **MLFQ** (FastServe-like, per call): every new call enters Q1.
-* **PLAS** (§4.1): the program's attained service, ``p(c_j) = Σ_{k<j} t_k``.
-* **ATLAS** (§4.2): the program's critical-path scalar; a finishing call updates it with
-  ``max(scalar, call priority + call service)`` (done by :meth:`ProcessTable.call_finished`).
+* **PLAS** (program-level attained service): the program's attained service,
+  ``p(c_j) = Σ_{k<j} t_k``.
+* **ATLAS** (adaptive thread-level attained service): the program's critical-path scalar; a
+  finishing call updates it with ``max(scalar, call priority + call service)`` (done by
+  :meth:`ProcessTable.call_finished`).
 
 The call enters the queue whose range ``[lo, hi)`` holds that priority, is served FCFS inside it
 (earlier deadline breaks ties), and is demoted one queue each time it streams its queue's
-quantum of output tokens (:meth:`on_tokens`). Anti-starvation (§4.3): when
+quantum of output tokens (:meth:`on_tokens`). Anti-starvation: when
 ``(W_program + W_call) / (T_program + T_call) >= β`` a queued call moves to Q1 and only that
 call's own wait and service are reset.
 
@@ -161,9 +164,9 @@ class MultiLevelScheduler:
     def promote_starving(self, now_s: float) -> list[Call]:
         """Move starving queued calls (below Q1) to the tail of Q1; returns them.
 
-        Autellix §4.3: with ``W_program`` the program's finished waiting (process table),
-        ``T_program`` its attained service, ``W_call`` this call's wait since its last reset
-        and ``T_call`` its service since then, a call is starving when
+        Autellix's anti-starvation rule: with ``W_program`` the program's finished waiting
+        (process table), ``T_program`` its attained service, ``W_call`` this call's wait since
+        its last reset and ``T_call`` its service since then, a call is starving when
         ``(W_program + W_call) / (T_program + T_call) >= β``. Only the call's own ``wait_s``,
         ``service_s`` and quantum are reset; the program's totals are not, so its other queued
         calls are likely promoted in the same sweep. Runs at most once per
@@ -254,8 +257,8 @@ class MlfqScheduler(MultiLevelScheduler):
 
 
 class PlasScheduler(MultiLevelScheduler):
-    """PLAS (Autellix §4.1): a new call enters with its program's attained service, the sum
-    of the service charged to the program's finished calls."""
+    """PLAS (Autellix, single-threaded programs): a new call enters with its program's
+    attained service, the sum of the service charged to the program's finished calls."""
 
     name = "plas"
 
@@ -264,8 +267,8 @@ class PlasScheduler(MultiLevelScheduler):
 
 
 class AtlasScheduler(MultiLevelScheduler):
-    """ATLAS (Autellix §4.2): a new call inherits its program's critical-path scalar, so all
-    parallel calls of a program share one priority."""
+    """ATLAS (Autellix, multi-threaded programs): a new call inherits its program's
+    critical-path scalar, so all parallel calls of a program share one priority."""
 
     name = "atlas"
 

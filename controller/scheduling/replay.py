@@ -28,7 +28,14 @@ from controller.scheduling.api import Call, Scheduler
 from controller.scheduling.config import SchedulerConfig
 from controller.scheduling.factory import build_scheduler
 
-__all__ = ["FIG2_PROGRAMS", "ReplayResult", "fig2", "replay_chains", "unit_config"]
+__all__ = [
+    "FIG2_PROGRAMS",
+    "ReplayResult",
+    "fig2",
+    "fig2_report",
+    "replay_chains",
+    "unit_config",
+]
 
 #: Fig. 2: four programs, durations of their calls in decode steps.
 FIG2_PROGRAMS: Mapping[str, tuple[int, ...]] = {
@@ -181,3 +188,16 @@ def fig2(policy: str, *, preemptive: bool = False) -> ReplayResult:
     )
     scheduler = build_scheduler(policy, config, oracle=True)
     return replay_chains(FIG2_PROGRAMS, scheduler, slots=2, preemptive=preemptive)
+
+
+def fig2_report(
+    policies: Sequence[str] = ("fcfs", "mlfq", "plas", "atlas", "srpt"),
+) -> dict[str, dict[str, object]]:
+    """``{policy: {"total_wait": ..., ...}}`` for Fig. 2: ``total_wait`` is the proxy regime
+    (no preemption, default queues); ``engine_preemptive`` holds the step-preemptive run."""
+    report: dict[str, dict[str, object]] = {}
+    for policy in policies:
+        entry = fig2(policy).to_json()
+        entry["engine_preemptive"] = fig2(policy, preemptive=True).to_json()
+        report[policy] = entry
+    return report

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from controller.scheduling.config import SchedulerConfig, is_starving, starvation_ratio
 from controller.scheduling.factory import build_scheduler
 from controller.scheduling.multilevel import AtlasScheduler, PlasScheduler
-from controller.scheduling.replay import FIG2_PROGRAMS, fig2, replay_chains, unit_config
+from controller.scheduling.replay import (
+    FIG2_PROGRAMS,
+    fig2,
+    fig2_report,
+    replay_chains,
+    unit_config,
+)
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
@@ -210,3 +218,13 @@ def test_fig2_unit_queues_mlfq_is_per_call_las() -> None:
     result = replay_chains(FIG2_PROGRAMS, mlfq, preemptive=True)
     assert result.total_wait < 18
     assert set(result.finish) == set(FIG2_PROGRAMS)
+
+
+def test_fig2_report_is_json_with_both_regimes() -> None:
+    report = fig2_report()
+    json.dumps(report)
+    assert set(report) == {"fcfs", "mlfq", "plas", "atlas", "srpt"}
+    assert report["fcfs"]["total_wait"] == 18
+    assert report["plas"]["total_wait"] < 18  # type: ignore[operator]
+    preemptive = report["plas"]["engine_preemptive"]
+    assert isinstance(preemptive, dict) and preemptive["total_wait"] == 12
