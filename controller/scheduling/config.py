@@ -33,8 +33,9 @@ class SchedulerConfig:
     #: PLAS / ATLAS, which can starve long programs under overload).
     starvation_beta: float | None = None
     #: Minimum time between two anti-starvation sweeps over the queues (seconds, >= 0);
-    #: 0 = check on every ``pop``. A sweep costs O(queued calls below Q1).
-    starvation_check_interval_s: float = 0.0
+    #: 0 = check on every ``pop``. A sweep costs O(queued calls below Q1), so the default
+    #: bounds that cost under high pop rates; 0.1 s is nothing next to β x seconds of service.
+    starvation_check_interval_s: float = 0.1
     #: Calls of a program whose KV is retained (BRIEF.md §5; ``ProcessTable.set_retention``)
     #: enter Q1 instead of their PLAS / ATLAS queue while the retention lasts.
     boost_retained: bool = True

@@ -34,7 +34,8 @@ class LevelQueues:
         self._heaps: list[list[_Key]] = [[] for _ in range(levels)]
         # seq -> (call, its live key, its live level)
         self._live: dict[int, tuple[Call, _Key, int]] = {}
-        self._lengths = [0] * levels
+        # per level: seq -> call (so sweeps over the lower levels skip Q1)
+        self._members: list[dict[int, Call]] = [{} for _ in range(levels)]
         self._deadlines: list[tuple[float, int]] = []
         self._heap_entries = 0
 
@@ -47,7 +48,7 @@ class LevelQueues:
 
     def lengths(self) -> list[int]:
         """Queued calls per level."""
-        return list(self._lengths)
+        return [len(members) for members in self._members]
 
     def push(self, call: Call) -> None:
         """Queue ``call`` at ``call.level`` with its current FCFS key (replaces any old place)."""
@@ -55,7 +56,7 @@ class LevelQueues:
             self._forget(call.seq)
         key = self._key(call)
         self._live[call.seq] = (call, key, call.level)
-        self._lengths[call.level] += 1
+        self._members[call.level][call.seq] = call
         heapq.heappush(self._heaps[call.level], key)
         self._heap_entries += 1
         if not math.isinf(call.deadline_s):
@@ -65,7 +66,7 @@ class LevelQueues:
     def pop(self) -> Call | None:
         """Remove and return the first call of the highest non-empty level."""
         for level, heap in enumerate(self._heaps):
-            if not self._lengths[level]:
+            if not self._members[level]:
                 continue
             while heap:
                 key = heapq.heappop(heap)
@@ -98,16 +99,16 @@ class LevelQueues:
     def calls(self, min_level: int = 0) -> Iterator[Call]:
         """Queued calls at ``min_level`` or below, in no particular order (a copy: the
         caller may move them)."""
-        return iter([c for c, _, level in list(self._live.values()) if level >= min_level])
+        return iter([c for members in self._members[min_level:] for c in members.values()])
 
     def ordered(self, level: int) -> list[Call]:
         """Queued calls of one level in pop order."""
-        entries = sorted((key, call) for call, key, lv in self._live.values() if lv == level)
+        entries = sorted((self._live[seq][1], call) for seq, call in self._members[level].items())
         return [call for _, call in entries]
 
     def _forget(self, seq: int) -> None:
         _, _, level = self._live.pop(seq)
-        self._lengths[level] -= 1
+        del self._members[level][seq]
 
     def _maybe_compact(self) -> None:
         live = len(self._live)
