@@ -168,6 +168,9 @@ class JournalStore(abc.ABC):
             await self._dispose()  # opening again starts from fresh connections
             await self._connect()
             try:
+                if await self._current_version() == len(self._migrations):
+                    self._opened = True  # fast path: up to date, no write lock needed
+                    return len(self._migrations)
                 async with self._write() as conn:
                     await self._before_migrate(conn)
                     version: int = await conn.run_sync(
@@ -183,6 +186,16 @@ class JournalStore(abc.ABC):
                 raise
         self._opened = True
         return version
+
+    async def _current_version(self) -> int | None:
+        """The recorded schema version, ``None`` when it cannot be read (the locked slow path
+        then creates, upgrades or diagnoses the database)."""
+        query = select(schema.version_table.c.version).where(schema.version_table.c.id == 1)
+        try:
+            async with self._read() as conn:
+                return (await conn.execute(query)).scalar_one_or_none()
+        except sa_exc.DBAPIError:
+            return None
 
     async def close(self) -> None:
         """Release every connection (idempotent)."""
