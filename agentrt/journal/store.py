@@ -193,9 +193,10 @@ class JournalStore(abc.ABC):
         query = select(schema.version_table.c.version).where(schema.version_table.c.id == 1)
         try:
             async with self._read() as conn:
-                return (await conn.execute(query)).scalar_one_or_none()
+                version = (await conn.execute(query)).scalar_one_or_none()
         except sa_exc.DBAPIError:
             return None
+        return version if isinstance(version, int) else None
 
     async def close(self) -> None:
         """Release every connection (idempotent)."""
