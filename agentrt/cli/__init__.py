@@ -17,7 +17,11 @@ from agentrt import __version__
 __all__ = ["main"]
 
 #: (module, description) for each command group, in the order ``--help`` shows them.
-_COMMAND_MODULES: tuple[str, ...] = ("emulator.cli", "controller.cli")
+_COMMAND_MODULES: tuple[str, ...] = (
+    "emulator.cli",
+    "controller.cli",
+    "agentrt.journal.cli",
+)
 
 Handler = Callable[[argparse.Namespace], int]
 

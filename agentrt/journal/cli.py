@@ -1,0 +1,295 @@
+"""``agentrt journal``: inspect and maintain the intent journal.
+
+::
+
+    agentrt journal list    [--url URL] [--status STATUS] [--limit N] [--json]
+    agentrt journal show    PROGRAM_ID [--url URL] [--results] [--json]
+    agentrt journal purge   [--older-than 7d] [--status S ...] [--program ID ...] [--dry-run]
+    agentrt journal resolve KEY (--done [--result JSON] | --not-done)
+    agentrt journal durations TOOL
+
+``--url`` defaults to ``$AGENTRT_JOURNAL_URL``, else ``./.agentrt/journal.sqlite``. Step results
+can hold user data: ``show`` prints them only with ``--results``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any
+
+__all__ = ["parse_duration_s", "register"]
+
+_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_STATUSES = ("STARTED", "COMMITTED", "FAILED")
+
+
+def parse_duration_s(text: str) -> float:
+    """``"90"``, ``"90s"``, ``"15m"``, ``"12h"``, ``"7d"`` → seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 90s, 15m, 12h, 7d)")
+    return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "journal",
+        help="inspect and maintain the intent journal of side-effecting tools",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="journal_command", metavar="SUBCOMMAND", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument(
+            "--url",
+            default=os.environ.get("AGENTRT_JOURNAL_URL"),
+            help="journal file or URL (default: $AGENTRT_JOURNAL_URL, else "
+            "./.agentrt/journal.sqlite)",
+        )
+        sub.add_argument("--schema", default=None, help="PostgreSQL schema of the tables")
+        sub.add_argument("--json", action="store_true", help="print JSON")
+
+    listing = commands.add_parser("list", help="programs in the journal, newest first")
+    common(listing)
+    listing.add_argument(
+        "--status", choices=_STATUSES, help="only programs with a step in this status"
+    )
+    listing.add_argument("--limit", type=int, default=50, help="at most N programs (50)")
+
+    show = commands.add_parser("show", help="the steps of one program")
+    common(show)
+    show.add_argument("program_id")
+    show.add_argument("--results", action="store_true", help="also print step results")
+
+    purge = commands.add_parser("purge", help="delete old programs (whole programs only)")
+    common(purge)
+    purge.add_argument(
+        "--older-than",
+        type=parse_duration_s,
+        default=None,
+        help="last change older than this (7d, 12h, ...; default 7d unless --program is given)",
+    )
+    purge.add_argument(
+        "--status",
+        action="append",
+        choices=_STATUSES,
+        help="purge only programs whose steps all have these statuses "
+        "(repeatable; default COMMITTED and FAILED)",
+    )
+    purge.add_argument("--program", action="append", help="only this program (repeatable)")
+    purge.add_argument(
+        "--any-status",
+        action="store_true",
+        help="ignore step statuses (also purges unresolved unknown outcomes)",
+    )
+    purge.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+
+    resolve = commands.add_parser("resolve", help="settle an unknown outcome by hand")
+    common(resolve)
+    resolve.add_argument("key", help="the step's idempotency key (from 'show' or the error)")
+    outcome = resolve.add_mutually_exclusive_group(required=True)
+    outcome.add_argument("--done", action="store_true", help="the effect happened")
+    outcome.add_argument("--not-done", action="store_true", help="it did not: run it again")
+    resolve.add_argument("--result", default="null", help="JSON result to replay (--done)")
+
+    durations = commands.add_parser("durations", help="a tool's duration history")
+    common(durations)
+    durations.add_argument("tool")
+
+    parser.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agentrt.errors import AgentrtError
+
+    try:
+        return asyncio.run(_run(args))
+    except AgentrtError as exc:
+        print(f"agentrt journal: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from agentrt.journal import Journal
+
+    journal = Journal(args.url, schema=args.schema, create=False)
+    try:
+        await journal.open()  # the CLI wants a clear error, not a lazy retry
+        command = args.journal_command
+        if command == "list":
+            return await _list(journal, args)
+        if command == "show":
+            return await _show(journal, args)
+        if command == "purge":
+            return await _purge(journal, args)
+        if command == "resolve":
+            return await _resolve(journal, args)
+        return await _durations(journal, args)
+    finally:
+        await journal.close()
+
+
+def _stamp(epoch_s: float | None) -> str:
+    import datetime
+
+    if epoch_s is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _print_table(header: list[str], rows: list[list[str]]) -> None:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=False)]
+    for line in [header, *rows]:
+        cells = (str(cell).ljust(width) for cell, width in zip(line, widths, strict=True))
+        print("  ".join(cells).rstrip())
+
+
+async def _list(journal: Any, args: argparse.Namespace) -> int:
+    from agentrt.journal import StepStatus
+
+    status = StepStatus(args.status) if args.status else None
+    programs = await journal.list_programs(status=status, limit=args.limit)
+    if args.json:
+        print(json.dumps([_fields(p) for p in programs], indent=2))
+        return 0
+    _print_table(
+        ["PROGRAM", "STEPS", "COMMITTED", "FAILED", "STARTED", "FIRST (UTC)", "LAST (UTC)"],
+        [
+            [
+                p.program_id,
+                str(p.steps),
+                str(p.committed),
+                str(p.failed),
+                str(p.started),
+                _stamp(p.first_at),
+                _stamp(p.last_at),
+            ]
+            for p in programs
+        ],
+    )
+    return 0
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+
+
+async def _show(journal: Any, args: argparse.Namespace) -> int:
+    steps = await journal.program_steps(args.program_id)
+    if not steps:
+        print(
+            f"agentrt journal: no steps recorded for program {args.program_id!r}", file=sys.stderr
+        )
+        return 1
+    records = []
+    for r in steps:
+        item = {
+            "thread_id": r.position.thread_id,
+            "seq": r.position.seq,
+            "kind": r.kind,
+            "name": r.name,
+            "status": r.status.value,
+            "side_effect": r.side_effect,
+            "idempotent": r.idempotent,
+            "attempts": r.attempts,
+            "key": r.key,
+            "node_id": r.node_id,
+            "error_type": r.error_type,
+            "error_message": r.error_message,
+            "created_at": r.created_at,
+            "updated_at": r.updated_at,
+            "duration_s": r.duration_s,
+            "result_bytes": None if r.result_json is None else len(r.result_json.encode()),
+        }
+        if args.results:
+            item["result"] = r.result
+        records.append(item)
+    if args.json:
+        print(json.dumps({"program_id": args.program_id, "steps": records}, indent=2))
+        return 0
+    rows = []
+    for item in records:
+        what = "side effect" if item["side_effect"] else "read-only"
+        row = [
+            str(item["thread_id"]),
+            str(item["seq"]),
+            f"{item['kind']}:{item['name']}",
+            what,
+            str(item["status"]),
+            str(item["attempts"]),
+            "-" if item["duration_s"] is None else f"{item['duration_s'] * 1000:.1f}",
+            str(item["key"]),
+        ]
+        if item["error_type"]:
+            row[4] += f" ({item['error_type']})"
+        rows.append(row)
+    print(f"program {args.program_id}")
+    _print_table(["THREAD", "SEQ", "STEP", "KIND", "STATUS", "ATTEMPTS", "MS", "KEY"], rows)
+    if args.results:
+        for item in records:
+            print(f"{item['thread_id']}/{item['seq']}: {json.dumps(item['result'])}")
+    return 0
+
+
+async def _purge(journal: Any, args: argparse.Namespace) -> int:
+    from agentrt.journal import PurgePolicy, StepStatus
+
+    older_than = args.older_than
+    if older_than is None and not args.program:
+        older_than = 7 * 86400.0
+    if args.any_status:
+        statuses = None
+    elif args.status:
+        statuses = frozenset(StepStatus(s) for s in args.status)
+    else:
+        statuses = frozenset({StepStatus.COMMITTED, StepStatus.FAILED})
+    policy = PurgePolicy(
+        older_than_s=older_than,
+        statuses=statuses,
+        program_ids=tuple(args.program) if args.program else None,
+    )
+    result = await journal.purge(policy, dry_run=args.dry_run)
+    verb = "would delete" if args.dry_run else "deleted"
+    if args.json:
+        print(
+            json.dumps(
+                {"dry_run": args.dry_run, "programs": result.programs, "steps": result.steps}
+            )
+        )
+    else:
+        print(f"{verb} {result.programs} programs ({result.steps} steps)")
+    return 0
+
+
+async def _resolve(journal: Any, args: argparse.Namespace) -> int:
+    try:
+        result = json.loads(args.result)
+    except json.JSONDecodeError as exc:
+        print(f"agentrt journal: --result is not JSON: {exc}", file=sys.stderr)
+        return 2
+    record = await journal.resolve_unknown(args.key, happened=args.done, result=result)
+    if args.json:
+        print(json.dumps({"key": record.key, "status": record.status.value}))
+    else:
+        print(f"{record.describe()}")
+    return 0
+
+
+async def _durations(journal: Any, args: argparse.Namespace) -> int:
+    history = await journal.tool_duration_history(args.tool)
+    prediction = await journal.predict_tool_duration(args.tool)
+    if args.json:
+        print(json.dumps({"tool": args.tool, "recent_s": history, "predicted_s": prediction}))
+    else:
+        shown = "none" if prediction is None else f"{prediction:.3f} s (median)"
+        print(f"tool {args.tool}: {len(history)} recent runs, prediction {shown}")
+    return 0
