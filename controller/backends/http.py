@@ -109,6 +109,7 @@ class HttpBackend:
         self.url = url.rstrip("/")
         self._client = client
         self._probe_timeout = httpx.Timeout(probe_timeout_s)
+        self._urls: dict[str, httpx.URL] = {}  # parsed once per path: URL parsing is not free
         self.capabilities = self._capabilities(send_priority)
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
@@ -128,9 +129,10 @@ class HttpBackend:
             extra = self.encode_priority(request.priority)
         body = encode_body(request, extra)
         headers = {**request.headers, "content-type": "application/json"}
-        http_request = self._client.build_request(
-            "POST", self.url + request.path, content=body, headers=headers
-        )
+        url = self._urls.get(request.path)
+        if url is None:
+            url = self._urls[request.path] = httpx.URL(self.url + request.path)
+        http_request = self._client.build_request("POST", url, content=body, headers=headers)
         try:
             response = await self._client.send(http_request, stream=True)
         except _NOTHING_RECEIVED as exc:

@@ -102,6 +102,7 @@ async def _send_json(
     send: Send, status: int, body: bytes, headers: dict[str, str] | None = None
 ) -> None:
     raw_headers = _JSON + [(k.encode(), v.encode()) for k, v in (headers or {}).items()]
+    raw_headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -362,6 +363,7 @@ class CompletionsEndpoint:
                     (k.encode(), v.encode()) for k, v in response.headers.items()
                     if k in _PASSED_BACK
                 ]  # fmt: skip
+                headers.append((b"content-length", str(len(body)).encode()))
                 exchange.started = True
                 await send({"type": "http.response.start", "status": response.status_code,
                             "headers": headers})  # fmt: skip

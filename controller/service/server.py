@@ -50,8 +50,12 @@ async def serve_controller(
     app = ControllerApp(config, backends=backends, tracer_provider=tracer_provider, cost=cost)
     if on_app is not None:
         on_app(app)
-    sock = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio disables Nagle (TCP_NODELAY) only on sockets whose
+    # proto says TCP; with proto 0 every response would wait for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((config.host, config.port))
     except OSError as exc:

@@ -1,0 +1,364 @@
+"""Controller overhead: added latency per non-streaming call and maximum calls per second.
+
+Setup (all on loopback, each in its own process so they do not share one event loop):
+
+* an *instant backend*: a minimal asyncio HTTP/1.1 server that answers every
+  ``POST /v1/chat/completions`` at once with a fixed chat completion (with usage);
+* the controller, started with the real command ``agentrt controller serve`` in front of it
+  (policy and admission window as given; defaults: fcfs, window 32);
+* the load generator (this process): a minimal keep-alive HTTP/1.1 client on raw asyncio
+  streams, so that the client's own cost is small and identical for both paths.
+
+Measured in the same run, interleaved per repetition, *direct* (client → backend) against
+*via controller* (client → controller → backend):
+
+* latency: sequential calls on one connection; p50 / p99 per repetition; the added latency
+  is ``via - direct`` of each repetition's percentile; reported: the median over repetitions;
+* throughput: ``--concurrency`` connections sending back to back for ``--seconds``; calls/s;
+  reported: the median over repetitions.
+
+Goal (issue [controller] item 9): ≤ 1 ms added at p50 and ≥ 1,000 calls/s.
+
+Run::
+
+    .venv/bin/python benchmarks/controller_overhead.py               # a table and JSON
+    .venv/bin/python benchmarks/controller_overhead.py --write-docs  # + docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BODY = json.dumps(
+    {
+        "model": "instant",
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Say hello."},
+        ],
+        "max_tokens": 8,
+    }
+).encode()
+ANSWER = json.dumps(
+    {
+        "id": "chatcmpl-instant",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "instant",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "Hello!"},
+             "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22,
+                  "prompt_tokens_details": {"cached_tokens": 16}},
+    }
+).encode()  # fmt: skip
+MODELS = json.dumps({"object": "list", "data": [{"id": "instant", "object": "model"}]}).encode()
+
+
+# --- the instant backend --------------------------------------------------------------------
+
+
+def _http_response(body: bytes, content_type: bytes = b"application/json") -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: " + content_type
+        + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )  # fmt: skip
+
+
+class _InstantBackend(asyncio.Protocol):
+    """Answers each complete HTTP/1.1 request at once (keep-alive, Content-Length bodies)."""
+
+    completion = _http_response(ANSWER)
+    models = _http_response(MODELS)
+    metrics = _http_response(
+        b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n", b"text/plain"
+    )
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].decode("latin-1")
+            match = re.search(r"(?im)^content-length:\s*(\d+)", head)
+            length = int(match.group(1)) if match else 0
+            if len(self.buffer) < end + 4 + length:
+                return
+            self.buffer = self.buffer[end + 4 + length :]
+            path = head.split(" ", 2)[1]
+            if path.endswith("/completions"):
+                self.transport.write(self.completion)
+            elif path == "/v1/models":
+                self.transport.write(self.models)
+            else:  # /health, /metrics
+                self.transport.write(self.metrics)
+
+
+def serve_backend(port: int) -> None:
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_InstantBackend, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+
+
+# --- the load generator ---------------------------------------------------------------------
+
+
+class _Connection:
+    """One keep-alive HTTP/1.1 connection sending the same POST again and again."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.request = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(BODY)}\r\n\r\n"
+        ).encode() + BODY
+
+    async def __aenter__(self) -> _Connection:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.writer.close()
+        with contextlib.suppress(OSError):
+            await self.writer.wait_closed()
+
+    async def call(self) -> None:
+        self.writer.write(self.request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"unexpected answer: {head[:60]!r}")
+        match = re.search(rb"(?i)content-length:\s*(\d+)", head)
+        if match is None:
+            raise RuntimeError("answer without content-length")
+        await self.reader.readexactly(int(match.group(1)))
+
+
+async def latencies(port: int, calls: int, warmup: int = 50) -> list[float]:
+    """Seconds per call, sequential on one connection."""
+    async with _Connection(port) as conn:
+        for _ in range(warmup):
+            await conn.call()
+        out = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            await conn.call()
+            out.append(time.perf_counter() - start)
+    return out
+
+
+async def throughput(port: int, concurrency: int, seconds: float) -> float:
+    """Calls per second with ``concurrency`` connections sending back to back."""
+    done = 0
+    stop_at = 0.0
+
+    async def worker() -> None:
+        nonlocal done
+        async with _Connection(port) as conn:
+            await conn.call()  # warm-up
+            while time.perf_counter() < stop_at:
+                await conn.call()
+                done += 1
+
+    stop_at = time.perf_counter() + seconds
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done / (time.perf_counter() - start)
+
+
+# --- orchestration --------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _wait_ready(port: int, path: bytes, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET " + path + b" HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            status = await reader.readline()
+            writer.close()
+            if b" 200 " in status:
+                return
+        except OSError:
+            pass
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"port {port} did not become ready")
+
+
+@contextlib.asynccontextmanager
+async def stack(policy: str, window: str) -> AsyncIterator[tuple[int, int]]:
+    backend_port, controller_port = _free_port(), _free_port()
+    python = sys.executable
+    with _process([python, __file__, "--serve-backend", str(backend_port)]):
+        await _wait_ready(backend_port, b"/health")
+        command = [
+            python, "-m", "agentrt.cli", "controller", "serve", "--port", str(controller_port),
+            "--backend", f"http://127.0.0.1:{backend_port}", "--policy", policy,
+            "--admission-window", window, "--log-level", "warning",
+        ]  # fmt: skip
+        with _process(command) as controller:
+            try:
+                await _wait_ready(controller_port, b"/health")
+            except RuntimeError:
+                err = controller.stderr.read().decode() if controller.stderr else ""
+                raise RuntimeError(f"controller did not start:\n{err}") from None
+            yield backend_port, controller_port
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    reps: list[dict[str, float]] = []
+    async with stack(args.policy, args.window) as (backend, controller):
+        for _ in range(args.reps):
+            direct = await latencies(backend, args.calls)
+            via = await latencies(controller, args.calls)
+            direct_rate = await throughput(backend, args.concurrency, args.seconds)
+            via_rate = await throughput(controller, args.concurrency, args.seconds)
+            reps.append(
+                {
+                    "direct_p50_ms": _pct(direct, 0.5) * 1e3,
+                    "direct_p99_ms": _pct(direct, 0.99) * 1e3,
+                    "via_p50_ms": _pct(via, 0.5) * 1e3,
+                    "via_p99_ms": _pct(via, 0.99) * 1e3,
+                    "added_p50_ms": (_pct(via, 0.5) - _pct(direct, 0.5)) * 1e3,
+                    "added_p99_ms": (_pct(via, 0.99) - _pct(direct, 0.99)) * 1e3,
+                    "direct_calls_per_s": direct_rate,
+                    "via_calls_per_s": via_rate,
+                }
+            )
+    summary = {key: statistics.median(r[key] for r in reps) for key in reps[0]}
+    return {
+        "policy": args.policy,
+        "admission_window": args.window,
+        "calls_per_rep": args.calls,
+        "reps": args.reps,
+        "concurrency": args.concurrency,
+        "seconds_per_rate_run": args.seconds,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}",
+        "median": summary,
+        "repetitions": reps,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m = result["median"]
+    ok_latency = "met" if m["added_p50_ms"] <= 1.0 else "NOT met"
+    ok_rate = "met" if m["via_calls_per_s"] >= 1000 else "NOT met"
+    return "\n".join(
+        [
+            "## Controller overhead",
+            "",
+            f"`benchmarks/controller_overhead.py` — {result['machine']}; policy "
+            f"`{result['policy']}`, admission window `{result['admission_window']}`; backend "
+            "that answers at once; medians of "
+            f"{result['reps']} interleaved repetitions ({result['calls_per_rep']} sequential "
+            f"calls each for latency, {result['concurrency']} connections for "
+            f"{result['seconds_per_rate_run']} s for throughput). Same client, same run.",
+            "",
+            "| | direct | via controller | added |",
+            "|---|---|---|---|",
+            f"| latency p50 (ms) | {m['direct_p50_ms']:.3f} | {m['via_p50_ms']:.3f} | "
+            f"**{m['added_p50_ms']:.3f}** |",
+            f"| latency p99 (ms) | {m['direct_p99_ms']:.3f} | {m['via_p99_ms']:.3f} | "
+            f"{m['added_p99_ms']:.3f} |",
+            f"| calls/s | {m['direct_calls_per_s']:,.0f} | **{m['via_calls_per_s']:,.0f}** | |",
+            "",
+            f"Goals: ≤ 1 ms added at p50 — {ok_latency}; ≥ 1,000 calls/s — {ok_rate}.",
+            "Reproduce: `.venv/bin/python benchmarks/controller_overhead.py --write-docs`.",
+            "",
+        ]
+    )
+
+
+def write_docs(section: str) -> None:
+    """Replace (or append) the ``## Controller overhead`` section of docs/benchmarks.md."""
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(r"^## Controller overhead\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text, count=1)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text.rstrip("\n") + "\n")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=2000, help="sequential calls per rep")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=3.0, help="per throughput run")
+    parser.add_argument("--policy", default="fcfs")
+    parser.add_argument("--window", default="32", help="controller --admission-window")
+    parser.add_argument("--json", action="store_true", help="print only the JSON result")
+    parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_backend:
+        serve_backend(args.serve_backend)
+        return 0
+    result = asyncio.run(run(args))
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    section = markdown(result)
+    print(section)
+    print(json.dumps(result["median"], indent=2))
+    if args.write_docs:
+        write_docs(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
