@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import anyio
 import uvicorn
@@ -18,6 +18,16 @@ from controller.service.charging import CostFunction
 from controller.service.config import ControllerConfig
 
 __all__ = ["run_controller", "serve_controller"]
+
+_STARTUP_TIMEOUT_S = 30.0
+
+
+class _EmbeddedServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the host program keeps its own."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
 
 
 def _uvicorn_config(app: ControllerApp, sock_port: int) -> uvicorn.Config:
@@ -62,19 +72,32 @@ async def serve_controller(
         sock.close()
         raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
     port = sock.getsockname()[1]
-    server = uvicorn.Server(_uvicorn_config(app, port))
-    server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve, [sock])
-        while not server.started:
-            if server.should_exit:
-                raise ConfigError("the controller failed to start (see its log)")
-            await anyio.sleep(0.005)
+    server = _EmbeddedServer(_uvicorn_config(app, port))
+    stopped = anyio.Event()
+
+    async def run() -> None:
         try:
-            yield f"http://{config.host}:{port}"
+            await server.serve([sock])
         finally:
-            server.should_exit = True
-    sock.close()
+            stopped.set()
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            with anyio.move_on_after(_STARTUP_TIMEOUT_S):
+                # uvicorn offers a flag, not an event, for "listening".
+                while not server.started and not stopped.is_set():  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            if not server.started:
+                server.should_exit = True
+                raise ConfigError("the controller did not start (see its log)")
+            host = f"[{config.host}]" if ":" in config.host else config.host
+            try:
+                yield f"http://{host}:{port}"
+            finally:
+                server.should_exit = True
+    finally:
+        sock.close()
 
 
 def run_controller(config: ControllerConfig, banner: str = "") -> None:
