@@ -121,7 +121,7 @@ async def _run(args: argparse.Namespace) -> int:
 
     journal = Journal(args.url, schema=args.schema, create=False)
     try:
-        await journal.open()  # the CLI wants a clear error, not a lazy retry
+        await journal.connect()  # the CLI wants a clear error, not a lazy retry
         command = args.journal_command
         if command == "list":
             return await _list(journal, args)

@@ -141,7 +141,7 @@ class Journal:
 
     # -- life cycle -------------------------------------------------------------------------
 
-    async def open(self, *, require: bool = True) -> None:
+    async def connect(self, *, require: bool = True) -> None:
         """Connect and check / upgrade the schema. With ``require=False`` an unreachable store
         is tolerated (logged); it is retried lazily."""
         try:
@@ -158,7 +158,7 @@ class Journal:
         await self.store.close()
 
     async def __aenter__(self) -> Self:
-        await self.open(require=False)
+        await self.connect(require=False)
         return self
 
     async def __aexit__(

@@ -154,7 +154,7 @@ async def run_program(cmd: dict[str, Any]) -> dict[str, Any]:
         return {"plan": f"ship {program}"}
 
     journal = Journal(cmd["url"], schema=cmd.get("schema"))
-    await journal.open()
+    await journal.connect()
     instrument(journal, points)
     if cmd.get("kill_after_s"):
         threading.Timer(float(cmd["kill_after_s"]), os.kill, (os.getpid(), signal.SIGKILL)).start()

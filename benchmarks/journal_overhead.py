@@ -1,0 +1,214 @@
+"""Journal overhead: intent + commit per side-effect call, against the same tool called bare.
+
+For each store (SQLite with synchronous=FULL, SQLite with NORMAL, PostgreSQL when a URL is
+given or ``--start-postgres`` can start a scratch server) and each repetition:
+
+* latency: ``--calls`` calls of a trivial async tool, alternating bare ``tool(key)`` and
+  ``journal.run_step(StepSpec(..., side_effect=True), tool)`` (first run of each step: one
+  durable intent write + one durable commit write). Added latency p50 / p99 = journaled
+  percentile minus bare percentile, both measured in the same repetition;
+* throughput: 100 concurrent programs × 10 side-effect steps on one journal, intents per
+  second (= completed steps / wall time).
+
+Reported figures are medians over ``--repeats`` repetitions. Usage::
+
+    .venv/bin/python benchmarks/journal_overhead.py [--calls 400] [--repeats 3]
+        [--postgres-url URL | --start-postgres] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from agentrt.journal import Journal, StepSpec  # noqa: E402
+
+SECTION = "## Journal overhead"
+
+
+async def tool(key: str) -> dict[str, Any]:
+    """The benchmarked tool: no I/O, so that only the journal's cost is measured."""
+    await anyio.lowlevel.checkpoint()
+    return {"ok": True, "key": key[-8:]}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def latency(journal: Journal, calls: int, tag: str) -> dict[str, float]:
+    bare: list[float] = []
+    journaled: list[float] = []
+    for seq in range(calls):
+        start = time.perf_counter()
+        await tool(f"bare-{seq}")
+        bare.append(time.perf_counter() - start)
+        step = StepSpec(f"lat-{tag}", "main", seq, "tool", "send", {"n": seq}, side_effect=True)
+        start = time.perf_counter()
+        await journal.run_step(step, tool)
+        journaled.append(time.perf_counter() - start)
+    return {
+        "bare_p50_ms": percentile(bare, 0.5) * 1e3,
+        "bare_p99_ms": percentile(bare, 0.99) * 1e3,
+        "added_p50_ms": (percentile(journaled, 0.5) - percentile(bare, 0.5)) * 1e3,
+        "added_p99_ms": (percentile(journaled, 0.99) - percentile(bare, 0.99)) * 1e3,
+    }
+
+
+async def throughput(journal: Journal, tag: str, programs: int = 100, steps: int = 10) -> float:
+    async def program(index: int) -> None:
+        for seq in range(steps):
+            spec = StepSpec(
+                f"tp-{tag}-{index}", "main", seq, "tool", "send", {"n": seq}, side_effect=True
+            )
+            await journal.run_step(spec, tool)
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for index in range(programs):
+            tg.start_soon(program, index)
+    return programs * steps / (time.perf_counter() - start)
+
+
+async def measure(name: str, make: Any, calls: int, repeats: int) -> dict[str, Any]:
+    reps: list[dict[str, float]] = []
+    for rep in range(repeats):
+        async with make(rep) as journal:
+            figures = await latency(journal, calls, f"{rep}")
+            figures["intents_per_s"] = await throughput(journal, f"{rep}")
+        reps.append(figures)
+        print(
+            f"  {name} rep {rep}: " + ", ".join(f"{k}={v:.3f}" for k, v in figures.items()),
+            flush=True,
+        )
+    return {"store": name, **{k: statistics.median(r[k] for r in reps) for k in reps[0]}}
+
+
+def start_postgres() -> str:
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts/pg-scratch.sh"), "start"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        SECTION,
+        "",
+        f"`{' '.join(['.venv/bin/python', 'benchmarks/journal_overhead.py', *sys.argv[1:]])}` — "
+        f"{args.calls} alternating bare / journaled calls per repetition, median of "
+        f"{args.repeats} repetitions; throughput = 100 concurrent programs × 10 side-effect "
+        f"steps on one journal. Machine: {os.cpu_count()} cores, load average {load} at the "
+        "end of the run (other work was running: absolute figures are noisy, the bare baseline "
+        "is measured in the same run).",
+        "",
+        "| store | bare tool p50 (ms) | added p50 (ms) | added p99 (ms) "
+        "| intents/s (100 programs) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['store']} | {r['bare_p50_ms']:.4f} | {r['added_p50_ms']:.2f} | "
+            f"{r['added_p99_ms']:.2f} | {r['intents_per_s']:.0f} |"
+        )
+    lines += ["", "Goal: ≤ 2 ms added p50 on SQLite (synchronous=FULL).", ""]
+    return "\n".join(lines)
+
+
+def write_docs(section: str) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
+    if SECTION in text:
+        start = text.index(SECTION)
+        following = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + section + ("" if following < 0 else text[following + 1 :])
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    path.write_text(text)
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="agentrt-journal-bench-") as tmp:
+        for sync in ("FULL", "NORMAL"):
+
+            def make(rep: int, sync: str = sync) -> Journal:
+                return Journal(str(Path(tmp) / f"{sync}-{rep}.sqlite"), synchronous=sync)  # type: ignore[arg-type]
+
+            rows.append(
+                await measure(f"SQLite WAL, synchronous={sync}", make, args.calls, args.repeats)
+            )
+    if args.postgres_url:
+        stamp = int(time.time())
+
+        def make_pg(rep: int) -> Journal:
+            return Journal(args.postgres_url, schema=f"bench_{stamp}_{rep}")
+
+        rows.append(
+            await measure("PostgreSQL 15, synchronous_commit=on", make_pg, args.calls, args.repeats)
+        )
+        await drop_bench_schemas(args.postgres_url, stamp, args.repeats)
+    return rows
+
+
+async def drop_bench_schemas(url: str, stamp: int, repeats: int) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://", 1))
+    async with engine.begin() as conn:
+        for rep in range(repeats):
+            await conn.execute(text(f'DROP SCHEMA IF EXISTS "bench_{stamp}_{rep}" CASCADE'))
+    await engine.dispose()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--postgres-url", default=os.environ.get("AGENTRT_TEST_POSTGRES_URL"))
+    parser.add_argument(
+        "--start-postgres",
+        action="store_true",
+        help="start scripts/pg-scratch.sh when no URL is given (stopped after)",
+    )
+    parser.add_argument(
+        "--write-docs", action="store_true", help="replace the section in docs/benchmarks.md"
+    )
+    args = parser.parse_args()
+    started_pg = False
+    if not args.postgres_url and args.start_postgres:
+        args.postgres_url = start_postgres()
+        started_pg = True
+    try:
+        rows = anyio.run(main_async, args)
+    finally:
+        if started_pg:
+            subprocess.run(["bash", str(ROOT / "scripts/pg-scratch.sh"), "stop"], check=False)
+    section = markdown(rows, args)
+    print()
+    print(section)
+    if args.write_docs:
+        write_docs(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
