@@ -133,8 +133,8 @@ class Scheduler:
             if n > budget:
                 n = budget
             end = c + n
-            need = (end + bs - 1) // bs - len(req.blocks)
-            if need > 0:
+            if end > len(req.blocks) * bs:
+                need = (end + bs - 1) // bs - len(req.blocks)
                 if need > len(free):
                     i = self._preempt_until_fits(req, need, i, sched, sched_n, preempted)
                     if i < 0:
@@ -163,6 +163,8 @@ class Scheduler:
         decode_seqs = 0
         kv_tokens = 0
         progress: list[RequestProgress] = []
+        emit = progress.append
+        new_progress = RequestProgress
         finished: list[RequestState] = []
         sampled = 0
         for req, n in zip(sched, sched_n, strict=True):
@@ -185,15 +187,11 @@ class Scheduler:
                 if g == 1:
                     self.counters.prompt_tokens += req.prompt_len
                 done = g == req.output_len
-                progress.append(
-                    RequestProgress(req.request_id, 1, g == 1, done, req.num_cached_tokens, n)
-                )
+                emit(new_progress(req.request_id, 1, g == 1, done, req.num_cached_tokens, n))
                 if done:
                     finished.append(req)
             else:
-                progress.append(
-                    RequestProgress(req.request_id, 0, False, False, req.num_cached_tokens, n)
-                )
+                emit(new_progress(req.request_id, 0, False, False, req.num_cached_tokens, n))
         self.counters.generation_tokens += sampled
         self.counters.num_steps += 1
         if finished:

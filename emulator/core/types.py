@@ -84,7 +84,8 @@ class StepResult:
 
     #: Modelled GPU time of the step(s) (seconds).
     duration_s: float
-    #: Engine iterations covered (> 1 only when fused decode steps were allowed).
+    #: Engine iterations covered: 1, > 1 for fused decode steps, or 0 when the call only
+    #: preempted requests and no batch ran (then ``duration_s`` is 0).
     num_steps: int
     #: Per-request progress, one entry per request that was in the batch.
     progress: list[RequestProgress] = field(default_factory=list)
@@ -102,13 +103,16 @@ class EngineStats:
     num_waiting: int
     #: ``vllm:kv_cache_usage_perc`` as a fraction in [0, 1]: blocks in use by requests or pins.
     kv_cache_usage: float
-    #: ``vllm:prefix_cache_queries_total``: prompt tokens looked up in the prefix cache.
+    #: ``vllm:prefix_cache_queries_total``: tokens looked up in the prefix cache, counted when
+    #: a request is admitted from the waiting queue (first scheduling, and again when a
+    #: preempted request resumes, as vLLM does); 0 with prefix caching off.
     prefix_cache_queries: int
-    #: ``vllm:prefix_cache_hits_total``: prompt tokens found in the prefix cache.
+    #: ``vllm:prefix_cache_hits_total``: tokens of those lookups found in the prefix cache.
     prefix_cache_hits: int
     #: ``vllm:num_preemptions_total``.
     num_preemptions: int
-    #: ``vllm:prompt_tokens_total``: prompt tokens computed or cached (per request, counted once).
+    #: ``vllm:prompt_tokens_total``: prompt tokens computed or cached, counted once per request
+    #: in the step that produces its first token.
     prompt_tokens: int
     #: ``vllm:generation_tokens_total``.
     generation_tokens: int
