@@ -34,9 +34,10 @@ from controller.service.charging import Charger, CostFunction
 from controller.service.config import ControllerConfig
 from controller.service.core import ControllerCore
 from controller.service.events import event_routes
+from controller.service.incoming import Receive, Scope, Send
 from controller.service.metrics import ServiceMetrics
 from controller.service.policies import build_cost, build_dispatcher
-from controller.service.proxy import CompletionsEndpoint, Receive, Scope, Send
+from controller.service.proxy import CompletionsEndpoint
 from controller.service.tracing import CallTracing
 
 __all__ = ["ControllerApp"]

@@ -17,18 +17,13 @@ its place in the queues); a failure after the answer started is reported to the 
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 from opentelemetry.trace import Span, Status, StatusCode
 
-from agentrt.errors import ProtocolError
-from agentrt.protocol import CallTags
 from controller.backends.api import (
     BackendError,
     BackendRequest,
@@ -39,28 +34,28 @@ from controller.scheduling.api import Call
 from controller.service.charging import Charger, Usage
 from controller.service.core import ControllerCore, PendingCall
 from controller.service.errors import (
-    BadRequest,
-    BodyTooLarge,
     DeadlinePassed,
-    ModelNotFound,
     ServiceError,
     UpstreamFailed,
     error_body,
+)
+from controller.service.incoming import (
+    ClientGone,
+    IncomingCall,
+    Receive,
+    Scope,
+    Send,
+    parse_call,
+    read_body,
 )
 from controller.service.sse import SseScanner
 from controller.service.tracing import CallTracing
 
 __all__ = ["CompletionsEndpoint"]
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 _log = logging.getLogger("agentrt.controller")
 
-#: Client headers passed on to the backend (everything else stays here).
-_FORWARDED = frozenset({"authorization", "x-request-id", "openai-organization", "openai-project"})
 _PASSED_BACK = frozenset({"x-request-id", "openai-processing-ms", "openai-version"})
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
@@ -74,28 +69,6 @@ class _Exchange:
     started: bool = False
     #: The last body part was sent.
     completed: bool = False
-
-
-class _ClientGone(Exception):
-    """The client disconnected (internal control flow, never leaves this module)."""
-
-
-@dataclass(slots=True)
-class _Parsed:
-    """One validated incoming call (holds the prompt: never logged)."""
-
-    call: Call
-    body: dict[str, Any]
-    raw_body: bytes
-    model: str
-    stream: bool
-    client_wants_usage: bool
-    untagged: bool
-    traceparent: str | None
-    forward_headers: dict[str, str]
-
-    def __repr__(self) -> str:
-        return f"_Parsed(call_id={self.call.call_id!r}, model={self.model!r})"
 
 
 async def _send_json(
@@ -136,13 +109,19 @@ class CompletionsEndpoint:
             return
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            raw = await self._read_body(receive, headers)
-            parsed = self._parse(raw, headers)
+            raw = await read_body(receive, headers, self.core.config.max_body_bytes)
+            parsed = parse_call(
+                raw,
+                headers,
+                f"c{next(self._ids)}",
+                self.core.clock(),
+                self.core.pool.known_model_ids(),
+            )
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             await send_error(send, error)
             return
-        except _ClientGone:
+        except ClientGone:
             return
         exchange = _Exchange()
         async with anyio.create_task_group() as group:
@@ -151,95 +130,6 @@ class CompletionsEndpoint:
                 await self._handle(parsed, send, exchange)
             finally:
                 group.cancel_scope.cancel()
-
-    # --- input ---------------------------------------------------------------------------
-
-    async def _read_body(self, receive: Receive, headers: dict[str, str]) -> bytes:
-        limit = self.core.config.max_body_bytes
-        declared = headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise BodyTooLarge(f"request body over {limit} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(f"request body over {limit} bytes")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    def _parse(self, raw: bytes, headers: dict[str, str]) -> _Parsed:
-        try:
-            body = json.loads(raw)
-        except (ValueError, RecursionError) as exc:
-            raise BadRequest(f"request body is not valid JSON: {str(exc)[:200]}") from exc
-        if not isinstance(body, dict):
-            raise BadRequest("request body must be a JSON object")
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise BadRequest("'model' is required and must be a string", param="model")
-        known = self.core.pool.known_model_ids()
-        if known is not None and model not in known:
-            raise ModelNotFound(f"the model {model!r} does not exist", param="model",
-                                code="model_not_found")  # fmt: skip
-        stream = body.get("stream", False)
-        if not isinstance(stream, bool):
-            raise BadRequest("'stream' must be a boolean", param="stream")
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-        ):
-            raise BadRequest("'max_tokens' must be an integer", param="max_tokens")
-        options = body.get("stream_options")
-        wants_usage = isinstance(options, dict) and options.get("include_usage") is True
-        try:
-            tags = CallTags.from_headers(headers)
-        except ProtocolError as exc:
-            raise BadRequest(str(exc)) from exc
-        now = self.core.clock()
-        call_id = f"c{next(self._ids)}"
-        if tags is None:
-            call = Call(
-                call_id=call_id,
-                program_id=f"call-{call_id}",
-                node_id=call_id,
-                arrival_s=now,
-                prompt_tokens=len(raw) // 4,
-                max_tokens=max_tokens,
-            )
-        else:
-            if tags.timeout_ms == 0:
-                raise DeadlinePassed("the call arrived with no time left (X-Agentrt-Timeout-Ms: 0)")
-            call = Call(
-                call_id=call_id,
-                program_id=tags.program_id,
-                session_id=tags.session_id,
-                thread_id=tags.thread_id,
-                node_id=tags.node_id,
-                parent_ids=tags.parent_ids,
-                arrival_s=now,
-                deadline_s=tags.deadline_s(now),
-                prompt_tokens=len(raw) // 4,  # bytes/4: a cheap estimate, usage corrects it
-                max_tokens=max_tokens,
-                objective=tags.objective,
-            )
-        forward = {k: v for k, v in headers.items() if k in _FORWARDED}
-        return _Parsed(
-            call=call,
-            body=body,
-            raw_body=raw,
-            model=model,
-            stream=stream,
-            client_wants_usage=wants_usage,
-            untagged=tags is None,
-            traceparent=headers.get("traceparent"),
-            forward_headers=forward,
-        )
 
     async def _watch_disconnect(
         self, receive: Receive, scope: anyio.CancelScope, exchange: _Exchange
@@ -254,7 +144,7 @@ class CompletionsEndpoint:
 
     # --- the call --------------------------------------------------------------------------
 
-    async def _handle(self, parsed: _Parsed, send: Send, exchange: _Exchange) -> None:
+    async def _handle(self, parsed: IncomingCall, send: Send, exchange: _Exchange) -> None:
         call = parsed.call
         span = self.tracing.start(self.operation, parsed.model, parsed.traceparent)
         try:
@@ -273,7 +163,7 @@ class CompletionsEndpoint:
                 self.core.end_program(call.session_id, call.program_id)
 
     async def _admit_and_forward(
-        self, parsed: _Parsed, send: Send, span: Span, exchange: _Exchange
+        self, parsed: IncomingCall, send: Send, span: Span, exchange: _Exchange
     ) -> None:
         core = self.core
         call = parsed.call
@@ -335,7 +225,7 @@ class CompletionsEndpoint:
 
     async def _pass_through(
         self,
-        parsed: _Parsed,
+        parsed: IncomingCall,
         pending: PendingCall,
         backend_id: str,
         response: BackendResponse,
@@ -389,7 +279,7 @@ class CompletionsEndpoint:
 
     async def _stream(
         self,
-        parsed: _Parsed,
+        parsed: IncomingCall,
         response: BackendResponse,
         send: Send,
         usage: Usage,

@@ -265,3 +265,20 @@ async def test_client_leaving_a_stream_aborts_the_upstream_request() -> None:
         in_flight = svc.app.core.pool.states
     assert state.aborted == 1
     assert all(s.in_flight == 0 for s in in_flight.values())
+
+
+async def test_admitted_call_past_its_deadline_is_aborted_upstream_with_504() -> None:
+    state = FakeState(tokens=100, chunk_delay_s=0.05, delay_s=2.0)
+    async with running(state) as svc:
+        headers = {"X-Agentrt-Program-Id": "p", "X-Agentrt-Timeout-Ms": "200"}
+        whole = await svc.chat(headers=headers)
+        streamed = await svc.chat(headers=headers, stream=True)
+        for _ in range(100):
+            if state.aborted and all(s.in_flight == 0 for s in svc.app.core.pool.states.values()):
+                break
+            await anyio.sleep(0.02)
+    assert whole.status_code == 504
+    assert streamed.status_code == 200  # the stream had started: it ends with an error event
+    last = [e for e in streamed.text.split("\n\n") if e][-1]
+    assert json.loads(last.removeprefix("data: "))["error"]["type"] == "timeout"
+    assert state.aborted == 1
