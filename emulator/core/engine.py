@@ -203,7 +203,7 @@ class EngineCore:
         self.expire_pins(now_s)
         blocks: list[int] = []
         if self._caching:
-            blocks = self._pool.lookup(self._hashes_of(token_ids, cache_salt), len(token_ids))
+            blocks = self._pool.lookup(self.prefix_hashes(token_ids, cache_salt), len(token_ids))
         self._pins.add(pin_id, blocks, now_s + ttl_s)
         return len(blocks)
 
@@ -226,15 +226,27 @@ class EngineCore:
         """
         if not self._caching:
             return 0
-        hashes = self._hashes_of(token_ids, cache_salt)
-        return len(self._pool.lookup(hashes, len(hashes))) * self._block_size
+        return self.cached_prefix_tokens_for(self.prefix_hashes(token_ids, cache_salt))
 
-    def _hashes_of(self, token_ids: Sequence[int], cache_salt: str | None) -> list[int]:
+    def prefix_hashes(self, token_ids: Sequence[int], cache_salt: str | None) -> list[int]:
+        """Chain hashes of the full blocks of ``token_ids`` for this engine's block size.
+
+        Pure function of its inputs and ``block_size``: a caller probing many engines (or the
+        same growing context again and again) computes them once and extends them with
+        :func:`emulator.core.kv_cache.extend_hashes`, then asks
+        :meth:`cached_prefix_tokens_for`.
+        """
         tokens = tuple(token_ids)
         hashes: list[int] = []
         bs = self._block_size
         extend_hashes(hashes, tokens, bs, salt_seed(cache_salt), len(tokens) // bs)
         return hashes
+
+    def cached_prefix_tokens_for(self, hashes: Sequence[int]) -> int:
+        """:meth:`cached_prefix_tokens` from precomputed :meth:`prefix_hashes` (read-only)."""
+        if not self._caching:
+            return 0
+        return len(self._pool.lookup(hashes, len(hashes))) * self._block_size
 
     # -- stats --------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emulator.core import EngineCore
+from emulator.core.kv_cache import extend_hashes, salt_seed
 
 from .helpers import engine, request, run
 
@@ -169,3 +170,19 @@ def test_hashes_are_deterministic_across_engines() -> None:
             core.add_request(request(f"r{i}", [7] * (4 + 3 * i), 3, cache_salt=f"s{i % 2}"))
         traces.append((run(core).cached, core.stats()))
     assert traces[0] == traces[1]
+
+
+def test_hash_probe_matches_token_probe_and_extends() -> None:
+    core = engine(block_size=4)
+    context = list(range(40))
+    core.add_request(request("a", context, 9, first_token=500))
+    run(core)
+    full = [*context, *range(500, 509)]
+    hashes = core.prefix_hashes(full[:20], "t")
+    assert core.cached_prefix_tokens_for(hashes) == 0  # another salt
+    hashes = core.prefix_hashes(full[:20], None)
+    assert core.cached_prefix_tokens_for(hashes) == core.cached_prefix_tokens(full[:20], None) == 20
+    # a growing context: extend the same list instead of rehashing from the start
+    extend_hashes(hashes, tuple(full), 4, salt_seed(None), len(full) // 4)
+    assert hashes == core.prefix_hashes(full, None)
+    assert core.cached_prefix_tokens_for(hashes) == 48  # 48 of 49 tokens were computed
