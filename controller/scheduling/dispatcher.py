@@ -14,6 +14,15 @@ only update the process table (:attr:`Dispatcher.table`, shared with the schedul
 
 It is pure: no clock, no I/O. ``backends`` is the driver's current view; the dispatcher counts
 the calls it admits in this round so one round never overfills a backend.
+
+**Retained lane** (BRIEF.md §5). A call whose program's KV is retained when it arrives
+(``set_retention``, i.e. it comes back from a tool within the TTL) skips the scheduler's order:
+it waits in a FIFO lane that :meth:`Dispatcher.admit` serves before the scheduler, whatever the
+scheduler is (its context is hot and cheap now; delaying it is what makes it expensive). The
+lane shares the process table, so the program's attained service, waiting time and critical
+path are kept exactly as if the scheduler had queued the call. A call carrying
+``call.notes["retained_backend"]`` goes to that backend when it is a candidate (has room),
+whatever the router; otherwise the router chooses (failover).
 """
 
 from __future__ import annotations
@@ -33,6 +42,11 @@ from controller.scheduling.api import (
     Router,
     Scheduler,
 )
+from controller.scheduling.basic import FcfsScheduler
+
+#: ``Call.notes`` keys: the lane a call was queued in, and the backend retaining its KV.
+LANE_NOTE = "lane"
+RETAINED_BACKEND_NOTE = "retained_backend"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,31 +62,58 @@ class Admission:
 class Dispatcher:
     """Scheduler + router + admission, and the process table they share."""
 
-    def __init__(self, scheduler: Scheduler, router: Router, admission: AdmissionPolicy) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        router: Router,
+        admission: AdmissionPolicy,
+        *,
+        retained_lane: bool = True,
+    ) -> None:
+        """``retained_lane``: serve calls of retained programs first (module docstring);
+        it only matters while something calls :meth:`set_retention`."""
         self.scheduler = scheduler
         self.router = router
         self.admission = admission
         #: The process table (the scheduler's): read it for introspection and metrics.
         self.table: ProcessTable = scheduler.table
+        #: The retained lane (FIFO on the shared table); ``None`` when disabled.
+        self.lane: FcfsScheduler | None = FcfsScheduler(self.table) if retained_lane else None
+        #: Calls that went through the retained lane so far.
+        self.lane_total = 0
 
     def submit(self, call: Call, now_s: float) -> None:
+        if self.lane is not None and self._retained(call, now_s):
+            call.notes[LANE_NOTE] = "retained"
+            self.lane_total += 1
+            self.lane.submit(call, now_s)
+            return
         self.scheduler.submit(call, now_s)
 
+    def queued(self) -> int:
+        """Calls waiting for admission (scheduler queues and the retained lane)."""
+        return self.scheduler.queued() + (self.lane.queued() if self.lane is not None else 0)
+
     def admit(self, now_s: float, backends: Sequence[BackendView]) -> list[Admission]:
-        """Pop queued calls while some backend has room; route each one."""
+        """Pop queued calls (the retained lane first) while some backend has room; route
+        each one."""
         views = {b.backend_id: b for b in backends}
         admissions: list[Admission] = []
-        while self.scheduler.queued():
+        while self.queued():
             candidates = [b for b in views.values() if self.admission.has_room(b, now_s)]
             if not candidates:
                 break
-            call = self.scheduler.pop(now_s)
+            lane = self.lane if self.lane is not None and self.lane.queued() else None
+            call = (lane or self.scheduler).pop(now_s)
             if call is None:
                 break
-            backend_id = self.router.route(call, candidates, now_s)
+            retained = call.notes.get(RETAINED_BACKEND_NOTE)
+            held = [b for b in candidates if b.backend_id == retained]
+            backend_id = self.router.route(call, held or candidates, now_s)
             chosen = views[backend_id]
             views[backend_id] = replace(chosen, in_flight=chosen.in_flight + 1)
-            priority = self.scheduler.backend_priority(call) if chosen.supports_priority else None
+            policy = self._policy_of(call)
+            priority = policy.backend_priority(call) if chosen.supports_priority else None
             self.table.bind(call, backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
         return admissions
@@ -80,22 +121,36 @@ class Dispatcher:
     def requeue(self, call: Call, now_s: float) -> None:
         """An admitted call could not be sent (its backend failed before streaming): put it
         back in its place; the next :meth:`admit` may route it elsewhere."""
-        self.scheduler.requeue(call, now_s)
+        self._policy_of(call).requeue(call, now_s)
 
     def cancel(self, call: Call, now_s: float) -> bool:
         """A queued call's client went away: forget it. ``False`` if it was not queued (then
         it is running: report it with :meth:`on_finish` and the service it got)."""
-        return self.scheduler.cancel(call, now_s)
+        return self._policy_of(call).cancel(call, now_s)
 
     def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
-        self.scheduler.on_tokens(call, new_tokens, now_s)
+        self._policy_of(call).on_tokens(call, new_tokens, now_s)
 
     def on_finish(self, call: Call, backend_id: str, service_s: float, now_s: float) -> None:
-        self.scheduler.on_finish(call, service_s, now_s)
+        self._policy_of(call).on_finish(call, service_s, now_s)
         self.router.on_finish(call, backend_id, now_s)
 
     def drop_expired(self, now_s: float) -> list[Call]:
-        return self.scheduler.drop_expired(now_s)
+        dropped = self.scheduler.drop_expired(now_s)
+        if self.lane is not None and self.lane.queued():
+            dropped += self.lane.drop_expired(now_s)
+        return dropped
+
+    def _retained(self, call: Call, now_s: float) -> bool:
+        entry = self.table.get(call.program_key)
+        until = entry.retained_until_s if entry is not None else None
+        return until is not None and until >= now_s
+
+    def _policy_of(self, call: Call) -> Scheduler:
+        """The lane for calls queued there, the scheduler for all others."""
+        if self.lane is not None and call.notes.get(LANE_NOTE) == "retained":
+            return self.lane
+        return self.scheduler
 
     def on_program_start(
         self,
@@ -171,5 +226,10 @@ class Dispatcher:
         """JSON-able queues and process table, for introspection."""
         return {
             "scheduler": self.scheduler.snapshot(now_s),
+            "retained_lane": {
+                "enabled": self.lane is not None,
+                "queued": self.lane.queued() if self.lane is not None else 0,
+                "total": self.lane_total,
+            },
             "process_table": self.table.snapshot(now_s),
         }

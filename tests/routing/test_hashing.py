@@ -1,0 +1,103 @@
+"""Prefix hash chains: sharing, partial blocks, salts, incremental extension, determinism."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from controller.routing.hashing import (
+    extend_token_block_hashes,
+    message_block_hashes,
+    token_block_hashes,
+)
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(
+    ("length", "block", "expected"),
+    [(0, 16, 0), (15, 16, 0), (16, 16, 1), (47, 16, 2), (48, 16, 3), (5, 1, 5)],
+)
+def test_one_element_per_full_block(length: int, block: int, expected: int) -> None:
+    assert len(token_block_hashes(list(range(length)), block)) == expected
+
+
+def test_prompts_share_exactly_their_common_full_blocks() -> None:
+    base = list(range(100))
+    other = [*base[:40], 999, *base[41:]]  # differs inside block 2 (tokens 32..47)
+    a, b = token_block_hashes(base, 16), token_block_hashes(other, 16)
+    assert a[:2] == b[:2]
+    assert all(x != y for x, y in zip(a[2:], b[2:], strict=True))  # chained: all later differ
+
+
+def test_extension_equals_hashing_the_whole_sequence() -> None:
+    prompt = list(range(50))
+    longer = prompt + list(range(1000, 1070))
+    head = token_block_hashes(prompt, 16)
+    assert tuple(extend_token_block_hashes(head, longer, 16)) == token_block_hashes(longer, 16)
+    with pytest.raises(ValueError):
+        extend_token_block_hashes(head, prompt[:10], 16)
+    with pytest.raises(ValueError):
+        token_block_hashes(prompt, 0)
+
+
+def test_salt_separates_tenants() -> None:
+    tokens = list(range(64))
+    plain = token_block_hashes(tokens, 16)
+    assert token_block_hashes(tokens, 16, salt="tenant-a") != plain
+    assert token_block_hashes(tokens, 16, salt="tenant-a") != token_block_hashes(
+        tokens, 16, salt="tenant-b"
+    )
+    assert token_block_hashes(tokens, 16, salt="") == plain  # empty salt = none
+
+
+def test_chains_do_not_depend_on_the_process_hash_seed() -> None:
+    code = (
+        "from controller.routing.hashing import token_block_hashes, message_block_hashes;"
+        "print(token_block_hashes(list(range(40)), 8, salt='s')[-1],"
+        "message_block_hashes([{'role': 'user', 'content': 'hello'}], salt='s')[-1])"
+    )
+    outputs = set()
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        result = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        outputs.add(result.stdout)
+    assert len(outputs) == 1
+
+
+def _chat(*contents: str) -> list[dict[str, str]]:
+    """System prompt first, then alternating user / assistant messages."""
+    roles = ["system"] + ["user" if i % 2 else "assistant" for i in range(1, len(contents))]
+    return [{"role": r, "content": c} for r, c in zip(roles, contents, strict=True)]
+
+
+def test_message_chains_align_at_message_boundaries() -> None:
+    system = "You are a helpful agent. " * 40  # ~1,000 characters: several chunks
+    first = message_block_hashes(_chat(system, "What is the weather?"))
+    second = message_block_hashes(_chat(system, "What is the weather?", "Sunny.", "And tomorrow?"))
+    assert second[: len(first)] == first
+    assert len(second) > len(first)
+    # A conversation that diverges in its second message shares only the system prompt.
+    other = message_block_hashes(_chat(system, "Tell me a joke."))
+    shared = sum(1 for x, y in zip(first, other, strict=False) if x == y)
+    assert shared == len(message_block_hashes(_chat(system)))
+
+
+def test_message_boundaries_matter_and_parts_and_tools_count() -> None:
+    ab = message_block_hashes([{"role": "user", "content": "ab"}, {"role": "user", "content": "c"}])
+    a_bc = message_block_hashes(
+        [{"role": "user", "content": "a"}, {"role": "user", "content": "bc"}]
+    )
+    assert ab[-1] != a_bc[-1]
+    parts = message_block_hashes([{"role": "user", "content": [{"type": "text", "text": "hi"}]}])
+    assert parts == message_block_hashes([{"role": "user", "content": "hi"}])
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "1", "function": {}}]}
+    assert message_block_hashes([call]) != message_block_hashes([{"role": "assistant"}])
+    assert len(message_block_hashes([{"role": "user", "content": "x" * 200}], block_tokens=16)) == 4
+    with pytest.raises(ValueError):
+        message_block_hashes([], block_tokens=0)
