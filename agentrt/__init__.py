@@ -23,6 +23,14 @@ from agentrt.errors import (
 
 __version__ = "0.1.0"
 
+# The SDK (imported after __version__: the runtime reports it to the controller).
+from agentrt.runtime.chat import chat
+from agentrt.runtime.config import RuntimeConfig
+from agentrt.runtime.flow import gather, parallel, wait
+from agentrt.runtime.program import Program
+from agentrt.runtime.runtime import Runtime
+from agentrt.runtime.telemetry import Telemetry, make_telemetry
+
 __all__ = [
     "AgentrtError",
     "ConfigError",
@@ -31,10 +39,19 @@ __all__ = [
     "JournalError",
     "LLMCallError",
     "NonDeterminismError",
+    "Program",
     "ProtocolError",
+    "Runtime",
+    "RuntimeConfig",
+    "Telemetry",
     "ToolArgumentsInvalid",
     "ToolError",
     "ToolTimeout",
     "UnknownOutcome",
     "__version__",
+    "chat",
+    "gather",
+    "make_telemetry",
+    "parallel",
+    "wait",
 ]

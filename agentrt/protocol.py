@@ -30,6 +30,7 @@ __all__ = [
     "HEADER_OBJECTIVE",
     "HEADER_PARENT_IDS",
     "HEADER_PROGRAM_ID",
+    "HEADER_QUEUE_MS",
     "HEADER_SESSION_ID",
     "HEADER_THREAD_ID",
     "HEADER_TIMEOUT_MS",
@@ -54,6 +55,9 @@ HEADER_TIMEOUT_MS = "X-Agentrt-Timeout-Ms"
 #: ``latency`` (default) or ``throughput``: a hint, as Parrot deduces for map vs reduce calls.
 HEADER_OBJECTIVE = "X-Agentrt-Objective"
 HEADER_TRACEPARENT = "traceparent"
+#: Response header (optional, set by a controller or engine): milliseconds the call waited in
+#: queues before it started executing; the SDK splits LLM time into waiting and execution.
+HEADER_QUEUE_MS = "X-Agentrt-Queue-Ms"
 
 #: Prefix of the controller's program-event endpoints.
 EVENTS_PREFIX = "/agentrt/v1"

@@ -1,0 +1,1 @@
+"""The SDK's program model: programs, threads and nodes of a dynamic DAG (pure data)."""

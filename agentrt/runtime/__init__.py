@@ -1,0 +1,1 @@
+"""The SDK runtime: config, HTTP tagging transport, controller link, telemetry, chat helper."""

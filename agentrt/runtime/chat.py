@@ -1,0 +1,181 @@
+"""``chat``: one LLM call as a node of the current program (tagged, traced, journaled)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import anyio
+import openai
+from openai.types.chat import ChatCompletion
+
+from agentrt.errors import (
+    AgentrtError,
+    ConfigError,
+    DeadlineExceeded,
+    EndpointUnavailable,
+    LLMCallError,
+)
+from agentrt.journal.api import StepSpec
+from agentrt.program.context import CURRENT_CALL, CURRENT_FRAME, CURRENT_RUNTIME, Frame
+from agentrt.protocol import Objective
+from agentrt.runtime.calls import LLMCall
+from agentrt.runtime.runtime import Runtime
+
+__all__ = ["chat", "current_runtime"]
+
+
+def current_runtime(runtime: Runtime | None = None) -> Runtime:
+    """``runtime`` if given, else the one of the current program, else the innermost entered
+    runtime; raises ``AgentrtError`` when there is none."""
+    if runtime is not None:
+        return runtime
+    frame = CURRENT_FRAME.get()
+    if frame is not None:
+        rt: Runtime = frame.run.runtime
+        return rt
+    entered = CURRENT_RUNTIME.get()
+    if entered is None:
+        raise AgentrtError("no agentrt Runtime here: use `async with Runtime(config) as rt:`")
+    return entered
+
+
+async def chat(
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    model: str | None = None,
+    tools: Iterable[Mapping[str, Any]] | None = None,
+    response_format: Mapping[str, Any] | None = None,
+    objective: Objective | None = None,
+    parents: Iterable[str] | None = None,
+    runtime: Runtime | None = None,
+    **params: Any,
+) -> ChatCompletion:
+    """One chat completion, made as an ``llm`` node of the current program.
+
+    Outside any program an ad-hoc one-call program is created. ``parents`` overrides the node's
+    DAG parents (default: the current chain's leaves); ``objective`` the scheduling hint;
+    ``params`` go to the API (``temperature``, ``max_tokens``, ``tool_choice``...). The call
+    gets at most the program's remaining budget. With a journal (and ``journal_llm_calls``)
+    the completion is recorded and a re-run replays it.
+
+    Raises ``DeadlineExceeded`` past the deadline, ``EndpointUnavailable`` when the server
+    cannot be reached, ``LLMCallError`` for any other failed call, ``ConfigError`` when no
+    model is given or configured.
+    """
+    frame = CURRENT_FRAME.get()
+    if frame is None:
+        rt = current_runtime(runtime)
+        async with rt.program("chat"):
+            return await chat(
+                messages,
+                model=model,
+                tools=tools,
+                response_format=response_format,
+                objective=objective,
+                parents=parents,
+                runtime=rt,
+                **params,
+            )
+    rt = frame.run.runtime if runtime is None else runtime
+    model = model or rt.config.model
+    if not model:
+        raise ConfigError("no model: pass model= or set RuntimeConfig.model")
+    request: dict[str, Any] = {"model": model, "messages": list(messages), **params}
+    if tools:
+        request["tools"] = list(tools)
+    if response_format is not None:
+        request["response_format"] = dict(response_format)
+    call = LLMCall(
+        rt,
+        frame,
+        model,
+        parents=tuple(parents) if parents is not None else None,
+        objective=objective,
+        request=request,
+    )
+    journal = rt.journal if rt.config.journal_llm_calls else None
+    executed = False
+
+    async def execute(_key: str) -> Any:
+        nonlocal executed
+        executed = True
+        completion = await _send(rt, frame, call, request)
+        return completion.model_dump(mode="json", exclude_unset=True)
+
+    try:
+        if journal is None:
+            completion = await _send(rt, frame, call, request)
+            call.finish("ok", response=_response_view(completion))
+            return completion
+        step = StepSpec(
+            program_id=frame.graph.id,
+            thread_id=frame.thread.id,
+            seq=call.node.seq,
+            kind="llm",
+            name=model,
+            arguments=request,
+            node_id=call.node.id,
+        )
+        stored = await journal.run_step(step, execute)
+        completion = ChatCompletion.model_validate(stored)
+        call.finish("ok" if executed else "replayed", response=_response_view(completion))
+        return completion
+    except BaseException as exc:
+        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        call.finish("cancelled" if cancelled else "error", error=exc)
+        raise
+
+
+async def _send(
+    rt: Runtime, frame: Frame, call: LLMCall, request: dict[str, Any]
+) -> ChatCompletion:
+    token = CURRENT_CALL.set(call.node)
+    remaining = frame.graph.deadline_s - anyio.current_time()
+    if remaining <= 0:
+        CURRENT_CALL.reset(token)
+        raise DeadlineExceeded(f"program {frame.graph.id} has no time left for {call.node.id}")
+    timeout = min(rt.config.request_timeout_s, remaining + 0.05)
+    try:
+        completion: ChatCompletion = await rt.client.chat.completions.create(
+            **request, timeout=timeout
+        )
+        return completion
+    except openai.APITimeoutError as exc:
+        if anyio.current_time() >= frame.graph.deadline_s:
+            raise DeadlineExceeded(f"program {frame.graph.id} passed its deadline") from exc
+        raise LLMCallError(f"LLM call {call.node.id} timed out") from exc
+    except openai.APIConnectionError as exc:
+        raise EndpointUnavailable(f"LLM endpoint unreachable: {exc}") from exc
+    except openai.APIStatusError as exc:
+        raise LLMCallError(
+            f"LLM call {call.node.id} failed with HTTP {exc.status_code}: {exc.message}",
+            status_code=exc.status_code,
+        ) from exc
+    except openai.OpenAIError as exc:
+        raise LLMCallError(f"LLM call {call.node.id} failed: {exc}") from exc
+    finally:
+        CURRENT_CALL.reset(token)
+
+
+def _response_view(completion: ChatCompletion) -> dict[str, Any]:
+    """The few response fields the span needs, without dumping the whole model."""
+    usage = completion.usage
+    view: dict[str, Any] = {
+        "id": completion.id,
+        "model": completion.model,
+        "choices": [
+            {"finish_reason": c.finish_reason, "message": _message_view(c.message)}
+            for c in completion.choices
+        ],
+    }
+    if usage is not None:
+        view["usage"] = {
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+        }
+    return view
+
+
+def _message_view(message: Any) -> Any:
+    return {"role": "assistant", "content": getattr(message, "content", None)}

@@ -1,0 +1,148 @@
+"""``RuntimeConfig``: everything a ``Runtime`` needs, validated when it is constructed."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.trace import TracerProvider
+
+from agentrt.errors import ConfigError
+from agentrt.protocol import CallTags
+
+__all__ = ["ControllerMode", "RuntimeConfig"]
+
+#: ``auto``: probe the controller's session endpoint at start; use it when there, work without
+#: it when the server is a plain OpenAI-compatible one (404), go to ``fallback_base_url`` when
+#: it is unreachable. ``required``: fail at start (and on any event error) without it.
+#: ``off``: never talk to a controller.
+ControllerMode = Literal["auto", "required", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeConfig:
+    """Configuration of one :class:`agentrt.Runtime`. Invalid values raise
+    :class:`agentrt.ConfigError` here, at construction, listing every problem."""
+
+    #: OpenAI-compatible endpoint, e.g. ``http://localhost:8000/v1`` (our controller or vLLM).
+    base_url: str
+    #: Bearer token sent to ``base_url`` (vLLM accepts any value unless started with a key).
+    api_key: str = "EMPTY"
+    #: Model used when a call names none; None = every call must name its model.
+    model: str | None = None
+    #: Intent journal: a ``StepJournal`` instance, a journal URL (``sqlite+aiosqlite:///f.db``,
+    #: ``postgresql+asyncpg://...``) opened and closed by the runtime, or None: no journal —
+    #: then side-effect tools refuse to run (fail closed) and nothing is replayed.
+    journal: Any = None
+    #: Journal LLM calls too, so a re-run replays them (keeps re-runs deterministic up to the
+    #: side effects). Only used with a journal.
+    journal_llm_calls: bool = True
+    controller: ControllerMode = "auto"
+    #: Where the program-event endpoints live; None = ``base_url`` without a trailing ``/v1``.
+    controller_url: str | None = None
+    #: OpenAI-compatible endpoint used when the controller cannot be reached (e.g. a vLLM
+    #: server directly); None = no fallback.
+    fallback_base_url: str | None = None
+    #: Key for the fallback endpoint; None = ``api_key``.
+    fallback_api_key: str | None = None
+    #: After a connection failure, how long (seconds) calls stay on the fallback before the
+    #: primary endpoint is tried again.
+    fallback_hold_s: float = 30.0
+    #: OpenTelemetry providers (never the global ones); None = no-op.
+    tracer_provider: TracerProvider | None = None
+    meter_provider: MeterProvider | None = None
+    #: Record prompts, completions and tool arguments/results in spans.
+    capture_content: bool = False
+    #: ``gen_ai.provider.name`` of the endpoint (``openai`` for any OpenAI-compatible server).
+    provider_name: str = "openai"
+    #: Session id to propose to the controller; None = a random one.
+    session_id: str | None = None
+    #: Timeout (seconds) of a call made without a program deadline.
+    request_timeout_s: float = 600.0
+    #: Timeout (seconds) of each program-event post and of the controller probe.
+    event_timeout_s: float = 2.0
+    #: Retries of a failed LLM request by the openai client (connection errors, 429, 5xx).
+    max_retries: int = 2
+    #: Connection pool size for LLM calls.
+    max_connections: int = 1000
+    #: Default timeout (seconds) of a tool that declares none; None = only the deadline.
+    tool_timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name in ("base_url", "controller_url", "fallback_base_url"):
+            value = getattr(self, name)
+            if value is None and name != "base_url":
+                continue
+            problem = _check_url(name, value)
+            if problem:
+                problems.append(problem)
+        if self.controller not in ("auto", "required", "off"):
+            problems.append(f"controller must be auto, required or off, got {self.controller!r}")
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            problems.append("model must be a non-empty string or None")
+        if not isinstance(self.api_key, str):
+            problems.append("api_key must be a string")
+        for name in ("request_timeout_s", "event_timeout_s", "fallback_hold_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 < value < math.inf:
+                problems.append(f"{name} must be a positive finite number of seconds")
+        if self.tool_timeout_s is not None and not (
+            isinstance(self.tool_timeout_s, int | float) and self.tool_timeout_s > 0
+        ):
+            problems.append("tool_timeout_s must be a positive number of seconds or None")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            problems.append("max_retries must be an integer >= 0")
+        if not isinstance(self.max_connections, int) or self.max_connections < 1:
+            problems.append("max_connections must be an integer >= 1")
+        if self.session_id is not None:
+            try:
+                CallTags(self.session_id, "p", "main", "n")
+            except Exception as exc:
+                problems.append(f"session_id: {exc}")
+        problems.extend(_check_journal(self.journal))
+        if self.tracer_provider is not None and not hasattr(self.tracer_provider, "get_tracer"):
+            problems.append("tracer_provider must be an OpenTelemetry TracerProvider")
+        if self.meter_provider is not None and not hasattr(self.meter_provider, "get_meter"):
+            problems.append("meter_provider must be an OpenTelemetry MeterProvider")
+        if problems:
+            raise ConfigError("invalid RuntimeConfig: " + "; ".join(problems))
+
+    @property
+    def events_url(self) -> str:
+        """Base URL of the controller's program-event endpoints (without EVENTS_PREFIX)."""
+        if self.controller_url is not None:
+            return self.controller_url.rstrip("/")
+        base = self.base_url.rstrip("/")
+        return base[: -len("/v1")] if base.endswith("/v1") else base
+
+    def __repr__(self) -> str:  # never print the keys
+        return (
+            f"RuntimeConfig(base_url={self.base_url!r}, model={self.model!r}, "
+            f"controller={self.controller!r}, fallback_base_url={self.fallback_base_url!r})"
+        )
+
+
+def _check_url(name: str, value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return f"{name} must be a URL string"
+    try:
+        url = httpx.URL(value)
+    except Exception as exc:
+        return f"{name} is not a URL ({exc})"
+    if url.scheme not in ("http", "https") or not url.host:
+        return f"{name} must be an http(s) URL with a host, got {value!r}"
+    return None
+
+
+def _check_journal(journal: object) -> list[str]:
+    if journal is None or (isinstance(journal, str) and journal):
+        return []
+    needed = ("run_step", "record_tool_duration", "predict_tool_duration")
+    missing = [m for m in needed if not callable(getattr(journal, m, None))]
+    if missing:
+        return [f"journal must be a StepJournal, a journal URL or None (missing {missing})"]
+    return []

@@ -1,0 +1,166 @@
+"""The SDK's side of the program-event endpoints (agentrt.protocol, docs/protocol.md).
+
+Events are posted inline with a short timeout so that they reach the controller in program
+order (a tool-end before the program's next LLM call). They never hang a program: each post
+is bounded by ``event_timeout_s``; after a failure the link stays quiet for ``fallback_hold_s``
+(a circuit breaker) instead of paying the timeout on every event. Failures are logged and
+counted — raised only in ``required`` mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+import httpx
+from pydantic import BaseModel
+
+from agentrt import __version__
+from agentrt.errors import EndpointUnavailable, ProtocolError
+from agentrt.protocol import (
+    EVENTS_PREFIX,
+    ProgramEnd,
+    ProgramStart,
+    SessionStart,
+    SessionStarted,
+    ToolWaitEnd,
+    ToolWaitStart,
+)
+from agentrt.runtime.config import RuntimeConfig
+
+__all__ = ["ControllerLink", "LinkState", "LinkStats"]
+
+_log = logging.getLogger("agentrt.controller")
+
+#: ``connected``: the controller answered the session probe; ``absent``: the server answered
+#: but has no program endpoints (a plain OpenAI-compatible server); ``unreachable``: no answer;
+#: ``off``: disabled by config.
+LinkState = Literal["connected", "absent", "unreachable", "off"]
+
+
+@dataclass(slots=True)
+class LinkStats:
+    """Counters of the event link (for tests, logs and the runtime's ``stats``)."""
+
+    events_sent: int = 0
+    events_failed: int = 0
+    events_skipped: int = 0
+
+
+class ControllerLink:
+    """Posts session and program events to the controller, if there is one."""
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        self._config = config
+        self._mode = config.controller
+        self._base = config.events_url + EVENTS_PREFIX
+        self._client: httpx.AsyncClient | None = None
+        self.state: LinkState = "off"
+        self.session_id = config.session_id or f"s-{uuid.uuid4().hex[:16]}"
+        self.stats = LinkStats()
+        self._quiet_until_s = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.state == "connected"
+
+    async def open(self) -> LinkState:
+        """Probe the controller by opening a session. Raises ``EndpointUnavailable`` in
+        ``required`` mode when it is absent or unreachable."""
+        if self._mode == "off":
+            self.state = "off"
+            return self.state
+        timeout = self._config.event_timeout_s
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout), headers={"authorization": self._auth()}
+        )
+        body = SessionStart(session_id=self.session_id, client=f"agentrt-sdk/{__version__}")
+        try:
+            with anyio.fail_after(timeout):
+                response = await self._client.post(
+                    f"{self._base}/sessions", json=body.model_dump(exclude_none=True)
+                )
+        except (httpx.HTTPError, TimeoutError, OSError) as exc:
+            self.state = "unreachable"
+            return self._probe_failed(f"controller at {self._base} unreachable: {exc!r}")
+        if response.status_code in (404, 405):
+            self.state = "absent"
+            return self._probe_failed(f"{self._base} has no agentrt program endpoints")
+        if response.is_error:
+            self.state = "unreachable"
+            return self._probe_failed(f"controller answered {response.status_code}")
+        try:
+            started = SessionStarted.model_validate_json(response.content)
+        except ValueError as exc:
+            self.state = "unreachable"
+            if self._mode == "required":
+                raise ProtocolError(f"malformed session answer: {exc}") from exc
+            return self._probe_failed(f"malformed session answer from the controller: {exc}")
+        self.session_id = started.session_id
+        self.state = "connected"
+        return self.state
+
+    def _probe_failed(self, message: str) -> LinkState:
+        if self._mode == "required":
+            raise EndpointUnavailable(f"controller required but {message}")
+        _log.info("%s; running without program events", message)
+        return self.state
+
+    async def close(self) -> None:
+        """End the session (best effort, bounded) and close the link."""
+        client, self._client = self._client, None
+        if client is None:
+            return
+        try:
+            if self.state == "connected":
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(self._config.event_timeout_s),
+                ):
+                    await client.delete(f"{self._base}/sessions/{self.session_id}")
+        except httpx.HTTPError as exc:
+            _log.warning("could not end agentrt session %s: %r", self.session_id, exc)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    async def program_start(self, program_id: str, event: ProgramStart) -> None:
+        await self._post(f"/programs/{program_id}/start", event)
+
+    async def program_end(self, program_id: str, event: ProgramEnd) -> None:
+        await self._post(f"/programs/{program_id}/end", event)
+
+    async def tool_start(self, program_id: str, event: ToolWaitStart) -> None:
+        await self._post(f"/programs/{program_id}/tool-start", event)
+
+    async def tool_end(self, program_id: str, event: ToolWaitEnd) -> None:
+        await self._post(f"/programs/{program_id}/tool-end", event)
+
+    async def _post(self, path: str, event: BaseModel) -> None:
+        if not self.enabled or self._client is None:
+            return
+        now = anyio.current_time()
+        if now < self._quiet_until_s:
+            self.stats.events_skipped += 1
+            return
+        try:
+            # Shielded: an event about a cancellation must still go out, bounded by the timeout.
+            with anyio.CancelScope(shield=True), anyio.fail_after(self._config.event_timeout_s):
+                response = await self._client.post(
+                    self._base + path, json=event.model_dump(exclude_none=True)
+                )
+            response.raise_for_status()
+        except (httpx.HTTPError, TimeoutError, OSError) as exc:
+            self.stats.events_failed += 1
+            self._quiet_until_s = anyio.current_time() + self._config.fallback_hold_s
+            if self._mode == "required":
+                raise EndpointUnavailable(f"program event {path} failed: {exc!r}") from exc
+            _log.warning("program event %s failed (%r); events paused", path, exc)
+            return
+        self.stats.events_sent += 1
+
+    def _auth(self) -> str:
+        return f"Bearer {self._config.api_key}"

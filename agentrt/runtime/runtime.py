@@ -1,0 +1,200 @@
+"""``Runtime``: the SDK's root object — built from a ``RuntimeConfig``, used with ``async with``.
+
+It owns the connection pool (wrapped by the tagging transport), the controller link (session
+and program events), the journal, the telemetry instruments and the tool-duration history.
+Nothing is global: two runtimes in one process are independent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from contextlib import AsyncExitStack
+from contextvars import Token
+from types import TracebackType
+from typing import Any
+
+import httpx
+import openai
+
+from agentrt.errors import AgentrtError, ConfigError
+from agentrt.journal.api import StepJournal
+from agentrt.program.context import CURRENT_RUNTIME
+from agentrt.runtime.config import RuntimeConfig
+from agentrt.runtime.controller import ControllerLink, LinkState
+from agentrt.runtime.program import Program, ProgramOperation
+from agentrt.runtime.telemetry import Instruments
+from agentrt.runtime.transport import TaggingTransport
+from agentrt.tools.history import ToolHistory
+
+__all__ = ["Runtime"]
+
+_log = logging.getLogger("agentrt.runtime")
+
+
+class Runtime:
+    """Runs agent programs against one OpenAI-compatible endpoint (a controller or a server).
+
+    ``Runtime(config)`` validates nothing more than ``RuntimeConfig`` did; ``async with`` opens
+    the pool, probes the controller (``controller`` mode), opens the journal, and closes all of
+    it on exit. Inside, ``agentrt.chat`` and friends work without naming the runtime.
+    """
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        if not isinstance(config, RuntimeConfig):
+            raise ConfigError(f"Runtime needs a RuntimeConfig, got {type(config).__name__}")
+        self.config = config
+        self.instruments = Instruments(config.tracer_provider, config.meter_provider)
+        self.link = ControllerLink(config)
+        url = httpx.URL(config.base_url)
+        self.server_address: str = url.host
+        self.server_port: int = url.port or (443 if url.scheme == "https" else 80)
+        self.tool_history = ToolHistory()
+        journal = None if isinstance(config.journal, str) else config.journal
+        self._journal: StepJournal | None = journal
+        self._stack: AsyncExitStack | None = None
+        self._pool: httpx.AsyncHTTPTransport | None = None
+        self._transport: TaggingTransport | None = None
+        self._default_client: openai.AsyncOpenAI | None = None
+        self._token: Token[Runtime | None] | None = None
+
+    # ----------------------------------------------------------------- properties
+    @property
+    def session_id(self) -> str:
+        """The session id sent with every call (the controller's, once connected)."""
+        return self.link.session_id
+
+    @property
+    def controller_state(self) -> LinkState:
+        """``connected``, ``absent``, ``unreachable`` or ``off`` (see ``ControllerLink``)."""
+        return self.link.state
+
+    @property
+    def journal(self) -> StepJournal | None:
+        return self._journal
+
+    @property
+    def transport(self) -> TaggingTransport:
+        self.require_open()
+        assert self._transport is not None
+        return self._transport
+
+    def require_open(self) -> None:
+        if self._transport is None:
+            raise AgentrtError("the Runtime is not open: use `async with Runtime(config) as rt:`")
+
+    # ----------------------------------------------------------------- lifecycle
+    async def __aenter__(self) -> Runtime:
+        if self._stack is not None:
+            raise AgentrtError("this Runtime is already open")
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            cfg = self.config
+            limits = httpx.Limits(
+                max_connections=cfg.max_connections,
+                max_keepalive_connections=min(cfg.max_connections, 256),
+            )
+            self._pool = httpx.AsyncHTTPTransport(limits=limits)
+            stack.push_async_callback(self._pool.aclose)
+            self._transport = TaggingTransport(self, self._pool)
+            stack.push_async_callback(self.link.close)
+            state = await self.link.open()
+            if state == "unreachable" and cfg.fallback_base_url:
+                _log.warning("controller unreachable: calls go to %s", cfg.fallback_base_url)
+                self._transport.use_fallback_now()
+            if isinstance(cfg.journal, str):
+                self._journal = await _open_journal(cfg.journal, stack)
+            self._default_client = self.openai_client()
+        except BaseException:
+            self._transport = None
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._token = CURRENT_RUNTIME.set(self)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            CURRENT_RUNTIME.reset(self._token)
+            self._token = None
+        stack, self._stack = self._stack, None
+        self._transport = None
+        self._default_client = None
+        if isinstance(self.config.journal, str):
+            self._journal = None
+        if stack is not None:
+            await stack.aclose()
+
+    # ----------------------------------------------------------------- programs and clients
+    def program(
+        self,
+        name: str = "program",
+        *,
+        program_id: str | None = None,
+        timeout_s: float | None = None,
+        deadline: float = math.inf,
+        operation: ProgramOperation = "invoke_workflow",
+    ) -> Program:
+        """A program run, used as ``async with rt.program("name", timeout_s=30) as prog``.
+
+        ``program_id``: reuse an id to re-run (replay) a program from the journal; default a
+        fresh random id. ``deadline``: absolute time on the anyio clock (``math.inf`` = none);
+        ``timeout_s``: relative budget (seconds) — the earlier of both applies.
+        """
+        return Program(
+            self,
+            name,
+            program_id=program_id,
+            deadline=deadline,
+            timeout_s=timeout_s,
+            operation=operation,
+        )
+
+    def http_client(self, **kwargs: Any) -> httpx.AsyncClient:
+        """An ``httpx.AsyncClient`` whose requests are tagged (for frameworks that take one).
+
+        Closing it does not close the runtime's pool."""
+        kwargs.setdefault("timeout", httpx.Timeout(self.config.request_timeout_s, connect=10.0))
+        return httpx.AsyncClient(transport=self.transport, **kwargs)
+
+    def openai_client(self, **kwargs: Any) -> openai.AsyncOpenAI:
+        """An ``openai.AsyncOpenAI`` for ``base_url`` whose every call is tagged with the
+        program it is made in (or an ad-hoc one). ``kwargs`` override the client's options."""
+        kwargs.setdefault("base_url", self.config.base_url)
+        kwargs.setdefault("api_key", self.config.api_key)
+        kwargs.setdefault("max_retries", self.config.max_retries)
+        kwargs.setdefault("timeout", self.config.request_timeout_s)
+        kwargs.setdefault("http_client", self.http_client())
+        return openai.AsyncOpenAI(**kwargs)
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The runtime's own tagged client (used by the SDK helpers)."""
+        self.require_open()
+        assert self._default_client is not None
+        return self._default_client
+
+    def __repr__(self) -> str:
+        return f"Runtime({self.config!r}, session_id={self.session_id!r})"
+
+
+async def _open_journal(url: str, stack: AsyncExitStack) -> StepJournal:
+    """Open the journal store behind ``url`` (closed with the runtime)."""
+    try:
+        from agentrt.journal import Journal  # type: ignore[attr-defined,unused-ignore]
+    except ImportError as exc:
+        raise ConfigError("journal URLs need agentrt.journal.Journal, not installed") from exc
+    opener = getattr(Journal, "open", None)
+    journal: Any = opener(url) if callable(opener) else Journal(url)
+    if inspect.isawaitable(journal):
+        journal = await journal
+    if hasattr(journal, "__aenter__"):
+        journal = await stack.enter_async_context(journal)
+    return journal  # type: ignore[no-any-return]

@@ -1,0 +1,180 @@
+"""OpenTelemetry instruments of one runtime (GenAI semantic conventions, BRIEF.md §7).
+
+Providers are passed in explicitly (never the global ones); without them every instrument is a
+no-op. Span names and attributes follow the GenAI conventions (development status):
+``invoke_workflow {name}`` per program, ``chat {model}`` per LLM call, ``execute_tool {name}``
+per tool call, plus our ``agentrt.*`` ids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from opentelemetry.metrics import Histogram, MeterProvider, NoOpMeterProvider
+from opentelemetry.trace import NoOpTracerProvider, Span, Tracer, TracerProvider
+
+__all__ = [
+    "ATTR_NODE_ID",
+    "ATTR_PROGRAM_ID",
+    "ATTR_SESSION_ID",
+    "ATTR_THREAD_ID",
+    "Instruments",
+    "Telemetry",
+    "make_telemetry",
+    "traceparent_of",
+]
+
+ATTR_SESSION_ID = "agentrt.session.id"
+ATTR_PROGRAM_ID = "agentrt.program.id"
+ATTR_THREAD_ID = "agentrt.thread.id"
+ATTR_NODE_ID = "agentrt.node.id"
+
+#: Bucket boundaries (seconds) for durations from a few ms to many minutes.
+_DURATION_BUCKETS = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+    163.84,
+    327.68,
+)
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+
+
+class Instruments:
+    """Tracer and metric instruments, built once per runtime."""
+
+    def __init__(
+        self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None
+    ) -> None:
+        tp = tracer_provider if tracer_provider is not None else NoOpTracerProvider()
+        mp = meter_provider if meter_provider is not None else NoOpMeterProvider()
+        self.tracer: Tracer = tp.get_tracer("agentrt")
+        meter = mp.get_meter("agentrt")
+        #: GenAI: duration of one client operation (LLM call), seconds.
+        self.operation_duration: Histogram = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="GenAI operation duration",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        #: GenAI: tokens per call, split by gen_ai.token.type (input / output).
+        self.token_usage: Histogram = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Number of input and output tokens used",
+            explicit_bucket_boundaries_advisory=_TOKEN_BUCKETS,
+        )
+        #: Program end-to-end latency, seconds.
+        self.program_duration: Histogram = meter.create_histogram(
+            "agentrt.program.duration",
+            unit="s",
+            description="End-to-end latency of a program",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        #: Per-program time by phase (agentrt.phase = llm_wait, llm_execution, tool, human),
+        #: summed over the program's nodes (parallel nodes add up), seconds.
+        self.program_phase: Histogram = meter.create_histogram(
+            "agentrt.program.phase.duration",
+            unit="s",
+            description="Time a program spent per phase, summed over its nodes",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+        #: Tool call duration, seconds (attribute gen_ai.tool.name).
+        self.tool_duration: Histogram = meter.create_histogram(
+            "agentrt.tool.duration",
+            unit="s",
+            description="Duration of a tool call",
+            explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
+        )
+
+
+def traceparent_of(span: Span) -> str | None:
+    """W3C ``traceparent`` of ``span`` (None for an invalid / no-op span)."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+@dataclass(slots=True)
+class Telemetry:
+    """SDK providers made by :func:`make_telemetry`; pass them to ``RuntimeConfig``."""
+
+    tracer_provider: Any
+    meter_provider: Any
+
+    def shutdown(self) -> None:
+        """Flush and stop the exporters."""
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def make_telemetry(
+    exporter: Literal["console", "otlp"] = "console",
+    *,
+    endpoint: str | None = None,
+    service_name: str = "agentrt",
+    export_interval_s: float = 10.0,
+) -> Telemetry:
+    """Build SDK tracer and meter providers exporting to the console or to OTLP/HTTP.
+
+    ``otlp`` needs the optional extra (``pip install agentrt[otlp]``); ``endpoint`` is the
+    collector's base URL (default: the exporter's own default, ``http://localhost:4318``).
+    The providers are returned, never installed globally. Raises ``ConfigError`` for an
+    unknown exporter or a missing extra.
+    """
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        MetricExporter,
+        PeriodicExportingMetricReader,
+    )
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+        SpanExporter,
+    )
+
+    from agentrt.errors import ConfigError
+
+    span_exporter: SpanExporter
+    metric_exporter: MetricExporter
+    if exporter == "console":
+        span_exporter, metric_exporter = ConsoleSpanExporter(), ConsoleMetricExporter()
+    elif exporter == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                OTLPMetricExporter,
+            )
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                OTLPSpanExporter,
+            )
+        except ImportError as exc:
+            raise ConfigError("the otlp exporter needs: pip install 'agentrt[otlp]'") from exc
+        base = (endpoint or "http://localhost:4318").rstrip("/")
+        span_exporter = OTLPSpanExporter(endpoint=f"{base}/v1/traces")
+        metric_exporter = OTLPMetricExporter(endpoint=f"{base}/v1/metrics")
+    else:
+        raise ConfigError(f"exporter must be console or otlp, got {exporter!r}")
+    resource = Resource.create({"service.name": service_name})
+    tracer_provider = SdkTracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    reader = PeriodicExportingMetricReader(
+        metric_exporter, export_interval_millis=export_interval_s * 1000
+    )
+    meter_provider = SdkMeterProvider(resource=resource, metric_readers=[reader])
+    return Telemetry(tracer_provider, meter_provider)

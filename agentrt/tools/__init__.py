@@ -1,0 +1,1 @@
+"""Tools: ``@tool`` schemas and validation, execution (journal, timeouts, events), history."""
