@@ -258,6 +258,7 @@ def _pct(values: list[float], q: float) -> float:
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     reps: list[dict[str, float]] = []
+    load_before = os.getloadavg()[0]
     async with stack(args.policy, args.window) as (backend, controller):
         for _ in range(args.reps):
             direct = await latencies(backend, args.calls)
@@ -286,6 +287,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "seconds_per_rate_run": args.seconds,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}",
+        # The machine is shared: its 1-minute load average says how much CPU others took.
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
         "median": summary,
         "repetitions": reps,
     }
@@ -304,7 +307,9 @@ def markdown(result: dict[str, Any]) -> str:
             "that answers at once; medians of "
             f"{result['reps']} interleaved repetitions ({result['calls_per_rep']} sequential "
             f"calls each for latency, {result['concurrency']} connections for "
-            f"{result['seconds_per_rate_run']} s for throughput). Same client, same run.",
+            f"{result['seconds_per_rate_run']} s for throughput). Same client, same run. "
+            f"1-minute load average of the (shared) machine: {result['load_average'][0]} "
+            f"before, {result['load_average'][1]} after.",
             "",
             "| | direct | via controller | added |",
             "|---|---|---|---|",

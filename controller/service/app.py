@@ -30,6 +30,7 @@ from agentrt import __version__
 from agentrt.errors import ConfigError
 from controller.backends.api import Backend
 from controller.backends.factory import build_backend
+from controller.backends.transport import ShardedTransport
 from controller.service.charging import Charger, CostFunction
 from controller.service.config import ControllerConfig
 from controller.service.core import ControllerCore
@@ -66,10 +67,7 @@ class ControllerApp:
         self.metrics = ServiceMetrics()
         self.http = httpx.AsyncClient(
             timeout=httpx.Timeout(config.backend_timeout_s, connect=config.connect_timeout_s),
-            limits=httpx.Limits(
-                max_connections=config.max_connections,
-                max_keepalive_connections=config.max_connections,
-            ),
+            transport=ShardedTransport(config.http_pool_shards, config.max_connections),
             trust_env=False,  # never route backend traffic through an environment proxy
         )
         if backends is None:

@@ -68,6 +68,9 @@ class ControllerConfig:
     program_idle_timeout_s: float = 600.0
     #: Connection pool size towards all backends together.
     max_connections: int = 1024
+    #: Independent connection pools used in turn (per-request pool overhead grows with the
+    #: number of connections in a pool; see controller/backends/transport.py).
+    http_pool_shards: int = 8
     #: uvicorn log level (``critical``, ``error``, ``warning``, ``info``, ``debug``).
     log_level: str = "warning"
 
@@ -83,7 +86,7 @@ class ControllerConfig:
             raise ConfigError(
                 f"admission_window must be >= 1, 'adaptive' or unlimited, got {window!r}"
             )
-        for name in ("max_body_bytes", "max_connections"):
+        for name in ("max_body_bytes", "max_connections", "http_pool_shards"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         for name in ("scrape_interval_s", "connect_timeout_s", "program_idle_timeout_s"):
