@@ -20,6 +20,7 @@ __all__ = ["main"]
 _COMMAND_MODULES: tuple[str, ...] = (
     "emulator.cli",
     "controller.cli",
+    "simulator.cli",
     "agentrt.journal.cli",
 )
 

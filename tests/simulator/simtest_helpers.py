@@ -1,0 +1,98 @@
+"""Small builders shared by the simulator tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from controller.process_table import ProcessTable
+from controller.scheduling.api import Call
+from controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission, RoundRobinRouter
+from controller.scheduling.dispatcher import Dispatcher
+from simulator.plan import compile_program
+from simulator.retention import NoRetention, RetentionPolicy
+from simulator.sim import Policies, SimConfig, Simulation
+from simulator.workloads.program import LLMNode, Program, WaitNode
+
+
+class RecordingFcfs(FcfsScheduler):
+    """FCFS that remembers every submitted call and every charged service (test seam)."""
+
+    def __init__(self) -> None:
+        super().__init__(ProcessTable())
+        self.submitted: list[Call] = []
+        self.charged: dict[str, float] = {}
+
+    def submit(self, call: Call, now_s: float) -> None:
+        self.submitted.append(call)
+        super().submit(call, now_s)
+
+    def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
+        self.charged[call.call_id] = service_s
+        super().on_finish(call, service_s, now_s)
+
+
+class RecordingDispatcher(Dispatcher):
+    """Dispatcher that remembers every submitted call, whichever queue it went to."""
+
+    submitted: list[Call]
+
+    def submit(self, call: Call, now_s: float) -> None:
+        self.submitted.append(call)
+        super().submit(call, now_s)
+
+
+def simulate(
+    programs: Sequence[Program],
+    config: SimConfig,
+    *,
+    window: int | None = None,
+    scheduler: FcfsScheduler | None = None,
+    retention: RetentionPolicy | None = None,
+) -> Simulation:
+    """Run ``programs`` with FCFS (or ``scheduler``), round robin and a fixed window."""
+    dispatcher = RecordingDispatcher(
+        scheduler or FcfsScheduler(ProcessTable()), RoundRobinRouter(), FixedWindowAdmission(window)
+    )
+    dispatcher.submitted = []
+    sim = Simulation(
+        [compile_program(p) for p in programs],
+        config,
+        Policies(dispatcher=dispatcher, retention=retention or NoRetention()),
+    )
+    sim.run()
+    return sim
+
+
+def react_program(
+    program_id: str = "p",
+    *,
+    arrival_s: float = 0.0,
+    outputs: Sequence[int] = (5, 7, 3),
+    tool_s: Sequence[float] = (0.5, 1.25),
+    observation: int = 40,
+    system: int = 64,
+    root: int = 20,
+) -> Program:
+    """call → tool → call → tool → call, each call extending the previous context."""
+    nodes: list[LLMNode | WaitNode] = []
+    previous: str | None = None
+    for index, output in enumerate(outputs):
+        parents: tuple[str, ...] = ()
+        context = previous
+        if previous is not None:
+            tool = WaitNode(
+                f"t{index}",
+                (previous,),
+                "main",
+                "tool",
+                "search",
+                tool_s[index - 1],
+                context=previous,
+                result_tokens=observation,
+            )
+            nodes.append(tool)
+            parents, context = (tool.node_id,), tool.node_id
+        call = LLMNode(f"c{index}", parents, "main", context, 0, output)
+        nodes.append(call)
+        previous = call.node_id
+    return Program(program_id, "react", arrival_s, "react", system, root, tuple(nodes))
