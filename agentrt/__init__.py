@@ -24,34 +24,44 @@ from agentrt.errors import (
 __version__ = "0.1.0"
 
 # The SDK (imported after __version__: the runtime reports it to the controller).
+from agentrt.patterns.react import ReactResult, react
 from agentrt.runtime.chat import chat
 from agentrt.runtime.config import RuntimeConfig
 from agentrt.runtime.flow import gather, parallel, wait
 from agentrt.runtime.program import Program
 from agentrt.runtime.runtime import Runtime
 from agentrt.runtime.telemetry import Telemetry, make_telemetry
+from agentrt.tools.runner import ToolResult, execute_tool_calls
+from agentrt.tools.schema import IdempotencyKey, Tool, tool
 
 __all__ = [
     "AgentrtError",
     "ConfigError",
     "DeadlineExceeded",
     "EndpointUnavailable",
+    "IdempotencyKey",
     "JournalError",
     "LLMCallError",
     "NonDeterminismError",
     "Program",
     "ProtocolError",
+    "ReactResult",
     "Runtime",
     "RuntimeConfig",
     "Telemetry",
+    "Tool",
     "ToolArgumentsInvalid",
     "ToolError",
+    "ToolResult",
     "ToolTimeout",
     "UnknownOutcome",
     "__version__",
     "chat",
+    "execute_tool_calls",
     "gather",
     "make_telemetry",
     "parallel",
+    "react",
+    "tool",
     "wait",
 ]

@@ -187,6 +187,7 @@ async def test_deadline_closes_raw_streams(server: FakeServer, state: FakeState)
 
 async def test_cancelling_a_node_cancels_its_children(server: FakeServer, state: FakeState) -> None:
     state.delay_s = 5.0
+
     async def waiter() -> None:
         async with agentrt.wait("approval"):
             await agentrt.gather(lambda: agentrt.chat(USER))
