@@ -1,0 +1,175 @@
+"""The retention policy: duration and return models, the TTL decision rule, config checks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentrt.errors import ConfigError
+from controller.retention import RetentionConfig, ToolWaitFacts, TtlRetentionPolicy
+from controller.retention.durations import DurationModel, ToolDurations
+from controller.retention.returns import ReturnModel
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _facts(**kw: object) -> ToolWaitFacts:
+    values: dict[str, object] = {
+        "program_id": "p",
+        "thread_id": "main",
+        "node_id": "t1",
+        "kind": "tool",
+        "name": "search",
+        "predicted_duration_s": None,
+        "context_tokens": 2000,
+        "backend_id": "b0",
+        "kv_cache_usage": 0.2,
+    }
+    values.update(kw)
+    return ToolWaitFacts(**values)  # type: ignore[arg-type]
+
+
+def test_empirical_duration_model() -> None:
+    model = DurationModel([4.0, 1.0, 2.0, 3.0])
+    assert model.empirical and model.mean_s == 2.5
+    assert [model.quantile(q) for q in (0.25, 0.5, 0.75, 0.99)] == [1.0, 2.0, 3.0, 4.0]
+    assert [model.cdf(t) for t in (-1, 0.5, 2.0, 10)] == [0.0, 0.0, 0.5, 1.0]
+    assert model.expected_min(2.5) == pytest.approx((1 + 2 + 2.5 + 2.5) / 4)
+    assert model.expected_min(0) == 0.0
+
+
+def test_exponential_fallback_model() -> None:
+    model = DurationModel(mean_s=2.0)
+    assert not model.empirical
+    assert model.quantile(0.5) == pytest.approx(2.0 * math.log(2))
+    assert model.cdf(model.quantile(0.9)) == pytest.approx(0.9)
+    assert model.expected_min(1e9) == pytest.approx(2.0)
+    with pytest.raises(ConfigError):
+        DurationModel()
+
+
+def test_tool_history_needs_min_samples_then_is_empirical() -> None:
+    history = ToolDurations(size=3, min_samples=2, default_mean_s=5.0)
+    assert history.model("x").mean_s == 5.0
+    assert history.model("x", predicted_mean_s=1.5).mean_s == 1.5  # the client's prediction
+    history.record("x", 1.0)
+    history.record("x", float("nan"))  # ignored
+    assert not history.model("x").empirical
+    for value in (2.0, 3.0, 4.0):
+        history.record("x", value)
+    model = history.model("x")
+    assert model.empirical and model.samples == [2.0, 3.0, 4.0]  # ring of the last 3
+
+
+def test_return_model_learns_per_key() -> None:
+    returns = ReturnModel(prior_returned=4, prior_ended=1)
+    assert returns.probability("k") == pytest.approx(0.8)
+    returns.wait_started("p", "main", "k")
+    returns.call_arrived("p", "main")
+    returns.wait_started("p", "main", "k")
+    returns.wait_started("p", "main", "k")  # a new wait: the previous one returned
+    returns.program_ended("p")
+    assert returns.counts("k") == (2, 1)
+    returns.call_arrived("p", "main")  # nothing pending: no effect
+    assert returns.probability("k") == pytest.approx(6 / 8)
+
+
+def test_free_memory_covers_the_tail() -> None:
+    policy = TtlRetentionPolicy(RetentionConfig(slack_s=0.5))
+    for d in range(1, 101):
+        policy.durations.record("search", d / 10)  # 0.1 .. 10 s
+    decision = policy.decide(_facts(kv_cache_usage=0.3))
+    assert decision.reason == "retain"
+    # The shortest candidate (quantile + slack) that covers every observed duration: q=0.95.
+    assert decision.ttl_s == pytest.approx(9.5 + 0.5)
+    assert decision.p_return_in_ttl == pytest.approx(0.8)
+    assert decision.expected_cost_s == 0.0
+    assert decision.expected_benefit_s == pytest.approx(0.8 * 2000 * 1e-4)
+
+
+@pytest.mark.parametrize(
+    ("facts", "reason"),
+    [
+        ({"backend_id": None}, "no_backend"),
+        ({"context_tokens": 10}, "short_context"),
+        ({"kv_cache_usage": 0.95}, "memory_full"),
+        ({"kv_cache_usage": 0.93}, "not_worth_it"),
+        ({"kv_cache_usage": None}, "retain"),
+    ],
+)
+def test_decision_gates(facts: dict[str, object], reason: str) -> None:
+    assert TtlRetentionPolicy().decide(_facts(**facts)).reason == reason
+
+
+def test_a_big_context_is_not_pinned_into_a_nearly_full_engine() -> None:
+    policy = TtlRetentionPolicy(RetentionConfig(kv_capacity_tokens=100_000))
+    assert policy.decide(_facts(context_tokens=2_000, kv_cache_usage=0.5)).reason == "retain"
+    assert policy.decide(_facts(context_tokens=50_000, kv_cache_usage=0.5)).reason == "memory_full"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    low=st.floats(0.0, 0.9),
+    high=st.floats(0.0, 0.94),
+    samples=st.lists(st.floats(0.05, 30.0), min_size=3, max_size=40),
+)
+def test_more_pressure_never_means_a_longer_ttl(
+    low: float, high: float, samples: list[float]
+) -> None:
+    low, high = sorted((low, high))
+    policy = TtlRetentionPolicy()
+    for value in samples:
+        policy.durations.record("search", value)
+    relaxed = policy.decide(_facts(kv_cache_usage=low))
+    pressed = policy.decide(_facts(kv_cache_usage=high))
+    assert pressed.ttl_s <= relaxed.ttl_s + 1e-9
+    assert 0.0 <= pressed.p_return_in_ttl <= 1.0
+
+
+def test_programs_that_rarely_return_are_not_retained() -> None:
+    policy = TtlRetentionPolicy()
+    for i in range(20):  # the "deploy" tool always ends the program
+        policy.on_wait_start(_facts(program_id=f"p{i}", name="deploy"), float(i))
+        policy.on_wait_end(f"p{i}", "main", "t1", 1.0, float(i) + 1)
+        policy.on_program_end(f"p{i}", float(i) + 1)
+    assert policy.decide(_facts(name="deploy")).reason == "unlikely_return"
+    # The kind of program is part of the key when known.
+    kind = _facts(name="deploy", program_kind="release-bot")
+    assert policy.decide(kind).reason == "retain"
+    assert policy.snapshot()["decisions"] == {"retain": 16, "unlikely_return": 4}
+    assert policy.snapshot()["open_waits"] == 0
+
+
+def test_the_policy_learns_tool_durations_from_wait_ends() -> None:
+    policy = TtlRetentionPolicy(RetentionConfig(min_samples=3, quantiles=(0.5,), slack_s=0.0))
+    for i in range(3):
+        policy.on_wait_start(_facts(node_id=f"t{i}"), 0.0)
+        policy.on_call_arrived("p", "main", 0.0)
+        policy.on_wait_end("p", "main", f"t{i}", 2.0 + i, 1.0)
+    assert policy.durations.count("search") == 3
+    assert policy.decide(_facts()).ttl_s == pytest.approx(3.0)
+    policy.on_wait_end("p", "main", "unknown", 9.0, 2.0)  # never started: ignored
+    assert policy.durations.count("search") == 3
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"quantiles": ()},
+        {"quantiles": (0.5, 1.0)},
+        {"free_usage": 0.9, "max_usage": 0.8},
+        {"slack_s": -1},
+        {"max_ttl_s": 0},
+        {"min_return_probability": 2},
+        {"kv_capacity_tokens": 0},
+        {"ttl": 3},
+        {"min_context_tokens": -1},
+        {"hold_price_per_s": float("inf")},
+    ],
+)
+def test_bad_config(values: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        RetentionConfig.from_mapping(values)
