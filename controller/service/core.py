@@ -157,7 +157,7 @@ class ControllerCore:
         old place (nothing reached the client), optionally taking the backend out."""
         call = pending.call
         now = self.clock()
-        self.pool.states[backend_id].in_flight -= 1
+        self.pool.release(backend_id)
         if backend_down:
             self.pool.mark_down(backend_id)
         if not self.pool.any_healthy():
@@ -177,7 +177,7 @@ class ControllerCore:
 
     def finish(self, call: Call, backend_id: str, service_s: float) -> None:
         """The admitted call is done (answered, failed or abandoned); charge ``service_s``."""
-        self.pool.states[backend_id].in_flight -= 1
+        self.pool.release(backend_id)
         self.dispatcher.on_finish(call, backend_id, service_s, self.clock())
         self.metrics.service_charged.inc(service_s)
         self.wake()

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import uuid
+from collections import OrderedDict
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -34,6 +35,7 @@ __all__ = ["event_routes"]
 
 _ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")  # same rule as agentrt.protocol ids
 _MAX_EVENT_BYTES = 64 * 1024
+_MAX_SESSIONS = 100_000
 _E = TypeVar("_E", bound=BaseModel)
 
 
@@ -65,13 +67,17 @@ def _path_id(request: Request, name: str) -> str:
 
 def event_routes(core: ControllerCore) -> list[Route]:
     """The Starlette routes of the event and introspection API for ``core``."""
-    sessions: dict[str, dict[str, Any]] = {}
+    # Sessions are informational (programs carry their session id); keep the newest only.
+    sessions: OrderedDict[str, dict[str, Any]] = OrderedDict()
     dispatcher = core.dispatcher
 
     async def start_session(request: Request) -> Response:
         event = await _event(request, SessionStart)
         session_id = event.session_id or uuid.uuid4().hex
         sessions[session_id] = {"client": event.client, "started_s": core.clock()}
+        sessions.move_to_end(session_id)
+        while len(sessions) > _MAX_SESSIONS:
+            sessions.popitem(last=False)
         answer = SessionStarted(
             session_id=session_id, idle_timeout_s=core.config.program_idle_timeout_s
         )

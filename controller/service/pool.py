@@ -67,10 +67,16 @@ class BackendPool:
     def any_healthy(self) -> bool:
         return any(state.healthy for state in self.states.values())
 
+    def release(self, backend_id: str) -> None:
+        """One admitted call left ``backend_id`` (a backend removed meanwhile is ignored)."""
+        state = self.states.get(backend_id)
+        if state is not None:
+            state.in_flight -= 1
+
     def mark_down(self, backend_id: str) -> None:
         """A call could not reach it: out of routing until a probe says otherwise."""
-        state = self.states[backend_id]
-        if state.healthy:
+        state = self.states.get(backend_id)
+        if state is not None and state.healthy:
             _log.warning("backend %s unreachable: marked down", backend_id)
             state.healthy = False
             self._on_change()
