@@ -24,6 +24,8 @@ from agentrt.errors import (
 __version__ = "0.1.0"
 
 # The SDK (imported after __version__: the runtime reports it to the controller).
+from agentrt.patterns.map_reduce import map_reduce
+from agentrt.patterns.mcts import MctsResult, mcts
 from agentrt.patterns.react import ReactResult, react
 from agentrt.runtime.chat import chat
 from agentrt.runtime.config import RuntimeConfig
@@ -42,6 +44,7 @@ __all__ = [
     "IdempotencyKey",
     "JournalError",
     "LLMCallError",
+    "MctsResult",
     "NonDeterminismError",
     "Program",
     "ProtocolError",
@@ -60,6 +63,8 @@ __all__ = [
     "execute_tool_calls",
     "gather",
     "make_telemetry",
+    "map_reduce",
+    "mcts",
     "parallel",
     "react",
     "tool",

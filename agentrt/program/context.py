@@ -77,7 +77,8 @@ class Frame:
 
 #: The innermost program frame, None outside any program.
 CURRENT_FRAME: ContextVar[Frame | None] = ContextVar("agentrt_frame", default=None)
-#: The LLM node an SDK helper is sending right now (the transport tags the request with it).
-CURRENT_CALL: ContextVar[Node | None] = ContextVar("agentrt_call", default=None)
+#: The LLM call (``agentrt.runtime.calls.LLMCall``: node and span) an SDK helper is sending
+#: right now; the transport tags the request with it.
+CURRENT_CALL: ContextVar[Any] = ContextVar("agentrt_call", default=None)
 #: The runtime entered with ``async with`` in this context (for helpers called outside a program).
 CURRENT_RUNTIME: ContextVar[Runtime | None] = ContextVar("agentrt_runtime", default=None)

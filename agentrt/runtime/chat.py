@@ -130,7 +130,7 @@ async def chat(
 async def _send(
     rt: Runtime, frame: Frame, call: LLMCall, request: dict[str, Any]
 ) -> ChatCompletion:
-    token = CURRENT_CALL.set(call.node)
+    token = CURRENT_CALL.set(call)
     remaining = frame.graph.deadline_s - anyio.current_time()
     if remaining <= 0:
         CURRENT_CALL.reset(token)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 from opentelemetry import trace
+from opentelemetry.trace import Span
 
 from agentrt.errors import DeadlineExceeded
 from agentrt.program.context import CURRENT_CALL, CURRENT_FRAME, Chain, Frame
@@ -73,17 +74,17 @@ class TaggingTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         rt = self._rt
         raw: LLMCall | None = None
-        node = CURRENT_CALL.get()
+        sdk_call: LLMCall | None = CURRENT_CALL.get()
+        node: Node | None = None
         path = request.url.path
         if request.method == "POST" and path.endswith(_LLM_SUFFIXES):
-            frame = CURRENT_FRAME.get()
-            if node is None:
-                node, graph, raw = self._raw_node(request, frame)
+            if sdk_call is None:
+                node, graph, raw = self._raw_node(request, CURRENT_FRAME.get())
+                span = raw.span if raw is not None else trace.get_current_span()
             else:
-                assert frame is not None, "an SDK call node always has a frame"
-                graph = frame.graph
+                node, graph, span = sdk_call.node, sdk_call.frame.graph, sdk_call.span
             node.attempts += 1
-            self._tag(request, node, graph, raw)
+            self._tag(request, node, graph, span)
         else:
             request.headers[HEADER_SESSION_ID] = rt.session_id
         await self._slots.acquire()
@@ -120,9 +121,7 @@ class TaggingTransport(httpx.AsyncBaseTransport):
         _LAST_RAW.set((call.node, frame.graph))
         return call.node, frame.graph, call
 
-    def _tag(
-        self, request: httpx.Request, node: Node, graph: ProgramGraph, raw: LLMCall | None
-    ) -> None:
+    def _tag(self, request: httpx.Request, node: Node, graph: ProgramGraph, span: Span) -> None:
         rt = self._rt
         timeout_ms: int | None = None
         if not math.isinf(graph.deadline_s):
@@ -131,7 +130,6 @@ class TaggingTransport(httpx.AsyncBaseTransport):
                 raise DeadlineExceeded(f"program {graph.id} has no time left for {node.id}")
             timeout_ms = int(remaining * 1000)
             _cap_timeout(request, remaining + _TIMEOUT_SLACK_S)
-        span = raw.span if raw is not None else trace.get_current_span()
         tags = CallTags(
             session_id=rt.session_id,
             program_id=graph.id,

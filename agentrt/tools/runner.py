@@ -175,8 +175,8 @@ async def _execute(frame: Frame, tool: Tool[Any], node: Any, arguments: BaseMode
                 f"tool {tool.name} returned a {type(result).__name__}, not JSON-able"
             ) from exc
 
-    started = anyio.current_time()
     async with track_wait(frame, node, wire_kind="tool", predicted_s=predicted):
+        started = anyio.current_time()
         with anyio.CancelScope() as scope:
             node.scope = scope
             try:
@@ -200,7 +200,7 @@ async def _execute(frame: Frame, tool: Tool[Any], node: Any, arguments: BaseMode
                 raise ToolTimeout(f"tool {tool.name} ran past its {timeout_s} s timeout") from exc
         if scope.cancelled_caught:
             raise ToolError(f"tool {tool.name} was cancelled")
-    duration = anyio.current_time() - started
+        duration = anyio.current_time() - started
     rt.tool_history.record(tool.name, duration)
     if journal is not None:
         await journal.record_tool_duration(tool.name, duration)

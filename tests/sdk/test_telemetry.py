@@ -1,0 +1,144 @@
+"""Spans (GenAI semantic conventions) and metrics, captured in memory, checked as a tree."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import agentrt
+from agentrt import Runtime, RuntimeConfig, tool
+from agentrt.protocol import CallTags
+
+from .fakeserver import FakeServer, FakeState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+@tool
+async def lookup(word: str) -> str:
+    """Look a word up (asks the LLM: a nested call)."""
+    reply = await agentrt.chat([{"role": "user", "content": f"define {word}"}])
+    return reply.choices[0].message.content or ""
+
+
+def providers() -> tuple[TracerProvider, InMemorySpanExporter, MeterProvider, InMemoryMetricReader]:
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    return tracer_provider, exporter, MeterProvider(metric_readers=[reader]), reader
+
+
+def tree(spans: tuple[ReadableSpan, ...]) -> list[tuple[str, str]]:
+    """(span name, parent span name) pairs, in end order."""
+    names = {s.context.span_id: s.name for s in spans}
+    return [(s.name, names.get(s.parent.span_id, "") if s.parent else "") for s in spans]
+
+
+async def test_span_tree_and_genai_attributes(server: FakeServer, state: FakeState) -> None:
+    tracer_provider, exporter, meter_provider, reader = providers()
+    state.queue_ms, state.delay_s = 4.0, 0.02  # calls last longer than their queue time
+    config = RuntimeConfig(
+        base_url=server.base_url,
+        model="m1",
+        controller="off",
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+    )
+    async with Runtime(config) as rt, rt.program("agent") as prog:
+        await agentrt.chat([{"role": "user", "content": "secret prompt"}], temperature=0.5)
+        assert await lookup("x") == "ok"
+    spans = exporter.get_finished_spans()
+    assert tree(spans) == [
+        ("chat m1", "invoke_workflow agent"),
+        ("chat m1", "execute_tool lookup"),
+        ("execute_tool lookup", "invoke_workflow agent"),
+        ("invoke_workflow agent", ""),
+    ]
+    chat, nested, tool_span, root = spans
+    attrs: dict[str, Any] = dict(chat.attributes or {})
+    assert attrs["gen_ai.operation.name"] == "chat"
+    assert attrs["gen_ai.provider.name"] == "openai"
+    assert attrs["gen_ai.request.model"] == "m1"
+    assert attrs["gen_ai.request.temperature"] == 0.5
+    assert attrs["gen_ai.conversation.id"] == prog.id
+    assert (attrs["gen_ai.usage.input_tokens"], attrs["gen_ai.usage.output_tokens"]) == (11, 7)
+    assert attrs["agentrt.program.id"] == prog.id and attrs["agentrt.node.id"] == "main:0"
+    assert attrs["agentrt.session.id"] == rt.session_id and attrs["agentrt.thread.id"] == "main"
+    assert not any("secret" in str(v) for s in spans for v in (s.attributes or {}).values())
+    tool_attrs = dict(tool_span.attributes or {})
+    assert tool_attrs["gen_ai.tool.name"] == "lookup"
+    assert tool_attrs["gen_ai.operation.name"] == "execute_tool"
+    assert dict(nested.attributes or {})["agentrt.node.id"] == "main:2"
+    assert prog.nodes["main:2"].parent_ids == ("main:1",)  # nested call hangs off the tool
+    # Each request carries its own span as the W3C parent.
+    first = CallTags.from_headers(state.requests[0].headers)
+    assert first is not None and first.traceparent == (
+        f"00-{chat.context.trace_id:032x}-{chat.context.span_id:016x}"
+        f"-{int(chat.context.trace_flags):02x}"
+    )
+    assert root.context.trace_id == chat.context.trace_id
+
+    data = reader.get_metrics_data()
+    assert data is not None
+    metrics = {
+        m.name: m for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    }
+    assert {
+        "gen_ai.client.operation.duration",
+        "gen_ai.client.token.usage",
+        "agentrt.program.duration",
+        "agentrt.program.phase.duration",
+        "agentrt.tool.duration",
+    } <= set(metrics)
+    duration_points = list(metrics["gen_ai.client.operation.duration"].data.data_points)
+    assert sum(p.count for p in duration_points) == 2  # type: ignore[attr-defined]
+    phases = {
+        p.attributes["agentrt.phase"]: p.sum  # type: ignore[attr-defined]
+        for p in metrics["agentrt.program.phase.duration"].data.data_points
+    }
+    assert phases["llm_wait"] == pytest.approx(0.008)  # the server's queue time, 2 calls
+    assert phases["tool"] > 0 and phases["llm_execution"] > 0
+    assert prog.phase_s["llm_wait"] == pytest.approx(0.008)
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
+async def test_contents_recorded_only_when_enabled(server: FakeServer, state: FakeState) -> None:
+    tracer_provider, exporter, meter_provider, _ = providers()
+    config = RuntimeConfig(
+        base_url=server.base_url,
+        model="m1",
+        controller="off",
+        tracer_provider=tracer_provider,
+        capture_content=True,
+    )
+    async with Runtime(config):
+        await agentrt.chat([{"role": "user", "content": "secret prompt"}])
+        await lookup("word")
+    spans = exporter.get_finished_spans()
+    by_name = {s.name: dict(s.attributes or {}) for s in spans}
+    first_chat = dict(spans[0].attributes or {})
+    assert "secret prompt" in first_chat["gen_ai.input.messages"]
+    assert '"content": "ok"' in first_chat["gen_ai.output.messages"]
+    assert by_name["execute_tool lookup"]["gen_ai.tool.call.arguments"] == '{"word":"word"}'
+    assert by_name["execute_tool lookup"]["gen_ai.tool.call.result"] == '"ok"'
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
+def test_make_telemetry_builds_console_providers_without_globals() -> None:
+    from opentelemetry import trace
+
+    before = trace.get_tracer_provider()
+    telemetry = agentrt.make_telemetry("console")
+    assert trace.get_tracer_provider() is before
+    telemetry.shutdown()
+    with pytest.raises(agentrt.ConfigError):
+        agentrt.make_telemetry("carrier-pigeon")  # type: ignore[arg-type]
