@@ -7,7 +7,6 @@ Nothing is global: two runtimes in one process are independent.
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from contextlib import AsyncExitStack
@@ -51,8 +50,11 @@ class Runtime:
         self.server_address: str = url.host
         self.server_port: int = url.port or (443 if url.scheme == "https" else 80)
         self.tool_history = ToolHistory()
-        journal = None if isinstance(config.journal, str) else config.journal
-        self._journal: StepJournal | None = journal
+        if isinstance(config.journal, str):
+            _journal_for(config.journal)  # a bad journal URL fails here, at construction
+            self._journal: StepJournal | None = None
+        else:
+            self._journal = config.journal
         self._stack: AsyncExitStack | None = None
         self._pool: httpx.AsyncHTTPTransport | None = None
         self._transport: TaggingTransport | None = None
@@ -105,7 +107,8 @@ class Runtime:
                 _log.warning("controller unreachable: calls go to %s", cfg.fallback_base_url)
                 self._transport.use_fallback_now()
             if isinstance(cfg.journal, str):
-                self._journal = await _open_journal(cfg.journal, stack)
+                owned: Any = _journal_for(cfg.journal)
+                self._journal = await stack.enter_async_context(owned)
             self._default_client = self.openai_client()
         except BaseException:
             self._transport = None
@@ -185,16 +188,8 @@ class Runtime:
         return f"Runtime({self.config!r}, session_id={self.session_id!r})"
 
 
-async def _open_journal(url: str, stack: AsyncExitStack) -> StepJournal:
-    """Open the journal store behind ``url`` (closed with the runtime)."""
-    try:
-        from agentrt.journal import Journal  # type: ignore[attr-defined,unused-ignore]
-    except ImportError as exc:
-        raise ConfigError("journal URLs need agentrt.journal.Journal, not installed") from exc
-    opener = getattr(Journal, "open", None)
-    journal: Any = opener(url) if callable(opener) else Journal(url)
-    if inspect.isawaitable(journal):
-        journal = await journal
-    if hasattr(journal, "__aenter__"):
-        journal = await stack.enter_async_context(journal)
-    return journal  # type: ignore[no-any-return]
+def _journal_for(url: str) -> StepJournal:
+    """The journal store behind ``url``; no I/O yet. Raises ``ConfigError`` for a bad URL."""
+    from agentrt.journal import Journal
+
+    return Journal(url)

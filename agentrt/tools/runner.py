@@ -124,7 +124,7 @@ async def _run_in(
                 )
                 if rt.config.capture_content:
                     span.set_attribute("gen_ai.tool.call.arguments", parsed.model_dump_json())
-                value = await _execute(frame, tool, node, parsed)
+                value, executed = await _execute(frame, tool, node, parsed)
             except ToolError as exc:
                 failure = exc
                 span.set_attribute("error.type", type(exc).__qualname__)
@@ -132,7 +132,7 @@ async def _run_in(
                 return ToolResult(tool_call_id, tool.name, None, exc, node.id)
         if rt.config.capture_content:
             span.set_attribute("gen_ai.tool.call.result", json.dumps(value)[:65536])
-        status = "ok"
+        status = "ok" if executed else "replayed"
         return ToolResult(tool_call_id, tool.name, value, None, node.id)
     except BaseException as exc:
         failure = exc
@@ -147,8 +147,11 @@ async def _run_in(
             rt.instruments.tool_duration.record(node.duration_s, {"gen_ai.tool.name": tool.name})
 
 
-async def _execute(frame: Frame, tool: Tool[Any], node: Any, arguments: BaseModel) -> Any:
-    """Run the validated call: events, timeout, journal; returns the JSON-able result."""
+async def _execute(
+    frame: Frame, tool: Tool[Any], node: Any, arguments: BaseModel
+) -> tuple[Any, bool]:
+    """Run the validated call: events, timeout, journal. Returns the JSON-able result and
+    whether the tool really ran (False: the journal replayed a recorded result)."""
     rt = frame.run.runtime
     journal = rt.journal
     if tool.side_effect and journal is None:
@@ -162,7 +165,11 @@ async def _execute(frame: Frame, tool: Tool[Any], node: Any, arguments: BaseMode
     timeout_s = tool.timeout_s if tool.timeout_s is not None else rt.config.tool_timeout_s
     nested = frame.nested(node)
 
+    executed = False
+
     async def execute(key: str) -> Any:
+        nonlocal executed
+        executed = True
         token = CURRENT_FRAME.set(nested)
         try:
             result = await tool.invoke(arguments, key)
@@ -201,10 +208,11 @@ async def _execute(frame: Frame, tool: Tool[Any], node: Any, arguments: BaseMode
         if scope.cancelled_caught:
             raise ToolError(f"tool {tool.name} was cancelled")
         duration = anyio.current_time() - started
-    rt.tool_history.record(tool.name, duration)
-    if journal is not None:
-        await journal.record_tool_duration(tool.name, duration)
-    return value
+    if executed:  # a replayed result says nothing about the tool's speed
+        rt.tool_history.record(tool.name, duration)
+        if journal is not None:
+            await journal.record_tool_duration(tool.name, duration)
+    return value, executed
 
 
 def _as_json_input(arguments: str | Mapping[str, Any] | BaseModel | None) -> Any:

@@ -1,0 +1,52 @@
+"""The SDK with the real intent journal (a SQLite file per test)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import agentrt
+from agentrt import ConfigError, IdempotencyKey, Runtime, RuntimeConfig, tool
+
+from .fakeserver import FakeServer, FakeState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+def test_bad_journal_url_fails_at_construction() -> None:
+    config = RuntimeConfig(base_url="http://127.0.0.1:9/v1", journal="mysql://nope/x")
+    with pytest.raises(ConfigError):
+        Runtime(config)
+
+
+async def test_rerun_replays_llm_calls_and_never_repeats_the_effect(
+    server: FakeServer, state: FakeState, tmp_path: Path
+) -> None:
+    target = tmp_path / "out.txt"
+    keys: list[str] = []
+
+    @tool(side_effect=True)
+    async def append_line(text: str, key: IdempotencyKey) -> str:
+        """Append a line to a file."""
+        keys.append(key)
+        with target.open("a") as handle:
+            handle.write(text + "\n")
+        return "appended"
+
+    config = RuntimeConfig(
+        base_url=server.base_url,
+        model="m1",
+        controller="off",
+        journal=str(tmp_path / "journal.sqlite"),
+    )
+    for _ in range(2):
+        async with Runtime(config) as rt, rt.program("writer", program_id="writer-1") as prog:
+            reply = await agentrt.chat([{"role": "user", "content": "say something"}])
+            assert await append_line(reply.choices[0].message.content or "") == "appended"
+            assert rt.journal is not None
+            assert await rt.journal.predict_tool_duration("append_line") is not None
+    assert target.read_text() == "ok\n"
+    assert len(keys) == 1 and keys[0]
+    assert len(state.requests) == 1  # the second run replayed the LLM call
+    assert [n.status for n in prog.nodes.values()] == ["replayed", "replayed"]
