@@ -24,6 +24,7 @@ from agentrt.errors import (
 __version__ = "0.1.0"
 
 # The SDK (imported after __version__: the runtime reports it to the controller).
+from agentrt.journal.api import ReconcileResult
 from agentrt.patterns.map_reduce import map_reduce
 from agentrt.patterns.mcts import MctsResult, mcts
 from agentrt.patterns.react import ReactResult, react
@@ -49,6 +50,7 @@ __all__ = [
     "Program",
     "ProtocolError",
     "ReactResult",
+    "ReconcileResult",
     "Runtime",
     "RuntimeConfig",
     "Telemetry",

@@ -1,0 +1,132 @@
+"""Shared plumbing of the examples: command line, the embedded engine emulator, the runtime.
+
+Without ``--base-url`` an engine emulator is started in-process (its scripted model writes
+filler text and schema-valid tool calls, so the programs run end to end but say nothing);
+with ``--base-url`` the example talks to any OpenAI-compatible server (vLLM, our controller).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import operator
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from agentrt import RuntimeConfig, Telemetry, make_telemetry
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint (default: embedded emulator)")
+    p.add_argument("--model", help="model name (default: the emulator's model)")
+    p.add_argument("--api-key", default="EMPTY")
+    p.add_argument(
+        "--controller",
+        choices=["auto", "required", "off"],
+        default="auto",
+        help="talk to an agentrt controller at --base-url (auto: when there is one)",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=50.0,
+        help="embedded emulator: run this many times faster than the modelled GPU",
+    )
+    p.add_argument(
+        "--trace",
+        choices=["none", "console"],
+        default="none",
+        help="print OpenTelemetry spans and metrics to the console",
+    )
+    p.add_argument("--timeout-s", type=float, default=120.0, help="program deadline, seconds")
+    return p
+
+
+@dataclass
+class Endpoint:
+    base_url: str
+    model: str
+    embedded: bool
+
+
+@asynccontextmanager
+async def endpoint(args: argparse.Namespace) -> AsyncIterator[Endpoint]:
+    """The server to talk to: ``--base-url`` or an embedded engine emulator."""
+    if args.base_url:
+        yield Endpoint(args.base_url, args.model or "default", embedded=False)
+        return
+    from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+
+    async with serve_engine(EmulatorConfig(time_scale=args.time_scale)) as engine:
+        yield Endpoint(engine.openai_base_url, args.model or DEFAULT_MODEL_NAME, embedded=True)
+
+
+def runtime_config(
+    args: argparse.Namespace, where: Endpoint, telemetry: Telemetry | None, **extra: Any
+) -> RuntimeConfig:
+    return RuntimeConfig(
+        base_url=where.base_url,
+        api_key=args.api_key,
+        model=where.model,
+        controller=args.controller,
+        tracer_provider=telemetry.tracer_provider if telemetry else None,
+        meter_provider=telemetry.meter_provider if telemetry else None,
+        **extra,
+    )
+
+
+def telemetry_for(args: argparse.Namespace) -> Telemetry | None:
+    return make_telemetry("console") if args.trace == "console" else None
+
+
+_OPERATORS: dict[type, Any] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+    ast.USub: operator.neg,
+    ast.UAdd: operator.pos,
+}
+
+
+def evaluate(expression: str) -> float:
+    """Evaluate an arithmetic expression (numbers, + - * / ** and parentheses) safely.
+
+    Raises ValueError for anything else."""
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not an arithmetic expression: {expression[:60]!r}") from exc
+
+    def walk(node: ast.AST) -> float:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return float(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            left, right = walk(node.left), walk(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > 64:
+                raise ValueError("exponent too large")
+            try:
+                return float(_OPERATORS[type(node.op)](left, right))
+            except ZeroDivisionError as exc:
+                raise ValueError("division by zero") from exc
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return float(_OPERATORS[type(node.op)](walk(node.operand)))
+        raise ValueError(f"not an arithmetic expression: {expression[:60]!r}")
+
+    return walk(tree)
+
+
+def numbers_in(expression: str) -> list[int]:
+    """The integer literals of an arithmetic expression, in order."""
+    tree = ast.parse(expression.strip(), mode="eval")
+    return [
+        int(n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, int)
+    ]
