@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-import httpx
-
 from agentrt.errors import ConfigError
 from controller.backends.api import Backend
 from controller.backends.http import HttpBackend, OpenAIBackend, VllmBackend
 from controller.backends.spec import BackendSpec
+from controller.backends.transport import HttpPool
 
 __all__ = ["BACKEND_KINDS", "build_backend"]
 
-BackendFactory = Callable[[BackendSpec, httpx.AsyncClient], Backend]
+#: ``(spec, http) -> Backend``; ``http`` is shared by all backends and owned by the caller.
+BackendFactory = Callable[[BackendSpec, HttpPool], Backend]
 
 
 def _http_kind(cls: type[HttpBackend]) -> BackendFactory:
-    def build(spec: BackendSpec, client: httpx.AsyncClient) -> Backend:
+    def build(spec: BackendSpec, http: HttpPool) -> Backend:
         options = dict(spec.options)
         probe_timeout_s = float(options.pop("probe_timeout_s", "2.0"))
         if options:
@@ -29,7 +29,7 @@ def _http_kind(cls: type[HttpBackend]) -> BackendFactory:
         return cls(
             spec.backend_id,
             spec.url,
-            client,
+            http,
             send_priority=spec.priority,
             probe_timeout_s=probe_timeout_s,
         )
@@ -46,7 +46,7 @@ BACKEND_KINDS: Mapping[str, BackendFactory] = {
 
 def build_backend(
     spec: BackendSpec,
-    client: httpx.AsyncClient,
+    http: HttpPool,
     kinds: Mapping[str, BackendFactory] = BACKEND_KINDS,
 ) -> Backend:
     """Construct the backend ``spec`` names. Raises :class:`ConfigError` for unknown kinds."""
@@ -54,7 +54,7 @@ def build_backend(
     if factory is None:
         raise ConfigError(f"unknown backend kind {spec.kind!r}; known: {sorted(kinds)}")
     try:
-        return factory(spec, client)
+        return factory(spec, http)
     except ValueError as exc:
         if isinstance(exc, ConfigError):
             raise

@@ -23,6 +23,7 @@ from controller.backends.api import (
     BackendUnavailable,
 )
 from controller.backends.prometheus_text import sum_samples
+from controller.backends.transport import HttpPool
 
 __all__ = ["HttpBackend", "OpenAIBackend", "VllmBackend", "encode_body"]
 
@@ -89,7 +90,7 @@ class _HttpxResponse:
 
 
 class HttpBackend:
-    """An OpenAI-compatible server reached over HTTP. Does not own ``client``."""
+    """An OpenAI-compatible server reached over HTTP. Does not own ``http``."""
 
     KIND: ClassVar[str] = "openai"
     #: GET path whose 200 means healthy.
@@ -99,7 +100,7 @@ class HttpBackend:
         self,
         backend_id: str,
         url: str,
-        client: httpx.AsyncClient,
+        http: HttpPool,
         *,
         send_priority: bool = False,
         probe_timeout_s: float = 2.0,
@@ -107,7 +108,9 @@ class HttpBackend:
         self.backend_id = backend_id
         self.kind: str = self.KIND
         self.url = url.rstrip("/")
-        self._client = client
+        self._client = http.client
+        self._transport = http.transport
+        self._extensions = {"timeout": http.timeout.as_dict()}
         self._probe_timeout = httpx.Timeout(probe_timeout_s)
         self._urls: dict[str, httpx.URL] = {}  # parsed once per path: URL parsing is not free
         self.capabilities = self._capabilities(send_priority)
@@ -132,9 +135,11 @@ class HttpBackend:
         url = self._urls.get(request.path)
         if url is None:
             url = self._urls[request.path] = httpx.URL(self.url + request.path)
-        http_request = self._client.build_request("POST", url, content=body, headers=headers)
+        http_request = httpx.Request(
+            "POST", url, content=body, headers=headers, extensions=self._extensions
+        )
         try:
-            response = await self._client.send(http_request, stream=True)
+            response = await self._transport.handle_async_request(http_request)
         except _NOTHING_RECEIVED as exc:
             raise BackendUnavailable(
                 f"backend {self.backend_id} unreachable: {exc!r}", connect_failed=True

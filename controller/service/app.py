@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import anyio
-import httpx
 from opentelemetry.trace import TracerProvider
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -30,7 +29,7 @@ from agentrt import __version__
 from agentrt.errors import ConfigError
 from controller.backends.api import Backend
 from controller.backends.factory import build_backend
-from controller.backends.transport import ShardedTransport
+from controller.backends.transport import HttpPool
 from controller.service.charging import Charger, CostFunction
 from controller.service.config import ControllerConfig
 from controller.service.core import ControllerCore
@@ -65,10 +64,11 @@ class ControllerApp:
     ) -> None:
         self.config = config
         self.metrics = ServiceMetrics()
-        self.http = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.backend_timeout_s, connect=config.connect_timeout_s),
-            transport=ShardedTransport(config.http_pool_shards, config.max_connections),
-            trust_env=False,  # never route backend traffic through an environment proxy
+        self.http = HttpPool.create(
+            read_timeout_s=config.backend_timeout_s,
+            connect_timeout_s=config.connect_timeout_s,
+            shards=config.http_pool_shards,
+            max_connections=config.max_connections,
         )
         if backends is None:
             backends = [build_backend(spec, self.http) for spec in config.backends]
@@ -104,7 +104,7 @@ class ControllerApp:
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: Any) -> AsyncIterator[None]:
-        async with self.http, anyio.create_task_group() as group:
+        async with self.http.client, anyio.create_task_group() as group:
             await group.start(self.core.run)
             yield
             group.cancel_scope.cancel()

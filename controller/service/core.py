@@ -135,9 +135,11 @@ class ControllerCore:
         released."""
         call = pending.call
         try:
-            timeout = call.deadline_s - self.clock()
-            with anyio.move_on_after(timeout if not math.isinf(timeout) else None):
+            if math.isinf(call.deadline_s):
                 await pending.decided.wait()
+            else:
+                with anyio.move_on_after(call.deadline_s - self.clock()):
+                    await pending.decided.wait()
         except BaseException:
             if pending.admission is not None:
                 self.finish(call, pending.admission.backend_id, 0.0)

@@ -129,7 +129,12 @@ class CompletionsEndpoint:
             try:
                 await self._handle(parsed, send, exchange)
             finally:
-                group.cancel_scope.cancel()
+                # Once the answer is complete, the server wakes the watcher's pending receive
+                # with http.disconnect (ASGI; uvicorn does), so it ends by itself; cancelling
+                # a scope costs more than the rest of the call's bookkeeping (anyio formats
+                # the task's repr into the reason).
+                if not exchange.completed:
+                    group.cancel_scope.cancel()
 
     async def _watch_disconnect(
         self, receive: Receive, scope: anyio.CancelScope, exchange: _Exchange

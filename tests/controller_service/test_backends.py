@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+from collections.abc import AsyncIterator
 
-import httpx
 import pytest
 
 from agentrt.errors import ConfigError, EndpointUnavailable
 from controller.backends import BackendRequest, BackendSpec, BackendUnavailable, build_backend
 from controller.backends.http import VllmBackend, encode_body
 from controller.backends.prometheus_text import sum_samples
+from controller.backends.transport import HttpPool
 
 from .conftest import fake_backends
 from .fake_openai import FakeState
 
 pytestmark = pytest.mark.timeout(30)
+
+
+@contextlib.asynccontextmanager
+async def pool() -> AsyncIterator[HttpPool]:
+    http = HttpPool.create()
+    try:
+        yield http
+    finally:
+        await http.aclose()
 
 
 @pytest.mark.parametrize(
@@ -48,11 +59,11 @@ def test_backend_spec_rejects(text: str) -> None:
 
 
 def test_unknown_kind_and_option_are_config_errors() -> None:
-    client = httpx.AsyncClient()
+    http = HttpPool.create()
     with pytest.raises(ConfigError, match="unknown backend kind"):
-        build_backend(BackendSpec.parse("http://h,kind=tgi"), client)
+        build_backend(BackendSpec.parse("http://h,kind=tgi"), http)
     with pytest.raises(ConfigError, match="unknown options"):
-        build_backend(BackendSpec.parse("http://h,colour=red"), client)
+        build_backend(BackendSpec.parse("http://h,colour=red"), http)
 
 
 def _request(raw: bytes, **kwargs: object) -> BackendRequest:
@@ -95,7 +106,7 @@ def test_prometheus_text_sums_series_and_skips_garbage() -> None:
 
 
 def test_vllm_load_treats_out_of_range_values_as_unknown() -> None:
-    backend = VllmBackend("b", "http://h", httpx.AsyncClient())
+    backend = VllmBackend("b", "http://h", HttpPool.create())
     load = backend.load_from_metrics(
         "vllm:kv_cache_usage_perc 7\nvllm:num_requests_waiting -1\nvllm:num_requests_running 4\n"
     )
@@ -105,8 +116,8 @@ def test_vllm_load_treats_out_of_range_values_as_unknown() -> None:
 @pytest.mark.anyio
 async def test_vllm_backend_over_http() -> None:
     state = FakeState(metrics_text="vllm:num_requests_waiting 4\nvllm:kv_cache_usage_perc 0.25\n")
-    async with fake_backends(state) as (url,), httpx.AsyncClient() as client:
-        backend = build_backend(BackendSpec(url, priority=True), client)
+    async with fake_backends(state) as (url,), pool() as http:
+        backend = build_backend(BackendSpec(url, priority=True), http)
         assert await backend.health()
         load = await backend.scrape()
         assert (load.num_waiting, load.kv_cache_usage, load.num_running) == (4, 0.25, None)
@@ -121,8 +132,8 @@ async def test_vllm_backend_over_http() -> None:
 @pytest.mark.anyio
 async def test_garbage_metrics_mean_unknown_load() -> None:
     state = FakeState(metrics_text="<html>not metrics</html>")
-    async with fake_backends(state) as (url,), httpx.AsyncClient() as client:
-        load = await build_backend(BackendSpec(url), client).scrape()
+    async with fake_backends(state) as (url,), pool() as http:
+        load = await build_backend(BackendSpec(url), http).scrape()
     assert load.num_waiting is None and load.num_running is None
 
 
@@ -131,8 +142,8 @@ async def test_unreachable_backend_raises_our_error() -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    async with httpx.AsyncClient() as client:
-        backend = build_backend(BackendSpec(f"http://127.0.0.1:{port}"), client)
+    async with pool() as http:
+        backend = build_backend(BackendSpec(f"http://127.0.0.1:{port}"), http)
         assert not await backend.health()
         with pytest.raises(BackendUnavailable) as caught:
             await backend.send(_request(b'{"model": "m"}'))
