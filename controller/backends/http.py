@@ -116,7 +116,10 @@ class HttpBackend:
         self.capabilities = self._capabilities(send_priority)
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
-        return BackendCapabilities(supports_priority=send_priority, scrapes_metrics=False)
+        # A generic server may not know stream_options: leave stream bodies as the client sent.
+        return BackendCapabilities(
+            supports_priority=send_priority, scrapes_metrics=False, stream_usage=False
+        )
 
     def encode_priority(self, priority: int) -> dict[str, Any]:
         """Body fields carrying the scheduler's ``priority`` (lower = sooner)."""

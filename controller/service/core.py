@@ -16,6 +16,7 @@ A call's life here::
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -33,6 +34,8 @@ from controller.service.metrics import ServiceMetrics
 from controller.service.pool import BackendPool
 
 __all__ = ["ControllerCore", "PendingCall"]
+
+_log = logging.getLogger("agentrt.controller")
 
 
 @dataclass(slots=True, eq=False)
@@ -85,18 +88,27 @@ class ControllerCore:
         while True:
             await self._wake_event.wait()
             self._wake_event = anyio.Event()
-            self.dispatch()
+            try:
+                self.dispatch()
+            except Exception:  # a policy bug must not stop the service: log it, go on
+                self.metrics.internal_errors.inc()
+                _log.exception("dispatch round failed")
 
     async def _probe_loop(self) -> None:
         while True:
             await anyio.sleep(self.config.scrape_interval_s)
-            await self.pool.refresh()
-            self.expire_programs()
+            try:
+                await self.pool.refresh()
+                self.expire_programs()
+            except Exception:
+                self.metrics.internal_errors.inc()
+                _log.exception("backend probe round failed")
 
     def dispatch(self) -> None:
         """One decision round: drop expired calls, admit what the backends have room for."""
         now = self.clock()
         for call in self.dispatcher.drop_expired(now):
+            self.metrics.deadline_drops.inc()
             self._reject(call, DeadlinePassed("the call's deadline passed while it was queued"))
         if self._queued and not self.pool.any_healthy():
             for waiting in list(self._queued.values()):

@@ -50,6 +50,9 @@ class ServiceMetrics:
         self.client_disconnects = r.counter(
             p + "client_disconnects_total", "Calls whose client went away before the answer"
         )
+        self.internal_errors = r.counter(
+            p + "internal_errors_total", "Dispatch or probe rounds that failed (see the log)"
+        )
         self.queue_length = r.gauge(
             p + "queue_length", "Calls queued in the controller by queue level", ("level",)
         )

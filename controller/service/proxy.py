@@ -32,7 +32,7 @@ from controller.backends.api import (
 )
 from controller.scheduling.api import Call
 from controller.service.charging import Charger, Usage
-from controller.service.core import ControllerCore, PendingCall
+from controller.service.core import ControllerCore
 from controller.service.errors import (
     DeadlinePassed,
     ServiceError,
@@ -223,7 +223,7 @@ class CompletionsEndpoint:
                     "gen_ai.conversation.id": call.session_id,
                 }
             )
-            await self._pass_through(parsed, pending, backend_id, response, send, span, exchange)
+            await self._pass_through(parsed, backend_id, response, send, span, exchange)
         if deadline.cancelled_caught:
             core.metrics.deadline_drops.inc()
             raise DeadlinePassed("the call's deadline passed before its answer was complete")
@@ -231,7 +231,6 @@ class CompletionsEndpoint:
     async def _pass_through(
         self,
         parsed: IncomingCall,
-        pending: PendingCall,
         backend_id: str,
         response: BackendResponse,
         send: Send,

@@ -282,3 +282,33 @@ async def test_admitted_call_past_its_deadline_is_aborted_upstream_with_504() ->
     last = [e for e in streamed.text.split("\n\n") if e][-1]
     assert json.loads(last.removeprefix("data: "))["error"]["type"] == "timeout"
     assert state.aborted == 1
+
+
+async def test_a_failing_dispatch_round_is_logged_and_the_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with running(FakeState()) as svc:
+        dispatcher = svc.app.core.dispatcher
+        real_admit = dispatcher.admit
+        failures = [1]
+
+        def flaky_admit(now_s: float, backends: Any) -> Any:
+            if failures:
+                failures.pop()
+                raise RuntimeError("policy bug")
+            return real_admit(now_s, backends)
+
+        monkeypatch.setattr(dispatcher, "admit", flaky_admit)
+        async with anyio.create_task_group() as group:
+            answers: list[httpx.Response] = []
+
+            async def call() -> None:
+                answers.append(await svc.chat())
+
+            group.start_soon(call)
+            while failures:  # noqa: ASYNC110 - wait for the failing round
+                await anyio.sleep(0.01)
+            svc.app.core.wake()  # the next arrival, finish or scrape would do the same
+        metrics = (await svc.http.get(svc.url + "/metrics")).text
+    assert answers[0].status_code == 200
+    assert "agentrt_controller_internal_errors_total 1" in metrics
