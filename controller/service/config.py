@@ -52,6 +52,9 @@ class ControllerConfig:
     #: Parameters of the adaptive window (``AdaptiveWindowConfig`` fields: ``initial_window``,
     #: ``min_window``, ``max_window``, ``target_waiting``...); only with ``"adaptive"``.
     admission: Mapping[str, Any] = field(default_factory=dict)
+    #: Calls the controller holds in its queues at most; more arrivals get HTTP 503 with
+    #: ``Retry-After`` (a bound on memory under a flood).
+    max_queued_calls: int = 100_000
     #: Largest accepted request body (bytes); larger bodies get HTTP 413.
     max_body_bytes: int = 32 * 1024 * 1024
     #: Period of backend metric scrapes and health probes (seconds).
@@ -86,7 +89,7 @@ class ControllerConfig:
             raise ConfigError(
                 f"admission_window must be >= 1, 'adaptive' or unlimited, got {window!r}"
             )
-        for name in ("max_body_bytes", "max_connections", "http_pool_shards"):
+        for name in ("max_body_bytes", "max_connections", "http_pool_shards", "max_queued_calls"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
         for name in ("scrape_interval_s", "connect_timeout_s", "program_idle_timeout_s"):

@@ -131,9 +131,17 @@ class ControllerCore:
     # --- one call ----------------------------------------------------------------------------
 
     def submit(self, call: Call) -> PendingCall:
-        """Queue an arrived call; raises :class:`NoBackend` when no backend is healthy."""
+        """Queue an arrived call; raises :class:`NoBackend` when no backend is healthy or
+        ``max_queued_calls`` are already queued."""
         if not self.pool.any_healthy():
             raise self._no_backend()
+        if len(self._queued) >= self.config.max_queued_calls:
+            self.metrics.overloaded.inc()
+            raise NoBackend(
+                f"the controller already holds {len(self._queued)} queued calls",
+                retry_after_s=self.config.retry_after_s,
+                code="overloaded",
+            )
         pending = PendingCall(call)
         self._queued[call.call_id] = pending
         self.dispatcher.submit(call, self.clock())

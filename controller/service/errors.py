@@ -9,7 +9,7 @@ Each maps to one HTTP status. They derive from the project's error tree
         ├── ModelNotFound (404)    no backend serves the requested model
         ├── BodyTooLarge (413)     body over max_body_bytes
         ├── DeadlinePassed (504)   X-Agentrt-Timeout-Ms ran out before an answer
-        ├── NoBackend (503)        no healthy backend (with Retry-After)
+        ├── NoBackend (503)        no healthy backend, or the queues are full (Retry-After)
         └── UpstreamFailed (502)   a backend failed after retries
 """
 
@@ -74,8 +74,8 @@ class NoBackend(ServiceError):
     status_code = 503
     error_type = "service_unavailable"
 
-    def __init__(self, message: str, *, retry_after_s: int = 1) -> None:
-        super().__init__(message, code="no_backend")
+    def __init__(self, message: str, *, retry_after_s: int = 1, code: str = "no_backend") -> None:
+        super().__init__(message, code=code)
         self.retry_after_s = retry_after_s
 
     def headers(self) -> dict[str, str]:

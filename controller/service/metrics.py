@@ -47,6 +47,9 @@ class ServiceMetrics:
         self.no_backend = r.counter(
             p + "no_backend_total", "Calls answered 503 because no backend was healthy"
         )
+        self.overloaded = r.counter(
+            p + "overloaded_total", "Calls answered 503 because max_queued_calls were queued"
+        )
         self.client_disconnects = r.counter(
             p + "client_disconnects_total", "Calls whose client went away before the answer"
         )

@@ -312,3 +312,22 @@ async def test_a_failing_dispatch_round_is_logged_and_the_loop_goes_on(
         metrics = (await svc.http.get(svc.url + "/metrics")).text
     assert answers[0].status_code == 200
     assert "agentrt_controller_internal_errors_total 1" in metrics
+
+
+async def test_full_queues_answer_503_overloaded() -> None:
+    state = FakeState(gate=anyio.Event())
+    async with (
+        running(state, admission_window=1, max_queued_calls=1) as svc,
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(svc.chat)  # admitted, held by the gate
+        while state.active < 1:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+        group.start_soon(svc.chat)  # queued
+        while svc.app.core.queued() < 1:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+        refused = await svc.chat()
+        state.gate.set()  # type: ignore[union-attr]
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "overloaded"
+    assert refused.headers["retry-after"] == "1"
