@@ -45,6 +45,8 @@ class FakeState:
     active: int = 0
     #: Include a tool call in chat answers.
     tool_call: bool = False
+    #: Set-Cookie header value sent with whole answers ("" = none).
+    set_cookie: str = ""
 
 
 def _usage(state: FakeState, prompt_tokens: int) -> dict[str, Any]:
@@ -91,15 +93,17 @@ def build_fake(state: FakeState) -> Starlette:
             choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": "stop"}
         else:
             choice = {"index": 0, "text": text, "finish_reason": "stop"}
+        cookie = {"set-cookie": state.set_cookie} if state.set_cookie else None
         return JSONResponse(
-            {
+            headers=cookie,
+            content={
                 "id": "cmpl-1",
                 "object": "chat.completion" if chat else "text_completion",
                 "created": 0,
                 "model": state.model,
                 "choices": [choice],
                 "usage": _usage(state, prompt_tokens),
-            }
+            },
         )
 
     async def models(request: Request) -> Response:

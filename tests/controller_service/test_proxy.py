@@ -131,3 +131,12 @@ async def test_response_reports_queue_time_header() -> None:
     async with running(state) as svc:
         response = await svc.chat()
     assert float(response.headers["x-agentrt-queue-ms"]) >= 0
+
+
+async def test_one_users_cookies_never_reach_the_next_users_request() -> None:
+    state = FakeState(set_cookie="session=alice; Path=/")
+    async with running(state) as svc:
+        first = await svc.chat()
+        await svc.chat()
+    assert "set-cookie" not in first.headers  # not passed back either
+    assert all("cookie" not in headers for headers in state.headers)
