@@ -78,7 +78,7 @@ async def test_programs_show_active_calls_and_queues_while_they_wait() -> None:
                             node_id=f"n-{thread}")  # fmt: skip
             group.start_soon(functools.partial(svc.chat, headers=tags.to_headers()))
         table: dict[str, object] = {}
-        for _ in range(200):
+        for _ in range(1000):
             table = (await svc.http.get(svc.url + EV + "/programs")).json()
             entries = table["entries"]
             if entries and len(entries[0]["active_calls"]) == 3:  # type: ignore[index]

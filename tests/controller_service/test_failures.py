@@ -234,10 +234,18 @@ async def test_client_leaving_a_queued_call_removes_it() -> None:
             group.start_soon(svc.chat)
             while state.active < 1:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
-            with anyio.move_on_after(0.3):  # the client gives up: its connection closes
-                async with httpx.AsyncClient() as impatient:
-                    await impatient.post(svc.url + CHAT, json=chat_body())
-            for _ in range(100):
+            impatient_scope = anyio.CancelScope()
+
+            async def impatient() -> None:
+                with impatient_scope:
+                    async with httpx.AsyncClient() as client:
+                        await client.post(svc.url + CHAT, json=chat_body())
+
+            group.start_soon(impatient)
+            while svc.app.core.queued() < 1:  # noqa: ASYNC110 - until it is queued
+                await anyio.sleep(0.01)
+            impatient_scope.cancel()  # the client gives up: its connection closes
+            for _ in range(1000):
                 queues = (await svc.http.get(svc.url + "/agentrt/v1/queues")).json()
                 if queues["queued"] == 0:
                     break
@@ -258,7 +266,7 @@ async def test_client_leaving_a_stream_aborts_the_upstream_request() -> None:
                 seen += 1
                 if seen >= 3:
                     break
-        for _ in range(200):
+        for _ in range(1000):
             if state.aborted:
                 break
             await anyio.sleep(0.02)
@@ -273,7 +281,7 @@ async def test_admitted_call_past_its_deadline_is_aborted_upstream_with_504() ->
         headers = {"X-Agentrt-Program-Id": "p", "X-Agentrt-Timeout-Ms": "200"}
         whole = await svc.chat(headers=headers)
         streamed = await svc.chat(headers=headers, stream=True)
-        for _ in range(100):
+        for _ in range(500):
             if state.aborted and all(s.in_flight == 0 for s in svc.app.core.pool.states.values()):
                 break
             await anyio.sleep(0.02)

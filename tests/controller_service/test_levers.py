@@ -28,7 +28,7 @@ async def test_window_holds_calls_at_the_controller() -> None:
     async with running(state, admission_window=2) as svc, anyio.create_task_group() as group:
         for _ in range(5):
             group.start_soon(svc.chat)
-        for _ in range(200):
+        for _ in range(1000):
             queues = (await svc.http.get(svc.url + "/agentrt/v1/queues")).json()
             if queues["queued"] == 3:
                 break
@@ -43,7 +43,9 @@ async def test_adaptive_window_reads_the_scraped_waiting_queue() -> None:
     state = FakeState(metrics_text="vllm:num_requests_waiting 9\nvllm:num_requests_running 3\n")
     async with running(state, admission_window="adaptive", scrape_interval_s=0.05) as svc:
         assert isinstance(svc.app.core.dispatcher.admission, AdaptiveWindowAdmission)
-        await anyio.sleep(0.2)
+        with anyio.fail_after(10):
+            while svc.app.core.pool.views()[0].num_waiting is None:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
         (view,) = svc.app.core.pool.views()
         assert (view.num_waiting, view.num_running) == (9, 3)
         assert view.metrics_at_s is not None
