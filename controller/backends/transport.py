@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import httpx
 
 from agentrt.errors import ConfigError
+from controller.backends.fasthttp import FastHTTPTransport
 
 __all__ = ["HttpPool", "ShardedTransport"]
 
@@ -54,7 +55,7 @@ class HttpPool:
     """
 
     client: httpx.AsyncClient
-    transport: ShardedTransport
+    transport: httpx.AsyncBaseTransport
     #: Timeout applied to generation requests (read = the backend's longest silence).
     timeout: httpx.Timeout
 
@@ -64,11 +65,20 @@ class HttpPool:
         *,
         read_timeout_s: float | None = 600.0,
         connect_timeout_s: float = 5.0,
+        kind: str = "fast",
         shards: int = 8,
         max_connections: int = 1024,
     ) -> HttpPool:
+        """``kind``: ``fast`` (:class:`~controller.backends.fasthttp.FastHTTPTransport`) or
+        ``httpx`` (httpx's own transport, in ``shards`` pools: :class:`ShardedTransport`)."""
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
-        transport = ShardedTransport(shards, max_connections)
+        transport: httpx.AsyncBaseTransport
+        if kind == "fast":
+            transport = FastHTTPTransport(max_connections)
+        elif kind == "httpx":
+            transport = ShardedTransport(shards, max_connections)
+        else:
+            raise ConfigError(f"unknown HTTP transport {kind!r}; valid: fast, httpx")
         # trust_env=False: never route backend traffic through an environment proxy.
         client = httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False)
         return cls(client, transport, timeout)

@@ -67,6 +67,7 @@ class ControllerApp:
         self.http = HttpPool.create(
             read_timeout_s=config.backend_timeout_s,
             connect_timeout_s=config.connect_timeout_s,
+            kind=config.http_transport,
             shards=config.http_pool_shards,
             max_connections=config.max_connections,
         )

@@ -71,8 +71,11 @@ class ControllerConfig:
     program_idle_timeout_s: float = 600.0
     #: Connection pool size towards all backends together.
     max_connections: int = 1024
-    #: Independent connection pools used in turn (per-request pool overhead grows with the
-    #: number of connections in a pool; see controller/backends/transport.py).
+    #: HTTP transport towards backends: ``fast`` (HTTP/1.1 keep-alive on httptools; https
+    #: falls back to httpx) or ``httpx`` (httpx's own, in ``http_pool_shards`` pools).
+    http_transport: str = "fast"
+    #: Independent connection pools used in turn with ``http_transport = "httpx"``
+    #: (per-request pool overhead grows with the number of connections in a pool).
     http_pool_shards: int = 8
     #: uvicorn log level (``critical``, ``error``, ``warning``, ``info``, ``debug``).
     log_level: str = "warning"
@@ -102,6 +105,8 @@ class ControllerConfig:
         ids = [b.backend_id for b in self.backends]
         if len(set(ids)) != len(ids):
             raise ConfigError(f"backend ids must be unique, got {ids}")
+        if self.http_transport not in ("fast", "httpx"):
+            raise ConfigError(f"http_transport must be fast or httpx, got {self.http_transport!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(f"unknown log_level {self.log_level!r}")
 

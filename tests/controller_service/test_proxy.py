@@ -140,3 +140,15 @@ async def test_one_users_cookies_never_reach_the_next_users_request() -> None:
         await svc.chat()
     assert "set-cookie" not in first.headers  # not passed back either
     assert all("cookie" not in headers for headers in state.headers)
+
+
+@pytest.mark.parametrize("transport", ["fast", "httpx"])
+async def test_both_http_transports_pass_answers_and_streams_through(transport: str) -> None:
+    state = FakeState(tokens=4)
+    async with running(state, http_transport=transport) as svc:
+        whole = await svc.chat()
+        streamed = await svc.chat(stream=True)
+        table = (await svc.http.get(svc.url + "/agentrt/v1/queues")).json()
+    assert whole.json()["choices"][0]["message"]["content"] == "xxxx"
+    assert streamed.text.count("data: {") == 4 and streamed.text.endswith("data: [DONE]\n\n")
+    assert table["backends"][0]["in_flight"] == 0

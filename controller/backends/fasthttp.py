@@ -1,0 +1,300 @@
+"""A lean HTTP/1.1 keep-alive transport for ``http://`` backends, behind httpx's transport seam.
+
+Why: a proxied call costs the controller roughly twice the CPU of everything else together in
+httpcore's pure-Python HTTP/1.1 machinery (h11 state machine, pool bookkeeping, anyio stream
+wrappers). This transport speaks only what the controller needs to model servers — one request
+at a time per connection, ``Content-Length`` or chunked bodies, keep-alive — with uvicorn's C
+parser (``httptools``) on an asyncio protocol, and hands httpx a normal ``httpx.Response``.
+Everything else (``https``, requests whose body is a stream) goes to an
+``httpx.AsyncHTTPTransport`` fallback. Errors are httpx's own (``ConnectError``,
+``ConnectTimeout``, ``ReadTimeout``, ``RemoteProtocolError``, ``ReadError``), so callers map them
+exactly as for httpx's transport.
+
+asyncio only (the controller runs on asyncio / uvloop): the protocol callbacks are the cheapest
+way to read a socket. Closing an unfinished response closes its connection, which is how an
+upstream request is aborted (vLLM stops generating when the connection drops).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+import httptools
+import httpx
+
+from agentrt.errors import ConfigError
+
+__all__ = ["FastHTTPTransport"]
+
+#: Idle keep-alive connections older than this are not reused (seconds). Below uvicorn's
+#: default server-side keep-alive timeout (5 s), so we rarely race a server closing one.
+_IDLE_EXPIRY_S = 4.0
+#: Pause reading a streamed body when this many bytes wait unread; resume below a quarter.
+_HIGH_WATER = 1 << 20
+_Origin = tuple[str, int]
+_T = TypeVar("_T")
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP connection; one request/response at a time."""
+
+    def __init__(self, origin: _Origin) -> None:
+        self.origin = origin
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.reused = False
+        self._loop = asyncio.get_running_loop()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head: asyncio.Future[tuple[int, list[tuple[bytes, bytes]]]] = (
+            self._loop.create_future()
+        )
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._paused = False
+        self._waiter: asyncio.Future[None] | None = None
+        self.complete = False
+        self.keep_alive = True
+        self._error: Exception | None = None
+
+    # --- asyncio.Protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(httpx.RemoteProtocolError(f"malformed response from backend: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if not self.complete:
+            if self._head.done():
+                self._fail(httpx.ReadError("backend closed the connection mid-response"))
+            else:
+                self._fail(httpx.RemoteProtocolError("backend closed before answering"))
+
+    # --- httptools callbacks ---------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.keep_alive = self._parser.should_keep_alive()
+        if not self._head.done():
+            self._head.set_result((self._parser.get_status_code(), self._headers))
+
+    def on_body(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._buffered += len(body)
+        if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._wake()
+
+    # --- used by the transport -------------------------------------------------------------
+
+    def _fail(self, error: Exception) -> None:
+        self._error = error
+        if not self._head.done():
+            self._head.set_exception(error)
+            self._head.exception()  # retrieved: no "never retrieved" warning if unawaited
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def start(self, data: bytes) -> None:
+        if self.reused:
+            self._reset()
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def head(self, read_timeout_s: float | None) -> tuple[int, list[tuple[bytes, bytes]]]:
+        return await _wait(self._loop, self._head, read_timeout_s, "waiting for the response head")
+
+    async def body(self, read_timeout_s: float | None) -> AsyncIterator[bytes]:
+        while True:
+            if self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._paused and self._buffered < _HIGH_WATER // 4 and self.transport:
+                    self._paused = False
+                    self.transport.resume_reading()
+                yield chunk
+            elif self.complete:
+                return
+            elif self._error is not None:
+                raise self._error
+            else:
+                self._waiter = self._loop.create_future()
+                await _wait(self._loop, self._waiter, read_timeout_s, "reading the response body")
+                self._waiter = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def _wait(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[_T], limit_s: float | None, what: str
+) -> _T:
+    """Await ``future``; after ``limit_s`` seconds (``None`` = never) fail it with a timeout."""
+    if limit_s is None:
+        return await future
+    expiry = loop.call_later(limit_s, _expire, future, what)
+    try:
+        return await future
+    finally:
+        expiry.cancel()
+
+
+def _expire(future: asyncio.Future[Any], what: str) -> None:
+    if not future.done():
+        future.set_exception(httpx.ReadTimeout(f"timed out {what}"))
+
+
+class _Body(httpx.AsyncByteStream):
+    """The response body; closing it early closes (aborts) the connection."""
+
+    def __init__(
+        self, transport: FastHTTPTransport, conn: _Connection, timeout: float | None
+    ) -> None:
+        self._transport = transport
+        self._conn = conn
+        self._timeout = timeout
+        self._released = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._conn.body(self._timeout):
+            yield chunk
+        self._release()
+
+    async def aclose(self) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        conn = self._conn
+        if conn.complete and conn.keep_alive and not conn.closed:
+            self._transport._checkin(conn)
+        else:
+            conn.close()
+        self._transport._slots.release()
+
+
+class FastHTTPTransport(httpx.AsyncBaseTransport):
+    """Keep-alive HTTP/1.1 over asyncio + httptools for ``http://``; httpx for the rest.
+
+    ``max_connections`` bounds requests in flight through this transport (further requests
+    wait); idle connections are kept per origin, newest first, for :data:`_IDLE_EXPIRY_S`.
+    """
+
+    def __init__(self, max_connections: int = 1024) -> None:
+        if max_connections < 1:
+            raise ConfigError("FastHTTPTransport needs max_connections >= 1")
+        self._idle: dict[_Origin, list[_Connection]] = {}
+        self._slots = asyncio.Semaphore(max_connections)
+        limits = httpx.Limits(max_connections=max_connections)
+        self._fallback = httpx.AsyncHTTPTransport(limits=limits, retries=0)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http" or not isinstance(request.stream, httpx.ByteStream):
+            return await self._fallback.handle_async_request(request)
+        timeouts = request.extensions.get("timeout", {})
+        origin = (url.host, url.port or 80)
+        data = _serialise(request)
+        await self._slots.acquire()
+        try:
+            conn = self._checkout(origin)
+            if conn is not None:
+                try:
+                    return await self._exchange(conn, data, timeouts)
+                except httpx.RemoteProtocolError:
+                    pass  # a kept-alive connection the server had closed: once more, fresh
+            conn = await self._connect(origin, timeouts.get("connect"))
+            return await self._exchange(conn, data, timeouts)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    async def _exchange(
+        self, conn: _Connection, data: bytes, timeouts: dict[str, float | None]
+    ) -> httpx.Response:
+        read_timeout = timeouts.get("read")
+        try:
+            conn.start(data)
+            status, headers = await conn.head(read_timeout)
+        except BaseException:
+            conn.close()
+            raise
+        return httpx.Response(
+            status,
+            headers=headers,
+            stream=_Body(self, conn, read_timeout),
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    async def _connect(self, origin: _Origin, connect_timeout_s: float | None) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            connecting = loop.create_connection(lambda: _Connection(origin), *origin)
+            _, conn = await asyncio.wait_for(connecting, connect_timeout_s)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"connecting to {origin[0]}:{origin[1]} timed out") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot connect to {origin[0]}:{origin[1]}: {exc}") from exc
+        return conn
+
+    def _checkout(self, origin: _Origin) -> _Connection | None:
+        idle = self._idle.get(origin)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < _IDLE_EXPIRY_S:
+                conn.reused = True
+                return conn
+            conn.close()
+        return None
+
+    def _checkin(self, conn: _Connection) -> None:
+        conn.idle_since = time.monotonic()
+        self._idle.setdefault(conn.origin, []).append(conn)
+
+    async def aclose(self) -> None:
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+        await self._fallback.aclose()
+
+
+def _serialise(request: httpx.Request) -> bytes:
+    """Request line, headers and body in one buffer (one write, one TCP segment)."""
+    url = request.url
+    target = url.raw_path
+    lines = [request.method.encode() + b" " + target + b" HTTP/1.1"]
+    lines += [name + b": " + value for name, value in request.headers.raw]
+    body = request.content
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body

@@ -1,0 +1,229 @@
+"""The lean HTTP/1.1 transport against raw loopback servers that misbehave on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import anyio
+import anyio.lowlevel
+import httpx
+import pytest
+
+from controller.backends.fasthttp import FastHTTPTransport
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter, "Server"], Awaitable[None]]
+
+
+class Server:
+    """A raw HTTP server: ``handler`` serves each connection; counts connections."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+        self.connections = 0
+        self.requests = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            await self.handler(reader, writer, self)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+async def read_request(reader: asyncio.StreamReader, server: Server) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    match = re.search(rb"(?i)content-length:\s*(\d+)", head)
+    body = await reader.readexactly(int(match.group(1))) if match else b""
+    server.requests += 1
+    return body
+
+
+def response(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n%s\r\n%s" % (len(body), extra, body)
+
+
+async def keep_alive_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          server: Server) -> None:  # fmt: skip
+    while True:
+        body = await read_request(reader, server)
+        writer.write(response(b"echo:" + body))
+        await writer.drain()
+
+
+@contextlib.asynccontextmanager
+async def serving(handler: Handler) -> AsyncIterator[tuple[str, Server]]:
+    server = Server(handler)
+    listener = await asyncio.start_server(server.serve, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}", server
+    finally:
+        listener.close()
+
+
+@contextlib.asynccontextmanager
+async def client(**kwargs: object) -> AsyncIterator[httpx.AsyncClient]:
+    transport = FastHTTPTransport(**kwargs)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, timeout=2.0) as http:
+        yield http
+
+
+async def test_keep_alive_reuses_one_connection() -> None:
+    async with serving(keep_alive_echo) as (url, server), client() as http:
+        answers = [(await http.post(url + "/x", content=b"%d" % i)).text for i in range(5)]
+    assert answers == [f"echo:{i}" for i in range(5)]
+    assert server.connections == 1
+
+
+async def test_chunked_body_is_streamed_as_it_arrives() -> None:
+    release = anyio.Event()
+
+    async def chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await release.wait()
+        writer.write(b"6\r\nsecond\r\n0\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async with (
+        serving(chunked) as (url, _),
+        client() as http,
+        http.stream("POST", url, content=b"{}") as streamed,
+    ):
+        parts = streamed.aiter_bytes()
+        assert await anext(parts) == b"first"  # before the server sent the rest
+        release.set()
+        assert [chunk async for chunk in parts] == [b"second"]
+
+
+async def test_closing_an_unfinished_response_closes_the_connection() -> None:
+    closed = anyio.Event()
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        try:
+            while True:
+                writer.write(b"1\r\nx\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        finally:
+            closed.set()
+
+    async with serving(endless) as (url, _), client() as http:
+        async with http.stream("POST", url, content=b"{}") as streamed:
+            async for _ in streamed.aiter_bytes():
+                break
+        with anyio.fail_after(5):
+            await closed.wait()  # the server saw the abort
+
+
+async def test_a_connection_the_server_closed_is_not_reused() -> None:
+    async def one_shot(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(response(b"ok"))  # keep-alive by default, but closes anyway
+        await writer.drain()
+
+    async with serving(one_shot) as (url, server), client() as http:
+        first = await http.post(url, content=b"1")
+        await anyio.sleep(0.05)
+        second = await http.post(url, content=b"2")
+    assert (first.text, second.text) == ("ok", "ok")
+    assert server.connections == 2
+
+
+async def test_a_stale_keep_alive_connection_is_retried_once_on_a_fresh_one() -> None:
+    async def close_on_second(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                              server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(response(b"ok"))
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")  # the next request arrives... and is dropped
+
+    async with serving(close_on_second) as (url, server), client() as http:
+        assert (await http.post(url, content=b"1")).text == "ok"
+        assert (await http.post(url, content=b"2")).text == "ok"
+    assert server.connections == 2
+
+
+async def test_errors_are_httpx_errors() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        await anyio.sleep(10)
+
+    async def garbage(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        await reader.read()
+
+    async with serving(silent) as (url, _), client() as http:
+        with pytest.raises(httpx.ReadTimeout):
+            await http.post(url, content=b"{}", timeout=0.2)
+    async with serving(garbage) as (url, _), client() as http:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.post(url, content=b"{}")
+    async with serving(keep_alive_echo) as (url, _):
+        pass  # the port is free again
+    async with client() as http:
+        with pytest.raises(httpx.ConnectError):
+            await http.post(url, content=b"{}")
+
+
+async def test_large_bodies_survive_flow_control() -> None:
+    big = bytes(range(256)) * 20_000  # ~5 MB: reading pauses and resumes
+
+    async def large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(response(big))
+        await writer.drain()
+        await reader.read()
+
+    received = b""
+    async with serving(large) as (url, _), client() as http, http.stream("GET", url) as streamed:
+        async for chunk in streamed.aiter_bytes():
+            received += chunk
+            await anyio.lowlevel.checkpoint()  # let more data arrive: reading pauses
+    assert received == big
+
+
+async def test_max_connections_bounds_requests_in_flight() -> None:
+    in_flight = 0
+    most = 0
+
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   server: Server) -> None:  # fmt: skip
+        nonlocal in_flight, most
+        while True:
+            await read_request(reader, server)
+            in_flight += 1
+            most = max(most, in_flight)
+            await asyncio.sleep(0.05)
+            in_flight -= 1
+            writer.write(response(b"ok"))
+            await writer.drain()
+
+    async with (
+        serving(slow) as (url, server),
+        client(max_connections=2) as http,
+        anyio.create_task_group() as group,
+    ):
+        for _ in range(6):
+            group.start_soon(functools.partial(http.post, url, content=b"x"))
+    assert most == 2 and server.requests == 6
