@@ -114,6 +114,7 @@ class JournalStore(abc.ABC):
     def __init__(self, *, migrations: Sequence[Migration] = MIGRATIONS) -> None:
         self._migrations = tuple(migrations)
         self._opened = False
+        self._version = 0
 
     # -- what the two databases do differently ------------------------------------------
 
@@ -164,13 +165,16 @@ class JournalStore(abc.ABC):
 
     async def open(self) -> int:
         """Connect and bring the schema up to date; returns the schema version."""
+        if self._opened:
+            return self._version
         async with self._guard("open"):
-            await self._dispose()  # opening again starts from fresh connections
+            await self._dispose()  # a failed earlier attempt may have left engines behind
             await self._connect()
             try:
                 if await self._current_version() == len(self._migrations):
                     self._opened = True  # fast path: up to date, no write lock needed
-                    return len(self._migrations)
+                    self._version = len(self._migrations)
+                    return self._version
                 async with self._write() as conn:
                     await self._before_migrate(conn)
                     version: int = await conn.run_sync(
@@ -185,6 +189,7 @@ class JournalStore(abc.ABC):
                 await self._dispose()
                 raise
         self._opened = True
+        self._version = version
         return version
 
     async def _current_version(self) -> int | None:

@@ -316,3 +316,45 @@ async def test_two_journals_on_one_database_contend_without_lock_errors(
                 tg.start_soon(program, first if index % 2 else second, f"two-{index}")
         summaries = await first.list_programs(limit=100)
     assert len(summaries) == 40 and {s.committed for s in summaries} == {10}
+
+
+async def test_sqlite_group_commit_isolates_a_bad_statement_and_survives_cancellation(
+    tmp_path: Path,
+) -> None:
+    from sqlalchemy import text
+
+    store = SqliteJournalStore(tmp_path / "j.sqlite")
+    await store.open()
+    journal = Journal.from_store(store)
+    outcomes: dict[str, object] = {}
+
+    async def good(index: int) -> None:
+        outcomes[f"good-{index}"] = await journal.run_step(step(f"g{index}", 0), ok)
+
+    async def bad() -> None:
+        try:
+            await store._write_one(text("INSERT INTO no_such_table VALUES (1)"))
+        except Exception as exc:
+            outcomes["bad"] = exc
+
+    async def cancelled(index: int) -> None:
+        with anyio.move_on_after(0):
+            await journal.run_step(step(f"c{index}", 0), ok)
+
+    async with anyio.create_task_group() as tg:
+        for index in range(30):
+            tg.start_soon(good, index)
+            if index % 10 == 0:
+                tg.start_soon(bad)
+            if index % 3 == 0:
+                tg.start_soon(cancelled, index)
+    # Writes after all that still go through (the queue was never stranded).
+    with anyio.fail_after(10):
+        await journal.run_step(step("after", 0), ok)
+    await journal.close()
+    assert sum(1 for k in outcomes if k.startswith("good-")) == 30
+    assert "no_such_table" in str(outcomes["bad"])
+    async with Journal(str(tmp_path / "j.sqlite")) as reopened:
+        listed = await reopened.list_programs(limit=100)
+    committed = {p.program_id for p in listed if p.committed == 1}
+    assert {f"g{i}" for i in range(30)} | {"after"} <= committed
