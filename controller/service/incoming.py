@@ -24,7 +24,7 @@ _FORWARDED = frozenset({"authorization", "x-request-id", "openai-organization", 
 
 
 class ClientGone(Exception):
-    """The client disconnected (internal control flow, never leaves this module)."""
+    """The client disconnected while its request was read (internal to the service)."""
 
 
 @dataclass(slots=True)
