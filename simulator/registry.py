@@ -28,7 +28,7 @@ from controller.routing.factory import ROUTER_NAMES, build_router
 from controller.scheduling.dispatcher import Dispatcher
 from controller.scheduling.factory import SCHEDULER_NAMES, build_admission, build_scheduler
 from simulator.costs import CostFunction
-from simulator.retention import NoRetention, RetentionPolicy
+from simulator.retention import ControllerRetention, NoRetention, RetentionPolicy
 from simulator.sim import Policies
 
 __all__ = [
@@ -48,6 +48,9 @@ PREFIX_ROUTERS = frozenset({"prefix", "pipeline"})
 #: Retention name → factory. ``off`` first; ``on`` resolves to the next entry.
 RETENTION: Mapping[str, Callable[[], RetentionPolicy]] = {
     "off": NoRetention,
+    # controller.retention.TtlRetentionPolicy: TTL from the tool's duration distribution,
+    # return probability and KV pressure (docs/routing.md, "KV retention").
+    "ttl": ControllerRetention,
 }
 
 #: Largest program DAG the process table keeps after a program's last event (seconds):

@@ -14,9 +14,18 @@ Policies are pure (STYLE.md rule 1): no clock, no I/O; ``now_s`` comes in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-__all__ = ["NoRetention", "RetentionDecision", "RetentionPolicy", "WaitFacts"]
+from controller.retention import RetentionConfig, TtlRetentionPolicy
+
+__all__ = [
+    "CallObserver",
+    "ControllerRetention",
+    "NoRetention",
+    "RetentionDecision",
+    "RetentionPolicy",
+    "WaitFacts",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,13 +50,19 @@ class WaitFacts:
     kv_cache_usage: float | None
     #: Calls of the program that have finished so far.
     calls_finished: int
+    #: The program's workload kind (``react``...): return probabilities are learned per kind.
+    program_kind: str = ""
+    #: That engine's KV capacity (tokens); ``None`` = unknown.
+    kv_capacity_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class RetentionDecision:
-    """Keep the thread's KV for ``ttl_s`` seconds (0 = do not retain)."""
+    """Retain the thread for ``ttl_s`` seconds (0 = do not retain); ``pin``: hold its KV with
+    a native pin for that long (else only the engine binding and the retained lane)."""
 
     ttl_s: float = 0.0
+    pin: bool = True
 
 
 class RetentionPolicy(Protocol):
@@ -82,3 +97,36 @@ class NoRetention:
 
     def on_program_end(self, program_id: str, now_s: float) -> None:
         return None
+
+
+@runtime_checkable
+class CallObserver(Protocol):
+    """Optional: a policy that also wants to hear each released call (a thread that comes
+    back after its wait), to learn how often programs return."""
+
+    def on_call_arrived(self, program_id: str, thread_id: str, now_s: float) -> None: ...
+
+
+class ControllerRetention:
+    """The controller's own policy (:class:`controller.retention.TtlRetentionPolicy`) behind
+    this seam: the same object the controller service drives, so a simulated retention
+    result says something about the service (STYLE.md rule 1)."""
+
+    def __init__(self, config: RetentionConfig | None = None) -> None:
+        self.policy = TtlRetentionPolicy(config)
+        self.name = self.policy.name
+
+    def on_wait_start(self, facts: WaitFacts, now_s: float) -> RetentionDecision:
+        decision = self.policy.on_wait_start(facts, now_s)
+        return RetentionDecision(decision.ttl_s, decision.pin)
+
+    def on_wait_end(
+        self, program_id: str, thread_id: str, node_id: str, duration_s: float, now_s: float
+    ) -> None:
+        self.policy.on_wait_end(program_id, thread_id, node_id, duration_s, now_s)
+
+    def on_call_arrived(self, program_id: str, thread_id: str, now_s: float) -> None:
+        self.policy.on_call_arrived(program_id, thread_id, now_s)
+
+    def on_program_end(self, program_id: str, now_s: float) -> None:
+        self.policy.on_program_end(program_id, now_s)

@@ -58,6 +58,8 @@ class BenchConfig:
     workload_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: How often the controller refreshes engine gauges (seconds).
     scrape_interval_s: float = 0.0
+    #: ``max_steps`` per ``EngineCore.step`` call (1 = no fused decode steps).
+    max_fused_steps: int = 1 << 20
 
     def resolved_warmup_s(self) -> float:
         return 0.1 * self.duration_s if self.warmup_s is None else self.warmup_s
@@ -72,6 +74,7 @@ class BenchConfig:
             window_end_s=self.duration_s,
             stop_s=self.duration_s + drain,
             scrape_interval_s=self.scrape_interval_s,
+            max_fused_steps=self.max_fused_steps,
         )
 
     def programs(self) -> list[Program]:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentrt.errors import InvalidRequest
 from controller.scheduling.api import BackendView, Call
 from controller.scheduling.dispatcher import Dispatcher
 from emulator.core.engine import EngineCore
@@ -47,7 +48,7 @@ from simulator.workloads.program import LLMNode
 
 __all__ = ["SimConfig", "Simulation"]
 
-_STEP_DONE, _WAIT_DONE, _ARRIVAL, _WAKE = 0, 1, 2, 3
+_STEP_DONE, _REJECTED, _WAIT_DONE, _ARRIVAL, _WAKE = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,10 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._heap, (time_s, kind, self._seq, payload))
 
+    def wait_ends_at(self, time_s: float, run: ProgramRun, node: int) -> None:
+        """Schedule the end of wait ``node`` of ``run``."""
+        self.push(time_s, _WAIT_DONE, (run, node))
+
     def run(self, progress: ProgressFn | None = None, progress_every: int = 4096) -> RunRecord:
         """Run to completion (or ``stop_s``) and return what was recorded."""
         heap = self._heap
@@ -138,6 +143,8 @@ class Simulation:
                 _, kind, _, payload = pop(heap)
                 if kind == _STEP_DONE:
                     self._step_done(payload, now)
+                elif kind == _REJECTED:
+                    self._call_finished(payload[0], payload[1], now, cached=0, rejected=True)
                 elif kind == _WAIT_DONE:
                     self.waits.done(payload[0], payload[1], now)
                 elif kind == _ARRIVAL:
@@ -297,9 +304,9 @@ class Simulation:
                         priority=admission.backend_priority or 0,
                     )
                 )
-            except ValueError:  # InvalidRequest: longer than the engine accepts
+            except InvalidRequest:  # longer than the engine accepts: the client gets an error
                 program.rejected_calls += 1
-                self._call_finished(run, slot, now, cached=0, rejected=True)
+                self.push(now, _REJECTED, (run, slot))  # handled at this instant, in order
 
     # -- engines ------------------------------------------------------------------------------
 
@@ -328,7 +335,7 @@ class Simulation:
         finished: list[tuple[CallRun, int]] = []
         for item in result.progress:
             run = calls[item.request_id]
-            run.program.exec_s[run.node] += duration
+            run.exec_s += duration
             if not run.started:
                 run.started = True
                 self.waits.call_started(run, slot, now)
@@ -354,17 +361,21 @@ class Simulation:
         del self.calls[run.call.call_id]
         slot.in_flight -= 1
         service_s = 0.0 if rejected else self.cost(prompt_len - cached, spec.output_tokens)
+        # The router's index learns the chain over prompt + output: what the next call extends.
+        run.call.block_hashes = program.tokens.finish_call(
+            node, run.prompt, run.output, run.call.block_hashes
+        )
         self.dispatcher.on_finish(run.call, slot.backend_id, service_s, now)
         program.calls_finished += 1
         program.oracle_remaining_s -= program.oracle_s[node]
         program.thread_engine[spec.thread_id] = slot.index
+        program.exec_s[node] = run.exec_s
         if not rejected:
-            program.call_wait_s += now - run.arrival_s - program.exec_s[node]
+            program.call_wait_s += now - run.arrival_s - run.exec_s
             program.controller_wait_s += run.admitted_s - run.arrival_s
             program.ttft_s.append(run.first_token_s - run.arrival_s)
             program.prompt_tokens += prompt_len
             program.cached_tokens += cached
-        program.tokens.finish_call(node, run.prompt, run.output, run.call.block_hashes)
         self.node_finished(program, node, now)
 
     # -- end ----------------------------------------------------------------------------------

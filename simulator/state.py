@@ -87,6 +87,7 @@ class CallRun:
         "arrival_s",
         "call",
         "engine",
+        "exec_s",
         "first_token_s",
         "node",
         "output",
@@ -104,6 +105,8 @@ class CallRun:
         #: When the controller admitted it to an engine (seconds); -1 = still queued.
         self.admitted_s = -1.0
         self.first_token_s = -1.0
+        #: Sum of the durations of the engine steps the call was part of (seconds).
+        self.exec_s = 0.0
         self.started = False
         self.prompt: list[int] = []
         self.output: list[int] = []

@@ -111,12 +111,18 @@ class ProgramTokens:
 
     def finish_call(
         self, node: int, prompt: list[int], output: list[int], hashes: tuple[int, ...] = ()
-    ) -> None:
-        """Keep the call's prompt + output if a later node extends it."""
+    ) -> tuple[int, ...]:
+        """Keep the call's prompt + output if a later node extends it. Returns the hash chain
+        over what was kept (prompt + output), for the router's index; ``hashes`` when nothing
+        was kept or chains are off."""
         if self._refs[node]:
             tokens = prompt + output
             base = list(hashes) if self._block_size is not None else None
-            self._prefix[node] = (tokens, self._chain(base, tokens))
+            chain = self._chain(base, tokens)
+            self._prefix[node] = (tokens, chain)
+            if chain is not None:
+                return tuple(chain)
+        return hashes
 
     def finish_wait(self, node: int) -> None:
         """A wait ended: build its prefix (context + result) if a later node extends it."""

@@ -2,11 +2,11 @@
 
 A wait start is reported to the dispatcher (``on_tool_wait_start``, with the tool's predicted
 duration: the mean of that name's finished waits so far in this run, as the SDK predicts from
-history) and to the retention policy. A positive TTL becomes a native pin on the engine that
-served the thread's last call, holding the prefix the thread's next call will extend, plus
-``dispatcher.set_retention`` so the scheduler may admit the returning call ahead of its queue
-position (BRIEF.md §5). The pin is released when the thread's next call is first scheduled on
-an engine, when it expires, or at program end.
+history) and to the retention policy. A positive TTL becomes ``dispatcher.set_retention`` (the
+returning call goes to the engine that served the thread's last call, ahead of the scheduler's
+order: BRIEF.md §5) and, when the decision says ``pin``, a native pin on that engine holding
+the prefix the thread's next call will extend. The pin is released when the thread's next
+call is first scheduled on an engine, when it expires, or at program end.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 from typing import TYPE_CHECKING
 
 from controller.scheduling.api import Call
-from simulator.retention import RetentionPolicy, WaitFacts
+from simulator.retention import CallObserver, RetentionPolicy, WaitFacts
 from simulator.state import CallRun, EngineSlot, ProgramRun
 from simulator.workloads.program import WaitNode
 
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["WaitHandler"]
 
-_WAIT_DONE = 1
-
 
 class WaitHandler:
     """Wait events and retention pins for one :class:`~simulator.sim.Simulation`."""
@@ -33,6 +31,7 @@ class WaitHandler:
     def __init__(self, sim: Simulation, retention: RetentionPolicy) -> None:
         self._sim = sim
         self.retention = retention
+        self._calls = retention if isinstance(retention, CallObserver) else None
         #: Per wait name: (finished waits, their total duration in seconds).
         self._history: dict[str, tuple[int, float]] = {}
         #: Retention pins that were placed (count) and that held blocks (count).
@@ -74,19 +73,24 @@ class WaitHandler:
                 backend_id=slot.backend_id if slot is not None else None,
                 kv_cache_usage=slot.kv_cache_usage if slot is not None else None,
                 calls_finished=run.calls_finished,
+                program_kind=run.plan.program.kind,
+                kv_capacity_tokens=(
+                    slot.core.num_blocks * slot.core.config.block_size if slot is not None else None
+                ),
             ),
             now,
         )
         if decision.ttl_s > 0 and slot is not None and prefix is not None:
             pin_id = f"{program_id}/{spec.thread_id}"
             until = now + decision.ttl_s
-            self.pinned_blocks += slot.core.pin(
-                pin_id, prefix, cache_salt=None, ttl_s=decision.ttl_s, now_s=now
-            )
-            self.pins_placed += 1
+            if decision.pin:
+                self.pinned_blocks += slot.core.pin(
+                    pin_id, prefix, cache_salt=None, ttl_s=decision.ttl_s, now_s=now
+                )
+                self.pins_placed += 1
             run.pins[spec.thread_id] = (slot.index, pin_id, until)
             sim.dispatcher.set_retention(program_id, max(p[2] for p in run.pins.values()))
-        sim.push(now + spec.duration_s, _WAIT_DONE, (run, node))
+        sim.wait_ends_at(now + spec.duration_s, run, node)
 
     def done(self, run: ProgramRun, node: int, now: float) -> None:
         """A wait ended: report it, extend the program's context, release children."""
@@ -106,6 +110,8 @@ class WaitHandler:
 
     def annotate(self, run: ProgramRun, call: Call, now: float) -> None:
         """Tag a released call whose thread is retained with the engine holding its KV."""
+        if self._calls is not None:
+            self._calls.on_call_arrived(call.program_id, call.thread_id, now)
         pin = run.pins.get(call.thread_id)
         if pin is not None and pin[2] > now:
             call.notes["retained_backend"] = self._sim.engines[pin[0]].backend_id

@@ -101,7 +101,7 @@ def test_sim_table_plots_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture
     [
         (["--policy", "fcfs,nope"], "unknown scheduling policy 'nope'; valid: fcfs, mlfq"),
         (["--router", "nope"], "unknown router 'nope'; valid: round_robin"),
-        (["--retention", "on"], "retention 'on' is not available yet"),
+        (["--retention", "sometimes"], "unknown retention 'sometimes'; valid: on, off, ttl"),
         (["--workload", "nope"], "unknown workload 'nope'; valid: chatbot, react"),
         (["--profile", "nope"], "unknown hardware profile 'nope'; valid profiles: "),
         (["--admission-window", "0"], "admission window must be an integer >= 1"),

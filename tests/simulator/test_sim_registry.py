@@ -26,7 +26,6 @@ def test_every_controller_scheduler_builds_for_the_simulator(name: str) -> None:
         (PolicySpec("lottery"), "unknown scheduling policy 'lottery'; valid: fcfs"),
         (PolicySpec(router="random"), "unknown router 'random'; valid: round_robin, least_loaded"),
         (PolicySpec(retention="sometimes"), "unknown retention 'sometimes'; valid: on, off"),
-        (PolicySpec(retention="on"), "retention 'on' is not available yet"),
         (PolicySpec("plas", scheduler_options={"colour": 1}), "unknown scheduling parameter"),
     ],
 )
@@ -47,6 +46,13 @@ def test_admission_window_values() -> None:
 
 def test_retention_off_resolves() -> None:
     assert resolve_retention("OFF") == "off"
+
+
+def test_retention_on_is_the_controllers_ttl_policy() -> None:
+    from simulator.retention import ControllerRetention
+
+    assert resolve_retention("on") == "ttl"
+    assert isinstance(build_policies(PolicySpec(retention="on")).retention, ControllerRetention)
 
 
 def test_workload_names_and_params() -> None:

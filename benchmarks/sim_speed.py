@@ -1,0 +1,195 @@
+"""Simulator speed: wall (and CPU) seconds per simulated hour, and what fused steps buy.
+
+Two measurements, in the same process, each the median of ``--reps`` runs:
+
+* **hour** — what ``agentrt bench sim --workload W --rate R --duration D --seed S`` does:
+  generate the programs, simulate them under FCFS on one engine until they all finished (or
+  ``2 × D``), summarise. Reported: wall and CPU seconds of the whole command, the simulated
+  time covered, and wall seconds per simulated hour. Issue [sim] goal: <= 60 s wall for one
+  simulated hour of ``mixed`` near saturation on one ``a100-llama3-8b`` engine.
+* **fusion** — the same workload over a short window (``--fusion-duration``), once with
+  ``max_steps=1`` (one engine iteration per event-loop step: the baseline) and once with fused
+  pure-decode steps bounded by the next event (the default); the ratio is the speed-up.
+
+The machine is shared (2 cores): wall figures rise with other jobs; CPU figures (this process)
+are the stable ones. ``--write-docs`` replaces the "## Simulator speed" section of
+docs/benchmarks.md with the results.
+
+    .venv/bin/python benchmarks/sim_speed.py [--rate 0.3] [--reps 3] [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from simulator.registry import PolicySpec  # noqa: E402
+from simulator.runner import BenchConfig, run_comparison  # noqa: E402
+
+HEADING = "## Simulator speed"
+
+
+def _timed(bench: BenchConfig) -> dict[str, float]:
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    programs = bench.programs()
+    (outcome,) = run_comparison(bench, [PolicySpec("fcfs")], programs=programs)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    summary = outcome.summary
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "sim_end_s": summary["sim_end_s"],
+        "programs": len(programs),
+        "calls": summary["calls_completed"],
+        "engine_steps": summary["engine_steps"],
+        "throughput_programs_per_s": summary["throughput_programs_per_s"],
+        "token_latency_mean_s": summary["token_latency_s"]["mean"],
+        "programs_unfinished": summary["programs_unfinished"],
+    }
+
+
+def _median(runs: list[dict[str, float]], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    hour = BenchConfig(
+        workload=args.workload, rate_per_s=args.rate, duration_s=args.duration, seed=args.seed
+    )
+    hour_runs = [_timed(hour) for _ in range(args.reps)]
+    short = replace(hour, duration_s=args.fusion_duration, warmup_s=0.0)
+    fused_runs, single_runs = [], []
+    for _ in range(args.reps):  # interleaved, so load changes hit both alike
+        single_runs.append(_timed(replace(short, max_fused_steps=1)))
+        fused_runs.append(_timed(short))
+    sim_hours = _median(hour_runs, "sim_end_s") / 3600.0
+    return {
+        "workload": args.workload,
+        "rate": args.rate,
+        "duration_s": args.duration,
+        "seed": args.seed,
+        "reps": args.reps,
+        "hour": {
+            "wall_s": _median(hour_runs, "wall_s"),
+            "cpu_s": _median(hour_runs, "cpu_s"),
+            "sim_end_s": _median(hour_runs, "sim_end_s"),
+            "wall_s_per_sim_hour": _median(hour_runs, "wall_s") / sim_hours,
+            "cpu_s_per_sim_hour": _median(hour_runs, "cpu_s") / sim_hours,
+            "programs": hour_runs[0]["programs"],
+            "calls": hour_runs[0]["calls"],
+            "engine_steps": hour_runs[0]["engine_steps"],
+            "throughput_programs_per_s": hour_runs[0]["throughput_programs_per_s"],
+            "token_latency_mean_s": hour_runs[0]["token_latency_mean_s"],
+            "programs_unfinished": hour_runs[0]["programs_unfinished"],
+            "walls": [round(r["wall_s"], 1) for r in hour_runs],
+        },
+        "fusion": {
+            "duration_s": args.fusion_duration,
+            "single_cpu_s": _median(single_runs, "cpu_s"),
+            "fused_cpu_s": _median(fused_runs, "cpu_s"),
+            "single_engine_calls": single_runs[0]["engine_steps"],
+            "speedup_cpu": _median(single_runs, "cpu_s") / _median(fused_runs, "cpu_s"),
+        },
+        "load_average": os.getloadavg(),
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    hour, fusion = result["hour"], result["fusion"]
+    load = ", ".join(f"{x:.1f}" for x in result["load_average"])
+    date = datetime.date.today().isoformat()
+    rows = [
+        (
+            "programs / LLM calls / engine steps simulated",
+            f"{hour['programs']:,} / {hour['calls']:,} / {hour['engine_steps']:,}",
+        ),
+        ("simulated time until the last program finished", f"{hour['sim_end_s']:,.0f} s"),
+        (
+            f"wall time of the whole command (median; runs: {hour['walls']})",
+            f"**{hour['wall_s']:.1f} s**",
+        ),
+        ("CPU time of the whole command", f"{hour['cpu_s']:.1f} s"),
+        ("wall s per simulated hour", f"{hour['wall_s_per_sim_hour']:.1f} s"),
+        ("CPU s per simulated hour", f"{hour['cpu_s_per_sim_hour']:.1f} s"),
+        (
+            f"fused decode steps vs one iteration per step ({fusion['duration_s']:.0f} s, CPU)",
+            f"{fusion['speedup_cpu']:.2f}× ({fusion['single_cpu_s']:.1f} s → "
+            f"{fusion['fused_cpu_s']:.1f} s)",
+        ),
+    ]
+    table = "\n".join(["| measure | value |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows])
+    command = (
+        f".venv/bin/python benchmarks/sim_speed.py --rate {result['rate']} "
+        f"--reps {result['reps']} --write-docs"
+    )
+    return f"""{HEADING}
+
+`benchmarks/sim_speed.py`: what `agentrt bench sim --workload {result["workload"]} --rate
+{result["rate"]} --duration {result["duration_s"]:.0f} --seed {result["seed"]} --json` does
+(generate the programs, simulate them under FCFS on one `a100-llama3-8b` engine until all have
+finished, summarise), median of {result["reps"]} runs; {platform.machine()}, Python
+{platform.python_version()}, 2 shared cores, 1/5/15-min load average at the end: {load}
+({date}). {result["rate"]} programs/s is near saturation for `mixed` on one engine (completed
+throughput {hour["throughput_programs_per_s"]:.3f}/s, {hour["programs_unfinished"]} programs
+unfinished; see docs/simulator.md for the sweep).
+
+{table}
+
+Goal (issue [sim]): one simulated hour of `mixed` near saturation in ≤ 60 s wall.
+Command: `{command}`
+"""
+
+
+def write_docs(text: str) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    current = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
+    start = current.find(HEADING)
+    if start < 0:
+        updated = current.rstrip("\n") + "\n\n" + text
+    else:
+        end = current.find("\n## ", start + len(HEADING))
+        tail = current[end + 1 :] if end >= 0 else ""
+        updated = current[:start] + text + ("\n" + tail if tail else "")
+    path.write_text(updated, encoding="utf-8")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", default="mixed")
+    parser.add_argument("--rate", type=float, default=0.3, help="programs/s (default 0.3)")
+    parser.add_argument("--duration", type=float, default=3600.0, help="arrival window (s)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--fusion-duration", type=float, default=300.0, help="window of the fusion ratio (s)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument(
+        "--from-json", metavar="FILE", help="render results saved with --json instead of measuring"
+    )
+    args = parser.parse_args()
+    if args.from_json:
+        result = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    else:
+        result = measure(args)
+    print(json.dumps(result, indent=2) if args.json else markdown(result))
+    if args.write_docs:
+        write_docs(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
