@@ -1,0 +1,85 @@
+"""An AutoGen AssistantAgent with tools running as an agentrt program.
+
+    .venv/bin/python examples/autogen_assistant.py        # embedded emulator + controller
+    .venv/bin/python examples/autogen_assistant.py --base-url http://localhost:8080/v1 --model M
+
+Needs the ``autogen`` extra (``pip install -e '.[autogen]'``). The agent's model client is
+``adapters.autogen.AgentrtChatCompletionClient``: AutoGen fixes headers when a client is
+built, so the tags are added by the runtime's transport from the current program. Its tools
+are wrapped by ``adapters.autogen.agentrt_tools``, so each execution is reported to the
+controller as a tool wait. While the agent runs, the example samples the controller's
+process table and prints what it showed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common
+import _stack
+
+from adapters.autogen import run_assistant_agent
+from agentrt import Runtime
+
+TASK = (
+    "When did project Lighthouse launch? Search the archive first; if you need arithmetic, "
+    "use the calculator. Answer in one sentence."
+)
+
+
+async def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression.
+
+    Args:
+        expression: numbers with + - * / ** and parentheses, e.g. "(2 + 3) * 4"
+    """
+    # AutoGen hands a tool's exception back to the model as an error result.
+    return str(_common.evaluate(expression))
+
+
+async def main() -> int:
+    p = _common.parser(__doc__.splitlines()[0])
+    p.add_argument("--max-tool-iterations", type=int, default=3)
+    args = p.parse_args()
+    telemetry = _common.telemetry_for(args)
+    async with _stack.stack(args) as where:
+        config = _common.runtime_config(
+            args, _common.Endpoint(where.base_url, where.model, where.embedded), telemetry
+        )
+        watcher = _stack.ProcessTableWatcher(config)
+        async with Runtime(config) as rt, anyio.create_task_group() as group:
+            group.start_soon(watcher.run)
+            try:
+                run = await run_assistant_agent(
+                    rt,
+                    TASK,
+                    [_stack.slow_search, calculator],
+                    system="You are a careful assistant. Use tools when they help.",
+                    max_tool_iterations=args.max_tool_iterations,
+                    timeout_s=args.timeout_s,
+                )
+            finally:
+                watcher.stop()
+    program = run.program
+    print(
+        f"program {program.id}: {program.status}, {run.llm_calls} LLM calls, "
+        f"{run.tool_calls} tool calls ({run.stop_reason})"
+    )
+    print(watcher.report(program.id))
+    print(f"answer: {(run.answer or '(none)')[:300]}")
+    print("DAG (mermaid):")
+    print(program.to_mermaid())
+    if where.embedded:
+        print("(embedded emulator: its scripted model writes filler, not real answers)")
+    if telemetry:
+        telemetry.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))

@@ -1,0 +1,87 @@
+"""A LangGraph ReAct agent (langchain.agents.create_agent) running as an agentrt program.
+
+    .venv/bin/python examples/langgraph_react.py        # embedded emulator + controller
+    .venv/bin/python examples/langgraph_react.py --base-url http://localhost:8080/v1 --model M
+
+Needs the ``langchain`` extra (``pip install -e '.[langchain]'``). The agent's model is a
+``ChatOpenAI`` built by ``adapters.langchain.chat_model``: every call carries the program's
+tags. Its tools' executions are reported to the controller as tool waits. While the agent
+runs, the example samples the controller's process table and prints what it showed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common
+import _stack
+
+from adapters.langchain import run_react_agent
+from agentrt import Runtime
+
+TASK = (
+    "Search the archive for the launch date of project Lighthouse, then compute how many "
+    "days (17 * 23) + 4**3 is, and answer in one sentence."
+)
+
+
+async def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression.
+
+    Args:
+        expression: numbers with + - * / ** and parentheses, e.g. "(2 + 3) * 4"
+    """
+    # LangGraph's tool node stops the whole run on a tool exception (only bad arguments
+    # go back to the model), so a tool's own failure is returned as text for the model.
+    try:
+        return str(_common.evaluate(expression))
+    except ValueError as exc:
+        return f"error: {exc}"
+
+
+async def main() -> int:
+    p = _common.parser(__doc__.splitlines()[0])
+    p.add_argument("--max-llm-calls", type=int, default=6)
+    args = p.parse_args()
+    telemetry = _common.telemetry_for(args)
+    async with _stack.stack(args) as where:
+        config = _common.runtime_config(
+            args, _common.Endpoint(where.base_url, where.model, where.embedded), telemetry
+        )
+        watcher = _stack.ProcessTableWatcher(config)
+        async with Runtime(config) as rt, anyio.create_task_group() as group:
+            group.start_soon(watcher.run)
+            try:
+                run = await run_react_agent(
+                    rt,
+                    TASK,
+                    [_stack.slow_search, calculator],
+                    system="You are a careful assistant. Use tools when they help.",
+                    max_llm_calls=args.max_llm_calls,
+                    timeout_s=args.timeout_s,
+                )
+            finally:
+                watcher.stop()
+    program = run.program
+    print(
+        f"program {program.id}: {program.status}, {run.llm_calls} LLM calls, "
+        f"{run.tool_calls} tool calls ({run.stop_reason})"
+    )
+    print(watcher.report(program.id))
+    print(f"answer: {(run.answer or '(none)')[:300]}")
+    print("DAG (mermaid):")
+    print(program.to_mermaid())
+    if where.embedded:
+        print("(embedded emulator: its scripted model writes filler, not real answers)")
+    if telemetry:
+        telemetry.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(anyio.run(main))
