@@ -75,3 +75,19 @@ async def backend(
 def counter() -> Callable[[], dict[str, int]]:
     """A factory of fresh call counters (name → calls)."""
     return dict
+
+
+#: Crash-harness summaries of this session (filled by test_crash.py), printed at the end of the
+#: run so that CI logs show the counts even with ``-q``.
+CRASH_SUMMARIES: list[tuple[str, dict[str, Any]]] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not CRASH_SUMMARIES:
+        return
+    import json
+
+    terminalreporter.write_sep("-", "journal crash harness")
+    for db, summary in CRASH_SUMMARIES:
+        short = {k: v for k, v in summary.items() if k != "kill_points"}
+        terminalreporter.write_line(f"[{db}] {json.dumps(short)}")

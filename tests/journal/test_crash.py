@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.journal.conftest import drop_schema, require_postgres
+from tests.journal.conftest import CRASH_SUMMARIES, drop_schema, require_postgres
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -293,6 +293,7 @@ def report(summary: dict[str, Any], db: str, tmp: Path, record_property: Any) ->
     (tmp / f"crash-summary-{db}.json").write_text(json.dumps(summary, indent=2))
     short = {k: v for k, v in summary.items() if k != "kill_points"}
     print(f"\ncrash harness [{db}]: {json.dumps(short)}")
+    CRASH_SUMMARIES.append((db, summary))
     record_property(f"crash_{db}", json.dumps(short))
     assert summary["points_killed"] >= MIN_KILLS
     assert summary["duplicates"] == 0
