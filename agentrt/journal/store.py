@@ -219,7 +219,8 @@ class JournalStore(abc.ABC):
             precise = self._classify(exc)
             if precise is not None:
                 raise precise from exc
-            if isinstance(exc, _UNREACHABLE):
+            lost = isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+            if lost or isinstance(exc, _UNREACHABLE):
                 raise JournalUnavailable(
                     f"journal {self.where} unavailable ({operation}): {type(exc).__name__}: {exc}"
                 ) from exc

@@ -358,3 +358,34 @@ async def test_sqlite_group_commit_isolates_a_bad_statement_and_survives_cancell
         listed = await reopened.list_programs(limit=100)
     committed = {p.program_id for p in listed if p.committed == 1}
     assert {f"g{i}" for i in range(30)} | {"after"} <= committed
+
+
+async def test_postgres_connections_killed_by_the_server_are_replaced(tmp_path: Path) -> None:
+    from sqlalchemy import text
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from tests.journal.conftest import drop_schema, require_postgres
+
+    url = require_postgres()
+    schema = f"t_kill_{int(anyio.current_time() * 1000) % 10**9}"
+    admin = create_async_engine(url.replace("postgresql://", "postgresql+asyncpg://", 1))
+    try:
+        async with Journal(url, schema=schema) as journal:
+            await journal.run_step(step("p", 0), ok)
+            async with admin.begin() as conn:  # the server drops every journal connection
+                killed = (
+                    await conn.execute(
+                        text(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE application_name = 'agentrt-journal'"
+                        )
+                    )
+                ).scalar_one()
+            assert killed >= 1
+            await journal.run_step(step("p", 1), ok)  # pre-ping replaces the dead connection
+            assert [r.status for r in await journal.program_steps("p")] == [
+                StepStatus.COMMITTED
+            ] * 2
+    finally:
+        await admin.dispose()
+        await drop_schema(url, schema)
