@@ -31,7 +31,7 @@ INTERMEDIATE_SIZE = 256
 NUM_LAYERS = 2
 NUM_HEADS = 2  # head size 64: one of the CPU attention backend's supported head sizes
 NUM_KV_HEADS = 2
-MAX_POSITIONS = 2048  # tokens; becomes vLLM's default --max-model-len
+MAX_POSITIONS = 4096  # tokens; becomes vLLM's default --max-model-len
 CORPUS_BYTES = 3_000_000  # bytes of stdlib source used to train the tokenizer
 
 BOS = "<|begin_of_text|>"

@@ -7,6 +7,8 @@ Command line:
 
     python scripts/vllm/server.py model             build (or reuse) the tiny model; print its dir
     python scripts/vllm/server.py start [--port P] [--max-num-seqs N] [--state FILE]
+                                    [--scheduling-policy priority|fcfs] [--step-floor-ms MS]
+                                    [--no-dev-endpoints]
                                                     start, wait until healthy, print the base URL
                                                     (the server keeps running; state in FILE)
     python scripts/vllm/server.py stop [--state FILE]  stop the server started with `start`
@@ -47,6 +49,8 @@ BUILDER = HERE / "build_tiny_model.py"
 DEFAULT_VENV = ROOT / ".vllm-venv"
 STAMP_NAME = ".agentrt-vllm-installed"  # written by setup.sh when the install succeeded
 SERVED_MODEL_NAME = "tiny-llama"
+PLUGINS = HERE / "plugins"  # put on vLLM's PYTHONPATH
+STEP_FLOOR_PROCESSOR = "agentrt_vllm_step_floor:StepTimeFloor"
 CPU_BLOCK_SIZE = 128  # tokens per KV block: vLLM's CPU default (only full blocks are cached)
 
 
@@ -67,6 +71,12 @@ class ServerOptions:
     kv_cache_bytes: bytes of KV cache (--kv-cache-memory-bytes); 64 MiB = 32,768 tokens here.
     scheduling_policy: "priority" (lower `priority` value runs first) or "fcfs".
     extra_args: appended to vLLM's command line as given.
+    step_floor_ms: minimum duration of one engine step (ms), enforced by our logits processor
+        (plugins/agentrt_vllm_step_floor.py): paces the tiny model like a real one so that
+        vLLM's HTTP process keeps up on a small machine. 0 turns it off.
+    dev_endpoints: sets VLLM_SERVER_DEV_MODE=1, which adds /pause?mode=keep, /resume,
+        /reset_prefix_cache, /sleep, ... (tests use them to build exact queue states).
+        For test servers only: anyone who can reach the port can pause the engine.
     startup_timeout_s: seconds to wait for /health before giving up (~25-30 s is usual).
     """
 
@@ -76,6 +86,8 @@ class ServerOptions:
     scheduling_policy: str = "priority"
     served_model_name: str = SERVED_MODEL_NAME
     extra_args: tuple[str, ...] = ()
+    step_floor_ms: float = 4.0
+    dev_endpoints: bool = True
     startup_timeout_s: float = 240.0
 
 
@@ -89,6 +101,7 @@ class RunningServer:
     model: str  # the served model name to put in requests
     model_dir: str
     max_num_seqs: int
+    step_floor_ms: float  # minimum engine step duration (ms); 0 = none
     block_size: int  # tokens per KV block (prefix-cache granularity)
     run_dir: str  # TMPDIR, VLLM_CACHE_ROOT and server.log live here
     startup_s: float  # seconds from spawn to a healthy /health
@@ -199,6 +212,7 @@ def server_command(python: Path, model_dir: Path, port: int, options: ServerOpti
         "--max-num-seqs",
         str(options.max_num_seqs),
         "--enable-prompt-tokens-details",
+        *(["--logits-processors", STEP_FLOOR_PROCESSOR] if options.step_floor_ms > 0 else []),
         *options.extra_args,
     ]
 
@@ -226,7 +240,7 @@ def start_server(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=_child_env(run_dir, os.environ),
+            env=_child_env(run_dir, os.environ, options),
             cwd=run_dir,
             start_new_session=True,
         )
@@ -247,6 +261,7 @@ def start_server(
         model=options.served_model_name,
         model_dir=str(model_dir),
         max_num_seqs=options.max_num_seqs,
+        step_floor_ms=options.step_floor_ms,
         block_size=CPU_BLOCK_SIZE,
         run_dir=str(run_dir),
         startup_s=time.monotonic() - started,
@@ -258,15 +273,7 @@ def stop_server(server: RunningServer, keep_logs: bool = False, grace_s: float =
 
     SIGTERM first, SIGKILL after grace_s seconds. Removes the run directory unless keep_logs.
     """
-    _kill_group(server.pid, grace_s=grace_s)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(server.pid, 0)
-    run_dir = Path(server.run_dir)
-    if keep_logs:
-        shutil.rmtree(run_dir / "tmp", ignore_errors=True)
-        shutil.rmtree(run_dir / "cache", ignore_errors=True)
-    else:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    _stop_group(server.pid, Path(server.run_dir), keep_logs, grace_s)
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -301,8 +308,16 @@ def metric_sum(samples: Mapping[str, float], name: str) -> float | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _child_env(run_dir: Path, base: Mapping[str, str]) -> dict[str, str]:
+def _child_env(
+    run_dir: Path, base: Mapping[str, str], options: ServerOptions | None = None
+) -> dict[str, str]:
     env = dict(base)
+    env.pop("VLLM_SERVER_DEV_MODE", None)
+    if options is not None:
+        if options.dev_endpoints:
+            env["VLLM_SERVER_DEV_MODE"] = "1"
+        env["AGENTRT_VLLM_STEP_FLOOR_MS"] = str(options.step_floor_ms)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
     tmp = run_dir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env.update(
@@ -320,6 +335,17 @@ def _child_env(run_dir: Path, base: Mapping[str, str]) -> dict[str, str]:
     # An empty VLLM_CPU_KVCACHE_SPACE crashes this build; the size comes from the flag instead.
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     return env
+
+
+def _stop_group(pgid: int, run_dir: Path, keep_logs: bool, grace_s: float) -> None:
+    _kill_group(pgid, grace_s=grace_s)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pgid, 0)
+    if keep_logs:
+        shutil.rmtree(run_dir / "tmp", ignore_errors=True)
+        shutil.rmtree(run_dir / "cache", ignore_errors=True)
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _tail(path: Path, lines: int) -> str:
@@ -382,6 +408,12 @@ def _main(argv: Sequence[str]) -> int:
     start.add_argument("--port", type=int, default=None)
     start.add_argument("--max-num-seqs", type=int, default=ServerOptions.max_num_seqs)
     start.add_argument("--scheduling-policy", default="priority", choices=["priority", "fcfs"])
+    start.add_argument("--step-floor-ms", type=float, default=ServerOptions.step_floor_ms)
+    start.add_argument(
+        "--no-dev-endpoints",
+        action="store_true",
+        help="do not expose vLLM's dev endpoints (/pause, /resume, /reset_prefix_cache, ...)",
+    )
     start.add_argument("--state", default=str(scratch_dir() / "server.json"))
     stop = sub.add_parser("stop", help="stop the server recorded in --state")
     stop.add_argument("--state", default=str(scratch_dir() / "server.json"))
@@ -392,7 +424,8 @@ def _main(argv: Sequence[str]) -> int:
         if not state.is_file():
             print(f"no server recorded in {state}", file=sys.stderr)
             return 1
-        stop_server(RunningServer(**json.loads(state.read_text())))
+        recorded = json.loads(state.read_text())
+        _stop_group(int(recorded["pid"]), Path(recorded["run_dir"]), False, 20.0)
         state.unlink()
         return 0
 
@@ -409,6 +442,8 @@ def _main(argv: Sequence[str]) -> int:
             port=args.port,
             max_num_seqs=args.max_num_seqs,
             scheduling_policy=args.scheduling_policy,
+            dev_endpoints=not args.no_dev_endpoints,
+            step_floor_ms=args.step_floor_ms,
         )
         server = start_server(python, model_dir, options)
     except VllmLaunchError as exc:
