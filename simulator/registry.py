@@ -53,8 +53,8 @@ RETENTION: Mapping[str, Callable[[], RetentionPolicy]] = {
     "ttl": ControllerRetention,
 }
 
-#: Largest program DAG the process table keeps after a program's last event (seconds):
-#: the simulator always ends programs explicitly, so this only bounds leaks.
+#: Idle timeout of the process table (seconds): the simulator ends every program explicitly,
+#: so this only matters for programs cut off by ``stop_s``.
 _IDLE_TIMEOUT_S = 3600.0
 
 

@@ -37,7 +37,8 @@ class TokenSpace:
         return list(range(start, start + count))
 
     def system_prompt(self, system_prompt_id: str, count: int) -> list[int]:
-        """The shared ids of a system prompt (the first length requested wins a prefix)."""
+        """The shared ids of a system prompt: every program with ``system_prompt_id`` gets the
+        same ids (a longer request extends them, a shorter one gets a prefix)."""
         ids = self._system_prompts.get(system_prompt_id)
         if ids is None or len(ids) < count:
             ids = (ids or []) + self.fresh(count - len(ids or []))
