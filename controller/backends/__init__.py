@@ -1,17 +1,28 @@
-"""Backends: how the controller reaches model servers (vLLM, OpenAI-compatible, fakes).
+"""Backends: how the controller reaches model servers (vLLM, SGLang, OpenAI-compatible servers,
+our engine emulator, fakes). docs/backends.md describes the kinds and their options.
 
-See :mod:`controller.backends.api` for the seam and its error tree.
+See :mod:`controller.backends.api` for the seam, its capability interfaces (pins, token counts)
+and its error tree; :mod:`controller.backends.breaker` for the per-backend circuit breaker.
 """
 
 from controller.backends.api import (
     Backend,
     BackendCapabilities,
+    BackendDisconnected,
     BackendError,
     BackendLoad,
     BackendRequest,
     BackendResponse,
     BackendUnavailable,
+    DetectsFeatures,
+    PinError,
+    PinResult,
+    PinsUnsupported,
+    SupportsPins,
+    SupportsTokenize,
+    pins_of,
 )
+from controller.backends.breaker import BreakerConfig, BreakerState, CircuitBreaker
 from controller.backends.factory import BACKEND_KINDS, build_backend
 from controller.backends.spec import BackendSpec
 
@@ -19,11 +30,22 @@ __all__ = [
     "BACKEND_KINDS",
     "Backend",
     "BackendCapabilities",
+    "BackendDisconnected",
     "BackendError",
     "BackendLoad",
     "BackendRequest",
     "BackendResponse",
     "BackendSpec",
     "BackendUnavailable",
+    "BreakerConfig",
+    "BreakerState",
+    "CircuitBreaker",
+    "DetectsFeatures",
+    "PinError",
+    "PinResult",
+    "PinsUnsupported",
+    "SupportsPins",
+    "SupportsTokenize",
     "build_backend",
+    "pins_of",
 ]

@@ -7,30 +7,53 @@ kind does differently — how a scheduling priority is written into the body, wh
 exposes, whether it reports usage in a stream — lives behind this seam, so the service and the
 pure policies never branch on the server kind.
 
+Optional capability interfaces, checked with ``isinstance`` (they are runtime-checkable) and
+announced in :class:`BackendCapabilities` (docs/backends.md):
+
+* :class:`SupportsPins` — ``pin`` / ``unpin`` a prompt prefix's KV blocks for a TTL (the
+  emulator natively; SGLang where its ``/hicache/pin_prefix`` exists). :func:`pins_of` returns
+  the interface or ``None``; KV retention (BRIEF.md §5) calls it.
+* :class:`SupportsTokenize` — exact prompt token counts from the server's own tokenizer and
+  chat template (vLLM, the emulator), cached; never on the request path by default.
+* :class:`DetectsFeatures` — ``detect_features()`` after the first successful health probe
+  and after each recovery (e.g. vLLM's ``priority=auto``).
+
 Errors (derived from :mod:`agentrt.errors`; httpx errors never cross this seam)::
 
     LLMCallError
     └── BackendError              the backend answered something unusable
-        └── BackendUnavailable    nothing was received: safe to retry on another backend
-                                  (also an EndpointUnavailable)
+        ├── BackendUnavailable    nothing was received: safe to retry on another backend
+        │                         (also an EndpointUnavailable)
+        ├── BackendDisconnected   the connection broke after the status line (the backend
+        │                         likely died); retry is safe while nothing reached the client
+        └── PinError              a pin / unpin was refused or failed
+            └── PinsUnsupported   this backend cannot pin (this way, or at all)
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from agentrt.errors import EndpointUnavailable, LLMCallError
 
 __all__ = [
     "Backend",
     "BackendCapabilities",
+    "BackendDisconnected",
     "BackendError",
     "BackendLoad",
     "BackendRequest",
     "BackendResponse",
     "BackendUnavailable",
+    "DetectsFeatures",
+    "PinError",
+    "PinResult",
+    "PinsUnsupported",
+    "SupportsPins",
+    "SupportsTokenize",
+    "pins_of",
 ]
 
 
@@ -51,6 +74,21 @@ class BackendUnavailable(BackendError, EndpointUnavailable):
         self.connect_failed = connect_failed
 
 
+class BackendDisconnected(BackendError):
+    """The connection broke (reset, closed early) after the response had begun: the backend
+    most likely died. How much of the answer it produced is unknown; the caller may retry the
+    call elsewhere only while nothing of it reached the client. Timeouts are not this."""
+
+
+class PinError(BackendError):
+    """A pin or unpin was refused (bad input, no budget) or failed."""
+
+
+class PinsUnsupported(PinError):
+    """This backend cannot pin at all, or not the way asked (e.g. SGLang pins token ids
+    only; a server without the pin endpoint)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BackendCapabilities:
     """What a backend kind can do; the service reads these, never the kind's name."""
@@ -62,6 +100,10 @@ class BackendCapabilities:
     scrapes_metrics: bool = False
     #: Understands ``stream_options.include_usage`` (a final usage chunk in streams).
     stream_usage: bool = True
+    #: Implements :class:`SupportsPins` and the server is configured for it.
+    supports_pins: bool = False
+    #: Implements :class:`SupportsTokenize` (exact token counts from the server).
+    supports_tokenize: bool = False
 
 
 @dataclass(slots=True)
@@ -124,6 +166,11 @@ class BackendLoad:
     prefix_cache_queries: float | None = None
     #: Cumulative prefix-cache hits, in tokens (``vllm:prefix_cache_hits_total``).
     prefix_cache_hits: float | None = None
+    #: Recent prefix-cache hit rate in [0, 1] as the server reports it (SGLang's
+    #: ``sglang:cache_hit_rate``); vLLM gives the counters above instead.
+    prefix_cache_hit_rate: float | None = None
+    #: KV blocks held by retention pins (the emulator's ``agentrt:engine_pinned_blocks``).
+    pinned_blocks: int | None = None
 
 
 class Backend(Protocol):
@@ -157,3 +204,83 @@ class Backend(Protocol):
 
     async def aclose(self) -> None:
         """Release resources owned by this backend (not a shared HTTP client)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PinResult:
+    """What a backend says it pinned."""
+
+    pin_id: str
+    #: KV blocks now held by the pin; ``None`` when the server does not say.
+    blocks: int | None = None
+    #: Length of the pinned token prefix (tokens); ``None`` when unknown.
+    tokens: int | None = None
+    #: TTL the server applied (seconds); ``None`` = until unpinned (emulator only).
+    ttl_s: float | None = None
+    #: Only part of the prefix is held (SGLang: pin budget exhausted mid-prefix).
+    partial: bool = False
+
+
+@runtime_checkable
+class SupportsPins(Protocol):
+    """Native KV retention: hold a prompt prefix's KV blocks for ``ttl_s`` seconds.
+
+    Exactly one of ``messages`` (with optional ``tools``; rendered with the server's chat
+    template *without* a generation prompt, so the pin covers what the program's next call
+    starts with), ``prompt`` (text) or ``token_ids`` is given. ``cache_salt`` must be the salt
+    the program's calls carry (salted KV is a separate namespace). Re-using a ``pin_id``
+    replaces the pin. A pin holds only blocks that are *already cached*; it never computes.
+    """
+
+    async def pin(
+        self,
+        pin_id: str,
+        *,
+        ttl_s: float | None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        prompt: str | None = None,
+        token_ids: Sequence[int] | None = None,
+        cache_salt: str | None = None,
+    ) -> PinResult:
+        """Pin; ``ttl_s`` in seconds of the server's clock (``None`` = until :meth:`unpin`,
+        where the server allows it). Raises :class:`PinsUnsupported`, :class:`PinError`
+        (refused), :class:`BackendUnavailable` (unreachable)."""
+
+    async def unpin(self, pin_id: str) -> bool:
+        """Release now. ``False`` when the server no longer knew the pin (expired, never
+        made, server restarted). Raises :class:`PinError`, :class:`BackendUnavailable`."""
+
+
+@runtime_checkable
+class SupportsTokenize(Protocol):
+    """Exact token counts from the server's own tokenizer and chat template."""
+
+    async def count_tokens(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        prompt: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> int:
+        """Prompt tokens (messages rendered by the chat template, or ``prompt`` text), from a
+        bounded cache when the same input was counted before. Raises :class:`BackendError`."""
+
+
+@runtime_checkable
+class DetectsFeatures(Protocol):
+    """A backend kind that asks the server what it supports (called by the backend pool after
+    the first successful health probe and after each recovery)."""
+
+    async def detect_features(self) -> None:
+        """Probe and update :attr:`Backend.capabilities`. Never raises."""
+
+
+def pins_of(backend: object) -> SupportsPins | None:
+    """``backend`` as :class:`SupportsPins` when it implements it and announces
+    ``capabilities.supports_pins``; else ``None``."""
+    capabilities = getattr(backend, "capabilities", None)
+    if isinstance(backend, SupportsPins) and getattr(capabilities, "supports_pins", False):
+        return backend
+    return None

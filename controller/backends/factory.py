@@ -1,17 +1,30 @@
 """Builds a :class:`~controller.backends.api.Backend` from a :class:`BackendSpec`.
 
 The kinds are listed here explicitly (no global registry); an unknown kind or option is a
-:class:`~agentrt.errors.ConfigError` at start-up, never a silent fallback.
+:class:`~agentrt.errors.ConfigError` at start-up, never a silent fallback. Options per kind
+(docs/backends.md):
+
+=========  ===========================================================================
+all        ``probe_timeout_s`` (2), ``aux_timeout_s`` (10)
+vllm       ``token_cache_entries`` (4096); ``priority=auto`` allowed
+emulator   as vllm; pins are always on
+sglang     ``priority_order`` (higher_first | lower_first), ``priority_top`` (100),
+           ``pins`` (off), ``default_pin_ttl_s`` (300)
+openai     —
+=========  ===========================================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from agentrt.errors import ConfigError
 from controller.backends.api import Backend
-from controller.backends.http import HttpBackend, OpenAIBackend, VllmBackend
-from controller.backends.spec import BackendSpec
+from controller.backends.emulator import EmulatorBackend
+from controller.backends.http import OpenAIBackend, VllmBackend
+from controller.backends.sglang import SGLangBackend
+from controller.backends.spec import BackendSpec, _parse_bool
 from controller.backends.transport import HttpPool
 
 __all__ = ["BACKEND_KINDS", "build_backend"]
@@ -20,27 +33,124 @@ __all__ = ["BACKEND_KINDS", "build_backend"]
 BackendFactory = Callable[[BackendSpec, HttpPool], Backend]
 
 
-def _http_kind(cls: type[HttpBackend]) -> BackendFactory:
+class _Options:
+    """Takes typed kind options out of ``spec.options``; :meth:`done` rejects the rest."""
+
+    def __init__(self, spec: BackendSpec) -> None:
+        self.spec = spec
+        self.left = dict(spec.options)
+
+    def number(self, name: str, default: float, *, positive: bool = True) -> float:
+        raw = self.left.pop(name, None)
+        if raw is None:
+            return default
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ConfigError(f"backend {self.spec.backend_id}: {name} must be a number") from None
+        if positive and not value > 0:
+            raise ConfigError(f"backend {self.spec.backend_id}: {name} must be > 0")
+        return value
+
+    def integer(self, name: str, default: int) -> int:
+        raw = self.left.pop(name, None)
+        if raw is None:
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ConfigError(
+                f"backend {self.spec.backend_id}: {name} must be an integer"
+            ) from None
+        if value < 0:
+            raise ConfigError(f"backend {self.spec.backend_id}: {name} must be >= 0")
+        return value
+
+    def switch(self, name: str, default: bool) -> bool:
+        raw = self.left.pop(name, None)
+        return default if raw is None else _parse_bool(name, raw)
+
+    def choice(self, name: str, default: str, allowed: tuple[str, ...]) -> str:
+        value = self.left.pop(name, default)
+        if value not in allowed:
+            raise ConfigError(
+                f"backend {self.spec.backend_id}: {name} must be one of {list(allowed)}"
+            )
+        return value
+
+    def common(self) -> dict[str, Any]:
+        return {
+            "probe_timeout_s": self.number("probe_timeout_s", 2.0),
+            "aux_timeout_s": self.number("aux_timeout_s", 10.0),
+        }
+
+    def done(self) -> None:
+        if self.left:
+            raise ConfigError(
+                f"backend {self.spec.backend_id}: unknown options {sorted(self.left)}"
+            )
+
+
+def _no_auto(spec: BackendSpec) -> bool:
+    if spec.priority == "auto":
+        raise ConfigError(
+            f"backend {spec.backend_id}: priority=auto needs kind vllm or emulator; use on or off"
+        )
+    return spec.priority
+
+
+def _openai(spec: BackendSpec, http: HttpPool) -> Backend:
+    options = _Options(spec)
+    common = options.common()
+    options.done()
+    return OpenAIBackend(spec.backend_id, spec.url, http, send_priority=_no_auto(spec), **common)
+
+
+def _vllm_like(cls: type[VllmBackend]) -> BackendFactory:
     def build(spec: BackendSpec, http: HttpPool) -> Backend:
-        options = dict(spec.options)
-        probe_timeout_s = float(options.pop("probe_timeout_s", "2.0"))
-        if options:
-            raise ConfigError(f"backend {spec.backend_id}: unknown options {sorted(options)}")
+        options = _Options(spec)
+        common = options.common()
+        entries = options.integer("token_cache_entries", 4096)
+        options.done()
         return cls(
             spec.backend_id,
             spec.url,
             http,
             send_priority=spec.priority,
-            probe_timeout_s=probe_timeout_s,
+            token_cache_entries=entries,
+            **common,
         )
 
     return build
 
 
+def _sglang(spec: BackendSpec, http: HttpPool) -> Backend:
+    options = _Options(spec)
+    common = options.common()
+    order = options.choice("priority_order", "higher_first", ("higher_first", "lower_first"))
+    top = options.integer("priority_top", 100)
+    pins = options.switch("pins", False)
+    ttl = options.number("default_pin_ttl_s", 300.0)
+    options.done()
+    return SGLangBackend(
+        spec.backend_id,
+        spec.url,
+        http,
+        send_priority=_no_auto(spec),
+        priority_order="lower_first" if order == "lower_first" else "higher_first",
+        priority_top=top,
+        pins=pins,
+        default_pin_ttl_s=ttl,
+        **common,
+    )
+
+
 #: Kind name -> constructor. Extend by passing your own mapping to :func:`build_backend`.
 BACKEND_KINDS: Mapping[str, BackendFactory] = {
-    "vllm": _http_kind(VllmBackend),
-    "openai": _http_kind(OpenAIBackend),
+    "vllm": _vllm_like(VllmBackend),
+    "emulator": _vllm_like(EmulatorBackend),
+    "sglang": _sglang,
+    "openai": _openai,
 }
 
 

@@ -1,11 +1,12 @@
 """An in-process fake backend for tests (like ``httpx.MockTransport``): a handler function
-answers each request; no sockets involved."""
+answers each request; no sockets involved. With ``pins=True`` it also implements
+:class:`~controller.backends.api.SupportsPins` in memory (for retention tests)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controller.backends.api import (
@@ -13,6 +14,9 @@ from controller.backends.api import (
     BackendLoad,
     BackendRequest,
     BackendUnavailable,
+    PinError,
+    PinResult,
+    PinsUnsupported,
 )
 
 __all__ = ["FakeBackend", "FakeResponse"]
@@ -60,10 +64,17 @@ class FakeBackend:
         capabilities: BackendCapabilities | None = None,
         load: BackendLoad | None = None,
         models: list[dict[str, Any]] | None = None,
+        pins: bool = False,
     ) -> None:
         self.backend_id = backend_id
         self.url = f"fake://{backend_id}"
         self.capabilities = capabilities or BackendCapabilities()
+        if pins:
+            self.capabilities = replace(self.capabilities, supports_pins=True)
+        #: Live pins: pin id -> what was asked (``ttl_s``, ``tokens`` or ``messages``...).
+        self.pins: dict[str, dict[str, Any]] = {}
+        #: Every pin / unpin call, in order: ``("pin" | "unpin", pin_id)``.
+        self.pin_log: list[tuple[str, str]] = []
         self.handler = handler
         self.load = load or BackendLoad()
         self.model_list = models if models is not None else [{"id": "fake-model"}]
@@ -89,6 +100,37 @@ class FakeBackend:
         if self.down:
             raise BackendUnavailable(f"fake backend {self.backend_id} is down")
         return list(self.model_list)
+
+    async def pin(
+        self,
+        pin_id: str,
+        *,
+        ttl_s: float | None,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        prompt: str | None = None,
+        token_ids: Sequence[int] | None = None,
+        cache_salt: str | None = None,
+    ) -> PinResult:
+        if not self.capabilities.supports_pins:
+            raise PinsUnsupported(f"fake backend {self.backend_id} does not pin")
+        if self.down:
+            raise BackendUnavailable(f"fake backend {self.backend_id} is down")
+        if sum(x is not None for x in (messages, prompt, token_ids)) != 1:
+            raise PinError("give exactly one of messages, prompt or token_ids")
+        self.pin_log.append(("pin", pin_id))
+        self.pins[pin_id] = {
+            "ttl_s": ttl_s, "messages": messages, "tools": tools, "prompt": prompt,
+            "token_ids": token_ids, "cache_salt": cache_salt,
+        }  # fmt: skip
+        tokens = len(token_ids) if token_ids is not None else None
+        return PinResult(pin_id=pin_id, tokens=tokens, ttl_s=ttl_s)
+
+    async def unpin(self, pin_id: str) -> bool:
+        if self.down:
+            raise BackendUnavailable(f"fake backend {self.backend_id} is down")
+        self.pin_log.append(("unpin", pin_id))
+        return self.pins.pop(pin_id, None) is not None
 
     async def aclose(self) -> None:
         return None

@@ -1,17 +1,28 @@
-"""OpenAI-compatible HTTP backends over one shared ``httpx.AsyncClient``.
+"""OpenAI-compatible HTTP backends over one shared ``httpx.AsyncClient`` (docs/backends.md).
 
-Two kinds now: ``vllm`` (scrapes ``/metrics``, health on ``/health``, writes the scheduler's
-priority as vLLM's ``priority`` body field — lower runs first) and ``openai`` (any compatible
-server: no metrics, health on ``/v1/models``). Other kinds subclass :class:`HttpBackend` and
-override :meth:`HttpBackend.encode_priority`, :meth:`HttpBackend.load_from_metrics` or
-:attr:`HttpBackend.health_path`.
+* ``openai`` — any OpenAI-compatible server: no metrics, health on ``/v1/models``, priority only
+  when explicitly switched on.
+* ``vllm`` — vLLM's OpenAI server: scrapes ``/metrics`` (``vllm:`` names), health on
+  ``/health``, writes the scheduler's priority as vLLM's ``priority`` body field (lower runs
+  first) when ``priority=on`` — or, with ``priority=auto``, once a probe request showed that
+  the server runs ``--scheduling-policy priority``; exact token counts from ``/tokenize``.
+
+``sglang`` (:mod:`controller.backends.sglang`) and ``emulator``
+(:mod:`controller.backends.emulator`) build on these. Other kinds subclass
+:class:`HttpBackend` and override :meth:`HttpBackend.encode_priority`,
+:meth:`HttpBackend.load_from_metrics`, :attr:`HttpBackend.health_path` or
+:meth:`HttpBackend._capabilities`.
+
+``cache_salt`` and every other body field are forwarded exactly as the client sent them (the
+body is never re-serialised except to add ``priority`` or ``stream_options``).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Mapping
-from typing import Any, ClassVar
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar, Literal
 
 import httpx
 
@@ -22,75 +33,31 @@ from controller.backends.api import (
     BackendRequest,
     BackendUnavailable,
 )
-from controller.backends.prometheus_text import sum_samples
+from controller.backends.prometheus_text import max_samples, sum_samples
+from controller.backends.tokens import TokenCounter
 from controller.backends.transport import HttpPool
+from controller.backends.wire import (
+    BROKEN_BEFORE_STATUS,
+    NOTHING_RECEIVED,
+    HttpxResponse,
+    encode_body,
+    json_answer,
+)
 
-__all__ = ["HttpBackend", "OpenAIBackend", "VllmBackend", "encode_body"]
+__all__ = ["HttpBackend", "OpenAIBackend", "PriorityMode", "VllmBackend", "encode_body"]
 
-# Failures that happen before any byte of a response arrived: a retry elsewhere is safe.
-_NOTHING_RECEIVED = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-_BROKEN_BEFORE_STATUS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+_log = logging.getLogger("agentrt.controller")
 
-
-def encode_body(request: BackendRequest, extra: Mapping[str, Any]) -> bytes:
-    """The request body with ``extra`` top-level fields set.
-
-    Fast path: when only new keys are added to a body that does not have them, splice them
-    before the closing brace instead of re-serialising the prompt (a large body costs
-    milliseconds to dump).
-    """
-    if not extra and not request.add_stream_usage:
-        return request.raw_body
-    if request.add_stream_usage or any(key in request.body for key in extra):
-        body = dict(request.body)
-        body.update(extra)
-        if request.add_stream_usage:
-            options = body.get("stream_options")
-            body["stream_options"] = {
-                **(options if isinstance(options, dict) else {}),
-                "include_usage": True,
-            }
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-    raw = request.raw_body.rstrip()
-    inner = raw[:-1].rstrip()  # a parsed JSON object's bytes end with "}"
-    added = ",".join(
-        f"{json.dumps(key)}:{json.dumps(value, separators=(',', ':'))}"
-        for key, value in extra.items()
-    ).encode()
-    return inner + (b"" if inner.endswith(b"{") else b",") + added + b"}"
-
-
-class _HttpxResponse:
-    """Adapts an ``httpx.Response`` opened with ``stream=True`` to the backend seam."""
-
-    __slots__ = ("_response", "headers", "status_code")
-
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self.status_code = response.status_code
-        self.headers: Mapping[str, str] = response.headers
-
-    async def aread(self) -> bytes:
-        try:
-            return await self._response.aread()
-        except httpx.HTTPError as exc:
-            raise BackendError(f"backend broke off its answer: {exc!r}") from exc
-        finally:
-            await self._response.aclose()
-
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._response.aiter_bytes():
-                yield chunk
-        except httpx.HTTPError as exc:
-            raise BackendError(f"backend broke off its stream: {exc!r}") from exc
-
-    async def aclose(self) -> None:
-        await self._response.aclose()
+#: ``True`` / ``False``: send the scheduler's priority or not; ``"auto"``: ask the server.
+PriorityMode = bool | Literal["auto"]
 
 
 class HttpBackend:
-    """An OpenAI-compatible server reached over HTTP. Does not own ``http``."""
+    """An OpenAI-compatible server reached over HTTP. Does not own ``http``.
+
+    ``probe_timeout_s`` bounds health probes and metric scrapes; ``aux_timeout_s`` bounds the
+    other side requests (tokenize, pins, feature probes). Seconds.
+    """
 
     KIND: ClassVar[str] = "openai"
     #: GET path whose 200 means healthy.
@@ -102,8 +69,9 @@ class HttpBackend:
         url: str,
         http: HttpPool,
         *,
-        send_priority: bool = False,
+        send_priority: PriorityMode = False,
         probe_timeout_s: float = 2.0,
+        aux_timeout_s: float = 10.0,
     ) -> None:
         self.backend_id = backend_id
         self.kind: str = self.KIND
@@ -112,8 +80,11 @@ class HttpBackend:
         self._transport = http.transport
         self._extensions = {"timeout": http.timeout.as_dict()}
         self._probe_timeout = httpx.Timeout(probe_timeout_s)
+        self._aux_timeout = httpx.Timeout(aux_timeout_s)
         self._urls: dict[str, httpx.URL] = {}  # parsed once per path: URL parsing is not free
-        self.capabilities = self._capabilities(send_priority)
+        #: How the priority switch was configured (``"auto"`` resolves in detect_features).
+        self.priority_mode: PriorityMode = send_priority
+        self.capabilities = self._capabilities(send_priority is True)
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
         # A generic server may not know stream_options: leave stream bodies as the client sent.
@@ -129,7 +100,7 @@ class HttpBackend:
         """Load figures from the server's Prometheus text; unknown ones stay ``None``."""
         return BackendLoad()
 
-    async def send(self, request: BackendRequest) -> _HttpxResponse:
+    async def send(self, request: BackendRequest) -> HttpxResponse:
         extra: dict[str, Any] = {}
         if request.priority is not None and self.capabilities.supports_priority:
             extra = self.encode_priority(request.priority)
@@ -143,28 +114,41 @@ class HttpBackend:
         )
         try:
             response = await self._transport.handle_async_request(http_request)
-        except _NOTHING_RECEIVED as exc:
+        except NOTHING_RECEIVED as exc:
             raise BackendUnavailable(
                 f"backend {self.backend_id} unreachable: {exc!r}", connect_failed=True
             ) from exc
-        except _BROKEN_BEFORE_STATUS as exc:
+        except BROKEN_BEFORE_STATUS as exc:
             raise BackendUnavailable(
                 f"backend {self.backend_id} closed before answering: {exc!r}",
                 connect_failed=False,
             ) from exc
         except httpx.HTTPError as exc:
             raise BackendError(f"backend {self.backend_id} failed: {exc!r}") from exc
-        return _HttpxResponse(response)
+        return HttpxResponse(response)
 
-    async def _get(self, path: str) -> httpx.Response:
+    async def _request(
+        self, method: str, path: str, limits: httpx.Timeout, body: Any = None
+    ) -> httpx.Response:
         try:
-            return await self._client.get(self.url + path, timeout=self._probe_timeout)
-        except (*_NOTHING_RECEIVED, *_BROKEN_BEFORE_STATUS) as exc:
+            return await self._client.request(method, self.url + path, json=body, timeout=limits)
+        except (*NOTHING_RECEIVED, *BROKEN_BEFORE_STATUS) as exc:
             raise BackendUnavailable(
                 f"backend {self.backend_id} unreachable: {exc!r}", connect_failed=True
             ) from exc
         except httpx.HTTPError as exc:
             raise BackendError(f"backend {self.backend_id} failed: {exc!r}") from exc
+
+    async def _get(self, path: str) -> httpx.Response:
+        return await self._request("GET", path, self._probe_timeout)
+
+    async def _post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+        """POST a side request (not a generation); the parsed JSON answer of a 2xx.
+
+        Raises :class:`BackendUnavailable` (unreachable) and :class:`BackendError` (non-2xx
+        status — with ``status_code`` set — or a body that is not JSON)."""
+        response = await self._request("POST", path, self._aux_timeout, dict(body))
+        return json_answer(self.backend_id, path, response)
 
     async def scrape(self) -> BackendLoad:
         if not self.capabilities.scrapes_metrics:
@@ -205,38 +189,146 @@ class OpenAIBackend(HttpBackend):
     KIND: ClassVar[str] = "openai"
 
 
-_VLLM_METRICS = (
+_VLLM_COUNTS = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:gpu_cache_usage_perc",  # name before vLLM 0.10
     "vllm:prefix_cache_queries_total",
     "vllm:prefix_cache_hits_total",
 )
+_VLLM_FRACTIONS = (
+    "vllm:kv_cache_usage_perc",
+    "vllm:gpu_cache_usage_perc",  # name before vLLM 0.10
+)
 
 
-def _count(value: float | None) -> int | None:
+def count_or_none(value: float | None) -> int | None:
+    """A non-negative count, or ``None`` for missing / negative values."""
     return None if value is None or value < 0 else round(value)
 
 
+def fraction_or_none(value: float | None) -> float | None:
+    """A fraction in [0, 1], or ``None`` for missing / out-of-range values."""
+    return value if value is not None and 0.0 <= value <= 1.0 else None
+
+
+def counter_or_none(value: float | None) -> float | None:
+    """A cumulative counter (≥ 0), or ``None``."""
+    return value if value is not None and value >= 0 else None
+
+
+#: vLLM's refusal of a priority it cannot honour ("Got priority N but Priority scheduling is
+#: not enabled."): 400 with this in the message.
+_PRIORITY_REFUSED = "priority scheduling is not enabled"
+
+
 class VllmBackend(HttpBackend):
-    """vLLM's OpenAI server (and servers exposing vLLM's metric names, like our emulator)."""
+    """vLLM's OpenAI server (and servers exposing vLLM's metric names, like our emulator).
+
+    ``priority_mode="auto"`` sends one probe generation (``max_tokens: 1``, ``priority: 1``)
+    after the first successful health probe and after each recovery: vLLM answers it 400
+    unless it runs ``--scheduling-policy priority``. Until a probe succeeded no priority is
+    sent (the safe choice). ``token_cache_entries`` bounds the token-count cache.
+    """
 
     KIND: ClassVar[str] = "vllm"
     health_path: ClassVar[str] = "/health"
 
+    def __init__(
+        self,
+        backend_id: str,
+        url: str,
+        http: HttpPool,
+        *,
+        send_priority: PriorityMode = False,
+        probe_timeout_s: float = 2.0,
+        aux_timeout_s: float = 10.0,
+        token_cache_entries: int = 4096,
+    ) -> None:
+        super().__init__(
+            backend_id,
+            url,
+            http,
+            send_priority=send_priority,
+            probe_timeout_s=probe_timeout_s,
+            aux_timeout_s=aux_timeout_s,
+        )
+        self.tokens = TokenCounter(self._post_json, max_entries=token_cache_entries)
+        self._model: str | None = None
+
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
-        return BackendCapabilities(supports_priority=send_priority, scrapes_metrics=True)
+        return BackendCapabilities(
+            supports_priority=send_priority, scrapes_metrics=True, supports_tokenize=True
+        )
 
     def load_from_metrics(self, text: str) -> BackendLoad:
-        found = sum_samples(text, _VLLM_METRICS)
-        usage = found.get("vllm:kv_cache_usage_perc", found.get("vllm:gpu_cache_usage_perc"))
-        if usage is not None and not 0.0 <= usage <= 1.0:
-            usage = None
+        counts = sum_samples(text, _VLLM_COUNTS)
+        fractions = max_samples(text, _VLLM_FRACTIONS)
+        usage = fractions.get("vllm:kv_cache_usage_perc")
+        if usage is None:
+            usage = fractions.get("vllm:gpu_cache_usage_perc")
         return BackendLoad(
-            num_running=_count(found.get("vllm:num_requests_running")),
-            num_waiting=_count(found.get("vllm:num_requests_waiting")),
-            kv_cache_usage=usage,
-            prefix_cache_queries=found.get("vllm:prefix_cache_queries_total"),
-            prefix_cache_hits=found.get("vllm:prefix_cache_hits_total"),
+            num_running=count_or_none(counts.get("vllm:num_requests_running")),
+            num_waiting=count_or_none(counts.get("vllm:num_requests_waiting")),
+            kv_cache_usage=fraction_or_none(usage),
+            prefix_cache_queries=counter_or_none(counts.get("vllm:prefix_cache_queries_total")),
+            prefix_cache_hits=counter_or_none(counts.get("vllm:prefix_cache_hits_total")),
         )
+
+    async def _model_id(self) -> str | None:
+        if self._model is None:
+            try:
+                models = await self.models()
+            except BackendError:
+                return None
+            self._model = models[0]["id"] if models else None
+        return self._model
+
+    async def count_tokens(
+        self,
+        *,
+        messages: Sequence[Mapping[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        prompt: str | None = None,
+        add_generation_prompt: bool = True,
+    ) -> int:
+        """Exact prompt tokens via ``POST /tokenize`` (cached; see
+        :class:`~controller.backends.tokens.TokenCounter`). Raises :class:`BackendError`."""
+        try:
+            return await self.tokens.count(
+                await self._model_id(),
+                messages=messages,
+                tools=tools,
+                prompt=prompt,
+                add_generation_prompt=add_generation_prompt,
+            )
+        except ValueError as exc:
+            raise BackendError(f"backend {self.backend_id} tokenize: {exc}") from exc
+
+    async def detect_features(self) -> None:
+        """Resolve ``priority=auto`` with one probe generation. Never raises."""
+        self._model = None  # the server may have restarted with another model
+        if self.priority_mode != "auto":
+            return
+        verdict = await self._probe_priority()
+        if verdict is not None and verdict != self.capabilities.supports_priority:
+            _log.warning(
+                "backend %s: priority %s (auto-detected)", self.backend_id,
+                "on" if verdict else "off",
+            )  # fmt: skip
+            self.capabilities = replace(self.capabilities, supports_priority=verdict)
+
+    async def _probe_priority(self) -> bool | None:
+        model = await self._model_id()
+        if model is None:
+            return None
+        probe = {"model": model, "prompt": "ok", "max_tokens": 1, "priority": 1}
+        try:
+            await self._post_json("/v1/completions", probe)
+        except BackendUnavailable:
+            return None
+        except BackendError as exc:
+            if exc.status_code == 400 and _PRIORITY_REFUSED in str(exc).lower():
+                return False
+            _log.info("backend %s: priority probe inconclusive: %s", self.backend_id, exc)
+            return None
+        return True

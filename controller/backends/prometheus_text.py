@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-__all__ = ["sum_samples"]
+__all__ = ["max_samples", "sum_samples"]
 
 
 def _sample(line: str) -> tuple[str, float] | None:
@@ -37,16 +37,27 @@ def _sample(line: str) -> tuple[str, float] | None:
     return name.strip(), value
 
 
-def sum_samples(text: str, names: Iterable[str]) -> dict[str, float]:
-    """Sum of the samples of each metric in ``names`` found in ``text``.
-
-    Names absent from the text (or with only garbage samples) are absent from the result.
-    """
+def _samples(text: str, names: Iterable[str]) -> dict[str, list[float]]:
     wanted = set(names)
-    totals: dict[str, float] = {}
+    found: dict[str, list[float]] = {}
     for line in text.splitlines():
         sample = _sample(line)
         if sample is None or sample[0] not in wanted:
             continue
-        totals[sample[0]] = totals.get(sample[0], 0.0) + sample[1]
-    return totals
+        found.setdefault(sample[0], []).append(sample[1])
+    return found
+
+
+def sum_samples(text: str, names: Iterable[str]) -> dict[str, float]:
+    """Sum of the samples of each metric in ``names`` found in ``text`` (counts: requests,
+    tokens — one series per engine or rank adds up).
+
+    Names absent from the text (or with only garbage samples) are absent from the result.
+    """
+    return {name: sum(values) for name, values in _samples(text, names).items()}
+
+
+def max_samples(text: str, names: Iterable[str]) -> dict[str, float]:
+    """Largest sample of each metric in ``names`` (fractions such as a KV cache usage: the
+    fullest engine or rank is what limits admission; summing fractions would exceed 1)."""
+    return {name: max(values) for name, values in _samples(text, names).items()}

@@ -9,13 +9,15 @@ Examples::
 Keys: ``kind`` (a name known to :func:`controller.backends.factory.build_backend`), ``id``
 (defaults to ``host:port``), ``priority`` (``on``/``off``: send the scheduler's priority in
 the request body — only for servers started with priority scheduling, vLLM rejects it
-otherwise). Unknown keys and values are rejected (no silently ignored switches).
+otherwise; ``auto`` (vllm, emulator): ask the server with one probe request). Other keys are
+kind options (docs/backends.md), validated by the kind. Unknown keys and values are rejected
+(no silently ignored switches).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from agentrt.errors import ConfigError
@@ -34,6 +36,17 @@ def _parse_bool(key: str, value: Any) -> bool:
     raise ConfigError(f"backend option {key} must be on or off, got {value!r}")
 
 
+def _parse_priority(value: Any) -> bool | Literal["auto"]:
+    if isinstance(value, str) and value.lower() == "auto":
+        return "auto"
+    try:
+        return _parse_bool("priority", value)
+    except ConfigError:
+        raise ConfigError(
+            f"backend option priority must be on, off or auto, got {value!r}"
+        ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class BackendSpec:
     """One configured backend."""
@@ -44,8 +57,8 @@ class BackendSpec:
     kind: str = "vllm"
     #: Stable id; ``""`` = derived from the URL's ``host:port``.
     backend_id: str = ""
-    #: Send the scheduler's priority in each request body.
-    priority: bool = False
+    #: Send the scheduler's priority in each request body; ``"auto"`` = if the server takes it.
+    priority: bool | Literal["auto"] = False
     #: Kind-specific extra options, validated by the kind's constructor.
     options: dict[str, str] = field(default_factory=dict)
 
@@ -76,7 +89,7 @@ class BackendSpec:
             elif key == "id":
                 kwargs["backend_id"] = value
             elif key == "priority":
-                kwargs["priority"] = _parse_bool(key, value)
+                kwargs["priority"] = _parse_priority(value)
             else:
                 options[key] = value
         return cls(url=url, options=options, **kwargs)
@@ -96,6 +109,6 @@ class BackendSpec:
             url=data["url"],
             kind=str(data.get("kind", "vllm")),
             backend_id=str(data.get("id", "")),
-            priority=_parse_bool("priority", data.get("priority", False)),
+            priority=_parse_priority(data.get("priority", False)),
             options={str(k): str(v) for k, v in options.items()},
         )
