@@ -82,6 +82,13 @@ def counter() -> Callable[[], dict[str, int]]:
 CRASH_SUMMARIES: list[tuple[str, dict[str, Any]]] = []
 
 
+@pytest.fixture
+def crash_summaries() -> list[tuple[str, dict[str, Any]]]:
+    """Where a crash test puts its summary (a fixture: the list of the conftest module that
+    pytest loaded, which also prints it — importing the module again would make a copy)."""
+    return CRASH_SUMMARIES
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not CRASH_SUMMARIES:
         return
