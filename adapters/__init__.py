@@ -1,1 +1,28 @@
-"""Adapters that give LangChain / LangGraph and AutoGen code agentrt tagging and tools."""
+"""Adapters that give LangChain / LangGraph and AutoGen code agentrt tagging and tools.
+
+``adapters.langchain`` needs the ``langchain`` extra and ``adapters.autogen`` the ``autogen``
+extra; importing this package needs neither (``available()`` says which can be used). See
+docs/adapters.md.
+"""
+
+from __future__ import annotations
+
+from importlib.util import find_spec
+
+from adapters._common import AgentRun, StopReason
+
+__all__ = ["AgentRun", "StopReason", "available"]
+
+#: The top-level packages each adapter imports.
+_NEEDS: dict[str, tuple[str, ...]] = {
+    "langchain": ("langchain", "langchain_core", "langchain_openai", "langgraph"),
+    "autogen": ("autogen_core", "autogen_agentchat", "autogen_ext"),
+}
+
+
+def available() -> dict[str, bool]:
+    """``{"langchain": bool, "autogen": bool}``: whether each adapter's packages are installed
+    (without importing them)."""
+    return {
+        name: all(find_spec(p) is not None for p in packages) for name, packages in _NEEDS.items()
+    }

@@ -13,6 +13,9 @@ from typing import Any
 
 import anyio
 import httpx
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentrt import Runtime, RuntimeConfig
 from controller.backends.spec import BackendSpec
@@ -51,7 +54,8 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def running_stack() -> AsyncIterator[Stack]:
+async def running_stack(**runtime_options: Any) -> AsyncIterator[Stack]:
+    """The stack; ``runtime_options`` are more ``RuntimeConfig`` fields."""
     emulator = EmulatorConfig(time_scale=TIME_SCALE)
     async with serve_engine(emulator) as engine:
         config = ControllerConfig(
@@ -59,7 +63,10 @@ async def running_stack() -> AsyncIterator[Stack]:
         )
         async with serve_controller(config) as url:
             runtime_config = RuntimeConfig(
-                base_url=url + "/v1", model=DEFAULT_MODEL_NAME, controller="required"
+                base_url=url + "/v1",
+                model=DEFAULT_MODEL_NAME,
+                controller="required",
+                **runtime_options,
             )
             async with Runtime(runtime_config) as rt, httpx.AsyncClient(timeout=10) as http:
                 yield Stack(url, rt, http)
@@ -74,3 +81,19 @@ def tool_waiting(program_id: str, tool_name: str) -> Callable[[dict[str, Any]], 
         )
 
     return matches
+
+
+def span_tree(exporter: InMemorySpanExporter) -> list[tuple[str, str]]:
+    """(span name, parent span name) of the finished spans, in end order; all spans must be
+    in one trace."""
+    spans = exporter.get_finished_spans()
+    assert len({s.context.trace_id for s in spans}) == 1, "spans in more than one trace"
+    names = {s.context.span_id: s.name for s in spans}
+    return [(s.name, names.get(s.parent.span_id, "?") if s.parent else "") for s in spans]
+
+
+def recording_tracer() -> tuple[TracerProvider, InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter

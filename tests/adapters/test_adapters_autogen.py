@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("autogen_agentchat")
 pytest.importorskip("autogen_ext")
 
-from adapters_stack import Stack, running_stack, tool_waiting
+from adapters_stack import Stack, recording_tracer, running_stack, span_tree, tool_waiting
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.messages import (
@@ -29,7 +29,7 @@ from adapters.autogen import (
     run_agent,
     run_assistant_agent,
 )
-from agentrt import ConfigError, LLMCallError, Runtime, RuntimeConfig
+from agentrt import ConfigError, DeadlineExceeded, LLMCallError, Runtime, RuntimeConfig
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -245,3 +245,44 @@ async def test_errors_are_agentrt_errors() -> None:
         AgentrtChatCompletionClient(Runtime(RuntimeConfig(base_url="http://127.0.0.1:9/v1")))
     with pytest.raises(ConfigError, match="not a tool"):
         agentrt_tools([42])  # type: ignore[list-item]
+
+
+async def test_the_program_deadline_cancels_a_hanging_tool() -> None:
+    async def hang(topic: str) -> str:
+        """Never answers."""
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with running_stack() as stack:
+        client = ToolFirstClient(stack.runtime, max_tokens=16)
+        agent = AssistantAgent("hanger", model_client=client, tools=[*agentrt_tools([hang])])
+        with pytest.raises(DeadlineExceeded):
+            async with stack.runtime.program("hang", program_id="p-ag-hang", timeout_s=1.0) as p:
+                await agent.run(task="Look it up.")
+        after = await stack.programs()
+        await client.close()
+    assert p.status == "deadline_exceeded"
+    assert [(n.kind, n.status) for n in p.nodes.values()] == [("llm", "ok"), ("tool", "cancelled")]
+    assert all(e["program_id"] != "p-ag-hang" for e in after)
+
+
+async def test_spans_form_one_tree_under_the_program_span() -> None:
+    async def lookup(topic: str) -> str:
+        """Look a topic up."""
+        return topic
+
+    provider, exporter = recording_tracer()
+    async with running_stack(tracer_provider=provider) as stack:
+        client = ToolFirstClient(stack.runtime, max_tokens=16)
+        agent = AssistantAgent(
+            "traced", model_client=client, tools=[*agentrt_tools([lookup])], max_tool_iterations=2
+        )
+        await run_agent(agent, "Look it up.", runtime=stack.runtime)
+        await client.close()
+    model = stack.runtime.config.model
+    assert span_tree(exporter) == [
+        (f"chat {model}", "invoke_agent traced"),
+        ("execute_tool lookup", "invoke_agent traced"),
+        (f"chat {model}", "invoke_agent traced"),
+        ("invoke_agent traced", ""),
+    ]

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
-from adapters_stack import Stack, running_stack, tool_waiting
+from adapters_stack import Stack, recording_tracer, running_stack, span_tree, tool_waiting
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 from langgraph.graph import END, START, StateGraph
@@ -27,7 +27,7 @@ from adapters.langchain import (
     run_graph,
     run_react_agent,
 )
-from agentrt import ConfigError, LLMCallError, Runtime, RuntimeConfig
+from agentrt import ConfigError, DeadlineExceeded, LLMCallError, Runtime, RuntimeConfig
 from agentrt.errors import AgentrtError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -287,3 +287,53 @@ async def test_errors_are_agentrt_errors() -> None:
     closed = Runtime(RuntimeConfig(base_url="http://127.0.0.1:9/v1"))
     with pytest.raises(ConfigError, match="no model"):
         chat_model(closed)
+
+
+async def test_the_program_deadline_cancels_a_hanging_tool_and_closes_its_wait() -> None:
+    async def hang(topic: str) -> str:
+        """Never answers.
+
+        Args:
+            topic: anything
+        """
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async with running_stack() as stack:
+        llm = chat_model(stack.runtime, model_class=ToolFirstChatOpenAI, max_tokens=16)
+        agent = create_agent(llm, tools=[hang])
+        inputs = {"messages": [{"role": "user", "content": "Look it up."}]}
+        with pytest.raises(DeadlineExceeded):
+            async with stack.runtime.program("hang", program_id="p-lc-hang", timeout_s=1.0) as p:
+                await agent.ainvoke(inputs, config=agentrt_config())
+        after = await stack.programs()
+    assert p.status == "deadline_exceeded"
+    assert [(n.kind, n.status) for n in p.nodes.values()] == [("llm", "ok"), ("tool", "cancelled")]
+    assert all(e["program_id"] != "p-lc-hang" for e in after)
+
+
+async def test_spans_form_one_tree_under_the_program_span() -> None:
+    async def lookup(topic: str) -> str:
+        """Look a topic up.
+
+        Args:
+            topic: anything
+        """
+        return topic
+
+    provider, exporter = recording_tracer()
+    async with running_stack(tracer_provider=provider) as stack:
+        llm = chat_model(stack.runtime, model_class=ToolFirstChatOpenAI, max_tokens=16)
+        agent = create_agent(llm, tools=[lookup])
+        inputs = {"messages": [{"role": "user", "content": "Look it up."}]}
+        await run_graph(agent, inputs, runtime=stack.runtime, name="traced")
+    model = stack.runtime.config.model
+    assert span_tree(exporter) == [
+        (f"chat {model}", "invoke_agent traced"),
+        ("execute_tool lookup", "invoke_agent traced"),
+        (f"chat {model}", "invoke_agent traced"),
+        ("invoke_agent traced", ""),
+    ]
+    tool_span = exporter.get_finished_spans()[1]
+    assert tool_span.attributes is not None
+    assert tool_span.attributes["gen_ai.tool.call.id"]

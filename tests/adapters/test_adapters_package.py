@@ -1,0 +1,33 @@
+"""``import adapters`` needs neither framework; ``available()`` reports what is installed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import adapters
+
+
+def test_importing_the_package_imports_no_framework() -> None:
+    code = (
+        "import sys, adapters; "
+        "names = ('langchain_core', 'langgraph', 'autogen_core'); "
+        "print([m for m in names if m in sys.modules])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_available_reports_the_installed_extras() -> None:
+    found = adapters.available()
+    assert set(found) == {"langchain", "autogen"}
+    for name, ok in found.items():
+        module = {"langchain": "langgraph", "autogen": "autogen_agentchat"}[name]
+        try:
+            __import__(module)
+            importable = True
+        except ImportError:
+            importable = False
+        assert ok == importable
