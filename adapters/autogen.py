@@ -266,12 +266,15 @@ async def run_assistant_agent(
     max_tool_iterations: int = 3,
     timeout_s: float | None = None,
     max_tokens: int | None = 256,
+    program_id: str | None = None,
 ) -> AgentRun:
     """Run one AutoGen ``AssistantAgent`` with ``tools`` on ``task`` as one agentrt program.
 
     ``tools``: AutoGen tools or plain async functions (reported as tool waits). The agent
     makes at most ``max_tool_iterations`` rounds of tool calls (``stop_reason="max_steps"``
-    when it is still calling tools after them).
+    when it is still calling tools after them). ``timeout_s``: the program's budget
+    (seconds); ``program_id``: default a fresh one; ``max_tokens``: per model call (None = the
+    server's default).
     """
     from autogen_agentchat.agents import AssistantAgent
     from autogen_agentchat.messages import TextMessage
@@ -288,7 +291,7 @@ async def run_assistant_agent(
             max_tool_iterations=max_tool_iterations,
         )
         result, program = await run_agent(
-            agent, task, runtime=runtime, name=name, timeout_s=timeout_s
+            agent, task, runtime=runtime, name=name, timeout_s=timeout_s, program_id=program_id
         )
     finally:
         await client.close()

@@ -322,12 +322,15 @@ async def run_react_agent(
     max_llm_calls: int = 6,
     timeout_s: float | None = None,
     max_tokens: int | None = 256,
+    program_id: str | None = None,
 ) -> AgentRun:
     """Run one ReAct agent (``langchain.agents.create_agent``, a LangGraph graph) on ``task``
     as one agentrt program named ``name``.
 
     ``tools``: async functions with type hints and a docstring, or LangChain tools. The agent
-    stops after ``max_llm_calls`` model calls (``stop_reason="max_steps"``).
+    stops after ``max_llm_calls`` model calls (``stop_reason="max_steps"``). ``timeout_s``:
+    the program's budget (seconds); ``program_id``: default a fresh one; ``max_tokens``: per
+    model call (None = the server's default).
     """
     from langchain.agents import create_agent
     from langchain.agents.middleware import ModelCallLimitMiddleware
@@ -342,7 +345,9 @@ async def run_react_agent(
         middleware=[ModelCallLimitMiddleware(run_limit=max_llm_calls, exit_behavior="end")],
     )
     inputs = {"messages": [{"role": "user", "content": task}]}
-    state, program = await run_graph(agent, inputs, runtime=runtime, name=name, timeout_s=timeout_s)
+    state, program = await run_graph(
+        agent, inputs, runtime=runtime, name=name, timeout_s=timeout_s, program_id=program_id
+    )
     messages = state.get("messages", []) if isinstance(state, dict) else []
     last = messages[-1] if messages else None
     # The call-limit middleware ends the run with a message of its own, which no model wrote

@@ -226,7 +226,7 @@ async def test_run_assistant_agent_entry_point() -> None:
 
     async with running_stack() as stack:
         run = await run_assistant_agent(stack.runtime, "Add 2 and 3.", [add])
-    assert run.program.status == "ok"
+    assert run.program.status == "ok" and run.program.id.startswith("p-")
     assert run.program.name == "autogen-assistant"
     assert run.llm_calls >= 1
     assert run.stop_reason in ("answer", "max_steps")

@@ -266,8 +266,10 @@ async def test_run_react_agent_entry_point() -> None:
         return a + b
 
     async with running_stack() as stack:
-        run = await run_react_agent(stack.runtime, "Add 2 and 3.", [add], max_llm_calls=3)
-    assert run.program.status == "ok"
+        run = await run_react_agent(
+            stack.runtime, "Add 2 and 3.", [add], max_llm_calls=3, program_id="p-lc-entry"
+        )
+    assert run.program.status == "ok" and run.program.id == "p-lc-entry"
     assert 1 <= run.llm_calls <= 3
     assert run.stop_reason in ("answer", "max_steps")
     assert (run.answer is not None) == (run.stop_reason == "answer")
