@@ -29,7 +29,9 @@ from agentrt import __version__
 from agentrt.errors import ConfigError
 from controller.backends.api import Backend
 from controller.backends.factory import build_backend
+from controller.backends.spec import BackendSpec
 from controller.backends.transport import HttpPool
+from controller.service.admin import admin_routes
 from controller.service.charging import Charger, CostFunction
 from controller.service.config import ControllerConfig
 from controller.service.core import ControllerCore
@@ -43,6 +45,8 @@ from controller.service.tracing import CallTracing
 __all__ = ["ControllerApp"]
 
 _GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+#: ``agentrt_controller_backend_circuit_state`` values by backend status.
+_CIRCUIT_CODES = {"half_open": 1.0, "open": 2.0, "draining": 3.0}
 
 
 class ControllerApp:
@@ -91,6 +95,7 @@ class ControllerApp:
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 *event_routes(self.core),
+                *admin_routes(self.core, self._build_backend, config.admin_token),
             ],
             lifespan=self._lifespan,
         )
@@ -111,6 +116,10 @@ class ControllerApp:
             group.cancel_scope.cancel()
         for backend in self.core.pool.states.values():
             await backend.backend.aclose()
+
+    def _build_backend(self, spec: BackendSpec) -> Backend:
+        """A backend for the admin API's POST (shares the app's HTTP pool)."""
+        return build_backend(spec, self.http)
 
     # --- plain endpoints ---------------------------------------------------------------------
 
@@ -140,8 +149,18 @@ class ControllerApp:
         now = core.clock()
         self.metrics.fill_queues(core.dispatcher.scheduler.snapshot(now))
         self.metrics.programs.set(float(len(core.dispatcher.table)))
-        for backend_id, state in core.pool.states.items():
-            self.metrics.in_flight.set(float(state.in_flight), backend_id)
-            self.metrics.backend_up.set(1.0 if state.healthy else 0.0, backend_id)
-            if state.load.num_waiting is not None:
-                self.metrics.backend_waiting.set(float(state.load.num_waiting), backend_id)
+        states = core.pool.states
+        metrics = self.metrics
+        # replace(): a removed backend's series disappear with it.
+        metrics.in_flight.replace({(b,): float(s.in_flight) for b, s in states.items()})
+        metrics.backend_up.replace({(b,): float(s.healthy) for b, s in states.items()})
+        metrics.backend_circuit.replace(
+            {(b,): _CIRCUIT_CODES.get(s.status(), 0.0) for b, s in states.items()}
+        )
+        metrics.backend_waiting.replace(
+            {
+                (b,): float(s.load.num_waiting)
+                for b, s in states.items()
+                if s.load.num_waiting is not None
+            }
+        )

@@ -2,9 +2,9 @@
 
 Every key of :class:`ControllerConfig` can be set in a file (same names; ``backends`` is a list
 of URL strings or tables ``{url, kind, id, priority, options}``), as an environment variable
-``AGENTRT_CONTROLLER_<KEY>`` (``BACKENDS`` is whitespace-separated; ``SCHEDULING``, ``COST`` and
-``ADMISSION`` are JSON objects), or on the command line. Unknown keys — in the file or as an
-``AGENTRT_CONTROLLER_*`` variable — are errors, never silently ignored.
+``AGENTRT_CONTROLLER_<KEY>`` (``BACKENDS`` is whitespace-separated; ``SCHEDULING``, ``COST``,
+``ADMISSION`` and ``BREAKER`` are JSON objects), or on the command line. Unknown keys — in the
+file or as an ``AGENTRT_CONTROLLER_*`` variable — are errors, never silently ignored.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentrt.errors import ConfigError
+from controller.backends.breaker import BreakerConfig
 from controller.backends.spec import BackendSpec
 
 __all__ = ["ENV_PREFIX", "AdmissionWindow", "ControllerConfig", "load_config"]
@@ -57,8 +58,16 @@ class ControllerConfig:
     max_queued_calls: int = 100_000
     #: Largest accepted request body (bytes); larger bodies get HTTP 413.
     max_body_bytes: int = 32 * 1024 * 1024
-    #: Period of backend metric scrapes and health probes (seconds).
+    #: Period of each backend's health probe and metric scrape, and the probe's time limit
+    #: (seconds): a dead backend leaves routing within one interval.
     scrape_interval_s: float = 1.0
+    #: Circuit-breaker thresholds (``BreakerConfig`` fields: ``failure_threshold``,
+    #: ``error_rate``, ``window``, ``min_calls``, ``cooldown_s``, ``success_threshold``,
+    #: ``backoff``, ``max_cooldown_s``); unknown keys are errors.
+    breaker: Mapping[str, Any] = field(default_factory=dict)
+    #: Bearer token the admin endpoints (adding / removing backends) require; ``None`` = they
+    #: accept requests from loopback clients only.
+    admin_token: str | None = None
     #: Longest wait for a backend's answer to start or continue (seconds); ``None`` = forever.
     backend_timeout_s: float | None = 600.0
     #: Longest wait to connect to a backend (seconds).
@@ -109,6 +118,9 @@ class ControllerConfig:
             raise ConfigError(f"http_transport must be fast or httpx, got {self.http_transport!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(f"unknown log_level {self.log_level!r}")
+        BreakerConfig.from_mapping(dict(self.breaker))  # raises ConfigError when invalid
+        if self.admin_token is not None and len(self.admin_token) < 8:
+            raise ConfigError("admin_token must have at least 8 characters")
 
 
 _FIELDS = {f.name: f for f in fields(ControllerConfig)}
@@ -156,7 +168,9 @@ def _coerce(name: str, value: Any) -> Any:
         return _parse_backends(value)
     if name == "admission_window":
         return _parse_window(value)
-    if name in ("scheduling", "cost", "admission"):
+    if name == "admin_token" and (value is None or value == ""):
+        return None
+    if name in ("scheduling", "cost", "admission", "breaker"):
         if isinstance(value, str):
             try:
                 value = json.loads(value)

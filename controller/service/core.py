@@ -26,6 +26,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from controller.backends.api import Backend
+from controller.backends.breaker import BreakerConfig
 from controller.scheduling.api import Call
 from controller.scheduling.dispatcher import Admission, Dispatcher
 from controller.service.config import ControllerConfig
@@ -64,20 +65,28 @@ class ControllerCore:
         self.dispatcher = dispatcher
         self.metrics = metrics
         self.clock = clock
-        self.pool = BackendPool(backends, self.wake, clock)
+        self.pool = BackendPool(
+            backends,
+            self.wake,
+            clock,
+            interval_s=config.scrape_interval_s,
+            breaker=BreakerConfig.from_mapping(dict(config.breaker)),
+            on_error=metrics.internal_errors.inc,
+        )
         self._queued: dict[str, PendingCall] = {}
         self._wake_event = anyio.Event()
 
     # --- the loops ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Dispatch and probe until cancelled (the app's lifespan owns this task). Reports
-        started after the first probe of every backend (health, load, models)."""
+        """Dispatch, probe backends (each in its own loop, :class:`BackendPool`) and expire idle
+        programs until cancelled (the app's lifespan owns this task). Reports started after
+        the first probe of every backend (health, load, models)."""
         async with anyio.create_task_group() as group:
             group.start_soon(self._dispatch_loop)
-            await self.pool.refresh()
+            await group.start(self.pool.run)
             self.expire_programs()
-            group.start_soon(self._probe_loop)
+            group.start_soon(self._expiry_loop)
             task_status.started()
 
     def wake(self) -> None:
@@ -94,15 +103,14 @@ class ControllerCore:
                 self.metrics.internal_errors.inc()
                 _log.exception("dispatch round failed")
 
-    async def _probe_loop(self) -> None:
+    async def _expiry_loop(self) -> None:
         while True:
             await anyio.sleep(self.config.scrape_interval_s)
             try:
-                await self.pool.refresh()
                 self.expire_programs()
             except Exception:
                 self.metrics.internal_errors.inc()
-                _log.exception("backend probe round failed")
+                _log.exception("program expiry round failed")
 
     def dispatch(self) -> None:
         """One decision round: drop expired calls, admit what the backends have room for."""
@@ -174,14 +182,20 @@ class ControllerCore:
         self.metrics.deadline_drops.inc()
         raise DeadlinePassed("the call's deadline passed while it was queued")
 
-    def retry(self, pending: PendingCall, backend_id: str, backend_down: bool) -> None:
-        """The admitted call could not reach ``backend_id``: put it back in the queues at its
-        old place (nothing reached the client), optionally taking the backend out."""
+    def retry(
+        self, pending: PendingCall, backend_id: str, backend_down: bool, reason: str = ""
+    ) -> None:
+        """The admitted call could not be answered by ``backend_id`` and nothing reached the
+        client: put it back in the queues at its old place. The failure counts against the
+        backend's circuit; ``backend_down`` trips it (out of routing at once)."""
         call = pending.call
         now = self.clock()
-        self.pool.release(backend_id)
+        self.metrics.backend_failures.inc(1.0, backend_id)
         if backend_down:
-            self.pool.mark_down(backend_id)
+            self.pool.mark_down(backend_id, reason or "unreachable")
+        else:
+            self.pool.record_outcome(backend_id, False, reason or "no answer")
+        self.pool.release(backend_id)
         if not self.pool.any_healthy():
             self.dispatcher.on_finish(call, backend_id, 0.0, now)
             raise self._no_backend()
@@ -197,8 +211,22 @@ class ControllerCore:
         if new_tokens:
             self.dispatcher.on_tokens(call, new_tokens, self.clock())
 
-    def finish(self, call: Call, backend_id: str, service_s: float) -> None:
-        """The admitted call is done (answered, failed or abandoned); charge ``service_s``."""
+    def finish(
+        self,
+        call: Call,
+        backend_id: str,
+        service_s: float,
+        *,
+        ok: bool | None = None,
+        reason: str = "",
+    ) -> None:
+        """The admitted call is done (answered, failed or abandoned); charge ``service_s``.
+        ``ok`` feeds the backend's circuit breaker: ``True`` it answered, ``False`` it failed
+        (broken connection, 5xx, timeout), ``None`` no verdict (client gone, deadline)."""
+        if ok is not None:
+            if not ok:
+                self.metrics.backend_failures.inc(1.0, backend_id)
+            self.pool.record_outcome(backend_id, ok, reason)
         self.pool.release(backend_id)
         self.dispatcher.on_finish(call, backend_id, service_s, self.clock())
         self.metrics.service_charged.inc(service_s)

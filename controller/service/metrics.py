@@ -66,6 +66,16 @@ class ServiceMetrics:
             p + "in_flight", "Calls admitted to a backend and not finished", ("backend",)
         )
         self.backend_up = r.gauge(p + "backend_up", "1 when the backend is healthy", ("backend",))
+        self.backend_circuit = r.gauge(
+            p + "backend_circuit_state",
+            "Circuit breaker: 0 closed, 1 half-open, 2 open, 3 draining",
+            ("backend",),
+        )
+        self.backend_failures = r.counter(
+            p + "backend_failures_total",
+            "Calls that failed because of the backend (refused, broken connection, 5xx, timeout)",
+            ("backend",),
+        )
         self.backend_waiting = r.gauge(
             p + "backend_num_requests_waiting", "Scraped vllm:num_requests_waiting",
             ("backend",),

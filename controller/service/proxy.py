@@ -19,12 +19,14 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import anyio
 from opentelemetry.trace import Span, Status, StatusCode
 
 from controller.backends.api import (
+    BackendDisconnected,
     BackendError,
     BackendRequest,
     BackendResponse,
@@ -194,22 +196,26 @@ class CompletionsEndpoint:
                     and backend.capabilities.stream_usage,
                 )
                 try:
-                    response = await backend.send(request)
-                except BackendUnavailable as exc:
-                    _log.info("call %s: %s", call.call_id, exc)
-                    if retries >= core.config.max_retries:
-                        core.finish(call, backend_id, 0.0)
-                        raise UpstreamFailed(f"no backend could be reached: {exc}") from exc
-                    retries += 1
-                    core.retry(pending, backend_id, exc.connect_failed)
-                    continue
+                    answer = await _Answer.start(parsed.stream, await backend.send(request))
+                except BackendUnavailable as exc:  # nothing received: another backend may answer
+                    failure: BackendError = exc
+                    backend_down = exc.connect_failed
+                except BackendDisconnected as exc:  # it died before the client saw anything
+                    failure, backend_down = exc, True
                 except BackendError as exc:
-                    core.finish(call, backend_id, 0.0)
+                    core.finish(call, backend_id, 0.0, ok=False, reason=str(exc))
                     raise UpstreamFailed(str(exc)) from exc
                 except BaseException:
                     core.finish(call, backend_id, 0.0)
                     raise
-                break
+                else:
+                    break
+                _log.info("call %s: %s", call.call_id, failure)
+                if retries >= core.config.max_retries:
+                    core.finish(call, backend_id, 0.0, ok=False, reason=str(failure))
+                    raise UpstreamFailed(f"no backend could answer: {failure}") from failure
+                retries += 1
+                core.retry(pending, backend_id, backend_down, str(failure))
             span.set_attributes(
                 {
                     "agentrt.backend": backend_id,
@@ -223,7 +229,7 @@ class CompletionsEndpoint:
                     "gen_ai.conversation.id": call.session_id,
                 }
             )
-            await self._pass_through(parsed, backend_id, response, send, span, exchange)
+            await self._pass_through(parsed, backend_id, answer, send, span, exchange)
         if deadline.cancelled_caught:
             core.metrics.deadline_drops.inc()
             raise DeadlinePassed("the call's deadline passed before its answer was complete")
@@ -232,19 +238,23 @@ class CompletionsEndpoint:
         self,
         parsed: IncomingCall,
         backend_id: str,
-        response: BackendResponse,
+        answer: _Answer,
         send: Send,
         span: Span,
         exchange: _Exchange,
     ) -> None:
         core = self.core
         call = parsed.call
+        response = answer.response
         usage = Usage()
+        #: Verdict for the backend's circuit breaker; None = none (client gone, deadline).
+        ok: bool | None = None
+        failure = ""
         try:
-            if parsed.stream and response.status_code == 200:
-                await self._stream(parsed, response, send, usage, exchange)
+            if answer.body is None:
+                await self._stream(parsed, answer, send, usage, exchange)
             else:
-                body = await response.aread()
+                body = answer.body
                 usage.read_body(body)
                 headers = [
                     (
@@ -264,11 +274,14 @@ class CompletionsEndpoint:
                 exchange.completed = True
                 await send({"type": "http.response.body", "body": body})
                 self._status.inc(1.0, self.operation, str(response.status_code))
+            ok = response.status_code < 500
+            failure = "" if ok else f"HTTP {response.status_code}"
         except BackendError as exc:
+            ok, failure = False, str(exc)
             raise UpstreamFailed(f"backend {backend_id} failed mid-answer: {exc}") from exc
         finally:
             with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
-                await response.aclose()
+                await answer.aclose()
             charge = self.charger.charge(usage, call)
             core.metrics.output_tokens.inc(charge.output_tokens)
             core.metrics.uncached_prompt_tokens.inc(charge.uncached_prompt_tokens)
@@ -279,24 +292,26 @@ class CompletionsEndpoint:
                     "agentrt.service_charged_s": charge.service_s,
                 }
             )
-            core.finish(call, backend_id, charge.service_s)
+            core.finish(call, backend_id, charge.service_s, ok=ok, reason=failure)
 
     async def _stream(
         self,
         parsed: IncomingCall,
-        response: BackendResponse,
+        answer: _Answer,
         send: Send,
         usage: Usage,
         exchange: _Exchange,
     ) -> None:
         scanner = SseScanner(strip_usage_chunk=not parsed.client_wants_usage)
         headers = [*_SSE, _queue_ms(parsed.call)] + [
-            (k.encode(), v.encode()) for k, v in response.headers.items() if k in _PASSED_BACK
+            (k.encode(), v.encode())
+            for k, v in answer.response.headers.items()
+            if k in _PASSED_BACK
         ]
         exchange.started = True
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
-            async for data in response.aiter_bytes():
+            async for data in answer.chunks():
                 out, new_chunks = scanner.feed(data)
                 self.core.tokens(parsed.call, new_chunks)
                 usage.streamed_chunks = scanner.chunks
@@ -309,6 +324,52 @@ class CompletionsEndpoint:
         exchange.completed = True
         await send({"type": "http.response.body", "body": rest, "more_body": False})
         self._status.inc(1.0, self.operation, "200")
+
+
+class _Answer:
+    """A backend's answer, started: the whole body of a non-streamed (or failed) answer, or
+    the first chunk of a stream. Nothing goes to the client before this is complete, so a
+    backend that dies before it (:class:`BackendDisconnected`) leaves the call retryable."""
+
+    __slots__ = ("_first", "_rest", "body", "response")
+
+    def __init__(self, response: BackendResponse) -> None:
+        self.response = response
+        #: The whole answer; ``None`` for a stream (read :meth:`chunks`).
+        self.body: bytes | None = None
+        self._first = b""
+        self._rest: AsyncIterator[bytes] | None = None
+
+    @classmethod
+    async def start(cls, stream: bool, response: BackendResponse) -> _Answer:
+        """Read until the client can be answered. Closes ``response`` when this raises."""
+        answer = cls(response)
+        try:
+            if stream and response.status_code == 200:
+                answer._rest = aiter(response.aiter_bytes())
+                answer._first = await anext(answer._rest, b"")
+            else:
+                answer.body = await response.aread()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await answer.aclose()
+            raise
+        return answer
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The stream: the first chunk, then the rest as it arrives."""
+        if self._first:
+            yield self._first
+        if self._rest is not None:
+            async for chunk in self._rest:
+                yield chunk
+
+    async def aclose(self) -> None:
+        rest, self._rest = self._rest, None
+        aclose = getattr(rest, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await self.response.aclose()
 
 
 def _queue_ms(call: Call) -> tuple[bytes, bytes]:
