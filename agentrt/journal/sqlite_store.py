@@ -86,6 +86,7 @@ class SqliteJournalStore(JournalStore):
         self._read_engine: AsyncEngine | None = None
         self._write_lock: anyio.Lock | None = None
         self._writer: AsyncConnection | None = None
+        self._writer_autocommit = False
         self._queue: list[_QueuedWrite] = []
         self._leading = False
 
@@ -121,7 +122,8 @@ class SqliteJournalStore(JournalStore):
                 cursor.close()
 
         def on_begin(conn: Any) -> None:
-            conn.exec_driver_sql(begin_sql)
+            if not conn.get_execution_options().get("agentrt_autocommit", False):
+                conn.exec_driver_sql(begin_sql)
 
         event.listen(engine.sync_engine, "connect", on_connect)
         if begin_sql is not None:
@@ -147,8 +149,9 @@ class SqliteJournalStore(JournalStore):
                 await engine.dispose()
         self._write_engine = self._read_engine = None
 
-    async def _writer_connection(self) -> AsyncConnection:
-        """The one write connection, kept open (call with the write lock held)."""
+    async def _writer_connection(self, *, autocommit: bool = False) -> AsyncConnection:
+        """The one write connection, kept open (call with the write lock held and no
+        transaction active). ``autocommit``: its next statement is its own transaction."""
         if self._write_engine is None:
             raise JournalError(f"journal {self.where} is not open")
         if self._writer is None or self._writer.closed or self._writer.invalidated:
@@ -157,6 +160,10 @@ class SqliteJournalStore(JournalStore):
                     await self._writer.close()
             self._writer = None
             self._writer = await self._write_engine.connect()
+            self._writer_autocommit = False
+        if self._writer_autocommit != autocommit:
+            await self._writer.execution_options(agentrt_autocommit=autocommit)
+            self._writer_autocommit = autocommit
         return self._writer
 
     async def _after_error(self, conn: AsyncConnection) -> None:
@@ -237,10 +244,19 @@ class SqliteJournalStore(JournalStore):
             return
         async with self._write_lock:
             try:
-                conn = await self._writer_connection()
+                # Alone, a statement runs in autocommit mode: it is its own transaction and
+                # takes the write lock when it starts (no read-to-write upgrade), and the
+                # BEGIN / COMMIT round trips to the connection's thread are saved.
+                conn = await self._writer_connection(autocommit=len(batch) == 1)
                 try:
-                    async with conn.begin():  # BEGIN IMMEDIATE ... COMMIT
-                        counts = [int((await conn.execute(w.statement)).rowcount) for w in batch]
+                    if len(batch) == 1:
+                        counts = [int((await conn.execute(batch[0].statement)).rowcount)]
+                        await conn.commit()  # ends SQLAlchemy's transaction; SQLite's is done
+                    else:
+                        async with conn.begin():  # BEGIN IMMEDIATE ... COMMIT
+                            counts = [
+                                int((await conn.execute(w.statement)).rowcount) for w in batch
+                            ]
                 except Exception:
                     await self._after_error(conn)
                     raise
