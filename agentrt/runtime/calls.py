@@ -89,54 +89,55 @@ class LLMCall:
     ) -> None:
         """Close the node and the span; ``response`` is the completion as a dict, if any."""
         node, span = self.node, self.span
-        metric_attrs: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": self.runtime.config.provider_name,
-            "gen_ai.request.model": self._model,
-        }
+        config = self.runtime.config
+        response_model: str | None = None
+        error_type: str | None = None
+        if error is not None or status in ("error", "cancelled"):
+            error_type = type(error).__qualname__ if error is not None else status
+            span.set_status(Status(StatusCode.ERROR, error_type))
         if response is not None:
             usage = response.get("usage") or {}
             node.input_tokens = usage.get("prompt_tokens")
             node.output_tokens = usage.get("completion_tokens")
-            response_model = response.get("model")
-            if response_model:
-                span.set_attribute("gen_ai.response.model", response_model)
-                metric_attrs["gen_ai.response.model"] = response_model
-            if response.get("id"):
-                span.set_attribute("gen_ai.response.id", response["id"])
-            reasons = [c.get("finish_reason") or "" for c in response.get("choices") or ()]
-            if reasons:
-                span.set_attribute("gen_ai.response.finish_reasons", reasons)
-            if self.runtime.config.capture_content:
-                messages = [c.get("message") for c in response.get("choices") or ()]
-                span.set_attribute("gen_ai.output.messages", _dumps(messages))
-        if node.input_tokens is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", node.input_tokens)
-        if node.output_tokens is not None:
-            span.set_attribute("gen_ai.usage.output_tokens", node.output_tokens)
-        if node.queue_s is not None:
-            span.set_attribute("agentrt.queue_s", node.queue_s)
-        span.set_attribute("agentrt.attempts", node.attempts)
-        if status == "replayed":
-            span.set_attribute("agentrt.replayed", True)
-        if error is not None or status in ("error", "cancelled"):
-            error_type = type(error).__qualname__ if error is not None else status
-            span.set_attribute("error.type", error_type)
-            span.set_status(Status(StatusCode.ERROR, error_type))
-            metric_attrs["error.type"] = error_type
+            response_model = response.get("model") or None
+        if span.is_recording():
+            # One set_attributes call: each SDK span attribute write takes the span's lock.
+            span_attrs: dict[str, Any] = {}
+            if node.attempts > 1:
+                span_attrs["agentrt.attempts"] = node.attempts
+            if response is not None:
+                if response_model:
+                    span_attrs["gen_ai.response.model"] = response_model
+                if response.get("id"):
+                    span_attrs["gen_ai.response.id"] = response["id"]
+                choices = response.get("choices") or ()
+                reasons = [c.get("finish_reason") or "" for c in choices]
+                if reasons:
+                    span_attrs["gen_ai.response.finish_reasons"] = reasons
+                if config.capture_content:
+                    messages = [c.get("message") for c in choices]
+                    span_attrs["gen_ai.output.messages"] = _dumps(messages)
+            if node.input_tokens is not None:
+                span_attrs["gen_ai.usage.input_tokens"] = node.input_tokens
+            if node.output_tokens is not None:
+                span_attrs["gen_ai.usage.output_tokens"] = node.output_tokens
+            if node.queue_s is not None:
+                span_attrs["agentrt.queue_s"] = node.queue_s
+            if status == "replayed":
+                span_attrs["agentrt.replayed"] = True
+            if error_type is not None:
+                span_attrs["error.type"] = error_type
+            span.set_attributes(span_attrs)
         self.frame.run.end_node(self.frame.chain, node, status, error)
         span.end()
         inst = self.runtime.instruments
+        attrs = inst.chat_attrs(config.provider_name, self._model, response_model, error_type)
         if status != "replayed":
-            inst.operation_duration.record(anyio.current_time() - self._t0, metric_attrs)
+            inst.operation_duration.record(anyio.current_time() - self._t0, attrs.operation)
         if node.input_tokens is not None:
-            inst.token_usage.record(
-                node.input_tokens, {**metric_attrs, "gen_ai.token.type": "input"}
-            )
+            inst.token_usage.record(node.input_tokens, attrs.input_tokens)
         if node.output_tokens is not None:
-            inst.token_usage.record(
-                node.output_tokens, {**metric_attrs, "gen_ai.token.type": "output"}
-            )
+            inst.token_usage.record(node.output_tokens, attrs.output_tokens)
 
 
 def _dumps(value: Any) -> str:

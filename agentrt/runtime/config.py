@@ -70,6 +70,10 @@ class RuntimeConfig:
     max_connections: int = 1000
     #: Default timeout (seconds) of a tool that declares none; None = only the deadline.
     tool_timeout_s: float | None = None
+    #: The HTTP transport under the tagging layer (e.g. ``httpx.MockTransport`` in tests and
+    #: benchmarks); None = a real connection pool of ``max_connections``. Not closed by the
+    #: runtime when given.
+    http_transport: httpx.AsyncBaseTransport | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -104,6 +108,10 @@ class RuntimeConfig:
             except Exception as exc:
                 problems.append(f"session_id: {exc}")
         problems.extend(_check_journal(self.journal))
+        if self.http_transport is not None and not isinstance(
+            self.http_transport, httpx.AsyncBaseTransport
+        ):
+            problems.append("http_transport must be an httpx.AsyncBaseTransport or None")
         if self.tracer_provider is not None and not hasattr(self.tracer_provider, "get_tracer"):
             problems.append("tracer_provider must be an OpenTelemetry TracerProvider")
         if self.meter_provider is not None and not hasattr(self.meter_provider, "get_meter"):

@@ -30,6 +30,9 @@ from agentrt.tools.history import ToolHistory
 __all__ = ["Runtime"]
 
 _log = logging.getLogger("agentrt.runtime")
+#: Connections per pool shard: httpcore's pool work per event grows with connections times
+#: queued requests, so many small pools stay fast where one big one stalls.
+_CONNECTIONS_PER_POOL = 64
 
 
 class Runtime:
@@ -56,7 +59,6 @@ class Runtime:
         else:
             self._journal = config.journal
         self._stack: AsyncExitStack | None = None
-        self._pool: httpx.AsyncHTTPTransport | None = None
         self._transport: TaggingTransport | None = None
         self._default_client: openai.AsyncOpenAI | None = None
         self._token: Token[Runtime | None] | None = None
@@ -94,13 +96,20 @@ class Runtime:
         await stack.__aenter__()
         try:
             cfg = self.config
-            limits = httpx.Limits(
-                max_connections=cfg.max_connections,
-                max_keepalive_connections=min(cfg.max_connections, 256),
-            )
-            self._pool = httpx.AsyncHTTPTransport(limits=limits)
-            stack.push_async_callback(self._pool.aclose)
-            self._transport = TaggingTransport(self, self._pool)
+            shards: list[httpx.AsyncBaseTransport]
+            if cfg.http_transport is not None:
+                shards, per_shard = [cfg.http_transport], cfg.max_connections
+            else:
+                count = math.ceil(cfg.max_connections / _CONNECTIONS_PER_POOL)
+                per_shard = math.ceil(cfg.max_connections / count)
+                limits = httpx.Limits(
+                    max_connections=per_shard, max_keepalive_connections=per_shard
+                )
+                pools = [httpx.AsyncHTTPTransport(limits=limits) for _ in range(count)]
+                for pool in pools:
+                    stack.push_async_callback(pool.aclose)
+                shards = list(pools)
+            self._transport = TaggingTransport(self, shards, per_shard)
             stack.push_async_callback(self.link.close)
             state = await self.link.open()
             if state == "unreachable" and cfg.fallback_base_url:

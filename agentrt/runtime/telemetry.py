@@ -91,6 +91,7 @@ class Instruments:
             description="Time a program spent per phase, summed over its nodes",
             explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
+        self._chat_attrs: dict[tuple[str, str, str | None, str | None], _ChatAttrs] = {}
         #: Tool call duration, seconds (attribute gen_ai.tool.name).
         self.tool_duration: Histogram = meter.create_histogram(
             "agentrt.tool.duration",
@@ -98,6 +99,38 @@ class Instruments:
             description="Duration of a tool call",
             explicit_bucket_boundaries_advisory=_DURATION_BUCKETS,
         )
+
+    def chat_attrs(
+        self, provider: str, model: str, response_model: str | None, error_type: str | None
+    ) -> _ChatAttrs:
+        """Metric attribute sets of a chat call (cached: built once per distinct key)."""
+        key = (provider, model, response_model, error_type)
+        found = self._chat_attrs.get(key)
+        if found is None:
+            base: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": provider,
+                "gen_ai.request.model": model,
+            }
+            if response_model:
+                base["gen_ai.response.model"] = response_model
+            if error_type:
+                base["error.type"] = error_type
+            found = _ChatAttrs(
+                base,
+                {**base, "gen_ai.token.type": "input"},
+                {**base, "gen_ai.token.type": "output"},
+            )
+            if len(self._chat_attrs) < 4096:  # bounded: model names come from callers
+                self._chat_attrs[key] = found
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _ChatAttrs:
+    operation: dict[str, Any]
+    input_tokens: dict[str, Any]
+    output_tokens: dict[str, Any]
 
 
 def traceparent_of(span: Span) -> str | None:

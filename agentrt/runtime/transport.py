@@ -52,13 +52,17 @@ _LAST_RAW: ContextVar[tuple[Node, ProgramGraph] | None] = ContextVar(
 class TaggingTransport(httpx.AsyncBaseTransport):
     """Tags, times out, routes and tracks requests; wraps the runtime's connection pool.
 
-    ``aclose`` is a no-op: clients handed out may close themselves, the pool belongs to the
-    runtime, which closes ``inner`` itself.
+    ``aclose`` is a no-op: clients handed out may close themselves, the pools belong to the
+    runtime, which closes them itself.
     """
 
-    def __init__(self, runtime: Runtime, inner: httpx.AsyncBaseTransport) -> None:
+    def __init__(
+        self, runtime: Runtime, shards: list[httpx.AsyncBaseTransport], shard_limit: int
+    ) -> None:
+        """``shards``: connection pools; a program's calls all go through the same one (by a
+        hash of its id). ``shard_limit``: requests admitted into one pool at once."""
         self._rt = runtime
-        self.inner = inner
+        self.shards = shards
         self._primary = runtime.config.base_url.rstrip("/")
         fallback = runtime.config.fallback_base_url
         self._fallback = fallback.rstrip("/") if fallback else None
@@ -66,16 +70,18 @@ class TaggingTransport(httpx.AsyncBaseTransport):
         self._fallback_auth = f"Bearer {key}"
         #: Calls go to the fallback until this time (anyio clock, seconds).
         self.primary_down_until_s = -math.inf
-        # Admission in front of the pool: httpcore's pool scans all queued requests against
-        # all connections on every change (quadratic), which stalls for minutes with thousands
-        # of queued calls; waiting here instead keeps its queue at most the pool size.
-        self._slots = anyio.Semaphore(runtime.config.max_connections)
+        # Admission in front of small pools: httpcore's pool scans its queued requests against
+        # its connections on every change (quadratic), which stalls for minutes with thousands
+        # of queued calls on one big pool. Waiting here, per shard, keeps each pool's queue
+        # and connection list small.
+        self._slots = [anyio.Semaphore(shard_limit) for _ in shards]
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         rt = self._rt
         raw: LLMCall | None = None
         sdk_call: LLMCall | None = CURRENT_CALL.get()
         node: Node | None = None
+        shard = 0
         path = request.url.path
         if request.method == "POST" and path.endswith(_LLM_SUFFIXES):
             if sdk_call is None:
@@ -85,13 +91,15 @@ class TaggingTransport(httpx.AsyncBaseTransport):
                 node, graph, span = sdk_call.node, sdk_call.frame.graph, sdk_call.span
             node.attempts += 1
             self._tag(request, node, graph, span)
+            shard = hash(graph.id) % len(self.shards)
         else:
             request.headers[HEADER_SESSION_ID] = rt.session_id
-        await self._slots.acquire()
+        slots = self._slots[shard]
+        await slots.acquire()
         try:
-            response = await self._send(request)
+            response = await self._send(request, self.shards[shard])
         except BaseException as exc:
-            self._slots.release()
+            slots.release()
             if raw is not None:
                 raw.finish(_status_of(exc), error=exc)
             raise
@@ -99,7 +107,14 @@ class TaggingTransport(httpx.AsyncBaseTransport):
         if node is not None and queue_ms:
             with contextlib.suppress(ValueError):
                 node.queue_s = float(queue_ms) / 1000.0
-        response.stream = _TrackedStream(response, raw, self._slots)
+        if response.is_closed:  # already read (e.g. a MockTransport reply): nothing to track
+            slots.release()
+            if raw is not None:
+                raw.finish(
+                    "ok" if response.status_code < 400 else "error", response=_json(response)
+                )
+        else:
+            response.stream = _TrackedStream(response, raw, slots)
         return response
 
     def _raw_node(
@@ -141,18 +156,20 @@ class TaggingTransport(httpx.AsyncBaseTransport):
             objective="throughput" if node.objective == "throughput" else "latency",
             traceparent=traceparent_of(span),
         )
-        request.headers.update(tags.to_headers())
+        headers = request.headers
+        for name, value in tags.to_headers().items():  # faster than Headers.update
+            headers[name] = value
 
-    async def _send(self, request: httpx.Request) -> httpx.Response:
+    async def _send(self, request: httpx.Request, pool: httpx.AsyncBaseTransport) -> httpx.Response:
         if self._fallback is None or not str(request.url).startswith(self._primary):
-            return await self.inner.handle_async_request(request)
+            return await pool.handle_async_request(request)
         if anyio.current_time() < self.primary_down_until_s:
-            return await self.inner.handle_async_request(self._to_fallback(request))
+            return await pool.handle_async_request(self._to_fallback(request))
         try:
-            return await self.inner.handle_async_request(request)
+            return await pool.handle_async_request(request)
         except (httpx.ConnectError, httpx.ConnectTimeout):
             self.primary_down_until_s = anyio.current_time() + self._rt.config.fallback_hold_s
-            return await self.inner.handle_async_request(self._to_fallback(request))
+            return await pool.handle_async_request(self._to_fallback(request))
 
     def _to_fallback(self, request: httpx.Request) -> httpx.Request:
         assert self._fallback is not None
@@ -173,7 +190,7 @@ class TaggingTransport(httpx.AsyncBaseTransport):
         self.primary_down_until_s = anyio.current_time() + self._rt.config.fallback_hold_s
 
     async def aclose(self) -> None:
-        """No-op: the runtime owns and closes the pool (``inner``)."""
+        """No-op: the runtime owns and closes the pools (``shards``)."""
 
 
 class _AdhocRun:
@@ -272,6 +289,14 @@ class _HTTPStatus(Exception):
 def _status_of(exc: BaseException) -> Any:
     cancelled = isinstance(exc, (anyio.get_cancelled_exc_class(), _Aborted))
     return "cancelled" if cancelled else "error"
+
+
+def _json(response: httpx.Response) -> dict[str, Any] | None:
+    try:
+        loaded = json.loads(response.content)
+    except ValueError:
+        return None
+    return loaded if isinstance(loaded, dict) else None
 
 
 def _model_of(request: httpx.Request) -> str:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,3 +29,22 @@ def server(_server: FakeServer) -> FakeServer:
 @pytest.fixture
 def state(server: FakeServer) -> FakeState:
     return server.state
+
+
+@pytest.fixture
+def capture_server() -> Iterator[str]:
+    """Base URL of a fresh capture_server.py process (records agentrt headers per request)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = Path(__file__).with_name("capture_server.py")
+    with subprocess.Popen(
+        [sys.executable, str(script), str(port)], stdout=subprocess.PIPE
+    ) as server:
+        try:
+            assert server.stdout is not None
+            assert server.stdout.readline().strip() == b"ready"
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.terminate()
+            server.wait(timeout=10)

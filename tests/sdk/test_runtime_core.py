@@ -208,33 +208,45 @@ async def test_cancelling_a_node_cancels_its_children(server: FakeServer, state:
     await wait_until(lambda: state.disconnects >= 1)
 
 
-async def test_thousand_concurrent_programs_carry_their_own_ids(
-    server: FakeServer, state: FakeState
-) -> None:
+@pytest.mark.timeout(120)
+async def test_thousand_concurrent_programs_carry_their_own_ids(capture_server: str) -> None:
+    """Must-show: 1,000 programs through one runtime, interleaved; every request carries its
+    own program's ids, thread ids and parent ids (capturing server in its own process)."""
     n = 1000
-    async with Runtime(cfg(server)) as rt:
+    config = RuntimeConfig(
+        base_url=capture_server + "/v1", model="m1", controller="off", max_connections=100
+    )
+    async with Runtime(config) as rt:
 
-        async def program(i: int) -> str:
-            async with rt.program(f"p{i}", program_id=f"prog-{i}") as prog:
+        async def program(i: int) -> None:
+            async with rt.program(f"p{i}", program_id=f"prog-{i}"):
                 await agentrt.chat([{"role": "user", "content": f"prog-{i} a"}])
                 await anyio.lowlevel.checkpoint()
                 await agentrt.gather(
                     lambda: agentrt.chat([{"role": "user", "content": f"prog-{i} b"}])
                 )
-            return prog.id
 
         async with anyio.create_task_group() as tg:
             for i in range(n):
                 tg.start_soon(program, i)
-    assert len(state.requests) == 2 * n
+        async with rt.http_client() as http:
+            captured = (await http.get(capture_server + "/captured")).json()
+    assert len(captured) == 2 * n
     seen: dict[str, list[CallTags]] = {}
-    for req in state.requests:
-        tags = CallTags.from_headers(req.headers)
+    order = []
+    for record in captured:
+        tags = CallTags.from_headers(record["headers"])
         assert tags is not None
         # The request's own content names the program it was made in.
-        assert req.body["messages"][0]["content"].split()[0] == tags.program_id
+        assert record["first"].split()[0] == tags.program_id
         seen.setdefault(tags.program_id, []).append(tags)
+        order.append(tags.program_id)
     assert len(seen) == n
+    positions: dict[str, list[int]] = {}
+    for index, program_id in enumerate(order):
+        positions.setdefault(program_id, []).append(index)
+    interleaved = sum(1 for a, b in positions.values() if b - a > 1)
+    assert interleaved > n // 2  # other programs' calls arrived between a program's two calls
     for calls in seen.values():
         by_node = {t.node_id: t for t in calls}
         assert by_node["main:0"].thread_id == "main" and by_node["main:0"].parent_ids == ()
