@@ -227,6 +227,21 @@ class BackendPool:
             state.breaker.record_failure(now, state.last_error)
         self._update(state)
 
+    async def check(self, backend_id: str) -> bool:
+        """One health probe now (at most ``interval_s``), e.g. after a call lost its connection:
+        a dead server fails it at once and its circuit opens; a live one (the call itself was
+        the problem) stays in routing. Returns whether it is healthy."""
+        state = self.states.get(backend_id)
+        if state is None:
+            return False
+        with anyio.move_on_after(self.interval_s) as limit:
+            ok = await state.backend.health()
+        ok = ok and not limit.cancelled_caught
+        state.probe_ok = ok
+        state.breaker.record_probe(ok, self._clock(), "health probe after a lost call failed")
+        self._update(state)
+        return state.healthy
+
     def mark_down(self, backend_id: str, reason: str = "unreachable") -> None:
         """A call could not reach it: out of routing at once (circuit tripped) until a probe
         after the cool-down succeeds."""

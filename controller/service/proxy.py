@@ -200,8 +200,8 @@ class CompletionsEndpoint:
                 except BackendUnavailable as exc:  # nothing received: another backend may answer
                     failure: BackendError = exc
                     backend_down = exc.connect_failed
-                except BackendDisconnected as exc:  # it died before the client saw anything
-                    failure, backend_down = exc, True
+                except BackendDisconnected as exc:  # it broke before the client saw anything
+                    failure, backend_down = exc, False
                 except BackendError as exc:
                     core.finish(call, backend_id, 0.0, ok=False, reason=str(exc))
                     raise UpstreamFailed(str(exc)) from exc
@@ -215,6 +215,8 @@ class CompletionsEndpoint:
                     core.finish(call, backend_id, 0.0, ok=False, reason=str(failure))
                     raise UpstreamFailed(f"no backend could answer: {failure}") from failure
                 retries += 1
+                if not backend_down:  # dead, or did this call break it? A probe tells.
+                    backend_down = not await core.pool.check(backend_id)
                 core.retry(pending, backend_id, backend_down, str(failure))
             span.set_attributes(
                 {
