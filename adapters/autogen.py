@@ -29,18 +29,22 @@ from pydantic import BaseModel
 from adapters._common import AgentRun, StopReason, llm_errors
 from adapters._lanes import Lanes, Unit
 from adapters._steps import ToolStep
-from agentrt.errors import ConfigError
+from agentrt.errors import AgentrtError, ConfigError, JournalError
 from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
+from agentrt.tools.runner import run_tool
+from agentrt.tools.schema import Tool
 
 __all__ = [
     "DEFAULT_MODEL_INFO",
     "AgentrtChatCompletionClient",
+    "AgentrtTool",
     "ReportedTool",
     "agentrt_tools",
     "run_agent",
     "run_assistant_agent",
+    "run_in_program",
 ]
 
 #: What AutoGen is told about a model it does not know by name (any vLLM-served model with
@@ -56,6 +60,8 @@ DEFAULT_MODEL_INFO: ModelInfo = {
 
 #: The thread assignment of the program :func:`run_agent` runs (None outside one).
 _LANES: ContextVar[Lanes | None] = ContextVar("agentrt_autogen_lanes", default=None)
+#: Journal errors of agentrt tools in the current run: they end the run (see AgentrtTool).
+_FATAL: ContextVar[list[JournalError] | None] = ContextVar("agentrt_autogen_fatal", default=None)
 
 
 @contextmanager
@@ -208,13 +214,61 @@ class ReportedTool(BaseTool[BaseModel, Any]):
             return value
 
 
-def agentrt_tools(tools: Sequence[BaseTool[Any, Any] | Callable[..., Any]]) -> list[ReportedTool]:
-    """Wrap AutoGen tools — or plain (async) functions with type hints and a docstring, made
-    ``FunctionTool``s — so that their executions are reported (see :class:`ReportedTool`)."""
-    wrapped: list[ReportedTool] = []
+class AgentrtTool(BaseTool[BaseModel, Any]):
+    """An ``agentrt.Tool`` as an AutoGen tool: the SDK runs it — validated arguments, a
+    ``tool`` node, tool-wait events, its timeout and, for side-effect tools, the intent journal
+    (BRIEF.md §6). A ``ToolError`` is raised for AutoGen to hand back to the model; a
+    ``JournalError`` (e.g. ``UnknownOutcome``, or no journal for a side effect) ends the run
+    under :func:`run_agent` / :func:`run_in_program`, which raise it to the caller."""
+
+    def __init__(self, tool: Tool[Any]) -> None:
+        super().__init__(tool.args_model, object, tool.name, tool.description or tool.name)
+        self.tool = tool
+
+    async def run(self, args: BaseModel, cancellation_token: CancellationToken) -> Any:
+        return await self._call(args, "", cancellation_token)
+
+    async def run_json(
+        self,
+        args: Mapping[str, Any],
+        cancellation_token: CancellationToken,
+        call_id: str | None = None,
+    ) -> Any:
+        return await self._call(args, call_id or "", cancellation_token)
+
+    async def _call(
+        self, args: BaseModel | Mapping[str, Any], call_id: str, token: CancellationToken
+    ) -> Any:
+        try:
+            with _placed():
+                result = await run_tool(self.tool, args, tool_call_id=call_id)
+        except JournalError as exc:
+            # AutoGen would hand this to the model, which may call the tool again — a new step
+            # with a new key, i.e. the effect repeated blindly (BRIEF.md §6). Stop the run
+            # instead; run_in_program raises this error to the caller.
+            fatal = _FATAL.get()
+            if fatal is not None:
+                fatal.append(exc)
+                token.cancel()
+            raise
+        if result.error is not None:
+            raise result.error
+        return result.value
+
+
+def agentrt_tools(
+    tools: Sequence[BaseTool[Any, Any] | Tool[Any] | Callable[..., Any]],
+) -> list[BaseTool[Any, Any]]:
+    """Make every item an AutoGen tool whose executions are reported: ``agentrt.Tool``s run
+    by the SDK (:class:`AgentrtTool`, journal included); AutoGen tools and plain (async)
+    functions with type hints and a docstring (made ``FunctionTool``s) observed by
+    :class:`ReportedTool`."""
+    wrapped: list[BaseTool[Any, Any]] = []
     for item in tools:
-        if isinstance(item, ReportedTool):
+        if isinstance(item, ReportedTool | AgentrtTool):
             wrapped.append(item)
+        elif isinstance(item, Tool):
+            wrapped.append(AgentrtTool(item))
         elif isinstance(item, BaseTool):
             wrapped.append(ReportedTool(item))
         elif callable(item):
@@ -245,20 +299,37 @@ async def run_agent(
     async with rt.program(
         label, program_id=program_id, timeout_s=timeout_s, operation="invoke_agent"
     ) as program:
-        frame = CURRENT_FRAME.get()
-        assert frame is not None
-        token = _LANES.set(Lanes(frame))
-        try:
-            result = await agent.run(task=task)
-        finally:
-            _LANES.reset(token)
+        result = await run_in_program(agent, task)
     return result, program
+
+
+async def run_in_program(agent: Any, task: str) -> Any:
+    """Run ``agent.run(task=task)`` inside the current program (one the caller opened), with
+    the adapter's thread assignment; returns the task result. ``AgentrtError`` outside one."""
+    frame = CURRENT_FRAME.get()
+    if frame is None:
+        raise AgentrtError("run_in_program needs a current program (`async with rt.program()`)")
+    fatal: list[JournalError] = []
+    lanes_token = _LANES.set(Lanes(frame))
+    fatal_token = _FATAL.set(fatal)
+    try:
+        result = await agent.run(task=task)
+    except BaseException:
+        if fatal:
+            raise fatal[0] from None
+        raise
+    finally:
+        _FATAL.reset(fatal_token)
+        _LANES.reset(lanes_token)
+    if fatal:
+        raise fatal[0]
+    return result
 
 
 async def run_assistant_agent(
     runtime: Runtime,
     task: str,
-    tools: Sequence[BaseTool[Any, Any] | Callable[..., Any]],
+    tools: Sequence[BaseTool[Any, Any] | Tool[Any] | Callable[..., Any]],
     *,
     model: str | None = None,
     system: str | None = None,
@@ -267,19 +338,25 @@ async def run_assistant_agent(
     timeout_s: float | None = None,
     max_tokens: int | None = 256,
     program_id: str | None = None,
+    model_options: Mapping[str, Any] | None = None,
+    new_program: bool = True,
 ) -> AgentRun:
-    """Run one AutoGen ``AssistantAgent`` with ``tools`` on ``task`` as one agentrt program.
+    """Run one AutoGen ``AssistantAgent`` with ``tools`` on ``task``.
 
-    ``tools``: AutoGen tools or plain async functions (reported as tool waits). The agent
-    makes at most ``max_tool_iterations`` rounds of tool calls (``stop_reason="max_steps"``
-    when it is still calling tools after them). ``timeout_s``: the program's budget
-    (seconds); ``program_id``: default a fresh one; ``max_tokens``: per model call (None = the
-    server's default).
+    ``tools``: ``agentrt.Tool``s, AutoGen tools or plain async functions (see
+    :func:`agentrt_tools`). The agent makes at most ``max_tool_iterations`` rounds of tool
+    calls (``stop_reason="max_steps"`` when it is still calling tools after them).
+    ``new_program=True``: as a program of its own named ``name`` (``timeout_s``: its budget in
+    seconds; ``program_id``: default a fresh one); ``new_program=False``: inside the current
+    program. ``max_tokens``: per model call (None = the server's default); ``model_options``:
+    more request parameters (``temperature``, ``extra_body``...).
     """
     from autogen_agentchat.agents import AssistantAgent
     from autogen_agentchat.messages import TextMessage
 
-    create_args: dict[str, Any] = {} if max_tokens is None else {"max_tokens": max_tokens}
+    create_args: dict[str, Any] = dict(model_options or {})
+    if max_tokens is not None:
+        create_args.setdefault("max_tokens", max_tokens)
     client = AgentrtChatCompletionClient(runtime, model, **create_args)
     reported: list[BaseTool[Any, Any] | Callable[..., Any]] = [*agentrt_tools(tools)]
     try:
@@ -290,9 +367,15 @@ async def run_assistant_agent(
             system_message=system or "You are a helpful assistant. Use tools when they help.",
             max_tool_iterations=max_tool_iterations,
         )
-        result, program = await run_agent(
-            agent, task, runtime=runtime, name=name, timeout_s=timeout_s, program_id=program_id
-        )
+        if new_program:
+            result, program = await run_agent(
+                agent, task, runtime=runtime, name=name, timeout_s=timeout_s, program_id=program_id
+            )
+        else:
+            result = await run_in_program(agent, task)
+            frame = CURRENT_FRAME.get()
+            assert frame is not None
+            program = frame.run
     finally:
         await client.close()
     last = result.messages[-1] if result.messages else None

@@ -19,7 +19,7 @@ runtime's event loop and are not tagged.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, cast
@@ -29,7 +29,9 @@ from langchain_core.callbacks import AsyncCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
 from langchain_openai import ChatOpenAI
+from pydantic import Field
 
 from adapters._common import AgentRun, StopReason, llm_errors
 from adapters._lanes import Lanes, Unit
@@ -38,15 +40,23 @@ from agentrt.errors import AgentrtError, ConfigError
 from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
+from agentrt.tools.runner import run_tool
+from agentrt.tools.schema import Tool
 
 __all__ = [
     "AgentrtCallbackHandler",
     "AgentrtChatOpenAI",
+    "AgentrtTool",
     "agentrt_config",
     "chat_model",
+    "langchain_tools",
+    "react_agent",
     "run_graph",
     "run_react_agent",
 ]
+
+#: Metadata key marking an :class:`AgentrtTool` (it reports itself; the handler does not).
+_AGENTRT_TOOL = "agentrt_tool"
 
 #: Set while a placed call runs, so that ``_agenerate`` delegating to ``_astream`` (streaming
 #: models) is placed once, not twice.
@@ -80,6 +90,7 @@ class AgentrtCallbackHandler(AsyncCallbackHandler):
         self.lanes = Lanes(frame)
         self._task_runs: dict[UUID, str] = {}
         self._tools: dict[UUID, tuple[ToolStep, Unit]] = {}
+        self._call_ids: dict[UUID, str] = {}
 
     # ----------------------------------------------------------------- LangGraph tasks
     async def on_chain_start(
@@ -124,6 +135,10 @@ class AgentrtCallbackHandler(AsyncCallbackHandler):
         inputs: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        if (metadata or {}).get(_AGENTRT_TOOL):
+            # An agentrt tool reports itself (node, events, journal); it only needs its id.
+            self._call_ids[run_id] = str(kwargs.get("tool_call_id") or "")
+            return
         name = kwargs.get("name") or (serialized or {}).get("name") or "tool"
         unit = self.lanes.begin_unit(self.lanes.lane_for(_namespace(metadata)))
         step = ToolStep(unit.frame, str(name), tool_call_id=str(kwargs.get("tool_call_id") or ""))
@@ -141,6 +156,7 @@ class AgentrtCallbackHandler(AsyncCallbackHandler):
         await self._end_tool(run_id, error)
 
     async def _end_tool(self, run_id: UUID, error: BaseException | None) -> None:
+        self._call_ids.pop(run_id, None)
         entry = self._tools.pop(run_id, None)
         if entry is None:
             return
@@ -149,6 +165,10 @@ class AgentrtCallbackHandler(AsyncCallbackHandler):
             await step.finish(error)
         finally:
             self.lanes.end_unit(unit)
+
+    def call_id_of(self, run_id: UUID) -> str:
+        """The model's tool call id of the agentrt tool run ``run_id`` ("" if unknown)."""
+        return self._call_ids.get(run_id, "")
 
     def place(self, metadata: dict[str, Any] | None) -> Unit:
         """Frame for an LLM call made with ``metadata`` (its run's metadata)."""
@@ -221,10 +241,10 @@ class AgentrtChatOpenAI(ChatOpenAI):
 def _placement(run_manager: Any) -> tuple[AgentrtCallbackHandler | None, Unit | None]:
     if run_manager is None or _PLACED.get():
         return None, None
-    for handler in getattr(run_manager, "handlers", ()):
-        if isinstance(handler, AgentrtCallbackHandler):
-            return handler, handler.place(getattr(run_manager, "metadata", None))
-    return None, None
+    handler = _handler_of(run_manager)
+    if handler is None:
+        return None, None
+    return handler, handler.place(getattr(run_manager, "metadata", None))
 
 
 @contextmanager
@@ -239,6 +259,64 @@ def _on_frame(unit: Unit | None) -> Iterator[None]:
     finally:
         _PLACED.reset(placed_token)
         CURRENT_FRAME.reset(frame_token)
+
+
+class AgentrtTool(BaseTool):
+    """An ``agentrt.Tool`` as a LangChain tool: the SDK runs it — validated arguments, a
+    ``tool`` node, tool-wait events, its timeout and, for side-effect tools, the intent journal
+    (BRIEF.md §6) — on the thread of the LangGraph task that calls it. Build with
+    :func:`langchain_tools`. Failures the model can react to (``ToolError``) come back as
+    ``Error: ...`` text; async only.
+    """
+
+    agentrt_tool: Any = Field(exclude=True)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        raise AgentrtError(f"agentrt tool {self.name} is async only: use ainvoke / astream")
+
+    async def _arun(
+        self, *args: Any, config: RunnableConfig, run_manager: Any = None, **kwargs: Any
+    ) -> Any:
+        handler = _handler_of(run_manager)
+        if handler is None:
+            result = await run_tool(self.agentrt_tool, kwargs)
+            return result.content
+        unit = handler.place(getattr(run_manager, "metadata", None))
+        token = CURRENT_FRAME.set(unit.frame)
+        try:
+            call_id = handler.call_id_of(run_manager.run_id)
+            result = await run_tool(self.agentrt_tool, kwargs, tool_call_id=call_id)
+        finally:
+            CURRENT_FRAME.reset(token)
+            handler.lanes.end_unit(unit)
+        return result.content
+
+
+def langchain_tools(tools: Sequence[Any]) -> list[Any]:
+    """``tools`` with every ``agentrt.Tool`` made an :class:`AgentrtTool`; LangChain tools and
+    plain functions are left as they are (LangChain converts functions itself)."""
+    converted: list[Any] = []
+    for item in tools:
+        if isinstance(item, Tool):
+            converted.append(
+                AgentrtTool(
+                    name=item.name,
+                    description=item.description or item.name,
+                    args_schema=item.args_model,
+                    metadata={_AGENTRT_TOOL: True},
+                    agentrt_tool=item,
+                )
+            )
+        else:
+            converted.append(item)
+    return converted
+
+
+def _handler_of(run_manager: Any) -> AgentrtCallbackHandler | None:
+    for handler in getattr(run_manager, "handlers", ()):
+        if isinstance(handler, AgentrtCallbackHandler):
+            return handler
+    return None
 
 
 def chat_model(
@@ -311,10 +389,40 @@ async def run_graph(
     return output, program
 
 
+def react_agent(
+    runtime: Runtime,
+    tools: Sequence[Any],
+    *,
+    model: str | None = None,
+    system: str | None = None,
+    max_llm_calls: int = 6,
+    model_options: Mapping[str, Any] | None = None,
+) -> Any:
+    """A ReAct agent graph (``langchain.agents.create_agent``) on ``runtime``'s model.
+
+    ``tools``: ``agentrt.Tool``s (run by the SDK, journal included), LangChain tools, or async
+    functions with type hints and a docstring. The agent stops after ``max_llm_calls`` model
+    calls. ``model_options``: ``ChatOpenAI`` fields (``max_tokens``, ``temperature``,
+    ``extra_body``...). Run it with :func:`run_graph` or ``ainvoke(..., agentrt_config())``.
+    """
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ModelCallLimitMiddleware
+
+    if max_llm_calls < 1:
+        raise ConfigError(f"max_llm_calls must be >= 1, got {max_llm_calls}")
+    llm = chat_model(runtime, model, **dict(model_options or {}))
+    return create_agent(
+        llm,
+        tools=langchain_tools(tools),
+        system_prompt=system,
+        middleware=[ModelCallLimitMiddleware(run_limit=max_llm_calls, exit_behavior="end")],
+    )
+
+
 async def run_react_agent(
     runtime: Runtime,
     task: str,
-    tools: Sequence[Callable[..., Any] | Any],
+    tools: Sequence[Any],
     *,
     model: str | None = None,
     system: str | None = None,
@@ -323,31 +431,39 @@ async def run_react_agent(
     timeout_s: float | None = None,
     max_tokens: int | None = 256,
     program_id: str | None = None,
+    model_options: Mapping[str, Any] | None = None,
+    new_program: bool = True,
 ) -> AgentRun:
-    """Run one ReAct agent (``langchain.agents.create_agent``, a LangGraph graph) on ``task``
-    as one agentrt program named ``name``.
+    """Run one ReAct agent (:func:`react_agent`) on ``task``.
 
-    ``tools``: async functions with type hints and a docstring, or LangChain tools. The agent
-    stops after ``max_llm_calls`` model calls (``stop_reason="max_steps"``). ``timeout_s``:
-    the program's budget (seconds); ``program_id``: default a fresh one; ``max_tokens``: per
-    model call (None = the server's default).
+    ``new_program=True``: as a program of its own named ``name`` (``timeout_s``: its budget in
+    seconds; ``program_id``: default a fresh one). ``new_program=False``: inside the current
+    program (e.g. one the caller opened; raises ``AgentrtError`` outside any). ``max_tokens``:
+    per model call (None = the server's default); ``model_options``: more ``ChatOpenAI``
+    fields. ``stop_reason`` is ``max_steps`` when ``max_llm_calls`` ended the run.
     """
-    from langchain.agents import create_agent
-    from langchain.agents.middleware import ModelCallLimitMiddleware
-
-    if max_llm_calls < 1:
-        raise ConfigError(f"max_llm_calls must be >= 1, got {max_llm_calls}")
-    llm = chat_model(runtime, model, max_tokens=max_tokens)
-    agent = create_agent(
-        llm,
-        tools=list(tools),
-        system_prompt=system,
-        middleware=[ModelCallLimitMiddleware(run_limit=max_llm_calls, exit_behavior="end")],
+    options = dict(model_options or {})
+    if max_tokens is not None:
+        options.setdefault("max_tokens", max_tokens)
+    agent = react_agent(
+        runtime,
+        tools,
+        model=model,
+        system=system,
+        max_llm_calls=max_llm_calls,
+        model_options=options,
     )
     inputs = {"messages": [{"role": "user", "content": task}]}
-    state, program = await run_graph(
-        agent, inputs, runtime=runtime, name=name, timeout_s=timeout_s, program_id=program_id
-    )
+    if new_program:
+        state, program = await run_graph(
+            agent, inputs, runtime=runtime, name=name, timeout_s=timeout_s, program_id=program_id
+        )
+    else:
+        frame = CURRENT_FRAME.get()
+        if frame is None:
+            raise AgentrtError("new_program=False needs a current program")
+        state = await agent.ainvoke(inputs, config=agentrt_config())
+        program = frame.run
     messages = state.get("messages", []) if isinstance(state, dict) else []
     last = messages[-1] if messages else None
     # The call-limit middleware ends the run with a message of its own, which no model wrote
