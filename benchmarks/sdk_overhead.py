@@ -136,7 +136,15 @@ async def _measure(
     plain = RuntimeConfig(
         base_url=base_url, model="m", controller="off", max_retries=0, http_transport=mock
     )
-    async with Runtime(config) as rt, Runtime(plain) as rt_plain:
+    spans_only = RuntimeConfig(
+        base_url=base_url,
+        model="m",
+        controller="off",
+        max_retries=0,
+        tracer_provider=tracer_provider,
+        http_transport=mock,
+    )
+    async with Runtime(config) as rt, Runtime(plain) as rt_plain, Runtime(spans_only) as rt_spans:
         raw = rt.openai_client()
 
         async def bare_call() -> None:
@@ -154,6 +162,9 @@ async def _measure(
         async def sdk_chat_no_otel() -> None:
             await agentrt.chat(messages, runtime=rt_plain)
 
+        async def sdk_chat_spans() -> None:
+            await agentrt.chat(messages, runtime=rt_spans)
+
         async def sdk_program() -> None:
             async with rt.program("bench"):
                 await agentrt.chat(messages)
@@ -162,6 +173,7 @@ async def _measure(
             "bare": (bare_call, False),
             **({} if in_process else {"bare-default": (bare_default_call, False)}),
             "sdk-chat": (sdk_chat, True),
+            "sdk-chat-spans": (sdk_chat_spans, True),
             "sdk-chat-no-otel": (sdk_chat_no_otel, True),
             "sdk-raw": (sdk_raw, True),
             "sdk-program": (sdk_program, False),
@@ -226,6 +238,7 @@ def _report(
     load = os.getloadavg()[0]
     added = _added(loopback, "sdk-chat")
     added_noop = _added(loopback, "sdk-chat-no-otel")
+    added_spans = _added(loopback, "sdk-chat-spans")
     added_local = _added(local, "sdk-chat")
     verdict = "met" if added <= GOAL_US else "NOT met"
     lines = [
@@ -235,8 +248,9 @@ def _report(
         f"{platform.python_version()}; one call at a time; {args.reps} interleaved repetitions "
         f"× {args.calls} calls per mode; median over repetitions of the mean per call, as wall "
         "time and as this (client) process's CPU time. Spans go to a real SDK tracer "
-        "(dropped, not exported), metrics to a real SDK meter, except in `sdk-chat-no-otel` "
-        f"(no providers: no-op telemetry). 1-minute load average at the end: {load:.2f} on "
+        "(dropped, not exported), metrics to a real SDK meter, except in `sdk-chat-spans` "
+        "(tracer only: tagging + DAG + span) and `sdk-chat-no-otel` (no providers: no-op "
+        f"telemetry). 1-minute load average at the end: {load:.2f} on "
         "this shared machine — wall figures swing with the other tenants' load; CPU figures "
         "are the stable ones and the goal is judged on them.",
         "",
@@ -251,8 +265,9 @@ def _report(
         "",
         f"Goal (≤ {GOAL_US:.0f} µs added per call by `agentrt.chat` inside a program, with "
         f"span and metrics): **{verdict}** on loopback ({added:+,.0f} µs CPU; "
-        f"{added_noop:+,.0f} µs without OpenTelemetry providers; {added_local:+,.0f} µs "
-        "in-process). `bare` is the openai client on the same `httpx` stack the runtime uses; "
+        f"{added_spans:+,.0f} µs with spans but no metrics; {added_noop:+,.0f} µs without "
+        f"OpenTelemetry providers; {added_local:+,.0f} µs in-process). "
+        "`bare` is the openai client on the same `httpx` stack the runtime uses; "
         "`bare-default` is the openai client's own default HTTP client, for reference. "
         "`sdk-raw` tags a raw `runtime.openai_client()` call at the transport (it also parses "
         "the request and response bodies for the model name and usage); `sdk-program` opens "

@@ -10,7 +10,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
 from agentrt.program.context import Frame
 from agentrt.program.model import Node, NodeStatus
@@ -56,28 +56,31 @@ class LLMCall:
         self.node: Node = frame.run.begin_node(
             frame, "llm", model, parents=parents, objective=objective
         )
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": runtime.config.provider_name,
-            "gen_ai.request.model": model,
-            "gen_ai.conversation.id": frame.graph.id,
-            "server.address": runtime.server_address,
-            "server.port": runtime.server_port,
-            ATTR_SESSION_ID: runtime.session_id,
-            ATTR_PROGRAM_ID: frame.graph.id,
-            ATTR_THREAD_ID: frame.thread.id,
-            ATTR_NODE_ID: self.node.id,
-        }
-        if request:
-            for key, attr in _REQUEST_ATTRS.items():
-                value = request.get(key)
-                if isinstance(value, int | float):
-                    attributes[attr] = value
-            if runtime.config.capture_content and "messages" in request:
-                attributes["gen_ai.input.messages"] = _dumps(request["messages"])
-        self.span: Span = runtime.instruments.tracer.start_span(
-            f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes
-        )
+        if not runtime.instruments.tracing:
+            self.span: Span = INVALID_SPAN
+        else:
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": runtime.config.provider_name,
+                "gen_ai.request.model": model,
+                "gen_ai.conversation.id": frame.graph.id,
+                "server.address": runtime.server_address,
+                "server.port": runtime.server_port,
+                ATTR_SESSION_ID: runtime.session_id,
+                ATTR_PROGRAM_ID: frame.graph.id,
+                ATTR_THREAD_ID: frame.thread.id,
+                ATTR_NODE_ID: self.node.id,
+            }
+            if request:
+                for key, attr in _REQUEST_ATTRS.items():
+                    value = request.get(key)
+                    if isinstance(value, int | float):
+                        attributes[attr] = value
+                if runtime.config.capture_content and "messages" in request:
+                    attributes["gen_ai.input.messages"] = _dumps(request["messages"])
+            self.span = runtime.instruments.tracer.start_span(
+                f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes
+            )
         self._t0 = anyio.current_time()
 
     def finish(

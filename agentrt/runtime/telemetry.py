@@ -58,6 +58,8 @@ class Instruments:
     def __init__(
         self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None
     ) -> None:
+        #: False without a tracer provider: callers skip building span attributes.
+        self.tracing = tracer_provider is not None
         tp = tracer_provider if tracer_provider is not None else NoOpTracerProvider()
         mp = meter_provider if meter_provider is not None else NoOpMeterProvider()
         self.tracer: Tracer = tp.get_tracer("agentrt")

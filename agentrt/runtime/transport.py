@@ -154,7 +154,7 @@ class TaggingTransport(httpx.AsyncBaseTransport):
             attempt=max(1, node.attempts),
             timeout_ms=timeout_ms,
             objective="throughput" if node.objective == "throughput" else "latency",
-            traceparent=traceparent_of(span),
+            traceparent=traceparent_of(span) or traceparent_of(trace.get_current_span()),
         )
         headers = request.headers
         for name, value in tags.to_headers().items():  # faster than Headers.update
