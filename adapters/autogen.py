@@ -15,6 +15,7 @@ passed per call; instead:
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -361,7 +362,7 @@ async def run_assistant_agent(
     reported: list[BaseTool[Any, Any] | Callable[..., Any]] = [*agentrt_tools(tools)]
     try:
         agent = AssistantAgent(
-            name.replace("-", "_"),
+            _identifier(name),
             model_client=client,
             tools=reported,
             system_message=system or "You are a helpful assistant. Use tools when they help.",
@@ -383,3 +384,9 @@ async def run_assistant_agent(
     reason: StopReason = "answer" if answered else "max_steps"
     answer = last.content if answered and isinstance(last, TextMessage) else None
     return AgentRun(program, answer or None, reason, raw=result)
+
+
+def _identifier(name: str) -> str:
+    """AutoGen agent names must be Python identifiers; the program keeps ``name`` itself."""
+    cleaned = re.sub(r"\W", "_", name) or "assistant"
+    return cleaned if cleaned.isidentifier() else f"agent_{cleaned}"
