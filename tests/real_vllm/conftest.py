@@ -8,6 +8,8 @@ Fixtures (all session-scoped; see docs/real-vllm.md):
   ``metrics_url``, ``model`` ("tiny-llama"), ``max_num_seqs``, ``block_size`` (128 tokens),
   ``log_path``, ``startup_s``; ``log_tail()``.
 - ``vllm_base_url`` -> str: ``vllm_server.base_url``.
+- ``vllm_fcfs_server`` -> ``RunningServer``: the same with ``--scheduling-policy fcfs``
+  (started on first use, ~30 s more): the baseline "vLLM alone" for comparisons.
 - ``vllm_server_factory`` -> ``start(ServerOptions) -> RunningServer``: extra servers (e.g.
   two backends for routing, or an FCFS one); each costs ~30 s of start-up and one CPU core
   while busy. All are stopped at session end.
@@ -96,6 +98,14 @@ def vllm_server_factory(
 @pytest.fixture(scope="session")
 def vllm_server(vllm_server_factory: Callable[..., Any], vllm_launcher: ModuleType) -> Any:
     return vllm_server_factory(vllm_launcher.ServerOptions(max_num_seqs=2))
+
+
+@pytest.fixture(scope="session")
+def vllm_fcfs_server(vllm_server_factory: Callable[..., Any], vllm_launcher: ModuleType) -> Any:
+    """A second server like ``vllm_server`` but with vLLM's default FCFS scheduling."""
+    return vllm_server_factory(
+        vllm_launcher.ServerOptions(max_num_seqs=2, scheduling_policy="fcfs")
+    )
 
 
 @pytest.fixture(scope="session")

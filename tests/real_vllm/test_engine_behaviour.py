@@ -1,5 +1,5 @@
 """What the controller relies on in a real vLLM (CPU build): prefix caching and its metrics,
-`cache_salt` tenant separation, the per-request `priority` field, and abort on disconnect.
+`cache_salt` tenant separation, and abort on disconnect (priority: test_priority.py).
 
 Every test runs against the one shared server (``--max-num-seqs 2 --scheduling-policy
 priority``); tests in this module are sequential, so metric deltas belong to them alone.
@@ -148,49 +148,6 @@ async def test_cache_salt_is_validated(vllm_server: Any, salt: str) -> None:
     async with client_for(vllm_server) as client:
         with pytest.raises(BadRequestError, match="cache_salt"):
             await chat_usage(client, vllm_server, "hello", cache_salt=salt)
-
-
-async def test_lower_priority_value_runs_first_when_slots_free(vllm_server: Any) -> None:
-    """With both batch slots held by fillers, queued requests run by `priority` value, lowest
-    first, whatever their arrival order: W3, W2, W1 (priorities 12, 11, 10) then H (1) are
-    queued; they finish H, W1, W2, W3 - the reverse of arrival (FCFS: W3, W2, W1, H).
-
-    The engine is paused (dev endpoint /pause?mode=keep) while all six requests are queued,
-    so the result does not depend on how fast this machine is: on resume the fillers (priority
-    0) take both slots; when the short one ends, the queue is drained one at a time.
-    """
-    assert vllm_server.max_num_seqs == 2
-    finished: list[str] = []
-
-    async def send(client: AsyncOpenAI, name: str, priority: int, max_tokens: int) -> None:
-        await client.completions.create(
-            model=vllm_server.model,
-            prompt=f"request {name}",
-            max_tokens=max_tokens,
-            extra_body={"ignore_eos": True, "priority": priority},
-        )
-        finished.append(name)
-
-    # F2 outlasts F1 + H + W1 + W2 (300 + 3 * 64 steps), so the four run strictly one by one;
-    # 64 tokens apart, their completions cannot race on the way back.
-    requests = [("F1", 0, 300), ("F2", 0, 600)]
-    requests += [("W3", 12, 64), ("W2", 11, 64), ("W1", 10, 64), ("H", 1, 64)]
-    async with client_for(vllm_server) as client, httpx.AsyncClient(timeout=30.0) as http:
-        (
-            await http.post(vllm_server.base_url + "/pause", params={"mode": "keep"})
-        ).raise_for_status()
-        try:
-            async with anyio.create_task_group() as tg:
-                for name, priority, max_tokens in requests:
-                    tg.start_soon(send, client, name, priority, max_tokens)
-                    await anyio.sleep(0.1)  # arrival order as listed
-                # Let the last request reach the engine's queue. Even if it were late, it would
-                # only need to arrive within F1's 300 decode steps.
-                await anyio.sleep(0.5)
-                (await http.post(vllm_server.base_url + "/resume")).raise_for_status()
-        finally:
-            await http.post(vllm_server.base_url + "/resume")
-    assert [name for name in finished if not name.startswith("F")] == ["H", "W1", "W2", "W3"]
 
 
 async def test_client_disconnect_aborts_the_request_upstream(
