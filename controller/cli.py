@@ -18,9 +18,12 @@ front of one or more vLLM or OpenAI-compatible servers, plus the program-event A
 environment, which wins over the file. See docs/controller.md."""
 
 _EPILOG = """\
-backend syntax: URL[,kind=vllm|openai][,priority=on|off][,id=NAME]
+backend syntax: URL[,kind=vllm|sglang|openai|emulator][,priority=on|off|auto][,id=NAME]
+                [,OPTION=VALUE...]      (kinds and options: docs/backends.md)
   priority=on sends the scheduler's priority in each request body (vLLM must run with
-  --scheduling-policy priority, otherwise it rejects such requests).
+  --scheduling-policy priority); auto asks the server with one probe request.
+  Backends can be listed, added and removed while running: /agentrt/v1/backends (admin
+  token: AGENTRT_CONTROLLER_ADMIN_TOKEN; without one, loopback clients only).
 
 examples:
   agentrt controller serve --port 8080 --backend http://127.0.0.1:8000,priority=on \\
@@ -73,6 +76,9 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--router", help="round_robin (default)")
     serve.add_argument("--max-body-bytes", type=int, help="largest request body (413 above)")
     serve.add_argument("--scrape-interval-s", type=float, help="backend probe period (1.0)")
+    serve.add_argument(
+        "--breaker", metavar="JSON", help="circuit breaker, e.g. '{\"cooldown_s\": 5}'"
+    )
     serve.add_argument("--backend-timeout-s", type=float, help="backend read timeout (600)")
     serve.add_argument("--max-retries", type=int, help="retries on other backends (2)")
     serve.add_argument(
@@ -91,7 +97,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 _OVERRIDES = (
     "host", "port", "backends", "policy", "admission_window", "scheduling", "admission", "cost",
-    "router", "max_body_bytes", "scrape_interval_s", "backend_timeout_s", "max_retries",
+    "router", "max_body_bytes", "scrape_interval_s", "breaker", "backend_timeout_s", "max_retries",
     "program_idle_timeout_s", "log_level",
 )  # fmt: skip
 
