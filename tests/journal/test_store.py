@@ -389,3 +389,33 @@ async def test_postgres_connections_killed_by_the_server_are_replaced(tmp_path: 
     finally:
         await admin.dispose()
         await drop_schema(url, schema)
+
+
+@pytest.mark.parametrize(
+    ("synchronous", "sqlite_value", "pg_value"),
+    [
+        ("FULL", 2, "on"),
+        ("NORMAL", 1, "off"),
+    ],
+)
+async def test_durability_settings_reach_every_connection(
+    backend: Backend, synchronous: Any, sqlite_value: int, pg_value: str
+) -> None:
+    from sqlalchemy import text
+
+    async with backend.journal(synchronous=synchronous) as journal:
+        await journal.run_step(step("p", 0), ok)
+        store = journal.store
+        async with store._read() as conn:
+            if backend.name == "sqlite":
+                assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == sqlite_value
+                assert (await conn.execute(text("PRAGMA journal_mode"))).scalar() == "wal"
+                assert (await conn.execute(text("PRAGMA busy_timeout"))).scalar() == 5000
+            else:
+                shown = (await conn.execute(text("SHOW synchronous_commit"))).scalar()
+                assert shown == pg_value
+        async with store._write() as conn:  # the write connection too
+            if backend.name == "sqlite":
+                assert (await conn.execute(text("PRAGMA synchronous"))).scalar() == sqlite_value
+            else:
+                assert (await conn.execute(text("SHOW synchronous_commit"))).scalar() == pg_value
