@@ -208,6 +208,7 @@ class Journal:
     ) -> Any:
         """Run ``execute`` at most once per step identity (see the module docstring and
         :meth:`agentrt.journal.api.StepJournal.run_step`)."""
+        _check_identity(step)
         args_hash = arguments_hash(step.arguments)
         position = StepPosition(step.program_id, step.thread_id, step.seq)
         key = idempotency_key(
@@ -302,3 +303,15 @@ class Journal:
         updated = await store.get_step(record.position)
         assert updated is not None
         return updated
+
+
+def _check_identity(step: StepSpec) -> None:
+    """Refuse identities the store cannot hold, before anything runs."""
+    for field in ("program_id", "thread_id", "name"):
+        value = getattr(step, field)
+        if not isinstance(value, str) or not value or len(value) > 255:
+            raise JournalError(f"{step!r}: {field} must be a string of 1..255 characters")
+    if step.kind not in ("tool", "llm"):
+        raise JournalError(f"{step!r}: kind must be 'tool' or 'llm'")
+    if isinstance(step.seq, bool) or not isinstance(step.seq, int) or step.seq < 0:
+        raise JournalError(f"{step!r}: seq must be an int >= 0")

@@ -298,3 +298,28 @@ async def test_threads_and_positions_are_independent(backend: Backend) -> None:
         (t, s) for t in ("main", "main.0", "main.1") for s in range(3)
     ]
     assert records[0].position == StepPosition("prog-5", "main", 0)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"program_id": ""},
+        {"program_id": "p" * 256},
+        {"thread_id": ""},
+        {"name": "n" * 300},
+        {"seq": -1},
+        {"kind": "shell"},
+    ],
+)
+async def test_identities_the_store_cannot_hold_are_refused_before_running(
+    backend: Backend, bad: dict[str, Any]
+) -> None:
+    from dataclasses import replace
+
+    from agentrt.errors import JournalError
+
+    tool = Tool()
+    async with backend.journal() as journal:
+        with pytest.raises(JournalError, match="must be"):
+            await journal.run_step(replace(effect_step(), **bad), tool)
+    assert tool.effects == []
