@@ -49,13 +49,19 @@ class LLMCall:
         parents: tuple[str, ...] | None = None,
         objective: str | None = None,
         request: dict[str, Any] | None = None,
+        reuse: Node | None = None,
     ) -> None:
+        """``reuse``: a failed node retried (a new span for the new attempt, same node)."""
         self.runtime = runtime
         self.frame = frame
         self._model = model
-        self.node: Node = frame.run.begin_node(
-            frame, "llm", model, parents=parents, objective=objective
-        )
+        if reuse is not None:
+            reuse.status, reuse.ended_s, reuse.error = "running", None, None
+            self.node: Node = reuse
+        else:
+            self.node = frame.run.begin_node(
+                frame, "llm", model, parents=parents, objective=objective
+            )
         if not runtime.instruments.tracing:
             self.span: Span = INVALID_SPAN
         else:

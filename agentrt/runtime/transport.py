@@ -123,9 +123,14 @@ class TaggingTransport(httpx.AsyncBaseTransport):
         """Node for a call made through a raw client (no SDK helper around it)."""
         retry = request.headers.get("x-stainless-retry-count", "0")
         last = _LAST_RAW.get()
-        if retry not in ("", "0") and last is not None and last[0].status == "running":
-            return last[0], last[1], None  # an openai retry: same node, next attempt
         model = _model_of(request)
+        if retry not in ("", "0") and last is not None and last[1] is getattr(frame, "graph", None):
+            node, graph = last
+            if node.status == "running":  # still open: same node, next attempt
+                return node, graph, None
+            if node.status == "error" and frame is not None:
+                # openai retries after a failed attempt: the same node again, next attempt.
+                return node, graph, LLMCall(self._rt, frame, model, reuse=node)
         if frame is None:
             # A call outside any program: an ad-hoc one-call program (tags only, no events).
             graph = ProgramGraph(

@@ -43,6 +43,8 @@ class FakeState:
     controller: bool = False
     #: Status code to answer completions with (200 = normal).
     status: int = 200
+    #: Answer the first N completions with HTTP 503 (then normally).
+    fail_first: int = 0
     queue_ms: float | None = None
     requests: list[Captured] = field(default_factory=list)
     events: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
@@ -73,8 +75,12 @@ def build_app(state: FakeState) -> Starlette:
         state.requests.append(
             Captured(request.url.path, {k.lower(): v for k, v in request.headers.items()}, body)
         )
-        if state.status != 200:
-            return JSONResponse({"error": {"message": "scripted failure"}}, state.status)
+        if state.status != 200 or state.fail_first > 0:
+            state.fail_first -= 1
+            code = state.status if state.status != 200 else 503
+            return JSONResponse(
+                {"error": {"message": "scripted failure"}}, code, headers={"retry-after-ms": "1"}
+            )
         message = state.reply(body)
         headers = {}
         if state.queue_ms is not None:

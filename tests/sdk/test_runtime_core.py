@@ -252,3 +252,23 @@ async def test_thousand_concurrent_programs_carry_their_own_ids(capture_server: 
         assert by_node["main:0"].thread_id == "main" and by_node["main:0"].parent_ids == ()
         assert by_node["main.0:0"].thread_id == "main.0"
         assert by_node["main.0:0"].parent_ids == ("main:0",)
+
+
+async def test_retries_are_the_same_node_with_the_next_attempt(
+    server: FakeServer, state: FakeState
+) -> None:
+    async with Runtime(cfg(server, max_retries=1)) as rt:
+        client = rt.openai_client(max_retries=1)
+        async with rt.program("retry") as prog:
+            state.fail_first = 1
+            await agentrt.chat(USER)
+            state.fail_first = 1
+            await client.chat.completions.create(model="m1", messages=USER)  # type: ignore[arg-type]
+    tags = tags_of(state)
+    assert [(t.node_id, t.attempt) for t in tags] == [
+        ("main:0", 1),
+        ("main:0", 2),
+        ("main:1", 1),
+        ("main:1", 2),
+    ]
+    assert [(n.status, n.attempts) for n in prog.nodes.values()] == [("ok", 2), ("ok", 2)]
