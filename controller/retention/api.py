@@ -58,7 +58,8 @@ class WaitInfo(Protocol):
 
     @property
     def kv_cache_usage(self) -> float | None:
-        """That backend's KV usage in [0, 1] at the last scrape; ``None`` = unknown."""
+        """That backend's KV usage in [0, 1] at the last scrape (running and pinned blocks,
+        not evictable cached ones); ``None`` = unknown."""
         ...
 
 
@@ -75,6 +76,8 @@ class ToolWaitFacts:
     context_tokens: int
     backend_id: str | None
     kv_cache_usage: float | None
+    #: That backend's KV capacity (tokens); ``None`` = unknown (then no native pins).
+    kv_capacity_tokens: int | None = None
     #: Program kind / name from the program-start event ("" = unknown); return probabilities
     #: are learned per (program kind, tool name) when it is known.
     program_kind: str = ""
@@ -82,16 +85,20 @@ class ToolWaitFacts:
 
 @dataclass(frozen=True, slots=True)
 class RetentionDecision:
-    """Keep the thread's KV for ``ttl_s`` seconds (0 = do not retain), and why."""
+    """Retain the thread for ``ttl_s`` seconds (0 = do not), holding its KV if ``pin``."""
 
-    #: Time to live from the wait's start (seconds); 0 = do not retain.
+    #: Retention window from the wait's start (seconds): engine binding and admission ahead
+    #: of the scheduler's order while it lasts; 0 = do not retain.
     ttl_s: float = 0.0
-    #: Short reason: ``retain``, ``no_backend``, ``short_context``, ``memory_full``,
-    #: ``unlikely_return``, ``not_worth_it``.
+    #: Hold the KV for the window: a native pin (emulator, SGLang) or a re-warm before the
+    #: predicted return (vLLM). ``False`` = rely on the engine's LRU cache.
+    pin: bool = False
+    #: Short reason: ``pin``, ``retain`` (window without a pin), ``no_backend``,
+    #: ``short_context``, ``memory_full``, ``unlikely_return``, ``not_worth_it``.
     reason: str = "not_worth_it"
     #: Probability the program comes back within ``ttl_s`` (0..1).
     p_return_in_ttl: float = 0.0
-    #: Expected engine seconds saved (recompute avoided) and expected holding cost, both in
-    #: prefill-seconds (docs/routing.md).
+    #: For a pin: expected engine seconds saved (recompute avoided) and the expected cost of
+    #: holding the memory, both in prefill-seconds (docs/routing.md); 0 without a pin.
     expected_benefit_s: float = 0.0
     expected_cost_s: float = 0.0

@@ -188,7 +188,7 @@ _FILTERS: Mapping[str, _FilterBuilder] = {
 def _prefix_cost(spec: dict[str, Any], shared: _Shared, what: str) -> Scorer:
     spec = _only(spec, what, {"prefill_s_per_token", "queued_tokens_per_call"})
     prefill = _number(spec, "prefill_s_per_token", 1.0e-4, what)
-    queued = _number(spec, "queued_tokens_per_call", 512.0, what)
+    queued = _number(spec, "queued_tokens_per_call", 128.0, what)
     return PrefixCostScorer(
         shared.get_index(), prefill_s_per_token=prefill, queued_s_per_call=queued * prefill
     )

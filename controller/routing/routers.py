@@ -87,7 +87,7 @@ class PrefixParams:
     prefill_s_per_token: float = 1.0e-4
     #: What one outstanding call on a backend costs a new call there, as prefill tokens
     #: (``queued_s_per_call = queued_tokens_per_call × prefill_s_per_token``).
-    queued_tokens_per_call: float = 512.0
+    queued_tokens_per_call: float = 128.0
     #: Index entries not used for this long count as evicted (seconds).
     block_ttl_s: float = 600.0
     #: Chain elements remembered per backend (e.g. its KV blocks); ``None`` = unbounded.

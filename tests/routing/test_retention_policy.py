@@ -77,17 +77,55 @@ def test_return_model_learns_per_key() -> None:
     assert returns.probability("k") == pytest.approx(6 / 8)
 
 
-def test_free_memory_covers_the_tail() -> None:
+def test_without_a_capacity_the_window_covers_the_tail_and_nothing_is_pinned() -> None:
     policy = TtlRetentionPolicy(RetentionConfig(slack_s=0.5))
     for d in range(1, 101):
         policy.durations.record("search", d / 10)  # 0.1 .. 10 s
     decision = policy.decide(_facts(kv_cache_usage=0.3))
-    assert decision.reason == "retain"
-    # The shortest candidate (quantile + slack) that covers every observed duration: q=0.95.
-    assert decision.ttl_s == pytest.approx(9.5 + 0.5)
-    assert decision.p_return_in_ttl == pytest.approx(0.8)
-    assert decision.expected_cost_s == 0.0
-    assert decision.expected_benefit_s == pytest.approx(0.8 * 2000 * 1e-4)
+    assert (decision.reason, decision.pin) == ("retain", False)
+    assert decision.ttl_s == pytest.approx(9.5 + 0.5)  # the 0.95 quantile + slack
+    assert decision.p_return_in_ttl == pytest.approx(0.8)  # the prior return probability
+    assert decision.expected_benefit_s == decision.expected_cost_s == 0.0
+
+
+def _long_tool_policy() -> TtlRetentionPolicy:
+    """A tool that takes 18-22 s; churn 10,000 tokens/s; 200,000 tokens of KV."""
+    policy = TtlRetentionPolicy(RetentionConfig(kv_capacity_tokens=200_000, slack_s=0.5))
+    for i in range(21):
+        policy.durations.record("search", 18.0 + i * 0.2)
+    return policy
+
+
+@pytest.mark.parametrize(
+    ("usage", "reason", "pin", "ttl_range"),
+    [
+        # R = 200k * 0.95 / 10k = 19 s: the tool mostly outlasts the LRU and holding the
+        # context costs 0.5 * 20 / 19 of its recompute < 0.8 gained: pin for the tail.
+        (0.05, "pin", True, (21.0, 22.6)),
+        # R = 16 s: still worth a pin (gain 0.8, cost 0.5 * 20 / 16 = 0.63).
+        (0.2, "pin", True, (21.0, 22.6)),
+        # R = 8 s: holding for 20 s costs more than recomputing: no pin, and the window
+        # shrinks to R (after that the context is likely gone, so no lane priority either).
+        (0.6, "retain", False, (8.0, 8.0)),
+    ],
+)
+def test_pins_only_where_waits_outlast_the_lru_and_holding_pays(
+    usage: float, reason: str, pin: bool, ttl_range: tuple[float, float]
+) -> None:
+    decision = _long_tool_policy().decide(_facts(kv_cache_usage=usage))
+    assert (decision.reason, decision.pin) == (reason, pin)
+    assert ttl_range[0] - 1e-9 <= decision.ttl_s <= ttl_range[1] + 1e-9
+    if pin:
+        assert decision.expected_benefit_s > decision.expected_cost_s > 0
+
+
+def test_short_waits_under_free_memory_are_not_pinned() -> None:
+    policy = TtlRetentionPolicy(RetentionConfig(kv_capacity_tokens=1_000_000))
+    for value in (1.0, 2.0, 3.0):
+        policy.durations.record("search", value)
+    decision = policy.decide(_facts(kv_cache_usage=0.1))  # R = 90 s >> 3 s
+    assert (decision.reason, decision.pin) == ("retain", False)
+    assert decision.ttl_s == pytest.approx(3.5)
 
 
 @pytest.mark.parametrize(
@@ -96,7 +134,8 @@ def test_free_memory_covers_the_tail() -> None:
         ({"backend_id": None}, "no_backend"),
         ({"context_tokens": 10}, "short_context"),
         ({"kv_cache_usage": 0.95}, "memory_full"),
-        ({"kv_cache_usage": 0.93}, "not_worth_it"),
+        ({"kv_cache_usage": 0.9, "kv_capacity_tokens": 20_000}, "memory_full"),  # + 2,000
+        ({"kv_cache_usage": 0.9, "kv_capacity_tokens": 1_000_000}, "retain"),
         ({"kv_cache_usage": None}, "retain"),
     ],
 )
@@ -104,29 +143,34 @@ def test_decision_gates(facts: dict[str, object], reason: str) -> None:
     assert TtlRetentionPolicy().decide(_facts(**facts)).reason == reason
 
 
-def test_a_big_context_is_not_pinned_into_a_nearly_full_engine() -> None:
+def test_a_big_context_is_not_retained_into_a_nearly_full_engine() -> None:
     policy = TtlRetentionPolicy(RetentionConfig(kv_capacity_tokens=100_000))
-    assert policy.decide(_facts(context_tokens=2_000, kv_cache_usage=0.5)).reason == "retain"
+    assert policy.decide(_facts(context_tokens=2_000, kv_cache_usage=0.5)).ttl_s > 0
     assert policy.decide(_facts(context_tokens=50_000, kv_cache_usage=0.5)).reason == "memory_full"
 
 
 @settings(max_examples=60, deadline=None)
 @given(
-    low=st.floats(0.0, 0.9),
+    low=st.floats(0.0, 0.94),
     high=st.floats(0.0, 0.94),
-    samples=st.lists(st.floats(0.05, 30.0), min_size=3, max_size=40),
+    capacity=st.one_of(st.none(), st.integers(10_000, 2_000_000)),
+    samples=st.lists(st.floats(0.05, 60.0), min_size=3, max_size=40),
 )
-def test_more_pressure_never_means_a_longer_ttl(
-    low: float, high: float, samples: list[float]
+def test_more_pressure_never_means_a_longer_unpinned_window(
+    low: float, high: float, capacity: int | None, samples: list[float]
 ) -> None:
     low, high = sorted((low, high))
-    policy = TtlRetentionPolicy()
+    policy = TtlRetentionPolicy(RetentionConfig(kv_capacity_tokens=capacity))
     for value in samples:
         policy.durations.record("search", value)
-    relaxed = policy.decide(_facts(kv_cache_usage=low))
-    pressed = policy.decide(_facts(kv_cache_usage=high))
-    assert pressed.ttl_s <= relaxed.ttl_s + 1e-9
-    assert 0.0 <= pressed.p_return_in_ttl <= 1.0
+    relaxed = policy.decide(_facts(kv_cache_usage=low, context_tokens=500))
+    pressed = policy.decide(_facts(kv_cache_usage=high, context_tokens=500))
+    for decision in (relaxed, pressed):
+        assert 0.0 <= decision.ttl_s <= policy.config.max_ttl_s
+        assert 0.0 <= decision.p_return_in_ttl <= 1.0
+        assert not decision.pin or capacity is not None  # no capacity, no pins
+    if not relaxed.pin and not pressed.pin:
+        assert pressed.ttl_s <= relaxed.ttl_s + 1e-9
 
 
 def test_programs_that_rarely_return_are_not_retained() -> None:
@@ -144,7 +188,7 @@ def test_programs_that_rarely_return_are_not_retained() -> None:
 
 
 def test_the_policy_learns_tool_durations_from_wait_ends() -> None:
-    policy = TtlRetentionPolicy(RetentionConfig(min_samples=3, quantiles=(0.5,), slack_s=0.0))
+    policy = TtlRetentionPolicy(RetentionConfig(min_samples=3, cover_quantile=0.5, slack_s=0.0))
     for i in range(3):
         policy.on_wait_start(_facts(node_id=f"t{i}"), 0.0)
         policy.on_call_arrived("p", "main", 0.0)
@@ -160,14 +204,17 @@ def test_the_policy_learns_tool_durations_from_wait_ends() -> None:
     [
         {"quantiles": ()},
         {"quantiles": (0.5, 1.0)},
-        {"free_usage": 0.9, "max_usage": 0.8},
+        {"max_usage": 0},
+        {"cover_quantile": 1.0},
+        {"churn_tokens_per_s": 0},
+        {"prefill_s_per_token": 0},
         {"slack_s": -1},
         {"max_ttl_s": 0},
         {"min_return_probability": 2},
         {"kv_capacity_tokens": 0},
         {"ttl": 3},
         {"min_context_tokens": -1},
-        {"hold_price_per_s": float("inf")},
+        {"reuse_fraction": float("inf")},
     ],
 )
 def test_bad_config(values: dict[str, object]) -> None:

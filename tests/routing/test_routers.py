@@ -90,7 +90,7 @@ def test_prefix_follows_the_cached_context_until_load_outweighs_it() -> None:
     loaded = [_view("b0", 4), _view("b1", 0), _view("b2", 0)]
     assert _route(router, "p", loaded, 1.0, **nxt) == "b0"
     # ...unless the queue there costs more than recomputing 3,000 tokens elsewhere.
-    flooded = [_view("b0", 12), _view("b1", 0), _view("b2", 0)]
+    flooded = [_view("b0", 30), _view("b1", 0), _view("b2", 0)]
     assert _route(router, "p", flooded, 2.0, **nxt) == "b1"
 
 
@@ -119,7 +119,7 @@ def test_prefix_uses_affinity_when_the_call_has_no_hashes() -> None:
     assert _route(router, "p", views, prompt_tokens=3000) == "b1"
     assert _route(router, "p", [_view("b0", 0), _view("b1", 1)], prompt_tokens=3000) == "b1"
     # Much more load: it moves (and the binding follows).
-    assert _route(router, "p", [_view("b0", 0), _view("b1", 4)], prompt_tokens=3000) == "b0"
+    assert _route(router, "p", [_view("b0", 0), _view("b1", 8)], prompt_tokens=3000) == "b0"
     assert _route(router, "p", views, prompt_tokens=3000) == "b0"
 
 
