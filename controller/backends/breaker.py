@@ -60,7 +60,7 @@ class BreakerConfig:
     #: Cool-down multiplier after a failed trial (≥ 1).
     backoff: float = 2.0
     #: Upper bound of the cool-down after repeated failed trials (seconds).
-    max_cooldown_s: float = 60.0
+    max_cooldown_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("failure_threshold", "window", "min_calls", "success_threshold"):

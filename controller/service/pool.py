@@ -152,8 +152,12 @@ class BackendPool:
     async def _probe_loop(self, state: BackendState) -> None:
         with anyio.CancelScope() as scope:
             state.probe_scope = scope
-            while True:
+            backend_id = state.backend.backend_id
+            # The membership check covers a removal that happened before this task ran.
+            while self.states.get(backend_id) is state:
                 await anyio.sleep(self.interval_s)
+                if self.states.get(backend_id) is not state:
+                    return
                 await self._probe_safely(state)
                 self._on_change()
 

@@ -23,10 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @contextlib.asynccontextmanager
-async def serve_app(app: Any) -> AsyncIterator[str]:
-    """Run an ASGI app with uvicorn on a free loopback port; yields its base URL."""
+async def serve_app(app: Any, port: int = 0) -> AsyncIterator[str]:
+    """Run an ASGI app with uvicorn on a loopback port (0: a free one); yields its base URL."""
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     port = sock.getsockname()[1]
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="error", lifespan="off", access_log=False)

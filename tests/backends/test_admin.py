@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -202,3 +203,24 @@ async def test_a_backend_answering_5xx_is_cut_off_then_probed_back_in() -> None:
     circuit = {b["backend_id"]: b["circuit"] for b in listing}["flaky"]
     assert circuit["state"] == "closed" and circuit["opened_total"] == 1
     assert json.dumps(listing)  # plain JSON
+
+
+async def test_a_backend_that_starts_after_the_controller_joins_after_its_cool_down() -> None:
+    late = FakeVllm(name="late")
+    with socket.socket() as sock:  # a port nothing listens on yet
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    quick = FakeVllm(name="quick")
+    async with serve_app(build_app(quick)) as quick_url:
+        urls = [quick_url, f"http://127.0.0.1:{port}"]
+        async with _running(urls, scrape_interval_s=0.1, breaker={"cooldown_s": 0.2}) as (
+            _, app, http,
+        ):  # fmt: skip
+            state = app.core.pool.states["b1"]
+            assert state.status() == "open" and not state.healthy
+            async with serve_app(build_app(late), port=port):
+                with anyio.fail_after(5):
+                    while not state.healthy:  # noqa: ASYNC110 - cool-down, then a trial probe
+                        await anyio.sleep(0.02)
+                ids = {(await http.post(CHAT, json=_body())).json()["id"] for _ in range(4)}
+    assert ids == {"chatcmpl-quick", "chatcmpl-late"}

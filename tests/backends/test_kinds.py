@@ -276,3 +276,15 @@ async def test_sglang_pin_refusals_and_missing_endpoints() -> None:
     assert partial.partial and partial.blocks == 5
     assert not old.capabilities.supports_pins and pins_of(old) is None  # turned off after 404
     assert pins_of(off) is None
+
+
+async def test_sglang_behind_the_controller_gets_inverted_priorities() -> None:
+    fake = FakeSGLang()
+    async with serve_app(build_sglang(fake)) as url:
+        spec = BackendSpec(url, kind="sglang", priority=True)
+        config = ControllerConfig(port=0, backends=(spec,), policy="plas")
+        async with serve_controller(config) as controller_url, httpx.AsyncClient() as http:
+            body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+            answer = await http.post(controller_url + "/v1/chat/completions", json=body)
+    assert answer.status_code == 200
+    assert fake.requests[0]["priority"] == 100  # a fresh program: level 0, the most urgent
