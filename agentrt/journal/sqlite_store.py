@@ -1,12 +1,13 @@
 """SQLite implementation of the journal store (aiosqlite, WAL).
 
 Connections run with ``journal_mode=WAL``, ``busy_timeout`` and ``synchronous=FULL`` (default)
-or ``NORMAL``; see docs/journal.md for what a power loss can lose in each mode. Writes go
-through one connection, serialised by an in-process lock and opened with ``BEGIN IMMEDIATE`` so
-that a read-then-write transaction never fails with ``SQLITE_BUSY`` when another *process*
-writes too (it waits up to ``busy_timeout`` instead). Reads use a small pool of other
-connections; WAL lets them run while a write is in progress.
-"""
+or ``NORMAL``; see docs/journal.md for what a power loss can lose in each mode. All writes go
+through one kept connection, serialised by an in-process lock, with the database's write lock
+taken up front (``BEGIN IMMEDIATE``, or a lone statement in autocommit mode), so that a write
+never fails with ``SQLITE_BUSY`` when another *process* writes too: it waits up to
+``busy_timeout`` instead. Concurrent one-statement writes are group-committed (one transaction,
+one fsync; see ``_write_one``). Reads use a small pool of other connections; WAL lets them run
+while a write is in progress."""
 
 from __future__ import annotations
 
