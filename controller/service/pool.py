@@ -171,10 +171,10 @@ class BackendPool:
 
     async def _probe(self, state: BackendState) -> None:
         backend = state.backend
+        ok = False  # stays False when the probe runs out of time
         with anyio.move_on_after(self.interval_s) as limit:
             ok = await backend.health()
         reason = "health probe timed out" if limit.cancelled_caught else "health probe failed"
-        ok = ok and not limit.cancelled_caught
         now = self._clock()
         was_closed = state.breaker.allows_calls()
         state.probe_ok = ok
@@ -238,9 +238,9 @@ class BackendPool:
         state = self.states.get(backend_id)
         if state is None:
             return False
-        with anyio.move_on_after(self.interval_s) as limit:
+        ok = False  # stays False when the probe runs out of time
+        with anyio.move_on_after(self.interval_s):
             ok = await state.backend.health()
-        ok = ok and not limit.cancelled_caught
         state.probe_ok = ok
         state.breaker.record_probe(ok, self._clock(), "health probe after a lost call failed")
         self._update(state)

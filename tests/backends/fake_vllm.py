@@ -40,6 +40,8 @@ class FakeVllm:
     chunk_delay_s: float = 0.0
     metrics: str = "vllm:num_requests_running 1\nvllm:num_requests_waiting 2\n"
     no_priority: bool = False
+    #: Seconds every health check waits before answering (a hung server: set it high).
+    health_delay_s: float = 0.0
     #: Bodies received (in-process use).
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -82,6 +84,7 @@ def build_app(fake: FakeVllm) -> Starlette:
         return PlainTextResponse(fake.metrics)
 
     async def health(request: Request) -> Response:
+        await anyio.sleep(fake.health_delay_s)
         return Response(status_code=200)
 
     return Starlette(

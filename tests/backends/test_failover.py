@@ -21,7 +21,8 @@ import pytest
 from controller.backends.spec import BackendSpec
 from controller.service import ControllerApp, ControllerConfig, serve_controller
 
-from .servers import spawn_emulator, spawn_fake
+from .fake_vllm import FakeVllm, build_app
+from .servers import serve_app, spawn_emulator, spawn_fake
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -75,6 +76,21 @@ async def test_a_dead_backend_leaves_routing_within_one_health_interval() -> Non
         assert pool.states["b1"].healthy
     # No call was needed: the probe found it. Slack for a loaded machine's scheduling.
     assert detected_after_s <= INTERVAL_S + 0.25
+
+
+async def test_a_hung_backend_leaves_routing_within_an_interval_plus_the_probe_limit() -> None:
+    hung = FakeVllm(name="h")
+    async with serve_app(build_app(hung)) as url, _controller(url) as (_, app):
+        state = app.core.pool.states["b0"]
+        assert state.healthy
+        hung.health_delay_s = 3600.0
+        started = time.monotonic()
+        with anyio.fail_after(5):
+            while state.healthy:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+        detected_after_s = time.monotonic() - started
+        assert state.last_error == "health probe timed out"
+    assert detected_after_s <= 2 * INTERVAL_S + 0.25
 
 
 async def test_calls_not_yet_streaming_move_to_another_backend_when_theirs_dies() -> None:
