@@ -32,7 +32,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
@@ -95,7 +95,7 @@ class SGLangBackend(HttpBackend):
         priority_top: int = 100,
         pins: bool = False,
         default_pin_ttl_s: float = 300.0,
-        clock: Any = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if send_priority == "auto":
             raise ConfigError(f"backend {backend_id}: priority=auto is for vllm; use on or off")
