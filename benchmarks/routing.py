@@ -1,0 +1,365 @@
+"""Routing benchmark (issue [routing] item 4a): four engines, four routers, same programs.
+
+For each workload the same programs (same seed, same arrival process) are replayed under each
+router — ``round_robin``, ``least_loaded``, ``autellix`` and our ``prefix`` — on 4 simulated
+A100 engines (Llama-3.1-8B), FCFS scheduling, no controller admission window (routing alone
+differs). Each router climbs a ladder of arrival rates ``r0 · step^k`` until its p50 program
+E2E latency passes the target ``L = latency_factor × p50 of round_robin at r0`` (light load).
+
+Reported per workload and router:
+
+* **throughput at equal latency**: the completed-program throughput at which the p50 E2E
+  latency reaches ``L`` (linear interpolation between the two rungs around the crossing;
+  ``≥ x`` when the router never reached ``L`` on the ladder, a lower bound);
+* the ratios to round_robin and to autellix;
+* the prefix-cache hit rate at the highest rung every router ran.
+
+Workloads: ``chatbot``, ``react``, ``mixed`` (the simulator's, BRIEF.md §8) and ``sysprompt``:
+chat programs that all share a 3,000-token system prompt (so every call is "long" for
+Autellix's 2,048-token threshold) plus 4 % very large programs (a 24,000-token document, ~20
+turns) — where a fixed threshold pins every program and cannot move a small one off an engine
+that large programs made hot.
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/routing.py --quick              # smoke: seconds
+    .venv/bin/python benchmarks/routing.py --write-docs         # docs/benchmarks.md + PNG
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import random
+import re
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from simulator.plan import compile_program  # noqa: E402
+from simulator.registry import PolicySpec  # noqa: E402
+from simulator.runner import BenchConfig, run_one  # noqa: E402
+from simulator.workloads.chatbot import ChatbotParams, ChatbotWorkload  # noqa: E402
+from simulator.workloads.program import Program  # noqa: E402
+
+ROUTERS = ("round_robin", "least_loaded", "autellix", "prefix")
+ENGINES = 4
+
+#: Per workload: the first rung (programs/s) and the ladder's step.
+LADDERS: dict[str, tuple[float, float]] = {
+    "chatbot": (2.0, 1.35),
+    "react": (2.0, 1.35),
+    "mixed": (0.5, 1.5),
+    "sysprompt": (1.5, 1.35),
+}
+
+
+def sysprompt_programs(rate: float, duration_s: float, seed: int) -> list[Program]:
+    """Chat programs sharing a 3,000-token system prompt, 4 % of them with a 24,000-token
+    document as their first message and ~20 turns (Poisson arrivals)."""
+    system = 3000
+    small = ChatbotWorkload(
+        ChatbotParams(system_prompt_tokens=system, prompt_tokens_mean=256 + system / 6.66)
+    )
+    large = ChatbotWorkload(
+        ChatbotParams(
+            system_prompt_tokens=system, calls_mean=20.0, prompt_tokens_mean=256 + system / 20
+        )
+    )
+    rng = random.Random(seed)
+    programs: list[Program] = []
+    now = rng.expovariate(rate)
+    while now < duration_s:
+        index = len(programs)
+        if rng.random() < 0.04:
+            program = large.draw(rng, f"large-{index:07d}", now)
+            program = dataclasses.replace(program, root_prompt_tokens=24_000, kind="large")
+        else:
+            program = small.draw(rng, f"small-{index:07d}", now)
+            program = dataclasses.replace(program, kind="small")
+        programs.append(dataclasses.replace(program, system_prompt_id="sys3k"))
+        now += rng.expovariate(rate)
+    return programs
+
+
+def _bench(workload: str, rate: float, duration_s: float, seed: int) -> BenchConfig:
+    return BenchConfig(
+        workload="chatbot" if workload == "sysprompt" else workload,
+        rate_per_s=rate,
+        duration_s=duration_s,
+        seed=seed,
+        engines=ENGINES,
+    )
+
+
+def run_point(job: tuple[str, str, float, float, int]) -> dict[str, Any]:
+    """One simulation: ``(workload, router, rate, duration_s, seed)`` → summary."""
+    workload, router, rate, duration_s, seed = job
+    bench = _bench(workload, rate, duration_s, seed)
+    if workload == "sysprompt":
+        programs = sysprompt_programs(rate, duration_s, seed)
+    else:
+        programs = bench.programs()
+    plans = [compile_program(p) for p in programs]
+    started = time.perf_counter()
+    outcome = run_one(plans, bench, PolicySpec("fcfs", router, "off", None))
+    summary = outcome.summary
+    return {
+        "workload": workload,
+        "router": router,
+        "rate": rate,
+        "seed": seed,
+        "throughput": summary["throughput_programs_per_s"],
+        "p50_s": summary["e2e_latency_s"]["p50"],
+        "hit_rate": summary["prefix_hit_rate"],
+        "recomputed": summary["recomputed_prompt_tokens"],
+        "unfinished": summary["programs_unfinished"],
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def crossing(points: Sequence[dict[str, Any]], target_s: float) -> tuple[float, bool]:
+    """Throughput where p50 reaches ``target_s`` (interpolated), and whether it was reached
+    (``False``: the last rung's throughput, a lower bound)."""
+    ordered = sorted(points, key=lambda p: p["rate"])
+    previous = None
+    for point in ordered:
+        if point["p50_s"] > target_s:
+            if previous is None:
+                return 0.0, True
+            span = point["p50_s"] - previous["p50_s"]
+            share = (target_s - previous["p50_s"]) / span if span > 0 else 0.0
+            return previous["throughput"] + share * (
+                point["throughput"] - previous["throughput"]
+            ), True
+        previous = point
+    return ordered[-1]["throughput"], False
+
+
+def climb(
+    workload: str, routers: Sequence[str], args: argparse.Namespace, pool: ProcessPoolExecutor
+) -> dict[str, Any]:
+    """Run every router up the rate ladder until it passes the latency target."""
+    first, step = LADDERS[workload]
+    rungs = [round(first * step**k, 3) for k in range(args.rungs)]
+    results: dict[str, list[dict[str, Any]]] = {r: [] for r in routers}
+    active = list(routers)
+    target = None
+    for rate in rungs:
+        if not active:
+            break
+        jobs = [(workload, r, rate, args.duration, s) for r in active for s in args.seeds]
+        by_router: dict[str, list[dict[str, Any]]] = {r: [] for r in active}
+        for point in pool.map(run_point, jobs):
+            by_router[point["router"]].append(point)
+        for router, points in by_router.items():
+            results[router].append(
+                {
+                    "rate": rate,
+                    "throughput": statistics.median(p["throughput"] for p in points),
+                    "p50_s": statistics.median(p["p50_s"] for p in points),
+                    "hit_rate": statistics.median(p["hit_rate"] for p in points),
+                    "recomputed": statistics.median(p["recomputed"] for p in points),
+                    "wall_s": sum(p["wall_s"] for p in points),
+                }
+            )
+        if target is None:
+            base = results["round_robin"][0]["p50_s"] if "round_robin" in results else None
+            target = args.latency_factor * (base or max(r[0]["p50_s"] for r in results.values()))
+        active = [r for r in active if results[r][-1]["p50_s"] <= target]
+        print(
+            f"  {workload} @ {rate:g}/s: "
+            + ", ".join(f"{r} p50={results[r][-1]['p50_s']:.1f}s" for r in by_router),
+            file=sys.stderr,
+            flush=True,
+        )
+    assert target is not None
+    common = min(len(points) for points in results.values())
+    summary = {}
+    for router, points in results.items():
+        throughput, reached = crossing(points, target)
+        summary[router] = {
+            "throughput": throughput,
+            "reached": reached,
+            "hit_rate": points[common - 1]["hit_rate"],
+            "points": points,
+        }
+    return {
+        "workload": workload,
+        "target_p50_s": target,
+        "hit_rate_at": rungs[common - 1],
+        "routers": summary,
+    }
+
+
+def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: float) -> str:
+    lines = [
+        "## Routing",
+        "",
+        f"`benchmarks/routing.py` — {ENGINES} simulated engines (`a100-llama3-8b`), FCFS, no "
+        "admission window; the same programs for every router. Each router climbs a ladder of "
+        "arrival rates until its p50 program E2E latency passes the target "
+        f"L = {args.latency_factor:g} × round_robin's p50 at the first rung. "
+        f"Arrival window {args.duration:g} s (+ drain), seeds {list(args.seeds)} (medians), "
+        f"{wall_s / 60:.1f} min on this machine.",
+        "",
+        "Throughput = completed programs/s at p50 = L (interpolated; `≥` = never reached L on "
+        "the ladder, a lower bound). Hit rate = prefix-cache hit rate at the highest rate every "
+        "router ran.",
+        "",
+        "| workload | L (s) | router | programs/s at p50 = L | × round_robin | × autellix "
+        "| hit rate |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        routers = result["routers"]
+        base = routers.get("round_robin", {}).get("throughput") or float("nan")
+        autellix = routers.get("autellix", {}).get("throughput") or float("nan")
+        for name, row in routers.items():
+            mark = "" if row["reached"] else "≥ "
+            lines.append(
+                f"| {result['workload']} | {result['target_p50_s']:.1f} | `{name}` | "
+                f"{mark}{row['throughput']:.2f} | {row['throughput'] / base:.2f} | "
+                f"{row['throughput'] / autellix:.2f} | {row['hit_rate']:.1%} "
+                f"(@ {result['hit_rate_at']:g}/s) |"
+            )
+    chat = next((r for r in results if r["workload"] == "chatbot"), None)
+    verdicts = []
+    if chat is not None:
+        routers = chat["routers"]
+        ratio = routers["prefix"]["throughput"] / routers["round_robin"]["throughput"]
+        verdicts.append(
+            f"prefix vs round_robin on chatbot: {ratio:.2f}× (goal ≥ 1.4×: "
+            f"{'met' if ratio >= 1.4 else 'NOT met'})"
+        )
+    worst = min(
+        (
+            r["routers"]["prefix"]["throughput"] / r["routers"]["autellix"]["throughput"],
+            r["workload"],
+        )
+        for r in results
+        if "prefix" in r["routers"] and "autellix" in r["routers"]
+    )
+    verdicts.append(
+        f"prefix vs autellix, worst workload: {worst[0]:.2f}× on {worst[1]} (goal ≥ 1.0×: "
+        f"{'met' if worst[0] >= 0.995 else 'NOT met'})"
+    )
+    lines += ["", "Goals: " + "; ".join(verdicts) + ".", ""]
+    if args.plot:
+        lines += [f"![p50 latency against throughput per router]({args.plot_rel})", ""]
+    lines += [
+        "Reproduce: `.venv/bin/python benchmarks/routing.py --write-docs` "
+        "(`--quick` for a smoke run).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6), squeeze=False)
+    for ax, result in zip(axes[0], results, strict=True):
+        for name, row in result["routers"].items():
+            points = row["points"]
+            ax.plot(
+                [p["throughput"] for p in points],
+                [p["p50_s"] for p in points],
+                marker="o",
+                label=name,
+            )
+        ax.axhline(result["target_p50_s"], color="grey", linestyle="--", linewidth=1)
+        ax.set_title(result["workload"])
+        ax.set_xlabel("completed programs/s")
+        ax.set_ylabel("p50 program E2E latency (s)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_docs(section: str) -> None:
+    """Replace (or append) the ``## Routing`` section of docs/benchmarks.md."""
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    pattern = re.compile(r"^## Routing\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section + "\n", text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--workloads", default=",".join(LADDERS), help="comma-separated")
+    parser.add_argument("--routers", default=",".join(ROUTERS), help="comma-separated")
+    parser.add_argument("--duration", type=float, default=200.0, help="arrival window (s)")
+    parser.add_argument("--seeds", default="1", help="comma-separated seeds")
+    parser.add_argument("--rungs", type=int, default=7, help="most rates per router")
+    parser.add_argument("--latency-factor", type=float, default=1.5)
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny and fast")
+    parser.add_argument("--from-json", metavar="FILE", help="render saved --json output")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--plot", default=None, help="PNG path (default with --write-docs)")
+    args = parser.parse_args(argv)
+    args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    if args.quick:
+        args.duration, args.rungs = min(args.duration, 40.0), min(args.rungs, 2)
+    if args.write_docs and args.plot is None:
+        args.plot = str(ROOT / "docs" / "img" / "routing.png")
+    args.plot_rel = None
+    if args.plot:
+        plot_path = Path(args.plot).resolve()
+        docs = ROOT / "docs"
+        args.plot_rel = str(
+            plot_path.relative_to(docs) if plot_path.is_relative_to(docs) else plot_path
+        )
+    routers = [r.strip() for r in args.routers.split(",") if r.strip()]
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        results, wall = saved["results"], float(saved["wall_s"])
+        args.seeds, args.duration = saved["seeds"], saved["duration"]
+        args.latency_factor = saved["latency_factor"]
+    else:
+        started = time.perf_counter()
+        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = [
+                climb(w.strip(), routers, args, pool)
+                for w in args.workloads.split(",")
+                if w.strip()
+            ]
+        wall = time.perf_counter() - started
+    if args.plot:
+        plot(results, Path(args.plot))
+    section = markdown(results, args, wall)
+    saved = {
+        "wall_s": wall,
+        "seeds": args.seeds,
+        "duration": args.duration,
+        "latency_factor": args.latency_factor,
+        "results": results,
+    }
+    print(json.dumps(saved, indent=2) if args.json else section)
+    if args.write_docs:
+        write_docs(section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

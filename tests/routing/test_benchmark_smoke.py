@@ -1,0 +1,75 @@
+"""The routing and retention benchmarks run end to end on a tiny configuration (smoke only:
+no speed is asserted here; benchmarks/ measures)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+pytestmark = pytest.mark.timeout(120)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        f"bench_{name}", ROOT / "benchmarks" / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # worker processes find run_point by module name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_routing_benchmark_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    routing = _load("routing")
+    plot = tmp_path / "routing.png"
+    argv = [
+        "--quick",
+        "--duration",
+        "15",
+        "--workloads",
+        "sysprompt",
+        "--routers",
+        "round_robin,autellix,prefix",
+    ]
+    assert routing.main([*argv, "--rungs", "1", "--jobs", "1", "--json", "--plot", str(plot)]) == 0
+    saved = json.loads(capsys.readouterr().out)
+    (result,) = saved["results"]
+    assert result["workload"] == "sysprompt" and result["target_p50_s"] > 0
+    assert set(result["routers"]) == {"round_robin", "autellix", "prefix"}
+    for row in result["routers"].values():
+        assert 0.0 <= row["hit_rate"] <= 1.0 and row["points"][0]["throughput"] > 0
+    assert plot.stat().st_size > 0
+    # The saved results render again (what --write-docs writes).
+    saved_file = tmp_path / "routing.json"
+    saved_file.write_text(json.dumps(saved))
+    assert routing.main(["--from-json", str(saved_file), "--workloads", "sysprompt"]) == 0
+    assert "## Routing" in capsys.readouterr().out
+
+
+def test_sysprompt_workload_shares_a_3000_token_system_prompt() -> None:
+    routing = _load("routing")
+    programs = routing.sysprompt_programs(2.0, 200.0, 1)
+    assert programs and {p.system_prompt_id for p in programs} == {"sys3k"}
+    assert {p.system_prompt_tokens for p in programs} == {3000}
+    large = [p for p in programs if p.kind == "large"]
+    assert large and all(p.root_prompt_tokens == 24_000 for p in large)
+    assert len(large) < 0.15 * len(programs)
+
+
+def test_retention_benchmark_smoke(capsys: pytest.CaptureFixture[str]) -> None:
+    retention = _load("retention")
+    argv = ["--quick", "--workloads", "react", "--rates", "0.5", "--jobs", "1", "--json"]
+    assert retention.main(argv) == 0
+    saved = json.loads(capsys.readouterr().out)
+    configs = {row["config"] for row in saved["rows"]}
+    assert {"fcfs/off", "mlfq/off", "plas/on", "atlas/on"} <= configs
+    for row in saved["rows"]:
+        assert row["rate"] == 0.5 and row["throughput"] > 0 and 0 <= row["hit_rate"] <= 1
