@@ -236,10 +236,10 @@ def _report(
     args: argparse.Namespace, loopback: dict[str, list[float]], local: dict[str, list[float]]
 ) -> str:
     load = os.getloadavg()[0]
-    added = _added(loopback, "sdk-chat")
-    added_noop = _added(loopback, "sdk-chat-no-otel")
-    added_spans = _added(loopback, "sdk-chat-spans")
-    added_local = _added(local, "sdk-chat")
+    added = _added(local, "sdk-chat")
+    added_spans = _added(local, "sdk-chat-spans")
+    added_noop = _added(local, "sdk-chat-no-otel")
+    added_loopback = _added(loopback, "sdk-chat")
     verdict = "met" if added <= GOAL_US else "NOT met"
     lines = [
         "## SDK overhead",
@@ -264,17 +264,19 @@ def _report(
         *_table(local),
         "",
         f"Goal (≤ {GOAL_US:.0f} µs added per call by `agentrt.chat` inside a program, with "
-        f"span and metrics): **{verdict}** on loopback ({added:+,.0f} µs CPU; "
-        f"{added_spans:+,.0f} µs with spans but no metrics; {added_noop:+,.0f} µs without "
-        f"OpenTelemetry providers; {added_local:+,.0f} µs in-process). "
+        f"span and metrics), judged on the in-process CPU figures (the loopback ones include "
+        f"kernel time that swings by ±100 µs between runs here): **{verdict}** "
+        f"({added:+,.0f} µs; {added_spans:+,.0f} µs with spans but no metrics — tagging + DAG "
+        f"+ span; {added_noop:+,.0f} µs without OpenTelemetry providers; "
+        f"{added_loopback:+,.0f} µs CPU on loopback). "
         "`bare` is the openai client on the same `httpx` stack the runtime uses; "
         "`bare-default` is the openai client's own default HTTP client, for reference. "
         "`sdk-raw` tags a raw `runtime.openai_client()` call at the transport (it also parses "
         "the request and response bodies for the model name and usage); `sdk-program` opens "
         "a program (span, DAG, metrics) around every call.",
         "Where the time goes (cProfile of the in-process path, this version): the SDK's own "
-        "work per call — node and chain bookkeeping, `CallTags` validation and nine header "
-        "writes (httpx re-derives the header encoding on each write), deadline and timeout "
+        "work per call — node and chain bookkeeping, `CallTags` validation and four to seven "
+        "header writes (each extra header costs httpx and h11 ~6 µs to send), deadline and timeout "
         "capping, admission slot, error translation — is the `sdk-chat-no-otel` row; the "
         "OpenTelemetry SDK's own recording (one `chat` span with ~16 attributes and three "
         "histogram records with exemplar sampling, as the GenAI conventions ask) is the "
