@@ -73,7 +73,16 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--cost", metavar="JSON", help='cost model, e.g. \'{"profile": "a100-llama3-8b"}\''
     )
-    serve.add_argument("--router", help="round_robin (default)")
+    serve.add_argument(
+        "--router", help="prefix (default) | round_robin | least_loaded | autellix | pipeline"
+    )
+    serve.add_argument(
+        "--routing", metavar="JSON", help="router parameters, e.g. '{\"affinity_weight\": 0.3}'"
+    )
+    serve.add_argument(
+        "--retention", choices=["on", "off"], default=None, help="KV retention (default off)"
+    )
+    serve.add_argument("--retention-options", metavar="JSON", help="retention parameters")
     serve.add_argument("--max-body-bytes", type=int, help="largest request body (413 above)")
     serve.add_argument("--scrape-interval-s", type=float, help="backend probe period (1.0)")
     serve.add_argument(
@@ -97,7 +106,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 _OVERRIDES = (
     "host", "port", "backends", "policy", "admission_window", "scheduling", "admission", "cost",
-    "router", "max_body_bytes", "scrape_interval_s", "breaker", "backend_timeout_s", "max_retries",
+    "router", "routing", "retention", "retention_options", "max_body_bytes", "scrape_interval_s",
+    "breaker", "backend_timeout_s", "max_retries",
     "program_idle_timeout_s", "log_level",
 )  # fmt: skip
 

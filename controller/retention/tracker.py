@@ -10,6 +10,7 @@ ended. Pure bookkeeping: no clock, no I/O; the driver performs pins / unpins / r
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 from collections import OrderedDict
@@ -17,7 +18,13 @@ from dataclasses import dataclass, field
 
 from agentrt.errors import ConfigError
 
-__all__ = ["Retention", "RetentionTracker"]
+__all__ = ["Retention", "RetentionTracker", "pin_id_for"]
+
+
+def pin_id_for(program_id: str, thread_id: str) -> str:
+    """A URL-safe pin id, stable for a program thread (``agentrt-`` + 20 hex digits)."""
+    digest = hashlib.blake2b(f"{program_id}\x1f{thread_id}".encode(), digest_size=10)
+    return "agentrt-" + digest.hexdigest()
 
 
 @dataclass(slots=True)
@@ -28,7 +35,8 @@ class Retention:
     thread_id: str
     #: Backend holding the KV.
     backend_id: str
-    #: Id of the native pin on the backend (emulator / SGLang); stable per program thread.
+    #: Id of the native pin on the backend (emulator / SGLang): stable per program thread,
+    #: URL-safe (:func:`pin_id_for`).
     pin_id: str
     started_s: float
     #: End of the TTL (seconds, driver's clock).
@@ -92,7 +100,7 @@ class RetentionTracker:
             program_id,
             thread_id,
             backend_id,
-            f"{program_id}/{thread_id}",
+            pin_id_for(program_id, thread_id),
             now_s,
             now_s + ttl_s,
             context_tokens,
@@ -157,6 +165,19 @@ class RetentionTracker:
                 return heap[0][0]
             heapq.heappop(heap)
         return math.inf
+
+    @property
+    def next_rewarm_s(self) -> float:
+        """Earliest re-warm time not yet handled (seconds); ``math.inf`` when none."""
+        return min(
+            (
+                r.rewarm_at_s
+                for threads in self._live.values()
+                for r in threads.values()
+                if not r.rewarmed
+            ),
+            default=math.inf,
+        )
 
     def due_rewarms(self, now_s: float) -> list[Retention]:
         """Live retentions whose re-warm time has come and that were not re-warmed yet; each

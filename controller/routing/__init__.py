@@ -13,12 +13,19 @@ the same objects. docs/routing.md has the formulas and the measurements.
 """
 
 from controller.routing.factory import DEFAULT_ROUTER, ROUTER_NAMES, build_router
-from controller.routing.hashing import message_block_hashes, token_block_hashes
+from controller.routing.hashing import (
+    message_block_hashes,
+    request_block_hashes,
+    token_block_hashes,
+)
+from controller.routing.pipeline import uses_block_hashes
 
 __all__ = [
     "DEFAULT_ROUTER",
     "ROUTER_NAMES",
     "build_router",
     "message_block_hashes",
+    "request_block_hashes",
     "token_block_hashes",
+    "uses_block_hashes",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_CHARS_PER_TOKEN",
     "extend_token_block_hashes",
     "message_block_hashes",
+    "request_block_hashes",
     "token_block_hashes",
 ]
 
@@ -128,3 +129,21 @@ def message_block_hashes(
             parent = hashlib.blake2b(parent + piece, digest_size=8).digest()
             out.append(int.from_bytes(parent, "big"))
     return tuple(out)
+
+
+def request_block_hashes(body: Mapping[str, Any]) -> tuple[int, ...]:
+    """The chain of an OpenAI request body: its ``messages`` (chat) or ``prompt`` (text
+    completion: a string, or a list of strings / token ids, serialised as one message), salted
+    with its ``cache_salt`` when it has one, else its ``model`` (KV is never shared across
+    models or salts). ``()`` when the body has neither."""
+    salt = body.get("cache_salt") or body.get("model")
+    salt = salt if isinstance(salt, str) else None
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return message_block_hashes((m for m in messages if isinstance(m, Mapping)), salt=salt)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return message_block_hashes([{"content": prompt}], salt=salt)
+    if isinstance(prompt, list) and prompt:
+        return message_block_hashes([{"content": json.dumps(prompt)}], salt=salt)
+    return ()

@@ -15,9 +15,15 @@ from typing import Any
 
 from agentrt.errors import ConfigError
 from controller.routing.api import Filter, Picker, RouteObserver, Scored, Scorer
+from controller.routing.prefix_index import PrefixIndex
 from controller.scheduling.api import BackendView, Call
 
-__all__ = ["PipelineRouter", "WeightedScorer", "clamp_score"]
+__all__ = ["PipelineRouter", "WeightedScorer", "clamp_score", "uses_block_hashes"]
+
+
+def uses_block_hashes(router: object) -> bool:
+    """Whether ``router`` reads ``Call.block_hashes`` (so the driver should fill them)."""
+    return isinstance(router, PipelineRouter) and router.uses_block_hashes
 
 
 def clamp_score(value: float) -> float:
@@ -72,6 +78,8 @@ class PipelineRouter:
         self.routed_total = 0
         #: Per filter name: calls for which it would have removed every candidate (skipped).
         self.filter_skips: dict[str, int] = {n: 0 for n, _ in filters}
+        #: Whether a stage reads ``Call.block_hashes`` (drivers fill them only then).
+        self.uses_block_hashes = any(isinstance(o, PrefixIndex) for o in self.observers)
 
     def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
         """The chosen ``backend_id``. Raises ``ValueError`` when ``candidates`` is empty (the

@@ -38,7 +38,7 @@ from controller.service.core import ControllerCore
 from controller.service.events import event_routes
 from controller.service.incoming import Receive, Scope, Send
 from controller.service.metrics import ServiceMetrics
-from controller.service.policies import build_cost, build_dispatcher
+from controller.service.policies import build_cost, build_dispatcher, build_retention
 from controller.service.proxy import CompletionsEndpoint
 from controller.service.tracing import CallTracing
 
@@ -82,6 +82,8 @@ class ControllerApp:
         self.core = ControllerCore(
             config, build_dispatcher(config), list(backends), self.metrics, clock
         )
+        if config.retention == "on":
+            self.core.retention = build_retention(config, self.core, self.metrics)
         charger = Charger(cost if cost is not None else build_cost(config))
         tracing = CallTracing(tracer_provider)
         self._generation = {

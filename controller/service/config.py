@@ -3,8 +3,9 @@
 Every key of :class:`ControllerConfig` can be set in a file (same names; ``backends`` is a list
 of URL strings or tables ``{url, kind, id, priority, options}``), as an environment variable
 ``AGENTRT_CONTROLLER_<KEY>`` (``BACKENDS`` is whitespace-separated; ``SCHEDULING``, ``COST``,
-``ADMISSION`` and ``BREAKER`` are JSON objects), or on the command line. Unknown keys — in the
-file or as an ``AGENTRT_CONTROLLER_*`` variable — are errors, never silently ignored.
+``ADMISSION``, ``BREAKER``, ``ROUTING`` and ``RETENTION_OPTIONS`` are JSON objects), or on
+the command line. Unknown keys — in the file or as an ``AGENTRT_CONTROLLER_*`` variable — are
+errors, never silently ignored.
 """
 
 from __future__ import annotations
@@ -45,8 +46,16 @@ class ControllerConfig:
     scheduling: Mapping[str, Any] = field(default_factory=dict)
     #: Cost-model parameters (seconds per uncached prompt token, per output token...).
     cost: Mapping[str, Any] = field(default_factory=dict)
-    #: Router name (``round_robin``; more come with [routing]).
-    router: str = "round_robin"
+    #: Router name: ``prefix`` (prefix-cache aware, the default), ``round_robin``,
+    #: ``least_loaded``, ``autellix`` or ``pipeline`` (docs/routing.md).
+    router: str = "prefix"
+    #: Router parameters (``controller.routing.factory.build_router``), e.g.
+    #: ``{"queued_tokens_per_call": 256}``; unknown keys are errors.
+    routing: Mapping[str, Any] = field(default_factory=dict)
+    #: KV retention during tool waits: ``on`` or ``off`` (docs/routing.md, "KV retention").
+    retention: str = "off"
+    #: Retention policy parameters (``controller.retention.RetentionConfig`` fields).
+    retention_options: Mapping[str, Any] = field(default_factory=dict)
     #: Per-backend in-flight window (calls), ``None`` = unlimited, ``"adaptive"`` = from the
     #: backend's scraped ``vllm:num_requests_waiting``.
     admission_window: AdmissionWindow = 32
@@ -116,6 +125,8 @@ class ControllerConfig:
             raise ConfigError(f"backend ids must be unique, got {ids}")
         if self.http_transport not in ("fast", "httpx"):
             raise ConfigError(f"http_transport must be fast or httpx, got {self.http_transport!r}")
+        if self.retention not in ("on", "off"):
+            raise ConfigError(f"retention must be on or off, got {self.retention!r}")
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(f"unknown log_level {self.log_level!r}")
         BreakerConfig.from_mapping(dict(self.breaker))  # raises ConfigError when invalid
@@ -170,7 +181,7 @@ def _coerce(name: str, value: Any) -> Any:
         return _parse_window(value)
     if name == "admin_token" and (value is None or value == ""):
         return None
-    if name in ("scheduling", "cost", "admission", "breaker"):
+    if name in ("scheduling", "cost", "admission", "breaker", "routing", "retention_options"):
         if isinstance(value, str):
             try:
                 value = json.loads(value)

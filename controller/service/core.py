@@ -33,6 +33,7 @@ from controller.service.config import ControllerConfig
 from controller.service.errors import DeadlinePassed, NoBackend, ServiceError
 from controller.service.metrics import ServiceMetrics
 from controller.service.pool import BackendPool
+from controller.service.retention import RetentionDriver
 
 __all__ = ["ControllerCore", "PendingCall"]
 
@@ -75,6 +76,8 @@ class ControllerCore:
         )
         self._queued: dict[str, PendingCall] = {}
         self._wake_event = anyio.Event()
+        #: KV retention during tool waits (``config.retention = "on"``); ``None`` = off.
+        self.retention: RetentionDriver | None = None
 
     # --- the loops ---------------------------------------------------------------------------
 
@@ -84,6 +87,8 @@ class ControllerCore:
         the first probe of every backend (health, load, models)."""
         async with anyio.create_task_group() as group:
             group.start_soon(self._dispatch_loop)
+            if self.retention is not None:
+                await group.start(self.retention.run)
             await group.start(self.pool.run)
             self.expire_programs()
             group.start_soon(self._expiry_loop)
@@ -135,6 +140,8 @@ class ControllerCore:
             pending.admission = admission
             pending.decided.set()
             self.metrics.admitted(admission, now)
+            if self.retention is not None:
+                self.retention.on_admitted(admission.call, admission.backend_id)
 
     # --- one call ----------------------------------------------------------------------------
 
@@ -236,9 +243,13 @@ class ControllerCore:
 
     def end_program(self, session_id: str, program_id: str) -> None:
         self.dispatcher.on_program_end(program_id, self.clock(), session_id)
+        if self.retention is not None:
+            self.retention.on_program_end(program_id, session_id)
 
     def expire_programs(self) -> None:
-        self.dispatcher.expire(self.clock())
+        for session_id, program_id in self.dispatcher.expire(self.clock()):
+            if self.retention is not None:
+                self.retention.on_program_end(program_id, session_id)
 
     # --- internals ---------------------------------------------------------------------------
 

@@ -101,6 +101,8 @@ def event_routes(core: ControllerCore) -> list[Route]:
             dispatcher.on_program_start(
                 program_id, now, session_id=start.session_id, name=start.name, deadline_s=deadline
             )
+            if core.retention is not None:
+                core.retention.on_program_start(program_id, start.session_id)
         elif kind == "end":
             end = await _event(request, ProgramEnd)
             core.end_program(end.session_id, program_id)
@@ -116,15 +118,35 @@ def event_routes(core: ControllerCore) -> list[Route]:
                 kind=wait.kind,
                 session_id=wait.session_id,
             )
+            if core.retention is not None:
+                entry = dispatcher.table.get((wait.session_id, program_id))
+                core.retention.on_tool_start(
+                    program_id,
+                    session_id=wait.session_id,
+                    thread_id=wait.thread_id,
+                    node_id=wait.node_id,
+                    tool_name=wait.tool_name,
+                    predicted_duration_s=wait.predicted_duration_s,
+                    kind=wait.kind,
+                    program_kind=entry.name if entry is not None else "",
+                )
         elif kind == "tool-end":
             done = await _event(request, ToolWaitEnd)
-            dispatcher.on_tool_wait_end(
+            ended = dispatcher.on_tool_wait_end(
                 program_id,
                 now,
                 thread_id=done.thread_id,
                 node_id=done.node_id,
                 session_id=done.session_id,
             )
+            if core.retention is not None and ended is not None:
+                core.retention.on_tool_end(
+                    program_id,
+                    session_id=done.session_id,
+                    thread_id=done.thread_id,
+                    node_id=done.node_id,
+                    duration_s=done.duration_s,  # measured by the client
+                )
         else:
             return Response(status_code=404)
         core.wake()
@@ -144,6 +166,14 @@ def event_routes(core: ControllerCore) -> list[Route]:
         snapshot = dispatcher.scheduler.snapshot(now)
         snapshot["admission"] = getattr(dispatcher.admission, "name", "")
         snapshot["router"] = getattr(dispatcher.router, "name", "")
+        lane = dispatcher.lane
+        snapshot["retained_lane"] = {
+            "enabled": lane is not None,
+            "queued": lane.queued() if lane is not None else 0,
+            "total": dispatcher.lane_total,
+        }
+        if core.retention is not None:
+            snapshot["retention"] = core.retention.snapshot()
         snapshot["backends"] = [
             {
                 "backend_id": backend_id,

@@ -10,15 +10,19 @@ from __future__ import annotations
 from agentrt.errors import ConfigError
 from controller.cost_model import CostModel
 from controller.process_table import ProcessTable
+from controller.retention import RetentionConfig, TtlRetentionPolicy
+from controller.routing.factory import build_router as factory_router
 from controller.scheduling.api import AdmissionPolicy, Router, Scheduler
-from controller.scheduling.basic import RoundRobinRouter
 from controller.scheduling.dispatcher import Dispatcher
 from controller.scheduling.factory import build_admission as factory_admission
 from controller.scheduling.factory import build_scheduler as factory_scheduler
 from controller.service.charging import CostFunction
 from controller.service.config import ControllerConfig
+from controller.service.core import ControllerCore
+from controller.service.metrics import ServiceMetrics
+from controller.service.retention import RetentionDriver
 
-__all__ = ["build_cost", "build_dispatcher"]
+__all__ = ["build_cost", "build_dispatcher", "build_retention"]
 
 
 def build_scheduler(config: ControllerConfig) -> Scheduler:
@@ -27,9 +31,12 @@ def build_scheduler(config: ControllerConfig) -> Scheduler:
 
 
 def build_router(config: ControllerConfig) -> Router:
-    if config.router == "round_robin":
-        return RoundRobinRouter()
-    raise ConfigError(f"unknown router {config.router!r}; known: round_robin")
+    """The router named by ``config.router`` with ``config.routing``; the ``prefix`` router's
+    seconds per prefill token default to the configured cost model's."""
+    params = dict(config.routing)
+    if config.router.strip().lower() == "prefix" and "prefill_s_per_token" not in params:
+        params["prefill_s_per_token"] = CostModel.from_mapping(config.cost).prefill_s_per_token
+    return factory_router(config.router, params)
 
 
 def build_admission(config: ControllerConfig) -> AdmissionPolicy:
@@ -53,3 +60,18 @@ def build_cost(config: ControllerConfig) -> CostFunction:
         return model.service_s(uncached_prompt_tokens, output_tokens)
 
     return cost
+
+
+def build_retention(
+    config: ControllerConfig, core: ControllerCore, metrics: ServiceMetrics
+) -> RetentionDriver:
+    """The retention driver for ``core`` (``config.retention == "on"``): the policy's
+    ``prefill_s_per_token`` defaults to the configured cost model's."""
+    options = dict(config.retention_options)
+    options.setdefault(
+        "prefill_s_per_token", CostModel.from_mapping(config.cost).prefill_s_per_token
+    )
+    policy = TtlRetentionPolicy(RetentionConfig.from_mapping(options))
+    return RetentionDriver(
+        policy, core.dispatcher, core.pool, core.clock, on_error=metrics.internal_errors.inc
+    )

@@ -32,6 +32,7 @@ from controller.backends.api import (
     BackendResponse,
     BackendUnavailable,
 )
+from controller.routing import request_block_hashes, uses_block_hashes
 from controller.scheduling.api import Call
 from controller.service.charging import Charger, Usage
 from controller.service.core import ControllerCore
@@ -104,6 +105,8 @@ class CompletionsEndpoint:
         self.tracing = tracing
         self._ids = itertools.count(1)
         self._status = core.metrics.requests
+        #: Fill ``Call.block_hashes`` (message-boundary chains) for a prefix-aware router.
+        self._hashes = uses_block_hashes(core.dispatcher.router)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -119,6 +122,10 @@ class CompletionsEndpoint:
                 self.core.clock(),
                 self.core.pool.known_model_ids(),
             )
+            if self._hashes:
+                parsed.call.block_hashes = request_block_hashes(parsed.body)
+            if self.core.retention is not None and not parsed.untagged:
+                self.core.retention.on_call(parsed.call)  # a thread back from its tool
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             await send_error(send, error)
@@ -295,6 +302,8 @@ class CompletionsEndpoint:
                 }
             )
             core.finish(call, backend_id, charge.service_s, ok=ok, reason=failure)
+            if ok and core.retention is not None and not parsed.untagged:
+                core.retention.on_finish(call, backend_id, parsed.body, charge.prompt_tokens)
 
     async def _stream(
         self,

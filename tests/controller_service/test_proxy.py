@@ -89,6 +89,7 @@ async def test_priority_only_to_backends_that_support_it() -> None:
         config = ControllerConfig(
             port=0,
             policy="plas",
+            router="round_robin",  # an even split; the prefix router would keep one backend
             backends=(BackendSpec(first[0], priority=True), BackendSpec(second[0])),
         )
         async with serve_controller(config) as url, httpx.AsyncClient() as http:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from agentrt.errors import ConfigError
 from controller.retention import RetentionTracker
+from controller.retention.tracker import pin_id_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -30,7 +31,8 @@ def test_ttl_expiry_releases_once() -> None:
     tracker = RetentionTracker()
     new, replaced = _start(tracker, "p", ttl_s=5.0, now_s=1.0)
     assert new is not None and replaced is None
-    assert new.pin_id == "p/main" and new.until_s == 6.0
+    assert new.pin_id == pin_id_for("p", "main") and new.until_s == 6.0
+    assert new.pin_id.startswith("agentrt-") and pin_id_for("p", "t1") != new.pin_id
     assert tracker.retained_until("p") == 6.0 and tracker.next_expiry_s == 6.0
     assert tracker.expire(5.9) == []
     assert tracker.expire(6.0) == [new]
@@ -120,6 +122,7 @@ def test_memory_contract_under_any_event_order(
             for released in tracker.release_program(program):
                 pinned.pop(released.pin_id)
             ended.add(program)
-        assert all(not pin.startswith(f"{p}/") for p in ended for pin in pinned)
+        owners = {pin_id_for(p, t): p for p in ("p0", "p1", "p2") for t in ("main", "t1")}
+        assert all(owners[pin] not in ended for pin in pinned)
         assert all(until > now for until in pinned.values())
         assert len(pinned) == len(tracker)
