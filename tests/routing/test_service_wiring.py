@@ -170,3 +170,33 @@ async def test_retention_pins_on_the_emulator_and_releases_at_the_next_call_and_
             await http.post(events + "/tool-start", json=wait)
             await anyio.sleep(0.2)
             assert await _pins(engine, http) == []
+
+
+async def test_retention_rewarms_a_backend_without_pins_before_the_predicted_return() -> None:
+    options = {"kv_capacity_tokens": 100_000, "churn_tokens_per_s": 1_000_000,
+               "reuse_fraction": 0.0}  # fmt: skip
+    backend = FakeState()
+    async with (
+        fake_backends(backend) as urls,
+        controller(urls, retention="on", retention_options=options) as (url, app),
+        httpx.AsyncClient(timeout=20) as http,
+    ):
+        events = url + EVENTS_PREFIX + "/programs/agent-2"
+        body = chat_body(messages=_conversation(2))
+        answer = await http.post(
+            url + "/v1/chat/completions", json=body, headers=_tags("agent-2", "c0")
+        )
+        assert answer.status_code == 200
+        wait = {"session_id": SESSION, "thread_id": "main", "node_id": "t1",
+                "tool_name": "browse", "predicted_duration_s": 0.6}  # fmt: skip
+        assert (await http.post(events + "/tool-start", json=wait)).status_code == 200
+
+        async def rewarmed() -> bool:
+            return len(backend.requests) == 2
+
+        await _eventually(rewarmed)
+        warm = backend.requests[1]
+        assert warm["max_tokens"] == 1 and warm["messages"] == body["messages"]
+        assert app.core.retention is not None
+        assert app.core.retention.counts.get("rewarms") == 1
+        assert app.core.retention.counts.get("pins") is None  # a vLLM-like server cannot pin
