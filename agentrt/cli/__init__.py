@@ -22,6 +22,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "controller.cli",
     "simulator.cli",
     "agentrt.journal.cli",
+    "agentrt.demo.cli",
 )
 
 Handler = Callable[[argparse.Namespace], int]

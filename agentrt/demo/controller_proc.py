@@ -1,0 +1,85 @@
+"""The demo's controller in a child process: ``python -m agentrt.demo.controller_proc JSON``.
+
+A process of its own keeps the controller's CPU work off the agents' event loop (on a small
+machine they would otherwise slow each other down and the comparison would measure that).
+The child serves on a free loopback port, prints ``READY <base_url>`` on stdout, and stops
+when its stdin closes, on SIGINT / SIGTERM, or on an error (exit status 2). Its server spans
+are kept in memory and written as OTLP-JSON lines to ``trace_out`` when it stops.
+
+JSON keys: ``overrides`` (controller options, as for ``controller.service.load_config``:
+``backends`` as ``URL,priority=on`` strings, ``policy``, ``router``, ``admission_window``,
+``scrape_interval_s``, ``port``) and ``trace_out`` (a file path, or null for no spans).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agentrt.errors import AgentrtError
+
+__all__ = ["main"]
+
+
+async def _serve(options: dict[str, Any]) -> None:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentrt.demo.traces import records_from_sdk, write_trace
+    from controller.service import load_config, serve_controller
+
+    config = load_config(env={}, overrides=options["overrides"])
+    trace_out = options.get("trace_out")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "agentrt-controller"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        async with (
+            serve_controller(config, tracer_provider=provider if trace_out else None) as url,
+            anyio.create_task_group() as group,
+        ):
+            print(f"READY {url}", flush=True)
+
+            async def stop_on_signal() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        group.cancel_scope.cancel()
+
+            async def stop_on_stdin_eof() -> None:
+                fd = sys.stdin.fileno()
+                while True:
+                    await anyio.wait_readable(fd)
+                    if not os.read(fd, 4096):
+                        group.cancel_scope.cancel()
+                        return
+
+            group.start_soon(stop_on_signal)
+            group.start_soon(stop_on_stdin_eof)
+    finally:
+        if trace_out:
+            write_trace(Path(trace_out), records_from_sdk(exporter.get_finished_spans()))
+        provider.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        anyio.run(_serve, json.loads(args[0]))
+    except (AgentrtError, LookupError, ValueError, TypeError) as exc:
+        print(f"agentrt demo controller: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""One emulated engine in a child process of the demo: ``python -m agentrt.demo.engine_proc
+JSON``.
+
+Each engine gets a process of its own so that the demo's engines, controller and agents use
+both cores of a small machine. The child serves on a free loopback port, prints
+``READY <base_url>`` on stdout, and exits when its stdin closes (the demo ended or died: no
+orphan outlives it), on SIGINT / SIGTERM, or on an error (exit status 2, message on stderr).
+
+JSON keys: ``time_scale``, ``seed``, ``max_num_seqs``, ``num_gpu_blocks`` (or null),
+``scheduling_policy`` (``fcfs`` / ``priority``), ``profile``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+import anyio
+
+from agentrt.errors import AgentrtError
+from emulator.core.types import EngineConfig
+from emulator.server import EmulatorConfig, serve_engine
+
+__all__ = ["emulator_config", "main"]
+
+
+def emulator_config(options: dict[str, Any]) -> EmulatorConfig:
+    """The engine's configuration from the JSON options (ConfigError when invalid)."""
+    engine = EngineConfig(
+        max_num_seqs=int(options["max_num_seqs"]),
+        num_gpu_blocks=options.get("num_gpu_blocks"),
+        scheduling_policy=options["scheduling_policy"],
+    )
+    return EmulatorConfig(
+        engine=engine,
+        profile=str(options.get("profile", "a100-llama3-8b")),
+        time_scale=float(options["time_scale"]),
+        seed=int(options["seed"]),
+    )
+
+
+async def _serve(config: EmulatorConfig) -> None:
+    async with serve_engine(config) as engine, anyio.create_task_group() as group:
+        print(f"READY {engine.base_url}", flush=True)
+
+        async def stop_on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    group.cancel_scope.cancel()
+
+        async def stop_on_stdin_eof() -> None:
+            fd = sys.stdin.fileno()
+            while True:
+                await anyio.wait_readable(fd)
+                if not os.read(fd, 4096):
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(stop_on_signal)
+        group.start_soon(stop_on_stdin_eof)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        config = emulator_config(json.loads(args[0]))
+        anyio.run(_serve, config)
+    except (AgentrtError, LookupError, ValueError, TypeError) as exc:
+        print(f"agentrt demo engine: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The demo's options, validated at construction (``agentrt demo --help`` lists them).
+
+Times that shape the workload (arrivals, tool durations) are in **model seconds**: the engines
+run ``time_scale`` times faster than the modelled GPU, and so do the arrivals and the tools, so
+changing ``time_scale`` changes only how long the demo takes on the wall clock (and how much
+CPU per wall second it needs), not the shape of the run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Literal
+
+from agentrt.errors import ConfigError
+
+__all__ = ["POLICIES", "DemoSettings", "ProgressMode"]
+
+#: Controller policies the demo offers (``srpt`` is simulator-only).
+POLICIES = ("atlas", "plas", "mlfq", "fcfs")
+
+#: ``auto``: a live display on a terminal, plain lines otherwise; ``off``: nothing.
+ProgressMode = Literal["auto", "live", "plain", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSettings:
+    """Everything one ``agentrt demo`` run needs."""
+
+    #: Agent programs per phase (ReAct, map-reduce and MCTS in equal shares), >= 1. The
+    #: LangGraph and AutoGen programs (when their extras are installed) come on top.
+    programs: int = 80
+    #: Seed of the program plan, the tool durations and the engines' scripted model.
+    seed: int = 7
+    #: Where traces, timelines and the summary are written.
+    out_dir: Path = Path("agentrt-demo-out")
+    #: The engines run this many times faster than the modelled GPU (> 0).
+    time_scale: float = 1.5
+    #: Run the baseline phase (the same programs straight to fresh FCFS engines).
+    direct: bool = True
+    #: Controller scheduling policy (one of ``POLICIES``).
+    policy: str = "atlas"
+    #: Emulated engines (>= 2 for routing to matter).
+    engines: int = 2
+    #: Program arrivals per model second (a Poisson process), > 0.
+    arrival_rate: float = 4.0
+    #: Sequences an engine runs at once (vLLM ``--max-num-seqs``).
+    max_num_seqs: int = 4
+    #: KV cache size of each engine in 16-token blocks; None = the hardware profile's.
+    num_gpu_blocks: int | None = 4096
+    #: Controller admission window per engine (calls in flight), None = unlimited.
+    admission_window: int | None = 8
+    #: Hard wall-clock bound of one phase (seconds): programs still running are cancelled
+    #: and reported as unfinished, so the demo always ends.
+    phase_budget_s: float = 50.0
+    #: Program deadline (model seconds): a program running longer is cancelled.
+    program_timeout_s: float = 120.0
+    #: Small programs, fast engines: the end-to-end test's setting.
+    quick: bool = False
+    #: Run the LangGraph / AutoGen programs when their extras are installed.
+    frameworks: bool = True
+    progress: ProgressMode = "auto"
+    #: Timeline pictures to write: ``html``, ``png`` or both.
+    timeline_formats: tuple[str, ...] = ("html", "png")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if self.programs < 1:
+            problems.append("programs must be >= 1")
+        if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
+            problems.append("time_scale must be a positive number")
+        if self.policy not in POLICIES:
+            problems.append(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if self.engines < 1:
+            problems.append("engines must be >= 1")
+        if not (self.arrival_rate > 0 and math.isfinite(self.arrival_rate)):
+            problems.append("arrival_rate must be a positive number of programs per second")
+        if self.max_num_seqs < 1:
+            problems.append("max_num_seqs must be >= 1")
+        if self.num_gpu_blocks is not None and self.num_gpu_blocks < 64:
+            problems.append("num_gpu_blocks must be >= 64 or None")
+        if self.admission_window is not None and self.admission_window < 1:
+            problems.append("admission_window must be >= 1 or None")
+        for name in ("phase_budget_s", "program_timeout_s"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0 seconds")
+        if self.progress not in ("auto", "live", "plain", "off"):
+            problems.append(f"progress must be auto, live, plain or off, got {self.progress!r}")
+        unknown = sorted(set(self.timeline_formats) - {"html", "png"})
+        if unknown:
+            problems.append(f"timeline formats must be html or png, got {unknown}")
+        if problems:
+            raise ConfigError("invalid demo settings: " + "; ".join(problems))
+
+    def quick_variant(self) -> DemoSettings:
+        """The ``--quick`` setting: six small programs on fast engines (a few seconds)."""
+        return replace(
+            self,
+            quick=True,
+            programs=min(self.programs, 6),
+            time_scale=max(self.time_scale, 6.0),
+            arrival_rate=4.0,
+            phase_budget_s=min(self.phase_budget_s, 40.0),
+        )
+
+    def wall_s(self, model_s: float) -> float:
+        """Wall seconds of ``model_s`` model seconds."""
+        return model_s / self.time_scale
