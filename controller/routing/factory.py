@@ -120,7 +120,7 @@ class _Shared:
 
     def get_index(self) -> PrefixIndex:
         if self.index is None:
-            spec = _only(self._index_spec, "index", {"ttl_s", "capacity_blocks"})
+            spec = _only(self._index_spec, "index", {"ttl_s", "capacity_blocks", "shared_programs"})
             self.index = PrefixIndex(**spec)
         return self.index
 
@@ -186,11 +186,15 @@ _FILTERS: Mapping[str, _FilterBuilder] = {
 
 
 def _prefix_cost(spec: dict[str, Any], shared: _Shared, what: str) -> Scorer:
-    spec = _only(spec, what, {"prefill_s_per_token", "queued_tokens_per_call"})
+    allowed = {"prefill_s_per_token", "queued_tokens_per_call", "shared_weight"}
+    spec = _only(spec, what, allowed)
     prefill = _number(spec, "prefill_s_per_token", 1.0e-4, what)
     queued = _number(spec, "queued_tokens_per_call", 128.0, what)
     return PrefixCostScorer(
-        shared.get_index(), prefill_s_per_token=prefill, queued_s_per_call=queued * prefill
+        shared.get_index(),
+        prefill_s_per_token=prefill,
+        queued_s_per_call=queued * prefill,
+        shared_weight=_number(spec, "shared_weight", 0.1, what),
     )
 
 

@@ -14,7 +14,15 @@ Approximations, and how they are bounded:
 * the engine may hold what we did not record (other clients): we never claim those.
 
 Memory is O(recorded elements) bounded by ``capacity_blocks`` per backend; expired elements are
-purged as new ones arrive. Pure: ``now_s`` comes in.
+purged as new ones arrive.
+
+**Shared prefixes.** The index also notes, for the first ``SHARED_HEAD_BLOCKS`` elements of
+every routed chain, how many different programs used each one (approximately: a change of
+program counts). :meth:`PrefixIndex.shared_prefix` is the leading run of a chain that at least
+``shared_programs`` programs used — a system prompt, tool schemas: recomputing it on another
+backend is paid once and then serves every program that shares it, unlike a program's own
+history (:class:`~controller.routing.scorers.PrefixCostScorer` discounts it). Pure: ``now_s``
+comes in.
 """
 
 from __future__ import annotations
@@ -26,15 +34,27 @@ from collections.abc import Sequence
 from agentrt.errors import ConfigError
 from controller.scheduling.api import Call
 
-__all__ = ["PrefixIndex"]
+__all__ = ["SHARED_HEAD_BLOCKS", "PrefixIndex"]
+
+#: Chain elements per call whose program counts are tracked (16-token blocks: 8,192 tokens).
+SHARED_HEAD_BLOCKS = 512
 
 
 class PrefixIndex:
     """Chain elements per backend with their last use (seconds, driver's clock)."""
 
-    def __init__(self, *, ttl_s: float = 600.0, capacity_blocks: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        ttl_s: float = 600.0,
+        capacity_blocks: int | None = None,
+        shared_programs: int = 3,
+        popularity_capacity: int = 200_000,
+    ) -> None:
         """``ttl_s`` > 0 (``math.inf`` = never stale); ``capacity_blocks`` >= 1 or ``None``
-        (unbounded). Raises :class:`ConfigError` otherwise."""
+        (unbounded); ``shared_programs`` >= 2: programs that must have used an element for it
+        to count as shared; ``popularity_capacity``: elements whose program count is kept
+        (least recently used forgotten first). Raises :class:`ConfigError` otherwise."""
         if not ttl_s > 0:
             raise ConfigError(f"prefix index ttl_s must be > 0 seconds, got {ttl_s!r}")
         if capacity_blocks is not None and (
@@ -43,9 +63,43 @@ class PrefixIndex:
             or capacity_blocks < 1
         ):
             raise ConfigError(f"capacity_blocks must be an integer >= 1, got {capacity_blocks!r}")
+        if isinstance(shared_programs, bool) or not isinstance(shared_programs, int):
+            raise ConfigError(f"shared_programs must be an integer, got {shared_programs!r}")
+        if shared_programs < 2 or popularity_capacity < 1:
+            raise ConfigError("shared_programs must be >= 2 and popularity_capacity >= 1")
         self.ttl_s = float(ttl_s)
         self.capacity_blocks = capacity_blocks
+        self.shared_programs = shared_programs
+        self.popularity_capacity = popularity_capacity
         self._blocks: dict[str, OrderedDict[int, float]] = {}
+        #: element -> (programs that used it, approximately; the last of them)
+        self._programs: OrderedDict[int, tuple[int, str]] = OrderedDict()
+
+    def shared_prefix(self, hashes: Sequence[int]) -> int:
+        """How many leading elements of ``hashes`` at least ``shared_programs`` programs used
+        (at most :data:`SHARED_HEAD_BLOCKS`)."""
+        programs = self._programs
+        needed = self.shared_programs
+        count = 0
+        for h in hashes[:SHARED_HEAD_BLOCKS]:
+            seen = programs.get(h)
+            if seen is None or seen[0] < needed:
+                break
+            count += 1
+        return count
+
+    def note_program(self, program_id: str, hashes: Sequence[int]) -> None:
+        """``program_id`` used the chain ``hashes`` (its head counts toward sharing)."""
+        programs = self._programs
+        for h in hashes[:SHARED_HEAD_BLOCKS]:
+            seen = programs.get(h)
+            if seen is None:
+                programs[h] = (1, program_id)
+            elif seen[1] != program_id:
+                programs[h] = (seen[0] + 1, program_id)
+                programs.move_to_end(h)
+        while len(programs) > self.popularity_capacity:
+            programs.popitem(last=False)
 
     def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
         """How many leading elements of ``hashes`` ``backend_id`` holds (fresh ones only)."""
@@ -90,6 +144,7 @@ class PrefixIndex:
     def on_routed(self, call: Call, backend_id: str, now_s: float) -> None:
         """The prompt will be prefilled there: count its chain as cached from now."""
         self.insert(backend_id, call.block_hashes, now_s)
+        self.note_program(call.program_id, call.block_hashes)
 
     def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
         """Refresh the chain (the driver may have extended it over the output)."""

@@ -92,6 +92,10 @@ class PrefixParams:
     block_ttl_s: float = 600.0
     #: Chain elements remembered per backend (e.g. its KV blocks); ``None`` = unbounded.
     capacity_blocks: int | None = None
+    #: A prefix used by at least this many programs counts as shared (a system prompt).
+    shared_programs: int = 3
+    #: Share of a missing shared prefix's prefill that counts (it is paid once), in [0, 1].
+    shared_weight: float = 0.1
     #: Weight of the program-affinity preference (the cost score's weight is 1).
     affinity_weight: float = 0.2
     #: A binding lasts this long without calls (seconds).
@@ -100,7 +104,12 @@ class PrefixParams:
     max_kv_usage: float = 0.95
 
     def __post_init__(self) -> None:
-        for name in ("prefill_s_per_token", "queued_tokens_per_call", "affinity_weight"):
+        for name in (
+            "prefill_s_per_token",
+            "queued_tokens_per_call",
+            "affinity_weight",
+            "shared_weight",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"prefix router {name} must be a number, got {value!r}")
@@ -111,12 +120,17 @@ class PrefixParams:
 def prefix_router(params: PrefixParams | None = None) -> PipelineRouter:
     """Prefix-aware cost routing with program affinity (module docstring)."""
     params = params or PrefixParams()
-    index = PrefixIndex(ttl_s=params.block_ttl_s, capacity_blocks=params.capacity_blocks)
+    index = PrefixIndex(
+        ttl_s=params.block_ttl_s,
+        capacity_blocks=params.capacity_blocks,
+        shared_programs=params.shared_programs,
+    )
     affinity = ProgramAffinity(ttl_s=params.affinity_ttl_s)
     cost = PrefixCostScorer(
         index,
         prefill_s_per_token=params.prefill_s_per_token,
         queued_s_per_call=params.queued_tokens_per_call * params.prefill_s_per_token,
+        shared_weight=params.shared_weight,
     )
     return PipelineRouter(
         "prefix",

@@ -61,31 +61,49 @@ def cached_prompt_tokens(call: Call, matched: int) -> int:
 class PrefixCostScorer:
     """Cheapest backend first, by the estimated cost of running the call there (seconds)::
 
-        cost_b = prefill_s_per_token × uncached_prompt_tokens_b       (its own prefill)
+        cost_b = prefill_s_per_token × (uncached_b − (1 − shared_weight) × shared_missing_b)
                + queued_s_per_call   × (in_flight_b + waiting_b)       (work queued ahead)
 
-    ``uncached_prompt_tokens_b`` = prompt tokens minus :func:`cached_prompt_tokens` for the
-    call's match in the :class:`PrefixIndex`. Score: ``(min_cost + s0) / (cost_b + s0)`` with
+    ``uncached_b`` = prompt tokens minus :func:`cached_prompt_tokens` for the call's match in
+    the :class:`PrefixIndex`; ``shared_missing_b`` = the tokens of the call's *shared* prefix
+    (:meth:`PrefixIndex.shared_prefix`: a system prompt many programs use) that ``b`` lacks —
+    computing those there is paid once and serves every later program, so they count only
+    ``shared_weight`` of their prefill. Score: ``(min_cost + s0) / (cost_b + s0)`` with
     ``s0 = prefill_s_per_token × 16`` (one block) so that near-zero costs do not blow up
     ratios. ``queued_s_per_call`` says what one more outstanding call on an engine costs a
     new call there, in prefill-seconds (docs/routing.md discusses its choice).
     """
 
     def __init__(
-        self, index: PrefixIndex, *, prefill_s_per_token: float, queued_s_per_call: float
+        self,
+        index: PrefixIndex,
+        *,
+        prefill_s_per_token: float,
+        queued_s_per_call: float,
+        shared_weight: float = 0.1,
     ) -> None:
         self.index = index
         self.prefill_s_per_token = _positive("prefill_s_per_token", prefill_s_per_token)
         self.queued_s_per_call = _positive("queued_s_per_call", queued_s_per_call)
+        self.shared_weight = _positive("shared_weight", shared_weight)
+        if self.shared_weight > 1:
+            raise ConfigError(f"shared_weight must be in [0, 1], got {shared_weight!r}")
 
     def costs(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
         """``cost_b`` per backend (seconds), aligned with ``backends``."""
         hashes = call.block_hashes
         a, q = self.prefill_s_per_token, self.queued_s_per_call
+        shared = self.index.shared_prefix(hashes) if hashes else 0
+        relief = 1.0 - self.shared_weight
         out = []
         for b in backends:
-            cached = cached_prompt_tokens(call, self.index.match(b.backend_id, hashes, now_s))
-            out.append(a * max(0, call.prompt_tokens - cached) + q * backend_load(b))
+            matched = self.index.match(b.backend_id, hashes, now_s)
+            cached = cached_prompt_tokens(call, matched)
+            missing_shared = 0
+            if shared > matched:
+                missing_shared = cached_prompt_tokens(call, shared) - cached
+            uncached = max(0, call.prompt_tokens - cached) - relief * missing_shared
+            out.append(a * max(0.0, uncached) + q * backend_load(b))
         return out
 
     def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:

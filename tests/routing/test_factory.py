@@ -42,6 +42,8 @@ def test_every_named_router_builds_and_routes() -> None:
         ("prefix", {"max_kv_usage": 1.5}, "max_usage"),
         ("prefix", {"block_ttl_s": 0}, "ttl_s"),
         ("prefix", {"capacity_blocks": 0}, "capacity_blocks"),
+        ("prefix", {"shared_weight": 2}, "shared_weight"),
+        ("prefix", {"shared_programs": 1}, "shared_programs"),
         ("prefix", {"affinity_ttl_s": -5}, "ttl_s"),
     ],
 )

@@ -83,3 +83,20 @@ def test_sticky_affinity_keeps_the_first_backend_and_program_end_forgets() -> No
     assert affinity.backend_of("p", 2.0) is None
     with pytest.raises(ConfigError):
         ProgramAffinity(ttl_s=0)
+
+
+def test_shared_prefix_counts_programs_not_calls() -> None:
+    index = PrefixIndex(shared_programs=3)
+    system = [1, 2, 3]
+    for _ in range(5):  # one program calling again and again shares nothing
+        index.on_routed(make_call("p0", block_hashes=(*system, 10)), "b0", 0.0)
+    assert index.shared_prefix([*system, 99]) == 0
+    index.on_routed(make_call("p1", block_hashes=(*system, 11)), "b0", 0.0)
+    index.on_routed(make_call("p2", block_hashes=(*system, 12)), "b1", 0.0)
+    assert index.shared_prefix([*system, 99]) == 3  # the system prompt, not the histories
+    assert index.shared_prefix([7, *system]) == 0
+    small = PrefixIndex(popularity_capacity=2)
+    small.note_program("a", [1, 2, 3])
+    assert small.shared_prefix([3]) == 0 and len(small._programs) == 2
+    with pytest.raises(ConfigError):
+        PrefixIndex(shared_programs=1)

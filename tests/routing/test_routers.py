@@ -145,3 +145,18 @@ def test_prefix_index_expires_with_its_ttl() -> None:
     later = [_view("b0", 1), _view("b1", 0)]
     assert _route(router, "q", later, 5.0, **call) == "b0"  # still cached
     assert _route(router, "r", later, 30.0, **call) == "b1"  # stale: load decides
+
+
+def test_prefix_spreads_a_shared_system_prompt_instead_of_piling_onto_one_engine() -> None:
+    system = _prompt(0, 3000)
+    for weight, expected in ((0.1, "b1"), (1.0, "b0")):
+        router = build_router("prefix", {"affinity_weight": 0.0, "shared_weight": weight})
+        for i in range(3):  # three programs made the system prompt known as shared, on b0
+            prompt = system + _prompt(10 + i, 200)
+            call = {"prompt_tokens": 3200, "block_hashes": token_block_hashes(prompt, 16)}
+            assert _route(router, f"p{i}", [_view("b0"), _view("b1", 5)], **call) == "b0"
+        # b0 is now 6 calls busier. Recomputing the shared prompt on b1 is paid once, so it
+        # weighs little (shared_weight 0.1) and the load decides; counted in full it does not.
+        fresh = system + _prompt(99, 200)
+        call = {"prompt_tokens": 3200, "block_hashes": token_block_hashes(fresh, 16)}
+        assert _route(router, "new", [_view("b0", 6), _view("b1", 0)], 1.0, **call) == expected
