@@ -7,11 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentrt.demo.settings import DemoSettings
+
 __all__ = ["register"]
 
 _DEMO_EPILOG = """\
 examples:
-  agentrt demo                       # the full run (about 1.5 minutes)
+  agentrt demo                       # the full run (1-2 minutes)
   agentrt demo --quick --no-direct   # a few seconds: is everything wired?
   agentrt demo --policy plas --programs 60 --out /tmp/demo
   agentrt timeline agentrt-demo-out/trace-controller.jsonl --format png"""
@@ -29,8 +31,16 @@ def register(subparsers: Any) -> None:
         epilog=_DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    demo.add_argument("--programs", type=int, metavar="N", help="programs per phase (default 45)")
-    demo.add_argument("--seed", type=int, help="seed of the programs and engines (default 7)")
+    defaults = DemoSettings()
+    demo.add_argument(
+        "--programs",
+        type=int,
+        metavar="N",
+        help=f"SDK programs per phase (default {defaults.programs}; framework agents on top)",
+    )
+    demo.add_argument(
+        "--seed", type=int, help=f"seed of the programs and engines (default {defaults.seed})"
+    )
     demo.add_argument(
         "--out", type=Path, metavar="DIR", help="output directory (default ./agentrt-demo-out)"
     )
@@ -38,18 +48,21 @@ def register(subparsers: Any) -> None:
         "--time-scale",
         type=float,
         metavar="X",
-        help="engines run X times faster than the modelled GPU (default 1)",
+        help=f"engines run X times faster than the modelled GPU (default {defaults.time_scale:g})",
     )
     demo.add_argument(
         "--rate",
         type=float,
         metavar="R",
-        help="program arrivals per model second (default 1.6, near the engines' saturation)",
+        help=f"program arrivals per model second (default {defaults.arrival_rate:g}: near the "
+        "engines' saturation)",
     )
     demo.add_argument(
         "--policy", choices=("atlas", "plas", "mlfq", "fcfs"), help="controller policy"
     )
-    demo.add_argument("--engines", type=int, metavar="N", help="emulated engines (default 2)")
+    demo.add_argument(
+        "--engines", type=int, metavar="N", help=f"emulated engines (default {defaults.engines})"
+    )
     demo.add_argument("--quick", action="store_true", help="six small programs on fast engines")
     demo.add_argument("--no-direct", action="store_true", help="skip the direct (FCFS) baseline")
     demo.add_argument(
@@ -94,7 +107,6 @@ def _demo(args: argparse.Namespace) -> int:
     import anyio
 
     from agentrt.demo.app import run_demo
-    from agentrt.demo.settings import DemoSettings
     from agentrt.errors import AgentrtError
 
     overrides: dict[str, Any] = {

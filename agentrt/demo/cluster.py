@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 _STARTUP_TIMEOUT_S = 60.0
-_STOP_GRACE_S = 3.0
+_STOP_GRACE_S = 5.0
 #: Routers in order of preference: the first one the controller knows is used.
 _ROUTER_PREFERENCE = ("prefix", "least_loaded", "round_robin")
 
@@ -81,7 +81,7 @@ async def _children(
     commands: Sequence[tuple[list[str], Path]], what: str
 ) -> AsyncIterator[list[str]]:
     """Start the child processes (all at once; each prints ``READY <url>``), yield their
-    URLs in order, stop them all on exit (stdin closed and SIGTERM, SIGKILL after 3 s)."""
+    URLs in order, stop them all on exit (see :func:`_stop_all`)."""
     processes: list[Process] = []
     try:
         for command, log in commands:
@@ -127,18 +127,28 @@ async def _read_ready(process: Process, log: Path) -> str:
 
 
 async def _stop_all(processes: Sequence[Process]) -> None:
+    """Close every child's stdin (they stop by themselves: the controller writes its spans
+    first), SIGTERM the ones still running after 5 s, SIGKILL them 3 s later."""
+    for process in processes:
+        if process.returncode is None and process.stdin is not None:
+            await process.stdin.aclose()
+    await _wait_all(processes, _STOP_GRACE_S)
     for process in processes:
         if process.returncode is None:
-            if process.stdin is not None:
-                await process.stdin.aclose()
             process.terminate()
+    await _wait_all(processes, 3.0)
     for process in processes:
-        with anyio.move_on_after(_STOP_GRACE_S):
-            await process.wait()
         if process.returncode is None:
             process.kill()
-            await process.wait()
+    for process in processes:
+        await process.wait()
         await process.aclose()
+
+
+async def _wait_all(processes: Sequence[Process], timeout_s: float) -> None:
+    with anyio.move_on_after(timeout_s):
+        for process in processes:
+            await process.wait()
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,10 +50,12 @@ class PlainProgress:
         self._failed = 0
         self._t0 = 0.0
         self._last = 0.0
+        self._reported: tuple[int, int] | None = None
 
     def phase_started(self, label: str, specs: Sequence[ProgramSpec]) -> None:
         self._label, self._total = label, len(specs)
         self._started = self._done = self._failed = 0
+        self._reported = None
         self._t0 = self._last = time.monotonic()
         kinds = Counter(s.kind for s in specs)
         mix = ", ".join(f"{n} {k}" for k, n in kinds.items())
@@ -69,7 +71,8 @@ class PlainProgress:
         self._maybe_report()
 
     def phase_finished(self) -> None:
-        self._report()
+        if self._reported != (self._started, self._done):
+            self._report()
 
     def _maybe_report(self) -> None:
         if time.monotonic() - self._last >= _PLAIN_EVERY_S:
@@ -77,6 +80,7 @@ class PlainProgress:
 
     def _report(self) -> None:
         self._last = time.monotonic()
+        self._reported = (self._started, self._done)
         failed = f", {self._failed} failed" if self._failed else ""
         _say(
             f"{self._label}: {self._done}/{self._total} programs done{failed}, "

@@ -104,10 +104,12 @@ def _notes(reports: Sequence[PhaseReport], settings: DemoSettings) -> list[str]:
         per_call = queued / engines.requests if engines.requests else math.nan
         outcome = report.outcome
         statuses = _status_counts(outcome)
+        load = outcome.load_average
         notes.append(
-            f"{report.label}: {report.setup}; phase wall time {outcome.wall_s:.1f} s; "
-            f"{engines.requests:.0f} engine requests queued in the engines {queued:.1f} s in "
-            f"total ({_f(per_call, 3)} s each), {engines.preemptions:.0f} preemptions"
+            f"{report.label}: {report.setup}; phase wall time {outcome.wall_s:.1f} s "
+            f"(machine load average {_f(load[0], 1)} → {_f(load[1], 1)}); "
+            f"{engines.requests:.0f} engine requests waited {queued:.1f} s in the engines' "
+            f"queues ({_f(per_call, 3)} s each), {engines.preemptions:.0f} preemptions"
             + (f"; programs: {statuses}" if statuses else "")
         )
         if outcome.cut_short:
@@ -137,6 +139,7 @@ def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict
         phases[report.label] = {
             "setup": report.setup,
             "wall_s": report.outcome.wall_s,
+            "load_average": list(report.outcome.load_average),
             "cut_short": report.outcome.cut_short,
             "kinds": [_clean(asdict(s)) for s in report.stats()],
             "engines": {

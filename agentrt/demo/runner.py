@@ -13,9 +13,11 @@ Past ``phase_budget_s`` the programs still running are cancelled (status ``unfin
 
 from __future__ import annotations
 
+import math
+import os
 import time
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import anyio
@@ -86,7 +88,9 @@ class PhaseOutcome:
     wall_s: float
     #: True when the phase budget cut the phase short.
     cut_short: bool = False
-    notes: list[str] = field(default_factory=list)
+    #: The machine's 1-minute load average (runnable processes) at the phase's start and end:
+    #: on a busy machine the emulated engines run slower, and the comparison gets noisier.
+    load_average: tuple[float, float] = (0.0, 0.0)
 
 
 async def run_phase(
@@ -103,6 +107,7 @@ async def run_phase(
     outcomes = [ProgramOutcome(spec) for spec in specs]
     progress.phase_started(label, specs)
     started = time.monotonic()
+    load_before = _load_average()
     cut_short = False
     try:
         async with AsyncExitStack() as stack:
@@ -114,7 +119,6 @@ async def run_phase(
                     controller="required" if label == "controller" else "off",
                     tracer_provider=capture.provider,
                     request_timeout_s=settings.wall_s(settings.program_timeout_s) + 30.0,
-                    max_retries=0,
                 )
                 runtimes.append(await stack.enter_async_context(agentrt.Runtime(config)))
             with anyio.move_on_after(settings.phase_budget_s) as budget:
@@ -129,7 +133,15 @@ async def run_phase(
             cut_short = budget.cancelled_caught
     finally:
         progress.phase_finished()
-    return PhaseOutcome(label, outcomes, time.monotonic() - started, cut_short)
+    wall_s = time.monotonic() - started
+    return PhaseOutcome(label, outcomes, wall_s, cut_short, (load_before, _load_average()))
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # not available on this platform
+        return math.nan
 
 
 async def _run_program(
