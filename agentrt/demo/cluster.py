@@ -236,7 +236,9 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
         "policy": settings.policy,
         "admission_window": "unlimited" if window is None else window,
         "backends": [f"{url},priority=on" for url in engine_urls],
-        "scrape_interval_s": 0.25,
+        # The scrape interval is also the health probes' time limit: the default (1 s) keeps a
+        # busy machine's slow answer from marking an engine down.
+        "scrape_interval_s": 1.0,
     }
     missing: list[str] = []
     for router in _ROUTER_PREFERENCE:
