@@ -58,9 +58,11 @@ class DemoResult:
 
 
 async def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoResult:
-    """Run the demo; print the summary to ``out``. Raises ``DemoError`` when a server cannot
-    start or fails."""
+    """Run the demo; print the summary to ``out``. Raises ``ConfigError`` for a controller
+    option it does not know, ``DemoError`` when a server cannot start or fails."""
     started = time.monotonic()
+    # A bad controller option fails now, before any server starts.
+    controller_setup(settings, [f"http://127.0.0.1:{1 + i}" for i in range(settings.engines)])
     agents: dict[str, AgentFn] = dict(base_agents())
     frameworks = framework_agents() if settings.frameworks else FrameworkAgents()
     agents.update((str(kind), fn) for kind, fn in frameworks.agents.items())

@@ -61,6 +61,17 @@ def register(subparsers: Any) -> None:
         "--policy", choices=("atlas", "plas", "mlfq", "fcfs"), help="controller policy"
     )
     demo.add_argument(
+        "--router",
+        metavar="NAME",
+        help="controller router (default: the best it offers: prefix, least_loaded, round_robin)",
+    )
+    demo.add_argument(
+        "--retention",
+        choices=("on", "off"),
+        default="on",
+        help="KV retention during tool waits at the controller (default on)",
+    )
+    demo.add_argument(
         "--engines", type=int, metavar="N", help=f"emulated engines (default {defaults.engines})"
     )
     demo.add_argument("--quick", action="store_true", help="six small programs on fast engines")
@@ -116,12 +127,14 @@ def _demo(args: argparse.Namespace) -> int:
         "time_scale": args.time_scale,
         "arrival_rate": args.rate,
         "policy": args.policy,
+        "router": args.router,
         "engines": args.engines,
     }
     try:
         settings = DemoSettings(
             **{k: v for k, v in overrides.items() if v is not None},
             direct=not args.no_direct,
+            retention=args.retention == "on",
             frameworks=not args.no_frameworks,
             progress=args.progress,
             timeline_formats=("html", "png") if args.timeline == "both" else (args.timeline,),

@@ -223,10 +223,12 @@ class ControllerSetup:
 
 
 def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> ControllerSetup:
-    """The controller configuration for ``engine_urls``: the chosen policy, the best router
-    this controller knows (``prefix``, else ``least_loaded``, else ``round_robin``), priority
+    """The controller configuration for ``engine_urls``: the chosen policy, the chosen router
+    or the best one this controller knows (``prefix``, else ``least_loaded``, else
+    ``round_robin``), priority
     passthrough to the engines (they run ``--scheduling-policy priority``), the admission
-    window, and KV retention during tool waits when the controller has that option."""
+    window, and KV retention during tool waits when asked for and the controller has it.
+    Raises ``ConfigError`` for a router the controller does not know."""
     from controller.service import load_config
     from controller.service.policies import build_dispatcher
 
@@ -241,23 +243,29 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
         "scrape_interval_s": 1.0,
     }
     missing: list[str] = []
-    for router in _ROUTER_PREFERENCE:
-        candidate = {**overrides, "router": router}
-        try:
-            build_dispatcher(load_config(env={}, overrides=candidate))
-        except ConfigError:
-            missing.append(f"{router} router")
-            continue
-        break
+    if settings.router is not None:
+        candidate = {**overrides, "router": settings.router}
+        build_dispatcher(load_config(env={}, overrides=candidate))  # ConfigError: unknown
+        router = settings.router
     else:
-        raise DemoError(f"the controller accepts none of the routers {_ROUTER_PREFERENCE}")
+        for router in _ROUTER_PREFERENCE:
+            candidate = {**overrides, "router": router}
+            try:
+                build_dispatcher(load_config(env={}, overrides=candidate))
+            except ConfigError:
+                missing.append(f"{router} router")
+                continue
+            break
+        else:
+            raise DemoError(f"the controller accepts none of the routers {_ROUTER_PREFERENCE}")
     # KV retention during tool waits (BRIEF.md §5), where this controller offers it.
-    try:
-        with_retention = {**candidate, "retention": "on"}
-        build_dispatcher(load_config(env={}, overrides=with_retention))
-        candidate = with_retention
-    except ConfigError:
-        missing.append("KV retention")
+    if settings.retention:
+        try:
+            with_retention = {**candidate, "retention": "on"}
+            build_dispatcher(load_config(env={}, overrides=with_retention))
+            candidate = with_retention
+        except ConfigError:
+            missing.append("KV retention")
     return ControllerSetup(candidate, router, tuple(missing))
 
 

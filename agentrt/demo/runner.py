@@ -119,6 +119,9 @@ async def run_phase(
                     controller="required" if label == "controller" else "off",
                     tracer_provider=capture.provider,
                     request_timeout_s=settings.wall_s(settings.program_timeout_s) + 30.0,
+                    # A busy machine can make the controller slow to answer an event; a
+                    # program must not fail for that (default 2 s).
+                    event_timeout_s=10.0,
                 )
                 runtimes.append(await stack.enter_async_context(agentrt.Runtime(config)))
             with anyio.move_on_after(settings.phase_budget_s) as budget:

@@ -28,9 +28,9 @@ ProgressMode = Literal["auto", "live", "plain", "off"]
 class DemoSettings:
     """Everything one ``agentrt demo`` run needs."""
 
-    #: Agent programs per phase (ReAct, map-reduce and MCTS in equal shares), >= 1. The
+    #: SDK agent programs per phase (60 % ReAct, 25 % map-reduce, 15 % MCTS), >= 1. The
     #: LangGraph and AutoGen programs (when their extras are installed) come on top.
-    programs: int = 80
+    programs: int = 60
     #: Seed of the program plan, the tool durations and the engines' scripted model.
     seed: int = 7
     #: Where traces, timelines and the summary are written.
@@ -41,15 +41,25 @@ class DemoSettings:
     direct: bool = True
     #: Controller scheduling policy (one of ``POLICIES``).
     policy: str = "atlas"
+    #: Controller router; None = the best this controller offers (``prefix``, else
+    #: ``least_loaded``, else ``round_robin``).
+    router: str | None = None
+    #: KV retention during tool waits at the controller (when it offers it).
+    retention: bool = True
     #: Emulated engines (>= 2 for routing to matter).
     engines: int = 2
-    #: Program arrivals per model second (a Poisson process), > 0.
-    arrival_rate: float = 4.0
-    #: Sequences an engine runs at once (vLLM ``--max-num-seqs``).
+    #: Program arrivals per model second (a Poisson process), > 0. The default keeps the
+    #: engines near saturation while the programs arrive (about 16 wall seconds), where
+    #: waiting is a large part of a program's time and its order matters.
+    arrival_rate: float = 2.5
+    #: Sequences an engine runs at once (vLLM ``--max-num-seqs``): small, so that this
+    #: machine's CPU can drive the engines to saturation.
     max_num_seqs: int = 4
     #: KV cache size of each engine in 16-token blocks; None = the hardware profile's.
     num_gpu_blocks: int | None = 4096
-    #: Controller admission window per engine (calls in flight), None = unlimited.
+    #: Controller admission window per engine (calls in flight), None = unlimited. Twice
+    #: the engine batch: a window of one batch leaves slots idle between a call's end and
+    #: the next admission; an unlimited one hands the order back to the engines.
     admission_window: int | None = 8
     #: Hard wall-clock bound of one phase (seconds): programs still running are cancelled
     #: and reported as unfinished, so the demo always ends.
