@@ -36,6 +36,8 @@ async def _running(
 ) -> AsyncIterator[tuple[str, ControllerApp, httpx.AsyncClient]]:
     apps: list[ControllerApp] = []
     options.setdefault("scrape_interval_s", 0.2)
+    # These tests count calls per backend: spread them (the default router is prefix-aware).
+    options.setdefault("router", "round_robin")
     backends = tuple(BackendSpec(u, backend_id=f"b{i}") for i, u in enumerate(urls))
     config = ControllerConfig(port=0, backends=backends, **options)
     async with (
@@ -178,6 +180,7 @@ async def test_a_backend_answering_5xx_is_cut_off_then_probed_back_in() -> None:
     config = ControllerConfig(
         port=0,
         scrape_interval_s=0.1,
+        router="round_robin",  # the assertions count calls per backend
         breaker={"failure_threshold": 2, "cooldown_s": 0.3, "min_calls": 5},
     )
     backends = [FakeBackend("flaky", flaky), FakeBackend("steady", steady)]

@@ -40,6 +40,8 @@ async def _controller(*urls: str, kind: str = "vllm", **options: Any) -> AsyncIt
 ]:  # fmt: skip
     apps: list[ControllerApp] = []
     options.setdefault("scrape_interval_s", INTERVAL_S)
+    # These tests count calls per backend: spread them (the default router is prefix-aware).
+    options.setdefault("router", "round_robin")
     options.setdefault("breaker", {"cooldown_s": 30.0})
     config = ControllerConfig(
         port=0,
