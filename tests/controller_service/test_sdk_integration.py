@@ -56,7 +56,8 @@ async def test_sdk_program_through_cli_controller_in_front_of_two_emulators(
         log = tmp_path / "controller.log"
         command = [sys.executable, "-m", "agentrt.cli", "controller", "serve"]
         command += ["--port", str(port), "--policy", "atlas", "--admission-window", "2"]
-        command += ["--scrape-interval-s", "0.2", "--router", "round_robin"]  # use both
+        # A 1 s probe limit: the engines share this test's event loop and may answer slowly.
+        command += ["--scrape-interval-s", "1.0", "--router", "round_robin"]  # use both
         command += ["--backend", f"{first.base_url},priority=on"]
         command += ["--backend", f"{second.base_url},priority=on"]
         with log.open("wb") as log_file:
