@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -61,6 +62,14 @@ def test_html_is_self_contained_and_png_is_a_png(tmp_path: Path) -> None:
         'xmlns="http://www.w3.org/2000/svg"'
     )
     assert "mr-1" in html and "<title>" in html
+    # Every picture is well-formed SVG (XML) with a tooltip on each bar.
+    pictures = re.findall(r"<svg xmlns=.*?</svg>", html, flags=re.DOTALL)
+    assert len(pictures) == 2
+    first = ElementTree.fromstring(pictures[0])
+    bars = first.findall("{http://www.w3.org/2000/svg}g")
+    assert len(bars) == 6 and all(
+        b.find("{http://www.w3.org/2000/svg}title") is not None for b in bars
+    )
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ConfigError):
         write_timeline(tmp_path / "t.svg", sections, "svg")
