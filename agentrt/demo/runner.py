@@ -5,7 +5,7 @@ endpoints, with every span captured in memory.
   (``controller="required"``: program and tool-wait events are sent);
 * **direct** phase: one ``Runtime`` per engine (``controller="off"``); program ``i`` (in
   arrival order) runs on engine ``i mod engines`` — round-robin, and sticky per program so its
-  prefix cache works (a conservative baseline).
+  prefix cache works (the engines' loads can drift apart: docs/demo.md).
 
 A program that fails or passes its deadline is recorded with its status; the phase goes on.
 Past ``phase_budget_s`` the programs still running are cancelled (status ``unfinished``).
