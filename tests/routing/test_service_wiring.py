@@ -191,12 +191,15 @@ async def test_retention_rewarms_a_backend_without_pins_before_the_predicted_ret
                 "tool_name": "browse", "predicted_duration_s": 0.6}  # fmt: skip
         assert (await http.post(events + "/tool-start", json=wait)).status_code == 200
 
+        assert app.core.retention is not None
+        retention = app.core.retention
+
         async def rewarmed() -> bool:
-            return len(backend.requests) == 2
+            # The driver counts the re-warm once the backend has answered it: wait for both.
+            return len(backend.requests) == 2 and "rewarms" in retention.counts
 
         await _eventually(rewarmed)
         warm = backend.requests[1]
         assert warm["max_tokens"] == 1 and warm["messages"] == body["messages"]
-        assert app.core.retention is not None
         assert app.core.retention.counts.get("rewarms") == 1
         assert app.core.retention.counts.get("pins") is None  # a vLLM-like server cannot pin
