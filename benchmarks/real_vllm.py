@@ -5,11 +5,15 @@ Setup (issue [routing] item 5; docs/real-vllm.md):
 
 * two real vLLM 0.32 CPU servers (scripts/vllm/server.py), identical but for the scheduling
   policy: one ``--scheduling-policy priority`` behind the controller, one FCFS (vLLM's
-  default) for the direct baseline; ``--max-num-seqs`` 4, the 4 ms step floor, prefix caching;
+  default) for the direct baseline; ``--max-num-seqs`` 8, prefix caching, and a 12 ms engine
+  step floor (``--step-floor-ms``; the tests use 4 ms): a real model on a GPU takes 10-30 ms
+  per decode step, and a slower step leaves the CPU to the HTTP processes, so that the engine
+  rather than the 2 shared cores is the bottleneck, as on a real deployment;
 * the controller as a separate process (``agentrt controller serve``): ATLAS with its default
   queues and cost model, ``priority=on`` passthrough, admission window ``--window``
-  (``--configs ...,proxy`` adds the controller with FCFS, no window and no priority in front of
-  the FCFS server: the cost of the extra hop alone);
+  (``--configs`` adds ``proxy``: the controller with FCFS, no window and no priority in front
+  of the FCFS server, i.e. the cost of the extra hop alone; and ``retention``: the ATLAS
+  controller with ``--retention on``, BRIEF.md §5);
 * one seeded workload, replayed for each configuration: programs arrive as a Poisson process
   (``--rate`` per second for ``--duration-s``), an equal mix of the three kinds below, whose
   sizes are long-tailed (``scale`` x Pareto(1.3), capped) as in every workload Autellix
@@ -43,6 +47,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import math
@@ -220,6 +225,8 @@ class RunResult:
 
     e2e_s: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
     wall_s: float = 0.0
+    #: The machine's 1-minute load average at the end of the run (other jobs included).
+    load_average: float = 0.0
 
     def all(self) -> list[float]:
         return [x for values in self.e2e_s.values() for x in values]
@@ -250,6 +257,7 @@ async def run_workload(
             for spec in specs:
                 group.start_soon(one, spec)
         result.wall_s = anyio.current_time() - start
+    result.load_average = os.getloadavg()[0]
     return result
 
 
@@ -263,7 +271,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def vllm_servers(max_num_seqs: int) -> Iterator[tuple[Any, Any]]:
+def vllm_servers(max_num_seqs: int, step_floor_ms: float) -> Iterator[tuple[Any, Any]]:
     """A priority and an FCFS vLLM server, started in parallel, stopped at the end."""
     launcher = load_launcher()
     python = launcher.find_vllm_python()
@@ -271,7 +279,9 @@ def vllm_servers(max_num_seqs: int) -> Iterator[tuple[Any, Any]]:
         raise SystemExit("real vLLM not installed: run scripts/vllm/setup.sh")
     model_dir = launcher.ensure_model(python)
     options = [
-        launcher.ServerOptions(max_num_seqs=max_num_seqs, scheduling_policy=policy)
+        launcher.ServerOptions(
+            max_num_seqs=max_num_seqs, scheduling_policy=policy, step_floor_ms=step_floor_ms
+        )
         for policy in ("priority", "fcfs")
     ]
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -285,13 +295,15 @@ def vllm_servers(max_num_seqs: int) -> Iterator[tuple[Any, Any]]:
 
 
 @contextlib.contextmanager
-def controller_process(backend: str, policy: str, window: str) -> Iterator[str]:
-    """``agentrt controller serve --policy POLICY --admission-window WINDOW --backend BACKEND``
-    as a separate process (as deployed); yields its base URL."""
+def controller_process(
+    backend: str, policy: str, window: str, retention: str = "off"
+) -> Iterator[str]:
+    """``agentrt controller serve --policy POLICY --admission-window WINDOW --retention
+    RETENTION --backend BACKEND`` as a separate process (as deployed); yields its base URL."""
     port = free_port()
     command = [sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(port)]
     command += ["--policy", policy, "--admission-window", window, "--backend", backend]
-    command += ["--scrape-interval-s", "0.5"]
+    command += ["--retention", retention]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_CONTROLLER_")}
     proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -335,6 +347,7 @@ CONFIGS = {
     "controller": "through the controller (ATLAS, priority on, window {window})",
     "direct": "direct to vLLM (FCFS)",
     "proxy": "through the controller (FCFS, priority off, no window)",
+    "retention": "through the controller (ATLAS, priority on, window {window}, retention on)",
 }
 
 
@@ -346,17 +359,30 @@ async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"--configs must include controller and direct, from {sorted(CONFIGS)}")
     runs: dict[str, list[RunResult]] = {name: [] for name in names}
     with contextlib.ExitStack() as stack:
-        priority_server, fcfs_server = stack.enter_context(vllm_servers(args.max_num_seqs))
+        priority_server, fcfs_server = stack.enter_context(
+            vllm_servers(args.max_num_seqs, args.step_floor_ms)
+        )
         atlas = f"{priority_server.base_url},priority=on"
         via = stack.enter_context(controller_process(atlas, "atlas", args.window))
         targets = {
             "controller": (priority_server, via + "/v1", True),
             "direct": (fcfs_server, fcfs_server.openai_base_url, False),
         }
+        if "retention" in names:
+            retained = stack.enter_context(
+                controller_process(atlas, "atlas", args.window, retention="on")
+            )
+            targets["retention"] = (priority_server, retained + "/v1", True)
         if "proxy" in names:
             fcfs = f"{fcfs_server.base_url},priority=off"
             proxy = stack.enter_context(controller_process(fcfs, "fcfs", "unlimited"))
             targets["proxy"] = (fcfs_server, proxy + "/v1", True)
+        # Warm-up (not measured): the first programs of the workload, all at once, through
+        # every configuration; a fresh server's and controller's first calls are slower.
+        warm_up = [dataclasses.replace(spec, arrival_s=0.0) for spec in specs[:6]]
+        for name in names:
+            server, url, via_controller = targets[name]
+            await run_workload(warm_up, url, server.model, via_controller)
         for rep in range(args.reps):
             shift = rep % len(names)  # each configuration goes first as often as the others
             for name in names[shift:] + names[:shift]:
@@ -367,7 +393,8 @@ async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
                 stats = summary(run.all())
                 print(
                     f"rep {rep} {name:10s} mean {stats['mean']:.2f} s  p50 "
-                    f"{stats['p50']:.2f} s  p95 {stats['p95']:.2f} s  wall {run.wall_s:.1f} s",
+                    f"{stats['p50']:.2f} s  p95 {stats['p95']:.2f} s  wall {run.wall_s:.1f} s  "
+                    f"load average {run.load_average:.1f}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -378,7 +405,7 @@ async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
         "configs": {},
     }
     for name, reps in runs.items():
-        per_rep = [summary(r.all()) for r in reps]
+        per_rep = [summary(r.all()) | {"load_average": r.load_average} for r in reps]
         by_kind = {k: statistics.median(statistics.fmean(r.e2e_s[k]) for r in reps) for k in KINDS}
         result["configs"][name] = {
             stat: statistics.median(s[stat] for s in per_rep) for stat in ("mean", "p50", "p95")
@@ -386,6 +413,15 @@ async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
     direct = result["configs"]["direct"]
     result["ratio_direct_over"] = {
         name: {stat: direct[stat] / row[stat] for stat in ("mean", "p50", "p95")}
+        for name, row in result["configs"].items()
+        if name != "direct"
+    }
+    # Paired within each repetition (the runs closest in time), which cancels slow drifts
+    # of the machine's background load.
+    result["paired_mean_ratio_per_rep"] = {
+        name: [
+            d["mean"] / r["mean"] for d, r in zip(direct["per_rep"], row["per_rep"], strict=True)
+        ]
         for name, row in result["configs"].items()
         if name != "direct"
     }
@@ -399,8 +435,10 @@ def markdown(result: dict[str, Any]) -> str:
         "## Real vLLM (indicative)",
         "",
         "**Indicative only**: a tiny random-weight model (hidden size 128, 2 layers) on "
-        "vLLM 0.32's CPU build, 2 CPU cores shared with other jobs, a 4 ms engine step floor "
-        "(docs/real-vllm.md). It shows that the controller works in front of a real vLLM "
+        "vLLM 0.32's CPU build, 2 CPU cores shared with other jobs (vLLM's three processes, "
+        "the controller and the load generator all on them), a "
+        f"{s['step_floor_ms']:g} ms engine step floor (docs/real-vllm.md). It shows that the "
+        "controller works in front of a real vLLM "
         "and which way the levers push; it is not a performance claim for GPUs.",
         "",
         f"{result['programs']} agent programs written with the SDK ({mix}; {s['sizes']}-tailed "
@@ -415,25 +453,41 @@ def markdown(result: dict[str, Any]) -> str:
         "ratio = direct / configuration (> 1: programs finish sooner than direct):",
         "",
         "| configuration | mean | p50 | p95 | react | map_reduce | mcts | ratio mean / p50 / p95 "
-        "| mean per rep |",
+        "| mean per rep (paired ratio) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in result["configs"].items():
         kinds = " | ".join(f"{row['mean_by_kind'][k]:.2f}" for k in KINDS)
         ratio = result["ratio_direct_over"].get(name)
         shown = "—" if ratio is None else " / ".join(f"{ratio[x]:.2f}×" for x in ratio)
-        reps = ", ".join(f"{r['mean']:.2f}" for r in row["per_rep"])
+        paired = result["paired_mean_ratio_per_rep"].get(name)
+        reps = ", ".join(
+            f"{r['mean']:.2f}" + ("" if paired is None else f" ({paired[i]:.2f}×)")
+            for i, r in enumerate(row["per_rep"])
+        )
         label = CONFIGS[name].format(window=s["window"])
         lines.append(
             f"| {label} | {row['mean']:.2f} | {row['p50']:.2f} | {row['p95']:.2f} | {kinds} "
             f"| {shown} | {reps} |"
         )
+    loads = [r["load_average"] for row in result["configs"].values() for r in row["per_rep"]]
     lines += [
+        "",
+        "How to read it: `proxy` is the cost of one more process hop on these 2 shared cores "
+        "(on a GPU deployment the controller's CPU does not compete with the engine's); "
+        "`controller` adds program-level order (ATLAS levels passed as vLLM `priority`, "
+        "admission window); `retention` adds KV retention (a program back from a tool skips "
+        "its ATLAS position). Differences smaller than the spread of a configuration's "
+        "per-rep means are noise from the other jobs on this machine.",
+        "",
+        f"Machine load average (1 min) at the end of the runs: {min(loads):.1f}-{max(loads):.1f} "
+        "on 2 cores (other engineers' jobs included).",
         "",
         "Reproduce: `AGENTRT_VLLM_PYTHON=.vllm-venv/bin/python .venv/bin/python "
         f"benchmarks/real_vllm.py --configs {s['configs']} --rate {s['rate']} --duration-s "
         f"{s['duration_s']} --reps {s['reps']} --sizes {s['sizes']} --window {s['window']} "
-        f"--max-num-seqs {s['max_num_seqs']} --seed {s['seed']} --write-docs` (`--json` for "
+        f"--max-num-seqs {s['max_num_seqs']} --step-floor-ms {s['step_floor_ms']:g} --seed "
+        f"{s['seed']} --write-docs` (`--json` for "
         "all figures).",
         "",
     ]
@@ -455,21 +509,30 @@ def write_docs(section: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--rate", type=float, default=3.0, help="program arrivals per second")
+    parser.add_argument("--rate", type=float, default=2.4, help="program arrivals per second")
     parser.add_argument("--duration-s", type=float, default=20.0, help="arrival window (s)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--sizes", choices=("heavy", "light"), default="heavy", help="program size distribution"
     )
-    parser.add_argument("--max-num-seqs", type=int, default=4)
-    parser.add_argument("--window", default="6", help="controller --admission-window")
+    parser.add_argument("--max-num-seqs", type=int, default=8)
+    parser.add_argument(
+        "--step-floor-ms", type=float, default=12.0, help="minimum engine step (ms)"
+    )
+    parser.add_argument("--window", default="10", help="controller --admission-window")
     parser.add_argument(
         "--configs", default="direct,controller", help="comma-separated: " + ", ".join(CONFIGS)
     )
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument(
+        "--render", metavar="JSON", help="only render a saved --json result (no servers)"
+    )
     args = parser.parse_args()
-    result = asyncio.run(benchmark(args))
+    if args.render:
+        result = json.loads(Path(args.render).read_text())
+    else:
+        result = asyncio.run(benchmark(args))
     section = markdown(result)
     print(json.dumps(result, indent=2) if args.json else section)
     if args.write_docs:
