@@ -14,14 +14,13 @@ JSON keys: ``overrides`` (controller options, as for ``controller.service.load_c
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from agentrt.demo.child_stop import stop_group_on_signal_or_eof
 from agentrt.errors import AgentrtError
 
 __all__ = ["main"]
@@ -47,22 +46,7 @@ async def _serve(options: dict[str, Any]) -> None:
             anyio.create_task_group() as group,
         ):
             print(f"READY {url}", flush=True)
-
-            async def stop_on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                    async for _ in signals:
-                        group.cancel_scope.cancel()
-
-            async def stop_on_stdin_eof() -> None:
-                fd = sys.stdin.fileno()
-                while True:
-                    await anyio.wait_readable(fd)
-                    if not os.read(fd, 4096):
-                        group.cancel_scope.cancel()
-                        return
-
-            group.start_soon(stop_on_signal)
-            group.start_soon(stop_on_stdin_eof)
+            stop_group_on_signal_or_eof(group)
     finally:
         if trace_out:
             write_trace(Path(trace_out), records_from_sdk(exporter.get_finished_spans()))

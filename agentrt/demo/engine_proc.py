@@ -13,13 +13,12 @@ JSON keys: ``time_scale``, ``seed``, ``max_num_seqs``, ``num_gpu_blocks`` (or nu
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 from typing import Any
 
 import anyio
 
+from agentrt.demo.child_stop import stop_group_on_signal_or_eof
 from agentrt.errors import AgentrtError
 from emulator.core.types import EngineConfig
 from emulator.server import EmulatorConfig, serve_engine
@@ -45,22 +44,7 @@ def emulator_config(options: dict[str, Any]) -> EmulatorConfig:
 async def _serve(config: EmulatorConfig) -> None:
     async with serve_engine(config) as engine, anyio.create_task_group() as group:
         print(f"READY {engine.base_url}", flush=True)
-
-        async def stop_on_signal() -> None:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    group.cancel_scope.cancel()
-
-        async def stop_on_stdin_eof() -> None:
-            fd = sys.stdin.fileno()
-            while True:
-                await anyio.wait_readable(fd)
-                if not os.read(fd, 4096):
-                    group.cancel_scope.cancel()
-                    return
-
-        group.start_soon(stop_on_signal)
-        group.start_soon(stop_on_stdin_eof)
+        stop_group_on_signal_or_eof(group)
 
 
 def main(argv: list[str] | None = None) -> int:
