@@ -19,7 +19,9 @@ at the boundary with ``raise OurError(...) from exc``.
     │   ├── SchemaVersionError        the store's schema is newer / corrupt
     │   ├── NonDeterminismError       a re-run asked for a different step at a recorded position
     │   ├── ResultNotSerializable     a tool result that cannot be stored
-    │   └── UnknownOutcome            a side effect STARTED with no recorded result
+    │   ├── UnknownOutcome            a side effect STARTED with no recorded result
+    │   ├── ProgramLeaseHeld          the program id runs elsewhere (its lease is live)
+    │   └── ProgramLeaseLost          this run lost its program lease: its writes are fenced
     └── EngineError                   the engine emulator refused a request
         └── InvalidRequest            bad input to the engine (maps to HTTP 4xx)
 
@@ -42,6 +44,8 @@ __all__ = [
     "JournalUnavailable",
     "LLMCallError",
     "NonDeterminismError",
+    "ProgramLeaseHeld",
+    "ProgramLeaseLost",
     "ProtocolError",
     "ResultNotSerializable",
     "SchemaVersionError",
@@ -125,6 +129,24 @@ class UnknownOutcome(JournalError):
         self.key = key
         #: The journal's record of the intent (a dataclass of the journal module), if known.
         self.intent = intent
+
+
+class ProgramLeaseHeld(JournalError):
+    """Another runner holds the live lease of this program id: it runs somewhere else now."""
+
+    def __init__(self, message: str, *, program_id: str, holder: str, expires_at: float) -> None:
+        super().__init__(message)
+        #: The program whose lease is held.
+        self.program_id = program_id
+        #: Who holds it (host, pid and runtime id).
+        self.holder = holder
+        #: When the lease expires unless renewed (epoch seconds).
+        self.expires_at = expires_at
+
+
+class ProgramLeaseLost(JournalError):
+    """This run lost its program lease (it was taken over or broken): it must stop; every
+    journal write it attempts is refused (fenced by the lease epoch)."""
 
 
 class EngineError(AgentrtError):
