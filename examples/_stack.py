@@ -10,32 +10,27 @@ server (vLLM) has none, and the example says so.
 from __future__ import annotations
 
 import argparse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import _common
 import anyio
 import httpx
 
-from agentrt import RuntimeConfig
+from adapters import AgentRun
+from agentrt import Runtime, RuntimeConfig
 
 #: How often the watcher samples the process table (seconds).
 POLL_S = 0.02
 
 
-@dataclass
-class Where:
-    base_url: str
-    model: str
-    embedded: bool
-
-
 @asynccontextmanager
-async def stack(args: argparse.Namespace) -> AsyncIterator[Where]:
+async def stack(args: argparse.Namespace) -> AsyncIterator[_common.Endpoint]:
     """``--base-url``, or an emulated engine behind an embedded controller."""
     if args.base_url:
-        yield Where(args.base_url, args.model or "default", embedded=False)
+        yield _common.Endpoint(args.base_url, args.model or "default", embedded=False)
         return
     from controller.backends.spec import BackendSpec
     from controller.service import ControllerConfig, serve_controller
@@ -46,7 +41,36 @@ async def stack(args: argparse.Namespace) -> AsyncIterator[Where]:
             port=0, policy="atlas", backends=(BackendSpec(engine.base_url, priority=True),)
         )
         async with serve_controller(config) as url:
-            yield Where(url + "/v1", args.model or DEFAULT_MODEL_NAME, embedded=True)
+            yield _common.Endpoint(url + "/v1", args.model or DEFAULT_MODEL_NAME, embedded=True)
+
+
+async def run_watched(
+    args: argparse.Namespace, run_agent: Callable[[Runtime], Awaitable[AgentRun]]
+) -> int:
+    """Run one framework agent (``run_agent(rt)``) against :func:`stack`, sample the process
+    table while it runs, then print the run, what the table showed, the answer and the DAG.
+
+    Returns the process exit status (0)."""
+    telemetry = _common.telemetry_for(args)
+    async with stack(args) as where:
+        config = _common.runtime_config(args, where, telemetry)
+        watcher = ProcessTableWatcher(config)
+        async with Runtime(config) as rt, anyio.create_task_group() as group:
+            group.start_soon(watcher.run)
+            try:
+                run = await run_agent(rt)
+            finally:
+                watcher.stop()
+    program = run.program
+    print(
+        f"program {program.id}: {program.status}, {run.llm_calls} LLM calls, "
+        f"{run.tool_calls} tool calls ({run.stop_reason})"
+    )
+    print(watcher.report(program.id))
+    print(f"answer: {(run.answer or '(none)')[:300]}")
+    print("DAG (mermaid):")
+    print(program.to_mermaid())
+    return _common.finish(where, telemetry)
 
 
 @dataclass

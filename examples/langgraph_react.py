@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 import _stack
 
+from adapters import AgentRun
 from adapters.langchain import run_react_agent
 from agentrt import Runtime
 
@@ -48,39 +49,19 @@ async def main() -> int:
     p = _common.parser(__doc__.splitlines()[0])
     p.add_argument("--max-llm-calls", type=int, default=6)
     args = p.parse_args()
-    telemetry = _common.telemetry_for(args)
-    async with _stack.stack(args) as where:
-        config = _common.runtime_config(
-            args, _common.Endpoint(where.base_url, where.model, where.embedded), telemetry
+
+    async def agent(rt: Runtime) -> AgentRun:
+        return await run_react_agent(
+            rt,
+            TASK,
+            [_stack.slow_search, calculator],
+            system="You are a careful assistant. Use tools when they help.",
+            max_llm_calls=args.max_llm_calls,
+            timeout_s=args.timeout_s,
         )
-        watcher = _stack.ProcessTableWatcher(config)
-        async with Runtime(config) as rt, anyio.create_task_group() as group:
-            group.start_soon(watcher.run)
-            try:
-                run = await run_react_agent(
-                    rt,
-                    TASK,
-                    [_stack.slow_search, calculator],
-                    system="You are a careful assistant. Use tools when they help.",
-                    max_llm_calls=args.max_llm_calls,
-                    timeout_s=args.timeout_s,
-                )
-            finally:
-                watcher.stop()
-    program = run.program
-    print(
-        f"program {program.id}: {program.status}, {run.llm_calls} LLM calls, "
-        f"{run.tool_calls} tool calls ({run.stop_reason})"
-    )
-    print(watcher.report(program.id))
-    print(f"answer: {(run.answer or '(none)')[:300]}")
-    print("DAG (mermaid):")
-    print(program.to_mermaid())
-    if where.embedded:
-        print("(embedded emulator: its scripted model writes filler, not real answers)")
-    if telemetry:
-        telemetry.shutdown()
-    return 0
+
+    # Embedded emulator + controller (or --base-url); prints the run and its process table.
+    return await _stack.run_watched(args, agent)
 
 
 if __name__ == "__main__":

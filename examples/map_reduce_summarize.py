@@ -88,11 +88,7 @@ async def main() -> int:
         f"{len(doc['threads'])} threads, {tokens} tokens, {elapsed:.2f} s, {prog.status}"
     )
     print(f"summary: {summary[:600]}")
-    if where.embedded:
-        print("(embedded emulator: its scripted model writes filler, not real summaries)")
-    if telemetry:
-        telemetry.shutdown()
-    return 0
+    return _common.finish(where, telemetry, filler="not real summaries")
 
 
 if __name__ == "__main__":

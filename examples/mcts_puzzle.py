@@ -76,11 +76,7 @@ async def main() -> int:
         print(f"  {i}. {step[:120]}")
     for lesson in result.reflections[:3]:
         print(f"  lesson: {lesson[:120]}")
-    if where.embedded:
-        print("(embedded emulator: its scripted model writes filler, so nothing gets solved)")
-    if telemetry:
-        telemetry.shutdown()
-    return 0
+    return _common.finish(where, telemetry, filler="so nothing gets solved")
 
 
 if __name__ == "__main__":

@@ -101,11 +101,7 @@ async def main() -> int:
     print(f"files in {out_dir}: {files}")
     print("DAG (mermaid):")
     print(prog.to_mermaid())
-    if where.embedded:
-        print("(embedded emulator: its scripted model writes filler, not real answers)")
-    if telemetry:
-        telemetry.shutdown()
-    return 0
+    return _common.finish(where, telemetry)
 
 
 if __name__ == "__main__":
