@@ -20,6 +20,8 @@ Definitions (all times in seconds on the virtual clock):
   although they had been cached before and were evicted (``evicted_prefix_tokens``).
 * **Throughput**: programs (any arrival time) finishing inside ``[warmup_s, window_end_s)``
   ÷ the window's length.
+* **Arrival rate**: programs arriving inside ``[warmup_s, window_end_s)`` (finished or not)
+  ÷ the window's length — the realised Poisson rate, which a run keeps up with or not.
 * **Measured programs**: those that arrived at or after ``warmup_s``.
 """
 
@@ -158,6 +160,7 @@ def summarize(record: RunRecord, *, warmup_s: float, window_end_s: float) -> dic
         "calls_completed": sum(p.calls for p in measured),
         "calls_rejected": sum(p.rejected_calls for p in measured),
         "throughput_programs_per_s": completed_in_window / window,
+        "arrival_rate_per_s": (len(measured) + record.unfinished_programs) / window,
         "output_tokens_per_s": sum(
             p.output_tokens for p in record.programs if warmup_s <= p.finish_s < window_end
         )

@@ -20,6 +20,7 @@ REQUIRED_KEYS = {
     "engines",
     "programs_completed",
     "throughput_programs_per_s",
+    "arrival_rate_per_s",
     "token_latency_s",
     "e2e_latency_s",
     "wait_s_mean",

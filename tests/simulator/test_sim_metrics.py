@@ -9,6 +9,7 @@ import pytest
 
 from agentrt.errors import ConfigError
 from simulator.metrics import ProgramRecord, RunRecord, percentiles, summarize
+from simulator.runner import keeps_up
 from simulator.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
 
 pytestmark = pytest.mark.timeout(30)
@@ -56,11 +57,39 @@ def test_summary_excludes_warmup_and_counts_throughput_in_the_window() -> None:
     assert summary["programs_completed"] == 2 and summary["programs_warmup"] == 1
     # finished in [10, 100): "warm" at 12 and "a" at 30, over 90 s
     assert summary["throughput_programs_per_s"] == pytest.approx(2 / 90)
+    # arrived in [10, 100): "a" and "b" (finished) plus nothing unfinished
+    assert summary["arrival_rate_per_s"] == pytest.approx(2 / 90)
     assert summary["e2e_latency_s"]["mean"] == pytest.approx(45.0)
     assert summary["token_latency_s"]["mean"] == pytest.approx((10 / 10 + 80 / 40) / 2)
     assert summary["wait_s_mean"] == pytest.approx(22.5)
     assert summary["prefix_hit_rate"] == pytest.approx(0.25)
     assert summary["ttft_s"]["p50"] == pytest.approx(0.1)
+
+
+def _keeps_up_summary(
+    rate: float, arrivals: float, throughput: float, unfinished: int
+) -> dict[str, float]:
+    return {
+        "rate": rate,
+        "arrival_rate_per_s": arrivals,
+        "throughput_programs_per_s": throughput,
+        "programs_completed": 100,
+        "programs_unfinished": unfinished,
+    }
+
+
+def test_keeps_up_compares_throughput_with_the_realised_arrival_rate() -> None:
+    # Poisson drew fewer arrivals than nominal: 0.8/s served of 0.85/s arriving keeps up,
+    # although it is below 90 % of the nominal 1.0/s
+    assert keeps_up(_keeps_up_summary(1.0, 0.85, 0.8, 0))
+    # more arrivals than nominal: 0.95/s served of 1.1/s arriving fell behind
+    assert not keeps_up(_keeps_up_summary(1.0, 1.1, 0.95, 0))
+    # unfinished programs above 1 % of arrivals: fell behind whatever the throughput
+    assert not keeps_up(_keeps_up_summary(1.0, 1.0, 1.0, 5))
+    # a summary without the realised rate falls back to the nominal one
+    old = _keeps_up_summary(1.0, 0.0, 0.85, 0)
+    del old["arrival_rate_per_s"]
+    assert not keeps_up(old)
 
 
 def test_clipped_lognormal_mean_is_exact_after_clipping() -> None:
