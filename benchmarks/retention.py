@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import _report  # noqa: E402
 from simulator.plan import compile_program  # noqa: E402
 from simulator.registry import PolicySpec  # noqa: E402
 from simulator.runner import BenchConfig, run_one  # noqa: E402
@@ -104,17 +103,9 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
     for point in points:
         rows.setdefault((point["workload"], point["rate"], point["config"]), []).append(point)
+    keys = ("throughput", "mean_s", "p95_s", "hit_rate", "recomputed")
     return [
-        {
-            "workload": workload,
-            "rate": rate,
-            "config": config,
-            **{
-                key: statistics.median(p[key] for p in group)
-                for key in ("throughput", "mean_s", "p95_s", "hit_rate", "recomputed")
-            },
-            "wall_s": sum(p["wall_s"] for p in group),
-        }
+        {"workload": workload, "rate": rate, "config": config, **_report.medians(group, keys)}
         for (workload, rate, config), group in sorted(
             rows.items(), key=lambda item: (args.workloads.index(item[0][0]), item[0][1])
         )
@@ -143,6 +134,18 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _by_rate(
+    rows: Sequence[dict[str, Any]], configs: Sequence[str], cell: Callable[[dict[str, Any]], str]
+) -> list[str]:
+    """A table of one workload's ``rows``: a line per rate, a column per configuration."""
+    rates = sorted({r["rate"] for r in rows})
+    at = {(r["rate"], r["config"]): r for r in rows}
+    header = ["rate/s", *(f"`{c}`" for c in configs)]
+    return _report.table(
+        header, ([f"{rate:g}", *(cell(at[rate, c]) for c in configs)] for rate in rates)
+    )
+
+
 def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: float) -> str:
     configs = [f"{p}/{r}" for p, r in CONFIGS]
     lines = [
@@ -157,21 +160,13 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
     ]
     for workload in dict.fromkeys(r["workload"] for r in rows):
         mine = [r for r in rows if r["workload"] == workload]
-        rates = sorted({r["rate"] for r in mine})
-        at = {(r["rate"], r["config"]): r for r in mine}
         lines += [
             f"**{workload}** — mean program E2E latency (s) / p95 (s) / completed programs/s:",
             "",
-            "| rate/s | " + " | ".join(f"`{c}`" for c in configs) + " |",
-            "|---|" + "---|" * len(configs),
         ]
-        for rate in rates:
-            cells = [
-                f"{at[rate, c]['mean_s']:.1f} / {at[rate, c]['p95_s']:.0f} / "
-                f"{at[rate, c]['throughput']:.2f}"
-                for c in configs
-            ]
-            lines.append(f"| {rate:g} | " + " | ".join(cells) + " |")
+        lines += _by_rate(
+            mine, configs, lambda r: f"{r['mean_s']:.1f} / {r['p95_s']:.0f} / {r['throughput']:.2f}"
+        )
         shown = [
             "fcfs/off",
             "mlfq/off",
@@ -182,37 +177,23 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
             "",
             f"**{workload}** — prefix-cache hit rate / recomputed prompt tokens (millions):",
             "",
-            "| rate/s | " + " | ".join(f"`{c}`" for c in shown) + " |",
-            "|---|" + "---|" * len(shown),
         ]
-        for rate in rates:
-            cells = [
-                f"{at[rate, c]['hit_rate']:.1%} / {at[rate, c]['recomputed'] / 1e6:.2f}"
-                for c in shown
-            ]
-            lines.append(f"| {rate:g} | " + " | ".join(cells) + " |")
+        lines += _by_rate(
+            mine, shown, lambda r: f"{r['hit_rate']:.1%} / {r['recomputed'] / 1e6:.2f}"
+        )
         lines.append("")
     lines += ["Goal (mean E2E within 3 % or better everywhere, better near saturation):", ""]
     lines += [f"- {v}" for v in verdicts(rows)]
     lines.append("")
-    if args.plot:
-        lines += [f"![mean E2E and recomputed tokens against load]({args.plot_rel})", ""]
-    lines += [
-        "Reproduce: `.venv/bin/python benchmarks/retention.py --write-docs` "
-        "(`--quick` for a smoke run).",
-        "",
-    ]
+    lines += _report.closing_lines(
+        args, "mean E2E and recomputed tokens against load", "retention.py"
+    )
     return "\n".join(lines)
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
-    fig, axes = plt.subplots(2, len(workloads), figsize=(5.5 * len(workloads), 7), squeeze=False)
+    fig, axes = _report.subplots(2, len(workloads), (5.5 * len(workloads), 7))
     for column, workload in enumerate(workloads):
         for policy, retention in CONFIGS:
             config = f"{policy}/{retention}"
@@ -236,22 +217,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
             ax.set_xlabel("arrival rate (programs/s)")
             ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write_docs(section: str) -> None:
-    """Replace (or append) the ``## KV retention`` section of docs/benchmarks.md."""
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"^## KV retention\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
+    _report.save_figure(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,26 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1,2", help="comma-separated seeds")
     parser.add_argument("--rates", default="", help="override the rates (comma-separated)")
     parser.add_argument("--duration", type=float, default=None, help="arrival window (s)")
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument("--quick", action="store_true", help="smoke run: tiny and fast")
-    parser.add_argument("--from-json", metavar="FILE", help="render saved --json output")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-    parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
-    parser.add_argument("--plot", default=None, help="PNG path (default with --write-docs)")
+    _report.add_output_options(parser, "rows")
     args = parser.parse_args(argv)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
     if args.quick:
         args.duration, args.seeds = 40.0, args.seeds[:1]
-    if args.write_docs and args.plot is None:
-        args.plot = str(ROOT / "docs" / "img" / "retention.png")
-    args.plot_rel = None
-    if args.plot:
-        plot_path, docs = Path(args.plot).resolve(), ROOT / "docs"
-        args.plot_rel = str(
-            plot_path.relative_to(docs) if plot_path.is_relative_to(docs) else plot_path
-        )
+    _report.resolve_plot(args, ROOT / "docs", "retention.png")
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
         saved = saved if isinstance(saved, dict) else {"rows": saved, "wall_s": 0.0}
@@ -291,12 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         wall = time.perf_counter() - started
     if args.plot:
         plot(rows, Path(args.plot))
-    section = markdown(rows, args, wall)
     saved = {"wall_s": wall, "seeds": args.seeds, "rows": rows}
-    print(json.dumps(saved, indent=2) if args.json else section)
-    if args.write_docs:
-        write_docs(section)
-    return 0
+    section = markdown(rows, args, wall)
+    return _report.publish(args, section, saved, ROOT / "docs", "## KV retention")
 
 
 if __name__ == "__main__":

@@ -33,8 +33,6 @@ import argparse
 import dataclasses
 import json
 import random
-import re
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -45,6 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import _report  # noqa: E402
 from simulator.plan import compile_program  # noqa: E402
 from simulator.registry import PolicySpec  # noqa: E402
 from simulator.runner import BenchConfig, run_one  # noqa: E402
@@ -164,16 +163,8 @@ def climb(
         for point in pool.map(run_point, jobs):
             by_router[point["router"]].append(point)
         for router, points in by_router.items():
-            results[router].append(
-                {
-                    "rate": rate,
-                    "throughput": statistics.median(p["throughput"] for p in points),
-                    "p50_s": statistics.median(p["p50_s"] for p in points),
-                    "hit_rate": statistics.median(p["hit_rate"] for p in points),
-                    "recomputed": statistics.median(p["recomputed"] for p in points),
-                    "wall_s": sum(p["wall_s"] for p in points),
-                }
-            )
+            keys = ("throughput", "p50_s", "hit_rate", "recomputed")
+            results[router].append({"rate": rate, **_report.medians(points, keys)})
         if target is None:
             base = results["round_robin"][0]["p50_s"] if "round_robin" in results else None
             target = args.latency_factor * (base or max(r[0]["p50_s"] for r in results.values()))
@@ -220,22 +211,35 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s
         "a few per cent between `autellix` and `prefix` on react, mixed and sysprompt are "
         "within run-to-run noise.",
         "",
-        "| workload | L (s) | router | programs/s at p50 ≤ L | × round_robin | × autellix "
-        "| hit rate |",
-        "|---|---|---|---|---|---|---|",
     ]
+    header = (
+        "workload",
+        "L (s)",
+        "router",
+        "programs/s at p50 ≤ L",
+        "× round_robin",
+        "× autellix",
+        "hit rate",
+    )
+    table_rows = []
     for result in results:
         routers = result["routers"]
         base = routers.get("round_robin", {}).get("throughput") or float("nan")
         autellix = routers.get("autellix", {}).get("throughput") or float("nan")
         for name, row in routers.items():
             mark = "" if row["reached"] else "≥ "
-            lines.append(
-                f"| {result['workload']} | {result['target_p50_s']:.1f} | `{name}` | "
-                f"{mark}{row['throughput']:.2f} | {row['throughput'] / base:.2f} | "
-                f"{row['throughput'] / autellix:.2f} | {row['hit_rate']:.1%} "
-                f"(@ {result['hit_rate_at']:g}/s) |"
+            table_rows.append(
+                (
+                    result["workload"],
+                    f"{result['target_p50_s']:.1f}",
+                    f"`{name}`",
+                    f"{mark}{row['throughput']:.2f}",
+                    f"{row['throughput'] / base:.2f}",
+                    f"{row['throughput'] / autellix:.2f}",
+                    f"{row['hit_rate']:.1%} (@ {result['hit_rate_at']:g}/s)",
+                )
             )
+    lines += _report.table(header, table_rows)
     chat = next((r for r in results if r["workload"] == "chatbot"), None)
     verdicts = []
     if chat is not None:
@@ -258,23 +262,12 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s
         f"{'met' if worst[0] >= 0.995 else 'NOT met'})"
     )
     lines += ["", "Goals: " + "; ".join(verdicts) + ".", ""]
-    if args.plot:
-        lines += [f"![p50 latency against throughput per router]({args.plot_rel})", ""]
-    lines += [
-        "Reproduce: `.venv/bin/python benchmarks/routing.py --write-docs` "
-        "(`--quick` for a smoke run).",
-        "",
-    ]
+    lines += _report.closing_lines(args, "p50 latency against throughput per router", "routing.py")
     return "\n".join(lines)
 
 
 def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(results), figsize=(4.2 * len(results), 3.6), squeeze=False)
+    fig, axes = _report.subplots(1, len(results), (4.2 * len(results), 3.6))
     for ax, result in zip(axes[0], results, strict=True):
         for name, row in result["routers"].items():
             points = row["points"]
@@ -290,22 +283,7 @@ def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
         ax.set_ylabel("p50 program E2E latency (s)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write_docs(section: str) -> None:
-    """Replace (or append) the ``## Routing`` section of docs/benchmarks.md."""
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"^## Routing\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
+    _report.save_figure(fig, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -316,25 +294,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1", help="comma-separated seeds")
     parser.add_argument("--rungs", type=int, default=7, help="most rates per router")
     parser.add_argument("--latency-factor", type=float, default=1.5)
-    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
-    parser.add_argument("--quick", action="store_true", help="smoke run: tiny and fast")
-    parser.add_argument("--from-json", metavar="FILE", help="render saved --json output")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
-    parser.add_argument("--plot", default=None, help="PNG path (default with --write-docs)")
+    _report.add_output_options(parser, "results")
     args = parser.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.quick:
         args.duration, args.rungs = min(args.duration, 40.0), min(args.rungs, 2)
-    if args.write_docs and args.plot is None:
-        args.plot = str(ROOT / "docs" / "img" / "routing.png")
-    args.plot_rel = None
-    if args.plot:
-        plot_path = Path(args.plot).resolve()
-        docs = ROOT / "docs"
-        args.plot_rel = str(
-            plot_path.relative_to(docs) if plot_path.is_relative_to(docs) else plot_path
-        )
+    _report.resolve_plot(args, ROOT / "docs", "routing.png")
     routers = [r.strip() for r in args.routers.split(",") if r.strip()]
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
@@ -355,7 +320,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         wall = time.perf_counter() - started
     if args.plot:
         plot(results, Path(args.plot))
-    section = markdown(results, args, wall)
     saved = {
         "wall_s": wall,
         "seeds": args.seeds,
@@ -363,10 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "latency_factor": args.latency_factor,
         "results": results,
     }
-    print(json.dumps(saved, indent=2) if args.json else section)
-    if args.write_docs:
-        write_docs(section)
-    return 0
+    return _report.publish(args, markdown(results, args, wall), saved, ROOT / "docs", "## Routing")
 
 
 if __name__ == "__main__":
