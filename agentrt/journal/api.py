@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["ReconcileResult", "StepJournal", "StepSpec"]
+__all__ = ["LeasingJournal", "ReconcileResult", "StepJournal", "StepSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,4 +97,23 @@ class StepJournal(Protocol):
 
     async def predict_tool_duration(self, tool_name: str) -> float | None:
         """Predicted duration (seconds) of the tool's next run, ``None`` without history."""
+        ...
+
+
+@runtime_checkable
+class LeasingJournal(Protocol):
+    """A journal that leases program ids (``agentrt.journal.Journal`` does): the SDK's
+    ``Program`` takes the lease when the program starts and releases it when it ends, so one
+    program id runs in one place at a time (docs/journal.md, "Program leases")."""
+
+    async def acquire_lease(
+        self, program_id: str, *, wait_s: float | None = None, required: bool = True
+    ) -> Any:
+        """Take the program's lease; raises :class:`agentrt.errors.ProgramLeaseHeld` while
+        another runner holds it live. ``required=False``: an unreachable store defers the
+        lease to the program's first side effect instead of failing."""
+        ...
+
+    async def release_lease(self, program_id: str) -> None:
+        """Release it (never raises for an unreachable store: it then expires)."""
         ...

@@ -14,6 +14,10 @@ It implements :class:`agentrt.journal.api.StepJournal` on a :class:`JournalStore
 happened), or being cancelled, leaves the intent ``STARTED``: the outcome is unknown. A result
 that cannot be stored raises :class:`ResultNotSerializable` and also leaves the intent
 ``STARTED`` (the effect did happen, but nothing can be replayed: a re-run must reconcile).
+
+Program leases (``acquire_lease`` / ``release_lease``, taken by the SDK's ``Program``): one
+program id runs in one place at a time, and every step write of a leased run is fenced by the
+lease's epoch (``leasing``, docs/journal.md).
 """
 
 from __future__ import annotations
@@ -27,11 +31,21 @@ from types import TracebackType
 from typing import Any, Literal, Self
 
 import anyio
+from anyio.abc import TaskGroup
 
-from agentrt.errors import JournalError, JournalUnavailable
+from agentrt.errors import JournalError, JournalUnavailable, ProgramLeaseLost
+from agentrt.journal import lease_store
 from agentrt.journal.api import Execute, Reconcile, StepSpec
 from agentrt.journal.durations import predict_duration
 from agentrt.journal.keys import arguments_hash, idempotency_key
+from agentrt.journal.leases import (
+    DEFAULT_LEASE_TTL_S,
+    Fence,
+    LeaseRecord,
+    ProgramLease,
+    check_lease_ttl,
+)
+from agentrt.journal.leasing import LeaseKeeper
 from agentrt.journal.records import (
     ProgramSummary,
     PurgePolicy,
@@ -61,6 +75,9 @@ class Journal:
     ``duration_history``: observed durations kept per tool (the prediction is their median).
     ``retry_open_after_s``: after a failed connection, read-only steps skip the journal for
     this long before trying again (side-effect steps always try, and fail closed).
+    ``lease_ttl_s``: length of a program lease (seconds; renewed every third of it while the
+    journal is entered with ``async with``). ``lease_wait_s``: how long ``acquire_lease``
+    waits for another holder's live lease before :class:`ProgramLeaseHeld` (0: at once).
 
     Entering the context does not fail when the store is unreachable (read-only steps must
     still run); side-effect steps then raise :class:`JournalUnavailable`. A corrupt or newer
@@ -79,6 +96,8 @@ class Journal:
         create: bool = True,
         duration_history: int = 32,
         retry_open_after_s: float = 1.0,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        lease_wait_s: float = 0.0,
     ) -> None:
         store = make_store(
             url,
@@ -94,6 +113,8 @@ class Journal:
             duration_history=duration_history,
             retry_open_after_s=retry_open_after_s,
             clock=time.time,
+            lease_ttl_s=lease_ttl_s,
+            lease_wait_s=lease_wait_s,
         )
 
     @classmethod
@@ -104,14 +125,19 @@ class Journal:
         duration_history: int = 32,
         retry_open_after_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
+        lease_wait_s: float = 0.0,
     ) -> Journal:
-        """A journal over an explicit store (``clock``: wall clock in epoch seconds)."""
+        """A journal over an explicit store (``clock``: wall clock in epoch seconds, also used
+        for lease expiry)."""
         journal = cls.__new__(cls)
         journal._setup(
             store,
             duration_history=duration_history,
             retry_open_after_s=retry_open_after_s,
             clock=clock,
+            lease_ttl_s=lease_ttl_s,
+            lease_wait_s=lease_wait_s,
         )
         return journal
 
@@ -122,9 +148,13 @@ class Journal:
         duration_history: int,
         retry_open_after_s: float,
         clock: Callable[[], float],
+        lease_ttl_s: float,
+        lease_wait_s: float,
     ) -> None:
         if duration_history < 1:
             raise JournalError(f"duration_history must be >= 1, got {duration_history}")
+        if not math.isfinite(lease_wait_s) or lease_wait_s < 0:
+            raise JournalError(f"lease_wait_s must be >= 0 seconds, got {lease_wait_s}")
         self.store = store
         #: Random id written into every row this instance touches (which run wrote it).
         self.owner = uuid.uuid4().hex[:16]
@@ -132,6 +162,10 @@ class Journal:
         self._retry_open_after_s = retry_open_after_s
         self._clock = clock
         self._runner = StepRunner(owner=self.owner, clock=clock)
+        self._leases = LeaseKeeper(
+            owner=self.owner, ttl_s=check_lease_ttl(lease_ttl_s), wait_s=lease_wait_s, clock=clock
+        )
+        self._task_group: TaskGroup | None = None
         self._ready = False
         self._closed = False
         self._last_open_failure = -math.inf
@@ -157,6 +191,11 @@ class Journal:
 
     async def __aenter__(self) -> Self:
         await self.connect(require=False)
+        # Lease heartbeats run here. Their task never raises, and the group is exited without
+        # the body's exception, so the body's errors pass through unchanged (not grouped).
+        task_group = anyio.create_task_group()
+        await task_group.__aenter__()
+        self._task_group = self._leases.task_group = task_group
         return self
 
     async def __aexit__(
@@ -165,7 +204,15 @@ class Journal:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.close()
+        task_group, self._task_group = self._task_group, None
+        self._leases.task_group = None
+        try:
+            await self._leases.release_all(self.store if self._ready else None)
+            if task_group is not None:
+                task_group.cancel_scope.cancel()
+                await task_group.__aexit__(None, None, None)
+        finally:
+            await self.close()
 
     @property
     def available(self) -> bool:
@@ -214,14 +261,73 @@ class Journal:
         key = idempotency_key(
             step.program_id, step.thread_id, step.seq, step.kind, step.name, args_hash
         )
-        if step.side_effect:
-            store = await self._ensure_open()  # fail closed: JournalUnavailable
-            return await self._runner.run_side_effect(
-                store, step, position, key, args_hash, execute, reconcile
+        try:
+            if step.side_effect:
+                store = await self._ensure_open()  # fail closed: JournalUnavailable
+                fence = await self._leases.fence(store, step.program_id, side_effect=True)
+                return await self._runner.run_side_effect(
+                    store, step, position, key, args_hash, execute, reconcile, fence
+                )
+            fence = await self._leases.fence(self.store, step.program_id, side_effect=False)
+            return await self._runner.run_read_only(
+                await self._optional_store(), step, position, key, args_hash, execute, fence
             )
-        return await self._runner.run_read_only(
-            await self._optional_store(), step, position, key, args_hash, execute
-        )
+        except ProgramLeaseLost as exc:
+            lease = self._leases.held(step.program_id)
+            if lease is not None:
+                self._leases.mark_lost(lease, str(exc))
+            raise
+
+    # -- program leases -----------------------------------------------------------------------
+
+    async def acquire_lease(
+        self, program_id: str, *, wait_s: float | None = None, required: bool = True
+    ) -> ProgramLease | None:
+        """Take the lease of ``program_id``: from now on the program runs here only.
+
+        Atomic on both databases (one conditional upsert). Succeeds when the program was never
+        leased, its lease was released, or it expired (its holder stopped renewing: the
+        takeover increments the epoch, which fences the old holder's writes). Otherwise waits
+        up to ``wait_s`` seconds (default ``lease_wait_s``) and raises
+        :class:`ProgramLeaseHeld` naming the holder and the expiry; a second run of the same
+        id inside this journal is refused at once. While the journal is entered with
+        ``async with``, the lease is renewed every ``lease_ttl_s / 3`` seconds.
+
+        ``required=False``: an unreachable store is not an error (``None`` is returned; the
+        program's first side-effect step acquires the lease, read-only steps run unleased).
+        """
+        if not isinstance(program_id, str) or not program_id or len(program_id) > 255:
+            raise JournalError("program_id must be a string of 1..255 characters")
+        try:
+            store = await self._ensure_open()
+            return await self._leases.acquire(store, program_id, wait_s=wait_s)
+        except JournalUnavailable as exc:
+            if required:
+                raise
+            _log.warning("program %r starts without its lease (journal down): %s", program_id, exc)
+            self._leases.defer(program_id)
+            return None
+
+    async def release_lease(self, program_id: str) -> None:
+        """Release this journal's lease of ``program_id`` (no-op when it holds none; never
+        raises for an unreachable store: the lease then expires after ``lease_ttl_s``)."""
+        await self._leases.release(self.store if self._ready else None, program_id)
+
+    def held_lease(self, program_id: str) -> ProgramLease | None:
+        """The lease of ``program_id`` this journal holds (``lost`` tells if it was lost)."""
+        return self._leases.held(program_id)
+
+    async def leases(
+        self, program_ids: list[str] | None = None, *, limit: int = 50
+    ) -> list[LeaseRecord]:
+        """Lease rows (of ``program_ids``, else the ``limit`` most recently renewed)."""
+        return await lease_store.list_leases(await self._ensure_open(), program_ids, limit=limit)
+
+    async def break_lease(self, program_id: str) -> LeaseRecord | None:
+        """Operator: release ``program_id``'s lease whoever holds it and increment its epoch,
+        so that a holder still running is fenced at once. Returns the lease as it was."""
+        store = await self._ensure_open()
+        return await lease_store.break_lease(store, program_id, now=self._clock())
 
     async def record_tool_duration(self, tool_name: str, duration_s: float) -> None:
         """Add one observed duration (seconds); skipped (logged) when the store is down or
@@ -284,8 +390,10 @@ class Journal:
             raise JournalError(f"no step with key {key} in journal {store.where}")
         if record.status is not StepStatus.STARTED:
             raise JournalError(f"{record.describe()} is not an unknown outcome")
+        # Not while the program runs somewhere: refused (ProgramLeaseHeld) under a live lease.
+        fence = Fence(record.position.program_id, self.owner, None, self._clock())
         if happened:
-            ok = await self._runner.commit(store, record, result, duration_s=None)
+            ok = await self._runner.commit(store, record, result, duration_s=None, fence=fence)
         else:
             ok = await store.update_step(
                 record.position,
@@ -297,6 +405,7 @@ class Journal:
                     "error_message": "resolved by an operator: the effect did not happen",
                     "updated_at": self._clock(),
                 },
+                fence=fence,
             )
         if not ok:
             raise JournalError(f"{record.describe()} changed while being resolved")

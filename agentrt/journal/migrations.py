@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, inspect, select
+from sqlalchemy import Column, Connection, Float, Integer, MetaData, String, Table, inspect, select
 
 from agentrt.errors import ConfigError, SchemaVersionError
 from agentrt.journal import schema
@@ -41,7 +41,30 @@ def _v1(conn: Connection) -> None:
         table.create(conn)
 
 
-MIGRATIONS: tuple[Migration, ...] = (Migration(1, "steps and tool duration history", _v1),)
+#: Frozen copy of the version-2 shape of ``schema.leases`` (a later change alters it in a new
+#: migration; this one keeps creating exactly what version 2 had).
+_V2_LEASES = Table(
+    "agentrt_journal_leases",
+    MetaData(),
+    Column("program_id", String(255), primary_key=True),
+    Column("owner", String(64), nullable=False),
+    Column("holder", String(255), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("ttl_s", Float, nullable=False),
+    Column("acquired_at", Float, nullable=False),
+    Column("renewed_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)
+
+
+def _v2(conn: Connection) -> None:
+    _V2_LEASES.create(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "steps and tool duration history", _v1),
+    Migration(2, "program leases (fencing epochs)", _v2),
+)
 
 
 def ensure_schema(

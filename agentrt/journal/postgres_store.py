@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Literal
 
-from sqlalchemy import URL, text
+from sqlalchemy import URL, Table, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -106,8 +106,8 @@ class PostgresJournalStore(JournalStore):
         async with self._engine.begin() as conn:
             yield conn
 
-    def _insert(self) -> Any:
-        return pg_insert(schema.steps)
+    def _insert(self, table: Table = schema.steps) -> Any:
+        return pg_insert(table)
 
     def _db_schema(self) -> str | None:
         return self.schema

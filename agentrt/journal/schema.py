@@ -22,10 +22,10 @@ from sqlalchemy import (
     Text,
 )
 
-__all__ = ["SCHEMA_VERSION", "metadata", "steps", "tool_durations", "version_table"]
+__all__ = ["SCHEMA_VERSION", "leases", "metadata", "steps", "tool_durations", "version_table"]
 
 #: Version of the schema described in this module (see ``migrations.MIGRATIONS``).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -95,3 +95,25 @@ tool_durations = Table(
     Column("observed_at", Float, nullable=False),
 )
 Index("agentrt_journal_tool_durations_tool", tool_durations.c.tool_name, tool_durations.c.id)
+
+#: One row per program that was ever leased (schema version 2): who may write its steps now.
+#: A lease is live while ``expires_at`` is in the future (the writer's wall clock); the holder
+#: renews it, a runner finding it expired takes it over and increments ``epoch``. Every step
+#: write of a leased run is conditional on ``(owner, epoch)`` still being this row's (fencing).
+leases = Table(
+    "agentrt_journal_leases",
+    metadata,
+    Column("program_id", String(255), primary_key=True),
+    #: Random id of the holding Journal (one per runtime); compared by the fence.
+    Column("owner", String(64), nullable=False),
+    #: For people: ``host:pid/owner`` of the holder.
+    Column("holder", String(255), nullable=False),
+    #: Fencing token: +1 on every acquisition and every operator break, never decreases.
+    Column("epoch", Integer, nullable=False),
+    #: Lease length the holder asked for (seconds).
+    Column("ttl_s", Float, nullable=False),
+    #: Epoch seconds: acquisition by this holder, last renewal, expiry (0: released / broken).
+    Column("acquired_at", Float, nullable=False),
+    Column("renewed_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+)

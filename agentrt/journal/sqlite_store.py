@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from sqlalchemy import URL, event
+from sqlalchemy import URL, Table, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -275,8 +275,8 @@ class SqliteJournalStore(JournalStore):
         for write, count in zip(batch, counts, strict=True):
             write.finish(rowcount=count)
 
-    def _insert(self) -> Any:
-        return sqlite_insert(schema.steps)
+    def _insert(self, table: Table = schema.steps) -> Any:
+        return sqlite_insert(table)
 
     def _classify(self, exc: BaseException) -> JournalError | None:
         text = str(exc)

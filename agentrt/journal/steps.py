@@ -16,10 +16,17 @@ from typing import Any
 
 import anyio
 
-from agentrt.errors import JournalError, JournalUnavailable, NonDeterminismError, UnknownOutcome
+from agentrt.errors import (
+    JournalError,
+    JournalUnavailable,
+    NonDeterminismError,
+    ProgramLeaseLost,
+    UnknownOutcome,
+)
 from agentrt.journal.api import Execute, Reconcile, ReconcileResult, StepSpec
 from agentrt.journal.decide import Action, decide, mismatch_message
 from agentrt.journal.keys import encode_result
+from agentrt.journal.leases import Fence
 from agentrt.journal.records import StepPosition, StepRecord, StepStatus
 from agentrt.journal.store import JournalStore
 
@@ -32,7 +39,8 @@ _MAX_RACES = 5
 
 class StepRunner:
     """Runs steps against a store. ``owner``: id written into the rows this process touches;
-    ``clock``: wall clock (epoch seconds) for row timestamps."""
+    ``clock``: wall clock (epoch seconds) for row timestamps. Every write carries the
+    program's lease ``fence`` (see ``leases.Fence``)."""
 
     def __init__(self, *, owner: str, clock: Callable[[], float]) -> None:
         self.owner = owner
@@ -49,19 +57,20 @@ class StepRunner:
         args_hash: str,
         execute: Execute,
         reconcile: Reconcile | None,
+        fence: Fence,
     ) -> Any:
         # First runs are the common case: try the intent at once (one durable write); only a
         # taken position costs the extra read.
         fresh = self._new_record(step, position, key, args_hash)
-        if await store.insert_step(fresh):
-            return await self._execute_effect(store, fresh, execute)
+        if await store.insert_step(fresh, fence=fence):
+            return await self._execute_effect(store, fresh, execute, fence)
         record = await store.get_step(position)
         for _ in range(_MAX_RACES):
             action = decide(record, step, args_hash, has_reconcile=reconcile is not None)
             if action is Action.RUN_NEW:
                 fresh = self._new_record(step, position, key, args_hash)
-                if await store.insert_step(fresh):
-                    return await self._execute_effect(store, fresh, execute)
+                if await store.insert_step(fresh, fence=fence):
+                    return await self._execute_effect(store, fresh, execute, fence)
             else:
                 assert record is not None
                 if action is Action.MISMATCH:
@@ -81,13 +90,15 @@ class StepRunner:
                             intent=record,
                         )
                     if outcome.status == "done":
-                        if await self.commit(store, record, outcome.result, duration_s=None):
+                        if await self.commit(
+                            store, record, outcome.result, duration_s=None, fence=fence
+                        ):
                             return outcome.result
-                    elif (restarted := await self._restart(store, record)) is not None:
-                        return await self._execute_effect(store, restarted, execute)
-                elif (restarted := await self._restart(store, record)) is not None:
+                    elif (restarted := await self._restart(store, record, fence)) is not None:
+                        return await self._execute_effect(store, restarted, execute, fence)
+                elif (restarted := await self._restart(store, record, fence)) is not None:
                     # RETRY after FAILED, or RERUN of an idempotent unknown outcome.
-                    return await self._execute_effect(store, restarted, execute)
+                    return await self._execute_effect(store, restarted, execute, fence)
             record = await store.get_step(position)  # lost a race with another run: look again
         raise JournalError(
             f"step at {position} kept changing under concurrent runs of program "
@@ -119,7 +130,9 @@ class StepRunner:
             duration_s=None,
         )
 
-    async def _restart(self, store: JournalStore, record: StepRecord) -> StepRecord | None:
+    async def _restart(
+        self, store: JournalStore, record: StepRecord, fence: Fence
+    ) -> StepRecord | None:
         """Durably start attempt ``attempts + 1``; ``None`` when the row changed meanwhile."""
         now = self.clock()
         restarted = replace(
@@ -148,11 +161,12 @@ class StepRunner:
             expect_status=record.status,
             expect_attempts=record.attempts,
             values=values,
+            fence=fence,
         )
         return restarted if ok else None
 
     async def _execute_effect(
-        self, store: JournalStore, record: StepRecord, execute: Execute
+        self, store: JournalStore, record: StepRecord, execute: Execute, fence: Fence
     ) -> Any:
         started = time.monotonic()
         try:
@@ -160,11 +174,16 @@ class StepRunner:
         except UnknownOutcome:
             raise  # the tool itself cannot tell: the intent stays STARTED
         except Exception as exc:
-            await self._finish_failed(store, record, exc, time.monotonic() - started)
+            await self._finish_failed(store, record, exc, time.monotonic() - started, fence)
             raise
         duration_s = time.monotonic() - started
         try:
-            committed = await self.commit(store, record, result, duration_s=duration_s)
+            committed = await self.commit(store, record, result, duration_s=duration_s, fence=fence)
+        except ProgramLeaseLost as exc:
+            raise ProgramLeaseLost(
+                f"{record.describe()}: the effect ran but this run lost its program lease, so "
+                f"its result was not recorded; the new holder sees an unknown outcome ({exc})"
+            ) from exc
         except JournalUnavailable as exc:
             raise JournalUnavailable(
                 f"{record.describe()}: the effect ran but its result could not be recorded; "
@@ -178,14 +197,20 @@ class StepRunner:
         return result
 
     async def commit(
-        self, store: JournalStore, record: StepRecord, result: Any, *, duration_s: float | None
+        self,
+        store: JournalStore,
+        record: StepRecord,
+        result: Any,
+        *,
+        duration_s: float | None,
+        fence: Fence,
     ) -> bool:
         """STARTED → COMMITTED with ``result``; raises ResultNotSerializable (the row then
         stays STARTED, annotated with the error)."""
         try:
             result_json = encode_result(result, what=record.describe())
         except JournalError as exc:
-            await self._annotate(store, record, exc)
+            await self._annotate(store, record, exc, fence)
             raise
         values = {
             "status": StepStatus.COMMITTED.value,
@@ -202,11 +227,17 @@ class StepRunner:
                 expect_status=StepStatus.STARTED,
                 expect_attempts=record.attempts,
                 values=values,
+                fence=fence,
             )
         return committed
 
     async def _finish_failed(
-        self, store: JournalStore, record: StepRecord, exc: Exception, duration_s: float
+        self,
+        store: JournalStore,
+        record: StepRecord,
+        exc: Exception,
+        duration_s: float,
+        fence: Fence,
     ) -> None:
         values = {
             "status": StepStatus.FAILED.value,
@@ -222,11 +253,14 @@ class StepRunner:
                     expect_status=StepStatus.STARTED,
                     expect_attempts=record.attempts,
                     values=values,
+                    fence=fence,
                 )
         except JournalError as journal_exc:  # stays STARTED: a re-run sees an unknown outcome
             _log.warning("%s: failure not recorded: %s", record.describe(), journal_exc)
 
-    async def _annotate(self, store: JournalStore, record: StepRecord, exc: Exception) -> None:
+    async def _annotate(
+        self, store: JournalStore, record: StepRecord, exc: Exception, fence: Fence
+    ) -> None:
         values = {
             "error_type": type(exc).__name__,
             "error_message": str(exc)[:2000],
@@ -238,6 +272,7 @@ class StepRunner:
                 expect_status=StepStatus.STARTED,
                 expect_attempts=record.attempts,
                 values=values,
+                fence=fence,
             )
         except JournalError as journal_exc:
             _log.warning("%s: error not recorded: %s", record.describe(), journal_exc)
@@ -252,6 +287,7 @@ class StepRunner:
         key: str,
         args_hash: str,
         execute: Execute,
+        fence: Fence,
     ) -> Any:
         record = None
         if store is not None:
@@ -283,7 +319,7 @@ class StepRunner:
                 duration_s=time.monotonic() - started,
                 updated_at=self.clock(),
             )
-            await _upsert_quietly(store, failed)
+            await _upsert_quietly(store, failed, fence)
             raise
         done = replace(
             fresh,
@@ -292,7 +328,7 @@ class StepRunner:
             duration_s=time.monotonic() - started,
             updated_at=self.clock(),
         )
-        await _upsert_quietly(store, done)
+        await _upsert_quietly(store, done, fence)
         return result
 
 
@@ -328,10 +364,10 @@ def _unknown_message(record: StepRecord) -> str:
     )
 
 
-async def _upsert_quietly(store: JournalStore | None, record: StepRecord) -> None:
+async def _upsert_quietly(store: JournalStore | None, record: StepRecord, fence: Fence) -> None:
     if store is None:
         return
     try:
-        await store.upsert_step(record)
+        await store.upsert_step(record, fence=fence)
     except JournalUnavailable as exc:
         _log.warning("%s: not recorded (journal unavailable): %s", record.describe(), exc)

@@ -15,12 +15,13 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import Insert, Row, and_, case, delete, func, select, update
+from sqlalchemy import Insert, Row, Table, and_, case, delete, exists, func, literal, select, update
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agentrt.errors import JournalError, JournalUnavailable
+from agentrt.errors import JournalError, JournalUnavailable, ProgramLeaseHeld, ProgramLeaseLost
 from agentrt.journal import schema
+from agentrt.journal.leases import Fence, LeaseRecord
 from agentrt.journal.migrations import MIGRATIONS, Migration, ensure_schema
 from agentrt.journal.records import (
     ProgramSummary,
@@ -35,6 +36,7 @@ __all__ = ["JournalStore"]
 
 _T = schema.steps
 _D = schema.tool_durations
+_L = schema.leases
 _PK = (_T.c.program_id, _T.c.thread_id, _T.c.seq)
 _UNREACHABLE = (
     sa_exc.OperationalError,
@@ -96,6 +98,44 @@ def _row_to_record(row: Row[Any]) -> StepRecord:
     )
 
 
+def _fence_condition(fence: Fence) -> Any:
+    """The SQL condition a fenced step write carries (see :class:`Fence`)."""
+    if fence.epoch is None:
+        return ~exists().where(_L.c.program_id == fence.program_id, _L.c.expires_at > fence.now)
+    return exists().where(
+        _L.c.program_id == fence.program_id,
+        _L.c.owner == fence.owner,
+        _L.c.epoch == fence.epoch,
+    )
+
+
+def row_to_lease(row: Row[Any]) -> LeaseRecord:
+    m = row._mapping
+    return LeaseRecord(
+        program_id=m["program_id"],
+        owner=m["owner"],
+        holder=m["holder"],
+        epoch=int(m["epoch"]),
+        ttl_s=float(m["ttl_s"]),
+        acquired_at=float(m["acquired_at"]),
+        renewed_at=float(m["renewed_at"]),
+        expires_at=float(m["expires_at"]),
+    )
+
+
+def lease_held_error(lease: LeaseRecord, now: float) -> ProgramLeaseHeld:
+    return ProgramLeaseHeld(
+        f"program {lease.program_id!r} is running elsewhere: its lease is held by "
+        f"{lease.holder} (epoch {lease.epoch}) until {lease.expires_at:.3f} (epoch seconds, "
+        f"{lease.expires_at - now:.1f} s from now). Run a program id in one place at a time; "
+        "wait for it to end or expire, or break it with "
+        f"'agentrt journal release-lease {lease.program_id} --yes' if the holder is dead",
+        program_id=lease.program_id,
+        holder=lease.holder,
+        expires_at=lease.expires_at,
+    )
+
+
 def _at(position: StepPosition) -> Any:
     return and_(
         _T.c.program_id == position.program_id,
@@ -141,8 +181,8 @@ class JournalStore(abc.ABC):
         transaction that holds the database's write lock from its first statement."""
 
     @abc.abstractmethod
-    def _insert(self) -> Any:
-        """The dialect's ``insert(steps)`` construct (it has ``on_conflict_do_*``)."""
+    def _insert(self, table: Table = schema.steps) -> Any:
+        """The dialect's ``insert(table)`` construct (it has ``on_conflict_do_*``)."""
 
     async def _write_one(self, statement: Any) -> int:
         """Run one write statement as its own durable transaction; returns its rowcount."""
@@ -244,11 +284,49 @@ class JournalStore(abc.ABC):
             row = (await conn.execute(select(_T).where(_T.c.step_key == key))).first()
         return None if row is None else _row_to_record(row)
 
-    async def insert_step(self, record: StepRecord) -> bool:
-        """Insert ``record`` durably; ``False`` (nothing written) when its position is taken."""
-        stmt: Insert = self._insert().values(**_record_values(record)).on_conflict_do_nothing()
+    async def insert_step(self, record: StepRecord, *, fence: Fence | None = None) -> bool:
+        """Insert ``record`` durably; ``False`` (nothing written) when its position is taken.
+
+        With ``fence`` the insert happens only if the fence holds (same statement); when it
+        does not, :class:`ProgramLeaseLost` / :class:`ProgramLeaseHeld` is raised."""
+        values = _record_values(record)
+        stmt: Insert = self._fenced_insert(values, fence).on_conflict_do_nothing()
         async with self._guard("record intent"):
-            return await self._write_one(stmt) == 1
+            if await self._write_one(stmt) == 1:
+                return True
+        await self._check_fence(fence)
+        return False
+
+    def _fenced_insert(self, values: dict[str, Any], fence: Fence | None) -> Any:
+        """``INSERT INTO steps VALUES (...)``, or with a fence ``INSERT INTO steps SELECT
+        <values> WHERE <fence>`` (one statement: the check and the write are atomic)."""
+        if fence is None:
+            return self._insert().values(**values)
+        row = select(*(literal(v, _T.c[k].type) for k, v in values.items()))
+        return self._insert().from_select(list(values), row.where(_fence_condition(fence)))
+
+    async def _check_fence(self, fence: Fence | None) -> None:
+        """After a fenced write changed nothing: raise if the fence is what stopped it."""
+        if fence is None:
+            return
+        lease = await self.get_lease(fence.program_id)
+        if fence.epoch is None:
+            if lease is not None and lease.live(fence.now):
+                raise lease_held_error(lease, fence.now)
+            return
+        if lease is None or (lease.owner, lease.epoch) != (fence.owner, fence.epoch):
+            now_held = "no lease row" if lease is None else f"{lease.holder}, epoch {lease.epoch}"
+            raise ProgramLeaseLost(
+                f"program {fence.program_id!r}: this run's lease (epoch {fence.epoch}) was "
+                f"taken over or broken (now: {now_held}); its journal writes are refused — "
+                "stop this run, the new holder resumes the program"
+            )
+
+    async def get_lease(self, program_id: str) -> LeaseRecord | None:
+        """The lease row of ``program_id``, ``None`` when it was never leased."""
+        async with self._guard("read lease"), self._read() as conn:
+            row = (await conn.execute(select(_L).where(_L.c.program_id == program_id))).first()
+        return None if row is None else row_to_lease(row)
 
     async def update_step(
         self,
@@ -257,38 +335,38 @@ class JournalStore(abc.ABC):
         expect_status: StepStatus,
         expect_attempts: int,
         values: Mapping[str, Any],
+        fence: Fence | None = None,
     ) -> bool:
         """Compare-and-set: apply ``values`` (column → value) only if the row still has
-        ``expect_status`` and ``expect_attempts``; ``True`` when it did (durably)."""
-        stmt = (
-            update(_T)
-            .where(
-                _at(position),
-                _T.c.status == expect_status.value,
-                _T.c.attempts == expect_attempts,
-            )
-            .values(**values)
-        )
+        ``expect_status`` and ``expect_attempts`` (and ``fence`` holds: else
+        :class:`ProgramLeaseLost` / :class:`ProgramLeaseHeld`); ``True`` when it did."""
+        conditions = [_at(position), _T.c.status == expect_status.value]
+        conditions.append(_T.c.attempts == expect_attempts)
+        if fence is not None:
+            conditions.append(_fence_condition(fence))
+        stmt = update(_T).where(*conditions).values(**values)
         async with self._guard("update step"):
-            return await self._write_one(stmt) == 1
+            if await self._write_one(stmt) == 1:
+                return True
+        await self._check_fence(fence)
+        return False
 
-    async def upsert_step(self, record: StepRecord) -> None:
-        """Write ``record`` at its position, replacing what is there (read-only steps)."""
+    async def upsert_step(self, record: StepRecord, *, fence: Fence | None = None) -> None:
+        """Write ``record`` at its position, replacing what is there (read-only steps); with
+        ``fence``, only while it holds (else :class:`ProgramLeaseLost` / ``ProgramLeaseHeld``)."""
         values = _record_values(record)
-        stmt = (
-            self._insert()
-            .values(**values)
-            .on_conflict_do_update(
-                index_elements=list(_PK),
-                set_={
-                    k: v
-                    for k, v in values.items()
-                    if k not in ("program_id", "thread_id", "seq", "created_at")
-                },
-            )
+        stmt = self._fenced_insert(values, fence).on_conflict_do_update(
+            index_elements=list(_PK),
+            set_={
+                k: v
+                for k, v in values.items()
+                if k not in ("program_id", "thread_id", "seq", "created_at")
+            },
         )
         async with self._guard("record step"):
-            await self._write_one(stmt)
+            if await self._write_one(stmt) == 1:
+                return
+        await self._check_fence(fence)
 
     async def program_steps(self, program_id: str) -> list[StepRecord]:
         """Every step of a program, ordered by thread then sequence number."""
@@ -346,7 +424,12 @@ class JournalStore(abc.ABC):
         if policy.statuses is not None:
             others = case((_T.c.status.in_([s.value for s in policy.statuses]), 0), else_=1)
             conditions.append(func.sum(others) == 0)
-        pick = select(_T.c.program_id, func.count().label("n")).group_by(_T.c.program_id)
+        live = exists().where(_L.c.program_id == _T.c.program_id, _L.c.expires_at > now)
+        pick = (
+            select(_T.c.program_id, func.count().label("n"))
+            .where(~live)  # a running program is never purged
+            .group_by(_T.c.program_id)
+        )
         if policy.program_ids is not None:
             pick = pick.where(_T.c.program_id.in_(policy.program_ids))
         if conditions:
@@ -359,8 +442,10 @@ class JournalStore(abc.ABC):
             if not dry_run:
                 ids = [r.program_id for r in chosen]
                 for start in range(0, len(ids), 500):
+                    chunk = ids[start : start + 500]
+                    await conn.execute(delete(_T).where(_T.c.program_id.in_(chunk)))
                     await conn.execute(
-                        delete(_T).where(_T.c.program_id.in_(ids[start : start + 500]))
+                        delete(_L).where(_L.c.program_id.in_(chunk), _L.c.expires_at <= now)
                     )
         return PurgeResult(programs=programs, steps=steps_deleted)
 
