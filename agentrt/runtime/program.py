@@ -22,6 +22,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentrt.errors import ConfigError, DeadlineExceeded
+from agentrt.journal.api import LeasingJournal
 from agentrt.program.context import CURRENT_FRAME, Chain, Frame
 from agentrt.program.model import Node, NodeKind, NodeStatus, ProgramGraph
 from agentrt.protocol import CallTags, ProgramEnd, ProgramStart
@@ -65,6 +66,8 @@ class Program:
         self._frame_token: Token[Frame | None] | None = None
         self._otel_token: object = None
         self._span: trace.Span | None = None
+        #: The journal holding this run's program lease (released when the program ends).
+        self._lease_journal: LeasingJournal | None = None
         #: Open response streams of raw client calls, closed when the program ends.
         self.open_streams: set[httpx.AsyncByteStream] = set()
         #: Seconds summed over nodes, by phase (llm_wait, llm_execution, tool, human).
@@ -162,6 +165,9 @@ class Program:
     async def __aenter__(self) -> Program:
         rt = self.runtime
         rt.require_open()
+        if isinstance(rt.journal, LeasingJournal):  # ProgramLeaseHeld: the id runs elsewhere
+            await rt.journal.acquire_lease(self.id, required=False)
+            self._lease_journal = rt.journal
         now = anyio.current_time()
         deadline = self._deadline_arg
         if self._timeout_s is not None:
@@ -191,6 +197,7 @@ class Program:
             )
         except BaseException:
             self._teardown()
+            await self._release_lease()
             raise
         self._scope = anyio.CancelScope(deadline=deadline)
         self._scope.__enter__()
@@ -233,12 +240,18 @@ class Program:
         finally:
             self._record_metrics(status, now)
             self._teardown(status, exc)
+            await self._release_lease()
         if deadline_hit and not isinstance(exc, DeadlineExceeded):
             raise DeadlineExceeded(
                 f"program {self.id} ({self.name}) passed its deadline; "
                 f"{sum(1 for n in graph.nodes.values() if n.status == 'cancelled')} nodes cancelled"
             ) from None
         return swallowed
+
+    async def _release_lease(self) -> None:
+        journal, self._lease_journal = self._lease_journal, None
+        if journal is not None:
+            await journal.release_lease(self.id)  # shielded inside; never raises if unreachable
 
     def _record_metrics(self, status: str, now: float) -> None:
         assert self.graph is not None
