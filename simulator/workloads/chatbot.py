@@ -10,8 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from simulator.workloads.base import SampledWorkload, sequential_calls
 from simulator.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
-from simulator.workloads.program import LLMNode, Node, Program, WaitNode
+from simulator.workloads.program import Node, WaitNode
 
 __all__ = ["ChatbotParams", "ChatbotWorkload"]
 
@@ -46,13 +47,14 @@ class ChatbotParams:
     think_max_s: float = 60.0
 
 
-class ChatbotWorkload:
+class ChatbotWorkload(SampledWorkload[ChatbotParams]):
     """Draws conversations; samplers are calibrated once at construction."""
 
     kind = "chatbot"
 
     def __init__(self, params: ChatbotParams | None = None) -> None:
-        self.params = params = params or ChatbotParams()
+        super().__init__(params or ChatbotParams())
+        params = self.params
         self._calls = DiscreteLogNormal(
             params.calls_mean, params.calls_sigma, low=1, high=params.calls_max
         )
@@ -68,33 +70,21 @@ class ChatbotWorkload:
         low = min(params.think_min_s, params.think_mean_s)
         self._think = ClippedLogNormal(params.think_mean_s, 1.0, low=low, high=params.think_max_s)
 
-    def draw(self, rng: random.Random, program_id: str, arrival_s: float) -> Program:
-        """One conversation arriving at ``arrival_s`` (seconds)."""
+    def _draw_nodes(self, rng: random.Random) -> tuple[int, list[Node]]:
+        """One conversation: turn k >= 1 is the user's think time, then their message (the
+        first message is the program's root input), then the answer."""
         turns = self._calls.sample(rng)
         root_tokens = self._message.sample_int(rng)
-        nodes: list[Node] = []
-        previous: str | None = None
-        for turn in range(turns):
-            parents: tuple[str, ...] = ()
-            new_tokens = 0  # the first message is the program's root input
-            if previous is not None:
-                think = WaitNode(
-                    f"h{turn}", (previous,), "main", "think", "human", self._think.sample(rng)
-                )
-                nodes.append(think)
-                parents = (think.node_id,)
-                new_tokens = self._message.sample_int(rng)
-            call = LLMNode(
-                f"c{turn}", parents, "main", previous, new_tokens, self._output.sample_int(rng)
-            )
-            nodes.append(call)
-            previous = call.node_id
-        return Program(
-            program_id=program_id,
-            kind=self.kind,
-            arrival_s=arrival_s,
-            system_prompt_id=self.kind,
-            system_prompt_tokens=self.params.system_prompt_tokens,
-            root_prompt_tokens=root_tokens,
-            nodes=tuple(nodes),
+
+        def think(node_id: str, previous: str) -> WaitNode:
+            return WaitNode(node_id, (previous,), "main", "think", "human", self._think.sample(rng))
+
+        nodes = sequential_calls(
+            turns,
+            wait=think,
+            wait_prefix="h",
+            prompt_extends_wait=False,
+            fresh_tokens=lambda: self._message.sample_int(rng),
+            output_tokens=lambda: self._output.sample_int(rng),
         )
+        return root_tokens, nodes

@@ -66,6 +66,20 @@ def _solve_mu(mean_of_mu: Callable[[float], float], target: float) -> float:
     return (lo + hi) / 2.0
 
 
+def _check_shape(mean: float, sigma: float, low: float, high: float) -> None:
+    """Raise :class:`ConfigError` unless ``0 <= low <= mean <= high`` and ``sigma > 0``."""
+    if not (low <= mean <= high) or sigma <= 0 or low < 0:
+        raise ConfigError(
+            f"need 0 <= low <= mean <= high and sigma > 0, got low={low}, "
+            f"mean={mean}, high={high}, sigma={sigma}"
+        )
+
+
+def _is_fixed(mean: float, low: float, high: float) -> bool:
+    """Whether the bounds leave one value only: every draw is ``mean`` (no randomness used)."""
+    return low == high or mean in (low, high)
+
+
 @dataclass(frozen=True)
 class ClippedLogNormal:
     """A lognormal clipped to ``[low, high]`` with the given mean after clipping.
@@ -84,12 +98,8 @@ class ClippedLogNormal:
     _mu: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not (self.low <= self.mean <= self.high) or self.sigma <= 0 or self.low < 0:
-            raise ConfigError(
-                f"need 0 <= low <= mean <= high and sigma > 0, got low={self.low}, "
-                f"mean={self.mean}, high={self.high}, sigma={self.sigma}"
-            )
-        if self.low == self.high or self.mean in (self.low, self.high):
+        _check_shape(self.mean, self.sigma, self.low, self.high)
+        if _is_fixed(self.mean, self.low, self.high):
             mu = math.log(self.mean) if self.mean > 0 else -math.inf
         else:
             sigma, low, high = self.sigma, self.low, self.high
@@ -98,7 +108,7 @@ class ClippedLogNormal:
 
     def sample(self, rng: random.Random) -> float:
         """One draw (same unit as ``mean``)."""
-        if self.low == self.high or self.mean in (self.low, self.high):
+        if _is_fixed(self.mean, self.low, self.high):
             return self.mean
         value = rng.lognormvariate(self._mu, self.sigma)
         return min(max(value, self.low), self.high)
@@ -125,12 +135,8 @@ class DiscreteLogNormal:
     _mu: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not (self.low <= self.mean <= self.high) or self.sigma <= 0 or self.low < 0:
-            raise ConfigError(
-                f"need 0 <= low <= mean <= high and sigma > 0, got low={self.low}, "
-                f"mean={self.mean}, high={self.high}, sigma={self.sigma}"
-            )
-        if self.low == self.high or self.mean in (self.low, self.high):
+        _check_shape(self.mean, self.sigma, self.low, self.high)
+        if _is_fixed(self.mean, self.low, self.high):
             object.__setattr__(self, "_mu", math.log(max(self.mean, 1e-9)))
             return
         sigma, low, high = self.sigma, self.low, self.high
@@ -139,7 +145,7 @@ class DiscreteLogNormal:
 
     def sample(self, rng: random.Random) -> int:
         """One draw."""
-        if self.low == self.high or self.mean in (self.low, self.high):
+        if _is_fixed(self.mean, self.low, self.high):
             return round(self.mean)
         value = rng.lognormvariate(self._mu, self.sigma)
         return int(min(max(math.floor(value + 0.5), self.low), self.high))

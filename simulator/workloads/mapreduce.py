@@ -10,8 +10,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from simulator.workloads.base import SampledWorkload
 from simulator.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
-from simulator.workloads.program import LLMNode, Node, Program
+from simulator.workloads.program import LLMNode, Node
 
 __all__ = ["MapReduceParams", "MapReduceWorkload"]
 
@@ -39,13 +40,14 @@ class MapReduceParams:
     length_sigma: float = 0.3
 
 
-class MapReduceWorkload:
+class MapReduceWorkload(SampledWorkload[MapReduceParams]):
     """Draws map-reduce programs."""
 
     kind = "mapreduce"
 
     def __init__(self, params: MapReduceParams | None = None) -> None:
-        self.params = params = params or MapReduceParams()
+        super().__init__(params or MapReduceParams())
+        params = self.params
         self._chunks = DiscreteLogNormal(
             params.chunks_mean, params.chunks_sigma, low=1, high=params.chunks_max
         )
@@ -59,8 +61,8 @@ class MapReduceWorkload:
             params.reduce_output_tokens_mean, params.length_sigma, 1, 4096
         )
 
-    def draw(self, rng: random.Random, program_id: str, arrival_s: float) -> Program:
-        """One document arriving at ``arrival_s`` (seconds)."""
+    def _draw_nodes(self, rng: random.Random) -> tuple[int, list[Node]]:
+        """One document: the map calls, then the reduce; the root input is the instruction."""
         chunks = self._chunks.sample(rng)
         nodes: list[Node] = []
         map_output_total = 0
@@ -80,12 +82,4 @@ class MapReduceWorkload:
                 self._reduce_output.sample_int(rng),
             )
         )
-        return Program(
-            program_id=program_id,
-            kind=self.kind,
-            arrival_s=arrival_s,
-            system_prompt_id=self.kind,
-            system_prompt_tokens=self.params.system_prompt_tokens,
-            root_prompt_tokens=self.params.instruction_tokens,
-            nodes=tuple(nodes),
-        )
+        return self.params.instruction_tokens, nodes

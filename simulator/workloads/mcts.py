@@ -18,8 +18,9 @@ import random
 from dataclasses import dataclass
 
 from agentrt.errors import ConfigError
+from simulator.workloads.base import SampledWorkload
 from simulator.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
-from simulator.workloads.program import LLMNode, Node, Program, WaitNode
+from simulator.workloads.program import LLMNode, Node, WaitNode
 from simulator.workloads.tools import ToolMix, ToolSpec
 
 __all__ = ["MctsParams", "MctsWorkload"]
@@ -67,13 +68,14 @@ class MctsParams:
     tool_max_s: float = 10.0
 
 
-class MctsWorkload:
+class MctsWorkload(SampledWorkload[MctsParams]):
     """Draws tree searches; samplers are calibrated once at construction."""
 
     kind = "mcts"
 
     def __init__(self, params: MctsParams | None = None) -> None:
-        self.params = p = params or MctsParams()
+        super().__init__(params or MctsParams())
+        p = self.params
         if p.children < 1 or not 0 <= p.reflect_probability <= 1 or p.max_depth < 1:
             raise ConfigError("mcts needs children >= 1, 0 <= reflect_probability <= 1, depth >= 1")
         calls_per_iteration = 2 * p.children + p.reflect_probability
@@ -112,8 +114,8 @@ class MctsWorkload:
             (ToolSpec("environment", 1.0, p.tool_mean_s),), min_s=p.tool_min_s, max_s=p.tool_max_s
         )
 
-    def draw(self, rng: random.Random, program_id: str, arrival_s: float) -> Program:
-        """One search arriving at ``arrival_s`` (seconds)."""
+    def _draw_nodes(self, rng: random.Random) -> tuple[int, list[Node]]:
+        """One search: its nodes, then the question (the root input, drawn last)."""
         p = self.params
         nodes: list[Node] = []
         # A tree state = (context node id or None for the root, depth).
@@ -175,15 +177,7 @@ class MctsWorkload:
                 nodes.append(reflect)
                 barrier = (*barrier, reflect.node_id)
             open_states += last_children
-        return Program(
-            program_id=program_id,
-            kind=self.kind,
-            arrival_s=arrival_s,
-            system_prompt_id=self.kind,
-            system_prompt_tokens=p.system_prompt_tokens,
-            root_prompt_tokens=self._question.sample_int(rng),
-            nodes=tuple(nodes),
-        )
+        return self._question.sample_int(rng), nodes
 
     def _select(
         self,

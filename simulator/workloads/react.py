@@ -13,8 +13,9 @@ import random
 from dataclasses import dataclass
 
 from agentrt.errors import ConfigError
+from simulator.workloads.base import SampledWorkload, sequential_calls
 from simulator.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
-from simulator.workloads.program import LLMNode, Node, Program, WaitNode
+from simulator.workloads.program import Node, WaitNode
 from simulator.workloads.tools import ToolMix
 
 __all__ = ["ReactParams", "ReactWorkload"]
@@ -51,13 +52,14 @@ class ReactParams:
     tool_max_s: float = 10.0
 
 
-class ReactWorkload:
+class ReactWorkload(SampledWorkload[ReactParams]):
     """Draws ReAct programs; samplers are calibrated once at construction."""
 
     kind = "react"
 
     def __init__(self, params: ReactParams | None = None) -> None:
-        self.params = params = params or ReactParams()
+        super().__init__(params or ReactParams())
+        params = self.params
         if params.calls_mean <= 1:
             raise ConfigError("react calls_mean must be > 1 (observations sit between calls)")
         self._calls = DiscreteLogNormal(
@@ -82,38 +84,31 @@ class ReactWorkload:
             scale=params.tool_time_scale, min_s=params.tool_min_s, max_s=params.tool_max_s
         )
 
-    def draw(self, rng: random.Random, program_id: str, arrival_s: float) -> Program:
-        """One ReAct program arriving at ``arrival_s`` (seconds)."""
+    def _draw_nodes(self, rng: random.Random) -> tuple[int, list[Node]]:
+        """One ReAct program: the request (root input), then call, tool, call, …; each tool's
+        observation extends the next call's prompt, which has no other fresh tokens."""
         calls = self._calls.sample(rng)
         request = self._request.sample_int(rng)
-        nodes: list[Node] = []
-        previous: str | None = None
-        for step in range(calls):
-            parents: tuple[str, ...] = ()
-            context = previous
-            if previous is not None:
-                name, duration_s = self._tools.draw(rng)
-                tool = WaitNode(
-                    f"t{step}",
-                    (previous,),
-                    "main",
-                    "tool",
-                    name,
-                    duration_s,
-                    context=previous,
-                    result_tokens=self._observation.sample_int(rng),
-                )
-                nodes.append(tool)
-                parents, context = (tool.node_id,), tool.node_id
-            call = LLMNode(f"c{step}", parents, "main", context, 0, self._output.sample_int(rng))
-            nodes.append(call)
-            previous = call.node_id
-        return Program(
-            program_id=program_id,
-            kind=self.kind,
-            arrival_s=arrival_s,
-            system_prompt_id=self.kind,
-            system_prompt_tokens=self.params.system_prompt_tokens,
-            root_prompt_tokens=request,
-            nodes=tuple(nodes),
+
+        def tool(node_id: str, previous: str) -> WaitNode:
+            name, duration_s = self._tools.draw(rng)
+            return WaitNode(
+                node_id,
+                (previous,),
+                "main",
+                "tool",
+                name,
+                duration_s,
+                context=previous,
+                result_tokens=self._observation.sample_int(rng),
+            )
+
+        nodes = sequential_calls(
+            calls,
+            wait=tool,
+            wait_prefix="t",
+            prompt_extends_wait=True,
+            fresh_tokens=lambda: 0,
+            output_tokens=lambda: self._output.sample_int(rng),
         )
+        return request, nodes
