@@ -16,6 +16,7 @@ import pytest
 
 import agentrt
 from agentrt import IdempotencyKey, ReconcileResult, Runtime, RuntimeConfig, UnknownOutcome, tool
+from agentrt.errors import ProgramLeaseHeld
 from agentrt.journal import Journal, StepStatus
 from tests.journal.conftest import Backend
 
@@ -189,3 +190,33 @@ async def test_side_effect_tool_fails_closed_when_the_journal_is_unreachable(
             await book(city="Lyon")
     assert plan.choices[0].message.content == "plan 1"
     assert target.count() == {}
+
+
+async def test_two_runtimes_cannot_run_one_program_id_at_once(
+    backend: Backend, tmp_path: Path
+) -> None:
+    target = Target(tmp_path / "target.sqlite")
+    book, pay = make_tools(target, {})
+    calls: list[dict[str, Any]] = []
+    first_journal, second_journal = backend.journal(), backend.journal()
+    async with first_journal, second_journal:
+        async with (
+            Runtime(config(first_journal, calls)) as rt1,
+            Runtime(config(second_journal, calls)) as rt2,
+        ):
+            async with rt1.program("trip", program_id="trip-9"):
+                with pytest.raises(ProgramLeaseHeld) as held:
+                    async with rt2.program("trip", program_id="trip-9"):
+                        raise AssertionError("the second run must not start")
+                with pytest.raises(ProgramLeaseHeld, match="already running in this runtime"):
+                    async with rt1.program("trip", program_id="trip-9"):
+                        raise AssertionError("nor a second run in the same runtime")
+                await agentrt.chat([{"role": "user", "content": "plan a trip"}])
+                await book(city="Lyon")
+            # the first run ended (lease released): the second runtime resumes the program
+            result = await run_program(rt2, book, pay, "trip-9")
+        (lease,) = await first_journal.leases(["trip-9"])
+    assert held.value.program_id == "trip-9" and first_journal.owner in held.value.holder
+    assert sorted(target.count().values()) == [1, 1]  # book ran once (replayed), pay once
+    assert result["booking"] == 1 and len(calls) == 1  # the LLM answer was replayed too
+    assert (lease.owner, lease.epoch, lease.expires_at) == (second_journal.owner, 2, 0.0)
