@@ -7,9 +7,11 @@
     agentrt journal purge   [--older-than 7d] [--status S ...] [--program ID ...] [--dry-run]
     agentrt journal resolve KEY (--done [--result JSON] | --not-done)
     agentrt journal durations TOOL
+    agentrt journal release-lease PROGRAM_ID --yes   # break a program's lease (holder dead)
 
-``--url`` defaults to ``$AGENTRT_JOURNAL_URL``, else ``./.agentrt/journal.sqlite``. Step results
-can hold user data: ``show`` prints them only with ``--results``.
+``list`` and ``show`` print each program's lease (holder, epoch, expiry). ``--url`` defaults
+to ``$AGENTRT_JOURNAL_URL``, else ``./.agentrt/journal.sqlite``. Step results can hold user
+data: ``show`` prints them only with ``--results``.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import json
 import os
 import re
 import sys
+import time
 from typing import Any
 
 __all__ = ["parse_duration_s", "register"]
@@ -101,6 +104,18 @@ def register(subparsers: Any) -> None:
     common(durations)
     durations.add_argument("tool")
 
+    release = commands.add_parser(
+        "release-lease",
+        help="break a program's lease (when its holder is known to be dead)",
+        description="Break the lease of PROGRAM_ID whoever holds it: it is released and its "
+        "epoch incremented, so a holder that still runs is refused every further journal "
+        "write, and the next run may start at once. Only for a holder known to be dead or "
+        "stuck: the unknown outcomes it leaves are reconciled by the next run.",
+    )
+    common(release)
+    release.add_argument("program_id")
+    release.add_argument("--yes", action="store_true", help="really break it (else: only show)")
+
     parser.set_defaults(handler=_handle)
 
 
@@ -131,6 +146,8 @@ async def _run(args: argparse.Namespace) -> int:
             return await _purge(journal, args)
         if command == "resolve":
             return await _resolve(journal, args)
+        if command == "release-lease":
+            return await _release_lease(journal, args)
         return await _durations(journal, args)
     finally:
         await journal.close()
@@ -156,11 +173,30 @@ async def _list(journal: Any, args: argparse.Namespace) -> int:
 
     status = StepStatus(args.status) if args.status else None
     programs = await journal.list_programs(status=status, limit=args.limit)
+    leases = {r.program_id: r for r in await journal.leases([p.program_id for p in programs])}
+    now = time.time()
     if args.json:
-        print(json.dumps([_fields(p) for p in programs], indent=2))
+        print(
+            json.dumps(
+                [
+                    {**_fields(p), "lease": _lease_fields(leases.get(p.program_id), now)}
+                    for p in programs
+                ],
+                indent=2,
+            )
+        )
         return 0
     _print_table(
-        ["PROGRAM", "STEPS", "COMMITTED", "FAILED", "STARTED", "FIRST (UTC)", "LAST (UTC)"],
+        [
+            "PROGRAM",
+            "STEPS",
+            "COMMITTED",
+            "FAILED",
+            "STARTED",
+            "FIRST (UTC)",
+            "LAST (UTC)",
+            "LEASE",
+        ],
         [
             [
                 p.program_id,
@@ -170,11 +206,32 @@ async def _list(journal: Any, args: argparse.Namespace) -> int:
                 str(p.started),
                 _stamp(p.first_at),
                 _stamp(p.last_at),
+                _lease_text(leases.get(p.program_id), now),
             ]
             for p in programs
         ],
     )
     return 0
+
+
+def _lease_fields(lease: Any, now: float) -> dict[str, Any] | None:
+    if lease is None:
+        return None
+    return {**_fields(lease), "state": lease.state(now)}
+
+
+def _lease_text(lease: Any, now: float) -> str:
+    """``held by H (epoch N) until T``, ``expired ...``, ``released (epoch N)`` or ``-``."""
+    if lease is None:
+        return "-"
+    state = lease.state(now)
+    if state == "released":
+        return f"released (epoch {lease.epoch})"
+    verb = "held by" if state == "held" else "expired, was held by"
+    until = (
+        f"until {_stamp(lease.expires_at)}" if state == "held" else f"at {_stamp(lease.expires_at)}"
+    )
+    return f"{verb} {lease.holder} (epoch {lease.epoch}) {until}"
 
 
 def _fields(value: Any) -> dict[str, Any]:
@@ -185,7 +242,10 @@ def _fields(value: Any) -> dict[str, Any]:
 
 async def _show(journal: Any, args: argparse.Namespace) -> int:
     steps = await journal.program_steps(args.program_id)
-    if not steps:
+    leases = await journal.leases([args.program_id])
+    lease = leases[0] if leases else None
+    now = time.time()
+    if not steps and lease is None:
         print(
             f"agentrt journal: no steps recorded for program {args.program_id!r}", file=sys.stderr
         )
@@ -214,7 +274,12 @@ async def _show(journal: Any, args: argparse.Namespace) -> int:
             item["result"] = r.result
         records.append(item)
     if args.json:
-        print(json.dumps({"program_id": args.program_id, "steps": records}, indent=2))
+        document = {
+            "program_id": args.program_id,
+            "lease": _lease_fields(lease, now),
+            "steps": records,
+        }
+        print(json.dumps(document, indent=2))
         return 0
     rows = []
     for item in records:
@@ -233,6 +298,7 @@ async def _show(journal: Any, args: argparse.Namespace) -> int:
             row[4] += f" ({item['error_type']})"
         rows.append(row)
     print(f"program {args.program_id}")
+    print(f"lease: {_lease_text(lease, now)}")
     _print_table(["THREAD", "SEQ", "STEP", "KIND", "STATUS", "ATTEMPTS", "MS", "KEY"], rows)
     if args.results:
         for item in records:
@@ -292,4 +358,32 @@ async def _durations(journal: Any, args: argparse.Namespace) -> int:
     else:
         shown = "none" if prediction is None else f"{prediction:.3f} s (median)"
         print(f"tool {args.tool}: {len(history)} recent runs, prediction {shown}")
+    return 0
+
+
+async def _release_lease(journal: Any, args: argparse.Namespace) -> int:
+    now = time.time()
+    leases = await journal.leases([args.program_id])
+    if not leases:
+        print(f"agentrt journal: program {args.program_id!r} has no lease", file=sys.stderr)
+        return 1
+    if not args.yes:
+        print(f"program {args.program_id}: lease {_lease_text(leases[0], now)}")
+        print(
+            "agentrt journal: not broken; pass --yes to break it (only if the holder is dead: "
+            "a holder that still runs is stopped at its next journal write)",
+            file=sys.stderr,
+        )
+        return 2
+    before = await journal.break_lease(args.program_id)
+    if before is None:  # purged meanwhile
+        print(f"agentrt journal: program {args.program_id!r} has no lease", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"program_id": args.program_id, "was": _lease_fields(before, now)}))
+    else:
+        print(
+            f"broke the lease of program {args.program_id} (was {_lease_text(before, now)}); "
+            f"epoch now {before.epoch + 1}: the next run may start"
+        )
     return 0

@@ -105,3 +105,44 @@ def test_parse_duration() -> None:
     ]
     with pytest.raises(Exception, match="not a duration"):
         parse_duration_s("soon")
+
+
+async def _hold_lease(path: Path) -> str:
+    """A program whose holder 'died' holding its lease (closed without releasing)."""
+
+    async def ok(key: str) -> str:
+        return "sent"
+
+    journal = Journal(str(path))
+    try:
+        await journal.acquire_lease("prog-l")
+        await journal.run_step(
+            StepSpec("prog-l", "main", 0, "tool", "send", {}, side_effect=True), ok
+        )
+    finally:
+        await journal.close()
+    return journal.owner
+
+
+def test_leases_are_listed_shown_and_broken_on_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "j.sqlite"
+    owner = anyio.run(_hold_lease, path)
+    url = ["--url", str(path)]
+    assert main(["journal", "list", "--json", *url]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["lease"]["state"] == "held" and listed["lease"]["epoch"] == 1
+    assert owner in listed["lease"]["holder"]
+    assert main(["journal", "show", "prog-l", *url]) == 0
+    assert f"lease: held by {listed['lease']['holder']} (epoch 1) until" in capsys.readouterr().out
+    assert main(["journal", "release-lease", "prog-l", *url]) == 2  # no --yes: nothing broken
+    assert "pass --yes" in capsys.readouterr().err
+    assert main(["journal", "release-lease", "prog-l", "--yes", *url]) == 0
+    assert "epoch now 2" in capsys.readouterr().out
+    assert main(["journal", "show", "prog-l", "--json", *url]) == 0
+    lease = json.loads(capsys.readouterr().out)["lease"]
+    assert (lease["state"], lease["epoch"]) == ("released", 2)
+    assert main(["journal", "list", *url]) == 0
+    assert "released (epoch 2)" in capsys.readouterr().out
+    assert main(["journal", "release-lease", "nope", "--yes", *url]) == 1
