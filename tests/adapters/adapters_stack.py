@@ -1,5 +1,6 @@
 """What the adapter tests run against: a real engine emulator behind a real controller on
-loopback, a runtime talking to it, and a watcher of the controller's process table.
+loopback, a runtime talking to it, and a watcher of the controller's process table; and the
+plain tools both frameworks' tests give their agents.
 
 (A plain module, not a conftest: this test folder shares its name with the ``adapters``
 package, so it is not a package itself and its module names are kept unique.)"""
@@ -7,7 +8,7 @@ package, so it is not a package itself and its module names are kept unique.)"""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentrt import Runtime, RuntimeConfig
+from agentrt import Program, Runtime, RuntimeConfig
 from controller.backends.spec import BackendSpec
 from controller.service import ControllerConfig, serve_controller
 from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
@@ -72,6 +73,44 @@ async def running_stack(**runtime_options: Any) -> AsyncIterator[Stack]:
                 yield Stack(url, rt, http)
 
 
+def blocking_lookup(released: anyio.Event) -> Callable[[str], Awaitable[str]]:
+    """A ``lookup`` tool that answers only once ``released`` is set (so the test can see its
+    wait in the process table first)."""
+
+    async def lookup(topic: str) -> str:
+        """Look a topic up in the archive.
+
+        Args:
+            topic: what to look up
+        """
+        await released.wait()
+        return f"{topic}: 42"
+
+    return lookup
+
+
+async def release_when_seen(
+    stack: Stack,
+    matches: Callable[[dict[str, Any]], bool],
+    released: anyio.Event,
+    seen: dict[str, Any],
+) -> None:
+    """Wait until a process table entry ``matches`` (:func:`tool_waiting`,
+    :func:`tools_waiting`), keep it in ``seen["entry"]``, then set ``released``."""
+    seen["entry"] = await stack.wait_for_entry(matches)
+    released.set()
+
+
+async def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: first
+        b: second
+    """
+    return a + b
+
+
 def tool_waiting(program_id: str, tool_name: str) -> Callable[[dict[str, Any]], bool]:
     """Matches the process table entry of ``program_id`` while it waits on ``tool_name``."""
 
@@ -81,6 +120,46 @@ def tool_waiting(program_id: str, tool_name: str) -> Callable[[dict[str, Any]], 
         )
 
     return matches
+
+
+def tools_waiting(program_id: str, count: int) -> Callable[[dict[str, Any]], bool]:
+    """Matches the process table entry of ``program_id`` while ``count`` tools wait at once."""
+
+    def matches(entry: dict[str, Any]) -> bool:
+        return entry["program_id"] == program_id and len(entry["tool_waits"]) == count
+
+    return matches
+
+
+def check_first_tool_wait(entry: dict[str, Any], *, name: str, session_id: str) -> None:
+    """Assert what the process table ``entry`` of a program seen while its first tool ran
+    shows: its name and session, its first LLM call already charged to it on thread ``main``
+    (the call's tags arrived) and one tool wait, at node ``main:1``."""
+    assert entry["name"] == name and entry["session_id"] == session_id, entry
+    assert entry["calls_finished"] == 1 and entry["threads"] == {"main": 1}, entry
+    (wait,) = entry["tool_waits"]
+    assert wait["thread_id"] == "main" and wait["node_id"] == "main:1", entry
+
+
+def check_llm_tool_llm(program: Program) -> list[dict[str, Any]]:
+    """Assert that ``program``'s DAG is llm → tool ``lookup`` (with the model's tool call id)
+    → llm, all ok; returns its nodes (``to_dict`` form) for more checks."""
+    nodes: list[dict[str, Any]] = program.to_dict()["nodes"]
+    kinds = [(n["kind"], n["status"]) for n in nodes]
+    assert kinds == [("llm", "ok"), ("tool", "ok"), ("llm", "ok")], kinds
+    assert nodes[1]["name"] == "lookup" and nodes[1]["tool_call_id"], nodes[1]
+    return nodes
+
+
+def agent_spans(model: str | None, agent: str) -> list[tuple[str, str]]:
+    """The :func:`span_tree` of one agent run ``agent`` that called ``lookup`` once between
+    two LLM calls: every span a child of the agent's."""
+    return [
+        (f"chat {model}", f"invoke_agent {agent}"),
+        ("execute_tool lookup", f"invoke_agent {agent}"),
+        (f"chat {model}", f"invoke_agent {agent}"),
+        (f"invoke_agent {agent}", ""),
+    ]
 
 
 def span_tree(exporter: InMemorySpanExporter) -> list[tuple[str, str]]:

@@ -12,7 +12,19 @@ import pytest
 pytest.importorskip("autogen_agentchat")
 pytest.importorskip("autogen_ext")
 
-from adapters_stack import Stack, recording_tracer, running_stack, span_tree, tool_waiting
+from adapters_stack import (
+    add,
+    agent_spans,
+    blocking_lookup,
+    check_first_tool_wait,
+    check_llm_tool_llm,
+    recording_tracer,
+    release_when_seen,
+    running_stack,
+    span_tree,
+    tool_waiting,
+    tools_waiting,
+)
 from autogen_agentchat.agents import AssistantAgent
 from autogen_agentchat.base import TaskResult
 from autogen_agentchat.messages import (
@@ -66,22 +78,6 @@ class ToolFirstClient(AgentrtChatCompletionClient):
             yield item
 
 
-def _blocking_lookup(released: anyio.Event) -> Any:
-    async def lookup(topic: str) -> str:
-        """Look a topic up in the archive."""
-        await released.wait()
-        return f"{topic}: 42"
-
-    return lookup
-
-
-async def _release_when_seen(
-    stack: Stack, program_id: str, tool: str, released: anyio.Event, seen: dict[str, Any]
-) -> None:
-    seen["entry"] = await stack.wait_for_entry(tool_waiting(program_id, tool))
-    released.set()
-
-
 async def test_assistant_agent_runs_through_the_controller_and_shows_its_tool_wait() -> None:
     released = anyio.Event()
     seen: dict[str, Any] = {}
@@ -90,30 +86,21 @@ async def test_assistant_agent_runs_through_the_controller_and_shows_its_tool_wa
         agent = AssistantAgent(
             "assistant",
             model_client=client,
-            tools=[*agentrt_tools([_blocking_lookup(released)])],
+            tools=[*agentrt_tools([blocking_lookup(released)])],
             max_tool_iterations=2,
         )
         async with anyio.create_task_group() as group:
-            group.start_soon(_release_when_seen, stack, "p-ag-react", "lookup", released, seen)
+            group.start_soon(
+                release_when_seen, stack, tool_waiting("p-ag-react", "lookup"), released, seen
+            )
             result, program = await run_agent(
                 agent, "What does the archive say?", runtime=stack.runtime, program_id="p-ag-react"
             )
         after = await stack.programs()
         await client.close()
-    entry = seen["entry"]
-    assert entry["name"] == "assistant"
-    assert entry["session_id"] == stack.runtime.session_id
-    assert entry["calls_finished"] == 1 and entry["threads"] == {"main": 1}
-    (wait,) = entry["tool_waits"]
-    assert wait["thread_id"] == "main" and wait["node_id"] == "main:1"
+    check_first_tool_wait(seen["entry"], name="assistant", session_id=stack.runtime.session_id)
     assert all(e["program_id"] != "p-ag-react" for e in after)
-    nodes = program.to_dict()["nodes"]
-    assert [(n["kind"], n["status"]) for n in nodes] == [
-        ("llm", "ok"),
-        ("tool", "ok"),
-        ("llm", "ok"),
-    ]
-    assert nodes[1]["name"] == "lookup" and nodes[1]["tool_call_id"]
+    nodes = check_llm_tool_llm(program)
     assert nodes[2]["parent_ids"] == ["main:1"]
     executions = [m for m in result.messages if isinstance(m, ToolCallExecutionEvent)]
     assert len(executions) == 1 and executions[0].content[0].content.endswith(": 42")
@@ -130,7 +117,7 @@ async def test_streaming_assistant_is_tagged_chunk_by_chunk() -> None:
         agent = AssistantAgent(
             "streamer",
             model_client=client,
-            tools=[*agentrt_tools([_blocking_lookup(released)])],
+            tools=[*agentrt_tools([blocking_lookup(released)])],
             max_tool_iterations=2,
             model_client_stream=True,
         )
@@ -178,21 +165,12 @@ async def test_parallel_tool_runs_wait_in_two_threads_at_once() -> None:
                     group.start_soon(one, label)
             return results
 
-    def both_waiting(entry: dict[str, Any]) -> bool:
-        return entry["program_id"] == "p-ag-tools" and len(entry["tool_waits"]) == 2
-
-    async with running_stack() as stack:
-        seen: dict[str, Any] = {}
-
-        async def watch() -> None:
-            seen["entry"] = await stack.wait_for_entry(both_waiting)
-            both_seen.set()
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(watch)
-            results, program = await run_agent(
-                TwoCalls(), "go", runtime=stack.runtime, program_id="p-ag-tools"
-            )
+    seen: dict[str, Any] = {}
+    async with running_stack() as stack, anyio.create_task_group() as group:
+        group.start_soon(release_when_seen, stack, tools_waiting("p-ag-tools", 2), both_seen, seen)
+        results, program = await run_agent(
+            TwoCalls(), "go", runtime=stack.runtime, program_id="p-ag-tools"
+        )
     assert sorted(results) == ["a", "b"]
     assert sorted(w["thread_id"] for w in seen["entry"]["tool_waits"]) == ["main", "main.0"]
     nodes = [n for n in program.nodes.values() if n.kind == "tool"]
@@ -220,10 +198,6 @@ async def test_a_failing_tool_is_an_error_node_and_closes_its_wait() -> None:
 
 
 async def test_run_assistant_agent_entry_point() -> None:
-    async def add(a: int, b: int) -> int:
-        """Add two integers."""
-        return a + b
-
     async with running_stack() as stack:
         run = await run_assistant_agent(stack.runtime, "Add 2 and 3.", [add])
     assert run.program.status == "ok" and run.program.id.startswith("p-")
@@ -280,9 +254,4 @@ async def test_spans_form_one_tree_under_the_program_span() -> None:
         await run_agent(agent, "Look it up.", runtime=stack.runtime)
         await client.close()
     model = stack.runtime.config.model
-    assert span_tree(exporter) == [
-        (f"chat {model}", "invoke_agent traced"),
-        ("execute_tool lookup", "invoke_agent traced"),
-        (f"chat {model}", "invoke_agent traced"),
-        ("invoke_agent traced", ""),
-    ]
+    assert span_tree(exporter) == agent_spans(model, "traced")

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("langgraph")
 pytest.importorskip("autogen_agentchat")
 
-from adapters_stack import running_stack
+from adapters_stack import add, running_stack
 from autogen_agentchat.agents import AssistantAgent
 from langchain.agents import create_agent
 from test_adapters_autogen import ToolFirstClient
@@ -105,15 +105,6 @@ async def test_side_effect_tools_fail_closed_without_a_journal_and_end_the_run()
 
 
 async def test_entry_points_run_inside_the_callers_program() -> None:
-    async def add(a: int, b: int) -> int:
-        """Add two integers.
-
-        Args:
-            a: first
-            b: second
-        """
-        return a + b
-
     async with running_stack() as stack:
         rt = stack.runtime
         async with rt.program("mixed", program_id="p-mixed") as program:

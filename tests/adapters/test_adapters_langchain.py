@@ -12,7 +12,19 @@ import pytest
 pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
-from adapters_stack import Stack, recording_tracer, running_stack, span_tree, tool_waiting
+from adapters_stack import (
+    add,
+    agent_spans,
+    blocking_lookup,
+    check_first_tool_wait,
+    check_llm_tool_llm,
+    recording_tracer,
+    release_when_seen,
+    running_stack,
+    span_tree,
+    tool_waiting,
+    tools_waiting,
+)
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 from langgraph.graph import END, START, StateGraph
@@ -49,56 +61,27 @@ class ToolFirstChatOpenAI(AgentrtChatOpenAI):
         return payload
 
 
-def _blocking_lookup(released: anyio.Event) -> Any:
-    async def lookup(topic: str) -> str:
-        """Look a topic up in the archive.
-
-        Args:
-            topic: what to look up
-        """
-        await released.wait()
-        return f"{topic}: 42"
-
-    return lookup
-
-
-async def _release_when_seen(
-    stack: Stack, program_id: str, tool: str, released: anyio.Event, seen: dict[str, Any]
-) -> None:
-    seen["entry"] = await stack.wait_for_entry(tool_waiting(program_id, tool))
-    released.set()
-
-
 async def test_react_agent_runs_through_the_controller_and_shows_its_tool_wait() -> None:
     released = anyio.Event()
     seen: dict[str, Any] = {}
     async with running_stack() as stack:
         llm = chat_model(stack.runtime, model_class=ToolFirstChatOpenAI, max_tokens=32)
-        agent = create_agent(llm, tools=[_blocking_lookup(released)])
+        agent = create_agent(llm, tools=[blocking_lookup(released)])
         inputs = {"messages": [{"role": "user", "content": "What does the archive say?"}]}
         async with anyio.create_task_group() as group:
-            group.start_soon(_release_when_seen, stack, "p-lc-react", "lookup", released, seen)
+            group.start_soon(
+                release_when_seen, stack, tool_waiting("p-lc-react", "lookup"), released, seen
+            )
             state, program = await run_graph(
                 agent, inputs, runtime=stack.runtime, name="lc-react", program_id="p-lc-react"
             )
         after = await stack.programs()
     # While the tool ran, the controller's process table showed the program in a tool wait,
     # with the tagged LLM call already charged to it (tags arrived: same program id, thread).
-    entry = seen["entry"]
-    assert entry["name"] == "lc-react"
-    assert entry["session_id"] == stack.runtime.session_id
-    assert entry["calls_finished"] == 1 and entry["threads"] == {"main": 1}
-    (wait,) = entry["tool_waits"]
-    assert wait["thread_id"] == "main" and wait["node_id"] == "main:1"
+    check_first_tool_wait(seen["entry"], name="lc-react", session_id=stack.runtime.session_id)
     assert all(e["program_id"] != "p-lc-react" for e in after)  # ended with the program
     # The DAG: llm → tool → llm, and the tool's answer reached the model.
-    nodes = program.to_dict()["nodes"]
-    assert [(n["kind"], n["status"]) for n in nodes] == [
-        ("llm", "ok"),
-        ("tool", "ok"),
-        ("llm", "ok"),
-    ]
-    assert nodes[1]["name"] == "lookup" and nodes[1]["tool_call_id"]
+    nodes = check_llm_tool_llm(program)
     assert nodes[1]["parent_ids"] == ["main:0"] and nodes[2]["parent_ids"] == ["main:1"]
     tool_messages = [m for m in state["messages"] if isinstance(m, ToolMessage)]
     assert [m.content for m in tool_messages] == [tool_messages[0].content]
@@ -117,14 +100,16 @@ async def test_langgraph_prebuilt_react_agent_streams_messages_through_the_contr
     seen: dict[str, Any] = {}
     async with running_stack() as stack:
         llm = chat_model(stack.runtime, model_class=ToolFirstChatOpenAI, max_tokens=32)
-        agent = create_react_agent(llm, tools=[_blocking_lookup(released)])
+        agent = create_react_agent(llm, tools=[blocking_lookup(released)])
         inputs = {"messages": [{"role": "user", "content": "Look it up."}]}
         chunks: list[AIMessageChunk] = []
         async with (
             anyio.create_task_group() as group,
             stack.runtime.program("prebuilt", program_id="p-lc-prebuilt") as program,
         ):
-            group.start_soon(_release_when_seen, stack, "p-lc-prebuilt", "lookup", released, seen)
+            group.start_soon(
+                release_when_seen, stack, tool_waiting("p-lc-prebuilt", "lookup"), released, seen
+            )
             async for chunk, _meta in agent.astream(
                 inputs, config=agentrt_config(), stream_mode="messages"
             ):
@@ -232,21 +217,12 @@ async def test_parallel_tool_calls_of_one_step_wait_in_two_threads_at_once() -> 
     builder.add_edge("tools", END)
     graph = builder.compile()
 
-    def both_waiting(entry: dict[str, Any]) -> bool:
-        return entry["program_id"] == "p-lc-tools" and len(entry["tool_waits"]) == 2
-
-    async with running_stack() as stack:
-        seen: dict[str, Any] = {}
-
-        async def watch() -> None:
-            seen["entry"] = await stack.wait_for_entry(both_waiting)
-            both_seen.set()
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(watch)
-            state, program = await run_graph(
-                graph, {"messages": []}, runtime=stack.runtime, program_id="p-lc-tools"
-            )
+    seen: dict[str, Any] = {}
+    async with running_stack() as stack, anyio.create_task_group() as group:
+        group.start_soon(release_when_seen, stack, tools_waiting("p-lc-tools", 2), both_seen, seen)
+        state, program = await run_graph(
+            graph, {"messages": []}, runtime=stack.runtime, program_id="p-lc-tools"
+        )
     threads = sorted(w["thread_id"] for w in seen["entry"]["tool_waits"])
     assert threads == ["main", "main.0"]
     tool_nodes = [n for n in program.nodes.values() if n.kind == "tool"]
@@ -256,15 +232,6 @@ async def test_parallel_tool_calls_of_one_step_wait_in_two_threads_at_once() -> 
 
 
 async def test_run_react_agent_entry_point() -> None:
-    async def add(a: int, b: int) -> int:
-        """Add two integers.
-
-        Args:
-            a: first
-            b: second
-        """
-        return a + b
-
     async with running_stack() as stack:
         run = await run_react_agent(
             stack.runtime, "Add 2 and 3.", [add], max_llm_calls=3, program_id="p-lc-entry"
@@ -330,12 +297,7 @@ async def test_spans_form_one_tree_under_the_program_span() -> None:
         inputs = {"messages": [{"role": "user", "content": "Look it up."}]}
         await run_graph(agent, inputs, runtime=stack.runtime, name="traced")
     model = stack.runtime.config.model
-    assert span_tree(exporter) == [
-        (f"chat {model}", "invoke_agent traced"),
-        ("execute_tool lookup", "invoke_agent traced"),
-        (f"chat {model}", "invoke_agent traced"),
-        ("invoke_agent traced", ""),
-    ]
+    assert span_tree(exporter) == agent_spans(model, "traced")
     tool_span = exporter.get_finished_spans()[1]
     assert tool_span.attributes is not None
     assert tool_span.attributes["gen_ai.tool.call.id"]
