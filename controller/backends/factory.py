@@ -17,13 +17,18 @@ openai     —
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from agentrt.errors import ConfigError
 from controller.backends.api import Backend
 from controller.backends.emulator import EmulatorBackend
-from controller.backends.http import OpenAIBackend, VllmBackend
-from controller.backends.sglang import SGLangBackend
+from controller.backends.http import (
+    HttpBackendConfig,
+    OpenAIBackend,
+    VllmBackend,
+    VllmBackendConfig,
+)
+from controller.backends.sglang import SGLangBackend, SGLangBackendConfig
 from controller.backends.spec import BackendSpec, _parse_bool
 from controller.backends.transport import HttpPool
 
@@ -31,6 +36,8 @@ __all__ = ["BACKEND_KINDS", "build_backend"]
 
 #: ``(spec, http) -> Backend``; ``http`` is shared by all backends and owned by the caller.
 BackendFactory = Callable[[BackendSpec, HttpPool], Backend]
+
+_T = TypeVar("_T")
 
 
 class _Options:
@@ -40,28 +47,28 @@ class _Options:
         self.spec = spec
         self.left = dict(spec.options)
 
-    def number(self, name: str, default: float, *, positive: bool = True) -> float:
+    def _parsed(self, name: str, parse: Callable[[str], _T], what: str) -> _T | None:
+        """The option ``name`` parsed (``None`` when not given); ConfigError: not ``what``."""
         raw = self.left.pop(name, None)
         if raw is None:
-            return default
+            return None
         try:
-            value = float(raw)
+            return parse(raw)
         except ValueError:
-            raise ConfigError(f"backend {self.spec.backend_id}: {name} must be a number") from None
+            raise ConfigError(f"backend {self.spec.backend_id}: {name} must be {what}") from None
+
+    def number(self, name: str, default: float, *, positive: bool = True) -> float:
+        value = self._parsed(name, float, "a number")
+        if value is None:
+            return default
         if positive and not value > 0:
             raise ConfigError(f"backend {self.spec.backend_id}: {name} must be > 0")
         return value
 
     def integer(self, name: str, default: int) -> int:
-        raw = self.left.pop(name, None)
-        if raw is None:
+        value = self._parsed(name, int, "an integer")
+        if value is None:
             return default
-        try:
-            value = int(raw)
-        except ValueError:
-            raise ConfigError(
-                f"backend {self.spec.backend_id}: {name} must be an integer"
-            ) from None
         if value < 0:
             raise ConfigError(f"backend {self.spec.backend_id}: {name} must be >= 0")
         return value
@@ -103,7 +110,8 @@ def _openai(spec: BackendSpec, http: HttpPool) -> Backend:
     options = _Options(spec)
     common = options.common()
     options.done()
-    return OpenAIBackend(spec.backend_id, spec.url, http, send_priority=_no_auto(spec), **common)
+    config = HttpBackendConfig(send_priority=_no_auto(spec), **common)
+    return OpenAIBackend(spec.backend_id, spec.url, http, config)
 
 
 def _vllm_like(cls: type[VllmBackend]) -> BackendFactory:
@@ -112,14 +120,10 @@ def _vllm_like(cls: type[VllmBackend]) -> BackendFactory:
         common = options.common()
         entries = options.integer("token_cache_entries", 4096)
         options.done()
-        return cls(
-            spec.backend_id,
-            spec.url,
-            http,
-            send_priority=spec.priority,
-            token_cache_entries=entries,
-            **common,
+        config = VllmBackendConfig(
+            send_priority=spec.priority, token_cache_entries=entries, **common
         )
+        return cls(spec.backend_id, spec.url, http, config)
 
     return build
 
@@ -132,10 +136,7 @@ def _sglang(spec: BackendSpec, http: HttpPool) -> Backend:
     pins = options.switch("pins", False)
     ttl = options.number("default_pin_ttl_s", 300.0)
     options.done()
-    return SGLangBackend(
-        spec.backend_id,
-        spec.url,
-        http,
+    config = SGLangBackendConfig(
         send_priority=_no_auto(spec),
         priority_order="lower_first" if order == "lower_first" else "higher_first",
         priority_top=top,
@@ -143,6 +144,7 @@ def _sglang(spec: BackendSpec, http: HttpPool) -> Backend:
         default_pin_ttl_s=ttl,
         **common,
     )
+    return SGLangBackend(spec.backend_id, spec.url, http, config)
 
 
 #: Kind name -> constructor. Extend by passing your own mapping to :func:`build_backend`.

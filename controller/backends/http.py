@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -44,7 +44,15 @@ from controller.backends.wire import (
     json_answer,
 )
 
-__all__ = ["HttpBackend", "OpenAIBackend", "PriorityMode", "VllmBackend", "encode_body"]
+__all__ = [
+    "HttpBackend",
+    "HttpBackendConfig",
+    "OpenAIBackend",
+    "PriorityMode",
+    "VllmBackend",
+    "VllmBackendConfig",
+    "encode_body",
+]
 
 _log = logging.getLogger("agentrt.controller")
 
@@ -52,39 +60,55 @@ _log = logging.getLogger("agentrt.controller")
 PriorityMode = bool | Literal["auto"]
 
 
-class HttpBackend:
-    """An OpenAI-compatible server reached over HTTP. Does not own ``http``.
+@dataclass(frozen=True, slots=True)
+class HttpBackendConfig:
+    """Options every HTTP backend kind takes (``factory.py`` fills them from a spec).
 
-    ``probe_timeout_s`` bounds health probes and metric scrapes; ``aux_timeout_s`` bounds the
-    other side requests (tokenize, pins, feature probes). Seconds.
+    A kind with options of its own extends this class (:class:`VllmBackendConfig`,
+    ``SGLangBackendConfig``), so each option is declared once.
     """
+
+    #: Send the scheduler's priority (``True``), not (``False``), or ask the server
+    #: (``"auto"``: only kinds that can probe for it accept this).
+    send_priority: PriorityMode = False
+    #: Bound on health probes and metric scrapes (seconds).
+    probe_timeout_s: float = 2.0
+    #: Bound on the other side requests: tokenize, pins, feature probes (seconds).
+    aux_timeout_s: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class VllmBackendConfig(HttpBackendConfig):
+    """Options of the ``vllm`` and ``emulator`` kinds."""
+
+    #: Most prompts whose token count is cached (entries; see ``TokenCounter``).
+    token_cache_entries: int = 4096
+
+
+class HttpBackend:
+    """An OpenAI-compatible server reached over HTTP, configured by ``config`` (defaults when
+    ``None``). Does not own ``http``."""
 
     KIND: ClassVar[str] = "openai"
     #: GET path whose 200 means healthy.
     health_path: ClassVar[str] = "/v1/models"
 
     def __init__(
-        self,
-        backend_id: str,
-        url: str,
-        http: HttpPool,
-        *,
-        send_priority: PriorityMode = False,
-        probe_timeout_s: float = 2.0,
-        aux_timeout_s: float = 10.0,
+        self, backend_id: str, url: str, http: HttpPool, config: HttpBackendConfig | None = None
     ) -> None:
+        config = config or HttpBackendConfig()
         self.backend_id = backend_id
         self.kind: str = self.KIND
         self.url = url.rstrip("/")
         self._client = http.client
         self._transport = http.transport
         self._extensions = {"timeout": http.timeout.as_dict()}
-        self._probe_timeout = httpx.Timeout(probe_timeout_s)
-        self._aux_timeout = httpx.Timeout(aux_timeout_s)
+        self._probe_timeout = httpx.Timeout(config.probe_timeout_s)
+        self._aux_timeout = httpx.Timeout(config.aux_timeout_s)
         self._urls: dict[str, httpx.URL] = {}  # parsed once per path: URL parsing is not free
         #: How the priority switch was configured (``"auto"`` resolves in detect_features).
-        self.priority_mode: PriorityMode = send_priority
-        self.capabilities = self._capabilities(send_priority is True)
+        self.priority_mode: PriorityMode = config.send_priority
+        self.capabilities = self._capabilities(config.send_priority is True)
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
         # A generic server may not know stream_options: leave stream bodies as the client sent.
@@ -227,32 +251,18 @@ class VllmBackend(HttpBackend):
     ``priority_mode="auto"`` sends one probe generation (``max_tokens: 1``, ``priority: 1``)
     after the first successful health probe and after each recovery: vLLM answers it 400
     unless it runs ``--scheduling-policy priority``. Until a probe succeeded no priority is
-    sent (the safe choice). ``token_cache_entries`` bounds the token-count cache.
+    sent (the safe choice).
     """
 
     KIND: ClassVar[str] = "vllm"
     health_path: ClassVar[str] = "/health"
 
     def __init__(
-        self,
-        backend_id: str,
-        url: str,
-        http: HttpPool,
-        *,
-        send_priority: PriorityMode = False,
-        probe_timeout_s: float = 2.0,
-        aux_timeout_s: float = 10.0,
-        token_cache_entries: int = 4096,
+        self, backend_id: str, url: str, http: HttpPool, config: VllmBackendConfig | None = None
     ) -> None:
-        super().__init__(
-            backend_id,
-            url,
-            http,
-            send_priority=send_priority,
-            probe_timeout_s=probe_timeout_s,
-            aux_timeout_s=aux_timeout_s,
-        )
-        self.tokens = TokenCounter(self._post_json, max_entries=token_cache_entries)
+        config = config or VllmBackendConfig()
+        super().__init__(backend_id, url, http, config)
+        self.tokens = TokenCounter(self._post_json, max_entries=config.token_cache_entries)
         self._model: str | None = None
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:

@@ -33,7 +33,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from agentrt.errors import ConfigError
@@ -47,7 +47,7 @@ from controller.backends.api import (
 )
 from controller.backends.http import (
     HttpBackend,
-    PriorityMode,
+    HttpBackendConfig,
     count_or_none,
     counter_or_none,
     fraction_or_none,
@@ -55,7 +55,7 @@ from controller.backends.http import (
 from controller.backends.prometheus_text import max_samples, sum_samples
 from controller.backends.transport import HttpPool
 
-__all__ = ["PIN_PATH", "UNPIN_PATH", "SGLangBackend"]
+__all__ = ["PIN_PATH", "UNPIN_PATH", "SGLangBackend", "SGLangBackendConfig"]
 
 _log = logging.getLogger("agentrt.controller")
 
@@ -69,14 +69,25 @@ _FRACTIONS = ("sglang:token_usage", "sglang:cache_hit_rate")
 _MAX_REMEMBERED_PINS = 10_000
 
 
-class SGLangBackend(HttpBackend):
-    """SGLang's OpenAI-compatible server (documentation-built; see the module docstring).
+@dataclass(frozen=True, slots=True)
+class SGLangBackendConfig(HttpBackendConfig):
+    """Options of the ``sglang`` kind (``send_priority`` may not be ``"auto"``)."""
 
-    ``priority_order``: ``higher_first`` (SGLang's default) or ``lower_first`` (server started
-    with ``--schedule-low-priority-values-first``); ``priority_top``: the value sent for the
-    most urgent level under ``higher_first``. ``pins``: the server has the pin endpoint and a
-    pin budget. ``default_pin_ttl_s``: TTL used for ``ttl_s=None`` (SGLang pins always
-    expire). ``clock``: monotonic seconds, to forget expired pins.
+    #: ``higher_first`` (SGLang's default) or ``lower_first`` (server started with
+    #: ``--schedule-low-priority-values-first``).
+    priority_order: Literal["higher_first", "lower_first"] = "higher_first"
+    #: The value sent for the most urgent level under ``higher_first`` (>= 0).
+    priority_top: int = 100
+    #: The server has the pin endpoint and a pin budget.
+    pins: bool = False
+    #: TTL used for ``ttl_s=None`` (seconds, > 0; SGLang pins always expire).
+    default_pin_ttl_s: float = 300.0
+
+
+class SGLangBackend(HttpBackend):
+    """SGLang's OpenAI-compatible server (documentation-built; see the module docstring),
+    configured by ``config`` (defaults when ``None``). ``clock``: monotonic seconds, to forget
+    expired pins. Raises :class:`ConfigError` for an option SGLang cannot honour.
     """
 
     KIND: ClassVar[str] = "sglang"
@@ -87,36 +98,24 @@ class SGLangBackend(HttpBackend):
         backend_id: str,
         url: str,
         http: HttpPool,
+        config: SGLangBackendConfig | None = None,
         *,
-        send_priority: PriorityMode = False,
-        probe_timeout_s: float = 2.0,
-        aux_timeout_s: float = 10.0,
-        priority_order: Literal["higher_first", "lower_first"] = "higher_first",
-        priority_top: int = 100,
-        pins: bool = False,
-        default_pin_ttl_s: float = 300.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if send_priority == "auto":
+        config = config or SGLangBackendConfig()
+        if config.send_priority == "auto":
             raise ConfigError(f"backend {backend_id}: priority=auto is for vllm; use on or off")
-        if priority_order not in ("higher_first", "lower_first"):
+        if config.priority_order not in ("higher_first", "lower_first"):
             raise ConfigError(
                 f"backend {backend_id}: priority_order must be higher_first or lower_first"
             )
-        if priority_top < 0 or not default_pin_ttl_s > 0:
+        if config.priority_top < 0 or not config.default_pin_ttl_s > 0:
             raise ConfigError(f"backend {backend_id}: priority_top >= 0, default_pin_ttl_s > 0")
-        self._pins_enabled = pins
-        super().__init__(
-            backend_id,
-            url,
-            http,
-            send_priority=send_priority,
-            probe_timeout_s=probe_timeout_s,
-            aux_timeout_s=aux_timeout_s,
-        )
-        self.priority_order = priority_order
-        self.priority_top = priority_top
-        self.default_pin_ttl_s = default_pin_ttl_s
+        self._pins_enabled = config.pins
+        super().__init__(backend_id, url, http, config)
+        self.priority_order = config.priority_order
+        self.priority_top = config.priority_top
+        self.default_pin_ttl_s = config.default_pin_ttl_s
         self._clock = clock
         #: pin id -> (token ids, expiry on ``clock``), oldest first.
         self._pins: OrderedDict[str, tuple[tuple[int, ...], float]] = OrderedDict()
