@@ -10,10 +10,14 @@ given or ``--start-postgres`` can start a scratch server) and each repetition:
 * throughput: 100 concurrent programs × 10 side-effect steps on one journal, intents per
   second (= completed steps / wall time).
 
+Each program holds its lease while its steps run, as under the SDK (every step write is then
+fenced by the lease's epoch; the throughput figure includes each program's acquisition and
+release); ``--no-leases`` runs the steps without leases.
+
 Reported figures are medians over ``--repeats`` repetitions. Usage::
 
     .venv/bin/python benchmarks/journal_overhead.py [--calls 400] [--repeats 3]
-        [--postgres-url URL | --start-postgres] [--write-docs]
+        [--postgres-url URL | --start-postgres] [--no-leases] [--write-docs]
 """
 
 from __future__ import annotations
@@ -67,7 +71,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-async def latency(journal: Journal, calls: int, tag: str) -> dict[str, float]:
+async def latency(journal: Journal, calls: int, tag: str, leases: bool) -> dict[str, float]:
+    if leases:
+        await journal.acquire_lease(f"lat-{tag}")
     bare: list[float] = []
     journaled: list[float] = []
     cpu_bare = cpu_journaled = 0.0
@@ -81,6 +87,8 @@ async def latency(journal: Journal, calls: int, tag: str) -> dict[str, float]:
         await journal.run_step(step, tool)
         journaled.append(time.perf_counter() - start)
         cpu_journaled += time.process_time() - cpu
+    if leases:
+        await journal.release_lease(f"lat-{tag}")
     return {
         # CPU of the whole process (event loop and database threads): what the journal costs
         # regardless of how loaded the machine is.
@@ -92,13 +100,18 @@ async def latency(journal: Journal, calls: int, tag: str) -> dict[str, float]:
     }
 
 
-async def throughput(journal: Journal, tag: str, programs: int = 100, steps: int = 10) -> float:
+async def throughput(
+    journal: Journal, tag: str, leases: bool, programs: int = 100, steps: int = 10
+) -> float:
     async def program(index: int) -> None:
+        program_id = f"tp-{tag}-{index}"
+        if leases:
+            await journal.acquire_lease(program_id)
         for seq in range(steps):
-            spec = StepSpec(
-                f"tp-{tag}-{index}", "main", seq, "tool", "send", {"n": seq}, side_effect=True
-            )
+            spec = StepSpec(program_id, "main", seq, "tool", "send", {"n": seq}, side_effect=True)
             await journal.run_step(spec, tool)
+        if leases:
+            await journal.release_lease(program_id)
 
     start = time.perf_counter()
     async with anyio.create_task_group() as tg:
@@ -107,12 +120,12 @@ async def throughput(journal: Journal, tag: str, programs: int = 100, steps: int
     return programs * steps / (time.perf_counter() - start)
 
 
-async def measure(name: str, make: Any, calls: int, repeats: int) -> dict[str, Any]:
+async def measure(name: str, make: Any, calls: int, repeats: int, leases: bool) -> dict[str, Any]:
     reps: list[dict[str, float]] = []
     for rep in range(repeats):
         async with make(rep) as journal:
-            figures = await latency(journal, calls, f"{rep}")
-            figures["intents_per_s"] = await throughput(journal, f"{rep}")
+            figures = await latency(journal, calls, f"{rep}", leases)
+            figures["intents_per_s"] = await throughput(journal, f"{rep}", leases)
         reps.append(figures)
         print(
             f"  {name} rep {rep}: " + ", ".join(f"{k}={v:.3f}" for k, v in figures.items()),
@@ -139,7 +152,9 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"`{' '.join(['.venv/bin/python', 'benchmarks/journal_overhead.py', *sys.argv[1:]])}` — "
         f"{args.calls} alternating bare / journaled calls per repetition, median of "
         f"{args.repeats} repetitions; throughput = 100 concurrent programs × 10 side-effect "
-        f"steps on one journal. Machine: {os.cpu_count()} cores, load average {load} at the "
+        f"steps on one journal; {'with' if args.leases else 'without'} program leases (each "
+        "program holds its lease while its steps run, as under the SDK). Machine: "
+        f"{os.cpu_count()} cores, load average {load} at the "
         "end of the run (other work was running: absolute figures are noisy, the bare baseline "
         "is measured in the same run).",
         "",
@@ -186,7 +201,9 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
                 return Journal(str(Path(tmp) / f"{sync}-{rep}.sqlite"), synchronous=sync)  # type: ignore[arg-type]
 
             rows.append(
-                await measure(f"SQLite WAL, synchronous={sync}", make, args.calls, args.repeats)
+                await measure(
+                    f"SQLite WAL, synchronous={sync}", make, args.calls, args.repeats, args.leases
+                )
             )
     if args.postgres_url:
         stamp = int(time.time())
@@ -195,7 +212,13 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             return Journal(args.postgres_url, schema=f"bench_{stamp}_{rep}")
 
         rows.append(
-            await measure("PostgreSQL 15, synchronous_commit=on", make_pg, args.calls, args.repeats)
+            await measure(
+                "PostgreSQL 15, synchronous_commit=on",
+                make_pg,
+                args.calls,
+                args.repeats,
+                args.leases,
+            )
         )
         await drop_bench_schemas(args.postgres_url, stamp, args.repeats)
     with tempfile.TemporaryDirectory(prefix="agentrt-journal-bench-") as tmp:
@@ -223,6 +246,12 @@ def main() -> int:
         "--start-postgres",
         action="store_true",
         help="start scripts/pg-scratch.sh when no URL is given (stopped after)",
+    )
+    parser.add_argument(
+        "--no-leases",
+        dest="leases",
+        action="store_false",
+        help="run the steps without program leases (default: each program holds its lease)",
     )
     parser.add_argument(
         "--write-docs", action="store_true", help="replace the section in docs/benchmarks.md"

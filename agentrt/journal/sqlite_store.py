@@ -12,7 +12,7 @@ while a write is in progress."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -35,10 +35,11 @@ _CORRUPT_MARKERS = ("file is not a database", "malformed", "disk image")
 class _QueuedWrite:
     """One statement waiting for the group commit (see ``SqliteJournalStore._write_one``)."""
 
-    __slots__ = ("done", "error", "lead", "rowcount", "statement", "wake")
+    __slots__ = ("done", "error", "lead", "params", "rowcount", "statement", "wake")
 
-    def __init__(self, statement: Any) -> None:
+    def __init__(self, statement: Any, params: Mapping[str, Any] | None) -> None:
         self.statement = statement
+        self.params = params
         self.wake = anyio.Event()
         self.lead = False
         self.done = False
@@ -196,7 +197,7 @@ class SqliteJournalStore(JournalStore):
                 await self._after_error(conn)
                 raise
 
-    async def _write_one(self, statement: Any) -> int:
+    async def _write_one(self, statement: Any, params: Mapping[str, Any] | None = None) -> int:
         """Group commit: concurrent one-statement writes share one transaction (one fsync).
 
         The first writer becomes the leader and commits every write queued at that moment in
@@ -205,7 +206,7 @@ class SqliteJournalStore(JournalStore):
         its statement committed, so the durability guarantee is the same as one transaction per
         statement; under concurrency the fsync is shared (many more writes per second).
         """
-        write = _QueuedWrite(statement)
+        write = _QueuedWrite(statement, params)
         self._queue.append(write)
         if not self._leading:
             self._leading = True
@@ -251,12 +252,14 @@ class SqliteJournalStore(JournalStore):
                 conn = await self._writer_connection(autocommit=len(batch) == 1)
                 try:
                     if len(batch) == 1:
-                        counts = [int((await conn.execute(batch[0].statement)).rowcount)]
+                        first = batch[0]
+                        counts = [int((await conn.execute(first.statement, first.params)).rowcount)]
                         await conn.commit()  # ends SQLAlchemy's transaction; SQLite's is done
                     else:
                         async with conn.begin():  # BEGIN IMMEDIATE ... COMMIT
                             counts = [
-                                int((await conn.execute(w.statement)).rowcount) for w in batch
+                                int((await conn.execute(w.statement, w.params)).rowcount)
+                                for w in batch
                             ]
                 except Exception:
                     await self._after_error(conn)

@@ -15,7 +15,19 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from sqlalchemy import Insert, Row, Table, and_, case, delete, exists, func, literal, select, update
+from sqlalchemy import (
+    Insert,
+    Row,
+    Table,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    select,
+    update,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -98,15 +110,34 @@ def _row_to_record(row: Row[Any]) -> StepRecord:
     )
 
 
+# The fence a step write carries, built once with bound parameters (the per-step hot path
+# then only binds values; see :class:`Fence`): a leased run's lease row must still have its
+# owner and epoch; a run without a lease writes only while nobody holds a live lease.
+_LEASED = exists().where(
+    _L.c.program_id == bindparam("fence_program"),
+    _L.c.owner == bindparam("fence_owner"),
+    _L.c.epoch == bindparam("fence_epoch"),
+)
+_UNLEASED = ~exists().where(
+    _L.c.program_id == bindparam("fence_program"),
+    _L.c.expires_at > bindparam("fence_now"),
+)
+_STEP_COLUMNS = tuple(c.name for c in _T.columns)
+_UPSERT_KEEPS = frozenset({"program_id", "thread_id", "seq", "created_at"})
+
+
 def _fence_condition(fence: Fence) -> Any:
-    """The SQL condition a fenced step write carries (see :class:`Fence`)."""
+    return _UNLEASED if fence.epoch is None else _LEASED
+
+
+def _fence_params(fence: Fence) -> dict[str, Any]:
     if fence.epoch is None:
-        return ~exists().where(_L.c.program_id == fence.program_id, _L.c.expires_at > fence.now)
-    return exists().where(
-        _L.c.program_id == fence.program_id,
-        _L.c.owner == fence.owner,
-        _L.c.epoch == fence.epoch,
-    )
+        return {"fence_program": fence.program_id, "fence_now": fence.now}
+    return {
+        "fence_program": fence.program_id,
+        "fence_owner": fence.owner,
+        "fence_epoch": fence.epoch,
+    }
 
 
 def row_to_lease(row: Row[Any]) -> LeaseRecord:
@@ -155,6 +186,8 @@ class JournalStore(abc.ABC):
         self._migrations = tuple(migrations)
         self._opened = False
         self._version = 0
+        #: Prebuilt fenced step inserts, by (leased, upsert).
+        self._fenced_inserts: dict[tuple[bool, bool], Any] = {}
 
     # -- what the two databases do differently ------------------------------------------
 
@@ -184,10 +217,11 @@ class JournalStore(abc.ABC):
     def _insert(self, table: Table = schema.steps) -> Any:
         """The dialect's ``insert(table)`` construct (it has ``on_conflict_do_*``)."""
 
-    async def _write_one(self, statement: Any) -> int:
-        """Run one write statement as its own durable transaction; returns its rowcount."""
+    async def _write_one(self, statement: Any, params: Mapping[str, Any] | None = None) -> int:
+        """Run one write statement (with bound ``params``) as its own durable transaction;
+        returns its rowcount."""
         async with self._write() as conn:
-            result = await conn.execute(statement)
+            result = await conn.execute(statement, params)
         return int(result.rowcount)
 
     async def _before_migrate(self, conn: AsyncConnection) -> None:
@@ -290,20 +324,41 @@ class JournalStore(abc.ABC):
         With ``fence`` the insert happens only if the fence holds (same statement); when it
         does not, :class:`ProgramLeaseLost` / :class:`ProgramLeaseHeld` is raised."""
         values = _record_values(record)
-        stmt: Insert = self._fenced_insert(values, fence).on_conflict_do_nothing()
+        if fence is None:
+            stmt: Insert = self._insert().values(**values).on_conflict_do_nothing()
+            async with self._guard("record intent"):
+                return await self._write_one(stmt) == 1
+        stmt, params = self._fenced_insert(values, fence, upsert=False)
         async with self._guard("record intent"):
-            if await self._write_one(stmt) == 1:
+            if await self._write_one(stmt, params) == 1:
                 return True
         await self._check_fence(fence)
         return False
 
-    def _fenced_insert(self, values: dict[str, Any], fence: Fence | None) -> Any:
-        """``INSERT INTO steps VALUES (...)``, or with a fence ``INSERT INTO steps SELECT
-        <values> WHERE <fence>`` (one statement: the check and the write are atomic)."""
-        if fence is None:
-            return self._insert().values(**values)
-        row = select(*(literal(v, _T.c[k].type) for k, v in values.items()))
-        return self._insert().from_select(list(values), row.where(_fence_condition(fence)))
+    def _fenced_insert(
+        self, values: dict[str, Any], fence: Fence, *, upsert: bool
+    ) -> tuple[Any, dict[str, Any]]:
+        """``INSERT INTO steps SELECT :v_... WHERE <fence> ON CONFLICT DO NOTHING`` (or ``DO
+        UPDATE`` every column but the key and ``created_at``, for ``upsert``) and its
+        parameters: one statement, so the check and the write are atomic."""
+        shape = (fence.epoch is not None, upsert)
+        stmt = self._fenced_inserts.get(shape)
+        if stmt is None:
+            row = select(*(bindparam(f"v_{k}", type_=_T.c[k].type) for k in _STEP_COLUMNS))
+            insert = self._insert().from_select(
+                list(_STEP_COLUMNS), row.where(_fence_condition(fence))
+            )
+            if upsert:
+                stmt = insert.on_conflict_do_update(
+                    index_elements=list(_PK),
+                    set_={k: insert.excluded[k] for k in _STEP_COLUMNS if k not in _UPSERT_KEEPS},
+                )
+            else:
+                stmt = insert.on_conflict_do_nothing()
+            self._fenced_inserts[shape] = stmt
+        params = {f"v_{k}": values[k] for k in _STEP_COLUMNS}
+        params.update(_fence_params(fence))
+        return stmt, params
 
     async def _check_fence(self, fence: Fence | None) -> None:
         """After a fenced write changed nothing: raise if the fence is what stopped it."""
@@ -345,8 +400,9 @@ class JournalStore(abc.ABC):
         if fence is not None:
             conditions.append(_fence_condition(fence))
         stmt = update(_T).where(*conditions).values(**values)
+        params = None if fence is None else _fence_params(fence)
         async with self._guard("update step"):
-            if await self._write_one(stmt) == 1:
+            if await self._write_one(stmt, params) == 1:
                 return True
         await self._check_fence(fence)
         return False
@@ -355,16 +411,21 @@ class JournalStore(abc.ABC):
         """Write ``record`` at its position, replacing what is there (read-only steps); with
         ``fence``, only while it holds (else :class:`ProgramLeaseLost` / ``ProgramLeaseHeld``)."""
         values = _record_values(record)
-        stmt = self._fenced_insert(values, fence).on_conflict_do_update(
-            index_elements=list(_PK),
-            set_={
-                k: v
-                for k, v in values.items()
-                if k not in ("program_id", "thread_id", "seq", "created_at")
-            },
-        )
+        if fence is None:
+            stmt = (
+                self._insert()
+                .values(**values)
+                .on_conflict_do_update(
+                    index_elements=list(_PK),
+                    set_={k: v for k, v in values.items() if k not in _UPSERT_KEEPS},
+                )
+            )
+            async with self._guard("record step"):
+                await self._write_one(stmt)
+            return
+        stmt, params = self._fenced_insert(values, fence, upsert=True)
         async with self._guard("record step"):
-            if await self._write_one(stmt) == 1:
+            if await self._write_one(stmt, params) == 1:
                 return
         await self._check_fence(fence)
 

@@ -187,10 +187,10 @@ class FlakyStore(SqliteJournalStore):
 
     down = False
 
-    async def _write_one(self, statement: Any) -> int:
+    async def _write_one(self, statement: Any, params: Any = None) -> int:
         if self.down:
             raise OSError("disk unplugged")
-        return await super()._write_one(statement)
+        return await super()._write_one(statement, params)
 
 
 async def test_journal_lost_after_the_effect_surfaces_then_reconciles(tmp_path: Path) -> None:
