@@ -8,18 +8,19 @@ from typing import Any
 
 import httpx
 import pytest
+from backends.servers import serve_app  # one uvicorn-on-a-free-port helper for all tests
 
 from controller.backends.spec import BackendSpec
 from controller.service import ControllerApp, ControllerConfig, serve_controller
 
-from .fake_openai import FakeState, build_fake, serve_asgi
+from .fake_openai import FakeState, build_fake
 
 
 @contextlib.asynccontextmanager
 async def fake_backends(*states: FakeState) -> AsyncIterator[list[str]]:
     """Serve one fake OpenAI server per state; yields their URLs."""
     async with contextlib.AsyncExitStack() as stack:
-        urls = [await stack.enter_async_context(serve_asgi(build_fake(s))) for s in states]
+        urls = [await stack.enter_async_context(serve_app(build_fake(s))) for s in states]
         yield urls
 
 

@@ -7,15 +7,12 @@ when asked to hold requests, and serves vLLM-named ``/metrics``.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -159,23 +156,3 @@ async def _stream(
         state.active -= 1
         if not finished:
             state.aborted += 1
-
-
-@contextlib.asynccontextmanager
-async def serve_asgi(app: Any) -> AsyncIterator[str]:
-    """Run an ASGI app with uvicorn on a free loopback port; yields its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="error", lifespan="off", access_log=False)
-    server = uvicorn.Server(config)
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve, [sock])
-        while not server.started:  # noqa: ASYNC110 - uvicorn offers no event for this
-            await anyio.sleep(0.005)
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
-            server.force_exit = True
-    sock.close()
