@@ -5,8 +5,10 @@ on stdin and runs each in a freshly forked child (single-threaded parent: fork i
 command costs a fork instead of a Python start. It answers one JSON line per command:
 ``{"rc": <exit code, -9 when SIGKILLed>}``; the child writes its own answer to ``out``.
 
-Commands: ``run`` (run the program, maybe SIGKILL itself at a checkpoint or after a delay),
-``dump`` (the journal's rows of a program), ``resolve`` (settle an unknown outcome by hand).
+Commands: ``run`` (run the program holding its lease, maybe SIGKILL itself at a checkpoint or
+after a delay), ``dump`` (the journal's rows and lease of a program; with ``break_lease`` it
+first breaks the lease a killed run left behind, as an operator would), ``resolve`` (settle an
+unknown outcome by hand).
 
 The program: six steps of thread ``main``, each side effect writing one row into a separate
 SQLite *target* database (the outside world), with no unique constraint, so a duplicated
@@ -156,6 +158,7 @@ async def run_program(cmd: dict[str, Any]) -> dict[str, Any]:
     journal = Journal(cmd["url"], schema=cmd.get("schema"))
     await journal.connect()
     instrument(journal, points)
+    await journal.acquire_lease(program)  # the harness broke the lease of a killed run
     if cmd.get("kill_after_s"):
         threading.Timer(float(cmd["kill_after_s"]), os.kill, (os.getpid(), signal.SIGKILL)).start()
     results: list[Any] = []
@@ -190,6 +193,7 @@ async def run_program(cmd: dict[str, Any]) -> dict[str, Any]:
         return {"status": "unknown", "key": exc.key, "reconciled": reconciled, "reran": reran}
     finally:
         witness.close()
+        await journal.release_lease(program)
         await journal.close()
         target.close()
     return {"status": "completed", "results": results, "reconciled": reconciled, "reran": reran}
@@ -197,8 +201,12 @@ async def run_program(cmd: dict[str, Any]) -> dict[str, Any]:
 
 async def dump(cmd: dict[str, Any]) -> dict[str, Any]:
     async with Journal(cmd["url"], schema=cmd.get("schema")) as journal:
+        if cmd.get("break_lease"):
+            await journal.break_lease(cmd["program"])
         rows = await journal.program_steps(cmd["program"])
+        leases = await journal.leases([cmd["program"]])
     return {
+        "lease_epoch": leases[0].epoch if leases else 0,
         "steps": [
             {
                 "seq": r.position.seq,
@@ -209,7 +217,7 @@ async def dump(cmd: dict[str, Any]) -> dict[str, Any]:
                 "side_effect": r.side_effect,
             }
             for r in rows
-        ]
+        ],
     }
 
 

@@ -94,6 +94,8 @@ class Campaign:
         self.zygote = Zygote(tmp, url, schema)
         self.stats: Counter[str] = Counter()
         self.kill_points: Counter[str] = Counter()
+        #: Last lease epoch seen per program.
+        self.lease_epochs: dict[str, int] = {}
 
     def base(self, program: str) -> dict[str, Any]:
         return {
@@ -105,9 +107,14 @@ class Campaign:
             "witness": str(self.tmp / f"{program}.witness"),
         }
 
-    def dump(self, program: str) -> list[dict[str, Any]]:
-        rc, answer = self.zygote.call({**self.base(program), "op": "dump"})
+    def dump(self, program: str, *, break_lease: bool = False) -> list[dict[str, Any]]:
+        cmd = {**self.base(program), "op": "dump", "break_lease": break_lease}
+        rc, answer = self.zygote.call(cmd)
         assert rc == 0 and answer is not None, answer
+        # Every run takes the lease (epoch + 1), every break after a kill adds 1: never down.
+        epoch = answer["lease_epoch"]
+        assert epoch >= self.lease_epochs.get(program, 0), (program, epoch)
+        self.lease_epochs[program] = epoch
         return list(answer["steps"])
 
     def target_rows(self, program: str) -> list[tuple[int, str, str]]:
@@ -157,10 +164,12 @@ class Campaign:
         self.verify(program)
 
     def after_kill(self, program: str, pending: dict[str, int]) -> None:
-        """Re-read the journal: which outcomes are unknown now."""
+        """Break the dead run's lease (the harness knows it is dead, like an operator) and
+        re-read the journal: which outcomes are unknown now."""
+        self.stats["lease_breaks"] += 1
         started = {
             row["key"]: row["seq"]
-            for row in self.dump(program)
+            for row in self.dump(program, break_lease=True)
             if row["status"] == "STARTED" and row["side_effect"]
         }
         for key, seq in list(pending.items()):
@@ -261,6 +270,7 @@ SUMMED = (
     "settled_in_a_killed_run",
     "resolved_happened",
     "resolved_not_happened",
+    "lease_breaks",
 )
 
 
