@@ -20,11 +20,12 @@ from typing import Any
 import anyio
 import pytest
 
-from agentrt.errors import ProgramLeaseHeld, ProgramLeaseLost, UnknownOutcome
+from agentrt.errors import JournalUnavailable, ProgramLeaseHeld, ProgramLeaseLost, UnknownOutcome
 from agentrt.journal import Journal, ReconcileResult, StepSpec, StepStatus
 from agentrt.journal.keys import arguments_hash, encode_result, idempotency_key
 from agentrt.journal.migrations import MIGRATIONS
 from agentrt.journal.records import StepPosition
+from agentrt.journal.sqlite_store import SqliteJournalStore
 from agentrt.journal.steps import StepRunner
 from agentrt.journal.urls import make_store
 from tests.journal.conftest import Backend
@@ -439,3 +440,39 @@ async def test_errors_leave_an_entered_journal_unchanged(backend: Backend) -> No
         async with backend.journal() as journal:
             await journal.acquire_lease("p")
             raise KeyError("body")
+
+
+class _DownAtFirst(SqliteJournalStore):
+    """A real SQLite store that cannot be reached until ``down`` is switched off."""
+
+    down = True
+
+    async def _connect(self) -> None:
+        if self.down:
+            raise JournalUnavailable("the journal host is down")
+        await super()._connect()
+
+
+async def test_store_down_at_start_defers_the_lease_to_the_first_side_effect(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    store = _DownAtFirst(tmp_path / "j.sqlite")
+    journal = Journal.from_store(store, clock=clock, retry_open_after_s=0.0)
+    other = Journal.from_store(SqliteJournalStore(tmp_path / "j.sqlite"), clock=clock)
+    try:
+        with pytest.raises(JournalUnavailable):
+            await journal.acquire_lease("p")
+        assert await journal.acquire_lease("p", required=False) is None  # starts unleased
+        effects = Effects()
+        with pytest.raises(JournalUnavailable):  # side effects still fail closed
+            await journal.run_step(effect_step(0), effects)
+        store.down = False
+        await journal.run_step(effect_step(0), effects)  # acquires the lease first
+        held = journal.held_lease("p")
+        assert held is not None and held.epoch == 1 and len(effects.done) == 1
+        with pytest.raises(ProgramLeaseHeld):
+            await other.acquire_lease("p")
+    finally:
+        await journal.close()
+        await other.close()
