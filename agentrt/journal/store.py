@@ -508,6 +508,16 @@ class JournalStore(abc.ABC):
                     await conn.execute(
                         delete(_L).where(_L.c.program_id.in_(chunk), _L.c.expires_at <= now)
                     )
+                # Leases of programs that never recorded a step, by the same age / id rules.
+                orphans = delete(_L).where(
+                    _L.c.expires_at <= now,
+                    ~exists().where(_T.c.program_id == _L.c.program_id),
+                )
+                if policy.older_than_s is not None:
+                    orphans = orphans.where(_L.c.renewed_at < now - policy.older_than_s)
+                if policy.program_ids is not None:
+                    orphans = orphans.where(_L.c.program_id.in_(policy.program_ids))
+                await conn.execute(orphans)
         return PurgeResult(programs=programs, steps=steps_deleted)
 
     # -- tool durations ----------------------------------------------------------------------

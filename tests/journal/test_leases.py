@@ -387,6 +387,16 @@ async def test_purge_keeps_a_running_program(journals: MakeJournal) -> None:
     await a.release_lease("p")
     purged = await a.purge(PurgePolicy(older_than_s=None, program_ids=("p",)))
     assert purged.programs == 1 and await a.leases(["p"]) == []
+    # a program that never recorded a step: its lease row goes once released and old enough
+    await a.acquire_lease("idle")
+    await a.purge(PurgePolicy(older_than_s=0.0))
+    assert len(await a.leases(["idle"])) == 1  # live: kept
+    await a.release_lease("idle")
+    await a.purge(PurgePolicy(older_than_s=60.0))
+    assert len(await a.leases(["idle"])) == 1  # released just now: younger than 60 s
+    clock.now += 61
+    await a.purge(PurgePolicy(older_than_s=60.0))
+    assert await a.leases(["idle"]) == []
 
 
 async def _until(condition: Callable[[], Any], what: str) -> None:
