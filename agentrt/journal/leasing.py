@@ -67,7 +67,7 @@ class LeaseKeeper:
         if program_id in self._held or program_id in self._claimed:
             held = self._held.get(program_id)
             raise ProgramLeaseHeld(
-                f"program {program_id!r} is already running in this runtime ({self.holder}); "
+                f"program {program_id!r} is already running through this journal ({self.holder}); "
                 "run a program id in one place at a time",
                 program_id=program_id,
                 holder=self.holder,

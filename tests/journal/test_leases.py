@@ -96,7 +96,7 @@ async def test_second_runner_fails_fast_naming_holder_and_expiry(journals: MakeJ
     err = held.value
     assert (err.program_id, err.holder, err.expires_at) == ("p", lease.holder, T0 + TTL)
     assert lease.holder in str(err) and "'p'" in str(err) and "release-lease" in str(err)
-    with pytest.raises(ProgramLeaseHeld, match="already running in this runtime"):
+    with pytest.raises(ProgramLeaseHeld, match="already running through this journal"):
         await a.acquire_lease("p")  # a second run inside the same journal: refused locally
     other = await b.acquire_lease("q")  # other program ids are independent
     assert other is not None and other.epoch == 1

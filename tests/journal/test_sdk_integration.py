@@ -208,7 +208,7 @@ async def test_two_runtimes_cannot_run_one_program_id_at_once(
                 with pytest.raises(ProgramLeaseHeld) as held:
                     async with rt2.program("trip", program_id="trip-9"):
                         raise AssertionError("the second run must not start")
-                with pytest.raises(ProgramLeaseHeld, match="already running in this runtime"):
+                with pytest.raises(ProgramLeaseHeld, match="already running through this journal"):
                     async with rt1.program("trip", program_id="trip-9"):
                         raise AssertionError("nor a second run in the same runtime")
                 await agentrt.chat([{"role": "user", "content": "plan a trip"}])
