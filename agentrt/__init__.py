@@ -2,9 +2,18 @@
 
 The public surface is exactly ``__all__``; everything else is private (tests/test_public_api.py
 keeps this honest).
+
+The SDK's names are imported on first use (PEP 562 ``__getattr__``): ``import agentrt`` alone
+— which the ``agentrt`` command does — must not pull in openai, httpx, OpenTelemetry or
+SQLAlchemy, so that ``agentrt --help`` stays fast. ``agentrt.chat`` etc. behave exactly as
+eager imports would; type checkers see the imports below.
 """
 
 from __future__ import annotations
+
+# Private aliases: every public module-level name must be in __all__.
+import importlib as _importlib
+import typing as _typing
 
 from agentrt.errors import (
     AgentrtError,
@@ -23,19 +32,59 @@ from agentrt.errors import (
 
 __version__ = "0.1.0"
 
-# The SDK (imported after __version__: the runtime reports it to the controller).
-from agentrt.journal.api import ReconcileResult
-from agentrt.patterns.map_reduce import map_reduce
-from agentrt.patterns.mcts import MctsResult, mcts
-from agentrt.patterns.react import ReactResult, react
-from agentrt.runtime.chat import chat
-from agentrt.runtime.config import RuntimeConfig
-from agentrt.runtime.flow import gather, parallel, wait
-from agentrt.runtime.program import Program
-from agentrt.runtime.runtime import Runtime
-from agentrt.runtime.telemetry import Telemetry, make_telemetry
-from agentrt.tools.runner import ToolResult, execute_tool_calls
-from agentrt.tools.schema import IdempotencyKey, Tool, tool
+if _typing.TYPE_CHECKING:
+    from agentrt.journal.api import ReconcileResult
+    from agentrt.patterns.map_reduce import map_reduce
+    from agentrt.patterns.mcts import MctsResult, mcts
+    from agentrt.patterns.react import ReactResult, react
+    from agentrt.runtime.chat import chat
+    from agentrt.runtime.config import RuntimeConfig
+    from agentrt.runtime.flow import gather, parallel, wait
+    from agentrt.runtime.program import Program
+    from agentrt.runtime.runtime import Runtime
+    from agentrt.runtime.telemetry import Telemetry, make_telemetry
+    from agentrt.tools.runner import ToolResult, execute_tool_calls
+    from agentrt.tools.schema import IdempotencyKey, Tool, tool
+
+#: Public name -> module defining it, imported on first access.
+_LAZY: dict[str, str] = {
+    "ReconcileResult": "agentrt.journal.api",
+    "map_reduce": "agentrt.patterns.map_reduce",
+    "MctsResult": "agentrt.patterns.mcts",
+    "mcts": "agentrt.patterns.mcts",
+    "ReactResult": "agentrt.patterns.react",
+    "react": "agentrt.patterns.react",
+    "chat": "agentrt.runtime.chat",
+    "RuntimeConfig": "agentrt.runtime.config",
+    "gather": "agentrt.runtime.flow",
+    "parallel": "agentrt.runtime.flow",
+    "wait": "agentrt.runtime.flow",
+    "Program": "agentrt.runtime.program",
+    "Runtime": "agentrt.runtime.runtime",
+    "Telemetry": "agentrt.runtime.telemetry",
+    "make_telemetry": "agentrt.runtime.telemetry",
+    "ToolResult": "agentrt.tools.runner",
+    "execute_tool_calls": "agentrt.tools.runner",
+    "IdempotencyKey": "agentrt.tools.schema",
+    "Tool": "agentrt.tools.schema",
+    "tool": "agentrt.tools.schema",
+}
+
+
+if not _typing.TYPE_CHECKING:  # hidden from type checkers, which see the real imports above
+
+    def __getattr__(name: str) -> _typing.Any:
+        """Import a lazily exported SDK name on first access, then cache it in the module."""
+        module_name = _LAZY.get(name)
+        if module_name is None:
+            raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(module_name), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "AgentrtError",
