@@ -14,6 +14,7 @@ from contextvars import Token
 from types import TracebackType
 from typing import Any
 
+import anyio
 import httpx
 import openai
 
@@ -107,7 +108,7 @@ class Runtime:
                 )
                 pools = [httpx.AsyncHTTPTransport(limits=limits) for _ in range(count)]
                 for pool in pools:
-                    stack.push_async_callback(pool.aclose)
+                    stack.push_async_callback(_close_shielded, pool)
                 shards = list(pools)
             self._transport = TaggingTransport(self, shards, per_shard)
             stack.push_async_callback(self.link.close)
@@ -195,6 +196,13 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"Runtime({self.config!r}, session_id={self.session_id!r})"
+
+
+async def _close_shielded(pool: httpx.AsyncBaseTransport) -> None:
+    """Close a connection pool even when the runtime exits cancelled: its sockets must be
+    closed now, not by the garbage collector."""
+    with anyio.CancelScope(shield=True):
+        await pool.aclose()
 
 
 def _journal_for(url: str) -> StepJournal:

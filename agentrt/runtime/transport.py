@@ -223,6 +223,7 @@ class _TrackedStream(httpx.AsyncByteStream):
     ) -> None:
         self._inner = response.stream
         self._call = call
+        #: The admission slot held until the body is closed; None once closed.
         self._slots: anyio.Semaphore | None = slots
         self._status = response.status_code
         content_type = response.headers.get("content-type", "")
@@ -247,18 +248,26 @@ class _TrackedStream(httpx.AsyncByteStream):
                 yield chunk
         except BaseException as exc:
             self._finish(exc)
+            await self.aclose()  # close now, whatever the stream under us does on errors
             raise
         self._finish(None)
 
     async def aclose(self) -> None:
-        """Close the body; a call closed before its end was aborted (node ``cancelled``)."""
+        """Close the body; a call closed before its end was aborted (node ``cancelled``).
+
+        Shielded: the usual reason to close early is a cancellation (the program's deadline),
+        and a close interrupted by it would leave the connection open until the garbage
+        collector finds its socket (the server would keep decoding for nobody). Idempotent.
+        """
+        slots, self._slots = self._slots, None
+        if slots is None:
+            return  # closed already
         try:
             assert isinstance(self._inner, httpx.AsyncByteStream)
-            await self._inner.aclose()
+            with anyio.CancelScope(shield=True):
+                await self._inner.aclose()
         finally:
-            if self._slots is not None:
-                self._slots.release()
-                self._slots = None
+            slots.release()
             self._finish(_Aborted("response closed before its end"))
 
     def _finish(self, exc: BaseException | None) -> None:
