@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.registry import PolicySpec
-from simulator.runner import BenchConfig, keeps_up, run_comparison
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import _report  # noqa: E402
+from simulator.registry import PolicySpec  # noqa: E402
+from simulator.runner import BenchConfig, keeps_up, run_comparison  # noqa: E402
+
 POLICIES = ("fcfs", "mlfq", "plas", "atlas", "srpt")
 WORKLOADS = ("chatbot", "react", "mcts", "mixed")
 LOAD_FACTORS = (0.5, 0.8, 1.0, 1.5)
@@ -199,7 +201,8 @@ def markdown(rows: list[dict[str, Any]], command: str, workloads: tuple[str, ...
         "window (geometric ladder, then three bisection steps; warm-up ≥ 2× the p95 program E2E",
         "at light load so the window holds no ramp-up, ≥ 400 measured programs per probe).",
         "",
-        f"Command: `{command}` (load average at the end: {os.getloadavg()[0]:.1f} on 2 cores).",
+        f"Command: `{command}` (simulated time: the figures do not depend on the machine's"
+        " load; the same command gives the same numbers).",
         "",
         "| workload | FCFS saturation (programs/s) | arrival window (s) | warm-up (s) |",
         "|---|---|---|---|",
@@ -253,20 +256,24 @@ def markdown(rows: list[dict[str, Any]], command: str, workloads: tuple[str, ...
                 f"| {workload} | {load}× | {q['vs_fcfs']:.2f}× | {q['vs_mlfq']:.2f}× "
                 f"| {q['of_srpt']:.2f}× |"
             )
-    lines += ["", "![token latency against load](img/scheduling.png)", ""]
+    lines += ["", "![token latency against load](img/scheduling.png)"]
     return "\n".join(lines)
+
+
+#: Line styles that keep coinciding curves visible (MLFQ equals FCFS at a proxy, PLAS often
+#: equals ATLAS): dashed over solid, smaller markers on top.
+STYLES: dict[str, dict[str, Any]] = {
+    "fcfs": {"marker": "o", "markersize": 7, "linestyle": "-"},
+    "mlfq": {"marker": "x", "markersize": 6, "linestyle": "--"},
+    "plas": {"marker": "s", "markersize": 6, "linestyle": "-"},
+    "atlas": {"marker": "+", "markersize": 8, "linestyle": "--"},
+    "srpt": {"marker": "D", "markersize": 4, "linestyle": ":"},
+}
 
 
 def plot(rows: list[dict[str, Any]], path: Path, workloads: tuple[str, ...]) -> None:
     """Mean (top row) and p95 (bottom row) token latency against arrival rate, per workload."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(
-        2, len(workloads), figsize=(4 * len(workloads), 6.4), squeeze=False, sharex="col"
-    )
+    fig, axes = _report.subplots(2, len(workloads), (4 * len(workloads), 6.4))
     for column, workload in enumerate(workloads):
         for row, (key, what) in enumerate(
             (("token_latency_mean_s", "mean"), ("token_latency_p95_s", "p95"))
@@ -278,7 +285,7 @@ def plot(rows: list[dict[str, Any]], path: Path, workloads: tuple[str, ...]) -> 
                     for r in rows
                     if r["workload"] == workload and r["policy"] == policy
                 )
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy)
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=policy, **STYLES[policy])
             sat = next(r["saturation"] for r in rows if r["workload"] == workload)
             ax.axvline(sat, color="grey", linestyle=":", linewidth=1)
             ax.set_yscale("log")
@@ -288,22 +295,7 @@ def plot(rows: list[dict[str, Any]], path: Path, workloads: tuple[str, ...]) -> 
             if column == 0:
                 ax.set_ylabel(f"{what} token latency (s/token)")
     axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write_docs(section: str) -> None:
-    doc = ROOT / "docs" / "benchmarks.md"
-    text = doc.read_text()
-    start = text.find("## Scheduling\n")
-    if start >= 0:
-        end = text.find("\n## ", start + 1)
-        text = text[:start] + section + ("" if end < 0 else text[end + 1 :])
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    doc.write_text(text)
+    _report.save_figure(fig, path)
 
 
 def main() -> int:
@@ -365,7 +357,7 @@ def main() -> int:
         print(section)
     if args.write_docs:
         plot(rows, ROOT / "docs" / "img" / "scheduling.png", workloads)
-        write_docs(section)
+        _report.replace_section(ROOT / "docs" / "benchmarks.md", "## Scheduling", section)
     return 0
 
 

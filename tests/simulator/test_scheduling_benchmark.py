@@ -1,0 +1,134 @@
+"""benchmarks/scheduling.py: the saturation probe's search and the report (no simulation: the
+runs are replaced by a model whose saturation is known, so the search itself is checked)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "bench_scheduling", ROOT / "benchmarks" / "scheduling.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class FakeRuns:
+    """Stands in for ``run_comparison``: an FCFS engine that serves at most ``capacity``
+    programs/s, whose programs take ``e2e_p95`` s at light load; records every run."""
+
+    def __init__(self, capacity: float, e2e_p95: float) -> None:
+        self.capacity = capacity
+        self.e2e_p95 = e2e_p95
+        self.runs: list[Any] = []
+
+    def __call__(self, bench: Any, specs: Sequence[Any]) -> list[Any]:
+        self.runs.append(bench)
+        rate = bench.rate_per_s
+        summary = {
+            "policy": specs[0].policy,
+            "rate": rate,
+            "arrival_rate_per_s": rate,
+            "throughput_programs_per_s": min(rate, self.capacity),
+            "programs_completed": 500,
+            "programs_unfinished": 0 if rate <= self.capacity else 50,
+            "e2e_latency_s": {"p95": self.e2e_p95},
+        }
+        return [SimpleNamespace(summary=summary)]
+
+
+def test_probe_finds_the_capacity_by_ladder_then_bisection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bench = _load()
+    fake = FakeRuns(capacity=0.33, e2e_p95=300.0)
+    monkeypatch.setattr(bench, "run_comparison", fake)
+    found = bench.find_saturation("mcts", 600.0, 1, 32)
+    # 0.3 keeps up, 0.4 does not; bisection: 0.35 no, 0.325 yes, 0.3375 no → 0.325
+    assert found.rate == pytest.approx(0.325)
+    # warm-up twice the light-load p95 E2E; window ≥ 6× warm-up and ≥ 400 measured programs
+    assert found.warmup_s == pytest.approx(600.0)
+    assert found.duration_s == pytest.approx(max(3600.0, 600.0 + 400 / 0.325))
+    probes = fake.runs[1:]  # the first run measures the light-load E2E
+    assert all(b.warmup_s == pytest.approx(600.0) for b in probes)
+    assert all((b.duration_s - b.warmup_s) * b.rate_per_s >= 400 - 1e-9 for b in probes)
+
+
+def test_probe_with_short_programs_keeps_the_requested_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    bench = _load()
+    monkeypatch.setattr(bench, "run_comparison", FakeRuns(capacity=2.2, e2e_p95=5.0))
+    found = bench.find_saturation("react", 600.0, 1, 32)
+    assert 2.0 <= found.rate <= 2.2
+    assert found.warmup_s == pytest.approx(60.0)  # 10 % of the requested 600 s
+    assert found.duration_s == pytest.approx(600.0)
+
+
+def _rows() -> list[dict[str, Any]]:
+    rows = []
+    for load in bench_loads():
+        for i, policy in enumerate(("fcfs", "mlfq", "plas", "atlas", "srpt")):
+            latency = 0.1 * load * (1.0 if policy in ("fcfs", "mlfq") else 0.5 - 0.05 * i)
+            rows.append(
+                {
+                    "workload": "mixed",
+                    "load": load,
+                    "rate": round(0.28 * load, 4),
+                    "saturation": 0.28,
+                    "duration_s": 1586.0,
+                    "warmup_s": 163.0,
+                    "policy": policy,
+                    "token_latency_mean_s": latency,
+                    "token_latency_p95_s": 2 * latency,
+                    "unfinished": 7 if policy == "fcfs" and load > 1 else 0,
+                }
+            )
+    return rows
+
+
+def bench_loads() -> tuple[float, ...]:
+    return (0.5, 0.8, 1.0, 1.5)
+
+
+def test_report_from_json_writes_table_ratios_and_plot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = _load()
+    saved = tmp_path / "rows.json"
+    saved.write_text(json.dumps(_rows()))
+    docs = tmp_path / "docs"
+    (docs / "img").mkdir(parents=True)
+    (docs / "benchmarks.md").write_text("# Benchmarks\n\n## Scheduling\nstale-figures\n\n## Other\nkept\n")
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        ["scheduling.py", "--from-json", str(saved), "--command", "CMD", "--write-docs"],
+    )
+    assert bench.main() == 0
+    text = (docs / "benchmarks.md").read_text()
+    assert "stale-figures" not in text and "## Other\nkept" in text
+    assert "Command: `CMD`" in text
+    assert "| mixed | 0.28 | 1586 | 163 |" in text
+    # at 1.0×: FCFS 0.1, best of ours = ATLAS 0.1 × (0.5 − 0.15) = 0.035, SRPT 0.03
+    assert "| mixed | 1.0× | 2.86× | 2.86× | 1.17× |" in text
+    assert "| 7 / 0 / 0 / 0 / 0 |" in text
+    assert (docs / "img" / "scheduling.png").stat().st_size > 10_000
+    assert "## Scheduling" in capsys.readouterr().out
