@@ -122,7 +122,8 @@ async def chat(
         call.finish("ok" if executed else "replayed", response=_response_view(completion))
         return completion
     except BaseException as exc:
-        cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+        # A call the deadline cut (or left no time to start) was cancelled, not failed.
+        cancelled = isinstance(exc, (anyio.get_cancelled_exc_class(), DeadlineExceeded))
         call.finish("cancelled" if cancelled else "error", error=exc)
         raise
 

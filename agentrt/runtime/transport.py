@@ -90,7 +90,12 @@ class TaggingTransport(httpx.AsyncBaseTransport):
             else:
                 node, graph, span = sdk_call.node, sdk_call.frame.graph, sdk_call.span
             node.attempts += 1
-            self._tag(request, node, graph, span)
+            try:
+                self._tag(request, node, graph, span)
+            except DeadlineExceeded as exc:  # never sent: the raw call's node and span end here
+                if raw is not None:
+                    raw.finish("cancelled", error=exc)
+                raise
             shard = hash(graph.id) % len(self.shards)
         else:
             request.headers[HEADER_SESSION_ID] = rt.session_id
@@ -301,7 +306,7 @@ class _HTTPStatus(Exception):
 
 
 def _status_of(exc: BaseException) -> Any:
-    cancelled = isinstance(exc, (anyio.get_cancelled_exc_class(), _Aborted))
+    cancelled = isinstance(exc, (anyio.get_cancelled_exc_class(), _Aborted, DeadlineExceeded))
     return "cancelled" if cancelled else "error"
 
 

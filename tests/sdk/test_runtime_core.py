@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import anyio
 import anyio.lowlevel
@@ -165,6 +166,21 @@ async def test_deadline_cancels_and_the_server_sees_the_disconnect(
         assert {n.status for n in prog.nodes.values()} == {"cancelled"}
         await wait_until(lambda: state.disconnects >= 2)
     assert state.running == 0 and state.completed == 0
+
+
+async def test_a_call_too_late_for_the_deadline_is_cancelled_not_failed(
+    server: FakeServer, state: FakeState
+) -> None:
+    """A call that finds no time left (its thread started after the deadline, e.g. on a
+    stalled event loop) is never sent, and its node counts as cancelled like the others."""
+    async with Runtime(cfg(server)) as rt:
+        with pytest.raises(DeadlineExceeded):
+            async with rt.program("late", timeout_s=0.05) as prog:
+                time.sleep(0.1)  # noqa: ASYNC251 - blocks the loop past the deadline on purpose
+                await agentrt.chat(USER)
+    assert prog.status == "deadline_exceeded"
+    assert prog.nodes["main:0"].status == "cancelled"
+    assert state.requests == []
 
 
 async def test_deadline_closes_raw_streams(server: FakeServer, state: FakeState) -> None:

@@ -100,7 +100,7 @@ async def test_span_tree_and_genai_attributes(server: FakeServer, state: FakeSta
     duration_points = list(metrics["gen_ai.client.operation.duration"].data.data_points)
     assert sum(p.count for p in duration_points) == 2  # type: ignore[attr-defined]
     phases = {
-        p.attributes["agentrt.phase"]: p.sum  # type: ignore[attr-defined]
+        (p.attributes or {})["agentrt.phase"]: p.sum  # type: ignore[union-attr]
         for p in metrics["agentrt.program.phase.duration"].data.data_points
     }
     assert phases["llm_wait"] == pytest.approx(0.008)  # the server's queue time, 2 calls
@@ -125,8 +125,8 @@ async def test_contents_recorded_only_when_enabled(server: FakeServer, state: Fa
     spans = exporter.get_finished_spans()
     by_name = {s.name: dict(s.attributes or {}) for s in spans}
     first_chat = dict(spans[0].attributes or {})
-    assert "secret prompt" in first_chat["gen_ai.input.messages"]
-    assert '"content": "ok"' in first_chat["gen_ai.output.messages"]
+    assert "secret prompt" in str(first_chat["gen_ai.input.messages"])
+    assert '"content": "ok"' in str(first_chat["gen_ai.output.messages"])
     assert by_name["execute_tool lookup"]["gen_ai.tool.call.arguments"] == '{"word":"word"}'
     assert by_name["execute_tool lookup"]["gen_ai.tool.call.result"] == '"ok"'
     tracer_provider.shutdown()
@@ -142,3 +142,36 @@ def test_make_telemetry_builds_console_providers_without_globals() -> None:
     telemetry.shutdown()
     with pytest.raises(agentrt.ConfigError):
         agentrt.make_telemetry("carrier-pigeon")  # type: ignore[arg-type]
+
+
+async def test_calls_left_no_time_end_their_spans_as_cancelled(server: FakeServer) -> None:
+    """An SDK call and a raw-client call made after the deadline are never sent; both
+    nodes are cancelled and both ``chat`` spans end (with the error status)."""
+    import time
+
+    tracer_provider, exporter, _, _ = providers()
+    config = RuntimeConfig(
+        base_url=server.base_url, model="m1", controller="off", tracer_provider=tracer_provider
+    )
+    messages = [{"role": "user", "content": "hi"}]
+    body = {"model": "m1", "messages": messages}
+    errors: list[BaseException] = []
+    async with (
+        Runtime(config) as rt,
+        rt.http_client() as http,
+        rt.program("late", timeout_s=0.05) as prog,
+    ):
+        time.sleep(0.1)  # noqa: ASYNC251 - blocks the loop past the deadline on purpose
+        for call in (
+            lambda: agentrt.chat(messages),
+            lambda: http.post(server.base_url + "/chat/completions", json=body),
+        ):
+            try:
+                await call()
+            except agentrt.DeadlineExceeded as exc:  # raised before any checkpoint
+                errors.append(exc)
+    assert len(errors) == 2
+    assert [n.status for n in prog.nodes.values()] == ["cancelled", "cancelled"]
+    chats = [s for s in exporter.get_finished_spans() if s.name == "chat m1"]
+    assert len(chats) == 2
+    assert all(s.attributes and s.attributes["error.type"] == "DeadlineExceeded" for s in chats)
