@@ -100,7 +100,12 @@ class TaggingTransport(httpx.AsyncBaseTransport):
         else:
             request.headers[HEADER_SESSION_ID] = rt.session_id
         slots = self._slots[shard]
-        await slots.acquire()
+        try:
+            # The fast path skips anyio's scheduling round trip (a whole event loop iteration,
+            # ~10 µs a call) when a slot is free; the send below is the cancellation point.
+            slots.acquire_nowait()
+        except anyio.WouldBlock:
+            await slots.acquire()
         try:
             response = await self._send(request, self.shards[shard])
         except BaseException as exc:

@@ -37,7 +37,7 @@ def test_example_runs_against_the_embedded_emulator(
 def test_the_puzzle_checker_is_exact() -> None:
     sys.path.insert(0, str(EXAMPLES))
     try:
-        from mcts_puzzle import solves
+        from mcts_puzzle import solves  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(EXAMPLES))
     assert solves(["x", "Answer: (7 - 8 / 8) * 4"], [4, 7, 8, 8], 24)

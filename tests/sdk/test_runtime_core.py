@@ -8,6 +8,7 @@ import time
 
 import anyio
 import anyio.lowlevel
+import openai
 import pytest
 
 import agentrt
@@ -105,6 +106,7 @@ async def test_raw_openai_client_is_tagged_inside_a_program(
                 messages=USER,  # type: ignore[arg-type]
                 stream=True,
             )
+            assert isinstance(stream, openai.AsyncStream)
             async for _ in stream:
                 pass
     t1, t2, t3 = tags_of(state)
@@ -195,6 +197,7 @@ async def test_deadline_closes_raw_streams(server: FakeServer, state: FakeState)
                     messages=USER,  # type: ignore[arg-type]
                     stream=True,
                 )
+                assert isinstance(stream, openai.AsyncStream)
                 async for _ in stream:
                     pass
         await wait_until(lambda: state.disconnects >= 1)

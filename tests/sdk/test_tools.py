@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import anyio
@@ -214,7 +215,7 @@ async def test_unknown_outcome_surfaces_or_reconciles(server: FakeServer, state:
 
 
 async def test_react_loop_with_tools_and_bad_json(server: FakeServer, state: FakeState) -> None:
-    turns = iter(
+    turns: Iterator[dict[str, Any]] = iter(
         [
             {"role": "assistant", "content": None, "tool_calls": [tool_call("add", '{"a": 2')]},
             {"role": "assistant", "content": None, "tool_calls": [tool_call("add", '{"a": 2}')]},
