@@ -49,9 +49,10 @@ class DemoSettings:
     #: Emulated engines (>= 2 for routing to matter).
     engines: int = 2
     #: Program arrivals per model second (a Poisson process), > 0. The default keeps the
-    #: engines near saturation while the programs arrive (about 16 wall seconds), where
-    #: waiting is a large part of a program's time and its order matters.
-    arrival_rate: float = 2.5
+    #: engines near saturation while the programs arrive (about 10 wall seconds) on an
+    #: otherwise idle 2-core machine, where waiting is a large part of a program's time and
+    #: its order matters (at 2.5 the engines of an idle machine barely queue).
+    arrival_rate: float = 4.0
     #: Sequences an engine runs at once (vLLM ``--max-num-seqs``): small, so that this
     #: machine's CPU can drive the engines to saturation.
     max_num_seqs: int = 4
