@@ -12,7 +12,7 @@ import pytest
 import agentrt
 
 #: Modules ``agentrt --help`` must not import (they cost most of a second together).
-HEAVY = ("openai", "httpx", "opentelemetry", "agentrt.runtime", "agentrt.patterns")
+HEAVY = ("openai", "httpx", "opentelemetry", "sqlalchemy", "agentrt.runtime", "agentrt.patterns")
 
 _PROBE = """
 import json, sys
