@@ -11,10 +11,10 @@ eager imports would; type checkers see the imports below.
 
 from __future__ import annotations
 
-# Private aliases: every public module-level name must be in __all__.
-import importlib as _importlib
 import typing as _typing
 
+# Private aliases: every public module-level name must be in __all__.
+from agentrt import _lazy
 from agentrt.errors import (
     AgentrtError,
     ConfigError,
@@ -72,18 +72,7 @@ _LAZY: dict[str, str] = {
 
 
 if not _typing.TYPE_CHECKING:  # hidden from type checkers, which see the real imports above
-
-    def __getattr__(name: str) -> _typing.Any:
-        """Import a lazily exported SDK name on first access, then cache it in the module."""
-        module_name = _LAZY.get(name)
-        if module_name is None:
-            raise AttributeError(f"module 'agentrt' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(module_name), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = _lazy.exports(__name__, _LAZY)
 
 
 __all__ = [

@@ -16,8 +16,9 @@ group does not load SQLAlchemy (``agentrt --help`` stays fast); type checkers se
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from agentrt import _lazy
 
 if _typing.TYPE_CHECKING:
     from agentrt.journal.api import LeasingJournal, ReconcileResult, StepJournal, StepSpec
@@ -56,18 +57,7 @@ _LAZY: dict[str, str] = {
 }
 
 if not _typing.TYPE_CHECKING:  # hidden from type checkers, which see the real imports above
-
-    def __getattr__(name: str) -> _typing.Any:
-        """Import a lazily exported journal name on first access, then cache it."""
-        module_name = _LAZY.get(name)
-        if module_name is None:
-            raise AttributeError(f"module 'agentrt.journal' has no attribute {name!r}")
-        value = getattr(_importlib.import_module(module_name), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = _lazy.exports(__name__, _LAZY)
 
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import Update, or_, select, update
 
 from agentrt.journal import schema
 from agentrt.journal.leases import LeaseRecord, ProgramLease
@@ -74,18 +74,20 @@ async def try_acquire(
     return lease, None
 
 
+def _still_ours(lease: ProgramLease) -> Update:
+    """An UPDATE of ``lease``'s row that matches only while the row is still this holder's:
+    same owner, same epoch (no takeover or operator break since)."""
+    return update(_L).where(
+        _L.c.program_id == lease.program_id,
+        _L.c.owner == lease.owner,
+        _L.c.epoch == lease.epoch,
+    )
+
+
 async def renew(store: JournalStore, lease: ProgramLease, *, now: float) -> bool:
     """Extend ``lease`` to ``now + ttl_s``; ``False`` when it is no longer ours (taken over or
     broken). An expired lease that nobody took over is still ours: renewing it is safe."""
-    stmt = (
-        update(_L)
-        .where(
-            _L.c.program_id == lease.program_id,
-            _L.c.owner == lease.owner,
-            _L.c.epoch == lease.epoch,
-        )
-        .values(renewed_at=now, expires_at=now + lease.ttl_s)
-    )
+    stmt = _still_ours(lease).values(renewed_at=now, expires_at=now + lease.ttl_s)
     async with store._guard("renew lease"):
         ok = await store._write_one(stmt) == 1
     if ok:
@@ -96,15 +98,7 @@ async def renew(store: JournalStore, lease: ProgramLease, *, now: float) -> bool
 async def release(store: JournalStore, lease: ProgramLease, *, now: float) -> bool:
     """End ``lease`` (``expires_at = 0``: anyone may acquire at once); ``False`` when it was no
     longer ours. The epoch stays: the next holder gets epoch + 1."""
-    stmt = (
-        update(_L)
-        .where(
-            _L.c.program_id == lease.program_id,
-            _L.c.owner == lease.owner,
-            _L.c.epoch == lease.epoch,
-        )
-        .values(renewed_at=now, expires_at=0.0)
-    )
+    stmt = _still_ours(lease).values(renewed_at=now, expires_at=0.0)
     async with store._guard("release lease"):
         return await store._write_one(stmt) == 1
 
