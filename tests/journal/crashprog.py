@@ -237,7 +237,11 @@ def child(cmd: dict[str, Any]) -> int:
         answer = asyncio.run(COMMANDS[cmd["op"]](cmd))
     except BaseException as exc:  # report anything unexpected to the harness
         answer = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
-    Path(cmd["out"]).write_text(json.dumps(answer))
+    # written whole or not at all: a timer kill may land while the answer is being written
+    out = Path(cmd["out"])
+    partial = out.with_suffix(".partial")
+    partial.write_text(json.dumps(answer))
+    partial.replace(out)
     return 0 if answer.get("status") != "error" else 1
 
 

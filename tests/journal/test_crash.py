@@ -74,8 +74,10 @@ class Zygote:
         line = self.proc.stdout.readline()
         assert line, "the crash zygote died"
         rc = int(json.loads(line)["rc"])
-        answer = json.loads(out.read_text()) if out.exists() else None
+        # a killed child's answer (if it got as far as writing one) is not used
+        answer = json.loads(out.read_text()) if rc != -9 and out.exists() else None
         out.unlink(missing_ok=True)
+        out.with_suffix(".partial").unlink(missing_ok=True)
         return rc, answer
 
     def close(self) -> None:
