@@ -115,7 +115,8 @@ def test_report_from_json_writes_table_ratios_and_plot(
     saved.write_text(json.dumps(_rows()))
     docs = tmp_path / "docs"
     (docs / "img").mkdir(parents=True)
-    (docs / "benchmarks.md").write_text("# Benchmarks\n\n## Scheduling\nstale-figures\n\n## Other\nkept\n")
+    stale = "# Benchmarks\n\n## Scheduling\nstale-figures\n\n## Other\nkept\n"
+    (docs / "benchmarks.md").write_text(stale)
     monkeypatch.setattr(bench, "ROOT", tmp_path)
     monkeypatch.setattr(
         sys,
