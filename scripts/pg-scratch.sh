@@ -5,8 +5,14 @@
 # The cluster lives in .pgdata/ of the repository; it listens on loopback only.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DATA="$ROOT/.pgdata"
 PORT="${AGENTRT_PG_PORT:-54329}"
+DATA="$ROOT/.pgdata"
+# As root the cluster runs as the 'postgres' user, which must be able to reach its data
+# directory: a checkout under a private directory (mktemp -d is mode 700) is out of its reach,
+# so the cluster then lives in a directory of its own under the system's temporary directory.
+if [[ "$(id -u)" == 0 ]] && ! runuser -u postgres -- test -x "$ROOT" 2>/dev/null; then
+  DATA="${TMPDIR:-/tmp}/agentrt-pgdata-$PORT"
+fi
 
 find_bin() {
   local dir
@@ -23,7 +29,7 @@ find_bin() {
 as_owner() {
   # PostgreSQL refuses to run as root: run it as the 'postgres' system user then.
   if [[ "$(id -u)" == 0 ]]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
     "$@"
   fi
