@@ -40,6 +40,12 @@ class RuntimeConfig:
     #: Journal LLM calls too, so a re-run replays them (keeps re-runs deterministic up to the
     #: side effects). Only used with a journal.
     journal_llm_calls: bool = True
+    #: With a journal URL: length of each program's lease (seconds; renewed every third of it
+    #: while the program runs), and how long a program waits for a lease another runner holds
+    #: before raising ``ProgramLeaseHeld`` (seconds; 0 = fail at once). docs/journal.md.
+    #: For a ``Journal`` instance, set them on the instance.
+    journal_lease_ttl_s: float = 30.0
+    journal_lease_wait_s: float = 0.0
     controller: ControllerMode = "auto"
     #: Where the program-event endpoints live; None = ``base_url`` without a trailing ``/v1``.
     controller_url: str | None = None
@@ -90,7 +96,12 @@ class RuntimeConfig:
             problems.append("model must be a non-empty string or None")
         if not isinstance(self.api_key, str):
             problems.append("api_key must be a string")
-        for name in ("request_timeout_s", "event_timeout_s", "fallback_hold_s"):
+        for name in (
+            "request_timeout_s",
+            "event_timeout_s",
+            "fallback_hold_s",
+            "journal_lease_ttl_s",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not 0 < value < math.inf:
                 problems.append(f"{name} must be a positive finite number of seconds")
@@ -108,6 +119,9 @@ class RuntimeConfig:
             except Exception as exc:
                 problems.append(f"session_id: {exc}")
         problems.extend(_check_journal(self.journal))
+        wait = self.journal_lease_wait_s
+        if not isinstance(wait, int | float) or not 0 <= wait < math.inf:
+            problems.append("journal_lease_wait_s must be a finite number of seconds >= 0")
         if self.http_transport is not None and not isinstance(
             self.http_transport, httpx.AsyncBaseTransport
         ):

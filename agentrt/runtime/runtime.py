@@ -55,7 +55,7 @@ class Runtime:
         self.server_port: int = url.port or (443 if url.scheme == "https" else 80)
         self.tool_history = ToolHistory()
         if isinstance(config.journal, str):
-            _journal_for(config.journal)  # a bad journal URL fails here, at construction
+            _journal_for(config.journal, config)  # a bad journal URL fails here, at construction
             self._journal: StepJournal | None = None
         else:
             self._journal = config.journal
@@ -117,7 +117,7 @@ class Runtime:
                 _log.warning("controller unreachable: calls go to %s", cfg.fallback_base_url)
                 self._transport.use_fallback_now()
             if isinstance(cfg.journal, str):
-                owned: Any = _journal_for(cfg.journal)
+                owned: Any = _journal_for(cfg.journal, cfg)
                 self._journal = await stack.enter_async_context(owned)
             self._default_client = self.openai_client()
         except BaseException:
@@ -205,8 +205,12 @@ async def _close_shielded(pool: httpx.AsyncBaseTransport) -> None:
         await pool.aclose()
 
 
-def _journal_for(url: str) -> StepJournal:
+def _journal_for(url: str, config: RuntimeConfig) -> StepJournal:
     """The journal store behind ``url``; no I/O yet. Raises ``ConfigError`` for a bad URL."""
     from agentrt.journal import Journal
 
-    return Journal(url)
+    return Journal(
+        url,
+        lease_ttl_s=config.journal_lease_ttl_s,
+        lease_wait_s=config.journal_lease_wait_s,
+    )
