@@ -45,6 +45,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import _report  # noqa: E402
+
 BODY = json.dumps(
     {
         "model": "instant",
@@ -364,18 +368,6 @@ def markdown(result: dict[str, Any]) -> str:
     )
 
 
-def write_docs(section: str) -> None:
-    """Replace (or append) the ``## Controller overhead`` section of docs/benchmarks.md."""
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"^## Controller overhead\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=2000, help="sequential calls per rep")
@@ -399,7 +391,7 @@ def main() -> int:
     print(section)
     print(json.dumps({p: d["median"] for p, d in result["policies"].items()}, indent=2))
     if args.write_docs:
-        write_docs(section)
+        _report.replace_section(ROOT / "docs" / "benchmarks.md", "## Controller overhead", section)
     return 0
 
 

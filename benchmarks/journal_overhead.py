@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agentrt.journal import Journal, StepSpec  # noqa: E402
+from benchmarks import _report  # noqa: E402
 
 SECTION = "## Journal overhead"
 
@@ -179,18 +180,6 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def write_docs(section: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    if SECTION in text:
-        start = text.index(SECTION)
-        following = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + ("" if following < 0 else text[following + 1 :])
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text)
-
-
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="agentrt-journal-bench-") as tmp:
@@ -270,7 +259,7 @@ def main() -> int:
     print()
     print(section)
     if args.write_docs:
-        write_docs(section)
+        _report.replace_section(ROOT / "docs" / "benchmarks.md", SECTION, section)
     return 0
 
 

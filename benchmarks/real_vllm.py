@@ -72,6 +72,10 @@ import agentrt
 from agentrt import Runtime, RuntimeConfig, tool
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import _report  # noqa: E402
+
 IGNORE_EOS = {"ignore_eos": True}
 KINDS = ("react", "map_reduce", "mcts")
 SYSTEM = "You are a careful agent. Tools:\n" + "\n".join(
@@ -494,18 +498,6 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(section: str) -> None:
-    """Replace (or append) the ``## Real vLLM (indicative)`` section of docs/benchmarks.md."""
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"^## Real vLLM \(indicative\)\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: section + "\n", text, count=1)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section
-    path.write_text(text.rstrip("\n") + "\n")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
@@ -536,7 +528,9 @@ def main() -> int:
     section = markdown(result)
     print(json.dumps(result, indent=2) if args.json else section)
     if args.write_docs:
-        write_docs(section)
+        _report.replace_section(
+            ROOT / "docs" / "benchmarks.md", "## Real vLLM (indicative)", section
+        )
     return 0
 
 

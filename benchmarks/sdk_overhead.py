@@ -34,6 +34,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import _report  # noqa: E402
+
 GOAL_US = 100.0
 _BODY = json.dumps(
     {
@@ -232,7 +237,7 @@ def _added(results: dict[str, list[float]], mode: str) -> float:
     return statistics.median(results[mode + "/cpu"]) - statistics.median(results["bare/cpu"])
 
 
-def _report(
+def _markdown(
     args: argparse.Namespace, loopback: dict[str, list[float]], local: dict[str, list[float]]
 ) -> str:
     load = os.getloadavg()[0]
@@ -296,19 +301,6 @@ def _report(
     return "\n".join(lines)
 
 
-def _write_docs(section: str) -> None:
-    path = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\n"
-    start = text.find("## SDK overhead")
-    if start == -1:
-        text = text.rstrip("\n") + "\n\n" + section
-    else:
-        end = text.find("\n## ", start + 1)
-        rest = "" if end == -1 else "\n" + text[end + 1 :]  # keep the blank line before it
-        text = text[:start] + section + rest
-    path.write_text(text)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1000, help="calls per mode per repetition")
@@ -333,10 +325,10 @@ def main() -> int:
     finally:
         server.terminate()
         server.wait(timeout=10)
-    section = _report(args, loopback, local)
+    section = _markdown(args, loopback, local)
     print(section)
     if args.write_docs:
-        _write_docs(section)
+        _report.replace_section(ROOT / "docs" / "benchmarks.md", "## SDK overhead", section)
     return 0
 
 

@@ -35,6 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import _report  # noqa: E402
 from simulator.registry import PolicySpec  # noqa: E402
 from simulator.runner import BenchConfig, run_comparison  # noqa: E402
 
@@ -159,19 +160,6 @@ Command: `{command}`
 """
 
 
-def write_docs(text: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    current = path.read_text(encoding="utf-8") if path.exists() else "# Benchmarks\n"
-    start = current.find(HEADING)
-    if start < 0:
-        updated = current.rstrip("\n") + "\n\n" + text
-    else:
-        end = current.find("\n## ", start + len(HEADING))
-        tail = current[end + 1 :] if end >= 0 else ""
-        updated = current[:start] + text + ("\n" + tail if tail else "")
-    path.write_text(updated, encoding="utf-8")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", default="mixed")
@@ -194,7 +182,7 @@ def main() -> int:
         result = measure(args)
     print(json.dumps(result, indent=2) if args.json else markdown(result))
     if args.write_docs:
-        write_docs(markdown(result))
+        _report.replace_section(ROOT / "docs" / "benchmarks.md", HEADING, markdown(result))
     return 0
 
 
