@@ -13,15 +13,13 @@ JSON keys: ``overrides`` (controller options, as for ``controller.service.load_c
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from agentrt.demo.child_stop import stop_group_on_signal_or_eof
-from agentrt.errors import AgentrtError
+from agentrt.demo.child_stop import child_main, stop_group_on_signal_or_eof
 
 __all__ = ["main"]
 
@@ -54,15 +52,7 @@ async def _serve(options: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        anyio.run(_serve, json.loads(args[0]))
-    except (AgentrtError, LookupError, ValueError, TypeError) as exc:
-        print(f"agentrt demo controller: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        return 0
-    return 0
+    return child_main("controller", _serve, argv)
 
 
 if __name__ == "__main__":

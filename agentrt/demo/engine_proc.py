@@ -12,14 +12,12 @@ JSON keys: ``time_scale``, ``seed``, ``max_num_seqs``, ``num_gpu_blocks`` (or nu
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import anyio
 
-from agentrt.demo.child_stop import stop_group_on_signal_or_eof
-from agentrt.errors import AgentrtError
+from agentrt.demo.child_stop import child_main, stop_group_on_signal_or_eof
 from emulator.core.types import EngineConfig
 from emulator.server import EmulatorConfig, serve_engine
 
@@ -48,16 +46,10 @@ async def _serve(config: EmulatorConfig) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    try:
-        config = emulator_config(json.loads(args[0]))
-        anyio.run(_serve, config)
-    except (AgentrtError, LookupError, ValueError, TypeError) as exc:
-        print(f"agentrt demo engine: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        return 0
-    return 0
+    async def serve(options: dict[str, Any]) -> None:
+        await _serve(emulator_config(options))
+
+    return child_main("engine", serve, argv)
 
 
 if __name__ == "__main__":
