@@ -32,7 +32,8 @@ from agentrt.protocol import EVENTS_PREFIX
 from controller.backends.api import Backend
 from controller.backends.spec import BackendSpec
 from controller.service.core import ControllerCore
-from controller.service.errors import BadRequest, BodyTooLarge, ServiceError
+from controller.service.endpoints import guarded, read_small_body
+from controller.service.errors import BadRequest, ServiceError
 
 __all__ = ["BACKENDS_PATH", "admin_routes"]
 
@@ -56,10 +57,6 @@ class Conflict(ServiceError):
     error_type = "invalid_request_error"
 
 
-def _error(error: ServiceError) -> Response:
-    return Response(error.body(), error.status_code, error.headers(), media_type="application/json")
-
-
 def _authorize(request: Request, token: str | None) -> None:
     if token is None:
         host = request.client.host if request.client is not None else ""
@@ -73,11 +70,7 @@ def _authorize(request: Request, token: str | None) -> None:
 
 
 async def _spec(request: Request) -> BackendSpec:
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_BODY_BYTES:
-            raise BodyTooLarge(f"backend spec over {_MAX_BODY_BYTES} bytes")
+    body = await read_small_body(request, _MAX_BODY_BYTES, "backend spec")
     try:
         data: Any = json.loads(body or b"{}")
     except ValueError:
@@ -130,16 +123,6 @@ def admin_routes(
         if backend_id not in pool.states:
             return JSONResponse({"backend_id": backend_id, "removed": True})
         return JSONResponse({"backend": state.describe(core.clock())}, status_code=202)
-
-    def guarded(handler: Any) -> Any:
-        async def endpoint(request: Request) -> Response:
-            try:
-                response: Response = await handler(request)
-            except ServiceError as error:
-                return _error(error)
-            return response
-
-        return endpoint
 
     return [
         Route(BACKENDS_PATH, guarded(listing), methods=["GET"]),

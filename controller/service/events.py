@@ -29,7 +29,8 @@ from agentrt.protocol import (
     ToolWaitStart,
 )
 from controller.service.core import ControllerCore
-from controller.service.errors import BadRequest, BodyTooLarge, ServiceError
+from controller.service.endpoints import guarded, read_small_body
+from controller.service.errors import BadRequest
 
 __all__ = ["event_routes"]
 
@@ -39,16 +40,8 @@ _MAX_SESSIONS = 100_000
 _E = TypeVar("_E", bound=BaseModel)
 
 
-def _error(error: ServiceError) -> Response:
-    return Response(error.body(), error.status_code, error.headers(), media_type="application/json")
-
-
 async def _event(request: Request, model: type[_E]) -> _E:
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > _MAX_EVENT_BYTES:
-            raise BodyTooLarge(f"event body over {_MAX_EVENT_BYTES} bytes")
+    body = await read_small_body(request, _MAX_EVENT_BYTES, "event body")
     try:
         return model.model_validate_json(body or b"{}")
     except ValidationError as exc:
@@ -190,16 +183,6 @@ def event_routes(core: ControllerCore) -> list[Route]:
             for backend_id, state in core.pool.states.items()
         ]
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
-
-    def guarded(handler: Any) -> Any:
-        async def endpoint(request: Request) -> Response:
-            try:
-                response: Response = await handler(request)
-            except ServiceError as error:
-                return _error(error)
-            return response
-
-        return endpoint
 
     p = EVENTS_PREFIX
     return [
