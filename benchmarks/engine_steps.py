@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emulator.core import EngineConfig, EngineCore, EngineRequest, get_profile
+from agentrt_emulator.core import EngineConfig, EngineCore, EngineRequest, get_profile
 
 BATCH = 64
 SYSTEM_PROMPT = list(range(128))

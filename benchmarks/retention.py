@@ -2,7 +2,7 @@
 
 BRIEF.md §3 (last paragraph): PLAS/ATLAS push long programs back; while they wait, LRU evicts
 their long contexts, and under overload they can end up *worse* than MLFQ or FCFS. Retention
-(BRIEF.md §5, :mod:`controller.retention`) keeps a program's engine binding and admits its
+(BRIEF.md §5, :mod:`agentrt_controller.retention`) keeps a program's engine binding and admits its
 returning call ahead of the scheduler's order while its context is likely still cached, and
 pins the KV where that pays.
 
@@ -39,10 +39,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentrt_sim.plan import compile_program  # noqa: E402
+from agentrt_sim.registry import PolicySpec  # noqa: E402
+from agentrt_sim.runner import BenchConfig, run_one  # noqa: E402
 from benchmarks import _report  # noqa: E402
-from simulator.plan import compile_program  # noqa: E402
-from simulator.registry import PolicySpec  # noqa: E402
-from simulator.runner import BenchConfig, run_one  # noqa: E402
 
 #: (scheduler, retention) configurations, baselines first.
 CONFIGS = (
@@ -153,7 +153,7 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
         "",
         "`benchmarks/retention.py` — 1 simulated engine (`a100-llama3-8b`, engine FCFS), "
         f"controller admission window {WINDOW}, router irrelevant; the same programs for every "
-        "configuration; `/on` = retention by `controller.retention.TtlRetentionPolicy` "
+        "configuration; `/on` = retention by `agentrt_controller.retention.TtlRetentionPolicy` "
         "(retained lane + engine binding; native pins where the rule says so). Medians over "
         f"seeds {list(args.seeds)}; {wall_s / 60:.1f} min on this machine.",
         "",

@@ -43,12 +43,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentrt_sim.plan import compile_program  # noqa: E402
+from agentrt_sim.registry import PolicySpec  # noqa: E402
+from agentrt_sim.runner import BenchConfig, run_one  # noqa: E402
+from agentrt_sim.workloads.chatbot import ChatbotParams, ChatbotWorkload  # noqa: E402
+from agentrt_sim.workloads.program import Program  # noqa: E402
 from benchmarks import _report  # noqa: E402
-from simulator.plan import compile_program  # noqa: E402
-from simulator.registry import PolicySpec  # noqa: E402
-from simulator.runner import BenchConfig, run_one  # noqa: E402
-from simulator.workloads.chatbot import ChatbotParams, ChatbotWorkload  # noqa: E402
-from simulator.workloads.program import Program  # noqa: E402
 
 ROUTERS = ("round_robin", "least_loaded", "autellix", "prefix")
 ENGINES = 4

@@ -3,9 +3,10 @@
 For each workload (chatbot, react, mcts, mixed) on one ``a100-llama3-8b`` engine with prefix
 caching on, the simulator runs FCFS, MLFQ, PLAS, ATLAS and the clairvoyant SRPT on the *same*
 generated programs at several arrival rates, all through the controller's own policy objects
-(``controller.scheduling``) and an admission window. The rates are fractions of the workload's
+(``agentrt_controller.scheduling``) and an admission window. The rates are fractions of the
+workload's
 saturation rate, found first by an FCFS probe (the largest rate at which FCFS still keeps up,
-see ``simulator.runner.keeps_up``: a geometric ladder, then bisection). Each workload gets a
+see ``agentrt_sim.runner.keeps_up``: a geometric ladder, then bisection). Each workload gets a
 measurement window long enough for its programs: the warm-up is at least twice the p95 program
 E2E at light load, and at least 400 programs are measured.
 
@@ -29,9 +30,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentrt_sim.registry import PolicySpec  # noqa: E402
+from agentrt_sim.runner import BenchConfig, keeps_up, run_comparison  # noqa: E402
 from benchmarks import _report  # noqa: E402
-from simulator.registry import PolicySpec  # noqa: E402
-from simulator.runner import BenchConfig, keeps_up, run_comparison  # noqa: E402
 
 POLICIES = ("fcfs", "mlfq", "plas", "atlas", "srpt")
 WORKLOADS = ("chatbot", "react", "mcts", "mixed")
@@ -76,7 +77,7 @@ def probe_duration(duration_s: float, warmup_s: float, rate: float) -> float:
 
 
 def find_saturation(workload: str, duration_s: float, seed: int, window: int) -> Saturation:
-    """Largest rate at which FCFS keeps up on ``workload`` (``simulator.runner.keeps_up``):
+    """Largest rate at which FCFS keeps up on ``workload`` (``agentrt_sim.runner.keeps_up``):
     up a geometric ladder, then three bisection steps between the last rate that kept up and
     the first that did not."""
     duration, warmup = measurement_window(workload, duration_s, seed, window)

@@ -35,9 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agentrt_sim.registry import PolicySpec  # noqa: E402
+from agentrt_sim.runner import BenchConfig, run_comparison  # noqa: E402
 from benchmarks import _report  # noqa: E402
-from simulator.registry import PolicySpec  # noqa: E402
-from simulator.runner import BenchConfig, run_comparison  # noqa: E402
 
 HEADING = "## Simulator speed"
 

@@ -58,7 +58,7 @@ async def endpoint(args: argparse.Namespace) -> AsyncIterator[Endpoint]:
     if args.base_url:
         yield Endpoint(args.base_url, args.model or "default", embedded=False)
         return
-    from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+    from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 
     async with serve_engine(EmulatorConfig(time_scale=args.time_scale)) as engine:
         yield Endpoint(engine.openai_base_url, args.model or DEFAULT_MODEL_NAME, embedded=True)

@@ -19,8 +19,8 @@ import _common
 import anyio
 import httpx
 
-from adapters import AgentRun
 from agentrt import Runtime, RuntimeConfig
+from agentrt_adapters import AgentRun
 
 #: How often the watcher samples the process table (seconds).
 POLL_S = 0.02
@@ -32,9 +32,9 @@ async def stack(args: argparse.Namespace) -> AsyncIterator[_common.Endpoint]:
     if args.base_url:
         yield _common.Endpoint(args.base_url, args.model or "default", embedded=False)
         return
-    from controller.backends.spec import BackendSpec
-    from controller.service import ControllerConfig, serve_controller
-    from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+    from agentrt_controller.backends.spec import BackendSpec
+    from agentrt_controller.service import ControllerConfig, serve_controller
+    from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 
     async with serve_engine(EmulatorConfig(time_scale=args.time_scale)) as engine:
         config = ControllerConfig(

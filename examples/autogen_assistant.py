@@ -4,9 +4,9 @@
     .venv/bin/python examples/autogen_assistant.py --base-url http://localhost:8080/v1 --model M
 
 Needs the ``autogen`` extra (``pip install -e '.[autogen]'``). The agent's model client is
-``adapters.autogen.AgentrtChatCompletionClient``: AutoGen fixes headers when a client is
+``agentrt_adapters.autogen.AgentrtChatCompletionClient``: AutoGen fixes headers when a client is
 built, so the tags are added by the runtime's transport from the current program. Its tools
-are wrapped by ``adapters.autogen.agentrt_tools``, so each execution is reported to the
+are wrapped by ``agentrt_adapters.autogen.agentrt_tools``, so each execution is reported to the
 controller as a tool wait. While the agent runs, the example samples the controller's
 process table and prints what it showed.
 """
@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 import _stack
 
-from adapters import AgentRun
-from adapters.autogen import run_assistant_agent
 from agentrt import Runtime
+from agentrt_adapters import AgentRun
+from agentrt_adapters.autogen import run_assistant_agent
 
 TASK = (
     "When did project Lighthouse launch? Search the archive first; if you need arithmetic, "

@@ -4,7 +4,7 @@
     .venv/bin/python examples/langgraph_react.py --base-url http://localhost:8080/v1 --model M
 
 Needs the ``langchain`` extra (``pip install -e '.[langchain]'``). The agent's model is a
-``ChatOpenAI`` built by ``adapters.langchain.chat_model``: every call carries the program's
+``ChatOpenAI`` built by ``agentrt_adapters.langchain.chat_model``: every call carries the program's
 tags. Its tools' executions are reported to the controller as tool waits. While the agent
 runs, the example samples the controller's process table and prints what it showed.
 """
@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common
 import _stack
 
-from adapters import AgentRun
-from adapters.langchain import run_react_agent
 from agentrt import Runtime
+from agentrt_adapters import AgentRun
+from agentrt_adapters.langchain import run_react_agent
 
 TASK = (
     "Search the archive for the launch date of project Lighthouse, then compute how many "

@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentrt import Program, Runtime, RuntimeConfig
-from controller.backends.spec import BackendSpec
-from controller.service import ControllerConfig, serve_controller
-from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerConfig, serve_controller
+from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 
 #: The scripted model's calls take ~ms at this speed-up; the tests wait on tools, not on it.
 TIME_SCALE = 200.0

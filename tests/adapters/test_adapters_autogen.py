@@ -35,13 +35,13 @@ from autogen_agentchat.messages import (
 from autogen_core import CancellationToken
 from autogen_core.models import CreateResult, FunctionExecutionResultMessage, LLMMessage
 
-from adapters.autogen import (
+from agentrt import ConfigError, DeadlineExceeded, LLMCallError, Runtime, RuntimeConfig
+from agentrt_adapters.autogen import (
     AgentrtChatCompletionClient,
     agentrt_tools,
     run_agent,
     run_assistant_agent,
 )
-from agentrt import ConfigError, DeadlineExceeded, LLMCallError, Runtime, RuntimeConfig
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -18,10 +18,10 @@ from langchain.agents import create_agent
 from test_adapters_autogen import ToolFirstClient
 from test_adapters_langchain import ToolFirstChatOpenAI
 
-from adapters.autogen import agentrt_tools, run_agent, run_assistant_agent, run_in_program
-from adapters.langchain import chat_model, langchain_tools, run_graph, run_react_agent
 from agentrt import IdempotencyKey, tool
 from agentrt.errors import JournalUnavailable
+from agentrt_adapters.autogen import agentrt_tools, run_agent, run_assistant_agent, run_in_program
+from agentrt_adapters.langchain import chat_model, langchain_tools, run_graph, run_react_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -1,13 +1,14 @@
-"""Thread assignment of framework work (adapters._lanes): sequential work stays in one thread,
+"""Thread assignment of framework work (agentrt_adapters._lanes): sequential work stays in one
+thread,
 concurrent work gets forked threads, and what follows depends on every branch."""
 
 from __future__ import annotations
 
 import math
 
-from adapters._lanes import Lanes
 from agentrt.program.context import Chain, Frame
 from agentrt.program.model import Node, ProgramGraph
+from agentrt_adapters._lanes import Lanes
 
 
 def _program() -> Frame:

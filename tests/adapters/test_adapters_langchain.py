@@ -31,7 +31,9 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Send
 
-from adapters.langchain import (
+from agentrt import ConfigError, DeadlineExceeded, LLMCallError, Runtime, RuntimeConfig
+from agentrt.errors import AgentrtError
+from agentrt_adapters.langchain import (
     AgentrtCallbackHandler,
     AgentrtChatOpenAI,
     agentrt_config,
@@ -39,8 +41,6 @@ from adapters.langchain import (
     run_graph,
     run_react_agent,
 )
-from agentrt import ConfigError, DeadlineExceeded, LLMCallError, Runtime, RuntimeConfig
-from agentrt.errors import AgentrtError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

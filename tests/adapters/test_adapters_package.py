@@ -1,16 +1,16 @@
-"""``import adapters`` needs neither framework; ``available()`` reports what is installed."""
+"""``import agentrt_adapters`` needs neither framework; ``available()`` reports what is installed."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-import adapters
+import agentrt_adapters
 
 
 def test_importing_the_package_imports_no_framework() -> None:
     code = (
-        "import sys, adapters; "
+        "import sys, agentrt_adapters; "
         "names = ('langchain_core', 'langgraph', 'autogen_core'); "
         "print([m for m in names if m in sys.modules])"
     )
@@ -21,7 +21,7 @@ def test_importing_the_package_imports_no_framework() -> None:
 
 
 def test_available_reports_the_installed_extras() -> None:
-    found = adapters.available()
+    found = agentrt_adapters.available()
     assert set(found) == {"langchain", "autogen"}
     for name, ok in found.items():
         module = {"langchain": "langgraph", "autogen": "autogen_agentchat"}[name]

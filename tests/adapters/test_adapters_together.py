@@ -18,8 +18,8 @@ from langchain.agents import create_agent
 from test_adapters_autogen import ToolFirstClient
 from test_adapters_langchain import ToolFirstChatOpenAI
 
-from adapters.autogen import agentrt_tools, run_agent
-from adapters.langchain import chat_model, run_graph
+from agentrt_adapters.autogen import agentrt_tools, run_agent
+from agentrt_adapters.langchain import chat_model, run_graph
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

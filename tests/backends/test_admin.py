@@ -12,10 +12,10 @@ import anyio
 import httpx
 import pytest
 
-from controller.backends.api import BackendRequest
-from controller.backends.fake import FakeBackend, FakeResponse
-from controller.backends.spec import BackendSpec
-from controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_controller.backends.api import BackendRequest
+from agentrt_controller.backends.fake import FakeBackend, FakeResponse
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 
 from .fake_vllm import FakeVllm, build_app
 from .servers import serve_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.backends.breaker import BreakerConfig, BreakerState, CircuitBreaker
+from agentrt_controller.backends.breaker import BreakerConfig, BreakerState, CircuitBreaker
 
 CLOSED, OPEN, HALF = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_OPEN
 

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.backends import BackendSpec, build_backend
-from controller.backends.emulator import EmulatorBackend
-from controller.backends.sglang import SGLangBackend
-from controller.backends.transport import HttpPool
-from controller.service import ControllerConfig, load_config
+from agentrt_controller.backends import BackendSpec, build_backend
+from agentrt_controller.backends.emulator import EmulatorBackend
+from agentrt_controller.backends.sglang import SGLangBackend
+from agentrt_controller.backends.transport import HttpPool
+from agentrt_controller.service import ControllerConfig, load_config
 
 URL = "http://127.0.0.1:8000"
 

@@ -18,8 +18,8 @@ import httpx
 import openai
 import pytest
 
-from controller.backends.spec import BackendSpec
-from controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 
 from .fake_vllm import FakeVllm, build_app
 from .servers import serve_app, spawn_emulator, spawn_fake

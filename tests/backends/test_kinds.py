@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from controller.backends import (
+from agentrt_controller.backends import (
     BackendError,
     BackendRequest,
     BackendSpec,
@@ -24,13 +24,18 @@ from controller.backends import (
     build_backend,
     pins_of,
 )
-from controller.backends.emulator import EmulatorBackend
-from controller.backends.http import VllmBackend
-from controller.backends.sglang import SGLangBackend
-from controller.backends.transport import HttpPool
-from controller.service import ControllerApp, ControllerConfig, serve_controller
-from emulator.core.types import EngineConfig
-from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, RunningEmulator, serve_engine
+from agentrt_controller.backends.emulator import EmulatorBackend
+from agentrt_controller.backends.http import VllmBackend
+from agentrt_controller.backends.sglang import SGLangBackend
+from agentrt_controller.backends.transport import HttpPool
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_emulator.core.types import EngineConfig
+from agentrt_emulator.server import (
+    DEFAULT_MODEL_NAME,
+    EmulatorConfig,
+    RunningEmulator,
+    serve_engine,
+)
 
 from .fake_sglang import FakeSGLang, build_sglang
 from .fake_vllm import FakeVllm, build_app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from controller.scheduling.api import Call
+from agentrt_controller.scheduling.api import Call
 
 _ids = itertools.count()
 

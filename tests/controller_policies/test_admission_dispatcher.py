@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from controller.scheduling.admission import AdaptiveWindowAdmission, AdaptiveWindowConfig
-from controller.scheduling.api import BackendView
-from controller.scheduling.basic import FixedWindowAdmission, RoundRobinRouter
-from controller.scheduling.dispatcher import Dispatcher
-from controller.scheduling.factory import build_scheduler
+from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission, AdaptiveWindowConfig
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.basic import FixedWindowAdmission, RoundRobinRouter
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.factory import build_scheduler
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)

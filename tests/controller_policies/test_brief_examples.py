@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from controller.scheduling.config import SchedulerConfig, is_starving, starvation_ratio
-from controller.scheduling.factory import build_scheduler
-from controller.scheduling.multilevel import AtlasScheduler, PlasScheduler
-from controller.scheduling.replay import (
+from agentrt_controller.scheduling.config import SchedulerConfig, is_starving, starvation_ratio
+from agentrt_controller.scheduling.factory import build_scheduler
+from agentrt_controller.scheduling.multilevel import AtlasScheduler, PlasScheduler
+from agentrt_controller.scheduling.replay import (
     FIG2_PROGRAMS,
     fig2,
     fig2_report,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.cost_model import PROFILES, CostModel, CostSample
+from agentrt_controller.cost_model import PROFILES, CostModel, CostSample
 
 pytestmark = pytest.mark.timeout(30)
 

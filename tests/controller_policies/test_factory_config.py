@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.process_table import ProcessTable
-from controller.scheduling.admission import AdaptiveWindowAdmission, AdaptiveWindowConfig
-from controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
-from controller.scheduling.config import SchedulerConfig
-from controller.scheduling.factory import (
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission, AdaptiveWindowConfig
+from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
+from agentrt_controller.scheduling.config import SchedulerConfig
+from agentrt_controller.scheduling.factory import (
     ADMISSION_NAMES,
     SCHEDULER_NAMES,
     build_admission,

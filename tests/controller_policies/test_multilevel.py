@@ -9,11 +9,11 @@ import math
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.scheduling.api import Call, Scheduler
-from controller.scheduling.config import SchedulerConfig
-from controller.scheduling.factory import build_scheduler
-from controller.scheduling.multilevel import MlfqScheduler, PlasScheduler
-from controller.scheduling.srpt import SrptScheduler
+from agentrt_controller.scheduling.api import Call, Scheduler
+from agentrt_controller.scheduling.config import SchedulerConfig
+from agentrt_controller.scheduling.factory import build_scheduler
+from agentrt_controller.scheduling.multilevel import MlfqScheduler, PlasScheduler
+from agentrt_controller.scheduling.srpt import SrptScheduler
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)

@@ -11,11 +11,11 @@ import tracemalloc
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.process_table import ProcessTable
-from controller.scheduling.api import BackendView
-from controller.scheduling.basic import FixedWindowAdmission, RoundRobinRouter
-from controller.scheduling.dispatcher import Dispatcher
-from controller.scheduling.factory import build_scheduler
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.basic import FixedWindowAdmission, RoundRobinRouter
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.factory import build_scheduler
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.scheduling.api import Call, Scheduler
-from controller.scheduling.config import SchedulerConfig
-from controller.scheduling.factory import build_scheduler
-from controller.scheduling.multilevel import AtlasScheduler, PlasScheduler
+from agentrt_controller.scheduling.api import Call, Scheduler
+from agentrt_controller.scheduling.config import SchedulerConfig
+from agentrt_controller.scheduling.factory import build_scheduler
+from agentrt_controller.scheduling.multilevel import AtlasScheduler, PlasScheduler
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(120)

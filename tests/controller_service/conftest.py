@@ -10,8 +10,8 @@ import httpx
 import pytest
 from backends.servers import serve_app  # one uvicorn-on-a-free-port helper for all tests
 
-from controller.backends.spec import BackendSpec
-from controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 
 from .fake_openai import FakeState, build_fake
 

@@ -10,10 +10,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agentrt.errors import ConfigError, EndpointUnavailable
-from controller.backends import BackendRequest, BackendSpec, BackendUnavailable, build_backend
-from controller.backends.http import VllmBackend, encode_body
-from controller.backends.prometheus_text import sum_samples
-from controller.backends.transport import HttpPool
+from agentrt_controller.backends import (
+    BackendRequest,
+    BackendSpec,
+    BackendUnavailable,
+    build_backend,
+)
+from agentrt_controller.backends.http import VllmBackend, encode_body
+from agentrt_controller.backends.prometheus_text import sum_samples
+from agentrt_controller.backends.transport import HttpPool
 
 from .conftest import fake_backends
 from .fake_openai import FakeState

@@ -9,8 +9,8 @@ import pytest
 
 from agentrt.cli import main
 from agentrt.errors import ConfigError
-from controller.service import ControllerApp, load_config
-from controller.service.config import ControllerConfig
+from agentrt_controller.service import ControllerApp, load_config
+from agentrt_controller.service.config import ControllerConfig
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -91,7 +91,7 @@ def test_unknown_file_key_is_rejected(tmp_path: Path) -> None:
     ],
 )
 def test_policies_are_validated_when_the_app_is_built(options: dict[str, object]) -> None:
-    from controller.backends.spec import BackendSpec
+    from agentrt_controller.backends.spec import BackendSpec
 
     base: dict[str, object] = {"backends": (BackendSpec("http://a:1"),)}
     with pytest.raises(ConfigError):

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentrt.protocol import CallTags
-from controller.backends.spec import BackendSpec
-from controller.service import ControllerConfig, serve_controller
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerConfig, serve_controller
 
 from .conftest import chat_body, fake_backends, running
 from .fake_openai import FakeState

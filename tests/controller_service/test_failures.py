@@ -10,9 +10,9 @@ import anyio
 import httpx
 import pytest
 
-from controller.backends.api import BackendError, BackendRequest
-from controller.backends.fake import FakeBackend, FakeResponse
-from controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_controller.backends.api import BackendError, BackendRequest
+from agentrt_controller.backends.fake import FakeBackend, FakeResponse
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 
 from .conftest import chat_body, running
 from .fake_openai import FakeState

@@ -13,7 +13,7 @@ import anyio.lowlevel
 import httpx
 import pytest
 
-from controller.backends.fasthttp import FastHTTPTransport
+from agentrt_controller.backends.fasthttp import FastHTTPTransport
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
 

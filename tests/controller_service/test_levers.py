@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from controller.scheduling.admission import AdaptiveWindowAdmission
+from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 
 from .conftest import running
 from .fake_openai import FakeState

@@ -83,8 +83,8 @@ async def test_completions_endpoint_and_raw_body_forwarded_unchanged() -> None:
 async def test_priority_only_to_backends_that_support_it() -> None:
     with_priority, without = FakeState(), FakeState()
     async with fake_backends(with_priority) as first, fake_backends(without) as second:
-        from controller.backends.spec import BackendSpec
-        from controller.service import ControllerConfig, serve_controller
+        from agentrt_controller.backends.spec import BackendSpec
+        from agentrt_controller.service import ControllerConfig, serve_controller
 
         config = ControllerConfig(
             port=0,

@@ -18,8 +18,8 @@ from anyio.abc import Process
 
 import agentrt
 from agentrt import Runtime, RuntimeConfig
-from emulator.core.types import EngineConfig
-from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from agentrt_emulator.core.types import EngineConfig
+from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 

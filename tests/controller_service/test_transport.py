@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.backends.transport import ShardedTransport
+from agentrt_controller.backends.transport import ShardedTransport
 
 from .conftest import fake_backends
 from .fake_openai import FakeState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrt.demo.traces import SpanRecord
+from agentrt_demo.traces import SpanRecord
 
 _T0 = 1_700_000_000_000_000_000  # ns
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agentrt.demo.analysis import kind_stats, percentile, programs_from_spans, speedup
+from agentrt_demo.analysis import kind_stats, percentile, programs_from_spans, speedup
 
 from .spans import SpanFactory
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from agentrt.cli import main
-from agentrt.demo.traces import write_trace
+from agentrt_demo.traces import write_trace
 
 from .spans import SpanFactory
 

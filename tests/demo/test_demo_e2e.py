@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from agentrt.cli import main
-from agentrt.demo.app import run_demo
-from agentrt.demo.settings import DemoSettings
-from agentrt.demo.traces import read_trace
+from agentrt_demo.app import run_demo
+from agentrt_demo.settings import DemoSettings
+from agentrt_demo.traces import read_trace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from agentrt.demo.analysis import programs_from_spans
-from agentrt.demo.cluster import EngineMetrics
-from agentrt.demo.report import PhaseReport, render_summary, summary_json
-from agentrt.demo.runner import PhaseOutcome, ProgramOutcome
-from agentrt.demo.settings import DemoSettings
-from agentrt.demo.workload import ProgramSpec
+from agentrt_demo.analysis import programs_from_spans
+from agentrt_demo.cluster import EngineMetrics
+from agentrt_demo.report import PhaseReport, render_summary, summary_json
+from agentrt_demo.runner import PhaseOutcome, ProgramOutcome
+from agentrt_demo.settings import DemoSettings
+from agentrt_demo.workload import ProgramSpec
 
 from .spans import SpanFactory
 

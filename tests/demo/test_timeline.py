@@ -8,9 +8,9 @@ from xml.etree import ElementTree
 
 import pytest
 
-from agentrt.demo.analysis import programs_from_spans
-from agentrt.demo.timeline import TimelineSection, build_sections, write_timeline
 from agentrt.errors import ConfigError
+from agentrt_demo.analysis import programs_from_spans
+from agentrt_demo.timeline import TimelineSection, build_sections, write_timeline
 
 from .spans import SpanFactory
 

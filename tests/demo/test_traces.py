@@ -11,14 +11,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from agentrt.demo.traces import (
+from agentrt.errors import AgentrtError
+from agentrt_demo.traces import (
     SpanRecord,
     TraceFileError,
     read_trace,
     records_from_sdk,
     write_trace,
 )
-from agentrt.errors import AgentrtError
 
 from .spans import SpanFactory
 

@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from agentrt.demo.settings import DemoSettings
-from agentrt.demo.workload import filler_text, plan_programs, tool_duration_s
 from agentrt.errors import ConfigError
+from agentrt_demo.settings import DemoSettings
+from agentrt_demo.workload import filler_text, plan_programs, tool_duration_s
 
 pytestmark = pytest.mark.timeout(30)
 

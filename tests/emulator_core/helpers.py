@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from emulator.core import EngineConfig, EngineCore, EngineRequest, StepResult, get_profile
+from agentrt_emulator.core import EngineConfig, EngineCore, EngineRequest, StepResult, get_profile
 
 
 def engine(profile: str = "unit-step", **config: object) -> EngineCore:

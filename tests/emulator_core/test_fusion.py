@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from emulator.core import EngineCore, EngineRequest, StepResult
+from agentrt_emulator.core import EngineCore, EngineRequest, StepResult
 
 from .helpers import engine, request, run
 

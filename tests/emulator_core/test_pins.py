@@ -7,7 +7,7 @@ import math
 import pytest
 
 from agentrt.errors import InvalidRequest
-from emulator.core import EngineCore
+from agentrt_emulator.core import EngineCore
 
 from .helpers import engine, request, run
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.core import EngineCore
-from emulator.core.kv_cache import extend_hashes, salt_seed
+from agentrt_emulator.core import EngineCore
+from agentrt_emulator.core.kv_cache import extend_hashes, salt_seed
 
 from .helpers import engine, request, run
 

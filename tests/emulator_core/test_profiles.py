@@ -7,8 +7,8 @@ import math
 import pytest
 
 from agentrt.errors import ConfigError
-from emulator.core import PROFILES, EngineConfig, EngineCore, get_profile, step_time_s
-from emulator.core.profiles import num_gpu_blocks_for
+from agentrt_emulator.core import PROFILES, EngineConfig, EngineCore, get_profile, step_time_s
+from agentrt_emulator.core.profiles import num_gpu_blocks_for
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from agentrt.errors import ConfigError, EngineError, InvalidRequest
-from emulator.core import EngineConfig, EngineCore, EngineRequest, get_profile
+from agentrt_emulator.core import EngineConfig, EngineCore, EngineRequest, get_profile
 
 from .helpers import engine, request, run
 

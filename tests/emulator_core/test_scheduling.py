@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulator.core import EngineCore
+from agentrt_emulator.core import EngineCore
 
 from .helpers import Trace, engine, record, request, run
 

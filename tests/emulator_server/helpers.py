@@ -11,8 +11,13 @@ import anyio
 import httpx
 from openai import AsyncOpenAI
 
-from emulator.core.types import EngineConfig
-from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, RunningEmulator, serve_engine
+from agentrt_emulator.core.types import EngineConfig
+from agentrt_emulator.server import (
+    DEFAULT_MODEL_NAME,
+    EmulatorConfig,
+    RunningEmulator,
+    serve_engine,
+)
 
 MODEL = DEFAULT_MODEL_NAME
 

@@ -7,7 +7,7 @@ import httpx
 import openai as openai_module
 import pytest
 
-from emulator.server import serve_engine_in_thread
+from agentrt_emulator.server import serve_engine_in_thread
 
 from .helpers import (
     MODEL,

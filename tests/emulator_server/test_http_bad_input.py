@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from emulator.server import EmulatorConfig, RunningEmulator, serve_engine
+from agentrt_emulator.server import EmulatorConfig, RunningEmulator, serve_engine
 
 from .helpers import MODEL, make_config
 

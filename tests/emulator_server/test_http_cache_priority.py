@@ -10,7 +10,7 @@ import httpx
 import pytest
 from openai import AsyncOpenAI
 
-from emulator.core.profiles import get_profile
+from agentrt_emulator.core.profiles import get_profile
 
 from .helpers import (
     MODEL,

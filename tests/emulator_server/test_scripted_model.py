@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.schema_values import value_for_schema
-from emulator.scripted_model import GenerationSpec, ScriptedModel, ToolSpec, filler_text
-from emulator.tokenizer import ChatMessage, Special, Tokenizer
+from agentrt_emulator.schema_values import value_for_schema
+from agentrt_emulator.scripted_model import GenerationSpec, ScriptedModel, ToolSpec, filler_text
+from agentrt_emulator.tokenizer import ChatMessage, Special, Tokenizer
 
 pytestmark = pytest.mark.timeout(60)
 

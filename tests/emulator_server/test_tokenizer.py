@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from emulator.tokenizer import NUM_SPECIAL, ChatMessage, Special, Tokenizer
+from agentrt_emulator.tokenizer import NUM_SPECIAL, ChatMessage, Special, Tokenizer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -35,7 +35,7 @@ def test_english_prose_is_about_four_characters_per_token() -> None:
 
 def test_ids_are_stable_across_processes() -> None:
     text = 'The same text gives the same ids, 12345 times {"a": 1}.'
-    code = f"from emulator.tokenizer import Tokenizer; print(Tokenizer().encode({text!r}))"
+    code = f"from agentrt_emulator.tokenizer import Tokenizer; print(Tokenizer().encode({text!r}))"
     other = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

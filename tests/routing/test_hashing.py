@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from controller.routing.hashing import (
+from agentrt_controller.routing.hashing import (
     extend_token_block_hashes,
     message_block_hashes,
     token_block_hashes,
@@ -56,7 +56,7 @@ def test_salt_separates_tenants() -> None:
 
 def test_chains_do_not_depend_on_the_process_hash_seed() -> None:
     code = (
-        "from controller.routing.hashing import token_block_hashes, message_block_hashes;"
+        "from agentrt_controller.routing.hashing import token_block_hashes, message_block_hashes;"
         "print(token_block_hashes(list(range(40)), 8, salt='s')[-1],"
         "message_block_hashes([{'role': 'user', 'content': 'hello'}], salt='s')[-1])"
     )

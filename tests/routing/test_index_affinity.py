@@ -7,8 +7,8 @@ import math
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.routing.affinity import ProgramAffinity
-from controller.routing.prefix_index import PrefixIndex
+from agentrt_controller.routing.affinity import ProgramAffinity
+from agentrt_controller.routing.prefix_index import PrefixIndex
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)

@@ -8,10 +8,10 @@ from collections.abc import Sequence
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.routing.api import Scored
-from controller.routing.pickers import ArgmaxPicker, WeightedRandomPicker
-from controller.routing.pipeline import PipelineRouter, WeightedScorer, clamp_score
-from controller.scheduling.api import BackendView, Call
+from agentrt_controller.routing.api import Scored
+from agentrt_controller.routing.pickers import ArgmaxPicker, WeightedRandomPicker
+from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer, clamp_score
+from agentrt_controller.scheduling.api import BackendView, Call
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from controller.routing import build_router
-from controller.scheduling.api import BackendView
-from controller.scheduling.basic import FixedWindowAdmission
-from controller.scheduling.dispatcher import Dispatcher
-from controller.scheduling.factory import SCHEDULER_NAMES, build_scheduler
+from agentrt_controller.routing import build_router
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.basic import FixedWindowAdmission
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.factory import SCHEDULER_NAMES, build_scheduler
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)

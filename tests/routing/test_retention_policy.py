@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrt.errors import ConfigError
-from controller.retention import RetentionConfig, ToolWaitFacts, TtlRetentionPolicy
-from controller.retention.durations import DurationModel, ToolDurations
-from controller.retention.returns import ReturnModel
+from agentrt_controller.retention import RetentionConfig, ToolWaitFacts, TtlRetentionPolicy
+from agentrt_controller.retention.durations import DurationModel, ToolDurations
+from agentrt_controller.retention.returns import ReturnModel
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrt.errors import ConfigError
-from controller.retention import RetentionTracker
-from controller.retention.tracker import pin_id_for
+from agentrt_controller.retention import RetentionTracker
+from agentrt_controller.retention.tracker import pin_id_for
 
 pytestmark = pytest.mark.timeout(60)
 

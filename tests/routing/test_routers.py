@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from controller.routing.factory import build_router
-from controller.routing.hashing import token_block_hashes
-from controller.scheduling.api import BackendView, Router
+from agentrt_controller.routing.factory import build_router
+from agentrt_controller.routing.hashing import token_block_hashes
+from agentrt_controller.scheduling.api import BackendView, Router
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)

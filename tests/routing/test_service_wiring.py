@@ -17,9 +17,14 @@ import pytest
 
 from agentrt.errors import ConfigError
 from agentrt.protocol import EVENTS_PREFIX, CallTags
-from controller.backends.spec import BackendSpec
-from controller.service import ControllerApp, ControllerConfig, serve_controller
-from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, RunningEmulator, serve_engine
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_emulator.server import (
+    DEFAULT_MODEL_NAME,
+    EmulatorConfig,
+    RunningEmulator,
+    serve_engine,
+)
 from tests.controller_service.conftest import chat_body, controller, fake_backends
 from tests.controller_service.fake_openai import FakeState
 

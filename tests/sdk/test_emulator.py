@@ -11,7 +11,12 @@ import pytest
 
 import agentrt
 from agentrt import DeadlineExceeded, Runtime, RuntimeConfig, tool
-from emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, RunningEmulator, serve_engine
+from agentrt_emulator.server import (
+    DEFAULT_MODEL_NAME,
+    EmulatorConfig,
+    RunningEmulator,
+    serve_engine,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

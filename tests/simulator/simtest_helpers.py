@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controller.process_table import ProcessTable
-from controller.scheduling.api import Call
-from controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission, RoundRobinRouter
-from controller.scheduling.dispatcher import Dispatcher
-from simulator.plan import compile_program
-from simulator.retention import NoRetention, RetentionPolicy
-from simulator.sim import Policies, SimConfig, Simulation
-from simulator.workloads.program import LLMNode, Program, WaitNode
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.basic import (
+    FcfsScheduler,
+    FixedWindowAdmission,
+    RoundRobinRouter,
+)
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_sim.plan import compile_program
+from agentrt_sim.retention import NoRetention, RetentionPolicy
+from agentrt_sim.sim import Policies, SimConfig, Simulation
+from agentrt_sim.workloads.program import LLMNode, Program, WaitNode
 
 
 class RecordingFcfs(FcfsScheduler):

@@ -7,15 +7,15 @@ import math
 import pytest
 from simtest_helpers import RecordingFcfs, react_program, simulate
 
-from emulator.core.profiles import get_profile
-from emulator.core.types import EngineConfig
-from simulator.costs import expected_uncached_tokens, roofline_cost_model
-from simulator.plan import compile_program
-from simulator.registry import PolicySpec
-from simulator.runner import BenchConfig, run_comparison
-from simulator.sim import SimConfig
-from simulator.workloads.generate import generate_programs
-from simulator.workloads.program import LLMNode
+from agentrt_emulator.core.profiles import get_profile
+from agentrt_emulator.core.types import EngineConfig
+from agentrt_sim.costs import expected_uncached_tokens, roofline_cost_model
+from agentrt_sim.plan import compile_program
+from agentrt_sim.registry import PolicySpec
+from agentrt_sim.runner import BenchConfig, run_comparison
+from agentrt_sim.sim import SimConfig
+from agentrt_sim.workloads.generate import generate_programs
+from agentrt_sim.workloads.program import LLMNode
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from simtest_helpers import RecordingFcfs, simulate
 
-from controller.scheduling.factory import SCHEDULER_NAMES
-from controller.scheduling.replay import fig2
-from simulator.fig2 import run_fig2
-from simulator.sim import SimConfig
-from simulator.workloads.fig2 import FIG2_PROFILE, fig2_engine_config, fig2_programs
+from agentrt_controller.scheduling.factory import SCHEDULER_NAMES
+from agentrt_controller.scheduling.replay import fig2
+from agentrt_sim.fig2 import run_fig2
+from agentrt_sim.sim import SimConfig
+from agentrt_sim.workloads.fig2 import FIG2_PROFILE, fig2_engine_config, fig2_programs
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -8,9 +8,9 @@ import random
 import pytest
 
 from agentrt.errors import ConfigError
-from simulator.metrics import ProgramRecord, RunRecord, percentiles, summarize
-from simulator.runner import keeps_up
-from simulator.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
+from agentrt_sim.metrics import ProgramRecord, RunRecord, percentiles, summarize
+from agentrt_sim.runner import keeps_up
+from agentrt_sim.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
 
 pytestmark = pytest.mark.timeout(30)
 

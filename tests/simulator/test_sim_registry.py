@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agentrt.errors import ConfigError
-from controller.scheduling.factory import SCHEDULER_NAMES
-from simulator.registry import PolicySpec, build_policies, parse_window, resolve_retention
-from simulator.retention import NoRetention
-from simulator.workloads.generate import build_generator, parse_workload_params
+from agentrt_controller.scheduling.factory import SCHEDULER_NAMES
+from agentrt_sim.registry import PolicySpec, build_policies, parse_window, resolve_retention
+from agentrt_sim.retention import NoRetention
+from agentrt_sim.workloads.generate import build_generator, parse_workload_params
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -49,7 +49,7 @@ def test_retention_off_resolves() -> None:
 
 
 def test_retention_on_is_the_controllers_ttl_policy() -> None:
-    from simulator.retention import ControllerRetention
+    from agentrt_sim.retention import ControllerRetention
 
     assert resolve_retention("on") == "ttl"
     assert isinstance(build_policies(PolicySpec(retention="on")).retention, ControllerRetention)

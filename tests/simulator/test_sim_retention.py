@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from simtest_helpers import RecordingDispatcher, RecordingFcfs, react_program, simulate
 
-from simulator.retention import NoRetention, RetentionDecision, WaitFacts
-from simulator.sim import SimConfig
+from agentrt_sim.retention import NoRetention, RetentionDecision, WaitFacts
+from agentrt_sim.sim import SimConfig
 
 pytestmark = pytest.mark.timeout(30)
 

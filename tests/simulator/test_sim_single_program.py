@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from simtest_helpers import RecordingFcfs, react_program, simulate
 
-from emulator.core.profiles import get_profile, step_time_s
-from emulator.core.types import EngineConfig
-from simulator.sim import SimConfig
+from agentrt_emulator.core.profiles import get_profile, step_time_s
+from agentrt_emulator.core.types import EngineConfig
+from agentrt_sim.sim import SimConfig
 
 pytestmark = pytest.mark.timeout(30)
 

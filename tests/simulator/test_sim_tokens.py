@@ -7,10 +7,10 @@ import itertools
 import pytest
 from simtest_helpers import react_program
 
-from controller.routing.hashing import token_block_hashes
-from simulator.plan import compile_program
-from simulator.tokens import ProgramTokens, TokenSpace
-from simulator.workloads.generate import build_generator
+from agentrt_controller.routing.hashing import token_block_hashes
+from agentrt_sim.plan import compile_program
+from agentrt_sim.tokens import ProgramTokens, TokenSpace
+from agentrt_sim.workloads.generate import build_generator
 
 pytestmark = pytest.mark.timeout(30)
 

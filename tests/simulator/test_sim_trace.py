@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.workloads.generate import generate_programs
-from simulator.workloads.program import TraceError
-from simulator.workloads.trace import load_trace, save_trace
+from agentrt_sim.workloads.generate import generate_programs
+from agentrt_sim.workloads.program import TraceError
+from agentrt_sim.workloads.trace import load_trace, save_trace
 
 pytestmark = pytest.mark.timeout(30)
 

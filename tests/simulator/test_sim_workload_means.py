@@ -11,8 +11,8 @@ import random
 
 import pytest
 
-from simulator.workloads.generate import build_generator, generate_programs
-from simulator.workloads.program import LLMNode, Program, WaitNode
+from agentrt_sim.workloads.generate import build_generator, generate_programs
+from agentrt_sim.workloads.program import LLMNode, Program, WaitNode
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,0 +1,114 @@
+"""How a backend is named in configuration: ``URL[,key=value...]``.
+
+Examples::
+
+    http://127.0.0.1:8000                       # kind vllm, priority off
+    http://gpu1:8000,kind=vllm,priority=on,id=gpu1
+    http://other:9000/,kind=openai
+
+Keys: ``kind`` (a name known to :func:`agentrt_controller.backends.factory.build_backend`), ``id``
+(defaults to ``host:port``), ``priority`` (``on``/``off``: send the scheduler's priority in
+the request body — only for servers started with priority scheduling, vLLM rejects it
+otherwise; ``auto`` (vllm, emulator): ask the server with one probe request). Other keys are
+kind options (docs/backends.md), validated by the kind. Unknown keys and values are rejected
+(no silently ignored switches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from agentrt.errors import ConfigError
+
+__all__ = ["BackendSpec"]
+
+_BOOL = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False, "0": False,
+         "no": False}  # fmt: skip
+
+
+def _parse_bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _BOOL:
+        return _BOOL[value.lower()]
+    raise ConfigError(f"backend option {key} must be on or off, got {value!r}")
+
+
+def _parse_priority(value: Any) -> bool | Literal["auto"]:
+    if isinstance(value, str) and value.lower() == "auto":
+        return "auto"
+    try:
+        return _parse_bool("priority", value)
+    except ConfigError:
+        raise ConfigError(
+            f"backend option priority must be on, off or auto, got {value!r}"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """One configured backend."""
+
+    #: Base URL without the ``/v1`` suffix, e.g. ``http://127.0.0.1:8000``.
+    url: str
+    #: Backend kind (``vllm`` or ``openai``; more kinds may be registered by the factory).
+    kind: str = "vllm"
+    #: Stable id; ``""`` = derived from the URL's ``host:port``.
+    backend_id: str = ""
+    #: Send the scheduler's priority in each request body; ``"auto"`` = if the server takes it.
+    priority: bool | Literal["auto"] = False
+    #: Kind-specific extra options, validated by the kind's constructor.
+    options: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"backend URL must be http(s)://host[:port], got {self.url!r}")
+        url = self.url.rstrip("/")
+        if url.endswith("/v1"):
+            url = url[:-3]
+        object.__setattr__(self, "url", url)
+        if not self.backend_id:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+            object.__setattr__(self, "backend_id", f"{parts.hostname}:{port}")
+
+    @classmethod
+    def parse(cls, text: str) -> BackendSpec:
+        """Parse ``URL[,key=value...]``."""
+        url, *pairs = [p.strip() for p in text.split(",")]
+        kwargs: dict[str, Any] = {}
+        options: dict[str, str] = {}
+        for pair in pairs:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise ConfigError(f"backend option must be key=value, got {pair!r} in {text!r}")
+            if key == "kind":
+                kwargs["kind"] = value
+            elif key == "id":
+                kwargs["backend_id"] = value
+            elif key == "priority":
+                kwargs["priority"] = _parse_priority(value)
+            else:
+                options[key] = value
+        return cls(url=url, options=options, **kwargs)
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> BackendSpec:
+        """Build from a config-file table: ``{url, kind?, id?, priority?, options?}``."""
+        unknown = set(data) - {"url", "kind", "id", "priority", "options"}
+        if unknown:
+            raise ConfigError(f"unknown backend keys {sorted(unknown)}")
+        if not isinstance(data.get("url"), str):
+            raise ConfigError("a backend needs a url string")
+        options = data.get("options", {})
+        if not isinstance(options, dict):
+            raise ConfigError("backend options must be a table")
+        return cls(
+            url=data["url"],
+            kind=str(data.get("kind", "vllm")),
+            backend_id=str(data.get("id", "")),
+            priority=_parse_priority(data.get("priority", False)),
+            options={str(k): str(v) for k, v in options.items()},
+        )

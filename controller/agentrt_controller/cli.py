@@ -1,0 +1,132 @@
+"""``agentrt controller serve``: run the program controller in front of model servers."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+_DESCRIPTION = """\
+Serve the agentrt program controller: an OpenAI-compatible endpoint (/v1/chat/completions,
+/v1/completions, /v1/models) that schedules calls by program (FCFS, MLFQ, PLAS, ATLAS) in
+front of one or more vLLM or OpenAI-compatible servers, plus the program-event API
+(/agentrt/v1/...), /metrics and /health. Every option can also come from a TOML/JSON file
+(--config) or an AGENTRT_CONTROLLER_<OPTION> environment variable; flags win over the
+environment, which wins over the file. See docs/controller.md."""
+
+_EPILOG = """\
+backend syntax: URL[,kind=vllm|sglang|openai|emulator][,priority=on|off|auto][,id=NAME]
+                [,OPTION=VALUE...]      (kinds and options: docs/backends.md)
+  priority=on sends the scheduler's priority in each request body (vLLM must run with
+  --scheduling-policy priority); auto asks the server with one probe request.
+  Backends can be listed, added and removed while running: /agentrt/v1/backends (admin
+  token: AGENTRT_CONTROLLER_ADMIN_TOKEN; without one, loopback clients only).
+
+examples:
+  agentrt controller serve --port 8080 --backend http://127.0.0.1:8000,priority=on \\
+      --backend http://127.0.0.1:8001,priority=on --policy atlas --admission-window adaptive
+  AGENTRT_CONTROLLER_BACKENDS="http://gpu1:8000 http://gpu2:8000" agentrt controller serve
+  agentrt controller serve --config controller.toml"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``controller`` command group to the ``agentrt`` parser."""
+    group = subparsers.add_parser(
+        "controller",
+        help="run the program controller (OpenAI-compatible, program-aware scheduling)",
+        description="The program controller service.",
+    )
+    commands = group.add_subparsers(dest="controller_command", metavar="SUBCOMMAND")
+    group.set_defaults(handler=lambda args: _usage(group))
+    serve = commands.add_parser(
+        "serve",
+        help="serve the controller on HOST:PORT",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--config", metavar="FILE", help="TOML or JSON configuration file")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port, 0 = any free one (default 8080)")
+    serve.add_argument(
+        "--backend",
+        action="append",
+        dest="backends",
+        metavar="URL[,key=value...]",
+        help="a model server; repeat for several (see 'backend syntax' below)",
+    )
+    serve.add_argument("--policy", help="fcfs | mlfq | plas | atlas (default fcfs)")
+    serve.add_argument(
+        "--admission-window",
+        metavar="N|adaptive|unlimited",
+        help="per-backend in-flight window (default 32)",
+    )
+    serve.add_argument(
+        "--scheduling",
+        metavar="JSON",
+        help='policy parameters, e.g. \'{"starvation_beta": 3, "boundaries_s": [0.5, 2]...}\'',
+    )
+    serve.add_argument("--admission", metavar="JSON", help="adaptive window parameters")
+    serve.add_argument(
+        "--cost", metavar="JSON", help='cost model, e.g. \'{"profile": "a100-llama3-8b"}\''
+    )
+    serve.add_argument(
+        "--router", help="prefix (default) | round_robin | least_loaded | autellix | pipeline"
+    )
+    serve.add_argument(
+        "--routing", metavar="JSON", help="router parameters, e.g. '{\"affinity_weight\": 0.3}'"
+    )
+    serve.add_argument(
+        "--retention", choices=["on", "off"], default=None, help="KV retention (default off)"
+    )
+    serve.add_argument("--retention-options", metavar="JSON", help="retention parameters")
+    serve.add_argument("--max-body-bytes", type=int, help="largest request body (413 above)")
+    serve.add_argument("--scrape-interval-s", type=float, help="backend probe period (1.0)")
+    serve.add_argument(
+        "--breaker", metavar="JSON", help="circuit breaker, e.g. '{\"cooldown_s\": 5}'"
+    )
+    serve.add_argument("--backend-timeout-s", type=float, help="backend read timeout (600)")
+    serve.add_argument("--max-retries", type=int, help="retries on other backends (2)")
+    serve.add_argument(
+        "--program-idle-timeout-s", type=float, help="idle programs leave the table (600)"
+    )
+    serve.add_argument(
+        "--log-level", choices=["critical", "error", "warning", "info", "debug"], default=None
+    )
+    serve.set_defaults(handler=_serve)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+_OVERRIDES = (
+    "host", "port", "backends", "policy", "admission_window", "scheduling", "admission", "cost",
+    "router", "routing", "retention", "retention_options", "max_body_bytes", "scrape_interval_s",
+    "breaker", "backend_timeout_s", "max_retries",
+    "program_idle_timeout_s", "log_level",
+)  # fmt: skip
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from agentrt.errors import ConfigError
+    from agentrt_controller.service import load_config, run_controller
+
+    overrides = {name: getattr(args, name) for name in _OVERRIDES}
+    try:
+        config = load_config(args.config, os.environ, overrides)
+        if not config.backends:
+            raise ConfigError("no backend: pass --backend URL (or AGENTRT_CONTROLLER_BACKENDS)")
+        banner = (
+            f"agentrt controller on http://{config.host}:{config.port} policy={config.policy} "
+            f"backends={','.join(b.backend_id for b in config.backends)}"
+        )
+        run_controller(config, banner)  # builds (and so validates) everything before binding
+    except ConfigError as exc:
+        print(f"agentrt controller: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,26 @@
+"""KV retention during tool waits (BRIEF.md §5): a pure policy and the bookkeeping around it.
+
+* :mod:`.api` — what a policy is told (:class:`WaitInfo`) and answers (:class:`RetentionDecision`);
+* :mod:`.policy` — :class:`TtlRetentionPolicy`: the TTL from the tool's duration distribution,
+  the return probability and memory pressure (the decision rule is in its docstring);
+* :mod:`.durations`, :mod:`.returns` — what it learns from;
+* :mod:`.tracker` — live retentions of the controller service: release at TTL end, at the
+  thread's next call, at program end; re-warm times.
+
+Nothing here awaits, does I/O or reads a clock. docs/routing.md ("KV retention") explains how
+each backend realises a retention.
+"""
+
+from agentrt_controller.retention.api import RetentionDecision, ToolWaitFacts, WaitInfo
+from agentrt_controller.retention.policy import RetentionConfig, TtlRetentionPolicy
+from agentrt_controller.retention.tracker import Retention, RetentionTracker
+
+__all__ = [
+    "Retention",
+    "RetentionConfig",
+    "RetentionDecision",
+    "RetentionTracker",
+    "ToolWaitFacts",
+    "TtlRetentionPolicy",
+    "WaitInfo",
+]

@@ -1,0 +1,104 @@
+"""What a retention policy is told and what it answers (BRIEF.md §5).
+
+When a program thread starts waiting on a tool (or a human), the driver — the controller
+service on a tool-start event, or the simulator — hands the policy a :class:`WaitInfo` and gets
+a :class:`RetentionDecision`: keep the thread's KV for ``ttl_s`` seconds, or not (0). The
+driver then realises it per backend (docs/routing.md, "KV retention"): a native pin (our
+emulator, SGLang), affinity plus the Dispatcher's retained lane (every backend), a re-warm
+before the predicted return (vLLM).
+
+:class:`WaitInfo` is structural, so the simulator's ``agentrt_sim.retention.WaitFacts`` and the
+controller's :class:`ToolWaitFacts` both fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["RetentionDecision", "ToolWaitFacts", "WaitInfo"]
+
+
+class WaitInfo(Protocol):
+    """The facts a policy reads at the start of a wait (read-only)."""
+
+    @property
+    def program_id(self) -> str: ...
+
+    @property
+    def thread_id(self) -> str: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def kind(self) -> str:
+        """``tool``, or ``think`` / ``human`` for a human's turn."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """Tool name (``search``...) or ``human``: durations are learned per name."""
+        ...
+
+    @property
+    def predicted_duration_s(self) -> float | None:
+        """The client's prediction (seconds, from that tool's history); ``None`` = none."""
+        ...
+
+    @property
+    def context_tokens(self) -> int:
+        """Length of the context the thread's next call will extend (tokens)."""
+        ...
+
+    @property
+    def backend_id(self) -> str | None:
+        """The backend that served the thread's last call (holds its KV); ``None`` = unknown."""
+        ...
+
+    @property
+    def kv_cache_usage(self) -> float | None:
+        """That backend's KV usage in [0, 1] at the last scrape (running and pinned blocks,
+        not evictable cached ones); ``None`` = unknown."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ToolWaitFacts:
+    """A concrete :class:`WaitInfo` (the controller service builds these from tool events)."""
+
+    program_id: str
+    thread_id: str
+    node_id: str
+    kind: str
+    name: str
+    predicted_duration_s: float | None
+    context_tokens: int
+    backend_id: str | None
+    kv_cache_usage: float | None
+    #: That backend's KV capacity (tokens); ``None`` = unknown (then no native pins).
+    kv_capacity_tokens: int | None = None
+    #: Program kind / name from the program-start event ("" = unknown); return probabilities
+    #: are learned per (program kind, tool name) when it is known.
+    program_kind: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionDecision:
+    """Retain the thread for ``ttl_s`` seconds (0 = do not), holding its KV if ``pin``."""
+
+    #: Retention window from the wait's start (seconds): engine binding and admission ahead
+    #: of the scheduler's order while it lasts; 0 = do not retain.
+    ttl_s: float = 0.0
+    #: Hold the KV for the window: a native pin (emulator, SGLang) or a re-warm before the
+    #: predicted return (vLLM). ``False`` = rely on the engine's LRU cache.
+    pin: bool = False
+    #: Short reason: ``pin``, ``retain`` (window without a pin), ``no_backend``,
+    #: ``short_context``, ``memory_full``, ``unlikely_return``, ``not_worth_it``.
+    reason: str = "not_worth_it"
+    #: Probability the program comes back within ``ttl_s`` (0..1).
+    p_return_in_ttl: float = 0.0
+    #: For a pin: expected engine seconds saved (recompute avoided) and the expected cost of
+    #: holding the memory, both in prefill-seconds (docs/routing.md); 0 without a pin.
+    expected_benefit_s: float = 0.0
+    expected_cost_s: float = 0.0

@@ -1,0 +1,258 @@
+"""The retention policy: how long to keep a waiting program's KV (BRIEF.md §5, Continuum).
+
+A decision has two parts (:class:`~agentrt_controller.retention.api.RetentionDecision`):
+
+* ``ttl_s`` — the **retention window**: while it lasts the program keeps its engine binding
+  and its returning call is admitted ahead of the scheduler's order (the Dispatcher's retained
+  lane). That costs no memory, but it is only worth it while the context is still cached;
+* ``pin`` — whether to **hold the KV** for the window (a native pin on our emulator or
+  SGLang, a re-warm before the predicted return on vLLM). That costs memory.
+
+**Inputs.** For a wait of tool ``name`` by a thread whose context is ``C`` tokens, on a backend
+at KV usage ``u`` (running + pinned, a fraction) with a KV capacity of ``M`` tokens: ``D`` the
+tool's duration distribution (:mod:`.durations`), ``p`` the probability the program comes back
+at all (:mod:`.returns`), and the **residence time** of an unpinned context in the engine's
+LRU cache, ``R = (1 − u)·M / churn`` (seconds): the free-or-evictable memory divided by the
+rate the engine allocates blocks (``churn_tokens_per_s``, by default the prefill speed
+``1 / prefill_s_per_token`` — an upper bound, so ``R`` is conservative). ``R = ∞`` when ``M``
+is unknown.
+
+**Rule.**
+
+1. Gates: no backend, ``C < min_context_tokens``, ``u + C/M >= max_usage`` (pinning would
+   leave no room), or ``p < min_return_probability`` → no retention (``ttl_s = 0``).
+2. Pin: with candidate TTLs ``T = quantile_q(D) + slack_s`` (``q`` in ``quantiles``, capped at
+   ``max_ttl_s``), the expected net saving of a pin, in units of the context's recompute cost
+   ``a·C``, is::
+
+       net(T) = p · P(R < D <= T)  −  reuse_fraction · E[min(D, T)] / R
+
+   The first term is the recompute a pin avoids: the program returns within ``T`` *and* the
+   LRU would have evicted the context before (a wait shorter than ``R`` finds it cached
+   anyway). The second is what holding ``C`` tokens for the expected holding time costs
+   everyone else: the LRU then evicts ``C·E[min(D,T)]/R`` other tokens, of which
+   ``reuse_fraction`` would have been reused. Pin with the best ``T`` if its ``net > 0``.
+3. Otherwise the window is ``min(quantile_{cover_quantile}(D) + slack_s, R, max_ttl_s)``: the
+   program counts as retained while it likely comes back *and* its context likely survives.
+
+``C`` enters through ``u + C/M`` and the floor; it scales benefit and cost alike. Under free
+memory ``R`` is long, waits are shorter, nothing is pinned and the window covers the tail;
+as memory fills ``R`` shrinks, the window shrinks with it, and a pin is placed only where
+waits are about as long as ``R`` and the return is likely.
+
+Pure (STYLE.md rule 1): ``now_s`` comes in; history is fed by the events below.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from agentrt.errors import ConfigError
+from agentrt_controller.retention.api import RetentionDecision, WaitInfo
+from agentrt_controller.retention.durations import DurationModel, ToolDurations
+from agentrt_controller.retention.returns import ReturnModel
+
+__all__ = ["RetentionConfig", "TtlRetentionPolicy"]
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionConfig:
+    """Parameters of :class:`TtlRetentionPolicy` (validated on construction)."""
+
+    #: Quantile of the tool's duration the retention window covers, in (0, 1).
+    cover_quantile: float = 0.95
+    #: Candidate quantiles of the tool's duration for a pin's TTL, each in (0, 1).
+    quantiles: tuple[float, ...] = (0.5, 0.75, 0.9, 0.95, 0.99)
+    #: Added to each candidate (seconds): the returning call's way to the engine.
+    slack_s: float = 0.5
+    #: Longest TTL (seconds).
+    max_ttl_s: float = 120.0
+    #: KV usage (fraction) at or above which nothing is retained (counting the pin).
+    max_usage: float = 0.95
+    #: Share of the blocks a pin pushes out of the LRU cache that would have been reused.
+    reuse_fraction: float = 0.5
+    #: Contexts shorter than this are not worth retaining (tokens).
+    min_context_tokens: int = 32
+    #: Programs less likely than this to come back are not retained.
+    min_return_probability: float = 0.2
+    #: Engine KV capacity (tokens) when the facts do not say; ``None`` = unknown (no pins).
+    kv_capacity_tokens: int | None = None
+    #: Blocks the engine allocates per second, as tokens; ``None`` = ``1/prefill_s_per_token``.
+    churn_tokens_per_s: float | None = None
+    #: Seconds per prefill token (cost model): churn default and reported costs.
+    prefill_s_per_token: float = 1.0e-4
+    #: Durations kept per tool, samples needed before trusting them, and the mean assumed
+    #: for a tool with neither history nor a client prediction (seconds).
+    history_size: int = 256
+    min_samples: int = 3
+    default_duration_s: float = 2.0
+    #: Beta prior of the return probability: pseudo-counts of returned / ended waits.
+    prior_returned: float = 4.0
+    prior_ended: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "quantiles", tuple(float(q) for q in self.quantiles))
+        if not self.quantiles or any(not 0 < q < 1 for q in self.quantiles):
+            raise ConfigError(f"retention quantiles must be in (0, 1), got {self.quantiles}")
+        if not 0 < self.cover_quantile < 1:
+            raise ConfigError(f"cover_quantile must be in (0, 1), got {self.cover_quantile!r}")
+        if not 0 < self.max_usage <= 1:
+            raise ConfigError(f"retention max_usage must be in (0, 1], got {self.max_usage!r}")
+        for name in ("slack_s", "reuse_fraction", "prefill_s_per_token"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ConfigError(f"retention {name} must be finite and >= 0, got {value!r}")
+        if not self.max_ttl_s > 0:
+            raise ConfigError(f"retention max_ttl_s must be > 0, got {self.max_ttl_s!r}")
+        if not 0 <= self.min_return_probability <= 1:
+            raise ConfigError("retention min_return_probability must be in [0, 1]")
+        if self.min_context_tokens < 0:
+            raise ConfigError("retention min_context_tokens must be >= 0")
+        capacity = self.kv_capacity_tokens
+        if capacity is not None and capacity < 1:
+            raise ConfigError("retention kv_capacity_tokens must be >= 1 or unset")
+        churn = self.churn_tokens_per_s
+        if churn is not None and not (math.isfinite(churn) and churn > 0):
+            raise ConfigError("retention churn_tokens_per_s must be > 0 or unset")
+        if churn is None and not self.prefill_s_per_token > 0:
+            raise ConfigError("retention needs churn_tokens_per_s or prefill_s_per_token > 0")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> RetentionConfig:
+        """From a config table; unknown keys raise :class:`ConfigError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown retention parameter(s) {unknown}; valid: {sorted(known)}")
+        try:
+            return cls(**values)
+        except TypeError as exc:
+            raise ConfigError(f"bad retention parameters: {exc}") from exc
+
+    @property
+    def churn(self) -> float:
+        """Tokens of KV the engine allocates per second (the LRU's eviction speed)."""
+        return self.churn_tokens_per_s or 1.0 / self.prefill_s_per_token
+
+
+class TtlRetentionPolicy:
+    """Chooses a TTL per wait by the rule in the module docstring; learns durations and
+    return probabilities from the events it is given."""
+
+    name = "ttl"
+
+    def __init__(self, config: RetentionConfig | None = None) -> None:
+        self.config = config = config or RetentionConfig()
+        self.durations = ToolDurations(
+            size=config.history_size,
+            min_samples=config.min_samples,
+            default_mean_s=config.default_duration_s,
+        )
+        self.returns = ReturnModel(
+            prior_returned=config.prior_returned, prior_ended=config.prior_ended
+        )
+        #: program -> (thread, node) -> wait name, for waits not ended yet.
+        self._open: dict[str, dict[tuple[str, str], str]] = {}
+        #: Decisions so far by reason.
+        self.decisions: dict[str, int] = {}
+
+    # --- the decision ------------------------------------------------------------------------
+
+    def on_wait_start(self, facts: WaitInfo, now_s: float) -> RetentionDecision:
+        """A thread began waiting: the TTL to keep its KV (0 = none)."""
+        key = _return_key(facts)
+        self._open.setdefault(facts.program_id, {})[(facts.thread_id, facts.node_id)] = facts.name
+        self.returns.wait_started(facts.program_id, facts.thread_id, key)
+        decision = self.decide(facts, key)
+        self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
+        return decision
+
+    def decide(self, facts: WaitInfo, key: str | None = None) -> RetentionDecision:
+        """The decision for ``facts`` with the current history (no side effects)."""
+        cfg = self.config
+        context = facts.context_tokens
+        if facts.backend_id is None:
+            return RetentionDecision(reason="no_backend")
+        if context < max(1, cfg.min_context_tokens):
+            return RetentionDecision(reason="short_context")
+        usage = facts.kv_cache_usage if facts.kv_cache_usage is not None else 0.0
+        capacity = getattr(facts, "kv_capacity_tokens", None) or cfg.kv_capacity_tokens
+        if usage + (context / capacity if capacity else 0.0) >= cfg.max_usage:
+            return RetentionDecision(reason="memory_full")
+        p = self.returns.probability(key if key is not None else _return_key(facts))
+        if p < cfg.min_return_probability:
+            return RetentionDecision(reason="unlikely_return")
+        model = self.durations.model(facts.name, facts.predicted_duration_s)
+        residence = max(0.0, 1.0 - usage) * capacity / cfg.churn if capacity else math.inf
+        recompute_s = cfg.prefill_s_per_token * context
+        if math.isfinite(residence) and residence > 0:
+            best = (0.0, 0.0, 0.0, 0.0)  # net, ttl, p(return in ttl), holding-cost share
+            evicted_by = model.cdf(residence)
+            for ttl in _candidates(model, cfg):
+                gain = p * max(0.0, model.cdf(ttl) - evicted_by)
+                cost = cfg.reuse_fraction * model.expected_min(ttl) / residence
+                if gain - cost > best[0] + 1e-12:
+                    best = (gain - cost, ttl, p * model.cdf(ttl), cost)
+            if best[0] > 0:
+                return RetentionDecision(
+                    ttl_s=best[1],
+                    pin=True,
+                    reason="pin",
+                    p_return_in_ttl=best[2],
+                    expected_benefit_s=recompute_s * (best[0] + best[3]),
+                    expected_cost_s=recompute_s * best[3],
+                )
+        cover = model.quantile(cfg.cover_quantile) + cfg.slack_s
+        ttl = min(cover, residence, cfg.max_ttl_s)
+        if not ttl > 0:
+            return RetentionDecision(reason="not_worth_it")
+        return RetentionDecision(
+            ttl_s=ttl,
+            pin=False,
+            reason="retain",
+            p_return_in_ttl=p * model.cdf(ttl),
+        )
+
+    # --- what the policy learns from -------------------------------------------------------
+
+    def on_wait_end(
+        self, program_id: str, thread_id: str, node_id: str, duration_s: float, now_s: float
+    ) -> None:
+        """The wait ended after ``duration_s`` seconds: one more sample for its tool."""
+        waits = self._open.get(program_id)
+        name = waits.pop((thread_id, node_id), None) if waits is not None else None
+        if waits is not None and not waits:
+            del self._open[program_id]
+        if name is not None:
+            self.durations.record(name, duration_s)
+
+    def on_call_arrived(self, program_id: str, thread_id: str, now_s: float) -> None:
+        """The thread's next call arrived: its last wait counts as returned."""
+        self.returns.call_arrived(program_id, thread_id)
+
+    def on_program_end(self, program_id: str, now_s: float) -> None:
+        """The program ended: unresolved waits did not return; forget its open waits."""
+        self.returns.program_ended(program_id)
+        self._open.pop(program_id, None)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able counters for introspection."""
+        return {
+            "policy": self.name,
+            "decisions": dict(self.decisions),
+            "open_waits": sum(len(w) for w in self._open.values()),
+        }
+
+
+def _return_key(facts: WaitInfo) -> str:
+    kind = getattr(facts, "program_kind", "") or ""
+    return f"{kind}/{facts.name}" if kind else facts.name
+
+
+def _candidates(model: DurationModel, cfg: RetentionConfig) -> list[float]:
+    """Pin TTL candidates: quantiles of ``model`` plus slack, capped, ascending."""
+    ttls = {min(cfg.max_ttl_s, model.quantile(q) + cfg.slack_s) for q in cfg.quantiles}
+    return sorted(t for t in ttls if t > 0)

@@ -1,0 +1,75 @@
+"""Filters: each narrows the candidate backends for one call (see :mod:`.api`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentrt.errors import ConfigError
+from agentrt_controller.routing.affinity import ProgramAffinity
+from agentrt_controller.scheduling.api import BackendView, Call
+
+__all__ = ["AutellixLongCallFilter", "HealthyFilter", "KvPressureFilter", "RetainedFilter"]
+
+#: ``Call.notes`` key a retention driver sets: the backend holding the call's retained KV.
+RETAINED_BACKEND_NOTE = "retained_backend"
+
+
+class HealthyFilter:
+    """Drops backends marked unhealthy (health check / circuit breaker): failover."""
+
+    def filter(
+        self, call: Call, backends: Sequence[BackendView], now_s: float
+    ) -> list[BackendView]:
+        return [b for b in backends if b.healthy]
+
+
+class KvPressureFilter:
+    """Drops backends whose scraped KV usage is at or above ``max_usage`` (a fraction in
+    (0, 1]): a call sent there would evict cached prefixes or preempt running requests.
+    Backends with unknown usage stay."""
+
+    def __init__(self, max_usage: float = 0.95) -> None:
+        if not 0 < max_usage <= 1:
+            raise ConfigError(f"kv_pressure max_usage must be in (0, 1], got {max_usage!r}")
+        self.max_usage = float(max_usage)
+
+    def filter(
+        self, call: Call, backends: Sequence[BackendView], now_s: float
+    ) -> list[BackendView]:
+        limit = self.max_usage
+        return [b for b in backends if b.kv_cache_usage is None or b.kv_cache_usage < limit]
+
+
+class RetainedFilter:
+    """Keeps only the backend that retains the call's KV (``call.notes["retained_backend"]``,
+    set while a retention TTL lasts, BRIEF.md §5) when it is a candidate."""
+
+    def filter(
+        self, call: Call, backends: Sequence[BackendView], now_s: float
+    ) -> list[BackendView]:
+        retained = call.notes.get(RETAINED_BACKEND_NOTE)
+        if retained is None:
+            return list(backends)
+        return [b for b in backends if b.backend_id == retained]
+
+
+class AutellixLongCallFilter:
+    """Autellix Algorithm 2: a call with more than ``threshold_tokens`` prompt tokens keeps
+    only its program's bound backend (the one its first call went to); shorter calls, and
+    programs not bound yet, keep every candidate (a load scorer then picks)."""
+
+    def __init__(self, affinity: ProgramAffinity, threshold_tokens: int = 2048) -> None:
+        if isinstance(threshold_tokens, bool) or not isinstance(threshold_tokens, int):
+            raise ConfigError(f"threshold_tokens must be an integer, got {threshold_tokens!r}")
+        if threshold_tokens < 0:
+            raise ConfigError(f"threshold_tokens must be >= 0, got {threshold_tokens}")
+        self.affinity = affinity
+        self.threshold_tokens = threshold_tokens
+
+    def filter(
+        self, call: Call, backends: Sequence[BackendView], now_s: float
+    ) -> list[BackendView]:
+        if call.prompt_tokens <= self.threshold_tokens:
+            return list(backends)
+        bound = self.affinity.backend_of(call.program_id, now_s)
+        return [b for b in backends if b.backend_id == bound]

@@ -1,0 +1,149 @@
+"""Prefix hash chains: how a driver fills :attr:`Call.block_hashes` for prefix-aware routing.
+
+A chain element stands for one *block* of the prompt and depends on every block before it, so
+two prompts share the first ``k`` elements exactly when they share their first ``k`` blocks —
+the property an engine's prefix cache has (vLLM chains its block hashes the same way). The
+router's index (:mod:`agentrt_controller.routing.prefix_index`) only compares these integers.
+
+Two ways to build a chain, one per kind of driver:
+
+* :func:`token_block_hashes` — from token ids, one element per full block of ``block_size``
+  tokens (the simulator, or a controller that tokenizes). A trailing partial block has no
+  element, as in the engine (only full blocks are cached).
+* :func:`message_block_hashes` — from chat messages when only text is known (the controller
+  service): each message is serialised canonically and cut into chunks of about
+  ``block_tokens`` tokens (``block_tokens * chars_per_token`` characters); a message's last
+  chunk may be short, so chains still align at every *message boundary*. A conversation that
+  extends an earlier one shares all of the earlier one's elements.
+
+Both are deterministic across processes (no use of Python's salted ``str`` hash): token
+chains hash tuples of ints, which Python hashes deterministically; text chains use BLAKE2b.
+A ``salt`` (tenant / ``cache_salt`` / model) changes every element, so tenants never match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "DEFAULT_BLOCK_TOKENS",
+    "DEFAULT_CHARS_PER_TOKEN",
+    "extend_token_block_hashes",
+    "message_block_hashes",
+    "request_block_hashes",
+    "token_block_hashes",
+]
+
+#: Tokens per chain element by default (vLLM's GPU block size).
+DEFAULT_BLOCK_TOKENS = 16
+#: Characters per token assumed when cutting text (English BPE averages about 4).
+DEFAULT_CHARS_PER_TOKEN = 4
+
+
+def _seed(salt: str | None) -> int:
+    if not salt:
+        return 0
+    return int.from_bytes(hashlib.blake2b(salt.encode("utf-8"), digest_size=8).digest(), "big")
+
+
+def token_block_hashes(
+    token_ids: Sequence[int], block_size: int = DEFAULT_BLOCK_TOKENS, *, salt: str | None = None
+) -> tuple[int, ...]:
+    """The chain over the full blocks of ``token_ids``: ``len(token_ids) // block_size``
+    elements. ``h_0 = hash((seed, block_0))``, ``h_i = hash((h_{i-1}, block_i))``."""
+    return tuple(extend_token_block_hashes((), token_ids, block_size, salt=salt))
+
+
+def extend_token_block_hashes(
+    hashes: Sequence[int],
+    token_ids: Sequence[int],
+    block_size: int = DEFAULT_BLOCK_TOKENS,
+    *,
+    salt: str | None = None,
+) -> list[int]:
+    """``hashes`` (the chain of a prefix of ``token_ids``) extended over the remaining full
+    blocks of ``token_ids`` — the same result as :func:`token_block_hashes` on the whole
+    sequence, without rehashing the prefix. ``salt`` must be the one ``hashes`` was built with.
+
+    Raises ``ValueError`` if ``block_size < 1`` or ``hashes`` is longer than the full blocks.
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    full = len(token_ids) // block_size
+    if len(hashes) > full:
+        raise ValueError(f"{len(hashes)} hashes given for only {full} full blocks")
+    out = list(hashes)
+    parent = out[-1] if out else _seed(salt)
+    for index in range(len(out), full):
+        start = index * block_size
+        parent = hash((parent, tuple(token_ids[start : start + block_size])))
+        out.append(parent)
+    return out
+
+
+def _message_text(message: Mapping[str, Any]) -> str:
+    """Canonical serialisation of one chat message (role, name, content, tool calls)."""
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI content parts: keep text, describe the rest
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "text":
+                parts.append(str(part.get("text", "")))
+            else:
+                parts.append(json.dumps(part, sort_keys=True, default=str))
+        content = "\n".join(parts)
+    fields = [str(message.get("role", "")), str(message.get("name") or ""), str(content or "")]
+    extra = {k: message[k] for k in ("tool_calls", "tool_call_id") if message.get(k)}
+    if extra:
+        fields.append(json.dumps(extra, sort_keys=True, default=str))
+    return "\x1f".join(fields)
+
+
+def message_block_hashes(
+    messages: Iterable[Mapping[str, Any]],
+    *,
+    salt: str | None = None,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    chars_per_token: int = DEFAULT_CHARS_PER_TOKEN,
+) -> tuple[int, ...]:
+    """The chain over chat ``messages`` (OpenAI format), cut at message boundaries.
+
+    Each message yields ``ceil(len(text) / (block_tokens * chars_per_token))`` elements (at
+    least one), so an element stands for about ``block_tokens`` tokens. Raises ``ValueError``
+    for non-positive sizes.
+    """
+    if block_tokens < 1 or chars_per_token < 1:
+        raise ValueError("block_tokens and chars_per_token must be >= 1")
+    chunk = block_tokens * chars_per_token
+    out: list[int] = []
+    parent = _seed(salt).to_bytes(8, "big")
+    for message in messages:
+        data = _message_text(message).encode("utf-8")
+        # A boundary marker per message: "ab" + "c" and "a" + "bc" must not collide.
+        pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] or [b""]
+        pieces[-1] += b"\x1e"
+        for piece in pieces:
+            parent = hashlib.blake2b(parent + piece, digest_size=8).digest()
+            out.append(int.from_bytes(parent, "big"))
+    return tuple(out)
+
+
+def request_block_hashes(body: Mapping[str, Any]) -> tuple[int, ...]:
+    """The chain of an OpenAI request body: its ``messages`` (chat) or ``prompt`` (text
+    completion: a string, or a list of strings / token ids, serialised as one message), salted
+    with its ``cache_salt`` when it has one, else its ``model`` (KV is never shared across
+    models or salts). ``()`` when the body has neither."""
+    salt = body.get("cache_salt") or body.get("model")
+    salt = salt if isinstance(salt, str) else None
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        return message_block_hashes((m for m in messages if isinstance(m, Mapping)), salt=salt)
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return message_block_hashes([{"content": prompt}], salt=salt)
+    if isinstance(prompt, list) and prompt:
+        return message_block_hashes([{"content": json.dumps(prompt)}], salt=salt)
+    return ()

@@ -1,0 +1,139 @@
+"""The pipeline router: filters → weighted scorers → picker, as one :class:`Router`.
+
+The pipeline enforces the stage contracts itself (STYLE.md, llm-d anchor): a filter may not
+empty the candidate set (its result is then ignored for that call, and counted), a scorer must
+return one score per candidate, scores are clamped to ``[0, 1]`` (NaN → 0) and multiplied by
+the scorer's weight, and the picker's answer must be one of the remaining candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentrt.errors import ConfigError
+from agentrt_controller.routing.api import Filter, Picker, RouteObserver, Scored, Scorer
+from agentrt_controller.routing.prefix_index import PrefixIndex
+from agentrt_controller.scheduling.api import BackendView, Call
+
+__all__ = ["PipelineRouter", "WeightedScorer", "clamp_score", "uses_block_hashes"]
+
+
+def uses_block_hashes(router: object) -> bool:
+    """Whether ``router`` reads ``Call.block_hashes`` (so the driver should fill them)."""
+    return isinstance(router, PipelineRouter) and router.uses_block_hashes
+
+
+def clamp_score(value: float) -> float:
+    """``value`` clamped to ``[0, 1]``; NaN counts as 0."""
+    if value != value:  # NaN
+        return 0.0
+    return 0.0 if value < 0 else 1.0 if value > 1 else float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScorer:
+    """A scorer, the name it is configured and reported under, and its weight (>= 0)."""
+
+    name: str
+    scorer: Scorer
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        weight = self.weight
+        if isinstance(weight, bool) or not isinstance(weight, int | float):
+            raise ConfigError(f"scorer {self.name!r}: weight must be a number, got {weight!r}")
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ConfigError(f"scorer {self.name!r}: weight must be finite and >= 0")
+
+
+class PipelineRouter:
+    """A :class:`~agentrt_controller.scheduling.api.Router` built from pipeline stages.
+
+    ``observers`` (the stateful parts: prefix index, affinity) hear ``on_routed``,
+    ``on_finish`` and ``on_program_end``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        filters: Sequence[tuple[str, Filter]] = (),
+        scorers: Sequence[WeightedScorer] = (),
+        picker: Picker,
+        observers: Sequence[RouteObserver] = (),
+    ) -> None:
+        names = [n for n, _ in filters] + [s.name for s in scorers]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ConfigError(f"router {name!r}: duplicate stage name(s) {duplicates}")
+        self.name = name
+        self.filters = list(filters)
+        self.scorers = list(scorers)
+        self.picker = picker
+        self.observers = list(observers)
+        #: Calls routed so far.
+        self.routed_total = 0
+        #: Per filter name: calls for which it would have removed every candidate (skipped).
+        self.filter_skips: dict[str, int] = {n: 0 for n, _ in filters}
+        #: Whether a stage reads ``Call.block_hashes`` (drivers fill them only then).
+        self.uses_block_hashes = any(isinstance(o, PrefixIndex) for o in self.observers)
+
+    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
+        """The chosen ``backend_id``. Raises ``ValueError`` when ``candidates`` is empty (the
+        dispatcher never calls a router without one) or a stage breaks its contract."""
+        if not candidates:
+            raise ValueError("route() needs at least one candidate backend")
+        remaining = list(candidates)
+        for filter_name, stage in self.filters:
+            narrowed = stage.filter(call, remaining, now_s)
+            if narrowed:
+                remaining = narrowed
+            else:
+                self.filter_skips[filter_name] += 1
+        if len(remaining) == 1:
+            chosen = remaining[0].backend_id
+        else:
+            chosen = self.picker.pick(call, self._score(call, remaining, now_s), now_s)
+            if all(b.backend_id != chosen for b in remaining):
+                raise ValueError(f"router {self.name!r}: picker chose unknown backend {chosen!r}")
+        self.routed_total += 1
+        for observer in self.observers:
+            observer.on_routed(call, chosen, now_s)
+        return chosen
+
+    def _score(self, call: Call, backends: list[BackendView], now_s: float) -> list[Scored]:
+        totals = [0.0] * len(backends)
+        for weighted in self.scorers:
+            if weighted.weight == 0:
+                continue
+            scores = weighted.scorer.score(call, backends, now_s)
+            if len(scores) != len(backends):
+                raise ValueError(
+                    f"scorer {weighted.name!r} returned {len(scores)} scores "
+                    f"for {len(backends)} backends"
+                )
+            for i, value in enumerate(scores):
+                totals[i] += weighted.weight * clamp_score(value)
+        return [Scored(b, t) for b, t in zip(backends, totals, strict=True)]
+
+    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+        for observer in self.observers:
+            observer.on_finish(call, backend_id, now_s)
+
+    def on_program_end(self, program_id: str, now_s: float) -> None:
+        for observer in self.observers:
+            observer.on_program_end(program_id, now_s)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able configuration and counters, for introspection."""
+        return {
+            "router": self.name,
+            "filters": [n for n, _ in self.filters],
+            "scorers": {s.name: s.weight for s in self.scorers},
+            "picker": type(self.picker).__name__,
+            "routed_total": self.routed_total,
+            "filter_skips": dict(self.filter_skips),
+        }

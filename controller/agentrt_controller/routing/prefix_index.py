@@ -1,0 +1,168 @@
+"""An approximate per-backend prefix index: which prompt blocks each backend probably caches.
+
+The controller cannot see an engine's cache, so it remembers what it sent where: when a call
+is routed to a backend its prompt's chain (``Call.block_hashes``, see
+:mod:`agentrt_controller.routing.hashing`) is recorded there, and when it finishes the (possibly
+extended, prompt + output) chain is recorded again. A later call's *match* on a backend is the
+length of the leading run of its chain found there.
+
+Approximations, and how they are bounded:
+
+* the engine may evict what we recorded: an element not touched for ``ttl_s`` seconds counts
+  as gone, and each backend keeps at most ``capacity_blocks`` elements, least recently used
+  evicted first — set it to the engine's KV blocks to mimic its LRU;
+* the engine may hold what we did not record (other clients): we never claim those.
+
+Memory is O(recorded elements) bounded by ``capacity_blocks`` per backend; expired elements are
+purged as new ones arrive.
+
+**Shared prefixes.** The index also notes, for the first ``SHARED_HEAD_BLOCKS`` elements of
+every routed chain, how many different programs used each one (approximately: a change of
+program counts). :meth:`PrefixIndex.shared_prefix` is the leading run of a chain that at least
+``shared_programs`` programs used — a system prompt, tool schemas: recomputing it on another
+backend is paid once and then serves every program that shares it, unlike a program's own
+history (:class:`~agentrt_controller.routing.scorers.PrefixCostScorer` discounts it). Pure:
+``now_s``
+comes in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from agentrt.errors import ConfigError
+from agentrt_controller.scheduling.api import Call
+
+__all__ = ["SHARED_HEAD_BLOCKS", "PrefixIndex"]
+
+#: Chain elements per call whose program counts are tracked (16-token blocks: 8,192 tokens).
+SHARED_HEAD_BLOCKS = 512
+
+
+class PrefixIndex:
+    """Chain elements per backend with their last use (seconds, driver's clock)."""
+
+    def __init__(
+        self,
+        *,
+        ttl_s: float = 600.0,
+        capacity_blocks: int | None = None,
+        shared_programs: int = 3,
+        popularity_capacity: int = 200_000,
+    ) -> None:
+        """``ttl_s`` > 0 (``math.inf`` = never stale); ``capacity_blocks`` >= 1 or ``None``
+        (unbounded); ``shared_programs`` >= 2: programs that must have used an element for it
+        to count as shared; ``popularity_capacity``: elements whose program count is kept
+        (least recently used forgotten first). Raises :class:`ConfigError` otherwise."""
+        if not ttl_s > 0:
+            raise ConfigError(f"prefix index ttl_s must be > 0 seconds, got {ttl_s!r}")
+        if capacity_blocks is not None and (
+            isinstance(capacity_blocks, bool)
+            or not isinstance(capacity_blocks, int)
+            or capacity_blocks < 1
+        ):
+            raise ConfigError(f"capacity_blocks must be an integer >= 1, got {capacity_blocks!r}")
+        if isinstance(shared_programs, bool) or not isinstance(shared_programs, int):
+            raise ConfigError(f"shared_programs must be an integer, got {shared_programs!r}")
+        if shared_programs < 2 or popularity_capacity < 1:
+            raise ConfigError("shared_programs must be >= 2 and popularity_capacity >= 1")
+        self.ttl_s = float(ttl_s)
+        self.capacity_blocks = capacity_blocks
+        self.shared_programs = shared_programs
+        self.popularity_capacity = popularity_capacity
+        self._blocks: dict[str, OrderedDict[int, float]] = {}
+        #: element -> (programs that used it, approximately; the last of them)
+        self._programs: OrderedDict[int, tuple[int, str]] = OrderedDict()
+
+    def shared_prefix(self, hashes: Sequence[int]) -> int:
+        """How many leading elements of ``hashes`` at least ``shared_programs`` programs used
+        (at most :data:`SHARED_HEAD_BLOCKS`)."""
+        programs = self._programs
+        needed = self.shared_programs
+        count = 0
+        for h in hashes[:SHARED_HEAD_BLOCKS]:
+            seen = programs.get(h)
+            if seen is None or seen[0] < needed:
+                break
+            count += 1
+        return count
+
+    def note_program(self, program_id: str, hashes: Sequence[int]) -> None:
+        """``program_id`` used the chain ``hashes`` (its head counts toward sharing)."""
+        programs = self._programs
+        for h in hashes[:SHARED_HEAD_BLOCKS]:
+            seen = programs.get(h)
+            if seen is None:
+                programs[h] = (1, program_id)
+            elif seen[1] != program_id:
+                programs[h] = (seen[0] + 1, program_id)
+                programs.move_to_end(h)
+        while len(programs) > self.popularity_capacity:
+            programs.popitem(last=False)
+
+    def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
+        """How many leading elements of ``hashes`` ``backend_id`` holds (fresh ones only)."""
+        blocks = self._blocks.get(backend_id)
+        if not blocks:
+            return 0
+        oldest = now_s - self.ttl_s
+        count = 0
+        for h in hashes:
+            seen = blocks.get(h)
+            if seen is None or seen < oldest:
+                break
+            count += 1
+        return count
+
+    def insert(self, backend_id: str, hashes: Sequence[int], now_s: float) -> None:
+        """Record ``hashes`` as cached on ``backend_id`` now (touching each)."""
+        if not hashes:
+            return
+        blocks = self._blocks.get(backend_id)
+        if blocks is None:
+            blocks = self._blocks[backend_id] = OrderedDict()
+        # Walk backwards so the chain's head ends most recent: under LRU eviction a prefix
+        # then outlives its extensions, as in the engine.
+        for h in reversed(hashes):
+            blocks[h] = now_s
+            blocks.move_to_end(h)
+        self._purge(blocks, now_s)
+
+    def forget_backend(self, backend_id: str) -> None:
+        """Drop everything recorded for a backend (it restarted or was removed)."""
+        self._blocks.pop(backend_id, None)
+
+    def size(self, backend_id: str | None = None) -> int:
+        """Elements recorded (for one backend, or in total)."""
+        if backend_id is not None:
+            return len(self._blocks.get(backend_id, ()))
+        return sum(len(b) for b in self._blocks.values())
+
+    # --- RouteObserver: the driver's facts keep the index up to date ----------------------
+
+    def on_routed(self, call: Call, backend_id: str, now_s: float) -> None:
+        """The prompt will be prefilled there: count its chain as cached from now."""
+        self.insert(backend_id, call.block_hashes, now_s)
+        self.note_program(call.program_id, call.block_hashes)
+
+    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+        """Refresh the chain (the driver may have extended it over the output)."""
+        self.insert(backend_id, call.block_hashes, now_s)
+
+    def on_program_end(self, program_id: str, now_s: float) -> None:
+        """Nothing: cached prefixes outlive their program (others may share them)."""
+
+    def _purge(self, blocks: OrderedDict[int, float], now_s: float) -> None:
+        capacity = self.capacity_blocks
+        if capacity is not None:
+            while len(blocks) > capacity:
+                blocks.popitem(last=False)
+        if math.isfinite(self.ttl_s):
+            oldest = now_s - self.ttl_s
+            while blocks:
+                h, seen = next(iter(blocks.items()))
+                if seen >= oldest:
+                    break
+                del blocks[h]

@@ -1,0 +1,113 @@
+"""Scorers: each gives every candidate a score; the pipeline clamps to [0, 1] and weights.
+
+Scores are *relative*: the best candidate of a scorer gets 1, the others a ratio below it, so
+a weight says how much that scorer's preference may outweigh another's (e.g. an affinity
+weight of 0.2 keeps a program where it is unless elsewhere is more than about 25 % cheaper).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from agentrt.errors import ConfigError
+from agentrt_controller.routing.affinity import ProgramAffinity
+from agentrt_controller.routing.api import backend_load
+from agentrt_controller.routing.prefix_index import PrefixIndex
+from agentrt_controller.scheduling.api import BackendView, Call
+
+__all__ = ["AffinityScorer", "LoadScorer", "PrefixCostScorer", "cached_prompt_tokens"]
+
+
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{name} must be a number, got {value!r}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{name} must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+class LoadScorer:
+    """Fewer outstanding calls is better: ``(min_load + 1) / (load + 1)`` with ``load`` =
+    in-flight + scraped waiting (:func:`~agentrt_controller.routing.api.backend_load`)."""
+
+    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+        loads = [backend_load(b) for b in backends]
+        best = min(loads)
+        return [(best + 1) / (load + 1) for load in loads]
+
+
+class AffinityScorer:
+    """1 for the backend the call's program is bound to (within the binding's TTL), else 0."""
+
+    def __init__(self, affinity: ProgramAffinity) -> None:
+        self.affinity = affinity
+
+    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+        bound = self.affinity.backend_of(call.program_id, now_s)
+        return [1.0 if b.backend_id == bound else 0.0 for b in backends]
+
+
+def cached_prompt_tokens(call: Call, matched: int) -> int:
+    """Prompt tokens a backend holding ``matched`` leading chain elements would serve from
+    cache: the matched share of the chain times the prompt length (exact for token blocks up
+    to the trailing partial block; an estimate for message-boundary chains)."""
+    count = len(call.block_hashes)
+    if count == 0 or matched <= 0:
+        return 0
+    return min(call.prompt_tokens, round(matched * call.prompt_tokens / count))
+
+
+class PrefixCostScorer:
+    """Cheapest backend first, by the estimated cost of running the call there (seconds)::
+
+        cost_b = prefill_s_per_token × (uncached_b − (1 − shared_weight) × shared_missing_b)
+               + queued_s_per_call   × (in_flight_b + waiting_b)       (work queued ahead)
+
+    ``uncached_b`` = prompt tokens minus :func:`cached_prompt_tokens` for the call's match in
+    the :class:`PrefixIndex`; ``shared_missing_b`` = the tokens of the call's *shared* prefix
+    (:meth:`PrefixIndex.shared_prefix`: a system prompt many programs use) that ``b`` lacks —
+    computing those there is paid once and serves every later program, so they count only
+    ``shared_weight`` of their prefill. Score: ``(min_cost + s0) / (cost_b + s0)`` with
+    ``s0 = prefill_s_per_token × 16`` (one block) so that near-zero costs do not blow up
+    ratios. ``queued_s_per_call`` says what one more outstanding call on an engine costs a
+    new call there, in prefill-seconds (docs/routing.md discusses its choice).
+    """
+
+    def __init__(
+        self,
+        index: PrefixIndex,
+        *,
+        prefill_s_per_token: float,
+        queued_s_per_call: float,
+        shared_weight: float = 0.1,
+    ) -> None:
+        self.index = index
+        self.prefill_s_per_token = _positive("prefill_s_per_token", prefill_s_per_token)
+        self.queued_s_per_call = _positive("queued_s_per_call", queued_s_per_call)
+        self.shared_weight = _positive("shared_weight", shared_weight)
+        if self.shared_weight > 1:
+            raise ConfigError(f"shared_weight must be in [0, 1], got {shared_weight!r}")
+
+    def costs(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+        """``cost_b`` per backend (seconds), aligned with ``backends``."""
+        hashes = call.block_hashes
+        a, q = self.prefill_s_per_token, self.queued_s_per_call
+        shared = self.index.shared_prefix(hashes) if hashes else 0
+        relief = 1.0 - self.shared_weight
+        out = []
+        for b in backends:
+            matched = self.index.match(b.backend_id, hashes, now_s)
+            cached = cached_prompt_tokens(call, matched)
+            missing_shared = 0
+            if shared > matched:
+                missing_shared = cached_prompt_tokens(call, shared) - cached
+            uncached = max(0, call.prompt_tokens - cached) - relief * missing_shared
+            out.append(a * max(0.0, uncached) + q * backend_load(b))
+        return out
+
+    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+        costs = self.costs(call, backends, now_s)
+        soft = self.prefill_s_per_token * 16 or 1e-9
+        best = min(costs) + soft
+        return [best / (cost + soft) for cost in costs]

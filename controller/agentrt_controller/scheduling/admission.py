@@ -1,0 +1,143 @@
+"""Adaptive admission: a per-backend in-flight window steered by the backend's waiting queue.
+
+Lever (b) of BRIEF.md §3: the controller holds calls in its own queues and admits one to a
+backend only while that backend has room. A window that is too small starves the engine's
+batch; one too large moves the queue into the engine, where our program-level order is lost.
+
+:class:`AdaptiveWindowAdmission` aims at a *small* waiting queue inside the engine —
+``target_waiting`` requests (scraped ``vllm:num_requests_waiting``) — so the engine always has
+work to pull into its batch while the ordering decisions stay at the controller. AIMD, once per
+new metrics sample of a backend (``BackendView.metrics_at_s``, or at most once per
+``update_interval_s`` when the driver gives no sample time):
+
+* ``num_waiting > target_waiting``: shrink by the excess, but by at most the multiplicative
+  factor — ``window = max(min_window, window * decrease_factor, window - excess)`` with
+  ``excess = num_waiting - target_waiting``. A small overshoot costs one slot (no AIMD
+  sawtooth that periodically starves the batch); a flooded engine (e.g. other clients) still
+  halves the window per sample;
+* ``num_waiting <= target_waiting`` and the window is what limits us
+  (``in_flight >= floor(window)``): ``window = min(max_window, window + increase_step)``;
+* otherwise (we are not using the window, or no metrics): unchanged.
+
+``has_room``: the backend is healthy and ``in_flight < floor(window)``. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from agentrt.errors import ConfigError
+from agentrt_controller.scheduling.api import BackendView
+
+__all__ = ["AdaptiveWindowAdmission", "AdaptiveWindowConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveWindowConfig:
+    """AIMD parameters; validated on construction (:class:`ConfigError`)."""
+
+    #: Window of a backend before its first sample (calls, >= min_window).
+    initial_window: float = 8.0
+    #: Smallest window (calls, >= 1).
+    min_window: float = 1.0
+    #: Largest window (calls, >= initial_window).
+    max_window: float = 256.0
+    #: Engine-side waiting requests we aim for (>= 0).
+    target_waiting: int = 2
+    #: Additive increase per sample (calls, > 0).
+    increase_step: float = 1.0
+    #: Largest decrease per sample, as a factor in (0, 1).
+    decrease_factor: float = 0.5
+    #: Without ``metrics_at_s``, react at most this often (seconds, > 0).
+    update_interval_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.min_window >= 1:
+            raise ConfigError(f"min_window must be >= 1, got {self.min_window}")
+        if not self.min_window <= self.initial_window <= self.max_window:
+            raise ConfigError(
+                "need min_window <= initial_window <= max_window, got "
+                f"{self.min_window}, {self.initial_window}, {self.max_window}"
+            )
+        if not math.isfinite(self.max_window):
+            raise ConfigError("max_window must be finite")
+        if self.target_waiting < 0:
+            raise ConfigError(f"target_waiting must be >= 0, got {self.target_waiting}")
+        if not self.increase_step > 0:
+            raise ConfigError(f"increase_step must be > 0, got {self.increase_step}")
+        if not 0 < self.decrease_factor < 1:
+            raise ConfigError(f"decrease_factor must be in (0, 1), got {self.decrease_factor}")
+        if not self.update_interval_s > 0:
+            raise ConfigError(f"update_interval_s must be > 0, got {self.update_interval_s}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> AdaptiveWindowConfig:
+        """From a config table; unknown keys raise :class:`ConfigError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown adaptive admission parameter(s) {unknown}; valid: {sorted(known)}"
+            )
+        try:
+            return cls(**dict(values))
+        except TypeError as exc:
+            raise ConfigError(f"bad adaptive admission parameters: {exc}") from exc
+
+
+@dataclass(slots=True)
+class _BackendWindow:
+    window: float
+    #: Sample time of the last update (``metrics_at_s``) or decision time without one.
+    last_sample_s: float = -math.inf
+
+
+class AdaptiveWindowAdmission:
+    """Implements :class:`~agentrt_controller.scheduling.api.AdmissionPolicy`; see the module
+    doc."""
+
+    name = "adaptive"
+
+    def __init__(self, config: AdaptiveWindowConfig | None = None) -> None:
+        self.config = config if config is not None else AdaptiveWindowConfig()
+        self._windows: dict[str, _BackendWindow] = {}
+
+    def has_room(self, backend: BackendView, now_s: float) -> bool:
+        state = self._observe(backend, now_s)
+        return backend.healthy and backend.in_flight < math.floor(state.window)
+
+    def window(self, backend_id: str) -> float:
+        """The backend's current window (calls); the initial one for an unseen backend."""
+        state = self._windows.get(backend_id)
+        return state.window if state is not None else self.config.initial_window
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able windows by backend id."""
+        return {"policy": self.name, "windows": {b: s.window for b, s in self._windows.items()}}
+
+    def _observe(self, backend: BackendView, now_s: float) -> _BackendWindow:
+        cfg = self.config
+        state = self._windows.get(backend.backend_id)
+        if state is None:
+            state = self._windows[backend.backend_id] = _BackendWindow(cfg.initial_window)
+        waiting = backend.num_waiting
+        if waiting is None:
+            return state
+        if backend.metrics_at_s is not None:
+            if backend.metrics_at_s <= state.last_sample_s:
+                return state  # this sample was already acted on
+            state.last_sample_s = backend.metrics_at_s
+        else:
+            if now_s - state.last_sample_s < cfg.update_interval_s:
+                return state
+            state.last_sample_s = now_s
+        if waiting > cfg.target_waiting:
+            excess = waiting - cfg.target_waiting
+            shrunk = max(state.window * cfg.decrease_factor, state.window - excess)
+            state.window = max(cfg.min_window, shrunk)
+        elif backend.in_flight >= math.floor(state.window):
+            state.window = min(cfg.max_window, state.window + cfg.increase_step)
+        return state

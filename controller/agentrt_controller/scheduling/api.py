@@ -1,0 +1,181 @@
+"""The seams between drivers (controller service, simulator) and pure policies.
+
+A driver feeds facts in (a call arrived, tokens streamed, a call finished, a program ended) and
+asks :class:`~agentrt_controller.scheduling.dispatcher.Dispatcher` which queued calls to admit to
+which
+backend now. Policies plug in behind three one-job protocols:
+
+* :class:`Scheduler` — orders queued calls (FCFS, MLFQ, PLAS, ATLAS, SRPT...);
+* :class:`Router` — picks a backend for the call about to be admitted;
+* :class:`AdmissionPolicy` — says whether a backend may take one more call now.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from agentrt_controller.process_table import ProcessTable
+
+#: Session id of calls that carry none (untagged calls, single-tenant drivers).
+DEFAULT_SESSION = "anonymous"
+
+#: A program's key in the process table: ``(session_id, program_id)``. The session part keeps
+#: tenants apart; two sessions may use the same program id.
+ProgramKey = tuple[str, str]
+
+
+@dataclass(slots=True)
+class Call:
+    """One LLM call as the policies see it (no prompt contents, only sizes and ids)."""
+
+    #: Unique id of the call (controller request id or simulator call id).
+    call_id: str
+    #: Program the call belongs to; untagged calls get a one-call program of their own.
+    program_id: str
+    #: Parallel branch of the program.
+    thread_id: str = "main"
+    #: The call's node id in the program DAG.
+    node_id: str = ""
+    #: Parent node ids (DAG edges), as tagged by the SDK.
+    parent_ids: tuple[str, ...] = ()
+    #: Arrival time at the controller (seconds, driver's clock).
+    arrival_s: float = 0.0
+    #: Absolute deadline (seconds, driver's clock); ``math.inf`` = none.
+    deadline_s: float = math.inf
+    #: Prompt length estimate (tokens).
+    prompt_tokens: int = 0
+    #: Maximum / expected output length (tokens), if the request says.
+    max_tokens: int | None = None
+    #: ``latency`` or ``throughput`` (see agentrt.protocol.HEADER_OBJECTIVE).
+    objective: str = "latency"
+    #: Hash chain of the prompt's blocks (for prefix-aware routing); empty when unknown.
+    block_hashes: tuple[int, ...] = ()
+    #: Simulator only: the true service time of this call (seconds), for clairvoyant SRPT.
+    oracle_service_s: float | None = None
+    #: Simulator only: the program's remaining service including this call (seconds).
+    oracle_program_remaining_s: float | None = None
+    #: Client session (tenant) of the program; keyword-only so positional construction of the
+    #: fields above keeps working.
+    session_id: str = field(default=DEFAULT_SESSION, kw_only=True)
+
+    # --- written by the scheduler -------------------------------------------------------
+    #: Program-level priority when the call was enqueued (seconds of service; lower = sooner).
+    priority_s: float = 0.0
+    #: Current queue index (0 = highest).
+    level: int = 0
+    #: Start of the call's current wait segment (seconds): set on submit and requeue.
+    enqueued_s: float = 0.0
+    #: Time this call has spent queued (seconds), reset on anti-starvation promotion.
+    wait_s: float = 0.0
+    #: Service charged to this call so far (seconds), reset on anti-starvation promotion.
+    service_s: float = 0.0
+    #: Output tokens streamed so far within the current queue's quantum.
+    quantum_tokens: int = 0
+    #: Monotone sequence number given at submission; breaks ties deterministically.
+    seq: int = 0
+    #: Free-form per-policy annotations (JSON-able), shown in introspection.
+    notes: dict[str, Any] = field(default_factory=dict)
+    #: When the call entered its current level (seconds): the FCFS key inside a level. Set on
+    #: submit, demotion and promotion; a requeue keeps it, so the call keeps its place.
+    level_entered_s: float = 0.0
+
+    @property
+    def program_key(self) -> ProgramKey:
+        """The call's program in the process table: ``(session_id, program_id)``."""
+        return (self.session_id, self.program_id)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendView:
+    """What the policies know about one backend at decision time."""
+
+    #: Stable backend id (e.g. its base URL or ``engine-0``).
+    backend_id: str
+    #: Calls the controller admitted to it that have not finished.
+    in_flight: int
+    #: False while a health check or the circuit breaker says the backend is down.
+    healthy: bool = True
+    #: Scraped ``vllm:num_requests_running``; ``None`` = unknown.
+    num_running: int | None = None
+    #: Scraped ``vllm:num_requests_waiting``; ``None`` = unknown.
+    num_waiting: int | None = None
+    #: Scraped ``vllm:kv_cache_usage_perc`` as a fraction in [0, 1]; ``None`` = unknown.
+    kv_cache_usage: float | None = None
+    #: Whether the backend honours a per-request ``priority`` (vLLM with priority scheduling).
+    supports_priority: bool = False
+    #: When ``num_running`` / ``num_waiting`` / ``kv_cache_usage`` were scraped (seconds,
+    #: driver's clock); ``None`` = unknown. Adaptive admission reacts once per new scrape.
+    metrics_at_s: float | None = None
+
+
+class Scheduler(Protocol):
+    """Orders queued calls. Implementations keep their own queues; program-level facts
+    (attained service, waiting, critical path, active calls) live in :attr:`table`, which the
+    scheduler keeps up to date from the calls below (docs/scheduling.md)."""
+
+    #: Short policy name (``fcfs``, ``plas``...), used in metrics and introspection.
+    name: str
+    #: The process table the scheduler reads priorities from and records calls in.
+    table: ProcessTable
+
+    def submit(self, call: Call, now_s: float) -> None:
+        """Enqueue an arrived call."""
+
+    def pop(self, now_s: float) -> Call | None:
+        """Remove and return the call to admit next, or ``None`` when none is queued."""
+
+    def requeue(self, call: Call, now_s: float) -> None:
+        """Put back a popped call that could not be admitted (it keeps its place)."""
+
+    def cancel(self, call: Call, now_s: float) -> bool:
+        """Remove a queued call (its client went away); ``False`` if it was not queued."""
+
+    def queued(self) -> int:
+        """Number of queued calls."""
+
+    def backend_priority(self, call: Call) -> int:
+        """The ``priority`` value to send to a backend that supports it (lower runs first)."""
+
+    def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
+        """Output tokens streamed for an admitted call (quantum accounting)."""
+
+    def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
+        """An admitted call finished; ``service_s`` is the service charged for it."""
+
+    def drop_expired(self, now_s: float) -> list[Call]:
+        """Remove and return queued calls whose deadline has passed."""
+
+    def on_program_end(
+        self, program_id: str, now_s: float, session_id: str = DEFAULT_SESSION
+    ) -> None:
+        """Forget everything about a program (its process-table entry)."""
+
+    def snapshot(self, now_s: float) -> dict[str, Any]:
+        """JSON-able view of the queues, for introspection."""
+
+
+class Router(Protocol):
+    """Chooses the backend for a call among those that may take it now."""
+
+    name: str
+
+    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
+        """Return the ``backend_id`` of one of ``candidates`` (never empty)."""
+
+    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+        """A call routed to ``backend_id`` finished (for affinity / index upkeep)."""
+
+    def on_program_end(self, program_id: str, now_s: float) -> None:
+        """Forget a program's affinity."""
+
+
+class AdmissionPolicy(Protocol):
+    """Says whether a backend may take one more call from the controller's queues now."""
+
+    name: str
+
+    def has_room(self, backend: BackendView, now_s: float) -> bool: ...

@@ -1,0 +1,143 @@
+"""The baseline policies: FCFS scheduling, round-robin routing, a fixed in-flight window."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from agentrt.errors import ConfigError
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.scheduling.api import DEFAULT_SESSION, BackendView, Call
+
+
+class FcfsScheduler:
+    """First come, first served by arrival time; ``requeue`` keeps a call's place.
+
+    Records calls in ``table`` (a private :class:`ProcessTable` when ``None``) like every
+    scheduler, so introspection works whatever the policy.
+    """
+
+    name = "fcfs"
+
+    def __init__(self, table: ProcessTable | None = None) -> None:
+        self.table = table if table is not None else ProcessTable()
+        self._heap: list[tuple[float, int, Call]] = []
+        self._seq = itertools.count()
+
+    def submit(self, call: Call, now_s: float) -> None:
+        self.table.call_arrived(call, now_s)
+        call.seq = next(self._seq)
+        call.enqueued_s = now_s
+        call.level_entered_s = now_s
+        heapq.heappush(self._heap, (call.arrival_s, call.seq, call))
+
+    def pop(self, now_s: float) -> Call | None:
+        if not self._heap:
+            return None
+        _, _, call = heapq.heappop(self._heap)
+        call.wait_s += now_s - call.enqueued_s
+        self.table.call_started(call, now_s)
+        return call
+
+    def requeue(self, call: Call, now_s: float) -> None:
+        call.enqueued_s = now_s
+        heapq.heappush(self._heap, (call.arrival_s, call.seq, call))
+        self.table.call_requeued(call, now_s)
+
+    def cancel(self, call: Call, now_s: float) -> bool:
+        kept = [entry for entry in self._heap if entry[2] is not call]
+        if len(kept) == len(self._heap):
+            return False
+        self._heap = kept
+        heapq.heapify(self._heap)
+        call.wait_s += now_s - call.enqueued_s
+        self.table.call_dropped(call, now_s)
+        return True
+
+    def queued(self) -> int:
+        return len(self._heap)
+
+    def backend_priority(self, call: Call) -> int:
+        return 0
+
+    def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
+        call.quantum_tokens += new_tokens
+
+    def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
+        call.service_s += service_s
+        self.table.call_finished(call, service_s, now_s)
+
+    def drop_expired(self, now_s: float) -> list[Call]:
+        expired = [entry for entry in self._heap if entry[2].deadline_s <= now_s]
+        if expired:
+            self._heap = [entry for entry in self._heap if entry[2].deadline_s > now_s]
+            heapq.heapify(self._heap)
+        for entry in expired:
+            entry[2].wait_s += now_s - entry[2].enqueued_s
+            self.table.call_dropped(entry[2], now_s)
+        return [entry[2] for entry in expired]
+
+    def on_program_end(
+        self, program_id: str, now_s: float, session_id: str = DEFAULT_SESSION
+    ) -> None:
+        self.table.end((session_id, program_id), now_s)
+
+    def snapshot(self, now_s: float) -> dict[str, Any]:
+        calls = [entry[2] for entry in sorted(self._heap)]
+        return {
+            "policy": self.name,
+            "queued": len(calls),
+            "queues": [
+                {
+                    "level": 0,
+                    "length": len(calls),
+                    "calls": [
+                        {
+                            "call_id": c.call_id,
+                            "session_id": c.session_id,
+                            "program_id": c.program_id,
+                            "thread_id": c.thread_id,
+                            "wait_s": now_s - c.arrival_s,
+                        }
+                        for c in calls
+                    ],
+                }
+            ],
+        }
+
+
+class RoundRobinRouter:
+    """Cycles through the candidate backends in id order."""
+
+    name = "round_robin"
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
+        ordered = sorted(candidates, key=lambda b: b.backend_id)
+        choice = ordered[self._next % len(ordered)]
+        self._next += 1
+        return choice.backend_id
+
+    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+        return None
+
+    def on_program_end(self, program_id: str, now_s: float) -> None:
+        return None
+
+
+class FixedWindowAdmission:
+    """A backend may hold at most ``window`` of our calls at once (``None`` = unlimited)."""
+
+    name = "fixed"
+
+    def __init__(self, window: int | None) -> None:
+        if window is not None and window < 1:
+            raise ConfigError(f"admission window must be >= 1 or unlimited, got {window}")
+        self.window = window
+
+    def has_room(self, backend: BackendView, now_s: float) -> bool:
+        return backend.healthy and (self.window is None or backend.in_flight < self.window)

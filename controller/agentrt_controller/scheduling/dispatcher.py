@@ -1,0 +1,235 @@
+"""Combines a scheduler, a router and an admission policy into admission decisions.
+
+Both drivers use it the same way::
+
+    dispatcher.submit(call, now)                       # a call arrived
+    for admission in dispatcher.admit(now, backends):  # whenever something changed
+        send admission.call to admission.backend_id with admission.backend_priority
+    dispatcher.on_tokens(call, n, now)                 # tokens streamed
+    dispatcher.on_finish(call, backend_id, service_s, now)
+    dispatcher.drop_expired(now) / dispatcher.expire(now)   # periodically
+
+plus program and tool-wait events (``on_program_start``, ``on_tool_wait_start``...), which
+only update the process table (:attr:`Dispatcher.table`, shared with the scheduler).
+
+It is pure: no clock, no I/O. ``backends`` is the driver's current view; the dispatcher counts
+the calls it admits in this round so one round never overfills a backend.
+
+**Retained lane** (BRIEF.md §5). A call whose program's KV is retained when it arrives
+(``set_retention``, i.e. it comes back from a tool within the TTL) skips the scheduler's order:
+it waits in a FIFO lane that :meth:`Dispatcher.admit` serves before the scheduler, whatever the
+scheduler is (its context is hot and cheap now; delaying it is what makes it expensive). The
+lane shares the process table, so the program's attained service, waiting time and critical
+path are kept exactly as if the scheduler had queued the call. A call carrying
+``call.notes["retained_backend"]`` goes to that backend when it is a candidate (has room),
+whatever the router; otherwise the router chooses (failover).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from agentrt_controller.process_table import ProcessTable, ToolWait
+from agentrt_controller.scheduling.api import (
+    DEFAULT_SESSION,
+    AdmissionPolicy,
+    BackendView,
+    Call,
+    ProgramKey,
+    Router,
+    Scheduler,
+)
+from agentrt_controller.scheduling.basic import FcfsScheduler
+
+#: ``Call.notes`` keys: the lane a call was queued in, and the backend retaining its KV.
+LANE_NOTE = "lane"
+RETAINED_BACKEND_NOTE = "retained_backend"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """One decision: send ``call`` to ``backend_id`` now."""
+
+    call: Call
+    backend_id: str
+    #: Value for the backend's ``priority`` field; ``None`` when the backend must not get one.
+    backend_priority: int | None
+
+
+class Dispatcher:
+    """Scheduler + router + admission, and the process table they share."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        router: Router,
+        admission: AdmissionPolicy,
+        *,
+        retained_lane: bool = True,
+    ) -> None:
+        """``retained_lane``: serve calls of retained programs first (module docstring);
+        it only matters while something calls :meth:`set_retention`."""
+        self.scheduler = scheduler
+        self.router = router
+        self.admission = admission
+        #: The process table (the scheduler's): read it for introspection and metrics.
+        self.table: ProcessTable = scheduler.table
+        #: The retained lane (FIFO on the shared table); ``None`` when disabled.
+        self.lane: FcfsScheduler | None = FcfsScheduler(self.table) if retained_lane else None
+        #: Calls that went through the retained lane so far.
+        self.lane_total = 0
+
+    def submit(self, call: Call, now_s: float) -> None:
+        if self.lane is not None and self._retained(call, now_s):
+            call.notes[LANE_NOTE] = "retained"
+            self.lane_total += 1
+            self.lane.submit(call, now_s)
+            return
+        self.scheduler.submit(call, now_s)
+
+    def queued(self) -> int:
+        """Calls waiting for admission (scheduler queues and the retained lane)."""
+        return self.scheduler.queued() + (self.lane.queued() if self.lane is not None else 0)
+
+    def admit(self, now_s: float, backends: Sequence[BackendView]) -> list[Admission]:
+        """Pop queued calls (the retained lane first) while some backend has room; route
+        each one."""
+        views = {b.backend_id: b for b in backends}
+        admissions: list[Admission] = []
+        while self.queued():
+            candidates = [b for b in views.values() if self.admission.has_room(b, now_s)]
+            if not candidates:
+                break
+            lane = self.lane if self.lane is not None and self.lane.queued() else None
+            call = (lane or self.scheduler).pop(now_s)
+            if call is None:
+                break
+            retained = call.notes.get(RETAINED_BACKEND_NOTE)
+            held = [b for b in candidates if b.backend_id == retained]
+            backend_id = self.router.route(call, held or candidates, now_s)
+            chosen = views[backend_id]
+            views[backend_id] = replace(chosen, in_flight=chosen.in_flight + 1)
+            policy = self._policy_of(call)
+            priority = policy.backend_priority(call) if chosen.supports_priority else None
+            self.table.bind(call, backend_id, now_s)
+            admissions.append(Admission(call, backend_id, priority))
+        return admissions
+
+    def requeue(self, call: Call, now_s: float) -> None:
+        """An admitted call could not be sent (its backend failed before streaming): put it
+        back in its place; the next :meth:`admit` may route it elsewhere."""
+        self._policy_of(call).requeue(call, now_s)
+
+    def cancel(self, call: Call, now_s: float) -> bool:
+        """A queued call's client went away: forget it. ``False`` if it was not queued (then
+        it is running: report it with :meth:`on_finish` and the service it got)."""
+        return self._policy_of(call).cancel(call, now_s)
+
+    def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
+        self._policy_of(call).on_tokens(call, new_tokens, now_s)
+
+    def on_finish(self, call: Call, backend_id: str, service_s: float, now_s: float) -> None:
+        self._policy_of(call).on_finish(call, service_s, now_s)
+        self.router.on_finish(call, backend_id, now_s)
+
+    def drop_expired(self, now_s: float) -> list[Call]:
+        dropped = self.scheduler.drop_expired(now_s)
+        if self.lane is not None and self.lane.queued():
+            dropped += self.lane.drop_expired(now_s)
+        return dropped
+
+    def _retained(self, call: Call, now_s: float) -> bool:
+        entry = self.table.get(call.program_key)
+        until = entry.retained_until_s if entry is not None else None
+        return until is not None and until >= now_s
+
+    def _policy_of(self, call: Call) -> Scheduler:
+        """The lane for calls queued there, the scheduler for all others."""
+        if self.lane is not None and call.notes.get(LANE_NOTE) == "retained":
+            return self.lane
+        return self.scheduler
+
+    def on_program_start(
+        self,
+        program_id: str,
+        now_s: float,
+        *,
+        session_id: str = DEFAULT_SESSION,
+        name: str = "",
+        deadline_s: float = math.inf,
+    ) -> None:
+        """A program-start event (optional: its first call creates the entry too)."""
+        self.table.start((session_id, program_id), now_s, name=name, deadline_s=deadline_s)
+
+    def on_program_end(
+        self, program_id: str, now_s: float, session_id: str = DEFAULT_SESSION
+    ) -> None:
+        self.scheduler.on_program_end(program_id, now_s, session_id)
+        self.router.on_program_end(program_id, now_s)
+
+    def on_tool_wait_start(
+        self,
+        program_id: str,
+        now_s: float,
+        *,
+        thread_id: str,
+        node_id: str,
+        tool_name: str,
+        predicted_duration_s: float | None = None,
+        kind: str = "tool",
+        session_id: str = DEFAULT_SESSION,
+    ) -> ToolWait:
+        """The program waits on a tool / a human (BRIEF.md §5); returns the recorded wait,
+        which a retention policy may read."""
+        return self.table.tool_wait_start(
+            (session_id, program_id),
+            now_s,
+            thread_id=thread_id,
+            node_id=node_id,
+            tool_name=tool_name,
+            predicted_duration_s=predicted_duration_s,
+            kind=kind,
+        )
+
+    def on_tool_wait_end(
+        self,
+        program_id: str,
+        now_s: float,
+        *,
+        thread_id: str,
+        node_id: str,
+        session_id: str = DEFAULT_SESSION,
+    ) -> ToolWait | None:
+        """The tool wait is over; returns it (``None`` if unknown)."""
+        return self.table.tool_wait_end(
+            (session_id, program_id), now_s, thread_id=thread_id, node_id=node_id
+        )
+
+    def set_retention(
+        self, program_id: str, until_s: float | None, session_id: str = DEFAULT_SESSION
+    ) -> None:
+        """Mark a program's KV as retained until ``until_s`` (``None`` clears): its next call
+        enters Q1 while it lasts (``SchedulerConfig.boost_retained``)."""
+        self.table.set_retention((session_id, program_id), until_s)
+
+    def expire(self, now_s: float) -> list[ProgramKey]:
+        """Remove idle programs from the table (and their router affinity); returns them."""
+        removed = self.table.expire(now_s)
+        for _, program_id in removed:
+            self.router.on_program_end(program_id, now_s)
+        return removed
+
+    def snapshot(self, now_s: float) -> dict[str, Any]:
+        """JSON-able queues and process table, for introspection."""
+        return {
+            "scheduler": self.scheduler.snapshot(now_s),
+            "retained_lane": {
+                "enabled": self.lane is not None,
+                "queued": self.lane.queued() if self.lane is not None else 0,
+                "total": self.lane_total,
+            },
+            "process_table": self.table.snapshot(now_s),
+        }

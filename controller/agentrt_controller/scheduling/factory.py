@@ -1,0 +1,103 @@
+"""Build schedulers and admission policies by name (STYLE.md rule 2: unknown names and bad
+parameters are :class:`~agentrt.errors.ConfigError`, never a silent fallback).
+
+Schedulers: ``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt`` (clairvoyant: ``oracle=True``
+only, i.e. the simulator). Admission: ``fixed`` (``window``: calls or ``None`` = unlimited) and
+``adaptive`` (:class:`~agentrt_controller.scheduling.admission.AdaptiveWindowConfig` parameters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentrt.errors import ConfigError
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission, AdaptiveWindowConfig
+from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
+from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
+from agentrt_controller.scheduling.config import SchedulerConfig
+from agentrt_controller.scheduling.multilevel import AtlasScheduler, MlfqScheduler, PlasScheduler
+from agentrt_controller.scheduling.srpt import SrptScheduler
+
+__all__ = ["ADMISSION_NAMES", "SCHEDULER_NAMES", "build_admission", "build_scheduler"]
+
+#: Every scheduler name :func:`build_scheduler` knows, in the order benchmarks list them.
+SCHEDULER_NAMES = ("fcfs", "mlfq", "plas", "atlas", "srpt")
+#: Every admission policy name :func:`build_admission` knows.
+ADMISSION_NAMES = ("fixed", "adaptive")
+
+_MULTILEVEL = {"mlfq": MlfqScheduler, "plas": PlasScheduler, "atlas": AtlasScheduler}
+
+
+def build_scheduler(
+    name: str,
+    config: SchedulerConfig | Mapping[str, Any] | None = None,
+    *,
+    table: ProcessTable | None = None,
+    oracle: bool = False,
+) -> Scheduler:
+    """A new scheduler.
+
+    ``config``: a :class:`SchedulerConfig` or a mapping of its fields (unknown keys are
+    rejected); ``None`` = defaults. ``fcfs`` takes no parameters (a non-empty mapping is an
+    error). ``table``: the process table to share (a private one when ``None``).
+    ``oracle``: the driver supplies ``Call.oracle_*`` data (simulator); required by ``srpt``.
+
+    Raises :class:`ConfigError` for an unknown name, bad parameters, or ``srpt`` without
+    ``oracle``.
+    """
+    key = name.strip().lower() if isinstance(name, str) else name
+    if key not in SCHEDULER_NAMES:
+        raise ConfigError(
+            f"unknown scheduling policy {name!r}; valid: {', '.join(SCHEDULER_NAMES)}"
+        )
+    if key == "fcfs":
+        if isinstance(config, Mapping) and config:
+            raise ConfigError(f"fcfs takes no scheduling parameters, got {sorted(config)}")
+        return FcfsScheduler(table)
+    if config is None:
+        cfg = SchedulerConfig()
+    elif isinstance(config, SchedulerConfig):
+        cfg = config
+    elif isinstance(config, Mapping):
+        cfg = SchedulerConfig.from_mapping(config)
+    else:
+        raise ConfigError(f"scheduling config must be a table, got {type(config).__name__}")
+    if key == "srpt":
+        if not oracle:
+            raise ConfigError(
+                "srpt is clairvoyant: it needs each call's true remaining service, which only "
+                "the simulator knows (build it with oracle=True there)"
+            )
+        return SrptScheduler(cfg, table)
+    return _MULTILEVEL[key](cfg, table)
+
+
+def build_admission(
+    name: str, config: Mapping[str, Any] | AdaptiveWindowConfig | None = None
+) -> AdmissionPolicy:
+    """A new admission policy.
+
+    ``fixed``: ``config`` may hold ``window`` (calls >= 1, or ``None`` = unlimited; default
+    32). ``adaptive``: an :class:`AdaptiveWindowConfig` or a mapping of its fields.
+    Raises :class:`ConfigError` for an unknown name or bad parameters.
+    """
+    key = name.strip().lower() if isinstance(name, str) else name
+    params: Mapping[str, Any] = {}
+    if key == "fixed":
+        if isinstance(config, AdaptiveWindowConfig):
+            raise ConfigError("fixed admission takes {'window': N}, not an adaptive config")
+        params = config or {}
+        unknown = sorted(set(params) - {"window"})
+        if unknown:
+            raise ConfigError(f"unknown fixed admission parameter(s) {unknown}; valid: window")
+        window = params.get("window", 32)
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+            raise ConfigError(f"admission window must be an integer or None, got {window!r}")
+        return FixedWindowAdmission(window)
+    if key == "adaptive":
+        if isinstance(config, AdaptiveWindowConfig):
+            return AdaptiveWindowAdmission(config)
+        return AdaptiveWindowAdmission(AdaptiveWindowConfig.from_mapping(config or {}))
+    raise ConfigError(f"unknown admission policy {name!r}; valid: {', '.join(ADMISSION_NAMES)}")

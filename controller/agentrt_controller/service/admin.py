@@ -1,0 +1,131 @@
+"""Admin endpoints: list, add and remove backends while the controller runs.
+
+* ``GET /agentrt/v1/backends`` → ``{"backends": [...]}``: per backend its state (``up``,
+  ``down``, ``open``, ``half_open``, ``draining``), circuit breaker, in-flight calls, load,
+  capabilities and models (:meth:`~agentrt_controller.service.pool.BackendState.describe`).
+* ``POST /agentrt/v1/backends`` with a backend table ``{"url", "kind"?, "id"?, "priority"?,
+  "options"?}`` (the config file's form) or ``{"spec": "URL,kind=...,priority=on"}`` → 201 with
+  the new backend, probed once (its ``state`` says whether it is up). 400 for a bad spec, 409
+  for an id in use.
+* ``DELETE /agentrt/v1/backends/{id}`` → 202 ``{"backend": {..., "state": "draining"}}`` while
+  calls are in flight (they finish; no new ones are sent), 200 ``{"removed": true}`` when it
+  was idle and is gone; 404 for an unknown id.
+
+Changing the set of backends changes where users' prompts go, so the two mutations need
+``Authorization: Bearer <admin_token>`` when ``admin_token`` is configured, and otherwise are
+accepted from loopback clients only (403 else). Listing is open, like ``/agentrt/v1/queues``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from agentrt.errors import ConfigError
+from agentrt.protocol import EVENTS_PREFIX
+from agentrt_controller.backends.api import Backend
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service.core import ControllerCore
+from agentrt_controller.service.endpoints import guarded, read_small_body
+from agentrt_controller.service.errors import BadRequest, ServiceError
+
+__all__ = ["BACKENDS_PATH", "admin_routes"]
+
+BACKENDS_PATH = EVENTS_PREFIX + "/backends"
+_MAX_BODY_BYTES = 16 * 1024
+_LOOPBACK = ("127.", "::1", "::ffff:127.")
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+    error_type = "permission_error"
+
+
+class NotFound(ServiceError):
+    status_code = 404
+    error_type = "invalid_request_error"
+
+
+class Conflict(ServiceError):
+    status_code = 409
+    error_type = "invalid_request_error"
+
+
+def _authorize(request: Request, token: str | None) -> None:
+    if token is None:
+        host = request.client.host if request.client is not None else ""
+        if not host.startswith(_LOOPBACK):
+            raise Forbidden("changing backends is allowed from loopback clients only")
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(value.encode(), token.encode()):
+        raise Forbidden("changing backends needs Authorization: Bearer <admin_token>")
+
+
+async def _spec(request: Request) -> BackendSpec:
+    body = await read_small_body(request, _MAX_BODY_BYTES, "backend spec")
+    try:
+        data: Any = json.loads(body or b"{}")
+    except ValueError:
+        raise BadRequest("the body must be a JSON object") from None
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    try:
+        if set(data) == {"spec"} and isinstance(data["spec"], str):
+            return BackendSpec.parse(data["spec"])
+        return BackendSpec.from_mapping(data)
+    except ConfigError as exc:
+        raise BadRequest(str(exc), param="url") from exc
+
+
+def admin_routes(
+    core: ControllerCore, build: Callable[[BackendSpec], Backend], admin_token: str | None
+) -> list[Route]:
+    """The Starlette routes of the backend admin API; ``build`` makes a backend from a spec
+    (raising :class:`ConfigError` for unknown kinds and options)."""
+    pool = core.pool
+
+    async def listing(request: Request) -> Response:
+        now = core.clock()
+        return JSONResponse({"backends": [s.describe(now) for s in pool.states.values()]})
+
+    async def add(request: Request) -> Response:
+        _authorize(request, admin_token)
+        spec = await _spec(request)
+        if spec.backend_id in pool.states:
+            raise Conflict(f"a backend with id {spec.backend_id!r} exists", param="id")
+        try:
+            backend = build(spec)
+        except ConfigError as exc:
+            raise BadRequest(str(exc)) from exc
+        try:
+            state = await pool.add(backend)
+        except ConfigError as exc:  # added concurrently under the same id
+            await backend.aclose()
+            raise Conflict(str(exc), param="id") from exc
+        return JSONResponse({"backend": state.describe(core.clock())}, status_code=201)
+
+    async def remove(request: Request) -> Response:
+        _authorize(request, admin_token)
+        backend_id = request.path_params["backend_id"]
+        try:
+            state = pool.remove(backend_id)
+        except KeyError:
+            raise NotFound(f"no backend {backend_id!r}", param="backend_id") from None
+        core.wake()
+        if backend_id not in pool.states:
+            return JSONResponse({"backend_id": backend_id, "removed": True})
+        return JSONResponse({"backend": state.describe(core.clock())}, status_code=202)
+
+    return [
+        Route(BACKENDS_PATH, guarded(listing), methods=["GET"]),
+        Route(BACKENDS_PATH, guarded(add), methods=["POST"]),
+        Route(BACKENDS_PATH + "/{backend_id}", guarded(remove), methods=["DELETE"]),
+    ]

@@ -1,0 +1,89 @@
+"""What a finished call is charged: token counts from the backend's ``usage``, turned into
+seconds of service by the cost model (BRIEF.md §3, "Measuring service at a proxy").
+
+Charged work = uncached prompt tokens (``usage.prompt_tokens -
+usage.prompt_tokens_details.cached_tokens``) and generated tokens
+(``usage.completion_tokens``). When the backend sent no usage, the prompt is estimated from the
+body size (bytes / 4, all uncached) and the output from the streamed chunks (one per token).
+Proxy wall time is never charged: it includes the backend's own queueing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentrt_controller.scheduling.api import Call
+
+__all__ = ["Charge", "Charger", "Usage"]
+
+#: ``(uncached_prompt_tokens, output_tokens) -> service seconds``.
+CostFunction = Callable[[int, int], float]
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+class Usage:
+    """Token counts of one call as far as known (``None`` = the backend did not say)."""
+
+    __slots__ = ("cached_tokens", "completion_tokens", "prompt_tokens", "streamed_chunks")
+
+    def __init__(self) -> None:
+        self.prompt_tokens: int | None = None
+        self.cached_tokens: int | None = None
+        self.completion_tokens: int | None = None
+        #: Stream chunks that carried choices (≈ output tokens).
+        self.streamed_chunks = 0
+
+    def read_usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        self.prompt_tokens = _int(usage.get("prompt_tokens"))
+        self.completion_tokens = _int(usage.get("completion_tokens"))
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            self.cached_tokens = _int(details.get("cached_tokens"))
+
+    def read_body(self, body: bytes) -> None:
+        """Usage from a whole (non-streamed) JSON answer; ignores anything unparsable."""
+        if b'"usage"' not in body:
+            return
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return
+        if isinstance(parsed, dict):
+            self.read_usage(parsed.get("usage"))
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """Service charged to one call."""
+
+    #: Prompt tokens (reported, or estimated from the body size).
+    prompt_tokens: int
+    #: Prompt tokens that had to be computed (not served from a prefix cache).
+    uncached_prompt_tokens: int
+    #: Output tokens (reported, or counted stream chunks).
+    output_tokens: int
+    #: Service (seconds) from the cost model.
+    service_s: float
+
+
+class Charger:
+    """Turns :class:`Usage` into a :class:`Charge` with ``cost`` (the cost model)."""
+
+    def __init__(self, cost: CostFunction) -> None:
+        self._cost = cost
+
+    def charge(self, usage: Usage, call: Call) -> Charge:
+        prompt = usage.prompt_tokens if usage.prompt_tokens is not None else call.prompt_tokens
+        cached = min(usage.cached_tokens or 0, prompt)
+        output = usage.completion_tokens
+        if output is None:
+            output = usage.streamed_chunks
+        return Charge(prompt, prompt - cached, output, self._cost(prompt - cached, output))

@@ -1,0 +1,143 @@
+"""Reading and validating one incoming generation request (before any scheduling)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentrt.errors import ProtocolError
+from agentrt.protocol import CallTags
+from agentrt_controller.scheduling.api import Call
+from agentrt_controller.service.errors import (
+    BadRequest,
+    BodyTooLarge,
+    DeadlinePassed,
+    ModelNotFound,
+)
+
+__all__ = ["ClientGone", "IncomingCall", "Receive", "Scope", "Send", "parse_call", "read_body"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+#: Client headers passed on to the backend (everything else stays here).
+_FORWARDED = frozenset({"authorization", "x-request-id", "openai-organization", "openai-project"})
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request was read (internal to the service)."""
+
+
+@dataclass(slots=True)
+class IncomingCall:
+    """One validated incoming call (holds the prompt: never logged)."""
+
+    call: Call
+    body: dict[str, Any]
+    raw_body: bytes
+    model: str
+    stream: bool
+    client_wants_usage: bool
+    untagged: bool
+    traceparent: str | None
+    forward_headers: dict[str, str]
+
+    def __repr__(self) -> str:
+        return f"IncomingCall(call_id={self.call.call_id!r}, model={self.model!r})"
+
+
+async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> bytes:
+    """The whole request body. Raises :class:`BodyTooLarge` over ``limit`` bytes (declared
+    or counted) and :class:`ClientGone` when the client disconnects first."""
+    declared = headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge(f"request body over {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body over {limit} bytes")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def parse_call(
+    raw: bytes, headers: dict[str, str], call_id: str, now_s: float, known_models: set[str] | None
+) -> IncomingCall:
+    """Validate one generation request and make its :class:`Call` (arrival ``now_s``).
+
+    Raises :class:`BadRequest`, :class:`ModelNotFound` (``model`` not in ``known_models``;
+    ``None`` = unknown, anything goes) or :class:`DeadlinePassed` (no time left)."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {str(exc)[:200]}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required and must be a string", param="model")
+    known = known_models
+    if known is not None and model not in known:
+        raise ModelNotFound(f"the model {model!r} does not exist", param="model",
+                            code="model_not_found")  # fmt: skip
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean", param="stream")
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise BadRequest("'max_tokens' must be an integer", param="max_tokens")
+    options = body.get("stream_options")
+    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+    try:
+        tags = CallTags.from_headers(headers)
+    except ProtocolError as exc:
+        raise BadRequest(str(exc)) from exc
+    now = now_s
+    if tags is None:
+        call = Call(
+            call_id=call_id,
+            program_id=f"call-{call_id}",
+            node_id=call_id,
+            arrival_s=now,
+            prompt_tokens=len(raw) // 4,
+            max_tokens=max_tokens,
+        )
+    else:
+        if tags.timeout_ms == 0:
+            raise DeadlinePassed("the call arrived with no time left (X-Agentrt-Timeout-Ms: 0)")
+        call = Call(
+            call_id=call_id,
+            program_id=tags.program_id,
+            session_id=tags.session_id,
+            thread_id=tags.thread_id,
+            node_id=tags.node_id,
+            parent_ids=tags.parent_ids,
+            arrival_s=now,
+            deadline_s=tags.deadline_s(now),
+            prompt_tokens=len(raw) // 4,  # bytes/4: a cheap estimate, usage corrects it
+            max_tokens=max_tokens,
+            objective=tags.objective,
+        )
+    forward = {k: v for k, v in headers.items() if k in _FORWARDED}
+    return IncomingCall(
+        call=call,
+        body=body,
+        raw_body=raw,
+        model=model,
+        stream=stream,
+        client_wants_usage=wants_usage,
+        untagged=tags is None,
+        traceparent=headers.get("traceparent"),
+        forward_headers=forward,
+    )

@@ -1,0 +1,105 @@
+"""The controller's own Prometheus metrics (names in docs/controller.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentrt_controller.scheduling.dispatcher import Admission
+from agentrt_controller.service.prometheus import Registry
+
+__all__ = ["ServiceMetrics"]
+
+_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class ServiceMetrics:
+    """Counters updated per call; gauges filled at scrape time from live state."""
+
+    def __init__(self) -> None:
+        r = self.registry = Registry()
+        p = "agentrt_controller_"
+        self.requests = r.counter(
+            p + "requests_total", "HTTP answers to OpenAI calls by endpoint and status",
+            ("endpoint", "status"),
+        )  # fmt: skip
+        self.admissions = r.counter(
+            p + "admissions_total", "Calls admitted to a backend", ("backend",)
+        )
+        self.queue_wait = r.histogram(
+            p + "queue_wait_seconds", "Time a call spent in the controller's queues (seconds)",
+            _WAIT_BUCKETS,
+        )  # fmt: skip
+        self.service_charged = r.counter(
+            p + "service_charged_seconds_total", "Service charged by the cost model (seconds)"
+        )
+        self.output_tokens = r.counter(p + "output_tokens_total", "Output tokens proxied")
+        self.uncached_prompt_tokens = r.counter(
+            p + "uncached_prompt_tokens_total", "Prompt tokens not served from a prefix cache"
+        )
+        self.retries = r.counter(
+            p + "retries_total", "Calls moved off a backend that could not be reached",
+            ("backend",),
+        )  # fmt: skip
+        self.deadline_drops = r.counter(
+            p + "deadline_drops_total", "Calls answered 504 because their deadline passed"
+        )
+        self.no_backend = r.counter(
+            p + "no_backend_total", "Calls answered 503 because no backend was healthy"
+        )
+        self.overloaded = r.counter(
+            p + "overloaded_total", "Calls answered 503 because max_queued_calls were queued"
+        )
+        self.client_disconnects = r.counter(
+            p + "client_disconnects_total", "Calls whose client went away before the answer"
+        )
+        self.internal_errors = r.counter(
+            p + "internal_errors_total", "Dispatch or probe rounds that failed (see the log)"
+        )
+        self.queue_length = r.gauge(
+            p + "queue_length", "Calls queued in the controller by queue level", ("level",)
+        )
+        self.promotions = r.gauge(
+            p + "promotions", "Anti-starvation promotions so far (from the scheduler)"
+        )
+        self.in_flight = r.gauge(
+            p + "in_flight", "Calls admitted to a backend and not finished", ("backend",)
+        )
+        self.backend_up = r.gauge(p + "backend_up", "1 when the backend is healthy", ("backend",))
+        self.backend_circuit = r.gauge(
+            p + "backend_circuit_state",
+            "Circuit breaker: 0 closed, 1 half-open, 2 open, 3 draining",
+            ("backend",),
+        )
+        self.backend_failures = r.counter(
+            p + "backend_failures_total",
+            "Calls that failed because of the backend (refused, broken connection, 5xx, timeout)",
+            ("backend",),
+        )
+        self.backend_waiting = r.gauge(
+            p + "backend_num_requests_waiting", "Scraped vllm:num_requests_waiting",
+            ("backend",),
+        )  # fmt: skip
+        self.programs = r.gauge(p + "programs", "Live programs in the process table")
+
+    def admitted(self, admission: Admission, now_s: float) -> None:
+        self.admissions.inc(1.0, admission.backend_id)
+        self.queue_wait.observe(max(0.0, now_s - admission.call.arrival_s))
+
+    def on_collect(self, collector: Callable[[], None]) -> None:
+        self.registry.on_collect(collector)
+
+    def fill_queues(self, snapshot: dict[str, Any]) -> None:
+        """Queue gauges from a scheduler snapshot ``{"queues": [{"level", "calls"}...]}``."""
+        lengths: dict[tuple[str, ...], float] = {}
+        for queue in snapshot.get("queues", []):
+            calls = queue.get("calls", queue.get("length", 0))
+            length = len(calls) if isinstance(calls, list) else calls
+            lengths[(str(queue.get("level", 0)),)] = float(length)
+        self.queue_length.replace(lengths)
+        promotions = snapshot.get("promotions")
+        if isinstance(promotions, int | float):
+            self.promotions.set(float(promotions))
+
+    def render(self) -> str:
+        return self.registry.render()

@@ -1,0 +1,77 @@
+"""Builds the pure policy objects the service drives from its configuration.
+
+Schedulers and admission policies come from :mod:`agentrt_controller.scheduling.factory` (the same
+factory the simulator uses); routers are chosen by name here. Unknown names are
+:class:`ConfigError`, never a silent fallback (STYLE.md rule 2).
+"""
+
+from __future__ import annotations
+
+from agentrt.errors import ConfigError
+from agentrt_controller.cost_model import CostModel
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.retention import RetentionConfig, TtlRetentionPolicy
+from agentrt_controller.routing.factory import build_router as factory_router
+from agentrt_controller.scheduling.api import AdmissionPolicy, Router, Scheduler
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.factory import build_admission as factory_admission
+from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
+from agentrt_controller.service.charging import CostFunction
+from agentrt_controller.service.config import ControllerConfig
+from agentrt_controller.service.core import ControllerCore
+from agentrt_controller.service.metrics import ServiceMetrics
+from agentrt_controller.service.retention import RetentionDriver
+
+__all__ = ["build_cost", "build_dispatcher", "build_retention"]
+
+
+def build_scheduler(config: ControllerConfig) -> Scheduler:
+    table = ProcessTable(idle_timeout_s=config.program_idle_timeout_s)
+    return factory_scheduler(config.policy, dict(config.scheduling), table=table)
+
+
+def build_router(config: ControllerConfig) -> Router:
+    """The router named by ``config.router`` with ``config.routing``; the ``prefix`` router's
+    seconds per prefill token default to the configured cost model's."""
+    params = dict(config.routing)
+    if config.router.strip().lower() == "prefix" and "prefill_s_per_token" not in params:
+        params["prefill_s_per_token"] = CostModel.from_mapping(config.cost).prefill_s_per_token
+    return factory_router(config.router, params)
+
+
+def build_admission(config: ControllerConfig) -> AdmissionPolicy:
+    window = config.admission_window
+    if window == "adaptive":
+        return factory_admission("adaptive", dict(config.admission))
+    if config.admission:
+        raise ConfigError("admission options apply to admission_window=adaptive only")
+    return factory_admission("fixed", {"window": window})
+
+
+def build_dispatcher(config: ControllerConfig) -> Dispatcher:
+    return Dispatcher(build_scheduler(config), build_router(config), build_admission(config))
+
+
+def build_cost(config: ControllerConfig) -> CostFunction:
+    """The cost model named by ``config.cost`` as ``(uncached_prompt, output) -> seconds``."""
+    model = CostModel.from_mapping(config.cost)
+
+    def cost(uncached_prompt_tokens: int, output_tokens: int) -> float:
+        return model.service_s(uncached_prompt_tokens, output_tokens)
+
+    return cost
+
+
+def build_retention(
+    config: ControllerConfig, core: ControllerCore, metrics: ServiceMetrics
+) -> RetentionDriver:
+    """The retention driver for ``core`` (``config.retention == "on"``): the policy's
+    ``prefill_s_per_token`` defaults to the configured cost model's."""
+    options = dict(config.retention_options)
+    options.setdefault(
+        "prefill_s_per_token", CostModel.from_mapping(config.cost).prefill_s_per_token
+    )
+    policy = TtlRetentionPolicy(RetentionConfig.from_mapping(options))
+    return RetentionDriver(
+        policy, core.dispatcher, core.pool, core.clock, on_error=metrics.internal_errors.inc
+    )

@@ -1,0 +1,356 @@
+"""The live state of the backends: in-flight counts, scraped load, health, circuit breakers,
+served models — and adding and removing backends while the controller runs.
+
+Health (docs/backends.md, "Health, circuit breaker, adding and removing"): every backend has
+its own probe loop (``interval_s`` apart; a probe that takes longer than ``interval_s`` counts
+as failed), so one slow backend never delays the verdict on another. A failed probe opens the
+backend's :class:`~agentrt_controller.backends.breaker.CircuitBreaker` at once; call outcomes
+reported
+by the proxy open it after N consecutive failures or a high error rate; a refused connection
+trips it at once. A backend takes calls (``healthy``) only while its last probe succeeded, its
+circuit is closed and it is not draining. So a dead backend stops getting calls within one
+probe interval (refused connections: at the first call that hits it).
+
+Removal drains: the backend leaves routing at once, its in-flight calls finish, and when the
+last one is released it is dropped, its probe loop stops and it is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from agentrt.errors import ConfigError
+from agentrt_controller.backends.api import Backend, BackendError, BackendLoad, DetectsFeatures
+from agentrt_controller.backends.breaker import BreakerConfig, BreakerState, CircuitBreaker
+from agentrt_controller.scheduling.api import BackendView
+
+__all__ = ["BackendPool", "BackendState"]
+
+_log = logging.getLogger("agentrt.controller")
+
+
+@dataclass(slots=True, eq=False)
+class BackendState:
+    """What the controller knows about one backend right now."""
+
+    backend: Backend
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    #: Calls admitted to it that have not finished.
+    in_flight: int = 0
+    #: Takes calls: last probe succeeded, circuit closed, not draining.
+    healthy: bool = True
+    #: Last health-probe verdict (optimistic until the first probe).
+    probe_ok: bool = True
+    #: Removed: no new calls; dropped when :attr:`in_flight` reaches 0.
+    draining: bool = False
+    #: Last scrape; all-``None`` when unknown.
+    load: BackendLoad = field(default_factory=BackendLoad)
+    #: When :attr:`load` was scraped (seconds, controller clock); ``None`` = never.
+    load_at_s: float | None = None
+    #: Models from its ``/v1/models`` (empty when it did not answer).
+    models: list[dict[str, Any]] = field(default_factory=list)
+    #: Calls admitted to it since start.
+    admitted_total: int = 0
+    #: Calls that failed because of it (broken connections, 5xx, refused) since start.
+    failures_total: int = 0
+    #: The last failure, for introspection (no prompt content).
+    last_error: str = ""
+    #: Features were detected since the circuit last closed (DetectsFeatures kinds).
+    features_detected: bool = False
+    #: Cancels its probe loop.
+    probe_scope: anyio.CancelScope | None = None
+
+    def status(self) -> str:
+        """``up``, ``down`` (probe failed), ``open`` / ``half_open`` (circuit) or ``draining``."""
+        if self.draining:
+            return "draining"
+        if self.breaker.state is not BreakerState.CLOSED:
+            return str(self.breaker.state.value)
+        return "up" if self.probe_ok else "down"
+
+    def describe(self, now_s: float) -> dict[str, Any]:
+        """Plain-JSON description for the admin and introspection endpoints."""
+        backend = self.backend
+        return {
+            "backend_id": backend.backend_id,
+            "kind": backend.kind,
+            "url": backend.url,
+            "state": self.status(),
+            "healthy": self.healthy,
+            "in_flight": self.in_flight,
+            "admitted_total": self.admitted_total,
+            "failures_total": self.failures_total,
+            "last_error": self.last_error,
+            "circuit": self.breaker.snapshot(now_s),
+            "capabilities": asdict(backend.capabilities),
+            "load": asdict(self.load),
+            "load_age_s": None if self.load_at_s is None else max(0.0, now_s - self.load_at_s),
+            "models": [m["id"] for m in self.models],
+        }
+
+
+class BackendPool:
+    """Backends by id, with the views the policies get. Single event-loop thread only.
+
+    ``interval_s``: health-probe period and probe time limit (seconds). ``breaker``: the
+    thresholds every backend's circuit uses. ``on_change`` is called whenever routing facts
+    changed (probe, state change); ``on_error`` when a probe round raised unexpectedly.
+    """
+
+    def __init__(
+        self,
+        backends: Sequence[Backend],
+        on_change: Callable[[], None],
+        clock: Callable[[], float],
+        *,
+        interval_s: float = 1.0,
+        breaker: BreakerConfig | None = None,
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
+        if not interval_s > 0:
+            raise ConfigError("the probe interval must be > 0 seconds")
+        self._clock = clock
+        self._on_change = on_change
+        self._on_error = on_error
+        self.interval_s = interval_s
+        self.breaker_config = breaker or BreakerConfig()
+        self.states: dict[str, BackendState] = {}
+        for backend in backends:
+            if backend.backend_id in self.states:
+                raise ConfigError(f"duplicate backend id {backend.backend_id!r}")
+            self.states[backend.backend_id] = self._new_state(backend)
+        self._group: TaskGroup | None = None
+
+    def _new_state(self, backend: Backend) -> BackendState:
+        return BackendState(backend, CircuitBreaker(self.breaker_config))
+
+    # --- the probe loops ---------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Probe every backend once, report started, then keep probing each one every
+        ``interval_s`` until cancelled. Backends added later get a loop of their own."""
+        async with anyio.create_task_group() as group:
+            self._group = group
+            await self.refresh()
+            for state in self.states.values():
+                group.start_soon(self._probe_loop, state)
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async def refresh(self) -> None:
+        """Probe every backend once (health, load, models), concurrently."""
+        async with anyio.create_task_group() as group:
+            for state in list(self.states.values()):
+                group.start_soon(self._probe_safely, state)
+        self._on_change()
+
+    async def _probe_loop(self, state: BackendState) -> None:
+        with anyio.CancelScope() as scope:
+            state.probe_scope = scope
+            backend_id = state.backend.backend_id
+            # The membership check covers a removal that happened before this task ran.
+            while self.states.get(backend_id) is state:
+                await anyio.sleep(self.interval_s)
+                if self.states.get(backend_id) is not state:
+                    return
+                await self._probe_safely(state)
+                self._on_change()
+
+    async def _probe_safely(self, state: BackendState) -> None:
+        try:
+            await self._probe(state)
+        except Exception:  # a kind's bug must not stop the other probes: log, go on
+            if self._on_error is not None:
+                self._on_error()
+            _log.exception("probing backend %s failed", state.backend.backend_id)
+
+    async def _probe(self, state: BackendState) -> None:
+        backend = state.backend
+        ok = False  # stays False when the probe runs out of time
+        with anyio.move_on_after(self.interval_s) as limit:
+            ok = await backend.health()
+        reason = "health probe timed out" if limit.cancelled_caught else "health probe failed"
+        now = self._clock()
+        was_closed = state.breaker.allows_calls()
+        state.probe_ok = ok
+        state.breaker.record_probe(ok, now, reason)
+        if not ok:
+            state.load = BackendLoad()
+            state.last_error = reason
+            self._update(state)
+            return
+        if not was_closed and state.breaker.allows_calls():
+            state.features_detected = False  # recovered: it may have restarted differently
+        if not state.features_detected and isinstance(backend, DetectsFeatures):
+            await backend.detect_features()
+            state.features_detected = True
+        if backend.capabilities.scrapes_metrics:
+            try:
+                state.load = await backend.scrape()
+            except BackendError:
+                state.load = BackendLoad()
+            state.load_at_s = self._clock()
+        if not state.models:
+            try:
+                state.models = await backend.models()
+            except BackendError:
+                state.models = []
+        self._update(state)
+
+    def _update(self, state: BackendState) -> None:
+        """Recompute :attr:`BackendState.healthy`; log and announce changes."""
+        healthy = state.probe_ok and state.breaker.allows_calls() and not state.draining
+        if healthy != state.healthy:
+            why = state.breaker.reason or state.last_error
+            _log.warning(
+                "backend %s is %s", state.backend.backend_id,
+                "up" if healthy else f"out ({state.status()}: {why})",
+            )  # fmt: skip
+            state.healthy = healthy
+            self._on_change()
+
+    # --- facts from calls --------------------------------------------------------------------
+
+    def record_outcome(self, backend_id: str, ok: bool, reason: str = "") -> None:
+        """A call to ``backend_id`` ended: ``ok`` = the backend did its part (any 2xx-4xx
+        answer), else it failed (broken connection, 5xx, timeout)."""
+        state = self.states.get(backend_id)
+        if state is None:
+            return
+        now = self._clock()
+        if ok:
+            state.breaker.record_success(now)
+        else:
+            state.failures_total += 1
+            state.last_error = reason or "call failed"
+            state.breaker.record_failure(now, state.last_error)
+        self._update(state)
+
+    async def check(self, backend_id: str) -> bool:
+        """One health probe now (at most ``interval_s``), e.g. after a call lost its connection:
+        a dead server fails it at once and its circuit opens; a live one (the call itself was
+        the problem) stays in routing. Returns whether it is healthy."""
+        state = self.states.get(backend_id)
+        if state is None:
+            return False
+        ok = False  # stays False when the probe runs out of time
+        with anyio.move_on_after(self.interval_s):
+            ok = await state.backend.health()
+        state.probe_ok = ok
+        state.breaker.record_probe(ok, self._clock(), "health probe after a lost call failed")
+        self._update(state)
+        return state.healthy
+
+    def mark_down(self, backend_id: str, reason: str = "unreachable") -> None:
+        """A call could not reach it: out of routing at once (circuit tripped) until a probe
+        after the cool-down succeeds."""
+        state = self.states.get(backend_id)
+        if state is None:
+            return
+        state.failures_total += 1
+        state.last_error = reason
+        state.breaker.trip(self._clock(), reason)
+        self._update(state)
+
+    def release(self, backend_id: str) -> None:
+        """One admitted call left ``backend_id`` (a backend removed meanwhile is ignored; a
+        draining one is dropped with its last call)."""
+        state = self.states.get(backend_id)
+        if state is None:
+            return
+        state.in_flight -= 1
+        if state.draining and state.in_flight <= 0:
+            self._drop(state)
+
+    # --- adding and removing -----------------------------------------------------------------
+
+    async def add(self, backend: Backend) -> BackendState:
+        """Add a backend while running: probed once now (so the answer says whether it is
+        up), then every interval. Raises :class:`ConfigError` for a duplicate id."""
+        backend_id = backend.backend_id
+        if backend_id in self.states:
+            raise ConfigError(f"a backend with id {backend_id!r} exists already")
+        if self._group is None:
+            raise ConfigError("the backend pool is not running")
+        state = self._new_state(backend)
+        state.healthy = state.probe_ok = False  # no calls before its first probe
+        self.states[backend_id] = state
+        await self._probe_safely(state)
+        if self.states.get(backend_id) is state:  # not removed while probing
+            self._group.start_soon(self._probe_loop, state)
+            _log.warning("backend %s (%s) added", backend_id, backend.url)
+        self._on_change()
+        return state
+
+    def remove(self, backend_id: str) -> BackendState:
+        """Start draining ``backend_id``: no new calls; dropped once its in-flight calls have
+        finished (at once when it has none). Raises :class:`KeyError` for an unknown id."""
+        state = self.states[backend_id]
+        if not state.draining:
+            state.draining = True
+            _log.warning("backend %s removed: draining %d calls", backend_id, state.in_flight)
+            self._update(state)
+        if state.in_flight <= 0:
+            self._drop(state)
+        return state
+
+    def _drop(self, state: BackendState) -> None:
+        backend_id = state.backend.backend_id
+        if self.states.get(backend_id) is not state:
+            return
+        del self.states[backend_id]
+        if state.probe_scope is not None:
+            state.probe_scope.cancel()
+        if self._group is not None:
+            self._group.start_soon(_close, state.backend)
+        self._on_change()
+
+    # --- views -------------------------------------------------------------------------------
+
+    def views(self) -> list[BackendView]:
+        return [
+            BackendView(
+                backend_id=backend_id,
+                in_flight=state.in_flight,
+                healthy=state.healthy,
+                num_running=state.load.num_running,
+                num_waiting=state.load.num_waiting,
+                kv_cache_usage=state.load.kv_cache_usage,
+                supports_priority=state.backend.capabilities.supports_priority,
+                metrics_at_s=state.load_at_s,
+            )
+            for backend_id, state in self.states.items()
+        ]
+
+    def any_healthy(self) -> bool:
+        return any(state.healthy for state in self.states.values())
+
+    def model_list(self) -> list[dict[str, Any]]:
+        """The union of all live backends' models, first occurrence of each id wins."""
+        seen: dict[str, dict[str, Any]] = {}
+        for state in self.states.values():
+            if state.draining:
+                continue
+            for model in state.models:
+                seen.setdefault(model["id"], model)
+        return list(seen.values())
+
+    def known_model_ids(self) -> set[str] | None:
+        """Model ids served somewhere, or ``None`` when no backend told us (then any model
+        name is forwarded and the backend judges it)."""
+        ids = {m["id"] for s in self.states.values() if not s.draining for m in s.models}
+        return ids or None
+
+
+async def _close(backend: Backend) -> None:
+    with anyio.CancelScope(shield=True):
+        try:
+            await backend.aclose()
+        except Exception:  # closing is best effort; the backend is gone from routing anyway
+            _log.exception("closing backend %s failed", backend.backend_id)

@@ -1,0 +1,173 @@
+"""The demo's agent code: what each program kind does inside its ``agentrt`` program.
+
+Written with the public SDK only (``agentrt.react``, ``map_reduce``, ``mcts``, ``chat``,
+``@tool``), like any user's agents. The emulator's scripted model writes filler text, so the
+programs say nothing — but their shapes (calls, tools, parallel threads, token counts) are
+realistic and identical in both phases: every text and tool duration comes from the program's
+seed, and the scripted model answers the same prompt the same way on any engine.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+import agentrt
+from agentrt_demo.workload import ProgramSpec, filler_text, tool_duration_s
+
+__all__ = ["REACT_SYSTEM_PROMPT", "AgentContext", "AgentFn", "base_agents"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentContext:
+    """What an agent gets: its planned program, the runtime it runs in (its program is
+    already entered) and the time scale (model seconds per wall second)."""
+
+    spec: ProgramSpec
+    runtime: agentrt.Runtime
+    time_scale: float
+
+    @property
+    def model(self) -> str:
+        model = self.runtime.config.model
+        assert model is not None
+        return model
+
+
+#: Runs one program's body inside its already-entered ``agentrt`` program.
+AgentFn = Callable[[AgentContext], Awaitable[None]]
+
+#: Shared by every ReAct program (a long common prefix: what prefix caching is for).
+REACT_SYSTEM_PROMPT = (
+    "You are a careful research assistant working for the operations team. Answer the "
+    "question in a few sentences. Use the tools when they help: search for facts, lookup for "
+    "records by id, calculator for arithmetic. Never invent a record id. Handbook follows.\n\n"
+    + filler_text(random.Random("agentrt-demo-handbook"), 640)
+)
+
+ANSWER_TOKENS = 40  # ReAct final answers (Autellix's ReAct: ~34 output tokens per call)
+_MAP_TOKENS = 50  # Parrot's map calls: ~50 output tokens
+_REDUCE_TOKENS = 120
+_CHUNK_WORDS = 600
+_MAP_PARALLEL = 4  # map calls of one program at once
+
+
+def _hint(tokens: int) -> dict[str, Any]:
+    """The emulator's answer-length hint (ignored by other servers)."""
+    return {"extra_body": {"agentrt_output_tokens": tokens}}
+
+
+def react_tools(spec: ProgramSpec, time_scale: float) -> list[agentrt.Tool[Any]]:
+    """``search``, ``lookup`` and ``calculator``: each takes a seeded log-normal time (model
+    seconds, scaled to wall time) and returns seeded filler text."""
+    rng = random.Random(f"agentrt-demo-tools-{spec.seed}")
+
+    async def take_time() -> str:
+        await anyio.sleep(tool_duration_s(rng) / time_scale)
+        return filler_text(rng, 50)
+
+    @agentrt.tool
+    async def search(query: str) -> str:
+        """Search the team's documents.
+
+        Args:
+            query: what to look for, in a few words
+        """
+        return await take_time()
+
+    @agentrt.tool
+    async def lookup(record_id: int) -> str:
+        """Fetch one record by its id.
+
+        Args:
+            record_id: the record's numeric id
+        """
+        return await take_time()
+
+    @agentrt.tool
+    async def calculator(expression: str) -> str:
+        """Evaluate an arithmetic expression.
+
+        Args:
+            expression: numbers with + - * / and parentheses
+        """
+        return await take_time()
+
+    return [search, lookup, calculator]
+
+
+async def run_react(ctx: AgentContext) -> None:
+    """A ReAct agent over three tools: ``size`` LLM calls, each but the last one acting with
+    tools (the emulator's ``agentrt_tool_call`` hint), then an answer. The ReAct loop of
+    ``agentrt.react``, with the step count planned so both phases run the same program."""
+    spec = ctx.spec
+    tools = react_tools(spec, ctx.time_scale)
+    schemas = [t.openai_schema() for t in tools]
+    question = f"Question {spec.index}: " + filler_text(random.Random(spec.seed), 40)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": REACT_SYSTEM_PROMPT},
+        {"role": "user", "content": question},
+    ]
+    for step in range(spec.size):
+        act = step < spec.size - 1
+        reply = await agentrt.chat(
+            messages,
+            tools=schemas,
+            extra_body={"agentrt_output_tokens": ANSWER_TOKENS, "agentrt_tool_call": act},
+        )
+        message = reply.choices[0].message
+        messages.append(message.model_dump(mode="json", exclude_none=True))
+        if not message.tool_calls:
+            return
+        results = await agentrt.execute_tool_calls(message.tool_calls, tools)
+        messages.extend(r.message() for r in results)
+
+
+async def run_map_reduce(ctx: AgentContext) -> None:
+    """Summarise ``size`` chunks in parallel threads, then combine (``agentrt.map_reduce``)."""
+    spec = ctx.spec
+    rng = random.Random(f"agentrt-demo-doc-{spec.seed}")
+    chunks = [filler_text(rng, _CHUNK_WORDS) for _ in range(spec.size)]
+
+    async def summarise(chunk: str) -> str:
+        reply = await agentrt.chat(
+            [
+                {"role": "system", "content": "Summarise the passage in two sentences."},
+                {"role": "user", "content": chunk},
+            ],
+            **_hint(_MAP_TOKENS),
+        )
+        return reply.choices[0].message.content or ""
+
+    async def combine(summaries: list[str]) -> str:
+        numbered = "\n".join(f"{i + 1}. {s}" for i, s in enumerate(summaries))
+        reply = await agentrt.chat(
+            [
+                {"role": "system", "content": "Combine these summaries into one paragraph."},
+                {"role": "user", "content": numbered},
+            ],
+            **_hint(_REDUCE_TOKENS),
+        )
+        return reply.choices[0].message.content or ""
+
+    await agentrt.map_reduce(chunks, summarise, combine, limit=_MAP_PARALLEL)
+
+
+async def run_mcts(ctx: AgentContext) -> None:
+    """LATS tree search (``agentrt.mcts``): 3 children per expansion, ``size`` expansions.
+
+    The depth bound is above the number of expansions, so no trajectory ends by depth and
+    none is reflected upon: reflections are recorded in completion order, which differs from
+    run to run, and would make the two phases run different searches."""
+    spec = ctx.spec
+    task = f"Puzzle {spec.index}: " + filler_text(random.Random(spec.seed), 30)
+    await agentrt.mcts(task, n=3, depth=spec.size + 1, iterations=spec.size, temperature=0.8)
+
+
+def base_agents() -> dict[str, AgentFn]:
+    """The SDK pattern agents by kind."""
+    return {"react": run_react, "map_reduce": run_map_reduce, "mcts": run_mcts}

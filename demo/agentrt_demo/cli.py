@@ -1,0 +1,183 @@
+"""``agentrt demo`` and ``agentrt timeline TRACE_FILE`` (docs/demo.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentrt_demo.settings import DemoSettings
+
+__all__ = ["register"]
+
+_DEMO_EPILOG = """\
+examples:
+  agentrt demo                       # the full run (1-2 minutes)
+  agentrt demo --quick --no-direct   # a few seconds: is everything wired?
+  agentrt demo --policy plas --programs 60 --out /tmp/demo
+  agentrt timeline agentrt-demo-out/trace-controller.jsonl --format png"""
+
+
+def register(subparsers: Any) -> None:
+    """Add ``demo`` and ``timeline`` to the ``agentrt`` parser."""
+    demo = subparsers.add_parser(
+        "demo",
+        help="run agent programs through a controller and straight to engines, compare",
+        description="Start emulated engines and a controller on loopback, run a mix of agent "
+        "programs (ReAct, map-reduce, MCTS, and LangGraph / AutoGen agents when installed) "
+        "through the controller, then the same programs straight to fresh FCFS engines; print "
+        "a summary table and write traces and a program timeline.",
+        epilog=_DEMO_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    defaults = DemoSettings()
+    demo.add_argument(
+        "--programs",
+        type=int,
+        metavar="N",
+        help=f"SDK programs per phase (default {defaults.programs}; framework agents on top)",
+    )
+    demo.add_argument(
+        "--seed", type=int, help=f"seed of the programs and engines (default {defaults.seed})"
+    )
+    demo.add_argument(
+        "--out", type=Path, metavar="DIR", help="output directory (default ./agentrt-demo-out)"
+    )
+    demo.add_argument(
+        "--time-scale",
+        type=float,
+        metavar="X",
+        help=f"engines run X times faster than the modelled GPU (default {defaults.time_scale:g})",
+    )
+    demo.add_argument(
+        "--rate",
+        type=float,
+        metavar="R",
+        help=f"program arrivals per model second (default {defaults.arrival_rate:g}: near the "
+        "engines' saturation)",
+    )
+    demo.add_argument(
+        "--policy", choices=("atlas", "plas", "mlfq", "fcfs"), help="controller policy"
+    )
+    demo.add_argument(
+        "--router",
+        metavar="NAME",
+        help="controller router (default: the best it offers: prefix, least_loaded, round_robin)",
+    )
+    demo.add_argument(
+        "--retention",
+        choices=("on", "off"),
+        default="on",
+        help="KV retention during tool waits at the controller (default on)",
+    )
+    demo.add_argument(
+        "--engines", type=int, metavar="N", help=f"emulated engines (default {defaults.engines})"
+    )
+    demo.add_argument("--quick", action="store_true", help="six small programs on fast engines")
+    demo.add_argument("--no-direct", action="store_true", help="skip the direct (FCFS) baseline")
+    demo.add_argument(
+        "--no-frameworks", action="store_true", help="leave out the LangGraph / AutoGen agents"
+    )
+    demo.add_argument(
+        "--progress",
+        choices=("auto", "live", "plain", "off"),
+        default="auto",
+        help="progress display on stderr (auto: live on a terminal)",
+    )
+    demo.add_argument(
+        "--timeline",
+        choices=("html", "png", "both"),
+        default="both",
+        help="timeline pictures to write (default both)",
+    )
+    demo.set_defaults(handler=_demo)
+
+    timeline = subparsers.add_parser(
+        "timeline",
+        help="draw a program timeline (Gantt chart) from a trace file",
+        description="Draw each program's LLM and tool calls per thread from an OTLP-JSON trace "
+        "file (as written by 'agentrt demo', or by an OpenTelemetry Collector's file exporter "
+        "from agentrt spans).",
+    )
+    timeline.add_argument("trace_file", type=Path, metavar="TRACE_FILE")
+    timeline.add_argument(
+        "--out", type=Path, metavar="FILE", help="output file (default: TRACE_FILE with .html/.png)"
+    )
+    timeline.add_argument(
+        "--format",
+        choices=("html", "png"),
+        help="picture format (default: from --out's suffix, else html)",
+    )
+    timeline.set_defaults(handler=_timeline)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    import anyio
+
+    from agentrt.errors import AgentrtError
+    from agentrt_demo.app import run_demo
+
+    overrides: dict[str, Any] = {
+        "programs": args.programs,
+        "seed": args.seed,
+        "out_dir": args.out,
+        "time_scale": args.time_scale,
+        "arrival_rate": args.rate,
+        "policy": args.policy,
+        "router": args.router,
+        "engines": args.engines,
+    }
+    try:
+        settings = DemoSettings(
+            **{k: v for k, v in overrides.items() if v is not None},
+            direct=not args.no_direct,
+            retention=args.retention == "on",
+            frameworks=not args.no_frameworks,
+            progress=args.progress,
+            timeline_formats=("html", "png") if args.timeline == "both" else (args.timeline,),
+        )
+        if args.quick:
+            settings = settings.quick_variant()
+            if args.time_scale is not None:
+                settings = dataclasses.replace(settings, time_scale=args.time_scale)
+        result = anyio.run(run_demo, settings)
+    except AgentrtError as exc:
+        print(f"agentrt demo: {exc}", file=sys.stderr)
+        return 2
+    print(f"demo finished in {result.wall_s:.1f} s", file=sys.stderr)
+    return result.status
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from agentrt.errors import AgentrtError
+    from agentrt_demo.analysis import programs_from_spans
+    from agentrt_demo.timeline import TimelineSection, build_sections, write_timeline
+    from agentrt_demo.traces import TraceFileError, read_trace
+
+    trace_file: Path = args.trace_file
+    fmt = args.format
+    if fmt is None:
+        suffix = args.out.suffix.lower().lstrip(".") if args.out is not None else ""
+        fmt = suffix if suffix in ("html", "png") else "html"
+    out: Path = args.out if args.out is not None else trace_file.with_suffix("." + fmt)
+    try:
+        programs = programs_from_spans(read_trace(trace_file))
+        if not programs:
+            raise TraceFileError(
+                f"{trace_file} has spans but no agentrt program spans "
+                "(invoke_workflow / invoke_agent with agentrt.program.id)"
+            )
+        sections = build_sections([TimelineSection(trace_file.name, programs)])
+        write_timeline(out, sections, fmt, title=f"agentrt timeline — {trace_file.name}")
+    except AgentrtError as exc:
+        print(f"agentrt timeline: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"agentrt timeline: cannot write {out}: {exc}", file=sys.stderr)
+        return 2
+    nodes = sum(len(p.nodes) for p in programs)
+    print(f"wrote {out} ({len(programs)} programs, {nodes} nodes)")
+    return 0

@@ -1,0 +1,292 @@
+"""The demo's servers: emulated engines (child processes) and a controller (in this process).
+
+Everything started here is stopped when its ``async with`` block exits — normally, on an error
+or on Ctrl-C: engines get their stdin closed and SIGTERM, then SIGKILL after a grace period;
+the controller's server task ends with the block. Engines also exit by themselves when this
+process dies (their stdin closes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import httpx
+from anyio.abc import Process
+
+from agentrt.errors import AgentrtError, ConfigError
+from agentrt_demo.settings import DemoSettings
+
+__all__ = [
+    "ControllerSetup",
+    "DemoError",
+    "EngineMetrics",
+    "controller_setup",
+    "run_controller",
+    "run_engines",
+    "scrape_engines",
+]
+
+_STARTUP_TIMEOUT_S = 60.0
+_STOP_GRACE_S = 5.0
+#: Routers in order of preference: the first one the controller knows is used.
+_ROUTER_PREFERENCE = ("prefix", "least_loaded", "round_robin")
+
+
+class DemoError(AgentrtError):
+    """The demo could not start or run its servers."""
+
+
+# ------------------------------------------------------------------------------- engines
+@asynccontextmanager
+async def run_engines(
+    settings: DemoSettings,
+    policies: Mapping[str, Literal["fcfs", "priority"]],
+    log_dir: Path,
+) -> AsyncIterator[dict[str, list[str]]]:
+    """Start ``settings.engines`` fresh engines per entry of ``policies`` (label → engine
+    scheduling policy), all at once, in child processes; yields their base URLs by label.
+    Engine ``i`` of group ``label`` logs to ``log_dir / f"engine-{label}-{i}.log"``.
+
+    Raises :class:`DemoError` when one does not start within 60 s.
+    """
+    commands: list[tuple[str, list[str], Path]] = []
+    for label, policy in policies.items():
+        options = {
+            "time_scale": settings.time_scale,
+            "seed": settings.seed,
+            "max_num_seqs": settings.max_num_seqs,
+            "num_gpu_blocks": settings.num_gpu_blocks,
+            "scheduling_policy": policy,
+        }
+        command = [sys.executable, "-m", "agentrt_demo.engine_proc", json.dumps(options)]
+        for i in range(settings.engines):
+            commands.append((label, command, log_dir / f"engine-{label}-{i}.log"))
+    async with _children([(c, log) for _, c, log in commands], "engines") as found:
+        urls: dict[str, list[str]] = {label: [] for label in policies}
+        for (label, _, _), url in zip(commands, found, strict=True):
+            urls[label].append(url)
+        yield urls
+
+
+@asynccontextmanager
+async def _children(
+    commands: Sequence[tuple[list[str], Path]], what: str
+) -> AsyncIterator[list[str]]:
+    """Start the child processes (all at once; each prints ``READY <url>``), yield their
+    URLs in order, stop them all on exit (see :func:`_stop_all`)."""
+    processes: list[Process] = []
+    try:
+        for command, log in commands:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("wb") as log_file:  # the child keeps its own descriptor
+                processes.append(
+                    await anyio.open_process(
+                        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file
+                    )
+                )
+        urls = [""] * len(processes)
+
+        async def ready(i: int) -> None:
+            urls[i] = await _read_ready(processes[i], commands[i][1])
+
+        try:
+            with anyio.fail_after(_STARTUP_TIMEOUT_S):
+                async with anyio.create_task_group() as group:
+                    for i in range(len(processes)):
+                        group.start_soon(ready, i)
+        except TimeoutError as exc:
+            raise DemoError(f"the {what} did not start within {_STARTUP_TIMEOUT_S:.0f} s") from exc
+        yield urls
+    finally:
+        with anyio.CancelScope(shield=True):
+            await _stop_all(processes)
+
+
+async def _read_ready(process: Process, log: Path) -> str:
+    assert process.stdout is not None
+    buffer = b""
+    async for chunk in process.stdout:
+        buffer += chunk
+        line, newline, _ = buffer.partition(b"\n")
+        if newline:
+            text = line.decode(errors="replace").strip()
+            if text.startswith("READY "):
+                return text.split(" ", 1)[1]
+            break
+    path = anyio.Path(log)
+    detail = (await path.read_text(errors="replace")).strip()[-500:] if await path.exists() else ""
+    raise DemoError(f"a server failed to start: {detail or 'no output'} (log: {log})")
+
+
+async def _stop_all(processes: Sequence[Process]) -> None:
+    """Close every child's stdin (they stop by themselves: the controller writes its spans
+    first), SIGTERM the ones still running after 5 s, SIGKILL them 3 s later."""
+    for process in processes:
+        if process.returncode is None and process.stdin is not None:
+            await process.stdin.aclose()
+    await _wait_all(processes, _STOP_GRACE_S)
+    for process in processes:
+        if process.returncode is None:
+            process.terminate()
+    await _wait_all(processes, 3.0)
+    for process in processes:
+        if process.returncode is None:
+            process.kill()
+    for process in processes:
+        await process.wait()
+        await process.aclose()
+
+
+async def _wait_all(processes: Sequence[Process], timeout_s: float) -> None:
+    with anyio.move_on_after(timeout_s):
+        for process in processes:
+            await process.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """Counters summed over a phase's engines (from their ``/metrics``)."""
+
+    #: ``vllm:prefix_cache_queries_total`` / ``..._hits_total``: prompt tokens looked up / found.
+    prefix_queries: float = 0.0
+    prefix_hits: float = 0.0
+    #: ``vllm:request_queue_time_seconds`` sum (model seconds) and count (requests): time the
+    #: engines' requests waited in the engines' own queues.
+    queue_time_s: float = 0.0
+    requests: float = 0.0
+    #: ``vllm:num_preemptions_total``.
+    preemptions: float = 0.0
+
+    @property
+    def prefix_hit_rate(self) -> float | None:
+        """Hits / queries in [0, 1]; None before any query."""
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else None
+
+
+_METRICS = {
+    "prefix_queries": "vllm:prefix_cache_queries_total",
+    "prefix_hits": "vllm:prefix_cache_hits_total",
+    "queue_time_s": "vllm:request_queue_time_seconds_sum",
+    "requests": "vllm:request_queue_time_seconds_count",
+    "preemptions": "vllm:num_preemptions_total",
+}
+
+
+async def scrape_engines(urls: Sequence[str]) -> EngineMetrics:
+    """Sum the engines' counters; raises :class:`DemoError` when one cannot be scraped."""
+    from agentrt_controller.backends.prometheus_text import sum_samples
+
+    totals = dict.fromkeys(_METRICS, 0.0)
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        for url in urls:
+            try:
+                response = await http.get(url + "/metrics")
+                response.raise_for_status()
+            except httpx.HTTPError as exc:
+                raise DemoError(f"cannot read {url}/metrics: {exc}") from exc
+            samples = sum_samples(response.text, _METRICS.values())
+            for field, metric in _METRICS.items():
+                totals[field] += samples.get(metric, 0.0)
+    return EngineMetrics(**totals)
+
+
+# ------------------------------------------------------------------------------- controller
+@dataclass(frozen=True, slots=True)
+class ControllerSetup:
+    """How the demo's controller is configured, and what it could not get."""
+
+    #: Controller options (``agentrt_controller.service.load_config`` overrides).
+    overrides: dict[str, Any]
+    router: str
+    #: Features the demo wanted but this controller does not offer (said in the output).
+    missing: tuple[str, ...]
+
+    def describe(self) -> str:
+        window = self.overrides["admission_window"]
+        retention = self.overrides.get("retention", "off")
+        text = (
+            f"policy={self.overrides['policy']} router={self.router} retention={retention} "
+            f"admission window={window}/engine, priority passthrough to priority-scheduling "
+            "engines"
+        )
+        if self.missing:
+            text += f" (not available in this controller: {', '.join(self.missing)})"
+        return text
+
+
+def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> ControllerSetup:
+    """The controller configuration for ``engine_urls``: the chosen policy, the chosen router
+    or the best one this controller knows (``prefix``, else ``least_loaded``, else
+    ``round_robin``), priority
+    passthrough to the engines (they run ``--scheduling-policy priority``), the admission
+    window, and KV retention during tool waits when asked for and the controller has it.
+    Raises ``ConfigError`` for a router the controller does not know."""
+    from agentrt_controller.service import load_config
+    from agentrt_controller.service.policies import build_dispatcher
+
+    window = settings.admission_window
+    overrides: dict[str, Any] = {
+        "port": 0,
+        "policy": settings.policy,
+        "admission_window": "unlimited" if window is None else window,
+        "backends": [f"{url},priority=on" for url in engine_urls],
+        # The scrape interval is also the health probes' time limit: the default (1 s) keeps a
+        # busy machine's slow answer from marking an engine down.
+        "scrape_interval_s": 1.0,
+    }
+    missing: list[str] = []
+    if settings.router is not None:
+        candidate = {**overrides, "router": settings.router}
+        build_dispatcher(load_config(env={}, overrides=candidate))  # ConfigError: unknown
+        router = settings.router
+    else:
+        for router in _ROUTER_PREFERENCE:
+            candidate = {**overrides, "router": router}
+            try:
+                build_dispatcher(load_config(env={}, overrides=candidate))
+            except ConfigError:
+                missing.append(f"{router} router")
+                continue
+            break
+        else:
+            raise DemoError(f"the controller accepts none of the routers {_ROUTER_PREFERENCE}")
+    # KV retention during tool waits (BRIEF.md §5), where this controller offers it.
+    if settings.retention:
+        try:
+            with_retention = {**candidate, "retention": "on"}
+            build_dispatcher(load_config(env={}, overrides=with_retention))
+            candidate = with_retention
+        except ConfigError:
+            missing.append("KV retention")
+    return ControllerSetup(candidate, router, tuple(missing))
+
+
+@asynccontextmanager
+async def run_controller(
+    setup: ControllerSetup, log_dir: Path, trace_out: Path | None
+) -> AsyncIterator[str]:
+    """Run the controller in a child process; yields its base URL. Its spans are in
+    ``trace_out`` (OTLP-JSON lines) once the block has exited."""
+    options = {"overrides": setup.overrides, "trace_out": str(trace_out) if trace_out else None}
+    command = [sys.executable, "-m", "agentrt_demo.controller_proc", json.dumps(options)]
+    async with _children([(command, log_dir / "controller.log")], "controller") as urls:
+        url = urls[0]
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            # The first scrape marks the backends up; wait for it instead of racing it.
+            with anyio.move_on_after(10.0):
+                while True:
+                    try:
+                        if (await http.get(url + "/health")).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    await anyio.sleep(0.05)
+        yield url

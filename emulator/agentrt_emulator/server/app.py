@@ -1,0 +1,317 @@
+"""The emulator's Starlette app: OpenAI / vLLM endpoints over one :class:`EngineDriver`.
+
+Endpoints (docs/engine-emulator.md): ``/v1/chat/completions``, ``/v1/completions``,
+``/v1/models``, ``/health``, ``/version``, ``/tokenize``, ``/metrics``, the retention pins under
+``/agentrt/engine/v1/pins`` and ``/agentrt/engine/v1/state``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import ExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import anyio
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from agentrt import __version__
+from agentrt.errors import InvalidRequest
+from agentrt_emulator.core.engine import EngineCore
+from agentrt_emulator.core.profiles import get_profile
+from agentrt_emulator.core.types import EngineRequest
+from agentrt_emulator.scripted_model import ScriptedModel
+from agentrt_emulator.server.body import read_json
+from agentrt_emulator.server.config import EmulatorConfig
+from agentrt_emulator.server.driver import EngineDriver, RequestGroup
+from agentrt_emulator.server.errors import error_response, from_validation_error
+from agentrt_emulator.server.metrics import ServerMetrics
+from agentrt_emulator.server.pins import PinInfo, pin_routes
+from agentrt_emulator.server.prepare import (
+    PreparedRequest,
+    RequestRules,
+    chat_messages,
+    prepare_chat,
+    prepare_completion,
+)
+from agentrt_emulator.server.responses import Kind, ResponseBuilder, sse
+from agentrt_emulator.server.streaming import EventStreamResponse, watch_disconnect
+from agentrt_emulator.server.wire import ChatRequest, CompletionRequest, TokenizeRequest
+from agentrt_emulator.tokenizer import Tokenizer
+
+__all__ = ["EmulatorState", "build_app", "build_state"]
+
+_log = logging.getLogger(__name__)
+_HEADER_REQUEST_ID = "x-request-id"
+# Status sent (to nobody) when the client left before a non-streamed answer was ready.
+_CLIENT_CLOSED = 499
+
+
+@dataclass(slots=True)
+class EmulatorState:
+    """Everything one server instance owns; no module-level state."""
+
+    config: EmulatorConfig
+    core: EngineCore
+    driver: EngineDriver
+    tokenizer: Tokenizer
+    model: ScriptedModel
+    rules: RequestRules
+    #: Pins created over HTTP (see :mod:`agentrt_emulator.server.pins`).
+    pins: dict[str, PinInfo] = field(default_factory=dict)
+
+
+def build_state(config: EmulatorConfig) -> EmulatorState:
+    """Build the engine core, driver, tokenizer and scripted model for ``config``."""
+    profile = get_profile(config.profile)
+    core = EngineCore(config.engine, profile)
+    metrics = ServerMetrics(config.model_name)
+    driver = EngineDriver(
+        core, metrics, time_scale=config.time_scale, fuse_window_wall_s=config.fuse_window_wall_s
+    )
+    tokenizer = Tokenizer()
+    rules = RequestRules(
+        config.model_name,
+        config.engine.max_model_len,
+        config.engine.scheduling_policy,
+        tokenizer.vocab_size,
+    )
+    return EmulatorState(
+        config, core, driver, tokenizer, ScriptedModel(tokenizer, config.seed), rules
+    )
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validate(model: type[M], body: dict[str, Any]) -> M:
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _answers_errors(handler: Handler) -> Handler:
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except InvalidRequest as exc:
+            return error_response(exc)
+
+    return wrapped
+
+
+class _Endpoints:
+    def __init__(self, state: EmulatorState) -> None:
+        self.state = state
+
+    # -- generation ---------------------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        body = await read_json(request, self.state.config.max_body_bytes)
+        parsed = _validate(ChatRequest, body)
+        s = self.state
+        prepared = prepare_chat(parsed, body, request.headers, s.rules, s.tokenizer, s.model)
+        include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+        return await self._generate(request, "chat", prepared, parsed.stream, include_usage)
+
+    async def completions(self, request: Request) -> Response:
+        body = await read_json(request, self.state.config.max_body_bytes)
+        parsed = _validate(CompletionRequest, body)
+        s = self.state
+        prepared = prepare_completion(parsed, body, request.headers, s.rules, s.tokenizer, s.model)
+        include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
+        return await self._generate(request, "completion", prepared, parsed.stream, include_usage)
+
+    async def _generate(
+        self,
+        request: Request,
+        kind: Kind,
+        prepared: PreparedRequest,
+        stream: bool,
+        include_usage: bool,
+    ) -> Response:
+        driver = self.state.driver
+        client_id = request.headers.get(_HEADER_REQUEST_ID)
+        response_id = ("chatcmpl-" if kind == "chat" else "cmpl-") + (client_id or uuid.uuid4().hex)
+        builder = ResponseBuilder(
+            kind, response_id, self.state.config.model_name, int(time.time()), prepared
+        )
+        arrival = driver.now_s()
+        engine_requests = [
+            EngineRequest(
+                request_id=driver.new_request_id(response_id),
+                prompt_token_ids=prompt.prompt_token_ids,
+                output_token_ids=output.token_ids,
+                arrival_s=arrival,
+                priority=prepared.priority,
+                cache_salt=prepared.cache_salt,
+            )
+            for prompt in prepared.prompts
+            for output in prompt.outputs
+        ]
+        reasons = [choice.output.finish_reason for choice in builder.choices]
+        headers = {"X-Request-Id": client_id} if client_id else {}
+        stack = ExitStack()
+        group = stack.enter_context(driver.submit(engine_requests, reasons))
+        if stream:
+
+            async def produce(emit: Callable[[bytes], Awaitable[None]]) -> None:
+                await _stream_events(group, builder, emit, include_usage)
+
+            return EventStreamResponse(produce, on_close=stack.close, headers=headers)
+        finished = False
+        error: str | None = None
+        with stack:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch_disconnect, request.receive, tg.cancel_scope)
+                error = await _wait_all(group, builder)
+                finished = True
+                tg.cancel_scope.cancel()
+        if not finished:
+            return Response(status_code=_CLIENT_CLOSED)
+        if error is not None:
+            return error_response(RuntimeError(error), 500)
+        return JSONResponse(builder.response(), headers=headers)
+
+    # -- other endpoints ----------------------------------------------------------------------
+
+    async def models(self, request: Request) -> Response:
+        config = self.state.config
+        card = {
+            "id": config.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "agentrt",
+            "root": config.model_name,
+            "parent": None,
+            "max_model_len": config.engine.max_model_len,
+        }
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def health(self, request: Request) -> Response:
+        return Response(status_code=200)
+
+    async def version(self, request: Request) -> Response:
+        return JSONResponse({"version": __version__, "engine": "agentrt-emulator"})
+
+    async def tokenize(self, request: Request) -> Response:
+        body = await read_json(request, self.state.config.max_body_bytes)
+        parsed = _validate(TokenizeRequest, body)
+        s = self.state
+        if parsed.model is not None and parsed.model != s.config.model_name:
+            raise InvalidRequest(
+                f"The model `{parsed.model}` does not exist.", status_code=404, param="model"
+            )
+        if (parsed.prompt is None) == (parsed.messages is None):
+            raise InvalidRequest("give exactly one of prompt or messages", param="prompt")
+        if parsed.prompt is not None:
+            tokens = s.tokenizer.encode(parsed.prompt, add_bos=parsed.add_special_tokens)
+        else:
+            tools = [t.model_dump(exclude_none=True) for t in parsed.tools or ()]
+            tokens = s.tokenizer.render_chat(
+                chat_messages(parsed.messages or []),
+                tools,
+                add_generation_prompt=parsed.add_generation_prompt,
+            )
+        return JSONResponse(
+            {"tokens": tokens, "count": len(tokens), "max_model_len": s.rules.max_model_len}
+        )
+
+    async def metrics(self, request: Request) -> Response:
+        text = self.state.driver.metrics.render(self.state.core.stats())
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def engine_state(self, request: Request) -> Response:
+        stats = self.state.core.stats()
+        payload = {name: getattr(stats, name) for name in stats.__dataclass_fields__}
+        payload["model_time_s"] = self.state.driver.now_s()
+        payload["time_scale"] = self.state.config.time_scale
+        payload["profile"] = self.state.config.profile
+        payload["scheduling_policy"] = self.state.config.engine.scheduling_policy
+        return JSONResponse(payload)
+
+
+async def _wait_all(group: RequestGroup, builder: ResponseBuilder) -> str | None:
+    """Read events until every choice finished; return an engine error message, if any."""
+    async for event in group.events:
+        if event.error is not None:
+            return event.error
+        builder.apply(event)
+        if builder.all_finished:
+            return None
+    return "the engine stopped before the request finished"
+
+
+async def _stream_events(
+    group: RequestGroup,
+    builder: ResponseBuilder,
+    emit: Callable[[bytes], Awaitable[None]],
+    include_usage: bool,
+) -> None:
+    async for event in group.events:
+        if event.error is not None:
+            payload = {"error": {"message": event.error, "type": "InternalServerError",
+                                 "param": None, "code": 500}}  # fmt: skip
+            await emit(sse(payload))
+            return
+        for chunk in builder.apply(event):
+            await emit(sse(chunk))
+        if builder.all_finished:
+            break
+    if include_usage:
+        await emit(sse(builder.usage_chunk()))
+    await emit(sse("[DONE]"))
+
+
+def build_app(state: EmulatorState) -> Starlette:
+    """The ASGI app; its lifespan runs the engine loop in a task group."""
+    endpoints = _Endpoints(state)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(state.driver.run)
+            yield
+            tg.cancel_scope.cancel()
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
+        return error_response(InvalidRequest(str(detail), status_code=status))
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        _log.exception("unhandled error in %s", request.url.path, exc_info=exc)
+        return error_response(RuntimeError(f"internal error: {type(exc).__name__}"), 500)
+
+    post = ["POST"]
+    routes = [
+        Route("/v1/chat/completions", _answers_errors(endpoints.chat), methods=post),
+        Route("/v1/completions", _answers_errors(endpoints.completions), methods=post),
+        Route("/v1/models", endpoints.models, methods=["GET"]),
+        Route("/health", endpoints.health, methods=["GET"]),
+        Route("/version", endpoints.version, methods=["GET"]),
+        Route("/tokenize", _answers_errors(endpoints.tokenize), methods=post),
+        Route("/metrics", endpoints.metrics, methods=["GET"]),
+        Route("/agentrt/engine/v1/state", endpoints.engine_state, methods=["GET"]),
+        *[
+            Route(path, _answers_errors(handler), methods=methods)
+            for path, handler, methods in pin_routes(state)
+        ],
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error, Exception: internal_error},
+    )

@@ -1,0 +1,231 @@
+"""The engine loop: drives the pure :class:`EngineCore` in (scaled) real time.
+
+One task (:meth:`EngineDriver.run`, started in the app's lifespan task group) repeats:
+step the core at model time ``now``, sleep until the step's modelled GPU time has passed on
+the scaled wall clock, then deliver each request's new tokens to its group's stream. HTTP
+handlers submit request groups (one engine request per choice) and read their events.
+
+Model time: ``model_now = (monotonic() - start) · time_scale``, never moving backwards. The
+core never reads a clock; only this module does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import anyio
+import anyio.lowlevel
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from agentrt.errors import EngineError, InvalidRequest
+from agentrt_emulator.core.engine import EngineCore
+from agentrt_emulator.core.types import EngineRequest, StepResult
+from agentrt_emulator.server.metrics import ServerMetrics
+
+__all__ = ["ChoiceEvent", "EngineDriver", "RequestGroup"]
+
+_log = logging.getLogger(__name__)
+
+# Fused decode iterations per core.step() call, at most.
+_MAX_FUSED_STEPS = 256
+# Wall time to wait before retrying when the core had nothing it could schedule (seconds).
+_STALL_WAIT_S = 0.001
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceEvent:
+    """Progress of one choice of a request group."""
+
+    #: Index of the engine request inside its group.
+    index: int
+    #: Output tokens generated so far (cumulative).
+    num_tokens: int
+    #: Prompt tokens served from the prefix cache.
+    num_cached_tokens: int
+    finished: bool
+    #: Set when the engine failed the request; the group is then over.
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class _Tracked:
+    group: RequestGroup
+    index: int
+    arrival_s: float
+    finish_reason: str
+    num_tokens: int = 0
+    scheduled: bool = False
+    finished: bool = False
+
+
+class RequestGroup:
+    """The engine requests of one HTTP request (``n`` choices × prompts) and their events."""
+
+    def __init__(self, request_ids: Sequence[str]) -> None:
+        self.request_ids = tuple(request_ids)
+        send, receive = anyio.create_memory_object_stream[ChoiceEvent](math.inf)
+        self._send: MemoryObjectSendStream[ChoiceEvent] = send
+        #: Events in delivery order; ends when the group is closed.
+        self.events: MemoryObjectReceiveStream[ChoiceEvent] = receive
+
+    def _push(self, event: ChoiceEvent) -> None:
+        # A reader that left closed the stream; the driver aborts the rest of the group.
+        with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._send.send_nowait(event)
+
+    def _close(self) -> None:
+        self._send.close()
+        self.events.close()
+
+
+class EngineDriver:
+    """Owns the core's clock and delivers its progress. One per server."""
+
+    def __init__(
+        self,
+        core: EngineCore,
+        metrics: ServerMetrics,
+        *,
+        time_scale: float,
+        fuse_window_wall_s: float = 0.002,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.core = core
+        self.metrics = metrics
+        self._time_scale = time_scale
+        self._fuse_window_s = fuse_window_wall_s * time_scale
+        self._clock = clock
+        self._start = clock()
+        self._last_now = 0.0
+        self._tracked: dict[str, _Tracked] = {}
+        self._wake = anyio.Event()
+        self._next_id = 0
+
+    # -- clock --------------------------------------------------------------------------------
+
+    def now_s(self) -> float:
+        """Current model time (seconds since the server started, scaled; monotonic)."""
+        now = (self._clock() - self._start) * self._time_scale
+        self._last_now = max(self._last_now, now)
+        return self._last_now
+
+    def _wall_until(self, model_s: float) -> float:
+        return max(0.0, (model_s - self.now_s()) / self._time_scale)
+
+    # -- submission ---------------------------------------------------------------------------
+
+    def new_request_id(self, prefix: str) -> str:
+        self._next_id += 1
+        return f"{prefix}-{self._next_id}"
+
+    @contextmanager
+    def submit(
+        self, requests: Sequence[EngineRequest], finish_reasons: Sequence[str]
+    ) -> Iterator[RequestGroup]:
+        """Add ``requests`` to the core; on exit abort whichever have not finished.
+
+        Raises :class:`InvalidRequest` (nothing stays submitted) when the core refuses one.
+        """
+        group = RequestGroup([r.request_id for r in requests])
+        added: list[str] = []
+        try:
+            for index, (request, reason) in enumerate(zip(requests, finish_reasons, strict=True)):
+                self.core.add_request(request)
+                added.append(request.request_id)
+                self._tracked[request.request_id] = _Tracked(
+                    group, index, request.arrival_s, reason
+                )
+            self.wake()
+            yield group
+        finally:
+            for request_id in added:
+                tracked = self._tracked.pop(request_id, None)
+                if tracked is not None and not tracked.finished:
+                    self.core.abort_request(request_id)
+                    self.metrics.aborted += 1
+                    self.wake()
+            group._close()
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Step the core forever (cancel the task to stop)."""
+        while True:
+            if not self.core.has_unfinished():
+                await self._wait_for_work(math.inf)
+                continue
+            now = self.now_s()
+            try:
+                self.core.expire_pins(now)
+                result = self.core.step(
+                    now, max_steps=_MAX_FUSED_STEPS, horizon_s=self._fuse_window_s
+                )
+            except (InvalidRequest, EngineError, ArithmeticError, LookupError, ValueError) as exc:
+                _log.exception("engine step failed; failing the requests in flight")
+                self._fail_all(f"engine step failed: {exc}")
+                await anyio.lowlevel.checkpoint()
+                continue
+            if result is None:
+                # Waiting requests are blocked by pinned memory: nothing changes before the
+                # next pin expiry, an unpin, an abort or a new request.
+                await self._wait_for_work(self.core.next_pin_expiry_s)
+                continue
+            end = now + result.duration_s
+            await anyio.sleep(self._wall_until(end))
+            self._last_now = max(self._last_now, end)
+            self._deliver(result, start_s=now, end_s=end)
+
+    def wake(self) -> None:
+        """Tell the loop that the core changed (new request, abort, unpin)."""
+        self._wake.set()
+
+    async def _wait_for_work(self, until_model_s: float) -> None:
+        self._wake = anyio.Event()
+        timeout = self._wall_until(until_model_s) if until_model_s < math.inf else math.inf
+        with anyio.move_on_after(max(timeout, _STALL_WAIT_S)):
+            await self._wake.wait()
+
+    def _deliver(self, result: StepResult, *, start_s: float, end_s: float) -> None:
+        for progress in result.progress:
+            tracked = self._tracked.get(progress.request_id)
+            if tracked is None:
+                continue  # aborted while the step ran
+            if not tracked.scheduled:
+                tracked.scheduled = True
+                self.metrics.queue_time.observe(max(0.0, start_s - tracked.arrival_s))
+            if progress.first_token:
+                self.metrics.ttft.observe(end_s - tracked.arrival_s)
+            tracked.num_tokens += progress.new_tokens
+            if progress.finished:
+                tracked.finished = True
+                self.metrics.e2e.observe(end_s - tracked.arrival_s)
+                reason = tracked.finish_reason
+                self.metrics.success[reason] = self.metrics.success.get(reason, 0) + 1
+            if progress.new_tokens or progress.finished:
+                tracked.group._push(
+                    ChoiceEvent(
+                        tracked.index,
+                        tracked.num_tokens,
+                        progress.num_cached_tokens,
+                        progress.finished,
+                    )
+                )
+
+    def _fail_all(self, message: str) -> None:
+        for request_id, tracked in list(self._tracked.items()):
+            if tracked.finished:
+                continue
+            tracked.finished = True
+            try:
+                self.core.abort_request(request_id)
+            except (EngineError, LookupError, ValueError):
+                _log.exception("abort after a failed step failed too")
+            tracked.group._push(
+                ChoiceEvent(tracked.index, tracked.num_tokens, 0, True, error=message)
+            )

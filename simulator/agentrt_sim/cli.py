@@ -1,0 +1,406 @@
+"""``agentrt bench``: simulate workloads under policies (``sim``), sweep the load (``sweep``),
+and replay Autellix Fig. 2 (``fig2``). See docs/simulator.md."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+_SIM_EPILOG = """\
+examples:
+  agentrt bench sim --workload mixed --rate 0.3 --duration 3600 --seed 1 --json
+  agentrt bench sim --workload react --rate 1 --duration 600 --policy fcfs,plas \\
+      --admission-window 32 --plot out/
+  agentrt bench sim --trace-in programs.jsonl --policy fcfs,srpt
+  agentrt bench sweep --workload chatbot --rates 0.5,1,2,4 --policy fcfs,plas --plot out/
+  agentrt bench fig2 --json"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``bench`` command group to the ``agentrt`` parser."""
+    bench = subparsers.add_parser(
+        "bench",
+        help="simulate workloads and compare scheduling / routing / retention policies",
+        description="Discrete-event simulation of agent workloads on modelled engines.",
+    )
+    commands = bench.add_subparsers(dest="bench_command", metavar="SUBCOMMAND")
+    bench.set_defaults(handler=lambda args: _usage(bench))
+
+    sim = commands.add_parser(
+        "sim",
+        help="run one workload under one or more policy configurations",
+        description="Generate programs (or replay a trace) and simulate them under each "
+        "configuration; every configuration replays the same programs.",
+        epilog=_SIM_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_workload_args(sim, rate=True)
+    _add_policy_args(sim)
+    _add_output_args(sim)
+    sim.add_argument("--trace-in", metavar="FILE", help="replay programs from a JSONL trace")
+    sim.add_argument("--trace-out", metavar="FILE", help="save the programs as a JSONL trace")
+    sim.set_defaults(handler=_sim)
+
+    sweep = commands.add_parser(
+        "sweep",
+        help="sweep the arrival rate: latency against load, saturation point",
+        description="Run each configuration at each rate and report the largest rate at "
+        "which it keeps up (completed throughput >= 90%% of the offered rate).",
+        epilog=_SIM_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_workload_args(sweep, rate=False)
+    sweep.add_argument(
+        "--rates",
+        required=True,
+        metavar="R[,R...]",
+        help="arrival rates to try (programs/s), comma-separated",
+    )
+    _add_policy_args(sweep)
+    _add_output_args(sweep)
+    sweep.set_defaults(handler=_sweep)
+
+    fig2 = commands.add_parser(
+        "fig2",
+        help="Autellix Fig. 2: total waiting time per policy (FCFS = 18)",
+        description="Four programs, two batch slots, unit-step engine (BRIEF.md §3).",
+    )
+    fig2.add_argument(
+        "--policy",
+        default=None,
+        metavar="P[,P...]",
+        help="policies (default: every registered scheduler)",
+    )
+    fig2.add_argument(
+        "--admission-window",
+        default="2",
+        metavar="N|unlimited",
+        help="controller admission window (default: %(default)s = the engine's slots)",
+    )
+    fig2.add_argument(
+        "--engine-policy",
+        choices=["fcfs", "priority"],
+        default="fcfs",
+        help="the engine's own queue order (default: %(default)s)",
+    )
+    fig2.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    fig2.set_defaults(handler=_fig2)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
+
+
+def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
+    group = parser.add_argument_group("workload")
+    group.add_argument(
+        "--workload",
+        default="mixed",
+        help="chatbot, react, mapreduce, mcts or mixed (default: %(default)s)",
+    )
+    if rate:
+        group.add_argument(
+            "--rate",
+            type=float,
+            default=0.25,
+            metavar="R",
+            help="program arrivals per second, Poisson (default: %(default)s)",
+        )
+    group.add_argument(
+        "--duration",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="arrival window in simulated seconds (default: %(default)s)",
+    )
+    group.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
+    group.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        metavar="S",
+        help="programs arriving before S seconds are not measured (default: 10%% of duration)",
+    )
+    group.add_argument(
+        "--drain",
+        type=float,
+        default=None,
+        metavar="S",
+        help="simulate at most S seconds past the arrival window (default: the duration)",
+    )
+    group.add_argument(
+        "--workload-param",
+        action="append",
+        default=[],
+        metavar="KIND.FIELD=VALUE",
+        help="override a workload assumption, e.g. chatbot.think_mean_s=0 (repeatable)",
+    )
+    engines = parser.add_argument_group("engines")
+    engines.add_argument("--engines", type=int, default=1, help="engines (default: 1)")
+    engines.add_argument(
+        "--profile",
+        default="a100-llama3-8b",
+        metavar="NAME",
+        help="hardware profile of every engine (default: %(default)s)",
+    )
+    engines.add_argument(
+        "--engine-policy",
+        choices=["fcfs", "priority"],
+        default="fcfs",
+        help="the engines' queue order; priority passes the scheduler's backend priority "
+        "(default: %(default)s)",
+    )
+    engines.add_argument("--max-num-seqs", type=int, default=256, help="batch slots (default: 256)")
+    engines.add_argument(
+        "--block-size", type=int, default=16, help="KV block size in tokens (default: 16)"
+    )
+    engines.add_argument(
+        "--no-prefix-caching", action="store_true", help="turn the engines' prefix cache off"
+    )
+
+
+def _add_policy_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("controller policies")
+    group.add_argument(
+        "--policy",
+        default="fcfs",
+        metavar="P[,P...]",
+        help="scheduling policies to compare, comma-separated (default: %(default)s)",
+    )
+    group.add_argument(
+        "--router",
+        default="round_robin",
+        help="routing policy: round_robin, least_loaded, autellix, prefix, pipeline "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--router-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="router parameter, e.g. threshold_tokens=2048 (repeatable; JSON values)",
+    )
+    group.add_argument(
+        "--retention", default="off", help="KV retention: on, off or a policy name (default: off)"
+    )
+    group.add_argument(
+        "--admission-window",
+        default="unlimited",
+        metavar="N|unlimited|adaptive",
+        help="calls the controller may have in flight per engine (default: %(default)s)",
+    )
+    group.add_argument(
+        "--cost",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="charge service with the controller's cost model (e.g. profile=a100-llama3-8b, "
+        "or prefill_s_per_token=..., decode_s_per_token=...); default: the engine "
+        "profile's roofline (repeatable; JSON values)",
+    )
+    group.add_argument(
+        "--policy-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="scheduler parameter, e.g. starvation_beta=3 (repeatable; JSON values)",
+    )
+
+
+def _add_output_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("output")
+    group.add_argument("--json", action="store_true", help="print a JSON array, one per run")
+    group.add_argument("--plot", metavar="DIR", help="write PNG charts to DIR")
+    group.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
+def _options(items: list[str]) -> dict[str, Any]:
+    from agentrt.errors import ConfigError
+
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"option {item!r}: expected KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key.strip()] = raw
+    return options
+
+
+def _cost(args: argparse.Namespace) -> Any:
+    from agentrt_sim.costs import controller_cost_function
+
+    return controller_cost_function(_options(args.cost)) if args.cost else None
+
+
+def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[Any]]:
+    from dataclasses import replace
+
+    from agentrt.errors import ConfigError
+    from agentrt_emulator.core.types import EngineConfig
+    from agentrt_sim.registry import PolicySpec, parse_window
+    from agentrt_sim.runner import BenchConfig
+    from agentrt_sim.workloads.generate import parse_workload_params
+
+    if args.engines < 1:
+        raise ConfigError(f"--engines must be >= 1, got {args.engines}")
+    engine = replace(
+        EngineConfig(max_model_len=131072),
+        max_num_seqs=args.max_num_seqs,
+        block_size=args.block_size,
+        scheduling_policy=args.engine_policy,
+        enable_prefix_caching=not args.no_prefix_caching,
+    )
+    bench = BenchConfig(
+        workload=args.workload,
+        rate_per_s=rate,
+        duration_s=args.duration,
+        seed=args.seed,
+        warmup_s=args.warmup,
+        drain_s=args.drain,
+        engines=args.engines,
+        profile=args.profile,
+        engine=engine,
+        workload_params=parse_workload_params(args.workload_param),
+    )
+    window = parse_window(args.admission_window)
+    options = _options(args.policy_option)
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    router_options = _options(args.router_option)
+    specs = [
+        PolicySpec(p, args.router, args.retention, window, options, router_options)
+        for p in policies
+    ]
+    return bench, specs
+
+
+def _print_json(results: list[dict[str, Any]]) -> None:
+    def clean(value: Any) -> Any:  # NaN is not JSON: print null
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v) for k, v in value.items()}
+        return value
+
+    print(json.dumps([clean(r) for r in results], indent=2))
+
+
+def _guarded(run: Any) -> int:
+    from agentrt.errors import ConfigError
+
+    try:
+        code: int = run()
+    except ConfigError as exc:
+        print(f"agentrt bench: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `agentrt bench ... | head`
+        sys.stderr.close()
+        return 0
+    return code
+
+
+def _sim(args: argparse.Namespace) -> int:
+    return _guarded(lambda: _run_sim(args))
+
+
+def _run_sim(args: argparse.Namespace) -> int:
+    from agentrt_sim.report import print_sim_table, progress_bar
+    from agentrt_sim.runner import run_comparison
+    from agentrt_sim.workloads.trace import load_trace, save_trace
+
+    bench, specs = _bench_and_specs(args, args.rate)
+    programs = load_trace(args.trace_in) if args.trace_in else bench.programs()
+    if args.trace_in and programs:
+        from dataclasses import replace
+
+        last = max(p.arrival_s for p in programs)
+        bench = replace(bench, workload=f"trace:{args.trace_in}", duration_s=max(last, 1e-9))
+    if args.trace_out:
+        save_trace(programs, args.trace_out)
+    with progress_bar(not (args.json or args.no_progress)) as progress:
+        outcomes = run_comparison(
+            bench, specs, programs=programs, cost_model=_cost(args), progress=progress
+        )
+    results = [o.summary for o in outcomes]
+    if args.json:
+        _print_json(results)
+    else:
+        print_sim_table(
+            results, f"{bench.workload} @ {bench.rate_per_s:g} programs/s, {len(programs)} programs"
+        )
+    if args.plot:
+        from agentrt_sim.plots import plot_comparison
+
+        for path in plot_comparison(outcomes, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    return _guarded(lambda: _run_sweep(args))
+
+
+def _run_sweep(args: argparse.Namespace) -> int:
+    from agentrt.errors import ConfigError
+    from agentrt_sim.report import print_sweep_table, progress_bar
+    from agentrt_sim.runner import saturation_rate, sweep
+
+    try:
+        rates = sorted({float(r) for r in args.rates.split(",") if r.strip()})
+    except ValueError as exc:
+        raise ConfigError(f"--rates must be comma-separated numbers, got {args.rates!r}") from exc
+    if not rates or rates[0] <= 0:
+        raise ConfigError("--rates needs at least one rate > 0")
+    bench, specs = _bench_and_specs(args, rates[0])
+    with progress_bar(not (args.json or args.no_progress)) as progress:
+        outcomes = sweep(bench, specs, rates, cost_model=_cost(args), progress=progress)
+    results = [o.summary for o in outcomes]
+    saturation = {s.policy: saturation_rate(results, s.policy) for s in specs}
+    if args.json:
+        for result in results:
+            result["saturation_rate"] = saturation[result["policy"]]
+        _print_json(results)
+    else:
+        print_sweep_table(results, saturation)
+    if args.plot:
+        from agentrt_sim.plots import plot_sweep
+
+        for path in plot_sweep(outcomes, args.plot):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _fig2(args: argparse.Namespace) -> int:
+    return _guarded(lambda: _run_fig2(args))
+
+
+def _run_fig2(args: argparse.Namespace) -> int:
+    from agentrt_sim.fig2 import run_fig2
+    from agentrt_sim.registry import SCHEDULER_NAMES, parse_window
+    from agentrt_sim.report import print_fig2_table
+
+    policies = (
+        [p.strip() for p in args.policy.split(",") if p.strip()]
+        if args.policy
+        else list(SCHEDULER_NAMES)
+    )
+    window = parse_window(args.admission_window)
+    if window == "adaptive":
+        from agentrt.errors import ConfigError
+
+        raise ConfigError("fig2 takes a fixed admission window or 'unlimited'")
+    assert not isinstance(window, str)
+    results = run_fig2(policies, window=window, engine_policy=args.engine_policy)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print_fig2_table(results)
+    return 0

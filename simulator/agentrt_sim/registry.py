@@ -1,0 +1,136 @@
+"""Policy names → fresh policy objects for one simulated run: the single place names resolve.
+
+* Schedulers come from the controller's own factory
+  (:func:`agentrt_controller.scheduling.factory.build_scheduler`, with ``oracle=True`` because the
+  simulator fills the clairvoyant ``Call.oracle_*`` fields SRPT needs) — the simulator and the
+  controller service accept exactly the same scheduler names.
+* Admission: ``fixed`` windows (``--admission-window N`` or ``unlimited``) and ``adaptive``,
+  through :func:`agentrt_controller.scheduling.factory.build_admission`.
+* Routers come from :func:`agentrt_controller.routing.factory.build_router` (same names and
+  parameters as the controller service). Routers in :data:`PREFIX_ROUTERS` get
+  ``Call.block_hashes`` filled by the simulator.
+* Retention policies: the table :data:`RETENTION` below; a new policy is one entry (a
+  zero-argument factory). ``--retention on`` means the first non-``off`` entry.
+
+Unknown names raise :class:`~agentrt.errors.ConfigError` listing the valid ones (STYLE.md
+rule 2: never silently ignored).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrt.errors import ConfigError
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.routing.factory import ROUTER_NAMES, build_router
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.factory import SCHEDULER_NAMES, build_admission, build_scheduler
+from agentrt_sim.costs import CostFunction
+from agentrt_sim.retention import ControllerRetention, NoRetention, RetentionPolicy
+from agentrt_sim.sim import Policies
+
+__all__ = [
+    "PREFIX_ROUTERS",
+    "RETENTION",
+    "ROUTER_NAMES",
+    "SCHEDULER_NAMES",
+    "PolicySpec",
+    "build_policies",
+    "parse_window",
+    "resolve_retention",
+]
+
+#: Routers that read ``Call.block_hashes`` (a prefix index).
+PREFIX_ROUTERS = frozenset({"prefix", "pipeline"})
+
+#: Retention name → factory. ``off`` first; ``on`` resolves to the next entry.
+RETENTION: Mapping[str, Callable[[], RetentionPolicy]] = {
+    "off": NoRetention,
+    # agentrt_controller.retention.TtlRetentionPolicy: TTL from the tool's duration distribution,
+    # return probability and KV pressure (docs/routing.md, "KV retention").
+    "ttl": ControllerRetention,
+}
+
+#: Idle timeout of the process table (seconds): the simulator ends every program explicitly,
+#: so this only matters for programs cut off by ``stop_s``.
+_IDLE_TIMEOUT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One configuration to simulate, by names (what ``agentrt bench sim`` compares)."""
+
+    #: Scheduler name (``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt``).
+    policy: str = "fcfs"
+    #: Router name (``agentrt_controller.routing.factory.ROUTER_NAMES``).
+    router: str = "round_robin"
+    #: ``off``, ``on`` or a :data:`RETENTION` name.
+    retention: str = "off"
+    #: Controller admission window per engine (calls); ``None`` = unlimited (the engine
+    #: queues everything: FCFS-at-engine); ``"adaptive"`` = the adaptive window.
+    admission_window: int | str | None = None
+    #: Scheduler parameters (``SchedulerConfig`` fields), e.g. ``{"starvation_beta": 3}``.
+    scheduler_options: Mapping[str, Any] = field(default_factory=dict)
+    #: Router parameters (see :func:`agentrt_controller.routing.factory.build_router`).
+    router_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def parse_window(text: str) -> int | str | None:
+    """``--admission-window`` value: ``N`` >= 1, ``unlimited`` or ``adaptive``."""
+    value = text.strip().lower()
+    if value in ("unlimited", "none", "inf"):
+        return None
+    if value == "adaptive":
+        return value
+    try:
+        window = int(value)
+    except ValueError:
+        window = 0
+    if window < 1:
+        raise ConfigError(
+            f"admission window must be an integer >= 1, 'unlimited' or 'adaptive', got {text!r}"
+        )
+    return window
+
+
+def resolve_retention(name: str) -> str:
+    """The :data:`RETENTION` key for ``name`` (``on`` = first non-``off`` policy)."""
+    key = name.strip().lower()
+    if key == "on":
+        enabled = [n for n in RETENTION if n != "off"]
+        if not enabled:
+            raise ConfigError(
+                "retention 'on' is not available yet: no retention policy is registered "
+                f"(simulator/registry.py RETENTION); valid: {', '.join(RETENTION)}"
+            )
+        return enabled[0]
+    if key not in RETENTION:
+        raise ConfigError(f"unknown retention {name!r}; valid: on, {', '.join(RETENTION)}")
+    return key
+
+
+def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> Policies:
+    """Fresh policy objects for one run of ``spec``.
+
+    Raises :class:`ConfigError` for unknown names or bad parameters.
+    """
+    scheduler = build_scheduler(
+        spec.policy,
+        dict(spec.scheduler_options) or None,
+        table=ProcessTable(idle_timeout_s=_IDLE_TIMEOUT_S),
+        oracle=True,
+    )
+    if spec.admission_window == "adaptive":
+        admission = build_admission("adaptive")
+    else:
+        admission = build_admission("fixed", {"window": spec.admission_window})
+    retention = RETENTION[resolve_retention(spec.retention)]()
+    router = build_router(spec.router, dict(spec.router_options) or None)
+    return Policies(
+        dispatcher=Dispatcher(scheduler, router, admission),
+        retention=retention,
+        cost_model=cost_model,
+        block_hashes=spec.router.strip().lower() in PREFIX_ROUTERS,
+    )

@@ -1,0 +1,161 @@
+"""Human-readable output of ``agentrt bench``: rich tables and a progress bar on stderr."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from agentrt_sim.runner import Progress
+
+__all__ = ["print_fig2_table", "print_sim_table", "print_sweep_table", "progress_bar"]
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _console() -> Any:
+    """A rich console on stdout; wide when stdout is not a terminal (files, pipes)."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=220)
+
+
+def _window(value: Any) -> str:
+    return "unlimited" if value is None else str(value)
+
+
+def print_sim_table(results: Sequence[Mapping[str, Any]], title: str) -> None:
+    """One row per configuration."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for name in (
+        "policy",
+        "router",
+        "retention",
+        "window",
+        "programs",
+        "thr/s",
+        "tok lat mean",
+        "tok lat p95",
+        "e2e mean",
+        "e2e p95",
+        "wait",
+        "exec",
+        "tool",
+        "think",
+        "hit %",
+        "recomputed",
+        "preempt",
+    ):
+        table.add_column(name, justify="left" if name in ("policy", "router") else "right")
+    for r in results:
+        table.add_row(
+            r["policy"],
+            r["router"],
+            r["retention"],
+            _window(r["admission_window"]),
+            _num(r["programs_completed"]),
+            _num(r["throughput_programs_per_s"]),
+            _num(r["token_latency_s"]["mean"]),
+            _num(r["token_latency_s"]["p95"]),
+            _num(r["e2e_latency_s"]["mean"]),
+            _num(r["e2e_latency_s"]["p95"]),
+            _num(r["wait_s_mean"]),
+            _num(r["exec_s_mean"]),
+            _num(r["tool_s_mean"]),
+            _num(r["think_s_mean"]),
+            _num(100 * r["prefix_hit_rate"]),
+            _num(r["recomputed_prompt_tokens"]),
+            _num(r["preemptions"]),
+        )
+    _console().print(table)
+    print(
+        "times in seconds; wait/exec/tool/think = means along each program's critical path; "
+        "tok lat = E2E / generated tokens"
+    )
+
+
+def print_sweep_table(
+    results: Sequence[Mapping[str, Any]], saturation: Mapping[str, float | None]
+) -> None:
+    """One row per (rate, configuration), then the saturation rate per policy."""
+    from rich.table import Table
+
+    table = Table(title="rate sweep", title_justify="left")
+    for name in ("rate", "policy", "thr/s", "tok lat mean", "tok lat p95", "e2e p50", "unfinished"):
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    for r in results:
+        table.add_row(
+            _num(r["rate"]),
+            r["policy"],
+            _num(r["throughput_programs_per_s"]),
+            _num(r["token_latency_s"]["mean"]),
+            _num(r["token_latency_s"]["p95"]),
+            _num(r["e2e_latency_s"]["p50"]),
+            _num(r["programs_unfinished"]),
+        )
+    console = _console()
+    console.print(table)
+    for policy, rate in saturation.items():
+        console.print(f"{policy}: keeps up to {_num(rate)} programs/s among the rates tried")
+
+
+def print_fig2_table(results: Mapping[str, Mapping[str, Any]]) -> None:
+    """Total waiting time per policy for Autellix Fig. 2."""
+    from rich.table import Table
+
+    table = Table(title="Autellix Fig. 2 (durations in decode steps)", title_justify="left")
+    for name in ("policy", "total wait", "A", "B", "C", "D", "mean E2E", "makespan"):
+        table.add_column(name, justify="left" if name == "policy" else "right")
+    for policy, r in results.items():
+        waits = r["program_wait"]
+        table.add_row(
+            policy,
+            _num(r["total_wait"]),
+            *(_num(waits.get(p)) for p in "ABCD"),
+            _num(r["mean_e2e"]),
+            _num(r["makespan"]),
+        )
+    _console().print(table)
+
+
+@contextmanager
+def progress_bar(enabled: bool) -> Iterator[Progress | None]:
+    """A rich progress bar on stderr (one task per configuration) when ``enabled`` and stderr
+    is a terminal; otherwise ``None``."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import Progress as RichProgress
+
+    tasks: dict[str, Any] = {}
+    with RichProgress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,.0f}/{task.total:,.0f} sim s"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+
+        def update(label: str, sim_s: float, end_s: float) -> None:
+            task = tasks.get(label)
+            if task is None:
+                task = tasks[label] = bar.add_task(label, total=end_s)
+            bar.update(task, completed=min(sim_s, end_s))
+
+        yield update

@@ -1,0 +1,388 @@
+"""The discrete-event simulator: virtual clock, event heap, N engines, clients, a controller.
+
+One :class:`Simulation` replays a list of programs once, with one set of policy objects:
+
+* **clients** release a program's nodes when all their parents have finished: an LLM call is
+  sent to the controller at once; a tool or think wait ends ``duration_s`` later;
+* the **controller** is the real :class:`~agentrt_controller.scheduling.dispatcher.Dispatcher`
+  around the scheduler, router and admission policy under test (STYLE.md rule 1): it is told of
+  program starts / ends, tool waits, streamed tokens and finishes with the service charged by
+  the cost model (``agentrt_sim.costs``); retention decisions come from a
+  :class:`~agentrt_sim.retention.RetentionPolicy`;
+* the **engines** are :class:`agentrt_emulator.core.engine.EngineCore` objects, stepped on the
+  virtual clock; a step's effects (tokens, finishes) are delivered at its end.
+
+**Time and order.** All events at the same instant are handled before any decision: engine
+steps first, then waits, then program arrivals; the calls released at that instant are
+submitted in ``(program_id, node order)`` order, then the dispatcher admits, then idle engines
+step. Everything is deterministic: no wall clock, no unseeded randomness, ties broken by
+sequence numbers.
+
+**Speed.** An idle engine steps with ``max_steps`` large and a horizon up to the next event,
+so the engine fuses identical pure-decode iterations; a simulated hour costs roughly one
+Python step per external event instead of one per decode iteration.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentrt.errors import InvalidRequest
+from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_emulator.core.engine import EngineCore
+from agentrt_emulator.core.profiles import get_profile
+from agentrt_emulator.core.types import EngineConfig, EngineRequest, EngineStats, StepResult
+from agentrt_sim.costs import CostFunction, oracle_costs, roofline_cost_model
+from agentrt_sim.metrics import ProgramRecord, RunRecord, critical_path
+from agentrt_sim.plan import ProgramPlan
+from agentrt_sim.retention import NoRetention, RetentionPolicy
+from agentrt_sim.state import CallRun, EngineSlot, ProgramRun
+from agentrt_sim.tokens import ProgramTokens, TokenSpace
+from agentrt_sim.waits import WaitHandler
+from agentrt_sim.workloads.program import LLMNode
+
+__all__ = ["SimConfig", "Simulation"]
+
+_STEP_DONE, _REJECTED, _WAIT_DONE, _ARRIVAL, _WAKE = 0, 1, 2, 3, 4
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How to simulate (not what: the programs come separately)."""
+
+    #: Hardware profile name of every engine (emulator/core/profiles.py).
+    profile: str = "a100-llama3-8b"
+    #: Number of engines.
+    engines: int = 1
+    #: Engine limits. The simulator default allows Llama-3.1-8B's 128k context.
+    engine: EngineConfig = field(default_factory=lambda: EngineConfig(max_model_len=131072))
+    #: Programs arriving before this time are run but not measured (seconds).
+    warmup_s: float = 0.0
+    #: End of the measurement window for throughput (seconds); ``inf`` = the run's end.
+    window_end_s: float = math.inf
+    #: Stop simulating at this time even if programs are unfinished (seconds).
+    stop_s: float = math.inf
+    #: ``max_steps`` passed to ``EngineCore.step`` (fused decode iterations per call).
+    max_fused_steps: int = 1 << 20
+    #: How often the controller's view of engine gauges is refreshed (seconds); 0 = always.
+    scrape_interval_s: float = 0.0
+
+
+@dataclass
+class Policies:
+    """The policy objects of one run (fresh objects per run: they keep state)."""
+
+    dispatcher: Dispatcher
+    retention: RetentionPolicy = field(default_factory=NoRetention)
+    #: Service charged per finished call; ``None`` = the profile's roofline cost.
+    cost_model: CostFunction | None = None
+    #: Fill ``Call.block_hashes`` (prefix hash chains at the engines' block size) for
+    #: prefix-aware routers; costs hashing every prompt's new blocks once.
+    block_hashes: bool = False
+
+
+ProgressFn = Callable[[float], None]
+
+
+class Simulation:
+    """Replays ``plans`` once under ``policies``; call :meth:`run` once."""
+
+    def __init__(self, plans: Sequence[ProgramPlan], config: SimConfig, policies: Policies) -> None:
+        profile = get_profile(config.profile)
+        self.config = config
+        self.dispatcher = policies.dispatcher
+        self.cost = policies.cost_model or roofline_cost_model(profile)
+        self.engines = [
+            EngineSlot(i, EngineCore(config.engine, profile)) for i in range(config.engines)
+        ]
+        self.waits = WaitHandler(self, policies.retention)
+        self._hash_block_size = config.engine.block_size if policies.block_hashes else None
+        self.plans = plans
+        self.now_s = 0.0
+        self.calls: dict[str, CallRun] = {}
+        self.tokens = TokenSpace()
+        self.record = RunRecord()
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._released: list[tuple[str, int, ProgramRun, int]] = []
+        self._warm_stats: list[EngineStats] | None = None
+        self._live = 0
+        for index, plan in enumerate(plans):
+            self.push(plan.program.arrival_s, _ARRIVAL, index)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def push(self, time_s: float, kind: int, payload: Any) -> None:
+        """Schedule an event (ties: kind, then insertion order)."""
+        self._seq += 1
+        heapq.heappush(self._heap, (time_s, kind, self._seq, payload))
+
+    def wait_ends_at(self, time_s: float, run: ProgramRun, node: int) -> None:
+        """Schedule the end of wait ``node`` of ``run``."""
+        self.push(time_s, _WAIT_DONE, (run, node))
+
+    def run(self, progress: ProgressFn | None = None, progress_every: int = 4096) -> RunRecord:
+        """Run to completion (or ``stop_s``) and return what was recorded."""
+        heap = self._heap
+        pop = heapq.heappop
+        config = self.config
+        batches = 0
+        while heap:
+            now = heap[0][0]
+            if now > config.stop_s:
+                break
+            if self._warm_stats is None and now >= config.warmup_s:
+                self._warm_stats = [slot.core.stats() for slot in self.engines]
+            self.now_s = now
+            while heap and heap[0][0] == now:
+                _, kind, _, payload = pop(heap)
+                if kind == _STEP_DONE:
+                    self._step_done(payload, now)
+                elif kind == _REJECTED:
+                    self._call_finished(payload[0], payload[1], now, cached=0, rejected=True)
+                elif kind == _WAIT_DONE:
+                    self.waits.done(payload[0], payload[1], now)
+                elif kind == _ARRIVAL:
+                    self._arrive(payload, now)
+                else:  # _WAKE: a pin-blocked engine may run again
+                    self.engines[payload].wake_s = math.inf
+            if self._released:
+                self._submit_released(now)
+            if self.dispatcher.queued():
+                self._admit(now)
+            for slot in self.engines:
+                if not slot.busy:
+                    self._step(slot, now)
+            batches += 1
+            if progress is not None and batches % progress_every == 0:
+                progress(now)
+        self._finish_record()
+        return self.record
+
+    # -- clients ------------------------------------------------------------------------------
+
+    def _arrive(self, index: int, now: float) -> None:
+        plan = self.plans[index]
+        program = plan.program
+        measured = program.arrival_s >= self.config.warmup_s
+        run = ProgramRun(
+            index,
+            plan,
+            ProgramTokens(plan, self.tokens, self._hash_block_size),
+            oracle_costs(plan, self.cost),
+            measured,
+        )
+        self._live += 1
+        self.dispatcher.on_program_start(program.program_id, now, name=program.kind)
+        for node in plan.roots:
+            self.release(run, node, now)
+
+    def release(self, run: ProgramRun, node: int, now: float) -> None:
+        """All parents of ``node`` finished: send the call, or start the wait."""
+        run.release_s[node] = now
+        if run.plan.is_llm[node]:
+            self._released.append((run.plan.program.program_id, node, run, node))
+        else:
+            self.waits.start(run, node, now)
+
+    def node_finished(self, run: ProgramRun, node: int, now: float) -> None:
+        """Record ``node``'s finish and release the children it completes."""
+        run.finish_s[node] = now
+        run.nodes_left -= 1
+        missing = run.missing_parents
+        for child in run.plan.children[node]:
+            missing[child] -= 1
+            if missing[child] == 0:
+                self.release(run, child, now)
+        if run.nodes_left == 0:
+            self._program_end(run, now)
+
+    def _program_end(self, run: ProgramRun, now: float) -> None:
+        program = run.plan.program
+        self.waits.program_end(run, now)
+        self.dispatcher.on_program_end(program.program_id, now)
+        self._live -= 1
+        wait_s, exec_s, tool_s, think_s = critical_path(run)
+        self.record.programs.append(
+            ProgramRecord(
+                program_id=program.program_id,
+                kind=program.kind,
+                arrival_s=program.arrival_s,
+                finish_s=now,
+                output_tokens=run.plan.total_output_tokens,
+                calls=run.calls_finished,
+                wait_s=wait_s,
+                exec_s=exec_s,
+                tool_s=tool_s,
+                think_s=think_s,
+                measured=run.measured,
+                ttft_s=run.ttft_s,
+                prompt_tokens=run.prompt_tokens,
+                cached_tokens=run.cached_tokens,
+                rejected_calls=run.rejected_calls,
+                call_wait_s=run.call_wait_s,
+                controller_wait_s=run.controller_wait_s,
+            )
+        )
+
+    # -- controller ---------------------------------------------------------------------------
+
+    def _submit_released(self, now: float) -> None:
+        released = self._released
+        released.sort(key=lambda item: (item[0], item[1]))
+        submit = self.dispatcher.submit
+        calls = self.calls
+        for program_id, _, run, node in released:
+            spec = run.plan.program.nodes[node]
+            assert isinstance(spec, LLMNode)
+            call = Call(
+                call_id=f"{program_id}/{spec.node_id}",
+                program_id=program_id,
+                thread_id=spec.thread_id,
+                node_id=spec.node_id,
+                parent_ids=spec.parents,
+                arrival_s=now,
+                prompt_tokens=run.plan.prompt_len[node],
+                oracle_service_s=run.oracle_s[node],
+                oracle_program_remaining_s=run.oracle_remaining_s,
+            )
+            self.waits.annotate(run, call, now)
+            call_run = calls[call.call_id] = CallRun(call, run, node, now)
+            if self._hash_block_size is not None:  # the router needs the chain now
+                call_run.prompt, call_run.output, call.block_hashes = run.tokens.prompt_and_output(
+                    node
+                )
+            submit(call, now)
+        released.clear()
+
+    def _views(self, now: float) -> list[BackendView]:
+        interval = self.config.scrape_interval_s
+        views = []
+        for slot in self.engines:
+            if now - slot.metrics_at_s >= interval:
+                core = slot.core
+                slot.num_running = core.num_running
+                slot.num_waiting = core.num_waiting
+                slot.kv_cache_usage = 1.0 - core.num_free_blocks / core.num_blocks
+                slot.metrics_at_s = now
+            views.append(
+                BackendView(
+                    backend_id=slot.backend_id,
+                    in_flight=slot.in_flight,
+                    num_running=slot.num_running,
+                    num_waiting=slot.num_waiting,
+                    kv_cache_usage=slot.kv_cache_usage,
+                    supports_priority=slot.supports_priority,
+                    metrics_at_s=slot.metrics_at_s,
+                )
+            )
+        return views
+
+    def _admit(self, now: float) -> None:
+        by_id = {slot.backend_id: slot for slot in self.engines}
+        for admission in self.dispatcher.admit(now, self._views(now)):
+            slot = by_id[admission.backend_id]
+            run = self.calls[admission.call.call_id]
+            program = run.program
+            if not run.prompt:  # built lazily: queued calls hold no token lists
+                run.prompt, run.output, _ = program.tokens.prompt_and_output(run.node)
+            run.engine = slot.index
+            run.admitted_s = now
+            slot.in_flight += 1
+            try:
+                slot.core.add_request(
+                    EngineRequest(
+                        request_id=admission.call.call_id,
+                        prompt_token_ids=run.prompt,
+                        output_token_ids=run.output,
+                        arrival_s=run.arrival_s,
+                        priority=admission.backend_priority or 0,
+                    )
+                )
+            except InvalidRequest:  # longer than the engine accepts: the client gets an error
+                program.rejected_calls += 1
+                self.push(now, _REJECTED, (run, slot))  # handled at this instant, in order
+
+    # -- engines ------------------------------------------------------------------------------
+
+    def _step(self, slot: EngineSlot, now: float) -> None:
+        core = slot.core
+        if not core.has_unfinished():
+            return
+        heap = self._heap
+        horizon = heap[0][0] - now if heap else math.inf
+        result = core.step(now, max_steps=self.config.max_fused_steps, horizon_s=horizon)
+        if result is None:  # blocked by pinned memory until a pin expires
+            expiry = core.next_pin_expiry_s
+            if expiry < slot.wake_s:
+                slot.wake_s = expiry
+                self.push(expiry, _WAKE, slot.index)
+            return
+        slot.busy = True
+        self.push(now + result.duration_s, _STEP_DONE, (slot, result))
+
+    def _step_done(self, payload: tuple[EngineSlot, StepResult], now: float) -> None:
+        slot, result = payload
+        slot.busy = False
+        calls = self.calls
+        duration = result.duration_s
+        on_tokens = self.dispatcher.on_tokens
+        finished: list[tuple[CallRun, int]] = []
+        for item in result.progress:
+            run = calls[item.request_id]
+            run.exec_s += duration
+            if not run.started:
+                run.started = True
+                self.waits.call_started(run, slot, now)
+            if item.new_tokens:
+                if item.first_token:
+                    run.first_token_s = now
+                on_tokens(run.call, item.new_tokens, now)
+                if item.finished:
+                    finished.append((run, item.num_cached_tokens))
+        if result.preempted:
+            self.record.preempted_calls += len(result.preempted)
+        for run, cached in finished:
+            self._call_finished(run, slot, now, cached=cached)
+
+    def _call_finished(
+        self, run: CallRun, slot: EngineSlot, now: float, *, cached: int, rejected: bool = False
+    ) -> None:
+        program = run.program
+        node = run.node
+        spec = program.plan.program.nodes[node]
+        assert isinstance(spec, LLMNode)
+        prompt_len = program.plan.prompt_len[node]
+        del self.calls[run.call.call_id]
+        slot.in_flight -= 1
+        service_s = 0.0 if rejected else self.cost(prompt_len - cached, spec.output_tokens)
+        # The router's index learns the chain over prompt + output: what the next call extends.
+        run.call.block_hashes = program.tokens.finish_call(
+            node, run.prompt, run.output, run.call.block_hashes
+        )
+        self.dispatcher.on_finish(run.call, slot.backend_id, service_s, now)
+        program.calls_finished += 1
+        program.oracle_remaining_s -= program.oracle_s[node]
+        program.thread_engine[spec.thread_id] = slot.index
+        program.exec_s[node] = run.exec_s
+        if not rejected:
+            program.call_wait_s += now - run.arrival_s - run.exec_s
+            program.controller_wait_s += run.admitted_s - run.arrival_s
+            program.ttft_s.append(run.first_token_s - run.arrival_s)
+            program.prompt_tokens += prompt_len
+            program.cached_tokens += cached
+        self.node_finished(program, node, now)
+
+    # -- end ----------------------------------------------------------------------------------
+
+    def _finish_record(self) -> None:
+        record = self.record
+        record.end_s = self.now_s
+        record.unfinished_programs = self._live
+        record.engine_stats_start = self._warm_stats or [s.core.stats() for s in self.engines]
+        record.engine_stats_end = [slot.core.stats() for slot in self.engines]

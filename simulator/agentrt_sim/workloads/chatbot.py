@@ -1,0 +1,90 @@
+"""Chatbot (ShareGPT-like, BRIEF.md §8): a linear chain of turns with human think time.
+
+Turn k's prompt = turn k-1's prompt + its answer + the user's next message. Calibrated means:
+6.66 calls per program (max 80), 256 fresh prompt tokens per call (the system prompt once and
+every user message), 277 output tokens per call.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from agentrt_sim.workloads.base import SampledWorkload, sequential_calls
+from agentrt_sim.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
+from agentrt_sim.workloads.program import Node, WaitNode
+
+__all__ = ["ChatbotParams", "ChatbotWorkload"]
+
+
+@dataclass(frozen=True)
+class ChatbotParams:
+    """Assumptions of the chatbot workload (all configurable)."""
+
+    #: Mean turns (LLM calls) per conversation; BRIEF §8.
+    calls_mean: float = 6.66
+    #: Longest conversation (calls); BRIEF §8.
+    calls_max: int = 80
+    #: Tail shape of the number of turns.
+    calls_sigma: float = 1.0
+    #: Mean fresh prompt tokens per call (system prompt once + every user message); BRIEF §8.
+    prompt_tokens_mean: float = 256.0
+    #: Shared system prompt (tokens) — the only tokens programs share.
+    system_prompt_tokens: int = 64
+    #: Longest user message (tokens).
+    message_tokens_max: int = 8192
+    #: Mean answer length (tokens); BRIEF §8.
+    output_tokens_mean: float = 277.0
+    #: Longest answer (tokens).
+    output_tokens_max: int = 4096
+    #: Tail shape of message and answer lengths.
+    length_sigma: float = 1.0
+    #: Mean human think time between turns (seconds); 0 disables think time.
+    think_mean_s: float = 5.0
+    #: Shortest think time (seconds).
+    think_min_s: float = 0.5
+    #: Longest think time (seconds).
+    think_max_s: float = 60.0
+
+
+class ChatbotWorkload(SampledWorkload[ChatbotParams]):
+    """Draws conversations; samplers are calibrated once at construction."""
+
+    kind = "chatbot"
+
+    def __init__(self, params: ChatbotParams | None = None) -> None:
+        super().__init__(params or ChatbotParams())
+        params = self.params
+        self._calls = DiscreteLogNormal(
+            params.calls_mean, params.calls_sigma, low=1, high=params.calls_max
+        )
+        # E[fresh per call] = (system + E[calls] * message_mean) / E[calls]: the first message
+        # is the root input, every later turn adds one.
+        message_mean = params.prompt_tokens_mean - params.system_prompt_tokens / params.calls_mean
+        self._message = ClippedLogNormal(
+            message_mean, params.length_sigma, low=1, high=params.message_tokens_max
+        )
+        self._output = ClippedLogNormal(
+            params.output_tokens_mean, params.length_sigma, low=1, high=params.output_tokens_max
+        )
+        low = min(params.think_min_s, params.think_mean_s)
+        self._think = ClippedLogNormal(params.think_mean_s, 1.0, low=low, high=params.think_max_s)
+
+    def _draw_nodes(self, rng: random.Random) -> tuple[int, list[Node]]:
+        """One conversation: turn k >= 1 is the user's think time, then their message (the
+        first message is the program's root input), then the answer."""
+        turns = self._calls.sample(rng)
+        root_tokens = self._message.sample_int(rng)
+
+        def think(node_id: str, previous: str) -> WaitNode:
+            return WaitNode(node_id, (previous,), "main", "think", "human", self._think.sample(rng))
+
+        nodes = sequential_calls(
+            turns,
+            wait=think,
+            wait_prefix="h",
+            prompt_extends_wait=False,
+            fresh_tokens=lambda: self._message.sample_int(rng),
+            output_tokens=lambda: self._output.sample_int(rng),
+        )
+        return root_tokens, nodes

@@ -1,0 +1,114 @@
+"""ReAct (BFCL-like, BRIEF.md §8): LLM ↔ tool alternation with a long system prompt.
+
+Call 1 reads the system prompt (instructions + tool schemas) and the user's request; it picks a
+tool; the tool's observation is appended; call 2 extends call 1's prompt + output +
+observation, and so on; the last call answers. Calibrated means: 10.75 calls per program
+(max 70), 735 fresh prompt tokens per call (system prompt and request once, then every
+observation), 34.1 output tokens per call.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from agentrt.errors import ConfigError
+from agentrt_sim.workloads.base import SampledWorkload, sequential_calls
+from agentrt_sim.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
+from agentrt_sim.workloads.program import Node, WaitNode
+from agentrt_sim.workloads.tools import ToolMix
+
+__all__ = ["ReactParams", "ReactWorkload"]
+
+
+@dataclass(frozen=True)
+class ReactParams:
+    """Assumptions of the ReAct workload (all configurable)."""
+
+    #: Mean LLM calls per program; BRIEF §8.
+    calls_mean: float = 10.75
+    #: Most calls in one program; BRIEF §8.
+    calls_max: int = 70
+    #: Tail shape of the number of calls.
+    calls_sigma: float = 0.8
+    #: Mean fresh prompt tokens per call; BRIEF §8.
+    prompt_tokens_mean: float = 735.0
+    #: Shared system prompt with tool schemas (tokens).
+    system_prompt_tokens: int = 1500
+    #: Mean user request (tokens).
+    request_tokens_mean: float = 100.0
+    #: Longest observation (tokens).
+    observation_tokens_max: int = 16384
+    #: Mean output per call (tokens): a thought and a tool call; BRIEF §8.
+    output_tokens_mean: float = 34.1
+    #: Longest output (tokens).
+    output_tokens_max: int = 1024
+    #: Tail shape of token lengths.
+    length_sigma: float = 0.8
+    #: Multiplies every tool's mean duration (0 = instant tools).
+    tool_time_scale: float = 1.0
+    #: Tool duration clip (seconds).
+    tool_min_s: float = 0.05
+    tool_max_s: float = 10.0
+
+
+class ReactWorkload(SampledWorkload[ReactParams]):
+    """Draws ReAct programs; samplers are calibrated once at construction."""
+
+    kind = "react"
+
+    def __init__(self, params: ReactParams | None = None) -> None:
+        super().__init__(params or ReactParams())
+        params = self.params
+        if params.calls_mean <= 1:
+            raise ConfigError("react calls_mean must be > 1 (observations sit between calls)")
+        self._calls = DiscreteLogNormal(
+            params.calls_mean, params.calls_sigma, low=1, high=params.calls_max
+        )
+        self._request = ClippedLogNormal(params.request_tokens_mean, params.length_sigma, 1, 8192)
+        # fresh = system + request + (calls - 1) * observation, averaged per call.
+        observation_mean = (
+            params.prompt_tokens_mean * params.calls_mean
+            - params.system_prompt_tokens
+            - params.request_tokens_mean
+        ) / (params.calls_mean - 1)
+        if observation_mean < 1:
+            raise ConfigError("react system prompt too long for the requested prompt mean")
+        self._observation = ClippedLogNormal(
+            observation_mean, params.length_sigma, 1, params.observation_tokens_max
+        )
+        self._output = ClippedLogNormal(
+            params.output_tokens_mean, params.length_sigma, 1, params.output_tokens_max
+        )
+        self._tools = ToolMix(
+            scale=params.tool_time_scale, min_s=params.tool_min_s, max_s=params.tool_max_s
+        )
+
+    def _draw_nodes(self, rng: random.Random) -> tuple[int, list[Node]]:
+        """One ReAct program: the request (root input), then call, tool, call, …; each tool's
+        observation extends the next call's prompt, which has no other fresh tokens."""
+        calls = self._calls.sample(rng)
+        request = self._request.sample_int(rng)
+
+        def tool(node_id: str, previous: str) -> WaitNode:
+            name, duration_s = self._tools.draw(rng)
+            return WaitNode(
+                node_id,
+                (previous,),
+                "main",
+                "tool",
+                name,
+                duration_s,
+                context=previous,
+                result_tokens=self._observation.sample_int(rng),
+            )
+
+        nodes = sequential_calls(
+            calls,
+            wait=tool,
+            wait_prefix="t",
+            prompt_extends_wait=True,
+            fresh_tokens=lambda: 0,
+            output_tokens=lambda: self._output.sample_int(rng),
+        )
+        return request, nodes
