@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
-from importlib.metadata import EntryPoint, entry_points
+from collections.abc import Callable, Iterable, Sequence
+from importlib import metadata
+from importlib.metadata import EntryPoint
 from typing import Any
 
 from agentrt._version import __version__
@@ -41,10 +42,13 @@ _ENTRY_POINT_ORDER = ("engine", "controller", "bench", "journal", "demo")
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _entry_points() -> list[EntryPoint]:
-    found = list(entry_points(group=COMMAND_GROUP))
+def _ordered(found: Iterable[EntryPoint]) -> list[EntryPoint]:
     rank = {name: index for index, name in enumerate(_ENTRY_POINT_ORDER)}
     return sorted(found, key=lambda ep: (rank.get(ep.name, len(rank)), ep.name))
+
+
+def _installed_entry_points() -> list[EntryPoint]:
+    return list(metadata.entry_points(group=COMMAND_GROUP))
 
 
 def _missing_handler(command: str, distribution: str) -> Handler:
@@ -59,8 +63,14 @@ def _missing_handler(command: str, distribution: str) -> Handler:
     return handler
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole ``agentrt`` parser: every installed command, and a stub for each absent one."""
+def build_parser(entry_points: Iterable[EntryPoint] | None = None) -> argparse.ArgumentParser:
+    """The whole ``agentrt`` parser: every installed command, and a stub for each absent one.
+
+    ``entry_points`` are the ``agentrt.commands`` entry points to register (default: those of
+    the installed distributions).
+    """
+    if entry_points is None:
+        entry_points = _installed_entry_points()
     parser = argparse.ArgumentParser(
         prog="agentrt",
         description=(
@@ -71,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"agentrt {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for entry_point in _entry_points():
+    for entry_point in _ordered(entry_points):
         register: Callable[[Any], None] = entry_point.load()
         register(subparsers)
     present = set(subparsers.choices)
@@ -89,8 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(
+    argv: Sequence[str] | None = None, *, entry_points: Iterable[EntryPoint] | None = None
+) -> int:
+    parser = build_parser(entry_points)
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
