@@ -10,6 +10,7 @@ such trace file).
 Modules: ``settings`` (options), ``workload`` (the seeded program plan), ``agents`` (the agent
 code), ``cluster`` / ``engine_proc`` (engines and controller), ``runner`` (one phase),
 ``progress`` (live display), ``traces`` (span files), ``analysis`` / ``report`` (the table),
-``timeline`` / ``render_html`` / ``render_png`` (the picture), ``frameworks`` (LangGraph and
-AutoGen programs), ``app`` (the whole run), ``cli`` (the two commands).
+``timeline`` / ``timeline_layout`` / ``render_html`` / ``render_png`` (the picture),
+``frameworks`` (LangGraph and AutoGen programs), ``app`` (the whole run), ``cli`` (the two
+commands).
 """

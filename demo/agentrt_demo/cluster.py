@@ -258,7 +258,8 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
             break
         else:
             raise DemoError(f"the controller accepts none of the routers {_ROUTER_PREFERENCE}")
-    # KV retention during tool waits (BRIEF.md §5), where this controller offers it.
+    # KV retention during tool waits (Continuum, arXiv 2511.02230; docs/routing.md,
+    # "KV retention during tool waits"), where this controller offers it.
     if settings.retention:
         try:
             with_retention = {**candidate, "retention": "on"}

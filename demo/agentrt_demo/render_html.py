@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 from html import escape
 
-from agentrt_demo.timeline import ProgramLane, SectionLayout
+from agentrt_demo.timeline_layout import ProgramLane, SectionLayout
 
 __all__ = ["COLORS", "render_html"]
 

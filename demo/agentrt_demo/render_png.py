@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentrt_demo.render_html import COLORS
-from agentrt_demo.timeline import SectionLayout
+from agentrt_demo.timeline_layout import SectionLayout
 
 __all__ = ["render_png"]
 

@@ -1,7 +1,8 @@
 """The demo's program plan: which programs arrive when, each with its own seed. Pure and
 deterministic: the same settings give the same plan, so both phases run the same programs.
 
-Shapes follow the workloads of BRIEF.md §8, scaled down to fit a two-minute demo:
+Shapes follow the agent workloads that Autellix (arXiv 2502.13965) and Parrot report, as the
+simulator models them (docs/simulator.md, "Workloads"), scaled down to fit a two-minute demo:
 
 * ``react`` — a tool-using agent: a ~700-token system prompt with three tool schemas shared by
   every ReAct program, at most ``size`` LLM steps; tools take a log-normal time (median
@@ -43,7 +44,7 @@ BASE_KINDS: tuple[ProgramKind, ...] = ("react", "map_reduce", "mcts")
 FRAMEWORK_KINDS: tuple[ProgramKind, ...] = ("langgraph", "autogen")
 
 #: Share of each base kind in the mix: many short programs, a few long ones (heavy-tailed
-#: work per program, as in the workloads of BRIEF.md §8).
+#: work per program, as in the workloads Autellix reports; docs/simulator.md).
 _SHARES: dict[ProgramKind, float] = {"react": 0.6, "map_reduce": 0.25, "mcts": 0.15}
 
 # Tool durations (model seconds): log-normal, median and sigma of the underlying normal.
