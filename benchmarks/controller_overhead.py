@@ -17,7 +17,7 @@ Measured in the same run, interleaved per repetition, *direct* (client → backe
 * throughput: ``--concurrency`` connections sending back to back for ``--seconds``; calls/s;
   reported: the median over repetitions.
 
-Goal (issue [controller] item 9): ≤ 1 ms added at p50 and ≥ 1,000 calls/s.
+Goal: ≤ 1 ms added at p50 and ≥ 1,000 calls/s.
 
 Run::
 

@@ -4,7 +4,8 @@ Workloads (all on the ``a100-llama3-8b`` profile, a batch of 64 sequences):
 
 * ``steady-64`` — chatbot-like steady state: 64 sequences always running
   (``max_num_seqs=64``), a waiting queue that never runs dry, prompts of 256 tokens with a
-  shared 128-token system prompt, outputs uniform in 100..450 tokens (mean ≈ 277, BRIEF §8).
+  shared 128-token system prompt, outputs uniform in 100..450 tokens (mean ≈ 277, the ShareGPT
+  chatbot output length Autellix reports, arXiv 2502.13965).
   Requests finish at staggered times, so fused runs end at the next finish.
 * ``decode-64`` — 64 sequences started together, 1,500 output tokens each: long pure-decode
   stretches (the best case for fusion; the simulator bounds runs by its next event instead).

@@ -1,7 +1,7 @@
 """Real-engine benchmark (INDICATIVE: a tiny random model on 2 shared CPU cores): the same mixed
 agent programs through the controller and straight to vLLM, same run, same load.
 
-Setup (issue [routing] item 5; docs/real-vllm.md):
+Setup (docs/real-vllm.md):
 
 * two real vLLM 0.32 CPU servers (scripts/vllm/server.py), identical but for the scheduling
   policy: one ``--scheduling-policy priority`` behind the controller, one FCFS (vLLM's
@@ -13,11 +13,11 @@ Setup (issue [routing] item 5; docs/real-vllm.md):
   queues and cost model, ``priority=on`` passthrough, admission window ``--window``
   (``--configs`` adds ``proxy``: the controller with FCFS, no window and no priority in front
   of the FCFS server, i.e. the cost of the extra hop alone; and ``retention``: the ATLAS
-  controller with ``--retention on``, BRIEF.md §5);
+  controller with ``--retention on``, docs/routing.md);
 * one seeded workload, replayed for each configuration: programs arrive as a Poisson process
   (``--rate`` per second for ``--duration-s``), an equal mix of the three kinds below, whose
   sizes are long-tailed (``scale`` x Pareto(1.3), capped) as in every workload Autellix
-  measured (BRIEF.md §8):
+  measured (arXiv 2502.13965):
 
   - **react**: 1-12 steps (median 2) of (LLM call, 32 tokens; tool wait, lognormal, median
     0.3 s, 0.05-2 s), then a 48-token answer; a ~300-token system prompt shared by all react
@@ -114,7 +114,7 @@ class ProgramSpec:
 
 def heavy_tail(rng: random.Random, scale: float, cap: int) -> int:
     """A program size: ``scale`` x Pareto(alpha 1.3), at least 1, at most ``cap``. Program
-    lengths are long-tailed in every workload Autellix measured (BRIEF.md §8); with
+    lengths are long-tailed in every workload Autellix measured (arXiv 2502.13965); with
     light-tailed lengths, least-attained-service policies have nothing to exploit."""
     return max(1, min(cap, round(scale * rng.paretovariate(1.3))))
 

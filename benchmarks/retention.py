@@ -1,8 +1,9 @@
-"""KV-retention benchmark (issue [routing] item 4b): does retention fix PLAS/ATLAS under load?
+"""KV-retention benchmark: does retention fix PLAS/ATLAS under load?
 
-BRIEF.md §3 (last paragraph): PLAS/ATLAS push long programs back; while they wait, LRU evicts
-their long contexts, and under overload they can end up *worse* than MLFQ or FCFS. Retention
-(BRIEF.md §5, :mod:`agentrt_controller.retention`) keeps a program's engine binding and admits its
+Scheduling and caching interact (docs/scheduling.md, "Where PLAS / ATLAS lose"): PLAS/ATLAS
+push long programs back; while they wait, LRU evicts their long contexts, and under overload
+they can end up *worse* than MLFQ or FCFS. Retention (after Continuum, arXiv 2511.02230;
+:mod:`agentrt_controller.retention`) keeps a program's engine binding and admits its
 returning call ahead of the scheduler's order while its context is likely still cached, and
 pins the KV where that pays.
 

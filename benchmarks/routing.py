@@ -1,4 +1,4 @@
-"""Routing benchmark (issue [routing] item 4a): four engines, four routers, same programs.
+"""Routing benchmark: four engines, four routers, same programs.
 
 For each workload the same programs (same seed, same arrival process) are replayed under each
 router — ``round_robin``, ``least_loaded``, ``autellix`` and our ``prefix`` — on 4 simulated
@@ -15,7 +15,8 @@ Reported per workload and router:
 * the ratios to round_robin and to autellix;
 * the prefix-cache hit rate at the highest rung every router ran.
 
-Workloads: ``chatbot``, ``react``, ``mixed`` (the simulator's, BRIEF.md §8) and ``sysprompt``:
+Workloads: ``chatbot``, ``react``, ``mixed`` (the simulator's, after the workloads Autellix
+measured, arXiv 2502.13965) and ``sysprompt``:
 chat programs that all share a 3,000-token system prompt (so every call is "long" for
 Autellix's 2,048-token threshold) plus 4 % very large programs (a 24,000-token document, ~20
 turns) — where a fixed threshold pins every program and cannot move a small one off an engine

@@ -1,4 +1,4 @@
-"""Scheduling benchmark (issue [controller] item 8): program token latency against load.
+"""Scheduling benchmark: program token latency against load.
 
 For each workload (chatbot, react, mcts, mixed) on one ``a100-llama3-8b`` engine with prefix
 caching on, the simulator runs FCFS, MLFQ, PLAS, ATLAS and the clairvoyant SRPT on the *same*

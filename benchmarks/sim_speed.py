@@ -5,7 +5,7 @@ Two measurements, in the same process, each the median of ``--reps`` runs:
 * **hour** — what ``agentrt bench sim --workload W --rate R --duration D --seed S`` does:
   generate the programs, simulate them under FCFS on one engine until they all finished (or
   ``2 × D``), summarise. Reported: wall and CPU seconds of the whole command, the simulated
-  time covered, and wall seconds per simulated hour. Issue [sim] goal: <= 60 s wall for one
+  time covered, and wall seconds per simulated hour. Goal: <= 60 s wall for one
   simulated hour of ``mixed`` near saturation on one ``a100-llama3-8b`` engine.
 * **fusion** — the same workload over a short window (``--fusion-duration``), once with
   ``max_steps=1`` (one engine iteration per event-loop step: the baseline) and once with fused
@@ -155,7 +155,7 @@ unfinished; the sweep is in docs/simulator.md §7).
 
 {table}
 
-Goal (issue [sim]), one simulated hour of `mixed` near saturation in ≤ 60 s wall: {verdict}.
+Goal: one simulated hour of `mixed` near saturation in ≤ 60 s wall: {verdict}.
 Command: `{command}`
 """
 

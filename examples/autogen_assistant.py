@@ -3,7 +3,7 @@
     .venv/bin/python examples/autogen_assistant.py        # embedded emulator + controller
     .venv/bin/python examples/autogen_assistant.py --base-url http://localhost:8080/v1 --model M
 
-Needs the ``autogen`` extra (``pip install -e '.[autogen]'``). The agent's model client is
+Needs the ``autogen`` extra (``pip install -e './adapters[autogen]'``). The agent's model client is
 ``agentrt_adapters.autogen.AgentrtChatCompletionClient``: AutoGen fixes headers when a client is
 built, so the tags are added by the runtime's transport from the current program. Its tools
 are wrapped by ``agentrt_adapters.autogen.agentrt_tools``, so each execution is reported to the

@@ -3,7 +3,7 @@
     .venv/bin/python examples/langgraph_react.py        # embedded emulator + controller
     .venv/bin/python examples/langgraph_react.py --base-url http://localhost:8080/v1 --model M
 
-Needs the ``langchain`` extra (``pip install -e '.[langchain]'``). The agent's model is a
+Needs the ``langchain`` extra (``pip install -e './adapters[langchain]'``). The agent's model is a
 ``ChatOpenAI`` built by ``agentrt_adapters.langchain.chat_model``: every call carries the program's
 tags. Its tools' executions are reported to the controller as tool waits. While the agent
 runs, the example samples the controller's process table and prints what it showed.

@@ -4,7 +4,7 @@
     .venv/bin/python examples/map_reduce_summarize.py --base-url URL --model M --file my.txt
 
 The map calls run as parallel threads of one program tagged ``objective=throughput``; the
-reduce call is tagged ``latency`` (BRIEF.md: Parrot's deduction for such programs).
+reduce call is tagged ``latency`` (Parrot, OSDI 2024: its deduction for such programs).
 """
 
 from __future__ import annotations

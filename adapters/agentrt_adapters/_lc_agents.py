@@ -26,7 +26,7 @@ __all__ = ["AgentrtTool", "langchain_tools", "react_agent", "run_graph", "run_re
 class AgentrtTool(BaseTool):
     """An ``agentrt.Tool`` as a LangChain tool: the SDK runs it — validated arguments, a
     ``tool`` node, tool-wait events, its timeout and, for side-effect tools, the intent journal
-    (BRIEF.md §6) — on the thread of the LangGraph task that calls it. Build with
+    (docs/journal.md) — on the thread of the LangGraph task that calls it. Build with
     :func:`langchain_tools`. Failures the model can react to (``ToolError``) come back as
     ``Error: ...`` text; async only.
     """

@@ -3,7 +3,7 @@
 The framework runs the tool itself; we only observe its start and end, so this is the part of
 ``agentrt.tools.runner`` that does not execute anything: a ``tool`` node in the program's DAG,
 an ``execute_tool {name}`` span, the controller's tool-wait events (with the duration predicted
-from this tool's history, BRIEF.md §5), and the measured duration fed back to that history.
+from this tool's history, docs/routing.md), and the measured duration fed back to that history.
 There is no journal step: a framework's tool is not ours to replay (wrap a side-effecting
 function in ``agentrt.tool`` and call it from the framework's tool for that).
 """
@@ -17,8 +17,8 @@ import anyio
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from agentrt.program.context import Frame
-from agentrt.program.model import Node
-from agentrt.runtime.flow import track_wait
+from agentrt.program.flow import track_wait
+from agentrt.program.model import Node, NodeStatus
 from agentrt.runtime.telemetry import (
     ATTR_NODE_ID,
     ATTR_PROGRAM_ID,
@@ -82,7 +82,7 @@ class ToolStep:
             return
         duration_s = anyio.current_time() - self._started_s
         cancelled = isinstance(error, anyio.get_cancelled_exc_class())
-        status = "ok" if error is None else "cancelled" if cancelled else "error"
+        status: NodeStatus = "ok" if error is None else "cancelled" if cancelled else "error"
         try:
             if error is None:
                 await wait.__aexit__(None, None, None)
@@ -97,7 +97,7 @@ class ToolStep:
             if rt.journal is not None:
                 await rt.journal.record_tool_duration(self.name, duration_s)
 
-    def _close(self, status: str, error: BaseException | None) -> None:
+    def _close(self, status: NodeStatus, error: BaseException | None) -> None:
         if self.node is not None:
             self.frame.run.end_node(self.frame.chain, self.node, status, error)
         span, self._span = self._span, None

@@ -1,6 +1,6 @@
 """AutoGen adapter: agentrt tagging and tool waits for autogen-core / autogen-agentchat 0.7.
 
-Needs the ``autogen`` extra (``pip install 'agentrt[autogen]'``). AutoGen fixes a client's
+Needs the ``autogen`` extra (``pip install 'agentrt-adapters[autogen]'``). AutoGen fixes a client's
 headers when the client is built and rejects per-call ``extra_headers``, so tags cannot be
 passed per call; instead:
 
@@ -218,7 +218,7 @@ class ReportedTool(BaseTool[BaseModel, Any]):
 class AgentrtTool(BaseTool[BaseModel, Any]):
     """An ``agentrt.Tool`` as an AutoGen tool: the SDK runs it — validated arguments, a
     ``tool`` node, tool-wait events, its timeout and, for side-effect tools, the intent journal
-    (BRIEF.md §6). A ``ToolError`` is raised for AutoGen to hand back to the model; a
+    (docs/journal.md). A ``ToolError`` is raised for AutoGen to hand back to the model; a
     ``JournalError`` (e.g. ``UnknownOutcome``, or no journal for a side effect) ends the run
     under :func:`run_agent` / :func:`run_in_program`, which raise it to the caller."""
 
@@ -245,7 +245,7 @@ class AgentrtTool(BaseTool[BaseModel, Any]):
                 result = await run_tool(self.tool, args, tool_call_id=call_id)
         except JournalError as exc:
             # AutoGen would hand this to the model, which may call the tool again — a new step
-            # with a new key, i.e. the effect repeated blindly (BRIEF.md §6). Stop the run
+            # with a new key, i.e. the effect repeated blindly (docs/journal.md). Stop the run
             # instead; run_in_program raises this error to the caller.
             fatal = _FATAL.get()
             if fatal is not None:

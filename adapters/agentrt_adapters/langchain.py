@@ -1,6 +1,6 @@
 """LangChain / LangGraph adapter: agentrt tagging, threads and tool waits for LangChain code.
 
-Needs the ``langchain`` extra (``pip install 'agentrt[langchain]'``). Three pieces:
+Needs the ``langchain`` extra (``pip install 'agentrt-adapters[langchain]'``). Three pieces:
 
 * :func:`chat_model` — a ``ChatOpenAI`` (subclass :class:`AgentrtChatOpenAI`) whose HTTP
   client is the runtime's tagging client: every call, streamed or not, carries the current

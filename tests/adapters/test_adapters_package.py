@@ -1,4 +1,4 @@
-"""``import agentrt_adapters`` needs neither framework; ``available()`` reports what is installed."""
+"""``import agentrt_adapters`` needs neither framework; ``available()`` says what is installed."""
 
 from __future__ import annotations
 

@@ -96,7 +96,8 @@ def test_token_budget_decodes_first_then_prefill_chunks() -> None:
 
 
 def test_fig2_helper_unit_steps_map_to_output_tokens() -> None:
-    """BRIEF §3 Fig. 2 building block: 2 slots, calls of 4, 3, 1 and 4 decode steps at t=0.
+    """Autellix (arXiv 2502.13965) Fig. 2 building block: 2 slots, calls of 4, 3, 1 and 4
+    decode steps at t=0.
 
     A (4) and B (3) run first; C (1) takes B's slot at t=3 and finishes at t=4 with A; D (4)
     starts at t=4 and finishes at t=8. Every step costs 1.0 s on the unit-step profile."""

@@ -1,4 +1,5 @@
-"""Retention pins: pinned blocks survive memory pressure until expiry or unpin (BRIEF §5)."""
+"""Retention pins: pinned blocks survive memory pressure until expiry or unpin
+(docs/engine-model.md)."""
 
 from __future__ import annotations
 

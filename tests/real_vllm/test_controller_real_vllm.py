@@ -1,10 +1,11 @@
 """The controller in front of a REAL vLLM (CPU build, tiny model; docs/real-vllm.md, section
 "Controller in front of real vLLM: what the tests prove").
 
-1. Both scheduling levers (BRIEF.md §3) change the order in which queued calls complete under
-   ``--max-num-seqs 2``: the PLAS priority passed through as vLLM's ``priority`` (large
-   admission window, priority server), and the controller's own queue (window 2, FCFS server,
-   priority off). Without a lever the same calls complete in arrival order.
+1. Both scheduling levers (docs/controller.md, "The two levers") change the order in which
+   queued calls complete under ``--max-num-seqs 2``: the PLAS priority passed through as
+   vLLM's ``priority`` (large admission window, priority server), and the controller's own
+   queue (window 2, FCFS server, priority off). Without a lever the same calls complete in
+   arrival order.
 2. vLLM's metrics are scraped and used: prefix-cache counters (and the ``cached_tokens`` of each
    answer, which decide what a program is charged), ``num_requests_waiting`` driving the
    adaptive admission window, ``num_requests_running`` and ``kv_cache_usage_perc``.

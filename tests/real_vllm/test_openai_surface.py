@@ -12,7 +12,7 @@ from openai import AsyncOpenAI
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(300)]
 
-# The five metrics the controller's load estimate and prefix accounting read (BRIEF.md §4).
+# The five metrics the controller's load estimate and prefix accounting read (docs/routing.md).
 SCRAPED = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",

@@ -1,4 +1,5 @@
-"""Retention pins: which blocks each pin holds and when it expires (BRIEF §5).
+"""Retention pins: which blocks each pin holds and when it expires (KV retention during tool
+waits, after Continuum, arXiv 2511.02230).
 
 The table only does the bookkeeping; the :class:`~agentrt_emulator.core.kv_cache.BlockPool` counts
 pins per block. Expiry uses a lazy min-heap keyed by absolute expiry time: refreshing a pin

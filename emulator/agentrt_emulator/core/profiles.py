@@ -9,12 +9,12 @@ One engine iteration runs one batch through the model. Its time is the larger of
 
 * ``2 · params`` FLOPs per token is the dense matmul cost of a forward pass (one multiply and
   one add per weight). Attention FLOPs (∝ context length) are left out: for an 8B model they
-  add < 25 % at 8k context and nothing at the prompt lengths of BRIEF §8.
+  add < 25 % at 8k context and nothing at the prompt lengths Autellix reports (arXiv 2502.13965).
 * A decode step reads every weight once plus the KV of every context token of every sequence
   in the batch, hence the memory bound dominates small batches: A100, batch 1, short context:
   16 GB / 2.0 TB/s = 8 ms.
 * A prefill chunk of thousands of tokens is compute bound: A100, 8,192 tokens ≈ 0.70 s.
-* A mixed step (chunked prefill + decodes) costs the larger of the two bounds (BRIEF §8).
+* A mixed step (chunked prefill + decodes) costs the larger of the two bounds.
 * ``step_overhead_s`` stands for the CPU side of an iteration (scheduling, sampling, kernel
   launches) that does not overlap the GPU work.
 
@@ -66,8 +66,8 @@ class HardwareProfile:
     description: str = ""
 
 
-# Llama-3.1-8B (BRIEF §8): 8.0e9 parameters, 16 GB of bf16 weights, 32 layers × 8 KV heads ×
-# 128 dims × (K and V) × 2 bytes = 131,072 bytes (128 KiB) of KV per token.
+# Llama-3.1-8B (its published configuration): 8.0e9 parameters, 16 GB of bf16 weights,
+# 32 layers × 8 KV heads × 128 dims × (K and V) × 2 bytes = 131,072 bytes (128 KiB) of KV per token.
 _LLAMA3_8B_PARAMS = 8.0e9
 _LLAMA3_8B_WEIGHTS = 16.0e9
 _LLAMA3_8B_KV_PER_TOKEN = 32 * 8 * 128 * 2 * 2
@@ -137,7 +137,8 @@ PROFILES: dict[str, HardwareProfile] = {
         ),
         HardwareProfile(
             # Every step costs exactly 1.0 s whatever the batch: "duration in decode steps"
-            # (BRIEF §3, Fig. 2) maps to output tokens when prompts are one token long.
+            # (Autellix, arXiv 2502.13965, Fig. 2) maps to output tokens when prompts are one
+            # token long.
             name="unit-step",
             params=0.0,
             weight_bytes=0.0,

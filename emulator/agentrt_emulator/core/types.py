@@ -124,8 +124,9 @@ class EngineStats:
     #: Total KV blocks.
     num_blocks: int
     #: Prompt tokens that missed the prefix cache on a request's first scheduling although they
-    #: had been cached before and were evicted (the cost of LRU eviction, BRIEF §3/§5). The
-    #: engine remembers the last ``4 × num_blocks`` evicted block hashes.
+    #: had been cached before and were evicted (the cost of LRU eviction that KV retention
+    #: avoids, docs/routing.md). The engine remembers the last ``4 × num_blocks`` evicted block
+    #: hashes.
     evicted_prefix_tokens: int = 0
     #: Engine iterations run (fused steps counted one by one).
     num_steps: int = 0
