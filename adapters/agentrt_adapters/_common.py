@@ -12,7 +12,7 @@ import openai
 
 from agentrt.errors import DeadlineExceeded, EndpointUnavailable, LLMCallError
 from agentrt.program.context import Frame
-from agentrt.runtime.program import Program
+from agentrt.program.program import Program
 
 __all__ = ["AgentRun", "StopReason", "llm_errors"]
 

@@ -99,7 +99,9 @@ async def test_unreachable_controller_goes_to_the_fallback(
         async with Runtime(config) as rt:
             assert rt.controller_state == "unreachable"
             reply = await agentrt.chat(USER)
-            rt.transport.primary_down_until_s = 0.0  # as if the hold expired: retry primary
+            fallback = rt._fallback  # the fallback layer of the runtime's transport stack
+            assert fallback is not None
+            fallback.primary_down_until_s = 0.0  # as if the hold expired: retry primary
             await rt.openai_client().chat.completions.create(model="m1", messages=USER)  # type: ignore[arg-type]
     assert reply.choices[0].message.content == "ok"
     assert len(state.requests) == 2  # both reached the fallback

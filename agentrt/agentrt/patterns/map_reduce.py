@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from agentrt.program.context import CURRENT_FRAME, Frame
-from agentrt.runtime.chat import current_runtime
-from agentrt.runtime.flow import Parallel
+from agentrt.program.flow import Parallel
+from agentrt.runtime.runtime import current_runtime
 
 __all__ = ["map_reduce"]
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.program.context import CURRENT_FRAME
-from agentrt.runtime.chat import chat, current_runtime
-from agentrt.runtime.flow import gather
+from agentrt.program.flow import gather
+from agentrt.runtime.chat import chat
+from agentrt.runtime.runtime import current_runtime
 
 __all__ = ["MctsResult", "mcts"]
 

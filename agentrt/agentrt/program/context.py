@@ -1,22 +1,65 @@
-"""Per-call context in ``contextvars``: which program, thread and chain a coroutine is in.
+"""Where running code is: the program run it belongs to, its thread and chain (``Frame``),
+and the ``contextvars`` that carry them.
 
 Context follows ``await`` and is copied into tasks started by task groups, so every LLM call
 made anywhere inside a program sees its own program's ids without passing them around.
-There is no global state: a ``Frame`` names the program (and through it the runtime).
+There is no global state: a ``Frame`` names its program run (and through it the runtime);
+see docs/architecture.md, "Design rules".
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
-from agentrt.program.model import Node, ProgramGraph, ThreadInfo
+from agentrt.program.model import Node, NodeKind, NodeStatus, ProgramGraph, ThreadInfo
 
 if TYPE_CHECKING:
+    import httpx
+
     from agentrt.runtime.runtime import Runtime
 
-__all__ = ["CURRENT_CALL", "CURRENT_FRAME", "CURRENT_RUNTIME", "Chain", "Frame"]
+__all__ = ["CURRENT_FRAME", "CURRENT_RUNTIME", "Chain", "Frame", "ProgramRun"]
+
+
+class ProgramRun(Protocol):
+    """What a frame's run is to the code recording nodes in it.
+
+    Implemented by :class:`agentrt.program.program.Program` (``rt.program(...)``) and by
+    :class:`agentrt.program.adhoc.AdhocRun` (a call made through a raw client outside any
+    program: a one-call run with no events, no deadline and no phase totals).
+    """
+
+    @property
+    def runtime(self) -> Runtime:
+        """The runtime the run sends its calls and events through."""
+        ...
+
+    @property
+    def open_streams(self) -> set[httpx.AsyncByteStream]:
+        """Open response bodies of raw client calls in the run; closed when it ends."""
+        ...
+
+    def begin_node(
+        self,
+        frame: Frame,
+        kind: NodeKind,
+        name: str,
+        *,
+        parents: tuple[str, ...] | None = None,
+        objective: str | None = None,
+        tool_call_id: str = "",
+        start: bool = True,
+    ) -> Node:
+        """Create the next node of ``frame``'s thread (parents: the chain's leaves)."""
+        ...
+
+    def end_node(
+        self, chain: Chain, node: Node, status: NodeStatus, error: BaseException | None = None
+    ) -> None:
+        """Finish ``node`` (status, end time, error) and advance ``chain`` past it."""
+        ...
 
 
 @dataclass(slots=True)
@@ -52,8 +95,8 @@ class Chain:
 class Frame:
     """Where the running code is: a program run, one of its threads, and a chain in it."""
 
-    #: The program run (``agentrt.runtime.program.ProgramRun``) that owns the graph.
-    run: Any
+    #: The program run that owns the graph.
+    run: ProgramRun
     graph: ProgramGraph
     thread: ThreadInfo
     chain: Chain
@@ -75,10 +118,8 @@ class Frame:
         return Frame(self.run, self.graph, self.thread, Chain([node.id]), self.objective)
 
 
-#: The innermost program frame, None outside any program.
+#: The innermost program frame, None outside any program. Its run is always a ``Program``:
+#: ad-hoc runs never become the current frame.
 CURRENT_FRAME: ContextVar[Frame | None] = ContextVar("agentrt_frame", default=None)
-#: The LLM call (``agentrt.runtime.calls.LLMCall``: node and span) an SDK helper is sending
-#: right now; the transport tags the request with it.
-CURRENT_CALL: ContextVar[Any] = ContextVar("agentrt_call", default=None)
 #: The runtime entered with ``async with`` in this context (for helpers called outside a program).
 CURRENT_RUNTIME: ContextVar[Runtime | None] = ContextVar("agentrt_runtime", default=None)

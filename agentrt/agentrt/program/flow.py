@@ -19,7 +19,7 @@ from anyio.abc import TaskGroup
 
 from agentrt.errors import AgentrtError
 from agentrt.program.context import CURRENT_FRAME, Frame
-from agentrt.program.model import Node
+from agentrt.program.model import Node, NodeStatus
 from agentrt.protocol import Objective, ToolWaitEnd, ToolWaitStart
 
 __all__ = ["Branch", "Parallel", "gather", "parallel", "track_wait", "wait"]
@@ -197,13 +197,14 @@ async def wait(
     with the node ``cancelled``.
 
     ``async with agentrt.wait("approval"): answer = await ask_human()`` — the controller is
-    told the program waits (so it may retain its KV cache, BRIEF.md §5) and for how long it
-    is expected to (``predicted_s``, seconds; None = unknown).
+    told the program waits (so it may retain its KV cache across the wait, as Continuum,
+    arXiv 2511.02230, does for tool calls; docs/protocol.md) and for how long it is expected
+    to (``predicted_s``, seconds; None = unknown).
     """
     frame = _frame("wait()")
     run = frame.run
     node = run.begin_node(frame, "wait", name)
-    status: Any = "error"
+    status: NodeStatus = "error"
     error: BaseException | None = None
     try:
         async with track_wait(frame, node, wire_kind=kind, predicted_s=predicted_s):

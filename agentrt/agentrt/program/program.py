@@ -38,7 +38,9 @@ ProgramOperation = Literal["invoke_workflow", "invoke_agent"]
 
 
 class Program:
-    """A program run: the unit the controller schedules. Also its live, inspectable DAG."""
+    """A program run: the unit the controller schedules. Also its live, inspectable DAG.
+
+    Implements ``agentrt.program.context.ProgramRun``."""
 
     def __init__(
         self,

@@ -7,6 +7,7 @@ runtime handed out), so both paths produce the same node, span and metrics.
 from __future__ import annotations
 
 import json
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -24,7 +25,7 @@ from agentrt.runtime.telemetry import (
 if TYPE_CHECKING:
     from agentrt.runtime.runtime import Runtime
 
-__all__ = ["LLMCall"]
+__all__ = ["CURRENT_CALL", "LLMCall"]
 
 _REQUEST_ATTRS = {
     "max_tokens": "gen_ai.request.max_tokens",
@@ -154,3 +155,8 @@ def _dumps(value: Any) -> str:
         return json.dumps(value, default=str)[:65536]
     except (TypeError, ValueError):
         return "<unserialisable>"
+
+
+#: The LLM call an SDK helper (``chat``) is sending right now, None otherwise: the tagging
+#: transport tags the request with this call's node and span instead of recording a raw call.
+CURRENT_CALL: ContextVar[LLMCall | None] = ContextVar("agentrt_call", default=None)

@@ -10,34 +10,20 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from agentrt.errors import (
-    AgentrtError,
     ConfigError,
     DeadlineExceeded,
     EndpointUnavailable,
     LLMCallError,
 )
 from agentrt.journal.api import StepSpec
-from agentrt.program.context import CURRENT_CALL, CURRENT_FRAME, CURRENT_RUNTIME, Frame
+from agentrt.program.context import CURRENT_FRAME, Frame
+from agentrt.program.deadline import call_budget_s, http_timeout_s
 from agentrt.protocol import Objective
-from agentrt.runtime.calls import LLMCall
-from agentrt.runtime.runtime import Runtime
+from agentrt.runtime.calls import CURRENT_CALL, LLMCall
+from agentrt.runtime.runtime import Runtime, current_runtime
 
+#: ``current_runtime`` is defined in ``agentrt.runtime.runtime``; it stays importable from here.
 __all__ = ["chat", "current_runtime"]
-
-
-def current_runtime(runtime: Runtime | None = None) -> Runtime:
-    """``runtime`` if given, else the one of the current program, else the innermost entered
-    runtime; raises ``AgentrtError`` when there is none."""
-    if runtime is not None:
-        return runtime
-    frame = CURRENT_FRAME.get()
-    if frame is not None:
-        rt: Runtime = frame.run.runtime
-        return rt
-    entered = CURRENT_RUNTIME.get()
-    if entered is None:
-        raise AgentrtError("no agentrt Runtime here: use `async with Runtime(config) as rt:`")
-    return entered
 
 
 async def chat(
@@ -131,12 +117,9 @@ async def chat(
 async def _send(
     rt: Runtime, frame: Frame, call: LLMCall, request: dict[str, Any]
 ) -> ChatCompletion:
+    budget_s = call_budget_s(frame.graph, call.node.id)  # raises DeadlineExceeded
+    timeout = min(rt.config.request_timeout_s, http_timeout_s(budget_s))
     token = CURRENT_CALL.set(call)
-    remaining = frame.graph.deadline_s - anyio.current_time()
-    if remaining <= 0:
-        CURRENT_CALL.reset(token)
-        raise DeadlineExceeded(f"program {frame.graph.id} has no time left for {call.node.id}")
-    timeout = min(rt.config.request_timeout_s, remaining + 0.05)
     try:
         completion: ChatCompletion = await rt.client.chat.completions.create(
             **request, timeout=timeout

@@ -18,7 +18,7 @@ import anyio
 import httpx
 from pydantic import BaseModel
 
-from agentrt import __version__
+from agentrt._version import __version__
 from agentrt.errors import EndpointUnavailable, ProtocolError
 from agentrt.protocol import (
     EVENTS_PREFIX,

@@ -1,8 +1,9 @@
 """``Runtime``: the SDK's root object — built from a ``RuntimeConfig``, used with ``async with``.
 
-It owns the connection pool (wrapped by the tagging transport), the controller link (session
-and program events), the journal, the telemetry instruments and the tool-duration history.
-Nothing is global: two runtimes in one process are independent.
+It owns the connection pools (under the transport stack of ``agentrt.runtime.transports``),
+the controller link (session and program events), the journal, the telemetry instruments and
+the tool-duration history. Nothing is global: two runtimes in one process are independent
+(docs/architecture.md, "Design rules").
 """
 
 from __future__ import annotations
@@ -20,15 +21,19 @@ import openai
 
 from agentrt.errors import AgentrtError, ConfigError
 from agentrt.journal.api import StepJournal
-from agentrt.program.context import CURRENT_RUNTIME
+from agentrt.program.context import CURRENT_FRAME, CURRENT_RUNTIME
+from agentrt.program.program import Program, ProgramOperation
 from agentrt.runtime.config import RuntimeConfig
 from agentrt.runtime.controller import ControllerLink, LinkState
-from agentrt.runtime.program import Program, ProgramOperation
 from agentrt.runtime.telemetry import Instruments
-from agentrt.runtime.transport import TaggingTransport
+from agentrt.runtime.transports.deadline import DeadlineTransport
+from agentrt.runtime.transports.fallback import FallbackTransport
+from agentrt.runtime.transports.recording import RecordingTransport
+from agentrt.runtime.transports.sharding import ShardedTransport
+from agentrt.runtime.transports.tagging import TaggingTransport
 from agentrt.tools.history import ToolHistory
 
-__all__ = ["Runtime"]
+__all__ = ["Runtime", "current_runtime"]
 
 _log = logging.getLogger("agentrt.runtime")
 #: Connections per pool shard: httpcore's pool work per event grows with connections times
@@ -60,7 +65,9 @@ class Runtime:
         else:
             self._journal = config.journal
         self._stack: AsyncExitStack | None = None
-        self._transport: TaggingTransport | None = None
+        self._transport: RecordingTransport | None = None
+        #: The fallback layer of the transport stack, when ``fallback_base_url`` is set.
+        self._fallback: FallbackTransport | None = None
         self._default_client: openai.AsyncOpenAI | None = None
         self._token: Token[Runtime | None] | None = None
 
@@ -80,7 +87,9 @@ class Runtime:
         return self._journal
 
     @property
-    def transport(self) -> TaggingTransport:
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """The top of the runtime's transport stack (every client handed out sends through
+        it); its ``aclose`` is a no-op."""
         self.require_open()
         assert self._transport is not None
         return self._transport
@@ -110,18 +119,18 @@ class Runtime:
                 for pool in pools:
                     stack.push_async_callback(_close_shielded, pool)
                 shards = list(pools)
-            self._transport = TaggingTransport(self, shards, per_shard)
             stack.push_async_callback(self.link.close)
-            state = await self.link.open()
-            if state == "unreachable" and cfg.fallback_base_url:
+            state = await self.link.open()  # the session id the tags carry is known after it
+            self._transport = self._transport_stack(ShardedTransport(shards, per_shard))
+            if state == "unreachable" and self._fallback is not None:
                 _log.warning("controller unreachable: calls go to %s", cfg.fallback_base_url)
-                self._transport.use_fallback_now()
+                self._fallback.use_fallback_now()
             if isinstance(cfg.journal, str):
                 owned: Any = _journal_for(cfg.journal, cfg)
                 self._journal = await stack.enter_async_context(owned)
             self._default_client = self.openai_client()
         except BaseException:
-            self._transport = None
+            self._transport = self._fallback = None
             await stack.aclose()
             raise
         self._stack = stack
@@ -138,12 +147,28 @@ class Runtime:
             CURRENT_RUNTIME.reset(self._token)
             self._token = None
         stack, self._stack = self._stack, None
-        self._transport = None
+        self._transport = self._fallback = None
         self._default_client = None
         if isinstance(self.config.journal, str):
             self._journal = None
         if stack is not None:
             await stack.aclose()
+
+    def _transport_stack(self, pools: ShardedTransport) -> RecordingTransport:
+        """recording → deadline → tagging → [fallback →] pools (agentrt.runtime.transports)."""
+        cfg = self.config
+        routed: httpx.AsyncBaseTransport = pools
+        if cfg.fallback_base_url:
+            self._fallback = FallbackTransport(
+                pools,
+                base_url=cfg.base_url,
+                fallback_base_url=cfg.fallback_base_url,
+                fallback_api_key=cfg.fallback_api_key or cfg.api_key,
+                hold_s=cfg.fallback_hold_s,
+            )
+            routed = self._fallback
+        tagged = TaggingTransport(routed, self.session_id)
+        return RecordingTransport(DeadlineTransport(tagged), self)
 
     # ----------------------------------------------------------------- programs and clients
     def program(
@@ -196,6 +221,20 @@ class Runtime:
 
     def __repr__(self) -> str:
         return f"Runtime({self.config!r}, session_id={self.session_id!r})"
+
+
+def current_runtime(runtime: Runtime | None = None) -> Runtime:
+    """``runtime`` if given, else the one of the current program, else the innermost entered
+    runtime; raises ``AgentrtError`` when there is none."""
+    if runtime is not None:
+        return runtime
+    frame = CURRENT_FRAME.get()
+    if frame is not None:
+        return frame.run.runtime
+    entered = CURRENT_RUNTIME.get()
+    if entered is None:
+        raise AgentrtError("no agentrt Runtime here: use `async with Runtime(config) as rt:`")
+    return entered
 
 
 async def _close_shielded(pool: httpx.AsyncBaseTransport) -> None:

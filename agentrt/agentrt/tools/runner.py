@@ -1,5 +1,5 @@
 """Running tools as program steps: node, ``execute_tool`` span, controller tool-wait events,
-timeout, and — with a journal — durable execution (BRIEF.md §6).
+timeout, and — with a journal — durable execution (docs/journal.md).
 
 Failures a model can react to (``ToolError`` and its subclasses: bad arguments, timeouts, a
 tool's own ``ToolError``) become a :class:`ToolResult` with ``error`` set, whose message goes
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from opentelemetry import trace
@@ -29,14 +29,20 @@ from agentrt.errors import (
 )
 from agentrt.journal.api import StepSpec
 from agentrt.program.context import CURRENT_FRAME, Frame
-from agentrt.runtime.flow import Parallel, track_wait
+from agentrt.program.flow import Parallel, track_wait
+from agentrt.program.model import Node, NodeStatus
+from agentrt.runtime.runtime import current_runtime
 from agentrt.runtime.telemetry import (
     ATTR_NODE_ID,
     ATTR_PROGRAM_ID,
     ATTR_SESSION_ID,
     ATTR_THREAD_ID,
 )
-from agentrt.tools.schema import Tool
+
+if TYPE_CHECKING:
+    # Only a type here: ``Tool.__call__`` imports this module, so a real import would be a
+    # cycle (tools.schema <-> tools.runner).
+    from agentrt.tools.schema import Tool
 
 __all__ = ["ToolResult", "execute_tool_calls", "run_tool"]
 
@@ -80,8 +86,6 @@ async def run_tool(
     """Run ``tool`` as a ``tool`` node of the current program (ad-hoc program outside one)."""
     frame = CURRENT_FRAME.get()
     if frame is None:
-        from agentrt.runtime.chat import current_runtime
-
         async with current_runtime().program(f"tool {tool.name}"):
             return await run_tool(tool, arguments, tool_call_id=tool_call_id)
     return await _run_in(frame, tool, arguments, tool_call_id)
@@ -112,7 +116,7 @@ async def _run_in(
     span = rt.instruments.tracer.start_span(
         f"execute_tool {tool.name}", kind=SpanKind.INTERNAL, attributes=attributes
     )
-    status: Any = "error"
+    status: NodeStatus = "error"
     failure: BaseException | None = None
     try:
         with trace.use_span(span, end_on_exit=False, record_exception=False):
@@ -148,7 +152,7 @@ async def _run_in(
 
 
 async def _execute(
-    frame: Frame, tool: Tool[Any], node: Any, arguments: BaseModel
+    frame: Frame, tool: Tool[Any], node: Node, arguments: BaseModel
 ) -> tuple[Any, bool]:
     """Run the validated call: events, timeout, journal. Returns the JSON-able result and
     whether the tool really ran (False: the journal replayed a recorded result)."""
@@ -236,8 +240,6 @@ async def execute_tool_calls(
     calls = [_call_fields(c) for c in tool_calls]
     by_name = {t.name: t for t in tools}
     if CURRENT_FRAME.get() is None and len(calls) > 1:
-        from agentrt.runtime.chat import current_runtime
-
         async with current_runtime().program("tool calls"):
             return await execute_tool_calls(calls_as_dicts(calls), tools)
 
