@@ -1,4 +1,5 @@
-"""The backend seam: how the controller talks to one model server (STYLE.md rule 2).
+"""The backend seam: how the controller talks to one model server (docs/architecture.md,
+"Design rules", rule 2).
 
 A backend is a small transport-like object: :meth:`Backend.send` one OpenAI-compatible request
 and get a :class:`BackendResponse` (whole or streamed), :meth:`Backend.scrape` its load,
@@ -12,7 +13,8 @@ announced in :class:`BackendCapabilities` (docs/backends.md):
 
 * :class:`SupportsPins` — ``pin`` / ``unpin`` a prompt prefix's KV blocks for a TTL (the
   emulator natively; SGLang where its ``/hicache/pin_prefix`` exists). :func:`pins_of` returns
-  the interface or ``None``; KV retention (BRIEF.md §5) calls it.
+  the interface or ``None``; KV retention (Continuum, arXiv 2511.02230; docs/routing.md, "KV
+  retention during tool waits") calls it.
 * :class:`SupportsTokenize` — exact prompt token counts from the server's own tokenizer and
   chat template (vLLM, the emulator), cached; never on the request path by default.
 * :class:`DetectsFeatures` — ``detect_features()`` after the first successful health probe

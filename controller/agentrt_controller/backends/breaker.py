@@ -1,4 +1,5 @@
-"""A circuit breaker per backend: a pure policy object (STYLE.md rule 1).
+"""A circuit breaker per backend: a pure policy object (docs/architecture.md, "Design rules",
+rule 1).
 
 It never reads a clock, sleeps or does I/O: the controller's backend pool feeds it outcomes with
 ``now_s`` (seconds on the controller's monotonic clock) and asks whether calls may go to the

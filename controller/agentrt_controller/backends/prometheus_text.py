@@ -2,7 +2,8 @@
 
 Only what load estimation needs: sample values by metric name, summed over label sets (one
 vLLM server may expose one series per model or engine). Malformed lines are skipped, never
-raised: a backend that serves garbage has *unknown* load (issue [routing], "Bad input").
+raised: a backend that serves garbage has *unknown* load (docs/backends.md, "When backends
+fail").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """What a finished call is charged: token counts from the backend's ``usage``, turned into
-seconds of service by the cost model (BRIEF.md §3, "Measuring service at a proxy").
+seconds of service by the cost model (docs/controller.md, "What a call is charged"; the
+program-level service of Autellix, arXiv 2502.13965, measured at a proxy).
 
 Charged work = uncached prompt tokens (``usage.prompt_tokens -
 usage.prompt_tokens_details.cached_tokens``) and generated tokens

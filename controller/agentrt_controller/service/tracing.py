@@ -2,7 +2,7 @@
 
 The tracer provider is passed in explicitly (no global provider is read or set). Without one,
 a no-op tracer is used and the client's ``traceparent`` is forwarded unchanged. Prompt and
-completion contents are never recorded (BRIEF.md §7).
+completion contents are never recorded (docs/controller.md, "Traces").
 """
 
 from __future__ import annotations
