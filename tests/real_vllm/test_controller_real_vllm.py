@@ -199,18 +199,18 @@ async def test_scraped_waiting_queue_shrinks_the_adaptive_window(vllm_server: An
         admission=admission,
         scrape_interval_s=0.1,
     ) as controller:
-        core = controller.app.core
+        engine = controller.app.engine
         backend_id = controller.backend_id
-        window_of = getattr(core.dispatcher.admission, "window")  # noqa: B009 (adaptive only)
+        window_of = getattr(engine.dispatcher.admission, "window")  # noqa: B009 (adaptive only)
         done = anyio.Event()
 
         async def watch() -> None:
             while not done.is_set():
-                (view,) = core.pool.views()
+                (view,) = engine.pool.views()
                 seen["waiting"] = max(seen["waiting"], view.num_waiting or 0)
                 seen["running"] = max(seen["running"], view.num_running or 0)
                 seen["kv"] = max(seen["kv"], view.kv_cache_usage or 0.0)
-                seen["queued"] = max(seen["queued"], core.queued())
+                seen["queued"] = max(seen["queued"], engine.calls.queued())
                 seen["window"] = min(seen["window"], window_of(backend_id))
                 await anyio.sleep(0.01)
 

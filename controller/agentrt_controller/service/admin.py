@@ -31,8 +31,8 @@ from agentrt.errors import ConfigError
 from agentrt.protocol import EVENTS_PREFIX
 from agentrt_controller.backends.api import Backend
 from agentrt_controller.backends.spec import BackendSpec
-from agentrt_controller.service.core import ControllerCore
 from agentrt_controller.service.endpoints import guarded, read_small_body
+from agentrt_controller.service.engine import ControllerEngine
 from agentrt_controller.service.errors import BadRequest, ServiceError
 
 __all__ = ["BACKENDS_PATH", "admin_routes"]
@@ -86,43 +86,40 @@ async def _spec(request: Request) -> BackendSpec:
 
 
 def admin_routes(
-    core: ControllerCore, build: Callable[[BackendSpec], Backend], admin_token: str | None
+    engine: ControllerEngine, build: Callable[[BackendSpec], Backend], admin_token: str | None
 ) -> list[Route]:
-    """The Starlette routes of the backend admin API; ``build`` makes a backend from a spec
-    (raising :class:`ConfigError` for unknown kinds and options)."""
-    pool = core.pool
+    """The Starlette routes of the backend admin API for ``engine``; ``build`` makes a backend
+    from a spec (raising :class:`ConfigError` for unknown kinds and options)."""
 
     async def listing(request: Request) -> Response:
-        now = core.clock()
-        return JSONResponse({"backends": [s.describe(now) for s in pool.states.values()]})
+        return JSONResponse({"backends": engine.describe_backends()})
 
     async def add(request: Request) -> Response:
         _authorize(request, admin_token)
         spec = await _spec(request)
-        if spec.backend_id in pool.states:
+        if engine.has_backend(spec.backend_id):
             raise Conflict(f"a backend with id {spec.backend_id!r} exists", param="id")
         try:
             backend = build(spec)
         except ConfigError as exc:
             raise BadRequest(str(exc)) from exc
         try:
-            state = await pool.add(backend)
+            described = await engine.add_backend(backend)
         except ConfigError as exc:  # added concurrently under the same id
             await backend.aclose()
             raise Conflict(str(exc), param="id") from exc
-        return JSONResponse({"backend": state.describe(core.clock())}, status_code=201)
+        return JSONResponse({"backend": described}, status_code=201)
 
     async def remove(request: Request) -> Response:
         _authorize(request, admin_token)
         backend_id = request.path_params["backend_id"]
         try:
-            state = pool.remove(backend_id)
+            draining = engine.remove_backend(backend_id)
         except KeyError:
             raise NotFound(f"no backend {backend_id!r}", param="backend_id") from None
-        core.wake()
-        if backend_id not in pool.states:
+        if draining is None:
             return JSONResponse({"backend_id": backend_id, "removed": True})
-        return JSONResponse({"backend": state.describe(core.clock())}, status_code=202)
+        return JSONResponse({"backend": draining}, status_code=202)
 
     return [
         Route(BACKENDS_PATH, guarded(listing), methods=["GET"]),

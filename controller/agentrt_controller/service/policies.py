@@ -2,7 +2,7 @@
 
 Schedulers and admission policies come from :mod:`agentrt_controller.scheduling.factory` (the same
 factory the simulator uses); routers are chosen by name here. Unknown names are
-:class:`ConfigError`, never a silent fallback (STYLE.md rule 2).
+:class:`ConfigError`, never a silent fallback (docs/architecture.md, "Design rules", rule 2).
 """
 
 from __future__ import annotations
@@ -11,15 +11,17 @@ from agentrt.errors import ConfigError
 from agentrt_controller.cost_model import CostModel
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.retention import RetentionConfig, TtlRetentionPolicy
+from agentrt_controller.routing.api import Router
 from agentrt_controller.routing.factory import build_router as factory_router
-from agentrt_controller.scheduling.api import AdmissionPolicy, Router, Scheduler
+from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_admission as factory_admission
 from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
 from agentrt_controller.service.charging import CostFunction
+from agentrt_controller.service.clock import Clock
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.core import ControllerCore
 from agentrt_controller.service.metrics import ServiceMetrics
+from agentrt_controller.service.pool import BackendPool
 from agentrt_controller.service.retention import RetentionDriver
 
 __all__ = ["build_cost", "build_dispatcher", "build_retention"]
@@ -63,15 +65,17 @@ def build_cost(config: ControllerConfig) -> CostFunction:
 
 
 def build_retention(
-    config: ControllerConfig, core: ControllerCore, metrics: ServiceMetrics
+    config: ControllerConfig,
+    dispatcher: Dispatcher,
+    pool: BackendPool,
+    clock: Clock,
+    metrics: ServiceMetrics,
 ) -> RetentionDriver:
-    """The retention driver for ``core`` (``config.retention == "on"``): the policy's
-    ``prefill_s_per_token`` defaults to the configured cost model's."""
+    """The retention driver (``config.retention == "on"``) for ``dispatcher`` and ``pool`` on
+    ``clock``: the policy's ``prefill_s_per_token`` defaults to the configured cost model's."""
     options = dict(config.retention_options)
     options.setdefault(
         "prefill_s_per_token", CostModel.from_mapping(config.cost).prefill_s_per_token
     )
     policy = TtlRetentionPolicy(RetentionConfig.from_mapping(options))
-    return RetentionDriver(
-        policy, core.dispatcher, core.pool, core.clock, on_error=metrics.internal_errors.inc
-    )
+    return RetentionDriver(policy, dispatcher, pool, clock, on_error=metrics.internal_errors.inc)

@@ -6,13 +6,16 @@ its own probe loop (``interval_s`` apart; a probe that takes longer than ``inter
 as failed), so one slow backend never delays the verdict on another. A failed probe opens the
 backend's :class:`~agentrt_controller.backends.breaker.CircuitBreaker` at once; call outcomes
 reported
-by the proxy open it after N consecutive failures or a high error rate; a refused connection
+by the engine open it after N consecutive failures or a high error rate; a refused connection
 trips it at once. A backend takes calls (``healthy``) only while its last probe succeeded, its
 circuit is closed and it is not draining. So a dead backend stops getting calls within one
 probe interval (refused connections: at the first call that hits it).
 
 Removal drains: the backend leaves routing at once, its in-flight calls finish, and when the
 last one is released it is dropped, its probe loop stops and it is closed.
+
+In-flight counts change in this object only: :meth:`BackendPool.acquire` when a call is
+admitted to a backend, :meth:`BackendPool.release` when it leaves it.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend, BackendError, BackendLoad, DetectsFeatures
 from agentrt_controller.backends.breaker import BreakerConfig, BreakerState, CircuitBreaker
 from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.service.clock import Clock
 
 __all__ = ["BackendPool", "BackendState"]
 
@@ -107,7 +111,7 @@ class BackendPool:
         self,
         backends: Sequence[Backend],
         on_change: Callable[[], None],
-        clock: Callable[[], float],
+        clock: Clock,
         *,
         interval_s: float = 1.0,
         breaker: BreakerConfig | None = None,
@@ -258,6 +262,13 @@ class BackendPool:
         state.breaker.trip(self._clock(), reason)
         self._update(state)
 
+    def acquire(self, backend_id: str) -> None:
+        """One call was admitted to ``backend_id`` (it counts in flight until
+        :meth:`release`). Raises :class:`KeyError` for an unknown id."""
+        state = self.states[backend_id]
+        state.in_flight += 1
+        state.admitted_total += 1
+
     def release(self, backend_id: str) -> None:
         """One admitted call left ``backend_id`` (a backend removed meanwhile is ignored; a
         draining one is dropped with its last call)."""
@@ -310,6 +321,11 @@ class BackendPool:
         if self._group is not None:
             self._group.start_soon(_close, state.backend)
         self._on_change()
+
+    async def aclose(self) -> None:
+        """Close every backend still in the pool (the pool's loops have stopped)."""
+        for state in list(self.states.values()):
+            await state.backend.aclose()
 
     # --- views -------------------------------------------------------------------------------
 

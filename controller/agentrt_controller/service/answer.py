@@ -1,0 +1,60 @@
+"""A backend's answer, read until the client can be answered.
+
+Nothing goes to the client before :meth:`BackendAnswer.start` returns, so a backend that dies
+before that point (:class:`~agentrt_controller.backends.api.BackendDisconnected`) leaves the call
+retryable on another backend (:mod:`agentrt_controller.service.retry`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anyio
+
+from agentrt_controller.backends.api import BackendResponse
+
+__all__ = ["BackendAnswer"]
+
+
+class BackendAnswer:
+    """The whole body of a non-streamed (or failed) answer, or the first chunk of a stream."""
+
+    __slots__ = ("_first", "_rest", "body", "response")
+
+    def __init__(self, response: BackendResponse) -> None:
+        self.response = response
+        #: The whole answer; ``None`` for a stream (read :meth:`chunks`).
+        self.body: bytes | None = None
+        self._first = b""
+        self._rest: AsyncIterator[bytes] | None = None
+
+    @classmethod
+    async def start(cls, stream: bool, response: BackendResponse) -> BackendAnswer:
+        """Read until the client can be answered. Closes ``response`` when this raises."""
+        answer = cls(response)
+        try:
+            if stream and response.status_code == 200:
+                answer._rest = aiter(response.aiter_bytes())
+                answer._first = await anext(answer._rest, b"")
+            else:
+                answer.body = await response.aread()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await answer.aclose()
+            raise
+        return answer
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The stream: the first chunk, then the rest as it arrives."""
+        if self._first:
+            yield self._first
+        if self._rest is not None:
+            async for chunk in self._rest:
+                yield chunk
+
+    async def aclose(self) -> None:
+        rest, self._rest = self._rest, None
+        aclose = getattr(rest, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        await self.response.aclose()

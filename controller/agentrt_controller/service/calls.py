@@ -1,0 +1,236 @@
+"""The controller's queued and admitted calls: the :class:`Dispatcher`'s facts and verdicts.
+
+Every admission decision is made by the pure :class:`~agentrt_controller.scheduling.dispatcher.
+Dispatcher` (docs/architecture.md, "Design rules", rule 1); this object feeds it facts with
+``now_s`` from the engine's clock and carries its verdicts out. It is private to
+:class:`~agentrt_controller.service.engine.ControllerEngine` (the HTTP layer never sees it) and
+runs on the event loop's thread. A call's life here::
+
+    submit(call) -> PendingCall           queued in the scheduler, the dispatch loop woken
+    dispatch()                            one round: admitted calls get a backend (in flight)
+    await admitted(pending) -> Admission  the verdict (or DeadlinePassed, or NoBackend)
+    requeue(pending, backend_id, ...)     its backend could not answer: back in the queues
+    finish(call, backend_id, service_s)   in-flight released, service charged, loop woken
+
+In-flight counts move only through :meth:`BackendPool.acquire` (in :meth:`dispatch`) and
+:meth:`BackendPool.release` (in :meth:`requeue` and :meth:`finish`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from agentrt_controller.backends.api import BackendCapabilities, BackendRequest
+from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
+from agentrt_controller.service.answer import BackendAnswer
+from agentrt_controller.service.clock import Clock
+from agentrt_controller.service.errors import DeadlinePassed, NoBackend, ServiceError
+from agentrt_controller.service.metrics import ServiceMetrics
+from agentrt_controller.service.pool import BackendPool
+
+__all__ = ["CallQueue", "Forwarded", "PendingCall", "RequestFor"]
+
+
+@dataclass(slots=True, eq=False)
+class PendingCall:
+    """One call between its arrival and its finish (holds the prompt: not in its repr)."""
+
+    call: Call
+    #: The request body (the prompt; retention remembers it for the thread's next wait).
+    body: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    #: The call carried agentrt tags; an untagged call is a program of its own.
+    tagged: bool = True
+    #: Set once :attr:`admission` or :attr:`error` is.
+    decided: anyio.Event = field(default_factory=anyio.Event, repr=False)
+    admission: Admission | None = None
+    error: ServiceError | None = None
+
+
+#: Builds the request for the backend the call was admitted to (its capabilities decide,
+#: e.g., whether to ask for stream usage).
+RequestFor = Callable[[Admission, BackendCapabilities], BackendRequest]
+
+
+@dataclass(frozen=True, slots=True)
+class Forwarded:
+    """A call a backend has started to answer."""
+
+    admission: Admission
+    answer: BackendAnswer
+    #: Backends that failed the call before this one answered.
+    retries: int
+
+    @property
+    def backend_id(self) -> str:
+        return self.admission.backend_id
+
+
+class CallQueue:
+    """The calls the controller holds. Not thread-safe (event loop only).
+
+    ``wake`` asks for a dispatch round soon; ``on_admitted`` hears of every admission that
+    reached its waiting client (retention releases the thread's window there).
+    """
+
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        pool: BackendPool,
+        metrics: ServiceMetrics,
+        clock: Clock,
+        *,
+        max_queued_calls: int,
+        retry_after_s: int,
+        wake: Callable[[], None],
+        on_admitted: Callable[[Admission], None] = lambda _: None,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.pool = pool
+        self.metrics = metrics
+        self.clock = clock
+        self.max_queued_calls = max_queued_calls
+        self.retry_after_s = retry_after_s
+        self._wake = wake
+        self._on_admitted = on_admitted
+        self._queued: dict[str, PendingCall] = {}
+
+    def dispatch(self) -> None:
+        """One decision round: drop expired calls, admit what the backends have room for."""
+        now = self.clock()
+        for call in self.dispatcher.drop_expired(now):
+            self.metrics.deadline_drops.inc()
+            self._reject(call, DeadlinePassed("the call's deadline passed while it was queued"))
+        if self._queued and not self.pool.any_healthy():
+            for waiting in list(self._queued.values()):
+                self._cancel(waiting, now)
+                waiting.error = self.no_backend()
+                waiting.decided.set()
+            return
+        for admission in self.dispatcher.admit(now, self.pool.views()):
+            self.pool.acquire(admission.backend_id)
+            pending = self._queued.pop(admission.call.call_id, None)
+            if pending is None:  # its client left between cancel and this round
+                self.finish(admission.call, admission.backend_id, 0.0)
+                continue
+            pending.admission = admission
+            pending.decided.set()
+            self.metrics.admitted(admission, now)
+            self._on_admitted(admission)
+
+    def submit(self, pending: PendingCall) -> None:
+        """Queue an arrived call; raises :class:`NoBackend` when no backend is healthy or
+        ``max_queued_calls`` are already queued."""
+        if not self.pool.any_healthy():
+            raise self.no_backend()
+        if len(self._queued) >= self.max_queued_calls:
+            self.metrics.overloaded.inc()
+            raise NoBackend(
+                f"the controller already holds {len(self._queued)} queued calls",
+                retry_after_s=self.retry_after_s,
+                code="overloaded",
+            )
+        self._queued[pending.call.call_id] = pending
+        self.dispatcher.submit(pending.call, self.clock())
+        self._wake()
+
+    async def admitted(self, pending: PendingCall) -> Admission:
+        """Wait for the call's admission. Raises :class:`DeadlinePassed` at its deadline,
+        :class:`NoBackend` when every backend went down. If the waiting task is cancelled
+        (client gone), the call leaves the queues — or, if it was just admitted, its slot is
+        released."""
+        call = pending.call
+        try:
+            if math.isinf(call.deadline_s):
+                await pending.decided.wait()
+            else:
+                with anyio.move_on_after(call.deadline_s - self.clock()):
+                    await pending.decided.wait()
+        except BaseException:
+            if pending.admission is not None:
+                self.finish(call, pending.admission.backend_id, 0.0)
+            else:
+                self._cancel(pending, self.clock())
+            raise
+        if pending.admission is not None:
+            return pending.admission
+        if pending.error is not None:
+            raise pending.error
+        self._cancel(pending, self.clock())
+        self.metrics.deadline_drops.inc()
+        raise DeadlinePassed("the call's deadline passed while it was queued")
+
+    def requeue(
+        self, pending: PendingCall, backend_id: str, backend_down: bool, reason: str
+    ) -> None:
+        """The admitted call could not be answered by ``backend_id`` and nothing reached the
+        client: put it back in the queues at its old place. The failure counts against the
+        backend's circuit; ``backend_down`` trips it (out of routing at once). Raises
+        :class:`NoBackend` (the call finished) when no backend is left."""
+        call = pending.call
+        now = self.clock()
+        self.metrics.backend_failures.inc(1.0, backend_id)
+        if backend_down:
+            self.pool.mark_down(backend_id, reason or "unreachable")
+        else:
+            self.pool.record_outcome(backend_id, False, reason or "no answer")
+        self.pool.release(backend_id)
+        if not self.pool.any_healthy():
+            self.dispatcher.on_finish(call, backend_id, 0.0, now)
+            raise self.no_backend()
+        pending.admission = None
+        pending.decided = anyio.Event()
+        self._queued[call.call_id] = pending
+        self.dispatcher.requeue(call, now)
+        self.metrics.retries.inc(1.0, backend_id)
+        self._wake()
+
+    def tokens(self, call: Call, new_tokens: int) -> None:
+        """Output tokens streamed for an admitted call (quantum accounting)."""
+        if new_tokens:
+            self.dispatcher.on_tokens(call, new_tokens, self.clock())
+
+    def finish(
+        self,
+        call: Call,
+        backend_id: str,
+        service_s: float,
+        *,
+        ok: bool | None = None,
+        reason: str = "",
+    ) -> None:
+        """The admitted call is done (answered, failed or abandoned); charge ``service_s``.
+        ``ok`` feeds the backend's circuit breaker: ``True`` it answered, ``False`` it failed
+        (broken connection, 5xx, timeout), ``None`` no verdict (client gone, deadline)."""
+        if ok is not None:
+            if not ok:
+                self.metrics.backend_failures.inc(1.0, backend_id)
+            self.pool.record_outcome(backend_id, ok, reason)
+        self.pool.release(backend_id)
+        self.dispatcher.on_finish(call, backend_id, service_s, self.clock())
+        self.metrics.service_charged.inc(service_s)
+        self._wake()
+
+    def queued(self) -> int:
+        """Calls waiting for admission now."""
+        return len(self._queued)
+
+    def no_backend(self) -> NoBackend:
+        """The 503 for "no healthy backend" (counted)."""
+        self.metrics.no_backend.inc()
+        return NoBackend("no healthy backend is available", retry_after_s=self.retry_after_s)
+
+    def _cancel(self, pending: PendingCall, now: float) -> None:
+        if self._queued.pop(pending.call.call_id, None) is not None:
+            self.dispatcher.cancel(pending.call, now)
+
+    def _reject(self, call: Call, error: ServiceError) -> None:
+        pending = self._queued.pop(call.call_id, None)
+        if pending is not None and not pending.decided.is_set():
+            pending.error = error
+            pending.decided.set()

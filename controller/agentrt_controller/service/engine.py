@@ -1,0 +1,390 @@
+"""The controller's one facade between the HTTP layer and its core.
+
+:class:`ControllerEngine` owns everything a call and a program go through — the queues and the
+:class:`~agentrt_controller.scheduling.dispatcher.Dispatcher`, the backend pool (health, circuit
+breakers, in-flight counts), the retry policy, charging, program events, sessions and KV
+retention — and the one :data:`~agentrt_controller.service.clock.Clock` all of them read. The
+endpoints (``proxy``, ``events``, ``admin``, ``app``) only translate HTTP into calls of its
+methods and its results back into HTTP (docs/controller.md, "Inside the service")::
+
+    pending = engine.accept(call, body, tagged=...)   # a parsed generation request
+    with engine.deadline(call):
+        forwarded = await engine.forward(pending, request_for)   # queue, admit, send, retry
+        ... stream forwarded.answer to the client, engine.tokens(call, n) per chunk ...
+        charge = engine.settle(pending, forwarded, usage, ok=..., reason=...)
+    engine.call_ended(pending)                       # an untagged call was its own program
+
+Program events are one method each (``start_program``, ``end_program``, ``start_tool_wait``,
+``end_tool_wait``, ``start_session``, ``end_session``); the scheduler and retention hear of
+them here, in the order the papers' algorithms need (Autellix, arXiv 2502.13965: the
+program-level process table; Continuum, arXiv 2511.02230: the TTL decision when a tool call
+starts).
+Event loop thread only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from agentrt.protocol import (
+    ProgramEnd,
+    ProgramStart,
+    SessionStart,
+    SessionStarted,
+    ToolWaitEnd,
+    ToolWaitStart,
+)
+from agentrt_controller.backends.api import Backend, BackendError
+from agentrt_controller.backends.breaker import BreakerConfig
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.routing import request_block_hashes, uses_block_hashes
+from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.dispatcher import Admission
+from agentrt_controller.service.answer import BackendAnswer
+from agentrt_controller.service.calls import CallQueue, Forwarded, PendingCall, RequestFor
+from agentrt_controller.service.charging import Charge, Charger, CostFunction, Usage
+from agentrt_controller.service.clock import MONOTONIC, Clock
+from agentrt_controller.service.config import ControllerConfig
+from agentrt_controller.service.errors import DeadlinePassed, UpstreamFailed
+from agentrt_controller.service.introspection import collect_metrics, queues_snapshot
+from agentrt_controller.service.metrics import ServiceMetrics
+from agentrt_controller.service.policies import build_cost, build_dispatcher, build_retention
+from agentrt_controller.service.pool import BackendPool
+from agentrt_controller.service.retry import RetryPolicy
+from agentrt_controller.service.sessions import SessionRegistry
+
+__all__ = ["ControllerEngine", "Forwarded", "PendingCall", "RequestFor"]
+
+_log = logging.getLogger("agentrt.controller")
+
+
+class ControllerEngine:
+    """The controller's core behind one object (see the module docstring).
+
+    ``backends`` must not be empty (checked by the app); ``cost`` replaces the configured cost
+    model; ``clock`` is the monotonic clock in seconds that every policy decision uses.
+    """
+
+    def __init__(
+        self,
+        config: ControllerConfig,
+        backends: Sequence[Backend],
+        *,
+        metrics: ServiceMetrics | None = None,
+        cost: CostFunction | None = None,
+        clock: Clock = MONOTONIC,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics if metrics is not None else ServiceMetrics()
+        self.clock = clock
+        self.dispatcher = build_dispatcher(config)
+        self.pool = BackendPool(
+            backends,
+            self.wake,
+            clock,
+            interval_s=config.scrape_interval_s,
+            breaker=BreakerConfig.from_mapping(dict(config.breaker)),
+            on_error=self.metrics.internal_errors.inc,
+        )
+        #: KV retention during tool waits (``config.retention = "on"``); ``None`` = off.
+        self.retention = (
+            build_retention(config, self.dispatcher, self.pool, clock, self.metrics)
+            if config.retention == "on"
+            else None
+        )
+        self.calls = CallQueue(
+            self.dispatcher,
+            self.pool,
+            self.metrics,
+            clock,
+            max_queued_calls=config.max_queued_calls,
+            retry_after_s=config.retry_after_s,
+            wake=self.wake,
+            on_admitted=self._on_admitted,
+        )
+        self.charger = Charger(cost if cost is not None else build_cost(config))
+        self.retry = RetryPolicy(config.max_retries)
+        #: Fill ``Call.block_hashes`` (message-boundary chains) for a prefix-aware router.
+        self._hashes = uses_block_hashes(self.dispatcher.router)
+        self.sessions = SessionRegistry()
+        self._wake_event = anyio.Event()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Dispatch, probe backends (each in its own loop, :class:`BackendPool`), carry out
+        retention and expire idle programs until cancelled (the app's lifespan owns this
+        task). Reports started after the first probe of every backend."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._dispatch_loop)
+            if self.retention is not None:
+                await group.start(self.retention.run)
+            await group.start(self.pool.run)
+            self.expire_programs()
+            group.start_soon(self._expiry_loop)
+            task_status.started()
+
+    async def aclose(self) -> None:
+        """Close the backends (after :meth:`run` was cancelled)."""
+        await self.pool.aclose()
+
+    def wake(self) -> None:
+        """Something changed (arrival, finish, scrape, event): run the dispatcher soon."""
+        self._wake_event.set()
+
+    async def _dispatch_loop(self) -> None:
+        while True:
+            await self._wake_event.wait()
+            self._wake_event = anyio.Event()
+            try:
+                self.calls.dispatch()
+            except Exception:  # a policy bug must not stop the service: log it, go on
+                self.metrics.internal_errors.inc()
+                _log.exception("dispatch round failed")
+
+    async def _expiry_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.scrape_interval_s)
+            try:
+                self.expire_programs()
+            except Exception:
+                self.metrics.internal_errors.inc()
+                _log.exception("program expiry round failed")
+
+    # --- one call ----------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The engine's clock (seconds)."""
+        return self.clock()
+
+    def known_models(self) -> set[str] | None:
+        """Model ids some live backend serves; ``None`` when none said (anything goes)."""
+        return self.pool.known_model_ids()
+
+    def accept(self, call: Call, body: Mapping[str, Any], *, tagged: bool) -> PendingCall:
+        """A parsed generation request: fill what the router and retention need (block
+        hashes; the retained backend of a thread back from its tool)."""
+        if self._hashes:
+            call.block_hashes = request_block_hashes(body)
+        if tagged and self.retention is not None:
+            self.retention.on_call(call)
+        return PendingCall(call, body, tagged)
+
+    @contextlib.contextmanager
+    def deadline(self, call: Call) -> Iterator[None]:
+        """Cancel the block at the call's deadline and raise :class:`DeadlinePassed` (504)."""
+        remaining_s = call.deadline_s - self.clock()
+        at = math.inf if math.isinf(call.deadline_s) else anyio.current_time() + remaining_s
+        with anyio.CancelScope(deadline=at) as scope:
+            yield
+        if scope.cancelled_caught:
+            self.metrics.deadline_drops.inc()
+            raise DeadlinePassed("the call's deadline passed before its answer was complete")
+
+    async def forward(
+        self, pending: PendingCall, request_for: RequestFor, *, stream: bool
+    ) -> Forwarded:
+        """Queue the call, wait for its admission, send it and read until the client can be
+        answered (:class:`BackendAnswer`); a backend that fails before that is left for
+        another (:class:`RetryPolicy`). Raises :class:`NoBackend` (503), :class:`DeadlinePassed`
+        (504) or :class:`UpstreamFailed` (502); on any raise the call is finished."""
+        call = pending.call
+        self.calls.submit(pending)
+        retries = 0
+        while True:
+            admission = await self.calls.admitted(pending)
+            backend_id = admission.backend_id
+            backend = self.pool.states[backend_id].backend
+            try:
+                response = await backend.send(request_for(admission, backend.capabilities))
+                return Forwarded(admission, await BackendAnswer.start(stream, response), retries)
+            except BackendError as exc:
+                failure = exc
+                if not self.retry.retryable(failure):
+                    self.calls.finish(call, backend_id, 0.0, ok=False, reason=str(failure))
+                    raise UpstreamFailed(str(failure)) from failure
+            except BaseException:
+                self.calls.finish(call, backend_id, 0.0)
+                raise
+            _log.info("call %s: %s", call.call_id, failure)
+            if not self.retry.may_retry(retries):
+                self.calls.finish(call, backend_id, 0.0, ok=False, reason=str(failure))
+                raise UpstreamFailed(f"no backend could answer: {failure}") from failure
+            retries += 1
+            down = self.retry.proves_down(failure)
+            if not down:  # dead, or did this call break it? A probe tells.
+                try:
+                    down = not await self.pool.check(backend_id)
+                except BaseException:
+                    self.calls.finish(call, backend_id, 0.0)
+                    raise
+            self.calls.requeue(pending, backend_id, down, str(failure))
+
+    def tokens(self, call: Call, new_tokens: int) -> None:
+        """Output tokens streamed for an admitted call (quantum accounting)."""
+        self.calls.tokens(call, new_tokens)
+
+    def settle(
+        self, pending: PendingCall, forwarded: Forwarded, usage: Usage, *, ok: bool | None,
+        reason: str = "",
+    ) -> Charge:  # fmt: skip
+        """The forwarded call is over: charge it from ``usage`` by the cost model, release its
+        backend slot and tell the backend's circuit ``ok`` (``None``: no verdict — client
+        gone, deadline). A tagged call answered ``ok`` leaves its context for retention."""
+        call = pending.call
+        charge = self.charger.charge(usage, call)
+        self.metrics.output_tokens.inc(charge.output_tokens)
+        self.metrics.uncached_prompt_tokens.inc(charge.uncached_prompt_tokens)
+        backend_id = forwarded.backend_id
+        self.calls.finish(call, backend_id, charge.service_s, ok=ok, reason=reason)
+        if ok and pending.tagged and self.retention is not None:
+            self.retention.on_finish(call, backend_id, pending.body, charge.prompt_tokens)
+        return charge
+
+    def call_ended(self, pending: PendingCall) -> None:
+        """The call's HTTP exchange is over; an untagged call was a program of its own."""
+        if not pending.tagged:
+            self._end_program(pending.call.program_key)
+
+    def _on_admitted(self, admission: Admission) -> None:
+        if self.retention is not None:
+            self.retention.on_admitted(admission.call, admission.backend_id)
+
+    # --- sessions and programs (docs/protocol.md) --------------------------------------------
+
+    def start_session(self, event: SessionStart) -> SessionStarted:
+        """Register a session (its id proposed by the client, or made here)."""
+        session_id = self.sessions.open(event.session_id, event.client, self.clock())
+        return SessionStarted(
+            session_id=session_id, idle_timeout_s=self.config.program_idle_timeout_s
+        )
+
+    def end_session(self, session_id: str) -> int:
+        """End the session and every program of it; returns how many programs ended."""
+        self.sessions.close(session_id)
+        programs = self.dispatcher.table.keys()  # a list: ending programs changes the table
+        ended = [key for key in programs if key.session_id == session_id]
+        for key in ended:
+            self._end_program(key)
+        return len(ended)
+
+    def start_program(self, program_id: str, event: ProgramStart) -> None:
+        key = ProgramKey(session_id=event.session_id, program_id=program_id)
+        now = self.clock()
+        deadline = math.inf if event.timeout_ms is None else now + event.timeout_ms / 1000
+        self.dispatcher.on_program_start(key, now, name=event.name, deadline_s=deadline)
+        if self.retention is not None:
+            self.retention.on_program_start(key)
+        self.wake()
+
+    def end_program(self, program_id: str, event: ProgramEnd) -> None:
+        self._end_program(ProgramKey(session_id=event.session_id, program_id=program_id))
+        self.wake()
+
+    def start_tool_wait(self, program_id: str, event: ToolWaitStart) -> None:
+        """A thread waits on a tool or a human: the process table records it, retention
+        decides whether to keep the thread's KV (Continuum, arXiv 2511.02230)."""
+        key = ProgramKey(session_id=event.session_id, program_id=program_id)
+        self.dispatcher.on_tool_wait_start(
+            key,
+            self.clock(),
+            thread_id=event.thread_id,
+            node_id=event.node_id,
+            tool_name=event.tool_name,
+            predicted_duration_s=event.predicted_duration_s,
+            kind=event.kind,
+        )
+        if self.retention is not None:
+            entry = self.dispatcher.table.get(key)
+            self.retention.on_tool_start(
+                key,
+                thread_id=event.thread_id,
+                node_id=event.node_id,
+                tool_name=event.tool_name,
+                predicted_duration_s=event.predicted_duration_s,
+                kind=event.kind,
+                program_kind=entry.name if entry is not None else "",
+            )
+        self.wake()
+
+    def end_tool_wait(self, program_id: str, event: ToolWaitEnd) -> None:
+        """The wait is over after ``event.duration_s`` (measured by the client)."""
+        key = ProgramKey(session_id=event.session_id, program_id=program_id)
+        ended = self.dispatcher.on_tool_wait_end(
+            key, self.clock(), thread_id=event.thread_id, node_id=event.node_id
+        )
+        if self.retention is not None and ended is not None:
+            self.retention.on_tool_end(
+                key, thread_id=event.thread_id, node_id=event.node_id, duration_s=event.duration_s
+            )
+        self.wake()
+
+    def expire_programs(self) -> None:
+        """Drop programs idle past ``program_idle_timeout_s`` (and what retention holds)."""
+        for key in self.dispatcher.expire(self.clock()):
+            if self.retention is not None:
+                self.retention.on_program_end(key)
+
+    def _end_program(self, key: ProgramKey) -> None:
+        self.dispatcher.on_program_end(key, self.clock())
+        if self.retention is not None:
+            self.retention.on_program_end(key)
+
+    # --- backends ----------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        return self.pool.any_healthy()
+
+    def backend_health(self) -> dict[str, bool]:
+        """Whether each backend takes calls, by id."""
+        return {backend_id: state.healthy for backend_id, state in self.pool.states.items()}
+
+    def models(self) -> list[dict[str, Any]]:
+        """The union of the live backends' ``/v1/models`` entries."""
+        return self.pool.model_list()
+
+    def describe_backends(self) -> list[dict[str, Any]]:
+        """Each backend's state for the admin listing."""
+        now = self.clock()
+        return [state.describe(now) for state in self.pool.states.values()]
+
+    def has_backend(self, backend_id: str) -> bool:
+        return backend_id in self.pool.states
+
+    async def add_backend(self, backend: Backend) -> dict[str, Any]:
+        """Add a backend, probed once; returns its description. Raises
+        :class:`~agentrt.errors.ConfigError` for an id in use."""
+        state = await self.pool.add(backend)
+        return state.describe(self.clock())
+
+    def remove_backend(self, backend_id: str) -> dict[str, Any] | None:
+        """Drain ``backend_id``: ``None`` when it was idle and is gone, else its description
+        (``draining``). Raises :class:`KeyError` for an unknown id."""
+        state = self.pool.remove(backend_id)
+        self.wake()
+        if backend_id not in self.pool.states:
+            return None
+        return state.describe(self.clock())
+
+    # --- introspection -----------------------------------------------------------------------
+
+    def programs_snapshot(self, limit: int) -> dict[str, Any]:
+        """The process table (at most ``limit`` programs) and the session count, as JSON."""
+        snapshot = self.dispatcher.table.snapshot(self.clock(), limit=max(0, limit))
+        snapshot["sessions"] = len(self.sessions)
+        return snapshot
+
+    def queues_snapshot(self) -> dict[str, Any]:
+        """Queues, policies, retention and backends, as JSON."""
+        return queues_snapshot(self.dispatcher, self.pool, self.retention, self.clock())
+
+    def collect_metrics(self) -> None:
+        """Fill the scrape-time gauges from live state."""
+        collect_metrics(self.metrics, self.dispatcher, self.pool, self.clock())

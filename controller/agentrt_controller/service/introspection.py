@@ -1,0 +1,72 @@
+"""Read-only views of the engine's state: the ``GET /agentrt/v1/queues`` JSON and the
+scrape-time Prometheus gauges (names in docs/controller.md, "Metrics")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.service.metrics import ServiceMetrics
+from agentrt_controller.service.pool import BackendPool
+from agentrt_controller.service.retention import RetentionDriver
+
+__all__ = ["collect_metrics", "queues_snapshot"]
+
+#: ``agentrt_controller_backend_circuit_state`` values by backend status.
+_CIRCUIT_CODES = {"half_open": 1.0, "open": 2.0, "draining": 3.0}
+
+
+def queues_snapshot(
+    dispatcher: Dispatcher, pool: BackendPool, retention: RetentionDriver | None, now_s: float
+) -> dict[str, Any]:
+    """The scheduler's queues, the policies' names, the retained lane, retention counters and
+    each backend's load, as plain JSON."""
+    snapshot = dispatcher.scheduler.snapshot(now_s)
+    snapshot["admission"] = getattr(dispatcher.admission, "name", "")
+    snapshot["router"] = getattr(dispatcher.router, "name", "")
+    lane = dispatcher.lane
+    snapshot["retained_lane"] = {
+        "enabled": lane is not None,
+        "queued": lane.queued() if lane is not None else 0,
+        "total": dispatcher.lane_total,
+    }
+    if retention is not None:
+        snapshot["retention"] = retention.snapshot()
+    snapshot["backends"] = [
+        {
+            "backend_id": backend_id,
+            "kind": state.backend.kind,
+            "url": state.backend.url,
+            "healthy": state.healthy,
+            "in_flight": state.in_flight,
+            "admitted_total": state.admitted_total,
+            "supports_priority": state.backend.capabilities.supports_priority,
+            "num_running": state.load.num_running,
+            "num_waiting": state.load.num_waiting,
+            "kv_cache_usage": state.load.kv_cache_usage,
+        }
+        for backend_id, state in pool.states.items()
+    ]
+    return snapshot
+
+
+def collect_metrics(
+    metrics: ServiceMetrics, dispatcher: Dispatcher, pool: BackendPool, now_s: float
+) -> None:
+    """Fill the gauges that are read from live state at scrape time."""
+    metrics.fill_queues(dispatcher.scheduler.snapshot(now_s))
+    metrics.programs.set(float(len(dispatcher.table)))
+    states = pool.states
+    # replace(): a removed backend's series disappear with it.
+    metrics.in_flight.replace({(b,): float(s.in_flight) for b, s in states.items()})
+    metrics.backend_up.replace({(b,): float(s.healthy) for b, s in states.items()})
+    metrics.backend_circuit.replace(
+        {(b,): _CIRCUIT_CODES.get(s.status(), 0.0) for b, s in states.items()}
+    )
+    metrics.backend_waiting.replace(
+        {
+            (b,): float(s.load.num_waiting)
+            for b, s in states.items()
+            if s.load.num_waiting is not None
+        }
+    )
