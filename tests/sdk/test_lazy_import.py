@@ -46,3 +46,32 @@ def test_lazy_names_resolve_to_the_defining_objects() -> None:
     assert set(dir(agentrt)) >= set(agentrt.__all__)
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         getattr(agentrt, "no_such_name")  # noqa: B009 - the dynamic lookup is what is tested
+
+
+_SDK_ONLY_PROBE = """
+import json, sys
+import agentrt, agentrt.journal
+for package in (agentrt, agentrt.journal):
+    for name in package.__all__:
+        getattr(package, name)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_the_sdk_loads_neither_the_otel_sdk_nor_other_members() -> None:
+    """Every public name of ``agentrt`` and ``agentrt.journal`` resolves without the
+    OpenTelemetry SDK (an extra: ``agentrt[otel]``) and without another distribution."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SDK_ONLY_PROBE], capture_output=True, text=True, check=True
+    )
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    others = ("agentrt_controller", "agentrt_emulator", "agentrt_sim", "agentrt_adapters")
+    foreign = [
+        m
+        for m in loaded
+        if m == "opentelemetry.sdk"
+        or m.startswith("opentelemetry.sdk.")
+        or m.split(".")[0] in (*others, "agentrt_demo")
+    ]
+    assert foreign == []

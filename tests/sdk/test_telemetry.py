@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from typing import Any
 
 import pytest
@@ -142,6 +144,23 @@ def test_make_telemetry_builds_console_providers_without_globals() -> None:
     telemetry.shutdown()
     with pytest.raises(agentrt.ConfigError):
         agentrt.make_telemetry("carrier-pigeon")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("exporter", "blocked", "extra"),
+    [
+        ("console", "opentelemetry.sdk.trace", "agentrt[otel]"),
+        ("otlp", "opentelemetry.exporter.otlp.proto.http.trace_exporter", "agentrt[otlp]"),
+    ],
+)
+def test_make_telemetry_without_the_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch, exporter: Any, blocked: str, extra: str
+) -> None:
+    """The OTel SDK and the OTLP exporter are extras: without them ``make_telemetry`` raises
+    our ``ConfigError`` naming the extra to install (a None entry makes the import fail)."""
+    monkeypatch.setitem(sys.modules, blocked, None)
+    with pytest.raises(agentrt.ConfigError, match=re.escape(f"pip install '{extra}'")):
+        agentrt.make_telemetry(exporter)
 
 
 async def test_calls_left_no_time_end_their_spans_as_cancelled(server: FakeServer) -> None:

@@ -1,18 +1,28 @@
-"""OpenTelemetry instruments of one runtime (GenAI semantic conventions, BRIEF.md §7).
+"""OpenTelemetry instruments of one runtime (the OpenTelemetry GenAI semantic conventions).
 
 Providers are passed in explicitly (never the global ones); without them every instrument is a
 no-op. Span names and attributes follow the GenAI conventions (development status):
 ``invoke_workflow {name}`` per program, ``chat {model}`` per LLM call, ``execute_tool {name}``
-per tool call, plus our ``agentrt.*`` ids.
+per tool call, plus our ``agentrt.*`` ids (docs/sdk.md).
+
+Only ``opentelemetry-api`` is a dependency of the SDK. :func:`make_telemetry`, for users who
+want the SDK to export, needs the OpenTelemetry SDK (``pip install 'agentrt[otel]'``) and, for
+OTLP, its exporter (``pip install 'agentrt[otlp]'``); it is imported only there.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from opentelemetry.metrics import Histogram, MeterProvider, NoOpMeterProvider
 from opentelemetry.trace import NoOpTracerProvider, Span, Tracer, TracerProvider
+
+from agentrt.errors import ConfigError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
 
 __all__ = [
     "ATTR_NODE_ID",
@@ -147,8 +157,8 @@ def traceparent_of(span: Span) -> str | None:
 class Telemetry:
     """SDK providers made by :func:`make_telemetry`; pass them to ``RuntimeConfig``."""
 
-    tracer_provider: Any
-    meter_provider: Any
+    tracer_provider: SdkTracerProvider
+    meter_provider: SdkMeterProvider
 
     def shutdown(self) -> None:
         """Flush and stop the exporters."""
@@ -165,26 +175,30 @@ def make_telemetry(
 ) -> Telemetry:
     """Build SDK tracer and meter providers exporting to the console or to OTLP/HTTP.
 
-    ``otlp`` needs the optional extra (``pip install agentrt[otlp]``); ``endpoint`` is the
-    collector's base URL (default: the exporter's own default, ``http://localhost:4318``).
-    The providers are returned, never installed globally. Raises ``ConfigError`` for an
-    unknown exporter or a missing extra.
+    Needs the OpenTelemetry SDK (``pip install 'agentrt[otel]'``); ``otlp`` also needs its
+    exporter (``pip install 'agentrt[otlp]'``). ``endpoint`` is the collector's base URL
+    (default: the exporter's own default, ``http://localhost:4318``). The providers are
+    returned, never installed globally. Raises ``ConfigError`` for an unknown exporter or a
+    missing extra.
     """
-    from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
-    from opentelemetry.sdk.metrics.export import (
-        ConsoleMetricExporter,
-        MetricExporter,
-        PeriodicExportingMetricReader,
-    )
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
-    from opentelemetry.sdk.trace.export import (
-        BatchSpanProcessor,
-        ConsoleSpanExporter,
-        SpanExporter,
-    )
-
-    from agentrt.errors import ConfigError
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
+        from opentelemetry.sdk.metrics.export import (
+            ConsoleMetricExporter,
+            MetricExporter,
+            PeriodicExportingMetricReader,
+        )
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            ConsoleSpanExporter,
+            SpanExporter,
+        )
+    except ImportError as exc:
+        raise ConfigError(
+            "exporting telemetry needs the OpenTelemetry SDK: pip install 'agentrt[otel]'"
+        ) from exc
 
     span_exporter: SpanExporter
     metric_exporter: MetricExporter
