@@ -245,7 +245,8 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
-    """Every node that can run at import or call time: skips ``if TYPE_CHECKING:`` bodies."""
+    """Every node that can run at import or call time: skips what only type checkers see (the
+    body of ``if TYPE_CHECKING:``, the ``else`` of ``if not TYPE_CHECKING:``)."""
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
@@ -253,11 +254,21 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             stack.extend(node.orelse)
             continue
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.UnaryOp)
+            and isinstance(node.test.op, ast.Not)
+            and _is_type_checking(node.test.operand)
+        ):
+            stack.extend(node.body)
+            continue
         stack.extend(ast.iter_child_nodes(node))
 
 
 def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
-    """The modules ``module`` imports (absolute names), including importlib.import_module("x")."""
+    """The modules ``module`` imports (absolute names): import statements, constant names passed
+    to ``importlib.import_module`` and the module names of a lazy export map (a dict literal
+    whose values name modules, as ``agentrt._lazy.exports`` takes)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in _runtime_nodes(tree):
@@ -289,6 +300,10 @@ def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
                 base_parts = package.split(".")[: len(package.split(".")) - (level - 1)]
                 name = ".".join([*base_parts, name.lstrip(".")]).rstrip(".")
             yield name
+        elif isinstance(node, ast.Dict):
+            for value in node.values:
+                if isinstance(value, ast.Constant) and value.value in known:
+                    yield value.value
 
 
 def _call_name(func: ast.expr) -> str:
@@ -364,19 +379,50 @@ def _a_cycle(component: list[str], graph: dict[str, set[str]]) -> list[str]:
     raise AssertionError(f"no cycle in {component}")  # pragma: no cover
 
 
-def _format(cycles: list[list[str]]) -> str:
-    return "\n".join(" -> ".join(cycle) for cycle in cycles)
+def _format(cycles: list[list[str]], graph: dict[str, set[str]]) -> str:
+    """One line per cycle; when more modules import each other, they are listed too."""
+    lines = []
+    for cycle in cycles:
+        line = " -> ".join(cycle)
+        onward = _reachable(cycle[0], graph)
+        group = sorted(n for n in onward if cycle[0] in _reachable(n, graph))
+        if len(group) > len(cycle) - 1:
+            line += f"  ({len(group)} modules import each other: {', '.join(group)})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _reachable(start: str, graph: dict[str, set[str]]) -> set[str]:
+    seen: set[str] = set()
+    stack = [start]
+    while stack:
+        for target in graph[stack.pop()]:
+            if target in graph and target not in seen:
+                seen.add(target)
+                stack.append(target)
+    return seen
 
 
 def test_the_cycle_finder_finds_cycles() -> None:
     graph = {"a": {"b"}, "b": {"c", "x"}, "c": {"a"}, "d": {"d", "a"}, "e": set()}
     assert _cycles(graph) == [["a", "b", "c", "a"]]
+    graph["c"].add("b")
+    assert _format(_cycles(graph), graph) == "a -> b -> c -> a"
+    graph["b"] = {"c", "y"}
+    graph["y"] = {"b"}
+    assert _format(_cycles(graph), graph) == (
+        "a -> b -> c -> a  (4 modules import each other: a, b, c, y)"
+    )
 
 
 def test_the_import_walker(tmp_path: Path) -> None:
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)
-    (package / "__init__.py").write_text("from pkg import mod\nfrom pkg import name\n")
+    (package / "__init__.py").write_text(
+        "from pkg import mod\nfrom pkg import name\n"
+        "import typing\nif not typing.TYPE_CHECKING:\n    LAZY = {'x': 'pkg.shown'}\n"
+        "else:\n    import pkg.hidden\n"
+    )
     (package / "mod.py").write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    import pkg.hidden\nelse:\n    import pkg.shown\n"
@@ -388,7 +434,7 @@ def test_the_import_walker(tmp_path: Path) -> None:
     (package / "sub" / "__init__.py").write_text("from .. import mod\n")
     (package / "sub" / "deep.py").write_text("from ..mod import f\n")
     graph = _graph(package)
-    assert graph["pkg"] == {"pkg.mod"}
+    assert graph["pkg"] == {"pkg.mod", "typing", "pkg.shown"}
     assert graph["pkg.mod"] == {"typing", "pkg.shown", "pkg.sub.deep", "importlib", "other.plugin"}
     assert graph["pkg.sub"] == {"pkg.mod"}
     assert graph["pkg.sub.deep"] == {"pkg.mod"}
@@ -396,23 +442,56 @@ def test_the_import_walker(tmp_path: Path) -> None:
 
 
 def test_the_sdk_has_no_import_cycle() -> None:
-    cycles = _cycles(_graph(ROOT / "agentrt" / "agentrt"))
-    assert not cycles, "import cycles in the agentrt package:\n" + _format(cycles)
+    graph = _graph(ROOT / "agentrt" / "agentrt")
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles in the agentrt package:\n" + _format(cycles, graph)
 
 
 def test_the_demo_has_no_import_cycle() -> None:
-    cycles = _cycles(_graph(ROOT / "demo" / "agentrt_demo"))
-    assert not cycles, "import cycles in the agentrt_demo package:\n" + _format(cycles)
+    graph = _graph(ROOT / "demo" / "agentrt_demo")
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles in the agentrt_demo package:\n" + _format(cycles, graph)
+
+
+_OTHER_MODULE = re.compile(rf"^(?:{'|'.join(sorted(OTHER_PACKAGES))})(?:\.\w+)*$")
+
+
+def _other_member_names(path: Path) -> Iterator[str]:
+    """String constants in ``path`` that name a module of another member (a name that may reach
+    ``importlib.import_module`` however it gets there)."""
+    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and _OTHER_MODULE.match(node.value)
+        ):
+            yield node.value
 
 
 def test_the_sdk_imports_no_other_member() -> None:
+    sdk = ROOT / "agentrt" / "agentrt"
     wrong = sorted(
         f"{module} imports {target}"
-        for module, targets in _graph(ROOT / "agentrt" / "agentrt").items()
+        for module, targets in _graph(sdk).items()
         for target in targets
         if target.split(".", 1)[0] in OTHER_PACKAGES
     )
+    wrong += sorted(
+        f"{module} names the module {name!r}"
+        for module, path in _modules(sdk).items()
+        for name in _other_member_names(path)
+    )
     assert not wrong, "the SDK imports other members:\n" + "\n".join(wrong)
+
+
+def test_the_member_name_finder(tmp_path: Path) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(
+        "import importlib\nNAME = 'agentrt_controller.cli'\n"
+        "def f(): return importlib.import_module(NAME)\n"
+        "DOC = 'agentrt_controller is a member'\nDIST = 'agentrt-controller'\n"
+    )
+    assert list(_other_member_names(path)) == ["agentrt_controller.cli"]
 
 
 # --- d. the SDK wheel alone ---------------------------------------------------------------------
