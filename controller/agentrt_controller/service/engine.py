@@ -9,7 +9,7 @@ methods and its results back into HTTP (docs/controller.md, "Inside the service"
 
     pending = engine.accept(call, body, tagged=...)   # a parsed generation request
     with engine.deadline(call):
-        forwarded = await engine.forward(pending, request_for)   # queue, admit, send, retry
+        forwarded = await engine.forward(pending, request_for, stream=...)  # queue .. retry
         ... stream forwarded.answer to the client, engine.tokens(call, n) per chunk ...
         charge = engine.settle(pending, forwarded, usage, ok=..., reason=...)
     engine.call_ended(pending)                       # an untagged call was its own program
@@ -18,8 +18,7 @@ Program events are one method each (``start_program``, ``end_program``, ``start_
 ``end_tool_wait``, ``start_session``, ``end_session``); the scheduler and retention hear of
 them here, in the order the papers' algorithms need (Autellix, arXiv 2502.13965: the
 program-level process table; Continuum, arXiv 2511.02230: the TTL decision when a tool call
-starts).
-Event loop thread only.
+starts). Event loop thread only.
 """
 
 from __future__ import annotations
