@@ -1,5 +1,6 @@
 """``agentrt bench``: simulate workloads under policies (``sim``), sweep the load (``sweep``),
-and replay Autellix Fig. 2 (``fig2``). See docs/simulator.md."""
+replay Autellix Fig. 2 (``fig2``), and replay a trace against a live server (``replay``,
+docs/replay.md). See docs/simulator.md."""
 
 from __future__ import annotations
 
@@ -90,6 +91,10 @@ def register(subparsers: Any) -> None:
     )
     fig2.add_argument("--json", action="store_true", help="print JSON instead of a table")
     fig2.set_defaults(handler=_fig2)
+
+    from agentrt_sim.replay.cli import add_parser as add_replay_parser
+
+    add_replay_parser(commands)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:

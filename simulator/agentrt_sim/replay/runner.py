@@ -1,0 +1,297 @@
+"""Replay a trace's programs as real SDK programs against an OpenAI-compatible server.
+
+Each trace program becomes one ``rt.program(kind, program_id=<trace id>)`` that starts
+``arrival_s / time_scale`` wall seconds after the run's start. Inside it every trace thread
+runs as one SDK thread (``agentrt.parallel``; ``main`` is the program's own), and every node
+as a task of its thread that starts when all its parents have finished:
+
+* an LLM node streams one chat completion through the runtime's tagged client (so the
+  server sees ``X-Agentrt-Program-Id`` / ``-Thread-Id`` / ``-Node-Id``), with the prompt from
+  :class:`~agentrt_sim.replay.prompts.PromptBuilder`, ``max_tokens = output_tokens`` and,
+  where the server accepts it, ``ignore_eos`` (so it generates exactly that many tokens);
+* a wait node sleeps ``duration_s / time_scale`` inside ``agentrt.wait`` (``tool`` or
+  ``human``), which reports it to a controller with its name and a predicted duration: the
+  mean of that name's finished waits so far, as the simulator's SDK model predicts
+  (``agentrt_sim.waits``).
+
+Times are recorded in wall seconds since the start; :mod:`agentrt_sim.replay.summary`
+multiplies them by the time scale into model seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+import anyio
+import httpx
+import openai
+
+import agentrt
+from agentrt.errors import ConfigError
+from agentrt.protocol import HEADER_QUEUE_MS
+from agentrt_sim.replay.prompts import PromptBuilder, TemplateCosts
+from agentrt_sim.replay.records import CallRecord, NodeSpan, ProgramResult, ReplayResult
+from agentrt_sim.replay.server import (
+    accepts_ignore_eos,
+    calibrate,
+    check_base_url,
+    discover_model,
+    scrape_counters,
+)
+from agentrt_sim.workloads.program import LLMNode, Node, Program, WaitNode
+
+__all__ = ["HEADER_REPLAY_NODE", "ReplayConfig", "ServerFacts", "probe", "replay"]
+
+#: Request header naming the trace node a call replays (for correlating server-side logs).
+HEADER_REPLAY_NODE = "X-Agentrt-Replay-Node"
+
+#: ``progress(programs_done, programs_total)``.
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayConfig:
+    """How to replay. Raises :class:`ConfigError` for bad values at construction."""
+
+    #: OpenAI base URL of the server, ending in ``/v1``.
+    base_url: str
+    #: Model to call; ``None`` = the first of ``GET /v1/models``.
+    model: str | None = None
+    #: Trace seconds per wall second: arrivals and waits run this many times faster, to match
+    #: an emulator started with the same ``--time-scale``; results are reported × this.
+    time_scale: float = 1.0
+    api_key: str = "EMPTY"
+    #: Server root whose ``/tokenize`` sizes the prompts (default: the base URL's root; a
+    #: controller has none, so point this at one of its engines).
+    tokenize_url: str | None = None
+    #: Server root whose ``/metrics`` gives prefix-cache and preemption counters (default:
+    #: the base URL's root).
+    metrics_url: str | None = None
+    #: The SDK's controller mode (docs/sdk.md): ``auto`` reports tool waits when a controller
+    #: answers at the base URL.
+    controller: Literal["auto", "required", "off"] = "auto"
+    #: Timeout of one call (wall seconds).
+    request_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
+            raise ConfigError(f"--time-scale must be a number > 0, got {self.time_scale}")
+        if not self.request_timeout_s > 0:
+            raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        check_base_url(self.base_url)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerFacts:
+    """What :func:`probe` learned about the server."""
+
+    model: str
+    #: Server root (the base URL without ``/v1``).
+    root: str
+    costs: TemplateCosts
+    #: Whether calls carry ``ignore_eos``.
+    ignore_eos: bool
+
+
+async def probe(config: ReplayConfig, http: httpx.AsyncClient) -> ServerFacts:
+    """Check the server: the model, the template's costs, ``ignore_eos`` support.
+
+    Raises :class:`~agentrt_sim.replay.server.ReplayError` naming the URL it could not use.
+    """
+    root = check_base_url(config.base_url)
+    model = config.model or await discover_model(http, config.base_url)
+    costs = await calibrate(http, (config.tokenize_url or root).rstrip("/"), model)
+    ignore_eos = await accepts_ignore_eos(http, config.base_url, model)
+    return ServerFacts(model, root, costs, ignore_eos)
+
+
+class _WaitHistory:
+    """Mean finished duration per wait name (wall seconds), the SDK's prediction model."""
+
+    def __init__(self) -> None:
+        self._sums: dict[str, tuple[float, int]] = {}
+
+    def predict(self, name: str) -> float | None:
+        total, count = self._sums.get(name, (0.0, 0))
+        return total / count if count else None
+
+    def observe(self, name: str, duration_s: float) -> None:
+        total, count = self._sums.get(name, (0.0, 0))
+        self._sums[name] = (total + duration_s, count + 1)
+
+
+class _ProgramRun:
+    """One program's replay: its node tasks, its prompt builder, its records."""
+
+    def __init__(
+        self,
+        rt: agentrt.Runtime,
+        client: openai.AsyncOpenAI,
+        program: Program,
+        facts: ServerFacts,
+        scale: float,
+        zero_s: float,
+        history: _WaitHistory,
+    ) -> None:
+        self._rt = rt
+        self._client = client
+        self._facts = facts
+        self._scale = scale
+        self._zero_s = zero_s
+        self._history = history
+        self._builder = PromptBuilder(program, facts.costs)
+        self._done = {node.node_id: anyio.Event() for node in program.nodes}
+        self.result = ProgramResult(program)
+
+    def _now(self) -> float:
+        return anyio.current_time() - self._zero_s
+
+    async def run(self) -> ProgramResult:
+        program = self.result.program
+        await anyio.sleep_until(self._zero_s + program.arrival_s / self._scale)
+        self.result.start_s = self._now()
+        threads: dict[str, list[Node]] = {}
+        for node in program.nodes:
+            threads.setdefault(node.thread_id, []).append(node)
+        try:
+            async with (
+                self._rt.program(program.kind, program_id=program.program_id),
+                agentrt.parallel() as par,
+            ):
+                for thread_id, nodes in threads.items():
+                    if thread_id != "main":
+                        self.result.threads[thread_id] = par.start(self._thread, nodes).thread_id
+                if "main" in threads:
+                    self.result.threads["main"] = "main"
+                    await self._thread(threads["main"])
+        except Exception as exc:  # a failed program is a result; cancellation still propagates
+            self.result.error = f"{type(exc).__name__}: {exc}"
+            return self.result
+        self.result.finish_s = max(span.finish_s for span in self.result.spans.values())
+        return self.result
+
+    async def _thread(self, nodes: Sequence[Node]) -> None:
+        # Nodes of one thread may run at once (siblings whose parents are done): one task each.
+        async with anyio.create_task_group() as group:
+            for node in nodes:
+                group.start_soon(self._node, node)
+
+    async def _node(self, node: Node) -> None:
+        for parent in node.parents:
+            await self._done[parent].wait()
+        spans = self.result.spans
+        release = max((spans[p].finish_s for p in node.parents), default=self.result.start_s)
+        span = spans[node.node_id] = NodeSpan(release)
+        if isinstance(node, LLMNode):
+            await self._call(node, span, self.result.threads[node.thread_id])
+        else:
+            await self._wait(node)
+        span.finish_s = self._now()
+        self._done[node.node_id].set()
+
+    async def _call(self, node: LLMNode, span: NodeSpan, sdk_thread: str) -> None:
+        prompt = self._builder.prompt(node.node_id)
+        record = self.result.calls[node.node_id] = CallRecord(
+            node.node_id,
+            sdk_thread,
+            span,
+            trace_prompt_tokens=prompt.trace_prompt_tokens,
+            expected_prompt_tokens=prompt.expected_prompt_tokens,
+            max_tokens=node.output_tokens,
+        )
+        raw = await self._client.chat.completions.with_raw_response.create(
+            model=self._facts.model,
+            messages=cast(Any, prompt.messages),
+            max_tokens=node.output_tokens,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"ignore_eos": True} if self._facts.ignore_eos else None,
+            extra_headers={HEADER_REPLAY_NODE: node.node_id},
+        )
+        queue_ms = raw.headers.get(HEADER_QUEUE_MS)
+        if queue_ms:
+            try:
+                record.controller_queue_s = float(queue_ms) / 1000.0
+            except ValueError:
+                record.controller_queue_s = None
+        parts: list[str] = []
+        stream = raw.parse()
+        async with stream:
+            async for chunk in stream:
+                if chunk.usage is not None:
+                    usage = chunk.usage
+                    record.prompt_tokens = usage.prompt_tokens
+                    record.output_tokens = usage.completion_tokens
+                    details = usage.prompt_tokens_details
+                    if details is not None and details.cached_tokens is not None:
+                        record.cached_tokens = details.cached_tokens
+                for choice in chunk.choices:
+                    if choice.delta.content:
+                        if math.isnan(record.first_token_s):
+                            record.first_token_s = self._now()
+                        parts.append(choice.delta.content)
+        generated = record.output_tokens if record.output_tokens is not None else node.output_tokens
+        self._builder.record_output(node.node_id, "".join(parts), generated)
+
+    async def _wait(self, node: WaitNode) -> None:
+        predicted = self._history.predict(node.name)
+        kind: Literal["tool", "human"] = "tool" if node.kind == "tool" else "human"
+        started = anyio.current_time()
+        async with agentrt.wait(node.name, kind=kind, predicted_s=predicted):
+            await anyio.sleep(node.duration_s / self._scale)
+        self._history.observe(node.name, anyio.current_time() - started)
+        self._builder.record_wait(node.node_id)
+
+
+async def replay(
+    programs: Sequence[Program],
+    config: ReplayConfig,
+    *,
+    progress: Progress | None = None,
+) -> tuple[ReplayResult, ServerFacts]:
+    """Run ``programs`` against ``config.base_url``; returns the records and the probe.
+
+    Raises :class:`~agentrt_sim.replay.server.ReplayError` when the server cannot be used
+    (before any program starts). Failed programs are recorded (``ProgramResult.error``), not
+    raised.
+    """
+    metrics_root = (config.metrics_url or check_base_url(config.base_url)).rstrip("/")
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        facts = await probe(config, http)
+        runtime_config = agentrt.RuntimeConfig(
+            base_url=config.base_url,
+            api_key=config.api_key,
+            model=facts.model,
+            controller=config.controller,
+            request_timeout_s=config.request_timeout_s,
+            max_retries=0,
+        )
+        before = await scrape_counters(http, metrics_root)
+        history = _WaitHistory()
+        done = 0
+        async with agentrt.Runtime(runtime_config) as rt:
+            client = rt.openai_client()
+            zero_s = anyio.current_time()
+            runs = [
+                _ProgramRun(rt, client, p, facts, config.time_scale, zero_s, history)
+                for p in programs
+            ]
+
+            async def run_one(run: _ProgramRun) -> None:
+                nonlocal done
+                await run.run()
+                done += 1
+                if progress is not None:
+                    progress(done, len(runs))
+
+            async with anyio.create_task_group() as group:
+                for run in runs:
+                    group.start_soon(run_one, run)
+            wall_s = anyio.current_time() - zero_s
+            await client.close()
+        after = await scrape_counters(http, metrics_root)
+    result = ReplayResult([r.result for r in runs], wall_s, before, after)
+    return result, facts
