@@ -1,12 +1,11 @@
-"""The process table: one entry per live program (BRIEF.md §3; Autellix arXiv 2502.13965).
+"""The process table: one entry per live program (Autellix arXiv 2502.13965; docs/scheduling.md).
 
 An entry holds what program-level scheduling needs — attained service (PLAS), the longest
 critical path seen (ATLAS), total waiting time — plus what introspection and retention need:
 engine bindings, active calls, threads, last arrival / completion, tool-wait state.
 
-Entries are keyed by :data:`~agentrt_controller.scheduling.api.ProgramKey` ``(session_id,
-program_id)``
-so tenants can be told apart. An entry is created by a program-start event or by its first call,
+Entries are keyed by :class:`~agentrt_controller.keys.ProgramKey` (session id and program id),
+so sessions can be told apart. An entry is created by a program-start event or by its first call,
 and removed at program end (:meth:`ProcessTable.end`) or by :meth:`ProcessTable.expire` after
 ``idle_timeout_s`` without activity (never while it has active calls or a tool wait / retention
 that has not run out). Every operation is O(1) except :meth:`expire` (amortised O(1) per removed
@@ -28,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentrt.errors import ConfigError
-from agentrt_controller.scheduling.api import Call, ProgramKey
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.scheduling.api import Call
 
 __all__ = ["ActiveCall", "ProcessTable", "ProgramEntry", "ToolWait"]
 
@@ -57,7 +57,8 @@ class ActiveCall:
 
 @dataclass(slots=True)
 class ToolWait:
-    """The program (one of its threads) waits on a tool or a human (BRIEF.md §5)."""
+    """The program (one of its threads) waits on a tool or a human (docs/routing.md, "KV
+    retention")."""
 
     tool_name: str
     thread_id: str
@@ -121,8 +122,8 @@ class ProgramEntry:
     def to_json(self, now_s: float) -> dict[str, Any]:
         """JSON-able view (no prompt contents exist here to leak)."""
         return {
-            "session_id": self.key[0],
-            "program_id": self.key[1],
+            "session_id": self.key.session_id,
+            "program_id": self.key.program_id,
             "name": self.name,
             "age_s": now_s - self.created_s,
             "idle_s": now_s - self.last_seen_s,
@@ -164,7 +165,8 @@ class ProgramEntry:
 
 
 class ProcessTable:
-    """Live programs by ``(session_id, program_id)``; see the module docstring."""
+    """Live programs by :class:`~agentrt_controller.keys.ProgramKey`; see the module
+    docstring."""
 
     def __init__(self, idle_timeout_s: float = 600.0) -> None:
         """``idle_timeout_s``: a program with no activity for this long (seconds, > 0) is

@@ -24,11 +24,12 @@ from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.retention import RetentionPolicy, TtlRetentionPolicy
 from agentrt_controller.routing.factory import ROUTER_NAMES, build_router
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import SCHEDULER_NAMES, build_admission, build_scheduler
 from agentrt_sim.costs import CostFunction
-from agentrt_sim.retention import ControllerRetention, NoRetention, RetentionPolicy
+from agentrt_sim.retention import NoRetention
 from agentrt_sim.sim import Policies
 
 __all__ = [
@@ -50,7 +51,7 @@ RETENTION: Mapping[str, Callable[[], RetentionPolicy]] = {
     "off": NoRetention,
     # agentrt_controller.retention.TtlRetentionPolicy: TTL from the tool's duration distribution,
     # return probability and KV pressure (docs/routing.md, "KV retention").
-    "ttl": ControllerRetention,
+    "ttl": TtlRetentionPolicy,
 }
 
 #: Idle timeout of the process table (seconds): the simulator ends every program explicitly,

@@ -8,7 +8,7 @@ One :class:`Simulation` replays a list of programs once, with one set of policy 
   around the scheduler, router and admission policy under test (STYLE.md rule 1): it is told of
   program starts / ends, tool waits, streamed tokens and finishes with the service charged by
   the cost model (``agentrt_sim.costs``); retention decisions come from a
-  :class:`~agentrt_sim.retention.RetentionPolicy`;
+  :class:`~agentrt_controller.retention.api.RetentionPolicy`;
 * the **engines** are :class:`agentrt_emulator.core.engine.EngineCore` objects, stepped on the
   virtual clock; a step's effects (tokens, finishes) are delivered at its end.
 
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.errors import InvalidRequest
+from agentrt_controller.retention import RetentionPolicy
 from agentrt_controller.scheduling.api import BackendView, Call
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_emulator.core.engine import EngineCore
@@ -40,7 +41,7 @@ from agentrt_emulator.core.types import EngineConfig, EngineRequest, EngineStats
 from agentrt_sim.costs import CostFunction, oracle_costs, roofline_cost_model
 from agentrt_sim.metrics import ProgramRecord, RunRecord, critical_path
 from agentrt_sim.plan import ProgramPlan
-from agentrt_sim.retention import NoRetention, RetentionPolicy
+from agentrt_sim.retention import NoRetention
 from agentrt_sim.state import CallRun, EngineSlot, ProgramRun
 from agentrt_sim.tokens import ProgramTokens, TokenSpace
 from agentrt_sim.waits import WaitHandler
@@ -178,7 +179,7 @@ class Simulation:
             measured,
         )
         self._live += 1
-        self.dispatcher.on_program_start(program.program_id, now, name=program.kind)
+        self.dispatcher.on_program_start(run.key, now, name=program.kind)
         for node in plan.roots:
             self.release(run, node, now)
 
@@ -205,7 +206,7 @@ class Simulation:
     def _program_end(self, run: ProgramRun, now: float) -> None:
         program = run.plan.program
         self.waits.program_end(run, now)
-        self.dispatcher.on_program_end(program.program_id, now)
+        self.dispatcher.on_program_end(run.key, now)
         self._live -= 1
         wait_s, exec_s, tool_s, think_s = critical_path(run)
         self.record.programs.append(

@@ -5,6 +5,7 @@ Plain ``__slots__`` classes: the event loop touches them millions of times per s
 
 from __future__ import annotations
 
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import Call
 from agentrt_emulator.core.engine import EngineCore
 from agentrt_sim.plan import ProgramPlan
@@ -24,6 +25,7 @@ class ProgramRun:
         "exec_s",
         "finish_s",
         "index",
+        "key",
         "measured",
         "missing_parents",
         "nodes_left",
@@ -50,6 +52,8 @@ class ProgramRun:
         self.index = index
         self.plan = plan
         self.tokens = tokens
+        #: The program's key in the controller's process table, router and retention policy.
+        self.key = ProgramKey.untagged(plan.program.program_id)
         count = len(plan.program.nodes)
         #: Parents not finished yet, per node.
         self.missing_parents = list(plan.num_parents)

@@ -4,7 +4,7 @@ A wait start is reported to the dispatcher (``on_tool_wait_start``, with the too
 duration: the mean of that name's finished waits so far in this run, as the SDK predicts from
 history) and to the retention policy. A positive TTL becomes ``dispatcher.set_retention`` (the
 returning call goes to the engine that served the thread's last call, ahead of the scheduler's
-order: BRIEF.md §5) and, when the decision says ``pin``, a native pin on that engine holding
+order: docs/simulator.md) and, when the decision says ``pin``, a native pin on that engine holding
 the prefix the thread's next call will extend. The pin is released when the thread's next
 call is first scheduled on an engine, when it expires, or at program end.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from agentrt_controller.retention import RetentionPolicy, ToolWaitFacts
 from agentrt_controller.scheduling.api import Call
-from agentrt_sim.retention import CallObserver, RetentionPolicy, WaitFacts
 from agentrt_sim.state import CallRun, EngineSlot, ProgramRun
 from agentrt_sim.workloads.program import WaitNode
 
@@ -31,7 +31,6 @@ class WaitHandler:
     def __init__(self, sim: Simulation, retention: RetentionPolicy) -> None:
         self._sim = sim
         self.retention = retention
-        self._calls = retention if isinstance(retention, CallObserver) else None
         #: Per wait name: (finished waits, their total duration in seconds).
         self._history: dict[str, tuple[int, float]] = {}
         #: Retention pins that were placed (count) and that held blocks (count).
@@ -50,7 +49,7 @@ class WaitHandler:
         program_id = run.plan.program.program_id
         predicted = self._predict(spec.name)
         sim.dispatcher.on_tool_wait_start(
-            program_id,
+            run.key,
             now,
             thread_id=spec.thread_id,
             node_id=spec.node_id,
@@ -62,8 +61,8 @@ class WaitHandler:
         prefix = run.tokens.pin_prefix(node)
         slot = sim.engines[engine] if engine is not None else None
         decision = self.retention.on_wait_start(
-            WaitFacts(
-                program_id=program_id,
+            ToolWaitFacts(
+                program=run.key,
                 thread_id=spec.thread_id,
                 node_id=spec.node_id,
                 kind=spec.kind,
@@ -89,7 +88,7 @@ class WaitHandler:
                 )
                 self.pins_placed += 1
             run.pins[spec.thread_id] = (slot.index, pin_id, until)
-            sim.dispatcher.set_retention(program_id, max(p[2] for p in run.pins.values()))
+            sim.dispatcher.set_retention(run.key, max(p[2] for p in run.pins.values()))
         sim.wait_ends_at(now + spec.duration_s, run, node)
 
     def done(self, run: ProgramRun, node: int, now: float) -> None:
@@ -97,24 +96,22 @@ class WaitHandler:
         sim = self._sim
         spec = run.plan.program.nodes[node]
         assert isinstance(spec, WaitNode)
-        program_id = run.plan.program.program_id
         duration = now - run.release_s[node]
         count, total = self._history.get(spec.name, (0, 0.0))
         self._history[spec.name] = (count + 1, total + duration)
         sim.dispatcher.on_tool_wait_end(
-            program_id, now, thread_id=spec.thread_id, node_id=spec.node_id
+            run.key, now, thread_id=spec.thread_id, node_id=spec.node_id
         )
-        self.retention.on_wait_end(program_id, spec.thread_id, spec.node_id, duration, now)
+        self.retention.on_wait_end(run.key, spec.thread_id, spec.node_id, duration, now)
         run.tokens.finish_wait(node)
         sim.node_finished(run, node, now)
 
     def annotate(self, run: ProgramRun, call: Call, now: float) -> None:
         """Tag a released call whose thread is retained with the engine holding its KV."""
-        if self._calls is not None:
-            self._calls.on_call_arrived(call.program_id, call.thread_id, now)
+        self.retention.on_call_arrived(run.key, call.thread_id, now)
         pin = run.pins.get(call.thread_id)
         if pin is not None and pin[2] > now:
-            call.notes["retained_backend"] = self._sim.engines[pin[0]].backend_id
+            call.retained_backend = self._sim.engines[pin[0]].backend_id
 
     def call_started(self, run: CallRun, slot: EngineSlot, now: float) -> None:
         """A call was scheduled on an engine for the first time: its thread's pin is done."""
@@ -129,12 +126,11 @@ class WaitHandler:
         for pin in list(run.pins.values()):
             self._release(run, pin, now)
         run.pins.clear()
-        self.retention.on_program_end(run.plan.program.program_id, now)
+        self.retention.on_program_end(run.key, now)
 
     def _release(self, run: ProgramRun, pin: tuple[int, str, float], now: float) -> None:
         sim = self._sim
         sim.engines[pin[0]].core.unpin(pin[1])
         remaining = [p[2] for p in run.pins.values() if p[1] != pin[1]]
         until = max(remaining) if remaining else -math.inf
-        program_id = run.plan.program.program_id
-        sim.dispatcher.set_retention(program_id, until if until > now else None)
+        sim.dispatcher.set_retention(run.key, until if until > now else None)

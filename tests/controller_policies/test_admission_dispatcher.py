@@ -6,14 +6,19 @@ import json
 
 import pytest
 
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.routing.round_robin import RoundRobinRouter
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission, AdaptiveWindowConfig
 from agentrt_controller.scheduling.api import BackendView
-from agentrt_controller.scheduling.basic import FixedWindowAdmission, RoundRobinRouter
+from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
+
+#: A program of the default session.
+K = ProgramKey.untagged
 
 
 def _view(in_flight: int, waiting: int | None, at: float | None, **kw: object) -> BackendView:
@@ -99,7 +104,7 @@ def test_admit_binds_and_sends_priority_only_to_backends_that_take_it() -> None:
     # Round robin sends the fresh call to b (no priority field: FCFS-only server) and the
     # long program's call (10 s attained: queue index 3) to a, with priority 3.
     assert {a.backend_id: a.backend_priority for a in admissions} == {"b": None, "a": 3}
-    entry = dispatcher.table.get(("anonymous", "long"))
+    entry = dispatcher.table.get(K("long"))
     assert entry is not None and sum(entry.backends.values()) == 2
 
 
@@ -118,26 +123,26 @@ def test_requeue_and_cancel_through_the_dispatcher() -> None:
 def test_program_and_tool_events_reach_the_table_and_expire_clears_it() -> None:
     dispatcher = _dispatcher()
     dispatcher.table.idle_timeout_s = 10.0
-    dispatcher.on_program_start("p", 0.0, session_id="s", name="react", deadline_s=60.0)
+    key = ProgramKey(session_id="s", program_id="p")
+    dispatcher.on_program_start(key, 0.0, name="react", deadline_s=60.0)
     wait = dispatcher.on_tool_wait_start(
-        "p",
+        key,
         1.0,
-        session_id="s",
         thread_id="main",
         node_id="t1",
         tool_name="search",
         predicted_duration_s=2.0,
     )
     assert wait.predicted_duration_s == 2.0
-    dispatcher.set_retention("p", 20.0, session_id="s")
+    dispatcher.set_retention(key, 20.0)
     snapshot = dispatcher.snapshot(2.0)
     json.dumps(snapshot)
     (entry,) = snapshot["process_table"]["entries"]
     assert entry["name"] == "react" and entry["tool_waits"][0]["tool_name"] == "search"
-    ended = dispatcher.on_tool_wait_end("p", 3.0, session_id="s", thread_id="main", node_id="t1")
+    ended = dispatcher.on_tool_wait_end(key, 3.0, thread_id="main", node_id="t1")
     assert ended is wait
     assert dispatcher.expire(25.0) == []
-    assert dispatcher.expire(40.0) == [("s", "p")]
+    assert dispatcher.expire(40.0) == [key]
 
 
 def test_program_end_with_a_session() -> None:
@@ -146,5 +151,5 @@ def test_program_end_with_a_session() -> None:
     dispatcher.submit(call, 0.0)
     (admission,) = dispatcher.admit(0.0, [BackendView("x", 0)])
     dispatcher.on_finish(call, admission.backend_id, 1.0, 1.0)
-    dispatcher.on_program_end("p", 1.0, session_id="s")
+    dispatcher.on_program_end(call.program_key, 1.0)
     assert len(dispatcher.table) == 0

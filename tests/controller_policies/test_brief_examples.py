@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.config import SchedulerConfig, is_starving, starvation_ratio
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.scheduling.multilevel import AtlasScheduler, PlasScheduler
@@ -19,6 +20,9 @@ from agentrt_controller.scheduling.replay import (
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
+
+#: A program of the default session.
+K = ProgramKey.untagged
 
 
 # --- Queues: boundaries 0.5, 2, 8, 32 s; quanta 16, 32, 64, 128, 256 --------------------------
@@ -65,7 +69,7 @@ def test_queue_example_through_plas(attained_s: float, level: int, quantum: int)
 )
 def test_atlas_example(finish_order: tuple[str, str], scalars: tuple[float, float]) -> None:
     scheduler = AtlasScheduler()
-    key = ("anonymous", "prog")
+    key = K("prog")
     root = make_call("prog", 0.0, node_id="R")
     scheduler.submit(root, 0.0)
     assert root.priority_s == 0.0
@@ -146,7 +150,7 @@ def test_anti_starvation_example_through_the_scheduler() -> None:
     scheduler.submit(first, 0.0)
     assert scheduler.pop(50.0) is first  # waited 50 s
     scheduler.on_finish(first, 20.0, 70.0)  # 20 s of service
-    entry = scheduler.table.get(("anonymous", "p"))
+    entry = scheduler.table.get(K("p"))
     assert entry is not None
     assert (entry.waiting_s, entry.attained_service_s) == (50.0, 20.0)
 

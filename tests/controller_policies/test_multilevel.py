@@ -9,6 +9,7 @@ import math
 import pytest
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import Call, Scheduler
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.factory import build_scheduler
@@ -17,6 +18,9 @@ from agentrt_controller.scheduling.srpt import SrptScheduler
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
+
+#: A program of the default session.
+K = ProgramKey.untagged
 
 
 def _serve(scheduler: Scheduler, program: str, service_s: float, now_s: float = 0.0) -> None:
@@ -80,8 +84,8 @@ def test_drop_expired_removes_only_past_deadlines() -> None:
     assert scheduler.drop_expired(5.0) == [soon]
     assert soon.wait_s == 5.0
     assert scheduler.queued() == 2
-    assert scheduler.table.get(("anonymous", "a")) is not None
-    entry = scheduler.table.get(("anonymous", "a"))
+    assert scheduler.table.get(K("a")) is not None
+    entry = scheduler.table.get(K("a"))
     assert entry is not None and entry.active == {} and entry.waiting_s == 5.0
     assert _drain(scheduler, 6.0) == [later, never]
     assert scheduler.drop_expired(100.0) == []  # popped calls are not dropped
@@ -143,16 +147,16 @@ def test_a_demoted_queued_call_moves_to_its_new_level() -> None:
 def test_retained_programs_enter_q1() -> None:
     scheduler = PlasScheduler()
     _serve(scheduler, "long", 40.0)
-    scheduler.table.set_retention(("anonymous", "long"), 100.0)
+    scheduler.table.set_retention(K("long"), 100.0)
     hot = make_call("long", 50.0)
     scheduler.submit(hot, 50.0)
-    assert hot.level == 0 and hot.notes["retained"] is True
+    assert hot.level == 0 and hot.retention_boost is True
     cold = make_call("long", 101.0)
     scheduler.submit(cold, 101.0)
     assert cold.level == 4
     off = PlasScheduler(SchedulerConfig(boost_retained=False))
     _serve(off, "long", 40.0)
-    off.table.set_retention(("anonymous", "long"), 100.0)
+    off.table.set_retention(K("long"), 100.0)
     call = make_call("long", 50.0)
     off.submit(call, 50.0)
     assert call.level == 4
@@ -161,7 +165,7 @@ def test_retained_programs_enter_q1() -> None:
 def test_program_end_forgets_the_program() -> None:
     scheduler = PlasScheduler()
     _serve(scheduler, "p", 50.0)
-    scheduler.on_program_end("p", 1.0)
+    scheduler.on_program_end(K("p"), 1.0)
     call = make_call("p", 2.0)
     scheduler.submit(call, 2.0)
     assert call.level == 0  # a re-run with the same id starts afresh

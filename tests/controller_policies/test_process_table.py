@@ -11,16 +11,27 @@ import tracemalloc
 import pytest
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.routing.round_robin import RoundRobinRouter
 from agentrt_controller.scheduling.api import BackendView
-from agentrt_controller.scheduling.basic import FixedWindowAdmission, RoundRobinRouter
+from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(60)
 
-KEY = ("anonymous", "p")
+#: A program of the default session.
+K = ProgramKey.untagged
+
+
+def _in(session_id: str, program_id: str) -> ProgramKey:
+    """A program of session ``session_id``."""
+    return ProgramKey(session_id=session_id, program_id=program_id)
+
+
+KEY = K("p")
 
 
 def test_call_lifecycle_accounts_wait_service_and_critical_path() -> None:
@@ -57,7 +68,7 @@ def test_events_for_unknown_programs_are_ignored() -> None:
     table.call_finished(ghost, 1.0, 1.0)
     table.call_dropped(ghost, 1.0)
     table.bind(ghost, "b", 1.0)
-    assert table.tool_wait_end(("anonymous", "ghost"), 1.0, thread_id="t", node_id="n") is None
+    assert table.tool_wait_end(K("ghost"), 1.0, thread_id="t", node_id="n") is None
     assert len(table) == 0
 
 
@@ -69,7 +80,10 @@ def test_sessions_keep_programs_apart() -> None:
     table.call_arrived(b, 0.0)
     table.call_finished(a, 3.0, 1.0)
     assert len(table) == 2
-    entry_a, entry_b = table.get(("tenant-a", "same")), table.get(("tenant-b", "same"))
+    entry_a, entry_b = (
+        table.get(_in("tenant-a", "same")),
+        table.get(_in("tenant-b", "same")),
+    )
     assert entry_a is not None and entry_b is not None
     assert (entry_a.attained_service_s, entry_b.attained_service_s) == (3.0, 0.0)
 
@@ -104,28 +118,33 @@ def test_idle_timeout_must_be_positive_and_finite(bad: float) -> None:
 
 def test_expire_removes_only_idle_programs() -> None:
     table = ProcessTable(idle_timeout_s=10.0)
-    table.start(("s", "idle"), 0.0)
+    table.start(_in("s", "idle"), 0.0)
     busy = make_call("busy", session_id="s")
     table.call_arrived(busy, 0.0)
-    table.start(("s", "tool"), 0.0)
+    table.start(_in("s", "tool"), 0.0)
     table.tool_wait_start(
-        ("s", "tool"), 0.0, thread_id="t", node_id="n", tool_name="slow", predicted_duration_s=30.0
+        _in("s", "tool"),
+        0.0,
+        thread_id="t",
+        node_id="n",
+        tool_name="slow",
+        predicted_duration_s=30.0,
     )
-    table.start(("s", "retained"), 0.0)
-    table.set_retention(("s", "retained"), 15.0)
-    table.start(("s", "fresh"), 5.0)
+    table.start(_in("s", "retained"), 0.0)
+    table.set_retention(_in("s", "retained"), 15.0)
+    table.start(_in("s", "fresh"), 5.0)
     assert table.expire(9.9) == []
-    assert table.expire(10.0) == [("s", "idle")]
-    assert table.expire(15.0) == [("s", "fresh")]
-    assert table.expire(25.0) == [("s", "retained")]
+    assert table.expire(10.0) == [_in("s", "idle")]
+    assert table.expire(15.0) == [_in("s", "fresh")]
+    assert table.expire(25.0) == [_in("s", "retained")]
     # The tool wait is predicted to end at 30: not removed before 30 + 10, and a held entry is
     # re-checked once per timeout, so it is gone at most one timeout later.
     assert table.expire(39.9) == []
-    assert table.expire(50.0) == [("s", "tool")]
-    assert table.keys() == [("s", "busy")]  # an active call is never expired
+    assert table.expire(50.0) == [_in("s", "tool")]
+    assert table.keys() == [_in("s", "busy")]  # an active call is never expired
     table.call_finished(busy, 1.0, 51.0)
     assert table.expire(60.9) == []
-    assert table.expire(61.0) == [("s", "busy")]
+    assert table.expire(61.0) == [_in("s", "busy")]
     assert len(table) == 0
 
 
@@ -154,14 +173,14 @@ def _run_programs(dispatcher: Dispatcher, start: int, count: int, *, end_events:
         now = float(i)
         program = f"p{i}"
         if end_events:
-            dispatcher.on_program_start(program, now, name="short")
+            dispatcher.on_program_start(K(program), now, name="short")
         call = make_call(program, now, call_id=f"c{i}", node_id="n0")
         dispatcher.submit(call, now)
         (admission,) = dispatcher.admit(now, BACKENDS)
         dispatcher.on_tokens(call, 8, now + 0.5)
         dispatcher.on_finish(call, admission.backend_id, 0.01, now + 0.5)
         if end_events:
-            dispatcher.on_program_end(program, now + 0.5)
+            dispatcher.on_program_end(K(program), now + 0.5)
         elif i % 100 == 0:
             dispatcher.expire(now)
     return now

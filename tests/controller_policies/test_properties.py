@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import Call, Scheduler
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.factory import build_scheduler
@@ -17,6 +18,9 @@ from agentrt_controller.scheduling.multilevel import AtlasScheduler, PlasSchedul
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(120)
+
+#: A program of the default session.
+K = ProgramKey.untagged
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -195,7 +199,7 @@ def test_less_attained_service_is_served_no_later(attained: list[float], order: 
 def test_atlas_scalar_never_decreases(rounds: list[tuple[int, list[float], object]]) -> None:
     """Fan-out rounds of parallel calls finishing in random order with random service."""
     scheduler = AtlasScheduler()
-    key = ("anonymous", "p")
+    key = K("p")
     scalar, now = 0.0, 0.0
     for width, services, rng in rounds:
         calls = [make_call("p", now, thread_id=f"t{i}") for i in range(width)]

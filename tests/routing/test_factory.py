@@ -9,8 +9,8 @@ import pytest
 from agentrt.errors import ConfigError
 from agentrt_controller.routing import ROUTER_NAMES, build_router
 from agentrt_controller.routing.pipeline import PipelineRouter
+from agentrt_controller.routing.round_robin import RoundRobinRouter
 from agentrt_controller.scheduling.api import BackendView
-from agentrt_controller.scheduling.basic import RoundRobinRouter
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)

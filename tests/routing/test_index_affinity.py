@@ -7,11 +7,15 @@ import math
 import pytest
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing.affinity import ProgramAffinity
 from agentrt_controller.routing.prefix_index import PrefixIndex
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
+
+#: A program of the default session.
+K = ProgramKey.untagged
 
 
 def test_match_counts_the_leading_run_only() -> None:
@@ -58,7 +62,7 @@ def test_index_observes_routes_and_finishes() -> None:
     assert index.match("b1", (1, 2, 3), 0.0) == 2
     call.block_hashes = (1, 2, 3)  # the driver extended the chain over the output
     index.on_finish(call, "b1", 1.0)
-    index.on_program_end("p", 2.0)  # cached prefixes outlive their program
+    index.on_program_end(K("p"), 2.0)  # cached prefixes outlive their program
     assert index.match("b1", (1, 2, 3), 2.0) == 3
 
 
@@ -66,10 +70,10 @@ def test_affinity_follows_the_latest_call_until_its_ttl() -> None:
     affinity = ProgramAffinity(ttl_s=5.0)
     affinity.on_routed(make_call("p"), "b0", 0.0)
     affinity.on_routed(make_call("p"), "b1", 1.0)
-    assert affinity.backend_of("p", 1.0) == "b1"
+    assert affinity.backend_of(K("p"), 1.0) == "b1"
     affinity.on_finish(make_call("p"), "b1", 4.0)  # a finish refreshes the binding
-    assert affinity.backend_of("p", 9.0) == "b1"
-    assert affinity.backend_of("p", 9.5) is None  # expired and forgotten
+    assert affinity.backend_of(K("p"), 9.0) == "b1"
+    assert affinity.backend_of(K("p"), 9.5) is None  # expired and forgotten
     assert len(affinity) == 0
 
 
@@ -79,8 +83,8 @@ def test_sticky_affinity_keeps_the_first_backend_and_program_end_forgets() -> No
     affinity.on_routed(make_call("p"), "b2", 1.0)  # failover elsewhere: binding stays
     assert affinity.bound_among(make_call("p"), ["b0", "b2"], 100.0) == "b0"
     assert affinity.bound_among(make_call("p"), ["b2"], 100.0) is None
-    affinity.on_program_end("p", 2.0)
-    assert affinity.backend_of("p", 2.0) is None
+    affinity.on_program_end(K("p"), 2.0)
+    assert affinity.backend_of(K("p"), 2.0) is None
     with pytest.raises(ConfigError):
         ProgramAffinity(ttl_s=0)
 
@@ -96,7 +100,7 @@ def test_shared_prefix_counts_programs_not_calls() -> None:
     assert index.shared_prefix([*system, 99]) == 3  # the system prompt, not the histories
     assert index.shared_prefix([7, *system]) == 0
     small = PrefixIndex(popularity_capacity=2)
-    small.note_program("a", [1, 2, 3])
+    small.note_program(K("a"), [1, 2, 3])
     assert small.shared_prefix([3]) == 0 and len(small._programs) == 2
     with pytest.raises(ConfigError):
         PrefixIndex(shared_programs=1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import build_router
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.basic import FixedWindowAdmission
@@ -13,6 +14,9 @@ from agentrt_controller.scheduling.factory import SCHEDULER_NAMES, build_schedul
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
+
+#: A program of the default session.
+K = ProgramKey.untagged
 
 
 def _dispatcher(policy: str, *, lane: bool = True, window: int = 1) -> Dispatcher:
@@ -38,13 +42,13 @@ def test_a_retained_call_is_admitted_before_earlier_queued_calls(policy: str) ->
     d.on_finish(first.call, "b0", 40.0, 1.0)
     for i in range(3):
         d.submit(make_call(f"fresh{i}", 1.0, **_oracle()), 1.0)
-    d.set_retention("long", 10.0)  # it waits on a tool; its KV is kept until t = 10
+    d.set_retention(K("long"), 10.0)  # it waits on a tool; its KV is kept until t = 10
     back = make_call("long", 2.0, **_oracle(oracle_program_remaining_s=10.0))
     d.submit(back, 2.0)
     assert d.queued() == 4
     (admitted,) = d.admit(2.0, [BackendView("b0", in_flight=0)])
     assert admitted.call is back
-    assert back.notes["lane"] == "retained"
+    assert back.lane == "retained"
     # Accounting as usual: the table knows the call, its service is charged to the program.
     d.on_finish(back, "b0", 2.0, 3.0)
     entry = d.table.get(back.program_key)
@@ -56,8 +60,8 @@ def test_expired_retention_and_a_disabled_lane_keep_the_scheduler_order() -> Non
     for lane, until in ((True, 1.5), (False, 10.0)):
         d = _dispatcher("fcfs", lane=lane)
         d.submit(make_call("a", 0.0), 0.0)
-        d.on_program_start("b", 0.0)
-        d.set_retention("b", until)
+        d.on_program_start(K("b"), 0.0)
+        d.set_retention(K("b"), until)
         d.submit(make_call("b", 2.0), 2.0)
         (admitted,) = d.admit(2.0, [BackendView("b0", in_flight=0)])
         assert admitted.call.program_id == "a"
@@ -65,16 +69,16 @@ def test_expired_retention_and_a_disabled_lane_keep_the_scheduler_order() -> Non
 
 def test_the_retained_backend_is_used_when_it_has_room_else_failover() -> None:
     d = _dispatcher("plas", window=2)
-    d.on_program_start("p", 0.0)
-    d.set_retention("p", 10.0)
+    d.on_program_start(K("p"), 0.0)
+    d.set_retention(K("p"), 10.0)
     views = [BackendView("b0", in_flight=0), BackendView("b1", in_flight=1)]
-    held = make_call("p", 0.0, notes={"retained_backend": "b1"})
+    held = make_call("p", 0.0, retained_backend="b1")
     d.submit(held, 0.0)
     (admitted,) = d.admit(0.0, views)
-    assert held.notes["lane"] == "retained"
+    assert held.lane == "retained"
     assert admitted.backend_id == "b1"  # busier, but it holds the KV
     full = [BackendView("b0", in_flight=0), BackendView("b1", in_flight=2)]
-    again = make_call("p", 1.0, notes={"retained_backend": "b1"})
+    again = make_call("p", 1.0, retained_backend="b1")
     d.submit(again, 1.0)
     (admitted,) = d.admit(1.0, full)
     assert admitted.backend_id == "b0"
@@ -82,8 +86,8 @@ def test_the_retained_backend_is_used_when_it_has_room_else_failover() -> None:
 
 def test_lane_calls_can_be_requeued_cancelled_and_expire() -> None:
     d = _dispatcher("atlas")
-    d.on_program_start("p", 0.0)
-    d.set_retention("p", 100.0)
+    d.on_program_start(K("p"), 0.0)
+    d.set_retention(K("p"), 100.0)
     call = make_call("p", 0.0, deadline_s=5.0)
     d.submit(call, 0.0)
     (admitted,) = d.admit(0.0, [BackendView("b0", in_flight=0)])

@@ -9,16 +9,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention import RetentionConfig, ToolWaitFacts, TtlRetentionPolicy
 from agentrt_controller.retention.durations import DurationModel, ToolDurations
 from agentrt_controller.retention.returns import ReturnModel
 
 pytestmark = pytest.mark.timeout(60)
 
+#: A program of the default session.
+K = ProgramKey.untagged
+
 
 def _facts(**kw: object) -> ToolWaitFacts:
     values: dict[str, object] = {
-        "program_id": "p",
+        "program": K("p"),
         "thread_id": "main",
         "node_id": "t1",
         "kind": "tool",
@@ -67,13 +71,13 @@ def test_tool_history_needs_min_samples_then_is_empirical() -> None:
 def test_return_model_learns_per_key() -> None:
     returns = ReturnModel(prior_returned=4, prior_ended=1)
     assert returns.probability("k") == pytest.approx(0.8)
-    returns.wait_started("p", "main", "k")
-    returns.call_arrived("p", "main")
-    returns.wait_started("p", "main", "k")
-    returns.wait_started("p", "main", "k")  # a new wait: the previous one returned
-    returns.program_ended("p")
+    returns.wait_started(K("p"), "main", "k")
+    returns.call_arrived(K("p"), "main")
+    returns.wait_started(K("p"), "main", "k")
+    returns.wait_started(K("p"), "main", "k")  # a new wait: the previous one returned
+    returns.program_ended(K("p"))
     assert returns.counts("k") == (2, 1)
-    returns.call_arrived("p", "main")  # nothing pending: no effect
+    returns.call_arrived(K("p"), "main")  # nothing pending: no effect
     assert returns.probability("k") == pytest.approx(6 / 8)
 
 
@@ -176,9 +180,9 @@ def test_more_pressure_never_means_a_longer_unpinned_window(
 def test_programs_that_rarely_return_are_not_retained() -> None:
     policy = TtlRetentionPolicy()
     for i in range(20):  # the "deploy" tool always ends the program
-        policy.on_wait_start(_facts(program_id=f"p{i}", name="deploy"), float(i))
-        policy.on_wait_end(f"p{i}", "main", "t1", 1.0, float(i) + 1)
-        policy.on_program_end(f"p{i}", float(i) + 1)
+        policy.on_wait_start(_facts(program=K(f"p{i}"), name="deploy"), float(i))
+        policy.on_wait_end(K(f"p{i}"), "main", "t1", 1.0, float(i) + 1)
+        policy.on_program_end(K(f"p{i}"), float(i) + 1)
     assert policy.decide(_facts(name="deploy")).reason == "unlikely_return"
     # The kind of program is part of the key when known.
     kind = _facts(name="deploy", program_kind="release-bot")
@@ -191,11 +195,11 @@ def test_the_policy_learns_tool_durations_from_wait_ends() -> None:
     policy = TtlRetentionPolicy(RetentionConfig(min_samples=3, cover_quantile=0.5, slack_s=0.0))
     for i in range(3):
         policy.on_wait_start(_facts(node_id=f"t{i}"), 0.0)
-        policy.on_call_arrived("p", "main", 0.0)
-        policy.on_wait_end("p", "main", f"t{i}", 2.0 + i, 1.0)
+        policy.on_call_arrived(K("p"), "main", 0.0)
+        policy.on_wait_end(K("p"), "main", f"t{i}", 2.0 + i, 1.0)
     assert policy.durations.count("search") == 3
     assert policy.decide(_facts()).ttl_s == pytest.approx(3.0)
-    policy.on_wait_end("p", "main", "unknown", 9.0, 2.0)  # never started: ignored
+    policy.on_wait_end(K("p"), "main", "unknown", 9.0, 2.0)  # never started: ignored
     assert policy.durations.count("search") == 3
 
 

@@ -10,10 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention import RetentionTracker
 from agentrt_controller.retention.tracker import pin_id_for
 
 pytestmark = pytest.mark.timeout(60)
+
+#: A program of the default session.
+K = ProgramKey.untagged
 
 
 def _start(tracker: RetentionTracker, program: str, thread: str = "main", **kw: object):  # type: ignore[no-untyped-def]
@@ -24,20 +28,20 @@ def _start(tracker: RetentionTracker, program: str, thread: str = "main", **kw: 
         "context_tokens": 100,
     }
     values.update(kw)
-    return tracker.start(program, thread, **values)  # type: ignore[arg-type]
+    return tracker.start(K(program), thread, **values)  # type: ignore[arg-type]
 
 
 def test_ttl_expiry_releases_once() -> None:
     tracker = RetentionTracker()
     new, replaced = _start(tracker, "p", ttl_s=5.0, now_s=1.0)
     assert new is not None and replaced is None
-    assert new.pin_id == pin_id_for("p", "main") and new.until_s == 6.0
-    assert new.pin_id.startswith("agentrt-") and pin_id_for("p", "t1") != new.pin_id
-    assert tracker.retained_until("p") == 6.0 and tracker.next_expiry_s == 6.0
+    assert new.pin_id == pin_id_for(K("p"), "main") and new.until_s == 6.0
+    assert new.pin_id.startswith("agentrt-") and pin_id_for(K("p"), "t1") != new.pin_id
+    assert tracker.retained_until(K("p")) == 6.0 and tracker.next_expiry_s == 6.0
     assert tracker.expire(5.9) == []
     assert tracker.expire(6.0) == [new]
     assert tracker.expire(7.0) == [] and len(tracker) == 0
-    assert tracker.next_expiry_s == math.inf and tracker.retained_until("p") is None
+    assert tracker.next_expiry_s == math.inf and tracker.retained_until(K("p")) is None
 
 
 def test_the_next_call_releases_and_a_new_wait_replaces() -> None:
@@ -45,8 +49,8 @@ def test_the_next_call_releases_and_a_new_wait_replaces() -> None:
     first, _ = _start(tracker, "p")
     second, replaced = _start(tracker, "p", now_s=1.0, ttl_s=2.0)
     assert replaced is first  # the driver unpins the old one
-    assert tracker.release_thread("p", "main") is second
-    assert tracker.release_thread("p", "main") is None
+    assert tracker.release_thread(K("p"), "main") is second
+    assert tracker.release_thread(K("p"), "main") is None
     assert tracker.expire(100.0) == []  # stale heap entries are skipped
     none, _ = _start(tracker, "p", ttl_s=0.0)
     assert none is None and len(tracker) == 0
@@ -57,16 +61,19 @@ def test_program_end_releases_every_thread_and_refuses_late_starts() -> None:
     _start(tracker, "p", "a")
     _start(tracker, "p", "b", ttl_s=9.0)
     _start(tracker, "q")
-    assert tracker.retained_until("p") == 9.0
-    assert sorted(r.thread_id for r in tracker.release_program("p")) == ["a", "b"]
+    assert tracker.retained_until(K("p")) == 9.0
+    assert sorted(r.thread_id for r in tracker.release_program(K("p"))) == [
+        "a",
+        "b",
+    ]
     late, _ = _start(tracker, "p", "a", now_s=1.0)  # a tool event after the end
-    assert late is None and tracker.retained_until("p") is None
-    tracker.forget_ended("p")  # the id starts a new run
+    assert late is None and tracker.retained_until(K("p")) is None
+    tracker.forget_ended(K("p"))  # the id starts a new run
     again, _ = _start(tracker, "p", "a", now_s=2.0)
     assert again is not None
-    tracker.release_program("x")
-    tracker.release_program("y")
-    tracker.release_program("z")  # only the last two ended ids are remembered
+    tracker.release_program(K("x"))
+    tracker.release_program(K("y"))
+    tracker.release_program(K("z"))  # only the last two ended ids are remembered
     assert _start(tracker, "x")[0] is not None
     assert _start(tracker, "z")[0] is None
 
@@ -115,14 +122,14 @@ def test_memory_contract_under_any_event_order(
                 assert program not in ended
                 pinned[new.pin_id] = new.until_s
         elif kind == "call":
-            released = tracker.release_thread(program, thread)
+            released = tracker.release_thread(K(program), thread)
             if released is not None:
                 pinned.pop(released.pin_id)
         elif kind == "end":
-            for released in tracker.release_program(program):
+            for released in tracker.release_program(K(program)):
                 pinned.pop(released.pin_id)
             ended.add(program)
-        owners = {pin_id_for(p, t): p for p in ("p0", "p1", "p2") for t in ("main", "t1")}
+        owners = {pin_id_for(K(p), t): p for p in ("p0", "p1", "p2") for t in ("main", "t1")}
         assert all(owners[pin] not in ended for pin in pinned)
         assert all(until > now for until in pinned.values())
         assert len(pinned) == len(tracker)

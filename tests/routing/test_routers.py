@@ -6,12 +6,17 @@ from collections.abc import Sequence
 
 import pytest
 
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.routing.api import Router
 from agentrt_controller.routing.factory import build_router
 from agentrt_controller.routing.hashing import token_block_hashes
-from agentrt_controller.scheduling.api import BackendView, Router
+from agentrt_controller.scheduling.api import BackendView
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
+
+#: A program of the default session.
+K = ProgramKey.untagged
 
 
 def _view(backend_id: str, in_flight: int = 0, **kw: object) -> BackendView:
@@ -63,7 +68,7 @@ def test_autellix_short_calls_balance_and_long_calls_stay_on_the_first_engine() 
     down = [_view("b0", 0), _view("b1", 0, healthy=False), _view("b2", 4)]
     assert _route(router, "p", down, prompt_tokens=5000) == "b0"
     assert _route(router, "p", busy, prompt_tokens=5000) == "b1"
-    router.on_program_end("p", 1.0)
+    router.on_program_end(K("p"), 1.0)
     assert _route(router, "p", busy, prompt_tokens=5000) == "b0"  # forgotten: rebinds
 
 

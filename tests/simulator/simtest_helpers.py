@@ -5,15 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.retention import RetentionPolicy
+from agentrt_controller.routing.round_robin import RoundRobinRouter
 from agentrt_controller.scheduling.api import Call
-from agentrt_controller.scheduling.basic import (
-    FcfsScheduler,
-    FixedWindowAdmission,
-    RoundRobinRouter,
-)
+from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_sim.plan import compile_program
-from agentrt_sim.retention import NoRetention, RetentionPolicy
+from agentrt_sim.retention import NoRetention
 from agentrt_sim.sim import Policies, SimConfig, Simulation
 from agentrt_sim.workloads.program import LLMNode, Program, WaitNode
 

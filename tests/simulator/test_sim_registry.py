@@ -49,10 +49,10 @@ def test_retention_off_resolves() -> None:
 
 
 def test_retention_on_is_the_controllers_ttl_policy() -> None:
-    from agentrt_sim.retention import ControllerRetention
+    from agentrt_controller.retention import TtlRetentionPolicy
 
     assert resolve_retention("on") == "ttl"
-    assert isinstance(build_policies(PolicySpec(retention="on")).retention, ControllerRetention)
+    assert isinstance(build_policies(PolicySpec(retention="on")).retention, TtlRetentionPolicy)
 
 
 def test_workload_names_and_params() -> None:

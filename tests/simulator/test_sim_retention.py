@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from simtest_helpers import RecordingDispatcher, RecordingFcfs, react_program, simulate
 
-from agentrt_sim.retention import NoRetention, RetentionDecision, WaitFacts
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.retention import RetentionDecision, WaitInfo
+from agentrt_sim.retention import NoRetention
 from agentrt_sim.sim import SimConfig
 
 pytestmark = pytest.mark.timeout(30)
@@ -18,21 +20,24 @@ class FixedTtl:
 
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
-        self.starts: list[WaitFacts] = []
+        self.starts: list[WaitInfo] = []
         self.ends: list[tuple[str, float]] = []
         self.ended: list[str] = []
 
-    def on_wait_start(self, facts: WaitFacts, now_s: float) -> RetentionDecision:
+    def on_wait_start(self, facts: WaitInfo, now_s: float) -> RetentionDecision:
         self.starts.append(facts)
-        return RetentionDecision(self.ttl_s)
+        return RetentionDecision(ttl_s=self.ttl_s, pin=True)
 
     def on_wait_end(
-        self, program_id: str, thread_id: str, node_id: str, duration_s: float, now_s: float
+        self, program: ProgramKey, thread_id: str, node_id: str, duration_s: float, now_s: float
     ) -> None:
         self.ends.append((node_id, duration_s))
 
-    def on_program_end(self, program_id: str, now_s: float) -> None:
-        self.ended.append(program_id)
+    def on_call_arrived(self, program: ProgramKey, thread_id: str, now_s: float) -> None:
+        return None
+
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        self.ended.append(program.program_id)
 
 
 def test_policy_gets_the_facts_and_its_ttl_pins_the_context() -> None:
@@ -57,7 +62,7 @@ def test_policy_gets_the_facts_and_its_ttl_pins_the_context() -> None:
     # dispatcher's retained lane, not the scheduler's queues
     dispatcher = sim.dispatcher
     assert isinstance(dispatcher, RecordingDispatcher)
-    tagged = [c.node_id for c in dispatcher.submitted if "retained_backend" in c.notes]
+    tagged = [c.node_id for c in dispatcher.submitted if c.retained_backend is not None]
     assert tagged == ["c1", "c2"]
     assert dispatcher.lane_total == 2
     assert [c.node_id for c in scheduler.submitted] == ["c0"]
@@ -74,7 +79,7 @@ def test_expired_ttl_does_not_tag_the_returning_call() -> None:
     )
     assert isinstance(sim.dispatcher, RecordingDispatcher)
     assert [c.node_id for c in sim.dispatcher.submitted] == ["c0", "c1"]
-    assert all("retained_backend" not in c.notes for c in sim.dispatcher.submitted)
+    assert all(c.retained_backend is None for c in sim.dispatcher.submitted)
 
 
 def test_retention_off_places_no_pins_and_the_process_table_sees_tool_waits() -> None:

@@ -1,6 +1,8 @@
-"""KV retention during tool waits (BRIEF.md §5): a pure policy and the bookkeeping around it.
+"""KV retention during tool waits (Continuum arXiv 2511.02230; docs/routing.md, "KV
+retention"): a pure policy and the bookkeeping around it.
 
-* :mod:`.api` — what a policy is told (:class:`WaitInfo`) and answers (:class:`RetentionDecision`);
+* :mod:`.api` — the :class:`RetentionPolicy` seam: what a policy is told (:class:`WaitInfo`,
+  :class:`ToolWaitFacts`) and answers (:class:`RetentionDecision`);
 * :mod:`.policy` — :class:`TtlRetentionPolicy`: the TTL from the tool's duration distribution,
   the return probability and memory pressure (the decision rule is in its docstring);
 * :mod:`.durations`, :mod:`.returns` — what it learns from;
@@ -11,7 +13,12 @@ Nothing here awaits, does I/O or reads a clock. docs/routing.md ("KV retention")
 each backend realises a retention.
 """
 
-from agentrt_controller.retention.api import RetentionDecision, ToolWaitFacts, WaitInfo
+from agentrt_controller.retention.api import (
+    RetentionDecision,
+    RetentionPolicy,
+    ToolWaitFacts,
+    WaitInfo,
+)
 from agentrt_controller.retention.policy import RetentionConfig, TtlRetentionPolicy
 from agentrt_controller.retention.tracker import Retention, RetentionTracker
 
@@ -19,6 +26,7 @@ __all__ = [
     "Retention",
     "RetentionConfig",
     "RetentionDecision",
+    "RetentionPolicy",
     "RetentionTracker",
     "ToolWaitFacts",
     "TtlRetentionPolicy",

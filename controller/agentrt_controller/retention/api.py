@@ -1,14 +1,12 @@
-"""What a retention policy is told and what it answers (BRIEF.md §5).
+"""What a retention policy is told and what it answers (docs/routing.md, "KV retention";
+Continuum arXiv 2511.02230 keeps a tool-calling program's KV for a TTL).
 
 When a program thread starts waiting on a tool (or a human), the driver — the controller
-service on a tool-start event, or the simulator — hands the policy a :class:`WaitInfo` and gets
-a :class:`RetentionDecision`: keep the thread's KV for ``ttl_s`` seconds, or not (0). The
-driver then realises it per backend (docs/routing.md, "KV retention"): a native pin (our
-emulator, SGLang), affinity plus the Dispatcher's retained lane (every backend), a re-warm
-before the predicted return (vLLM).
-
-:class:`WaitInfo` is structural, so the simulator's ``agentrt_sim.retention.WaitFacts`` and the
-controller's :class:`ToolWaitFacts` both fit.
+service on a tool-start event, or the simulator — hands the :class:`RetentionPolicy` a
+:class:`WaitInfo` (both build a :class:`ToolWaitFacts`) and gets a :class:`RetentionDecision`:
+keep the thread's KV for ``ttl_s`` seconds, or not (0). The driver then realises it per
+backend: a native pin (our emulator, SGLang), affinity plus the Dispatcher's retained lane
+(every backend), a re-warm before the predicted return (vLLM).
 """
 
 from __future__ import annotations
@@ -16,14 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-__all__ = ["RetentionDecision", "ToolWaitFacts", "WaitInfo"]
+from agentrt_controller.keys import ProgramKey
+
+__all__ = ["RetentionDecision", "RetentionPolicy", "ToolWaitFacts", "WaitInfo"]
 
 
 class WaitInfo(Protocol):
     """The facts a policy reads at the start of a wait (read-only)."""
 
     @property
-    def program_id(self) -> str: ...
+    def program(self) -> ProgramKey: ...
 
     @property
     def thread_id(self) -> str: ...
@@ -65,9 +65,10 @@ class WaitInfo(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ToolWaitFacts:
-    """A concrete :class:`WaitInfo` (the controller service builds these from tool events)."""
+    """A concrete :class:`WaitInfo` (the controller service builds these from tool events, the
+    simulator from its wait nodes)."""
 
-    program_id: str
+    program: ProgramKey
     thread_id: str
     node_id: str
     kind: str
@@ -81,6 +82,9 @@ class ToolWaitFacts:
     #: Program kind / name from the program-start event ("" = unknown); return probabilities
     #: are learned per (program kind, tool name) when it is known.
     program_kind: str = ""
+    #: Calls of the program finished so far; ``None`` = not counted (the controller service).
+    #: No policy reads it yet.
+    calls_finished: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,3 +106,26 @@ class RetentionDecision:
     #: holding the memory, both in prefill-seconds (docs/routing.md); 0 without a pin.
     expected_benefit_s: float = 0.0
     expected_cost_s: float = 0.0
+
+
+class RetentionPolicy(Protocol):
+    """Chooses a retention per wait, and learns from what the driver reports. Pure: ``now_s``
+    comes in (docs/architecture.md, "Design rules")."""
+
+    #: Short policy name (``off``, ``ttl``), shown in results and introspection.
+    name: str
+
+    def on_wait_start(self, facts: WaitInfo, now_s: float) -> RetentionDecision:
+        """A thread began waiting; return how long to retain its KV."""
+        ...
+
+    def on_wait_end(
+        self, program: ProgramKey, thread_id: str, node_id: str, duration_s: float, now_s: float
+    ) -> None:
+        """The wait ended after ``duration_s`` seconds (for per-tool history)."""
+
+    def on_call_arrived(self, program: ProgramKey, thread_id: str, now_s: float) -> None:
+        """The thread's next call arrived (it came back after its wait)."""
+
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        """Forget the program."""

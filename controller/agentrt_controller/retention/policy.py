@@ -1,4 +1,5 @@
-"""The retention policy: how long to keep a waiting program's KV (BRIEF.md §5, Continuum).
+"""The retention policy: how long to keep a waiting program's KV (Continuum arXiv 2511.02230;
+docs/routing.md, "KV retention").
 
 A decision has two parts (:class:`~agentrt_controller.retention.api.RetentionDecision`):
 
@@ -40,7 +41,8 @@ memory ``R`` is long, waits are shorter, nothing is pinned and the window covers
 as memory fills ``R`` shrinks, the window shrinks with it, and a pin is placed only where
 waits are about as long as ``R`` and the return is likely.
 
-Pure (STYLE.md rule 1): ``now_s`` comes in; history is fed by the events below.
+Pure (docs/architecture.md, "Design rules"): ``now_s`` comes in; history is fed by the events
+below.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention.api import RetentionDecision, WaitInfo
 from agentrt_controller.retention.durations import DurationModel, ToolDurations
 from agentrt_controller.retention.returns import ReturnModel
@@ -140,7 +143,8 @@ class RetentionConfig:
 
 class TtlRetentionPolicy:
     """Chooses a TTL per wait by the rule in the module docstring; learns durations and
-    return probabilities from the events it is given."""
+    return probabilities from the events it is given (a
+    :class:`~agentrt_controller.retention.api.RetentionPolicy`)."""
 
     name = "ttl"
 
@@ -155,7 +159,7 @@ class TtlRetentionPolicy:
             prior_returned=config.prior_returned, prior_ended=config.prior_ended
         )
         #: program -> (thread, node) -> wait name, for waits not ended yet.
-        self._open: dict[str, dict[tuple[str, str], str]] = {}
+        self._open: dict[ProgramKey, dict[tuple[str, str], str]] = {}
         #: Decisions so far by reason.
         self.decisions: dict[str, int] = {}
 
@@ -164,8 +168,8 @@ class TtlRetentionPolicy:
     def on_wait_start(self, facts: WaitInfo, now_s: float) -> RetentionDecision:
         """A thread began waiting: the TTL to keep its KV (0 = none)."""
         key = _return_key(facts)
-        self._open.setdefault(facts.program_id, {})[(facts.thread_id, facts.node_id)] = facts.name
-        self.returns.wait_started(facts.program_id, facts.thread_id, key)
+        self._open.setdefault(facts.program, {})[(facts.thread_id, facts.node_id)] = facts.name
+        self.returns.wait_started(facts.program, facts.thread_id, key)
         decision = self.decide(facts, key)
         self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
         return decision
@@ -219,24 +223,24 @@ class TtlRetentionPolicy:
     # --- what the policy learns from -------------------------------------------------------
 
     def on_wait_end(
-        self, program_id: str, thread_id: str, node_id: str, duration_s: float, now_s: float
+        self, program: ProgramKey, thread_id: str, node_id: str, duration_s: float, now_s: float
     ) -> None:
         """The wait ended after ``duration_s`` seconds: one more sample for its tool."""
-        waits = self._open.get(program_id)
+        waits = self._open.get(program)
         name = waits.pop((thread_id, node_id), None) if waits is not None else None
         if waits is not None and not waits:
-            del self._open[program_id]
+            del self._open[program]
         if name is not None:
             self.durations.record(name, duration_s)
 
-    def on_call_arrived(self, program_id: str, thread_id: str, now_s: float) -> None:
+    def on_call_arrived(self, program: ProgramKey, thread_id: str, now_s: float) -> None:
         """The thread's next call arrived: its last wait counts as returned."""
-        self.returns.call_arrived(program_id, thread_id)
+        self.returns.call_arrived(program, thread_id)
 
-    def on_program_end(self, program_id: str, now_s: float) -> None:
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         """The program ended: unresolved waits did not return; forget its open waits."""
-        self.returns.program_ended(program_id)
-        self._open.pop(program_id, None)
+        self.returns.program_ended(program)
+        self._open.pop(program, None)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-able counters for introspection."""

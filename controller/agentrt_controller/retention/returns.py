@@ -9,6 +9,7 @@ optimistic (agents usually do come back after a tool) and follows what it sees. 
 from __future__ import annotations
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 
 __all__ = ["ReturnModel"]
 
@@ -23,8 +24,8 @@ class ReturnModel:
         self.prior_ended = float(prior_ended)
         #: key -> [returned, ended]
         self._counts: dict[str, list[int]] = {}
-        #: program id -> thread id -> key of its open or finished-but-unresolved wait
-        self._pending: dict[str, dict[str, str]] = {}
+        #: program -> thread id -> key of its open or finished-but-unresolved wait
+        self._pending: dict[ProgramKey, dict[str, str]] = {}
 
     def probability(self, key: str) -> float:
         """P(return) for ``key`` (0..1)."""
@@ -37,26 +38,26 @@ class ReturnModel:
         returned, ended = self._counts.get(key, (0, 0))
         return returned, ended
 
-    def wait_started(self, program_id: str, thread_id: str, key: str) -> None:
+    def wait_started(self, program: ProgramKey, thread_id: str, key: str) -> None:
         """A wait began; an earlier unresolved wait of the thread counts as returned."""
-        self._resolve(program_id, thread_id, returned=True)
-        self._pending.setdefault(program_id, {})[thread_id] = key
+        self._resolve(program, thread_id, returned=True)
+        self._pending.setdefault(program, {})[thread_id] = key
 
-    def call_arrived(self, program_id: str, thread_id: str) -> None:
+    def call_arrived(self, program: ProgramKey, thread_id: str) -> None:
         """The thread sent its next call: its wait (if any) returned."""
-        self._resolve(program_id, thread_id, returned=True)
+        self._resolve(program, thread_id, returned=True)
 
-    def program_ended(self, program_id: str) -> None:
+    def program_ended(self, program: ProgramKey) -> None:
         """The program ended: its unresolved waits did not return."""
-        for key in self._pending.pop(program_id, {}).values():
+        for key in self._pending.pop(program, {}).values():
             self._counts.setdefault(key, [0, 0])[1] += 1
 
-    def _resolve(self, program_id: str, thread_id: str, *, returned: bool) -> None:
-        threads = self._pending.get(program_id)
+    def _resolve(self, program: ProgramKey, thread_id: str, *, returned: bool) -> None:
+        threads = self._pending.get(program)
         if not threads:
             return
         key = threads.pop(thread_id, None)
         if not threads:
-            del self._pending[program_id]
+            del self._pending[program]
         if key is not None:
             self._counts.setdefault(key, [0, 0])[0 if returned else 1] += 1

@@ -1,11 +1,12 @@
 """Live retentions of a driver (the controller service): what is held where, until when.
 
 The policy decides; the tracker remembers each decision as a :class:`Retention` and tells the
-driver what to release and when to re-warm. It guarantees the memory contract of BRIEF.md §5:
-a retention ends at the first of (its TTL, the thread's next call starting on its backend,
-the program's end) — :meth:`RetentionTracker.release_program` returns every retention of an
-ended program, and :meth:`RetentionTracker.start` refuses to retain for a program that has
-ended. Pure bookkeeping: no clock, no I/O; the driver performs pins / unpins / re-warms.
+driver what to release and when to re-warm. It guarantees the memory contract of
+docs/routing.md ("KV retention"): a retention ends at the first of (its TTL, the thread's next
+call starting on its backend, the program's end) — :meth:`RetentionTracker.release_program`
+returns every retention of an ended program, and :meth:`RetentionTracker.start` refuses to
+retain for a program that has ended. Pure bookkeeping: no clock, no I/O; the driver performs
+pins / unpins / re-warms.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 
 __all__ = ["Retention", "RetentionTracker", "pin_id_for"]
 
 
-def pin_id_for(program_id: str, thread_id: str) -> str:
+def pin_id_for(program: ProgramKey, thread_id: str) -> str:
     """A URL-safe pin id, stable for a program thread (``agentrt-`` + 20 hex digits)."""
-    digest = hashlib.blake2b(f"{program_id}\x1f{thread_id}".encode(), digest_size=10)
+    parts = (program.tenant or "", program.session_id, program.program_id, thread_id)
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=10)
     return "agentrt-" + digest.hexdigest()
 
 
@@ -31,7 +34,7 @@ def pin_id_for(program_id: str, thread_id: str) -> str:
 class Retention:
     """One retained thread context."""
 
-    program_id: str
+    program: ProgramKey
     thread_id: str
     #: Backend holding the KV.
     backend_id: str
@@ -63,9 +66,9 @@ class RetentionTracker:
             raise ConfigError(f"remember_ended must be >= 1, got {remember_ended!r}")
         self.rewarm_lead_s = float(rewarm_lead_s)
         self.remember_ended = remember_ended
-        self._live: dict[str, dict[str, Retention]] = {}
+        self._live: dict[ProgramKey, dict[str, Retention]] = {}
         self._expiry: list[tuple[float, int, Retention]] = []
-        self._ended: OrderedDict[str, None] = OrderedDict()
+        self._ended: OrderedDict[ProgramKey, None] = OrderedDict()
         self._seq = 0
 
     def __len__(self) -> int:
@@ -73,7 +76,7 @@ class RetentionTracker:
 
     def start(
         self,
-        program_id: str,
+        program: ProgramKey,
         thread_id: str,
         *,
         backend_id: str,
@@ -90,58 +93,58 @@ class RetentionTracker:
         ``predicted_return_s`` (seconds from now) sets the re-warm time
         ``now + predicted - rewarm_lead_s`` when it falls inside the TTL.
         """
-        replaced = self.release_thread(program_id, thread_id)
-        if not now_s + ttl_s > now_s or program_id in self._ended:  # 0, tiny or NaN TTLs
+        replaced = self.release_thread(program, thread_id)
+        if not now_s + ttl_s > now_s or program in self._ended:  # 0, tiny or NaN TTLs
             return None, replaced
         rewarm = math.inf
         if predicted_return_s is not None and 0 <= predicted_return_s < ttl_s:
             rewarm = now_s + max(0.0, predicted_return_s - self.rewarm_lead_s)
         retention = Retention(
-            program_id,
+            program,
             thread_id,
             backend_id,
-            pin_id_for(program_id, thread_id),
+            pin_id_for(program, thread_id),
             now_s,
             now_s + ttl_s,
             context_tokens,
             rewarm,
             payload=payload,
         )
-        self._live.setdefault(program_id, {})[thread_id] = retention
+        self._live.setdefault(program, {})[thread_id] = retention
         self._seq += 1
         heapq.heappush(self._expiry, (retention.until_s, self._seq, retention))
         return retention, replaced
 
-    def get(self, program_id: str, thread_id: str) -> Retention | None:
-        return self._live.get(program_id, {}).get(thread_id)
+    def get(self, program: ProgramKey, thread_id: str) -> Retention | None:
+        return self._live.get(program, {}).get(thread_id)
 
-    def retained_until(self, program_id: str) -> float | None:
+    def retained_until(self, program: ProgramKey) -> float | None:
         """The latest TTL end among the program's retentions; ``None`` when none."""
-        threads = self._live.get(program_id)
+        threads = self._live.get(program)
         return max(r.until_s for r in threads.values()) if threads else None
 
-    def release_thread(self, program_id: str, thread_id: str) -> Retention | None:
+    def release_thread(self, program: ProgramKey, thread_id: str) -> Retention | None:
         """The thread's next call started (or it is retained anew): end its retention."""
-        threads = self._live.get(program_id)
+        threads = self._live.get(program)
         if not threads:
             return None
         retention = threads.pop(thread_id, None)
         if not threads:
-            del self._live[program_id]
+            del self._live[program]
         return retention
 
-    def release_program(self, program_id: str) -> list[Retention]:
+    def release_program(self, program: ProgramKey) -> list[Retention]:
         """The program ended: end (and return) all its retentions; later :meth:`start` calls
         for it are refused until :meth:`forget_ended` (a program id reused by a new run)."""
-        self._ended[program_id] = None
-        self._ended.move_to_end(program_id)
+        self._ended[program] = None
+        self._ended.move_to_end(program)
         while len(self._ended) > self.remember_ended:
             self._ended.popitem(last=False)
-        return list(self._live.pop(program_id, {}).values())
+        return list(self._live.pop(program, {}).values())
 
-    def forget_ended(self, program_id: str) -> None:
+    def forget_ended(self, program: ProgramKey) -> None:
         """Allow retention again for a program id that starts anew."""
-        self._ended.pop(program_id, None)
+        self._ended.pop(program, None)
 
     def expire(self, now_s: float) -> list[Retention]:
         """End (and return) every retention whose TTL is over (``until_s <= now_s``)."""
@@ -149,9 +152,9 @@ class RetentionTracker:
         heap = self._expiry
         while heap and heap[0][0] <= now_s:
             _, _, retention = heapq.heappop(heap)
-            live = self._live.get(retention.program_id, {}).get(retention.thread_id)
+            live = self._live.get(retention.program, {}).get(retention.thread_id)
             if live is retention:
-                self.release_thread(retention.program_id, retention.thread_id)
+                self.release_thread(retention.program, retention.thread_id)
                 expired.append(retention)
         return expired
 
@@ -161,7 +164,7 @@ class RetentionTracker:
         heap = self._expiry
         while heap:
             retention = heap[0][2]
-            if self._live.get(retention.program_id, {}).get(retention.thread_id) is retention:
+            if self._live.get(retention.program, {}).get(retention.thread_id) is retention:
                 return heap[0][0]
             heapq.heappop(heap)
         return math.inf

@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import Call
 
 __all__ = ["ProgramAffinity"]
 
 
 class ProgramAffinity:
-    """Bindings keyed by program id (a :class:`RouteObserver`)."""
+    """Bindings keyed by program (a :class:`~agentrt_controller.routing.api.RouteObserver`)."""
 
     def __init__(self, *, ttl_s: float = 600.0, sticky_first: bool = False) -> None:
         """``ttl_s`` > 0 (``math.inf`` = until program end). ``sticky_first``: keep the first
@@ -27,22 +28,22 @@ class ProgramAffinity:
             raise ConfigError(f"affinity ttl_s must be > 0 seconds, got {ttl_s!r}")
         self.ttl_s = float(ttl_s)
         self.sticky_first = sticky_first
-        #: program id -> (backend id, when the binding was last refreshed in seconds)
-        self._bound: dict[str, tuple[str, float]] = {}
+        #: program -> (backend id, when the binding was last refreshed in seconds)
+        self._bound: dict[ProgramKey, tuple[str, float]] = {}
 
-    def backend_of(self, program_id: str, now_s: float) -> str | None:
+    def backend_of(self, program: ProgramKey, now_s: float) -> str | None:
         """The program's backend, or ``None`` (never bound, expired or ended)."""
-        bound = self._bound.get(program_id)
+        bound = self._bound.get(program)
         if bound is None:
             return None
         if now_s - bound[1] > self.ttl_s:
-            del self._bound[program_id]
+            del self._bound[program]
             return None
         return bound[0]
 
     def bound_among(self, call: Call, backend_ids: Sequence[str], now_s: float) -> str | None:
         """The call's program's backend if it is one of ``backend_ids``, else ``None``."""
-        backend = self.backend_of(call.program_id, now_s)
+        backend = self.backend_of(call.program_key, now_s)
         return backend if backend is not None and backend in backend_ids else None
 
     def __len__(self) -> int:
@@ -51,17 +52,19 @@ class ProgramAffinity:
     # --- RouteObserver -------------------------------------------------------------------
 
     def on_routed(self, call: Call, backend_id: str, now_s: float) -> None:
-        current = self.backend_of(call.program_id, now_s)
+        program = call.program_key
+        current = self.backend_of(program, now_s)
         if self.sticky_first and current is not None and current != backend_id:
             # Sent elsewhere (its backend was down or full): the binding stays, refreshed.
-            self._bound[call.program_id] = (current, now_s)
+            self._bound[program] = (current, now_s)
             return
-        self._bound[call.program_id] = (backend_id, now_s)
+        self._bound[program] = (backend_id, now_s)
 
     def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
-        bound = self._bound.get(call.program_id)
+        program = call.program_key
+        bound = self._bound.get(program)
         if bound is not None and bound[0] == backend_id:
-            self._bound[call.program_id] = (backend_id, now_s)
+            self._bound[program] = (backend_id, now_s)
 
-    def on_program_end(self, program_id: str, now_s: float) -> None:
-        self._bound.pop(program_id, None)
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        self._bound.pop(program, None)

@@ -1,4 +1,5 @@
-"""The routing pipeline's seams: one one-method protocol per stage (filter → scorer → picker).
+"""Routing's seams: the :class:`Router` a driver's Dispatcher asks, and the routing pipeline's
+one one-method protocol per stage (filter → scorer → picker).
 
 A :class:`~agentrt_controller.routing.pipeline.PipelineRouter` runs, for each call:
 
@@ -18,9 +19,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import BackendView, Call
 
-__all__ = ["Filter", "Picker", "RouteObserver", "Scored", "Scorer", "backend_load"]
+__all__ = ["Filter", "Picker", "RouteObserver", "Router", "Scored", "Scorer", "backend_load"]
+
+
+class Router(Protocol):
+    """Chooses the backend for a call among those that may take it now."""
+
+    name: str
+
+    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
+        """Return the ``backend_id`` of one of ``candidates`` (never empty)."""
+
+    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+        """A call routed to ``backend_id`` finished (for affinity / index upkeep)."""
+
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        """Forget a program's affinity."""
 
 
 def backend_load(view: BackendView) -> int:
@@ -76,5 +93,5 @@ class RouteObserver(Protocol):
         """``call`` finished on ``backend_id``; its ``block_hashes`` may now cover its prompt
         and output (the driver may extend them), i.e. what the next call will extend."""
 
-    def on_program_end(self, program_id: str, now_s: float) -> None:
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         """Forget the program."""

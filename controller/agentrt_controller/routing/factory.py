@@ -29,7 +29,7 @@ from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller.routing.affinity import ProgramAffinity
-from agentrt_controller.routing.api import Filter, Picker, RouteObserver, Scorer
+from agentrt_controller.routing.api import Filter, Picker, RouteObserver, Router, Scorer
 from agentrt_controller.routing.filters import (
     AutellixLongCallFilter,
     HealthyFilter,
@@ -39,6 +39,7 @@ from agentrt_controller.routing.filters import (
 from agentrt_controller.routing.pickers import ArgmaxPicker, WeightedRandomPicker
 from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer
 from agentrt_controller.routing.prefix_index import PrefixIndex
+from agentrt_controller.routing.round_robin import RoundRobinRouter
 from agentrt_controller.routing.routers import (
     AutellixParams,
     PrefixParams,
@@ -47,8 +48,6 @@ from agentrt_controller.routing.routers import (
     prefix_router,
 )
 from agentrt_controller.routing.scorers import AffinityScorer, LoadScorer, PrefixCostScorer
-from agentrt_controller.scheduling.api import Router
-from agentrt_controller.scheduling.basic import RoundRobinRouter
 
 __all__ = ["DEFAULT_ROUTER", "ROUTER_NAMES", "build_router"]
 

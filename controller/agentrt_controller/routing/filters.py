@@ -10,9 +10,6 @@ from agentrt_controller.scheduling.api import BackendView, Call
 
 __all__ = ["AutellixLongCallFilter", "HealthyFilter", "KvPressureFilter", "RetainedFilter"]
 
-#: ``Call.notes`` key a retention driver sets: the backend holding the call's retained KV.
-RETAINED_BACKEND_NOTE = "retained_backend"
-
 
 class HealthyFilter:
     """Drops backends marked unhealthy (health check / circuit breaker): failover."""
@@ -41,13 +38,13 @@ class KvPressureFilter:
 
 
 class RetainedFilter:
-    """Keeps only the backend that retains the call's KV (``call.notes["retained_backend"]``,
-    set while a retention TTL lasts, BRIEF.md §5) when it is a candidate."""
+    """Keeps only the backend that retains the call's KV (``Call.retained_backend``, set while
+    a retention window lasts: docs/routing.md, "KV retention") when it is a candidate."""
 
     def filter(
         self, call: Call, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
-        retained = call.notes.get(RETAINED_BACKEND_NOTE)
+        retained = call.retained_backend
         if retained is None:
             return list(backends)
         return [b for b in backends if b.backend_id == retained]
@@ -71,5 +68,5 @@ class AutellixLongCallFilter:
     ) -> list[BackendView]:
         if call.prompt_tokens <= self.threshold_tokens:
             return list(backends)
-        bound = self.affinity.backend_of(call.program_id, now_s)
+        bound = self.affinity.backend_of(call.program_key, now_s)
         return [b for b in backends if b.backend_id == bound]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing.api import Filter, Picker, RouteObserver, Scored, Scorer
 from agentrt_controller.routing.prefix_index import PrefixIndex
 from agentrt_controller.scheduling.api import BackendView, Call
@@ -123,9 +124,9 @@ class PipelineRouter:
         for observer in self.observers:
             observer.on_finish(call, backend_id, now_s)
 
-    def on_program_end(self, program_id: str, now_s: float) -> None:
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         for observer in self.observers:
-            observer.on_program_end(program_id, now_s)
+            observer.on_program_end(program, now_s)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-able configuration and counters, for introspection."""

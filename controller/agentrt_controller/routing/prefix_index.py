@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import Call
 
 __all__ = ["SHARED_HEAD_BLOCKS", "PrefixIndex"]
@@ -74,7 +75,7 @@ class PrefixIndex:
         self.popularity_capacity = popularity_capacity
         self._blocks: dict[str, OrderedDict[int, float]] = {}
         #: element -> (programs that used it, approximately; the last of them)
-        self._programs: OrderedDict[int, tuple[int, str]] = OrderedDict()
+        self._programs: OrderedDict[int, tuple[int, ProgramKey]] = OrderedDict()
 
     def shared_prefix(self, hashes: Sequence[int]) -> int:
         """How many leading elements of ``hashes`` at least ``shared_programs`` programs used
@@ -89,15 +90,15 @@ class PrefixIndex:
             count += 1
         return count
 
-    def note_program(self, program_id: str, hashes: Sequence[int]) -> None:
-        """``program_id`` used the chain ``hashes`` (its head counts toward sharing)."""
+    def note_program(self, program: ProgramKey, hashes: Sequence[int]) -> None:
+        """``program`` used the chain ``hashes`` (its head counts toward sharing)."""
         programs = self._programs
         for h in hashes[:SHARED_HEAD_BLOCKS]:
             seen = programs.get(h)
             if seen is None:
-                programs[h] = (1, program_id)
-            elif seen[1] != program_id:
-                programs[h] = (seen[0] + 1, program_id)
+                programs[h] = (1, program)
+            elif seen[1] != program:
+                programs[h] = (seen[0] + 1, program)
                 programs.move_to_end(h)
         while len(programs) > self.popularity_capacity:
             programs.popitem(last=False)
@@ -145,13 +146,13 @@ class PrefixIndex:
     def on_routed(self, call: Call, backend_id: str, now_s: float) -> None:
         """The prompt will be prefilled there: count its chain as cached from now."""
         self.insert(backend_id, call.block_hashes, now_s)
-        self.note_program(call.program_id, call.block_hashes)
+        self.note_program(call.program_key, call.block_hashes)
 
     def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
         """Refresh the chain (the driver may have extended it over the output)."""
         self.insert(backend_id, call.block_hashes, now_s)
 
-    def on_program_end(self, program_id: str, now_s: float) -> None:
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         """Nothing: cached prefixes outlive their program (others may share them)."""
 
     def _purge(self, blocks: OrderedDict[int, float], now_s: float) -> None:

@@ -44,7 +44,7 @@ class AffinityScorer:
         self.affinity = affinity
 
     def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
-        bound = self.affinity.backend_of(call.program_id, now_s)
+        bound = self.affinity.backend_of(call.program_key, now_s)
         return [1.0 if b.backend_id == bound else 0.0 for b in backends]
 
 

@@ -2,30 +2,29 @@
 
 A driver feeds facts in (a call arrived, tokens streamed, a call finished, a program ended) and
 asks :class:`~agentrt_controller.scheduling.dispatcher.Dispatcher` which queued calls to admit to
-which
-backend now. Policies plug in behind three one-job protocols:
+which backend now. Policies plug in behind three one-job protocols:
 
 * :class:`Scheduler` — orders queued calls (FCFS, MLFQ, PLAS, ATLAS, SRPT...);
-* :class:`Router` — picks a backend for the call about to be admitted;
+* :class:`~agentrt_controller.routing.api.Router` — picks a backend for the call about to be
+  admitted (it lives in :mod:`agentrt_controller.routing`);
 * :class:`AdmissionPolicy` — says whether a backend may take one more call now.
+
+This module holds the data both sides share: :class:`Call` and :class:`BackendView`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from agentrt_controller.keys import DEFAULT_SESSION, ProgramKey
 
 if TYPE_CHECKING:
     from agentrt_controller.process_table import ProcessTable
 
-#: Session id of calls that carry none (untagged calls, single-tenant drivers).
-DEFAULT_SESSION = "anonymous"
-
-#: A program's key in the process table: ``(session_id, program_id)``. The session part keeps
-#: tenants apart; two sessions may use the same program id.
-ProgramKey = tuple[str, str]
+#: The queue a call waits in: the scheduler's, or the Dispatcher's retained lane.
+Lane = Literal["scheduler", "retained"]
 
 
 @dataclass(slots=True)
@@ -40,7 +39,8 @@ class Call:
     thread_id: str = "main"
     #: The call's node id in the program DAG.
     node_id: str = ""
-    #: Parent node ids (DAG edges), as tagged by the SDK.
+    #: Parent node ids (DAG edges), as tagged by the SDK. Reserved: carried on the call, not
+    #: read by any policy.
     parent_ids: tuple[str, ...] = ()
     #: Arrival time at the controller (seconds, driver's clock).
     arrival_s: float = 0.0
@@ -50,7 +50,8 @@ class Call:
     prompt_tokens: int = 0
     #: Maximum / expected output length (tokens), if the request says.
     max_tokens: int | None = None
-    #: ``latency`` or ``throughput`` (see agentrt.protocol.HEADER_OBJECTIVE).
+    #: ``latency`` or ``throughput`` (see agentrt.protocol.HEADER_OBJECTIVE). Reserved: carried
+    #: on the call, not read by any policy.
     objective: str = "latency"
     #: Hash chain of the prompt's blocks (for prefix-aware routing); empty when unknown.
     block_hashes: tuple[int, ...] = ()
@@ -61,6 +62,13 @@ class Call:
     #: Client session (tenant) of the program; keyword-only so positional construction of the
     #: fields above keeps working.
     session_id: str = field(default=DEFAULT_SESSION, kw_only=True)
+    #: The SDK's attempt number of this call (1 = first try, see
+    #: agentrt.protocol.HEADER_ATTEMPT). Reserved: carried on the call, not read by any policy.
+    attempt: int = field(default=1, kw_only=True)
+    #: The backend that retains this call's KV (its thread's context), set by a retention
+    #: driver when the call arrives inside a retention window; ``None`` = not retained. The
+    #: Dispatcher and the ``retained`` routing filter send the call there when they can.
+    retained_backend: str | None = field(default=None, kw_only=True)
 
     # --- written by the scheduler -------------------------------------------------------
     #: Program-level priority when the call was enqueued (seconds of service; lower = sooner).
@@ -77,16 +85,21 @@ class Call:
     quantum_tokens: int = 0
     #: Monotone sequence number given at submission; breaks ties deterministically.
     seq: int = 0
-    #: Free-form per-policy annotations (JSON-able), shown in introspection.
-    notes: dict[str, Any] = field(default_factory=dict)
+    #: The queue the call was submitted to (set by the Dispatcher).
+    lane: Lane = "scheduler"
+    #: Multi-level schedulers: the call entered Q1 because its program was retained
+    #: (``SchedulerConfig.boost_retained``).
+    retention_boost: bool = False
+    #: Multi-level schedulers: anti-starvation promotions so far (shown in introspection).
+    promotions: int = 0
     #: When the call entered its current level (seconds): the FCFS key inside a level. Set on
     #: submit, demotion and promotion; a requeue keeps it, so the call keeps its place.
     level_entered_s: float = 0.0
 
     @property
     def program_key(self) -> ProgramKey:
-        """The call's program in the process table: ``(session_id, program_id)``."""
-        return (self.session_id, self.program_id)
+        """The call's program: ``session_id`` and ``program_id`` as one key."""
+        return ProgramKey(session_id=self.session_id, program_id=self.program_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,28 +162,11 @@ class Scheduler(Protocol):
     def drop_expired(self, now_s: float) -> list[Call]:
         """Remove and return queued calls whose deadline has passed."""
 
-    def on_program_end(
-        self, program_id: str, now_s: float, session_id: str = DEFAULT_SESSION
-    ) -> None:
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         """Forget everything about a program (its process-table entry)."""
 
     def snapshot(self, now_s: float) -> dict[str, Any]:
         """JSON-able view of the queues, for introspection."""
-
-
-class Router(Protocol):
-    """Chooses the backend for a call among those that may take it now."""
-
-    name: str
-
-    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
-        """Return the ``backend_id`` of one of ``candidates`` (never empty)."""
-
-    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
-        """A call routed to ``backend_id`` finished (for affinity / index upkeep)."""
-
-    def on_program_end(self, program_id: str, now_s: float) -> None:
-        """Forget a program's affinity."""
 
 
 class AdmissionPolicy(Protocol):

@@ -1,15 +1,16 @@
-"""The baseline policies: FCFS scheduling, round-robin routing, a fixed in-flight window."""
+"""The baseline policies: FCFS scheduling and a fixed in-flight window (the round-robin router
+is in :mod:`agentrt_controller.routing.round_robin`)."""
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Sequence
 from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
-from agentrt_controller.scheduling.api import DEFAULT_SESSION, BackendView, Call
+from agentrt_controller.scheduling.api import BackendView, Call
 
 
 class FcfsScheduler:
@@ -79,10 +80,8 @@ class FcfsScheduler:
             self.table.call_dropped(entry[2], now_s)
         return [entry[2] for entry in expired]
 
-    def on_program_end(
-        self, program_id: str, now_s: float, session_id: str = DEFAULT_SESSION
-    ) -> None:
-        self.table.end((session_id, program_id), now_s)
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        self.table.end(program, now_s)
 
     def snapshot(self, now_s: float) -> dict[str, Any]:
         calls = [entry[2] for entry in sorted(self._heap)]
@@ -106,27 +105,6 @@ class FcfsScheduler:
                 }
             ],
         }
-
-
-class RoundRobinRouter:
-    """Cycles through the candidate backends in id order."""
-
-    name = "round_robin"
-
-    def __init__(self) -> None:
-        self._next = 0
-
-    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
-        ordered = sorted(candidates, key=lambda b: b.backend_id)
-        choice = ordered[self._next % len(ordered)]
-        self._next += 1
-        return choice.backend_id
-
-    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
-        return None
-
-    def on_program_end(self, program_id: str, now_s: float) -> None:
-        return None
 
 
 class FixedWindowAdmission:

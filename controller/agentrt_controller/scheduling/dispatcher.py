@@ -15,14 +15,15 @@ only update the process table (:attr:`Dispatcher.table`, shared with the schedul
 It is pure: no clock, no I/O. ``backends`` is the driver's current view; the dispatcher counts
 the calls it admits in this round so one round never overfills a backend.
 
-**Retained lane** (BRIEF.md §5). A call whose program's KV is retained when it arrives
-(``set_retention``, i.e. it comes back from a tool within the TTL) skips the scheduler's order:
-it waits in a FIFO lane that :meth:`Dispatcher.admit` serves before the scheduler, whatever the
-scheduler is (its context is hot and cheap now; delaying it is what makes it expensive). The
-lane shares the process table, so the program's attained service, waiting time and critical
-path are kept exactly as if the scheduler had queued the call. A call carrying
-``call.notes["retained_backend"]`` goes to that backend when it is a candidate (has room),
-whatever the router; otherwise the router chooses (failover).
+**Retained lane** (docs/scheduling.md; docs/routing.md, "KV retention"). A call whose
+program's KV is retained when it arrives (``set_retention``, i.e. it comes back from a tool
+within the TTL) skips the scheduler's order: it waits in a FIFO lane that
+:meth:`Dispatcher.admit` serves before the scheduler, whatever the scheduler is (its context is
+hot and cheap now; delaying it is what makes it expensive). The lane shares the process table,
+so the program's attained service, waiting time and critical path are kept exactly as if the
+scheduler had queued the call. A call carrying ``Call.retained_backend`` goes to that backend
+when it is a candidate (has room), whatever the router; otherwise the router chooses
+(failover).
 """
 
 from __future__ import annotations
@@ -32,21 +33,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ToolWait
-from agentrt_controller.scheduling.api import (
-    DEFAULT_SESSION,
-    AdmissionPolicy,
-    BackendView,
-    Call,
-    ProgramKey,
-    Router,
-    Scheduler,
-)
+from agentrt_controller.routing.api import Router
+from agentrt_controller.scheduling.api import AdmissionPolicy, BackendView, Call, Scheduler
 from agentrt_controller.scheduling.basic import FcfsScheduler
-
-#: ``Call.notes`` keys: the lane a call was queued in, and the backend retaining its KV.
-LANE_NOTE = "lane"
-RETAINED_BACKEND_NOTE = "retained_backend"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +75,7 @@ class Dispatcher:
 
     def submit(self, call: Call, now_s: float) -> None:
         if self.lane is not None and self._retained(call, now_s):
-            call.notes[LANE_NOTE] = "retained"
+            call.lane = "retained"
             self.lane_total += 1
             self.lane.submit(call, now_s)
             return
@@ -107,7 +98,7 @@ class Dispatcher:
             call = (lane or self.scheduler).pop(now_s)
             if call is None:
                 break
-            retained = call.notes.get(RETAINED_BACKEND_NOTE)
+            retained = call.retained_backend
             held = [b for b in candidates if b.backend_id == retained]
             backend_id = self.router.route(call, held or candidates, now_s)
             chosen = views[backend_id]
@@ -148,31 +139,23 @@ class Dispatcher:
 
     def _policy_of(self, call: Call) -> Scheduler:
         """The lane for calls queued there, the scheduler for all others."""
-        if self.lane is not None and call.notes.get(LANE_NOTE) == "retained":
+        if self.lane is not None and call.lane == "retained":
             return self.lane
         return self.scheduler
 
     def on_program_start(
-        self,
-        program_id: str,
-        now_s: float,
-        *,
-        session_id: str = DEFAULT_SESSION,
-        name: str = "",
-        deadline_s: float = math.inf,
+        self, program: ProgramKey, now_s: float, *, name: str = "", deadline_s: float = math.inf
     ) -> None:
         """A program-start event (optional: its first call creates the entry too)."""
-        self.table.start((session_id, program_id), now_s, name=name, deadline_s=deadline_s)
+        self.table.start(program, now_s, name=name, deadline_s=deadline_s)
 
-    def on_program_end(
-        self, program_id: str, now_s: float, session_id: str = DEFAULT_SESSION
-    ) -> None:
-        self.scheduler.on_program_end(program_id, now_s, session_id)
-        self.router.on_program_end(program_id, now_s)
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        self.scheduler.on_program_end(program, now_s)
+        self.router.on_program_end(program, now_s)
 
     def on_tool_wait_start(
         self,
-        program_id: str,
+        program: ProgramKey,
         now_s: float,
         *,
         thread_id: str,
@@ -180,12 +163,11 @@ class Dispatcher:
         tool_name: str,
         predicted_duration_s: float | None = None,
         kind: str = "tool",
-        session_id: str = DEFAULT_SESSION,
     ) -> ToolWait:
-        """The program waits on a tool / a human (BRIEF.md §5); returns the recorded wait,
-        which a retention policy may read."""
+        """The program waits on a tool / a human; returns the recorded wait, which a
+        retention policy may read."""
         return self.table.tool_wait_start(
-            (session_id, program_id),
+            program,
             now_s,
             thread_id=thread_id,
             node_id=node_id,
@@ -195,31 +177,22 @@ class Dispatcher:
         )
 
     def on_tool_wait_end(
-        self,
-        program_id: str,
-        now_s: float,
-        *,
-        thread_id: str,
-        node_id: str,
-        session_id: str = DEFAULT_SESSION,
+        self, program: ProgramKey, now_s: float, *, thread_id: str, node_id: str
     ) -> ToolWait | None:
         """The tool wait is over; returns it (``None`` if unknown)."""
-        return self.table.tool_wait_end(
-            (session_id, program_id), now_s, thread_id=thread_id, node_id=node_id
-        )
+        return self.table.tool_wait_end(program, now_s, thread_id=thread_id, node_id=node_id)
 
-    def set_retention(
-        self, program_id: str, until_s: float | None, session_id: str = DEFAULT_SESSION
-    ) -> None:
+    def set_retention(self, program: ProgramKey, until_s: float | None) -> None:
         """Mark a program's KV as retained until ``until_s`` (``None`` clears): its next call
-        enters Q1 while it lasts (``SchedulerConfig.boost_retained``)."""
-        self.table.set_retention((session_id, program_id), until_s)
+        enters the retained lane (and Q1, ``SchedulerConfig.boost_retained``) while it
+        lasts."""
+        self.table.set_retention(program, until_s)
 
     def expire(self, now_s: float) -> list[ProgramKey]:
         """Remove idle programs from the table (and their router affinity); returns them."""
         removed = self.table.expire(now_s)
-        for _, program_id in removed:
-            self.router.on_program_end(program_id, now_s)
+        for program in removed:
+            self.router.on_program_end(program, now_s)
         return removed
 
     def snapshot(self, now_s: float) -> dict[str, Any]:

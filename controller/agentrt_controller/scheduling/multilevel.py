@@ -1,5 +1,5 @@
 """Discrete-queue schedulers: per-call MLFQ, PLAS and ATLAS (Autellix arXiv 2502.13965;
-BRIEF.md §3).
+docs/scheduling.md).
 
 All three share one mechanism (:class:`MultiLevelScheduler`) and differ only in the priority a
 new call enters with:
@@ -35,8 +35,9 @@ import itertools
 import math
 from typing import Any
 
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ProgramEntry
-from agentrt_controller.scheduling.api import DEFAULT_SESSION, Call
+from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.config import SchedulerConfig, is_starving
 from agentrt_controller.scheduling.queues import LevelQueues, fcfs_key
 
@@ -91,7 +92,7 @@ class MultiLevelScheduler:
         retained = entry.retained_until_s
         if self.config.boost_retained and retained is not None and retained >= now_s:
             level = 0
-            call.notes["retained"] = True
+            call.retention_boost = True
         call.level = level
         call.quantum_tokens = 0
         call.enqueued_s = now_s
@@ -155,10 +156,8 @@ class MultiLevelScheduler:
         self.dropped_total += len(dropped)
         return dropped
 
-    def on_program_end(
-        self, program_id: str, now_s: float, session_id: str = DEFAULT_SESSION
-    ) -> None:
-        self.table.end((session_id, program_id), now_s)
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        self.table.end(program, now_s)
 
     # --- anti-starvation ----------------------------------------------------------------------
 
@@ -193,7 +192,7 @@ class MultiLevelScheduler:
             call.enqueued_s = now_s
             call.level = 0
             call.level_entered_s = now_s
-            call.notes["promotions"] = int(call.notes.get("promotions", 0)) + 1
+            call.promotions += 1
             self._queues.push(call)
             promoted.append(call)
         self.promotions_total += len(promoted)
@@ -244,7 +243,7 @@ def _call_json(call: Call, now_s: float) -> dict[str, Any]:
         "priority_s": call.priority_s,
         "wait_s": call.wait_s + (now_s - call.enqueued_s),
         "deadline_s": None if math.isinf(call.deadline_s) else call.deadline_s,
-        "promotions": call.notes.get("promotions", 0),
+        "promotions": call.promotions,
     }
 
 

@@ -90,6 +90,8 @@ def replay_chains(
     waits: dict[str, int] = {}
     finish: dict[str, int] = {}
     running: list[Call] = []
+    #: call id -> the call's position in its program's chain.
+    index_of: dict[str, int] = {}
 
     def release(program: str, index: int, now: int) -> None:
         duration = programs[program][index]
@@ -102,7 +104,7 @@ def replay_chains(
             oracle_service_s=float(duration),
             oracle_program_remaining_s=float(remaining_work[program]),
         )
-        call.notes["index"] = index
+        index_of[call.call_id] = index
         progress[call.call_id] = 0
         released[call.call_id] = now
         scheduler.submit(call, float(now))
@@ -124,19 +126,19 @@ def replay_chains(
             progress[call.call_id] += 1
             remaining_work[call.program_id] -= 1
             scheduler.on_tokens(call, 1, float(now))
-            if progress[call.call_id] == programs[call.program_id][call.notes["index"]]:
+            if progress[call.call_id] == programs[call.program_id][index_of[call.call_id]]:
                 done.append(call)
         running = [c for c in running if c not in done]
         for call in sorted(done, key=lambda c: c.program_id):
             duration = progress[call.call_id]
             scheduler.on_finish(call, float(duration), float(now))
             waits[call.call_id] = now - released[call.call_id] - duration
-            index = int(call.notes["index"]) + 1
+            index = index_of[call.call_id] + 1
             if index < len(programs[call.program_id]):
                 release(call.program_id, index, now)
             else:
                 finish[call.program_id] = now
-                scheduler.on_program_end(call.program_id, float(now))
+                scheduler.on_program_end(call.program_key, float(now))
     return ReplayResult(
         policy=scheduler.name,
         preemptive=preemptive,

@@ -128,6 +128,7 @@ def parse_call(
             prompt_tokens=len(raw) // 4,  # bytes/4: a cheap estimate, usage corrects it
             max_tokens=max_tokens,
             objective=tags.objective,
+            attempt=tags.attempt,
         )
     forward = {k: v for k, v in headers.items() if k in _FORWARDED}
     return IncomingCall(

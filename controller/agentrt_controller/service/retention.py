@@ -4,7 +4,7 @@ The decision is :class:`agentrt_controller.retention.TtlRetentionPolicy`'s (the 
 simulator drives); this module carries it out (docs/routing.md, "KV retention"):
 
 * **window** (every backend): ``Dispatcher.set_retention`` until the TTL and, on the thread's
-  next call, ``call.notes["retained_backend"]`` — the Dispatcher's retained lane admits it
+  next call, ``Call.retained_backend`` — the Dispatcher's retained lane admits it
   first, to the backend that served the thread's last call;
 * **pin** on a backend with native pins (:class:`~agentrt_controller.backends.api.SupportsPins`: the
   emulator, SGLang): ``pin(pin_id, messages=<the thread's last request messages>, ttl_s)`` —
@@ -36,14 +36,15 @@ from anyio.abc import TaskStatus
 
 from agentrt.errors import AgentrtError
 from agentrt_controller.backends.api import Backend, BackendRequest, pins_of
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention import (
     Retention,
     RetentionTracker,
     ToolWaitFacts,
     TtlRetentionPolicy,
 )
-from agentrt_controller.scheduling.api import DEFAULT_SESSION, Call
-from agentrt_controller.scheduling.dispatcher import RETAINED_BACKEND_NOTE, Dispatcher
+from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.dispatcher import Dispatcher
 
 __all__ = ["RetentionDriver"]
 
@@ -64,10 +65,6 @@ class _Context:
     backend_id: str
     body: Mapping[str, Any]
     tokens: int
-
-
-def _key(session_id: str, program_id: str) -> str:
-    return program_id if session_id == DEFAULT_SESSION else f"{session_id}\x1f{program_id}"
 
 
 class RetentionDriver:
@@ -91,10 +88,10 @@ class RetentionDriver:
         self.tracker = RetentionTracker(rewarm_lead_s=rewarm_lead_s)
         self.rewarm_max_in_flight = rewarm_max_in_flight
         self._on_error = on_error
-        #: program key -> thread -> the thread's last context.
-        self._contexts: dict[str, dict[str, _Context]] = {}
-        #: program key -> (session id, program id), for programs holding a retention.
-        self._ids: dict[str, tuple[str, str]] = {}
+        #: program -> thread -> the thread's last context.
+        self._contexts: dict[ProgramKey, dict[str, _Context]] = {}
+        #: Programs holding a retention (the dispatcher is told when it ends).
+        self._retained: set[ProgramKey] = set()
         #: Backend calls to make, in order (bounded: a flood drops, counted as ``dropped``).
         self._actions: deque[tuple[str, Retention]] = deque()
         self._wake = anyio.Event()
@@ -105,16 +102,16 @@ class RetentionDriver:
 
     def on_call(self, call: Call) -> None:
         """A tagged call arrived: its thread came back; tag it if its context is retained."""
-        key = _key(call.session_id, call.program_id)
+        key = call.program_key
         now = self.clock()
         self.policy.on_call_arrived(key, call.thread_id, now)
         retention = self.tracker.get(key, call.thread_id)
         if retention is not None and retention.until_s > now:
-            call.notes[RETAINED_BACKEND_NOTE] = retention.backend_id
+            call.retained_backend = retention.backend_id
 
     def on_admitted(self, call: Call, backend_id: str) -> None:
         """The call left the queues: its thread's retention has done its job."""
-        key = _key(call.session_id, call.program_id)
+        key = call.program_key
         released = self.tracker.release_thread(key, call.thread_id)
         if released is not None:
             self._release([released], key)
@@ -124,15 +121,14 @@ class RetentionDriver:
     ) -> None:
         """A tagged call was answered: remember its context (backend, request body, prompt
         tokens) for the thread's next wait."""
-        key = _key(call.session_id, call.program_id)
+        key = call.program_key
         context = _Context(backend_id, body, prompt_tokens)
         self._contexts.setdefault(key, {})[call.thread_id] = context
 
     def on_tool_start(
         self,
-        program_id: str,
+        key: ProgramKey,
         *,
-        session_id: str,
         thread_id: str,
         node_id: str,
         tool_name: str,
@@ -142,11 +138,10 @@ class RetentionDriver:
     ) -> None:
         """A thread waits on a tool: decide, and carry the decision out."""
         now = self.clock()
-        key = _key(session_id, program_id)
         context = self._contexts.get(key, {}).get(thread_id)
         state = self.pool.states.get(context.backend_id) if context is not None else None
         facts = ToolWaitFacts(
-            program_id=key,
+            program=key,
             thread_id=thread_id,
             node_id=node_id,
             kind=kind,
@@ -179,8 +174,8 @@ class RetentionDriver:
             self._release([replaced], key, clear=False)
         if retention is None:
             return
-        self._ids[key] = (session_id, program_id)
-        self.dispatcher.set_retention(program_id, self.tracker.retained_until(key), session_id)
+        self._retained.add(key)
+        self.dispatcher.set_retention(key, self.tracker.retained_until(key))
         capabilities = state.backend.capabilities
         if not decision.pin:
             retention.rewarm_at_s = math.inf
@@ -192,24 +187,22 @@ class RetentionDriver:
         self._wake.set()
 
     def on_tool_end(
-        self, program_id: str, *, session_id: str, thread_id: str, node_id: str, duration_s: float
+        self, key: ProgramKey, *, thread_id: str, node_id: str, duration_s: float
     ) -> None:
         """The tool returned after ``duration_s`` seconds (learned per tool)."""
-        key = _key(session_id, program_id)
         self.policy.on_wait_end(key, thread_id, node_id, duration_s, self.clock())
 
-    def on_program_end(self, program_id: str, session_id: str = DEFAULT_SESSION) -> None:
+    def on_program_end(self, key: ProgramKey) -> None:
         """The program ended (or expired): release everything it holds, forget it."""
-        key = _key(session_id, program_id)
-        self._ids.setdefault(key, (session_id, program_id))
+        self._retained.add(key)
         self._release(self.tracker.release_program(key), key)
-        self._ids.pop(key, None)
+        self._retained.discard(key)
         self.policy.on_program_end(key, self.clock())
         self._contexts.pop(key, None)
 
-    def on_program_start(self, program_id: str, session_id: str = DEFAULT_SESSION) -> None:
+    def on_program_start(self, key: ProgramKey) -> None:
         """A program (id) starts (again): retention is allowed for it."""
-        self.tracker.forget_ended(_key(session_id, program_id))
+        self.tracker.forget_ended(key)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-able counters for introspection."""
@@ -227,7 +220,7 @@ class RetentionDriver:
         while True:
             now = self.clock()
             for expired in self.tracker.expire(now):
-                self._clear(expired.program_id)
+                self._clear(expired.program)
             for due in self.tracker.due_rewarms(now):
                 self._enqueue(("rewarm", due))
             while self._actions:
@@ -287,7 +280,7 @@ class RetentionDriver:
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _release(self, released: Sequence[Retention], key: str, clear: bool = True) -> None:
+    def _release(self, released: Sequence[Retention], key: ProgramKey, clear: bool = True) -> None:
         for retention in released:
             state = self.pool.states.get(retention.backend_id)
             if state is not None and state.backend.capabilities.supports_pins:
@@ -295,18 +288,17 @@ class RetentionDriver:
         if clear:
             self._clear(key)
 
-    def _clear(self, key: str) -> None:
+    def _clear(self, key: ProgramKey) -> None:
         """Tell the dispatcher how long the program stays retained (``None``: no longer)."""
-        ids = self._ids.get(key)
-        if ids is None:
+        if key not in self._retained:
             return
         until = self.tracker.retained_until(key)
-        self.dispatcher.set_retention(ids[1], until, ids[0])
+        self.dispatcher.set_retention(key, until)
         if until is None:
-            del self._ids[key]
+            self._retained.discard(key)
 
     def _live(self, retention: Retention) -> bool:
-        current = self.tracker.get(retention.program_id, retention.thread_id)
+        current = self.tracker.get(retention.program, retention.thread_id)
         return current is retention and retention.until_s > self.clock()
 
     def _has_room(self, state: Any) -> bool:

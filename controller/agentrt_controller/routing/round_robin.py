@@ -1,0 +1,32 @@
+"""The baseline router: round robin over the candidate backends."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.scheduling.api import BackendView, Call
+
+__all__ = ["RoundRobinRouter"]
+
+
+class RoundRobinRouter:
+    """Cycles through the candidate backends in id order (implements
+    :class:`~agentrt_controller.routing.api.Router`)."""
+
+    name = "round_robin"
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
+        ordered = sorted(candidates, key=lambda b: b.backend_id)
+        choice = ordered[self._next % len(ordered)]
+        self._next += 1
+        return choice.backend_id
+
+    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+        return None
+
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        return None
