@@ -1,4 +1,5 @@
-"""Keep the SDK's public surface honest (STYLE.md rule 6)."""
+"""Keep the SDK's public surface honest: ``agentrt.__all__`` is the whole public surface
+(docs/architecture.md, "Design rules")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The intent protocol on real databases (SQLite file and PostgreSQL): BRIEF.md §6."""
+"""The intent protocol on real databases (SQLite file and PostgreSQL): docs/journal.md,
+"The protocol"."""
 
 from __future__ import annotations
 

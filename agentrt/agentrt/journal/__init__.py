@@ -1,4 +1,4 @@
-"""Durable intent journal for side-effecting tools (BRIEF.md §6). See ``api`` for the seam.
+"""Durable intent journal for side-effecting tools (docs/journal.md). See ``api`` for the seam.
 
 Use::
 

@@ -1,4 +1,4 @@
-"""The seam between the SDK's step execution and the durable intent journal (BRIEF.md §6).
+"""The seam between the SDK's step execution and the durable intent journal (docs/journal.md).
 
 The SDK (``agentrt`` runtime) runs every tool call and every LLM call of a program through a
 :class:`StepJournal`; the journal package implements it on SQLAlchemy (SQLite / PostgreSQL).
@@ -75,7 +75,7 @@ class StepJournal(Protocol):
     async def run_step(
         self, step: StepSpec, execute: Execute, *, reconcile: Reconcile | None = None
     ) -> Any:
-        """Run ``execute`` at most once per step identity, following BRIEF.md §6.
+        """Run ``execute`` at most once per step identity (docs/journal.md, "The protocol").
 
         * a COMMITTED step returns its stored result without executing (replay);
         * a side-effect step writes its intent (STARTED) durably before ``execute`` runs;

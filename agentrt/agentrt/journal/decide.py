@@ -1,4 +1,5 @@
-"""What to do with a step, given what the journal holds at its position (BRIEF.md §6).
+"""What to do with a step, given what the journal holds at its position (docs/journal.md,
+"The protocol").
 
 Pure: no I/O, no clock. ``Journal.run_step`` performs the returned action; the table-driven
 tests in ``tests/journal/test_decide.py`` pin every row of the protocol.

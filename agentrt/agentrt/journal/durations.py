@@ -1,9 +1,10 @@
 """Tool duration prediction from the per-tool history (pure).
 
 The journal keeps the ``history`` most recent observed durations of each tool (default 32).
-The prediction is their **median**: tool durations are heavy-tailed (BRIEF.md §8), and one
-10-second outlier should not move the prediction as it would move a mean or an EWMA. With no
-history the prediction is ``None`` (the caller decides what an unknown tool means).
+The prediction is their **median**: tool durations are heavy-tailed (the agent workloads
+Autellix, arXiv 2502.13965, measures are all long-tailed; docs/journal.md, "Tool durations"),
+and one 10-second outlier should not move the prediction as it would move a mean or an EWMA.
+With no history the prediction is ``None`` (the caller decides what an unknown tool means).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``Journal``: the durable intent journal behind side-effecting tools (BRIEF.md §6).
+"""``Journal``: the durable intent journal behind side-effecting tools (docs/journal.md).
 
 It implements :class:`agentrt.journal.api.StepJournal` on a :class:`JournalStore`:
 

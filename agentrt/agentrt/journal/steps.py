@@ -1,4 +1,4 @@
-"""The intent protocol's mechanics on a store: what ``Journal.run_step`` does (BRIEF.md §6).
+"""The intent protocol's mechanics on a store: what ``Journal.run_step`` does (docs/journal.md).
 
 ``StepRunner`` performs the action that ``decide`` picks: writes the intent, runs the step,
 commits or fails it, asks the reconcile hook, restarts attempts with compare-and-set updates.
