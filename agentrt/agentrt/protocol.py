@@ -53,6 +53,7 @@ HEADER_PARENT_IDS = "X-Agentrt-Parent-Ids"
 HEADER_ATTEMPT = "X-Agentrt-Attempt"
 HEADER_TIMEOUT_MS = "X-Agentrt-Timeout-Ms"
 #: ``latency`` (default) or ``throughput``: a hint, as Parrot deduces for map vs reduce calls.
+#: Reserved, like the parent ids and the attempt (see ``CallTags``).
 HEADER_OBJECTIVE = "X-Agentrt-Objective"
 HEADER_TRACEPARENT = "traceparent"
 #: Response header (optional, set by a controller or engine): milliseconds the call waited in
@@ -79,7 +80,12 @@ def _check_id(name: str, value: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CallTags:
-    """The tags carried by one LLM call. Ids are opaque strings chosen by the SDK."""
+    """The tags carried by one LLM call. Ids are opaque strings chosen by the SDK.
+
+    ``parent_ids``, ``attempt`` and ``objective`` are reserved: carried and shown in
+    introspection, not used by any policy yet (the controller parses them onto its ``Call``,
+    the SDK's ``Program.to_dict()`` shows them; docs/protocol.md, "Reserved fields").
+    """
 
     #: Client session (one ``Runtime``); groups programs of one tenant / process.
     session_id: str
@@ -89,13 +95,13 @@ class CallTags:
     thread_id: str
     #: This call's node in the program's DAG.
     node_id: str
-    #: Node ids this call depends on (its parents in the DAG); empty for a root.
+    #: Node ids this call depends on (its parents in the DAG); empty for a root. Reserved.
     parent_ids: tuple[str, ...] = ()
-    #: 1 for the first try of this node, 2 for the first retry, ...
+    #: 1 for the first try of this node, 2 for the first retry, ... Reserved.
     attempt: int = 1
     #: Remaining budget in milliseconds at send time; ``None`` = no deadline.
     timeout_ms: int | None = None
-    #: Scheduling hint for the call.
+    #: Scheduling hint for the call (``latency`` or ``throughput``). Reserved.
     objective: Objective = "latency"
     #: W3C trace context of the caller's span, if any.
     traceparent: str | None = field(default=None)
@@ -223,7 +229,8 @@ class ProgramEnd(_Event):
 
 class ToolWaitStart(_Event):
     """``POST {EVENTS_PREFIX}/programs/{program_id}/tool-start`` — the program waits on a tool
-    (or a human); its KV cache may be worth retaining (BRIEF.md §5)."""
+    (or a human); its KV cache may be worth retaining across the wait (Continuum, arXiv
+    2511.02230; docs/protocol.md)."""
 
     session_id: str = Field(pattern=_ID_RE.pattern)
     thread_id: str = Field(pattern=_ID_RE.pattern)
