@@ -36,7 +36,7 @@ __all__ = ["PROFILES", "CostModel", "CostSample", "HardwareProfile"]
 
 @dataclass(frozen=True, slots=True)
 class HardwareProfile:
-    """Roofline constants of one model on one accelerator (BRIEF.md §8)."""
+    """Roofline constants of one model on one accelerator (docs/engine-model.md)."""
 
     #: Model parameters (count).
     params: float

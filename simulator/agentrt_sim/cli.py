@@ -69,7 +69,10 @@ def register(subparsers: Any) -> None:
     fig2 = commands.add_parser(
         "fig2",
         help="Autellix Fig. 2: total waiting time per policy (FCFS = 18)",
-        description="Four programs, two batch slots, unit-step engine (BRIEF.md §3).",
+        description=(
+            "Four programs, two batch slots, unit-step engine "
+            "(Autellix arXiv 2502.13965 Fig. 2; docs/scheduling.md)."
+        ),
     )
     fig2.add_argument(
         "--policy",

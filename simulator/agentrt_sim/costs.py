@@ -4,7 +4,7 @@
 generated_tokens) -> seconds``. The simulator charges ``cost(prompt_len - cached_tokens,
 output_tokens)`` to the scheduler's ``on_finish`` — the same facts the real controller has
 (``usage.prompt_tokens`` / ``cached_tokens`` / ``completion_tokens``), never wall time, which
-includes the engine's own queueing (BRIEF.md §3, "Measuring service at a proxy"). The
+includes the engine's own queueing (docs/scheduling.md, "What is charged as service"). The
 controller's calibratable cost model plugs in here.
 
 **Default: roofline-derived** (:func:`roofline_cost_model`), from the engine's hardware profile
@@ -16,7 +16,7 @@ controller's calibratable cost model plugs in here.
 
 i.e. the call's modelled GPU time had it run alone. On ``unit-step`` it is exactly the number
 of output tokens (every step 1 s, prefill free), so service is counted in decode steps as in
-BRIEF.md §3's Fig. 2.
+Autellix's Fig. 2 (docs/scheduling.md).
 
 **Oracle (SRPT only).** ``Call.oracle_service_s`` = ``cost(expected_uncached, output_tokens)``
 where ``expected_uncached`` is the prompt minus the part the program's own previous call left

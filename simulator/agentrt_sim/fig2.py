@@ -1,4 +1,5 @@
-"""Autellix Fig. 2 (BRIEF.md §3) through the full simulator, for any registered policy.
+"""Autellix Fig. 2 (arXiv 2502.13965; docs/scheduling.md) through the full simulator, for any
+registered policy.
 
 The four programs of :mod:`agentrt_sim.workloads.fig2` run on one ``unit-step`` engine with two
 batch slots, behind the controller with an admission window of two (so every wait happens in
@@ -28,7 +29,7 @@ def run_fig2(
     """``{policy: {"total_wait": steps, "program_wait": {...}, ...}}`` for each policy.
 
     ``engine_policy="priority"`` lets the engine order its own queue by the scheduler's
-    ``backend_priority`` (the second lever of BRIEF.md §3). Unknown policy names raise
+    ``backend_priority`` (the second lever, docs/scheduling.md). Unknown policy names raise
     :class:`~agentrt.errors.ConfigError`.
     """
     from dataclasses import replace

@@ -12,8 +12,8 @@
 * Retention policies: the table :data:`RETENTION` below; a new policy is one entry (a
   zero-argument factory). ``--retention on`` means the first non-``off`` entry.
 
-Unknown names raise :class:`~agentrt.errors.ConfigError` listing the valid ones (STYLE.md
-rule 2: never silently ignored).
+Unknown names raise :class:`~agentrt.errors.ConfigError` listing the valid ones
+(docs/architecture.md, design rule 2: never silently ignored).
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ One :class:`Simulation` replays a list of programs once, with one set of policy 
 * **clients** release a program's nodes when all their parents have finished: an LLM call is
   sent to the controller at once; a tool or think wait ends ``duration_s`` later;
 * the **controller** is the real :class:`~agentrt_controller.scheduling.dispatcher.Dispatcher`
-  around the scheduler, router and admission policy under test (STYLE.md rule 1): it is told of
-  program starts / ends, tool waits, streamed tokens and finishes with the service charged by
-  the cost model (``agentrt_sim.costs``); retention decisions come from a
-  :class:`~agentrt_controller.retention.api.RetentionPolicy`;
+  around the scheduler, router and admission policy under test (docs/architecture.md, design
+  rule 1): it is told of program starts / ends, tool waits, streamed tokens and finishes with
+  the service charged by the cost model (``agentrt_sim.costs``); retention decisions come from
+  a :class:`~agentrt_controller.retention.api.RetentionPolicy`;
 * the **engines** are :class:`agentrt_emulator.core.engine.EngineCore` objects, stepped on the
   virtual clock; a step's effects (tokens, finishes) are delivered at its end.
 

@@ -1,4 +1,5 @@
-"""Replays of the worked examples of BRIEF.md §3 (Autellix arXiv 2502.13965), table-driven."""
+"""Replays of the worked examples of Autellix (arXiv 2502.13965) as docs/scheduling.md gives
+them, table-driven."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_queue_example_through_plas(attained_s: float, level: int, quantum: int)
 @pytest.mark.parametrize(
     ("finish_order", "scalars"),
     [
-        (("X", "Y"), (5.0, 5.0)),  # the BRIEF's order: 2 -> 5 -> 5
+        (("X", "Y"), (5.0, 5.0)),  # the documented order: 2 -> 5 -> 5
         (("Y", "X"), (3.0, 5.0)),  # wall-clock order (Y is shorter): 2 -> 3 -> 5
     ],
 )
@@ -118,7 +119,7 @@ def test_plas_uses_total_service_where_atlas_uses_the_critical_path() -> None:
 @pytest.mark.parametrize(
     ("program_wait", "program_service", "call_wait", "call_service", "beta", "starving"),
     [
-        (50.0, 20.0, 15.0, 1.0, 3.0, True),  # the BRIEF's example: 65 / 21 = 3.095 >= 3
+        (50.0, 20.0, 15.0, 1.0, 3.0, True),  # the documented example: 65 / 21 = 3.095 >= 3
         (50.0, 20.0, 12.0, 1.0, 3.0, False),  # 62 / 21 = 2.95
         (50.0, 20.0, 13.0, 1.0, 3.0, True),  # exactly 3
         (0.0, 0.0, 0.0, 0.0, 3.0, False),  # nothing waited

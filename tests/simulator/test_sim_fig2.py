@@ -1,4 +1,5 @@
-"""BRIEF.md §3, Fig. 2: FCFS total waiting time is exactly 18, through the full simulator."""
+"""Autellix (arXiv 2502.13965) Fig. 2 (docs/scheduling.md): FCFS total waiting time is exactly
+18, through the full simulator."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from agentrt_sim.workloads.fig2 import FIG2_PROFILE, fig2_engine_config, fig2_pr
 
 pytestmark = pytest.mark.timeout(30)
 
-# BRIEF.md §3: C1 waits 3, D1 4, B2 1, A2 3, C2 4, B3 3; every other call 0.
+# docs/scheduling.md: C1 waits 3, D1 4, B2 1, A2 3, C2 4, B3 3; every other call 0.
 PAPER_CALL_WAITS = {"C1": 3, "D1": 4, "B2": 1, "A2": 3, "C2": 4, "B3": 3}
 
 

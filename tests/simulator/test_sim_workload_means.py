@@ -1,4 +1,5 @@
-"""Sampled workload statistics match BRIEF.md §8 within 5 % over a large sample.
+"""Sampled workload statistics match the Autellix workload means (docs/simulator.md §3) within
+5 % over a large sample.
 
 "Prompt tokens per call" is the fresh prompt tokens a program sends (system prompt and first
 input once, then every new message / observation), divided by its calls — see
@@ -17,7 +18,7 @@ from agentrt_sim.workloads.program import LLMNode, Program, WaitNode
 pytestmark = pytest.mark.timeout(120)
 
 # (workload, programs to draw, calls/program, fresh prompt tokens/call, output tokens/call)
-BRIEF_TABLE = [
+WORKLOAD_MEANS = [
     ("chatbot", 20_000, 6.66, 256.0, 277.0),
     ("react", 10_000, 10.75, 735.0, 34.1),
     ("mcts", 1_000, 159.7, 467.0, 72.6),
@@ -30,7 +31,7 @@ def _draw(workload: str, count: int, seed: int = 7) -> list[Program]:
     return [generator.draw(rng, f"{workload}-{i}", 0.0) for i in range(count)]
 
 
-@pytest.mark.parametrize(("workload", "count", "calls", "prompt", "output"), BRIEF_TABLE)
+@pytest.mark.parametrize(("workload", "count", "calls", "prompt", "output"), WORKLOAD_MEANS)
 def test_means_match_the_brief_within_5_percent(
     workload: str, count: int, calls: float, prompt: float, output: float
 ) -> None:
@@ -47,7 +48,7 @@ def test_means_match_the_brief_within_5_percent(
 def test_lengths_are_heavy_tailed_and_bounded() -> None:
     chats = _draw("chatbot", 20_000)
     turns = sorted(p.llm_calls() for p in chats)
-    assert turns[-1] <= 80  # BRIEF §8 maximum
+    assert turns[-1] <= 80  # the documented maximum
     assert turns[len(turns) // 2] < 6.66  # median below the mean: a long right tail
     reacts = _draw("react", 5_000)
     assert max(p.llm_calls() for p in reacts) <= 70

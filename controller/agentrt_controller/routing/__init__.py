@@ -1,11 +1,13 @@
-"""Locality-aware routing (BRIEF.md §4): a filter → scorer → picker pipeline of pure stages.
+"""Locality-aware routing (Autellix arXiv 2502.13965, Algorithm 2; docs/routing.md): a filter →
+scorer → picker pipeline of pure stages.
 
-* :mod:`.api` — the one-method stage protocols; :mod:`.pipeline` — the router that runs them
-  and enforces their contracts;
+* :mod:`.api` — the :class:`~.api.Router` protocol and the one-method stage protocols;
+  :mod:`.pipeline` — the router that runs them and enforces their contracts;
 * :mod:`.filters`, :mod:`.scorers`, :mod:`.pickers` — the stages;
 * :mod:`.prefix_index` — the approximate per-backend prefix index; :mod:`.affinity` —
   program bindings with a TTL; :mod:`.hashing` — how drivers fill ``Call.block_hashes``;
-* :mod:`.routers` — ``least_loaded``, ``autellix``, ``prefix``; :mod:`.factory` —
+* :mod:`.round_robin` — ``round_robin``; :mod:`.routers` — ``least_loaded``, ``autellix``,
+  ``prefix``; :mod:`.factory` —
   :func:`build_router` by name.
 
 Nothing here awaits, does I/O or reads a clock: the controller service and the simulator drive

@@ -1,5 +1,5 @@
-"""Build routers by name (STYLE.md rule 2: unknown names, unknown or bad parameters and
-duplicate stages are :class:`~agentrt.errors.ConfigError`, never a silent fallback).
+"""Build routers by name (docs/architecture.md, design rule 2: unknown names, unknown or bad
+parameters and duplicate stages are :class:`~agentrt.errors.ConfigError`, never a silent fallback).
 
 Names: ``round_robin``, ``least_loaded``, ``autellix``, ``prefix`` (:mod:`.routers`) and
 ``pipeline`` — a router assembled from stage specs::

@@ -1,9 +1,10 @@
 """The pipeline router: filters → weighted scorers → picker, as one :class:`Router`.
 
-The pipeline enforces the stage contracts itself (STYLE.md, llm-d anchor): a filter may not
-empty the candidate set (its result is then ignored for that call, and counted), a scorer must
-return one score per candidate, scores are clamped to ``[0, 1]`` (NaN → 0) and multiplied by
-the scorer's weight, and the picker's answer must be one of the remaining candidates.
+The pipeline enforces the stage contracts itself (docs/architecture.md, design rule 2, as llm-d's
+inference scheduler does): a filter may not empty the candidate set (its result is then ignored
+for that call, and counted), a scorer must return one score per candidate, scores are clamped to
+``[0, 1]`` (NaN → 0) and multiplied by the scorer's weight, and the picker's answer must be one
+of the remaining candidates.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Adaptive admission: a per-backend in-flight window steered by the backend's waiting queue.
 
-Lever (b) of BRIEF.md §3: the controller holds calls in its own queues and admits one to a
-backend only while that backend has room. A window that is too small starves the engine's
-batch; one too large moves the queue into the engine, where our program-level order is lost.
+Lever (b) of docs/scheduling.md ("The two levers"): the controller holds calls in its own queues and
+admits one to a backend only while that backend has room. A window that is too small starves the
+engine's batch; one too large moves the queue into the engine, where our program-level order is
+lost.
 
 :class:`AdaptiveWindowAdmission` aims at a *small* waiting queue inside the engine —
 ``target_waiting`` requests (scraped ``vllm:num_requests_waiting``) — so the engine always has

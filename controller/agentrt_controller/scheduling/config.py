@@ -1,9 +1,9 @@
 """Discrete-queue parameters shared by MLFQ, PLAS, ATLAS (and SRPT's backend priority).
 
-Autellix (arXiv 2502.13965), as summarised in BRIEF.md §3: K queues Q1..QK with priority
-ranges ``[lo_i, hi_i)``, ``lo_1 = 0``, ``hi_K = inf``. Here the K-1 inner boundaries are given
-in seconds of attained service, and each queue has a quantum in decode (output) tokens.
-Defaults follow BRIEF.md §3: boundaries 0.5, 2, 8, 32 s; quanta 16, 32, 64, 128, 256 tokens.
+Autellix (arXiv 2502.13965), as docs/scheduling.md ("Discrete queues") describes it: K queues Q1..QK
+with priority ranges ``[lo_i, hi_i)``, ``lo_1 = 0``, ``hi_K = inf``. Here the K-1 inner boundaries
+are given in seconds of attained service, and each queue has a quantum in decode (output) tokens.
+Defaults (docs/scheduling.md): boundaries 0.5, 2, 8, 32 s; quanta 16, 32, 64, 128, 256 tokens.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ class SchedulerConfig:
     #: 0 = check on every ``pop``. A sweep costs O(queued calls below Q1), so the default
     #: bounds that cost under high pop rates; 0.1 s is nothing next to β x seconds of service.
     starvation_check_interval_s: float = 0.1
-    #: Calls of a program whose KV is retained (BRIEF.md §5; ``ProcessTable.set_retention``)
-    #: enter Q1 instead of their PLAS / ATLAS queue while the retention lasts.
+    #: Calls of a program whose KV is retained (docs/routing.md, "KV retention";
+    #: ``ProcessTable.set_retention``) enter Q1 instead of their PLAS / ATLAS queue while the
+    #: retention lasts.
     boost_retained: bool = True
 
     def __post_init__(self) -> None:
@@ -96,7 +97,8 @@ class SchedulerConfig:
 def starvation_ratio(
     program_wait_s: float, program_service_s: float, call_wait_s: float, call_service_s: float
 ) -> float:
-    """Autellix anti-starvation (BRIEF.md §3): ``(W_program + W_call) / (T_program + T_call)``.
+    """Autellix anti-starvation (arXiv 2502.13965; docs/scheduling.md):
+    ``(W_program + W_call) / (T_program + T_call)``.
 
     With no service at all the ratio is ``inf`` if anything waited, else 0.
     """

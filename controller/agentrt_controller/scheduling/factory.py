@@ -1,5 +1,5 @@
-"""Build schedulers and admission policies by name (STYLE.md rule 2: unknown names and bad
-parameters are :class:`~agentrt.errors.ConfigError`, never a silent fallback).
+"""Build schedulers and admission policies by name (docs/architecture.md, design rule 2: unknown
+names and bad parameters are :class:`~agentrt.errors.ConfigError`, never a silent fallback).
 
 Schedulers: ``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt`` (clairvoyant: ``oracle=True``
 only, i.e. the simulator). Admission: ``fixed`` (``window``: calls or ``None`` = unlimited) and

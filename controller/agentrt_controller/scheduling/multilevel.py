@@ -56,7 +56,7 @@ class MultiLevelScheduler:
     def __init__(
         self, config: SchedulerConfig | None = None, table: ProcessTable | None = None
     ) -> None:
-        """``config``: queues and β (defaults: BRIEF.md §3). ``table``: the process table to
+        """``config``: queues and β (defaults: docs/scheduling.md). ``table``: the process table to
         record calls in and read program facts from (a private one when ``None``)."""
         self.config = config if config is not None else SchedulerConfig()
         self.table = table if table is not None else ProcessTable()

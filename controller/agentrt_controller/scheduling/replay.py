@@ -1,10 +1,11 @@
 """A tiny step-level replay of chain programs through the real Scheduler objects (Fig. 2).
 
-Autellix (arXiv 2502.13965) Fig. 2 / BRIEF.md §3: programs arrive at t=0; an engine runs at
-most ``slots`` calls at once; a call's duration is a number of decode steps (one token each);
-a program's next call is released when its previous call finishes; calls released at the same
-time are submitted in program-name order. Service is charged in decode steps (1 step = 1 s of
-service), so the queue boundaries of a :class:`SchedulerConfig` read as steps here.
+Autellix (arXiv 2502.13965) Fig. 2, as docs/scheduling.md ("Fig. 2") tells it: programs arrive
+at t=0; an engine runs at most ``slots`` calls at once; a call's duration is a number of decode
+steps (one token each); a program's next call is released when its previous call finishes;
+calls released at the same time are submitted in program-name order. Service is charged in
+decode steps (1 step = 1 s of service), so the queue boundaries of a :class:`SchedulerConfig`
+read as steps here.
 
 Two engine models:
 
@@ -180,7 +181,7 @@ def _rank(scheduler: Scheduler, call: Call) -> tuple[float, ...]:
 def fig2(policy: str, *, preemptive: bool = False) -> ReplayResult:
     """Fig. 2 under ``policy`` (any :data:`~agentrt_controller.scheduling.factory.SCHEDULER_NAMES`).
 
-    Non-preemptive runs use the default queues (BRIEF.md §3, boundaries read as steps);
+    Non-preemptive runs use the default queues (docs/scheduling.md, boundaries read as steps);
     preemptive runs use :func:`unit_config` so that priorities move by single steps, as in the
     paper's engine.
     """

@@ -1,9 +1,9 @@
 """Clairvoyant SRPT at program level — a bound for the simulator, never for the service.
 
-Shortest remaining processing time: the queued call whose program has the least remaining
-service (``Call.oracle_program_remaining_s``, which includes the call itself) goes first;
-ties by the call's own service (``oracle_service_s``), then deadline, then submission order.
-It needs the future, which only a simulator knows (BRIEF.md §3, Autellix Fig. 18), so
+Shortest remaining processing time: the queued call whose program has the least remaining service
+(``Call.oracle_program_remaining_s``, which includes the call itself) goes first; ties by the call's
+own service (``oracle_service_s``), then deadline, then submission order. It needs the future, which
+only a simulator knows (Autellix arXiv 2502.13965, Fig. 18; docs/scheduling.md), so
 :func:`~agentrt_controller.scheduling.factory.build_scheduler` refuses to build it without
 ``oracle=True`` and :meth:`SrptScheduler.submit` rejects calls without oracle data.
 

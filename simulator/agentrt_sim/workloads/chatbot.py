@@ -1,4 +1,4 @@
-"""Chatbot (ShareGPT-like, BRIEF.md §8): a linear chain of turns with human think time.
+"""Chatbot (ShareGPT-like, docs/simulator.md §3): a linear chain of turns with human think time.
 
 Turn k's prompt = turn k-1's prompt + its answer + the user's next message. Calibrated means:
 6.66 calls per program (max 80), 256 fresh prompt tokens per call (the system prompt once and
@@ -21,19 +21,20 @@ __all__ = ["ChatbotParams", "ChatbotWorkload"]
 class ChatbotParams:
     """Assumptions of the chatbot workload (all configurable)."""
 
-    #: Mean turns (LLM calls) per conversation; BRIEF §8.
+    #: Mean turns (LLM calls) per conversation; docs/simulator.md §3.
     calls_mean: float = 6.66
-    #: Longest conversation (calls); BRIEF §8.
+    #: Longest conversation (calls); docs/simulator.md §3.
     calls_max: int = 80
     #: Tail shape of the number of turns.
     calls_sigma: float = 1.0
-    #: Mean fresh prompt tokens per call (system prompt once + every user message); BRIEF §8.
+    #: Mean fresh prompt tokens per call (system prompt once + every user message);
+    #: docs/simulator.md §3.
     prompt_tokens_mean: float = 256.0
     #: Shared system prompt (tokens) — the only tokens programs share.
     system_prompt_tokens: int = 64
     #: Longest user message (tokens).
     message_tokens_max: int = 8192
-    #: Mean answer length (tokens); BRIEF §8.
+    #: Mean answer length (tokens); docs/simulator.md §3.
     output_tokens_mean: float = 277.0
     #: Longest answer (tokens).
     output_tokens_max: int = 4096

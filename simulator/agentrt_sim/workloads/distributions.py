@@ -1,10 +1,10 @@
 """Heavy-tailed samplers whose *mean* is exact by construction.
 
-Agent workloads are long-tailed (BRIEF.md §8 gives means, a few maxima). We use clipped
-lognormals: a shape ``sigma`` (how heavy the tail is) and bounds ``[low, high]`` are chosen as
-documented assumptions, and the location ``mu`` is solved numerically so that the mean *after*
-clipping (and, for counts, after rounding to integers) equals the target. Sampling only needs
-``random.Random``, so a seed fixes every draw.
+Agent workloads are long-tailed (Autellix arXiv 2502.13965 gives means, a few maxima;
+docs/simulator.md §3). We use clipped lognormals: a shape ``sigma`` (how heavy the tail is) and
+bounds ``[low, high]`` are chosen as documented assumptions, and the location ``mu`` is solved
+numerically so that the mean *after* clipping (and, for counts, after rounding to integers) equals
+the target. Sampling only needs ``random.Random``, so a seed fixes every draw.
 """
 
 from __future__ import annotations

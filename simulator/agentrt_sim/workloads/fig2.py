@@ -1,4 +1,5 @@
-"""The worked example of Autellix Fig. 2 (BRIEF.md §3) as simulator programs.
+"""The worked example of Autellix Fig. 2 (arXiv 2502.13965; docs/scheduling.md) as simulator
+programs.
 
 Four programs arrive at t=0; the engine runs at most two calls at once (``max_num_seqs=2``) on
 the ``unit-step`` profile (every step 1 s), so a call of d decode steps is a call generating

@@ -35,7 +35,8 @@ class ProgramGenerator(Protocol):
 
 
 class MixedWorkload:
-    """Equal shares of chatbot, react and mcts programs (BRIEF.md §8): each arrival picks one."""
+    """Equal shares of chatbot, react and mcts programs (docs/simulator.md §3): each arrival
+    picks one."""
 
     kind = "mixed"
 

@@ -1,4 +1,4 @@
-"""Map-reduce over a long document (Parrot, BRIEF.md §8).
+"""Map-reduce over a long document (Parrot; docs/simulator.md §3).
 
 The document is cut into chunks; one map call per chunk runs in its own thread (system prompt +
 instruction + chunk, ~1,084 prompt tokens, ~50 output tokens); a reduce call reads every map

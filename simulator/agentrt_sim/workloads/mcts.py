@@ -1,4 +1,4 @@
-"""Tree search in the shape of LATS on HotpotQA (BRIEF.md §8).
+"""Tree search in the shape of LATS on HotpotQA (docs/simulator.md §3).
 
 Each iteration selects a tree state, **expands** it into ``children`` candidate actions in
 parallel (one LLM call per child, each in its own thread), runs each action in the environment
@@ -30,7 +30,7 @@ __all__ = ["MctsParams", "MctsWorkload"]
 class MctsParams:
     """Assumptions of the tree-search workload (all configurable)."""
 
-    #: Mean LLM calls per program; BRIEF §8.
+    #: Mean LLM calls per program; docs/simulator.md §3.
     calls_mean: float = 159.7
     #: Children expanded per iteration (LATS n).
     children: int = 5
@@ -44,9 +44,9 @@ class MctsParams:
     max_depth: int = 6
     #: Chance to deepen from the last iteration's children rather than pick any open state.
     deepen_probability: float = 0.7
-    #: Mean fresh prompt tokens per call; BRIEF §8.
+    #: Mean fresh prompt tokens per call; docs/simulator.md §3.
     prompt_tokens_mean: float = 467.0
-    #: Mean output tokens per call; BRIEF §8.
+    #: Mean output tokens per call; docs/simulator.md §3.
     output_tokens_mean: float = 72.6
     #: Shared system prompt: instructions and few-shot examples (tokens).
     system_prompt_tokens: int = 800

@@ -1,4 +1,4 @@
-"""ReAct (BFCL-like, BRIEF.md §8): LLM ↔ tool alternation with a long system prompt.
+"""ReAct (BFCL-like, docs/simulator.md §3): LLM ↔ tool alternation with a long system prompt.
 
 Call 1 reads the system prompt (instructions + tool schemas) and the user's request; it picks a
 tool; the tool's observation is appended; call 2 extends call 1's prompt + output +
@@ -25,13 +25,13 @@ __all__ = ["ReactParams", "ReactWorkload"]
 class ReactParams:
     """Assumptions of the ReAct workload (all configurable)."""
 
-    #: Mean LLM calls per program; BRIEF §8.
+    #: Mean LLM calls per program; docs/simulator.md §3.
     calls_mean: float = 10.75
-    #: Most calls in one program; BRIEF §8.
+    #: Most calls in one program; docs/simulator.md §3.
     calls_max: int = 70
     #: Tail shape of the number of calls.
     calls_sigma: float = 0.8
-    #: Mean fresh prompt tokens per call; BRIEF §8.
+    #: Mean fresh prompt tokens per call; docs/simulator.md §3.
     prompt_tokens_mean: float = 735.0
     #: Shared system prompt with tool schemas (tokens).
     system_prompt_tokens: int = 1500
@@ -39,7 +39,7 @@ class ReactParams:
     request_tokens_mean: float = 100.0
     #: Longest observation (tokens).
     observation_tokens_max: int = 16384
-    #: Mean output per call (tokens): a thought and a tool call; BRIEF §8.
+    #: Mean output per call (tokens): a thought and a tool call; docs/simulator.md §3.
     output_tokens_mean: float = 34.1
     #: Longest output (tokens).
     output_tokens_max: int = 1024

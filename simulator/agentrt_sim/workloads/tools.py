@@ -1,7 +1,7 @@
 """Tool-duration assumptions shared by the agent workloads.
 
-The papers give no tool durations (BRIEF.md §8), so we assume a small mix of tools, each with a
-lognormal duration clipped to [50 ms, 10 s] by default. Different tools have different means
+The papers give no tool durations (docs/simulator.md §3), so we assume a small mix of tools, each
+with a lognormal duration clipped to [50 ms, 10 s] by default. Different tools have different means
 so that per-tool history (what the SDK uses to predict a tool wait) carries information.
 """
 
