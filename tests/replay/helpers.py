@@ -113,13 +113,15 @@ async def recording_emulator(time_scale: float = 20.0) -> AsyncIterator[Recorded
     server = uvicorn.Server(
         uvicorn.Config(recorder, log_level="error", lifespan="on", access_log=False)
     )
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve, [sock])
-        with anyio.fail_after(20):
-            while not server.started:  # noqa: ASYNC110 - uvicorn offers no event for this
-                await anyio.sleep(0.005)
-        try:
-            yield RecordedEmulator(f"http://127.0.0.1:{port}", state, recorder)
-        finally:
-            server.should_exit = True
-    sock.close()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(server.serve, [sock])
+            with anyio.fail_after(20):
+                while not server.started:  # noqa: ASYNC110 - uvicorn offers no event for this
+                    await anyio.sleep(0.005)
+            try:
+                yield RecordedEmulator(f"http://127.0.0.1:{port}", state, recorder)
+            finally:
+                server.should_exit = True
+    finally:
+        sock.close()

@@ -115,7 +115,10 @@ def _run(args: argparse.Namespace) -> int:
     from agentrt_sim.replay.summary import summarize_replay
     from agentrt_sim.workloads.trace import load_trace
 
-    programs = load_trace(args.trace)
+    try:
+        programs = load_trace(args.trace)
+    except OSError as exc:
+        raise ConfigError(f"cannot read trace {args.trace}: {exc.strerror or exc}") from exc
     if args.max_programs is not None:
         if args.max_programs < 1:
             raise ConfigError(f"--max-programs must be >= 1, got {args.max_programs}")

@@ -1,0 +1,149 @@
+"""The prompt builder and the template calibration, offline: the emulator's tokenizer behind
+an ``httpx.MockTransport`` stands in for a server's ``/tokenize``."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from agentrt_emulator.server.prepare import chat_messages
+from agentrt_emulator.server.wire import ChatMessageIn
+from agentrt_emulator.tokenizer import Tokenizer
+from agentrt_sim.replay.prompts import FILLER_WORDS, PromptBuilder, TemplateCosts, filler
+from agentrt_sim.replay.server import ReplayError, calibrate, check_base_url
+from agentrt_sim.workloads.program import LLMNode, Program, WaitNode
+
+pytestmark = pytest.mark.timeout(30)
+
+TOKENIZER = Tokenizer()
+
+
+def _count(messages: list[dict[str, str]]) -> int:
+    parsed = chat_messages([ChatMessageIn.model_validate(m) for m in messages])
+    return len(TOKENIZER.render_chat(parsed, [], add_generation_prompt=True))
+
+
+def _tokenize(request: httpx.Request) -> httpx.Response:
+    body = json.loads(request.content)
+    if "prompt" in body:
+        tokens = TOKENIZER.encode(body["prompt"], add_bos=body.get("add_special_tokens", True))
+    else:
+        parsed = chat_messages([ChatMessageIn.model_validate(m) for m in body["messages"]])
+        tokens = TOKENIZER.render_chat(
+            parsed, [], add_generation_prompt=body.get("add_generation_prompt", True)
+        )
+    return httpx.Response(200, json={"count": len(tokens), "tokens": tokens})
+
+
+async def _costs() -> TemplateCosts:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(_tokenize)) as http:
+        return await calibrate(http, "http://server", "model")
+
+
+def _react(program_id: str, root: int = 40) -> Program:
+    return Program(
+        program_id,
+        "react",
+        0.0,
+        "react",
+        300,
+        root,
+        (
+            LLMNode("c0", (), "main", None, 0, 20),
+            WaitNode("t1", ("c0",), "main", "tool", "search", 1.0, "c0", 60),
+            LLMNode("c2", ("t1",), "main", "t1", 25, 15),
+        ),
+    )
+
+
+def test_filler_words_are_single_tokens_and_the_stream_is_prefix_consistent() -> None:
+    assert len(FILLER_WORDS) == len(set(FILLER_WORDS)) == 256
+    assert all(w.isalpha() and len(w) <= 6 for w in FILLER_WORDS)
+    text = filler(500, "a", "b")
+    assert len(TOKENIZER.encode(text, add_bos=False)) == 500
+    assert text.startswith(filler(120, "a", "b"))
+    assert filler(50, "a", "c") != filler(50, "a", "b")
+
+
+@pytest.mark.anyio
+async def test_calibration_measures_the_template() -> None:
+    costs = await _costs()
+    assert costs.measured and costs.tokens_per_word == 1.0
+    system = [{"role": "system", "content": "x"}]
+    bare = len(TOKENIZER.render_chat(chat_messages([]), [], add_generation_prompt=True))
+    assert _count(system) == costs.system_overhead + 1 + costs.generation_prompt
+    assert bare == 1 + costs.generation_prompt  # BOS + the assistant header
+
+
+@pytest.mark.anyio
+async def test_calibration_falls_back_to_llama3_defaults_without_tokenize() -> None:
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda request: httpx.Response(404))
+    ) as http:
+        costs = await calibrate(http, "http://server", "model")
+    assert costs == TemplateCosts() and not costs.measured
+
+
+@pytest.mark.anyio
+async def test_prompts_have_the_trace_token_counts_and_extend_their_context() -> None:
+    costs = await _costs()
+    builder = PromptBuilder(_react("p1"), costs)
+    c0 = builder.prompt("c0")
+    assert _count(c0.messages) == c0.expected_prompt_tokens == c0.trace_prompt_tokens == 340
+    answer = filler(20, "answer")
+    builder.record_output("c0", answer, 20)
+    builder.record_wait("t1")
+    c2 = builder.prompt("c2")
+    assert c2.trace_prompt_tokens == 340 + 20 + 60 + 25
+    assert _count(c2.messages) == c2.expected_prompt_tokens == c2.trace_prompt_tokens
+    assert c2.messages[: len(c0.messages)] == c0.messages
+    assert c2.messages[len(c0.messages)] == {"role": "assistant", "content": answer}
+    assert "messages" not in repr(c2) and answer not in repr(c2)
+
+
+@pytest.mark.anyio
+async def test_system_prompt_is_shared_by_kind_and_nothing_else_is() -> None:
+    costs = await _costs()
+    first = PromptBuilder(_react("p1"), costs).prompt("c0").messages
+    second = PromptBuilder(_react("p2", root=80), costs).prompt("c0").messages
+    assert first[0] == second[0] and first[0]["role"] == "system"
+    assert first[1] != second[1]
+    other = Program("m1", "mapreduce", 0.0, "mapreduce", 300, 40, _react("x").nodes)
+    assert PromptBuilder(other, costs).prompt("c0").messages[0] != first[0]
+
+
+@pytest.mark.anyio
+async def test_short_segments_stay_within_the_template_overhead() -> None:
+    costs = await _costs()
+    program = Program(
+        "tiny",
+        "react",
+        0.0,
+        "react",
+        3,  # shorter than the system message's own overhead
+        2,
+        (
+            LLMNode("c0", (), "main", None, 0, 5),
+            WaitNode("t1", ("c0",), "main", "tool", "search", 1.0, "c0", 1),
+            LLMNode("c2", ("t1",), "main", "t1", 2, 5),
+        ),
+    )
+    builder = PromptBuilder(program, costs)
+    c0 = builder.prompt("c0")
+    assert _count(c0.messages) == c0.expected_prompt_tokens
+    builder.record_output("c0", filler(5, "o"), 5)
+    builder.record_wait("t1")
+    c2 = builder.prompt("c2")
+    assert _count(c2.messages) == c2.expected_prompt_tokens
+    limit = costs.system_overhead + costs.generation_prompt + 2 * costs.assistant_overhead
+    assert 0 <= c2.expected_prompt_tokens - c2.trace_prompt_tokens <= limit
+
+
+def test_base_url_must_end_in_v1() -> None:
+    assert check_base_url("http://h:8000/v1/") == "http://h:8000"
+    with pytest.raises(ReplayError, match="ending in /v1"):
+        check_base_url("http://h:8000")
+    with pytest.raises(ReplayError, match="http"):
+        check_base_url("h:8000/v1")
