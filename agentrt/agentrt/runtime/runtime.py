@@ -13,7 +13,7 @@ import math
 from contextlib import AsyncExitStack
 from contextvars import Token
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -32,6 +32,9 @@ from agentrt.runtime.transports.recording import RecordingTransport
 from agentrt.runtime.transports.sharding import ShardedTransport
 from agentrt.runtime.transports.tagging import TaggingTransport
 from agentrt.tools.history import ToolHistory
+
+if TYPE_CHECKING:
+    from agentrt.journal.journal import Journal
 
 __all__ = ["Runtime", "current_runtime"]
 
@@ -126,8 +129,7 @@ class Runtime:
                 _log.warning("controller unreachable: calls go to %s", cfg.fallback_base_url)
                 self._fallback.use_fallback_now()
             if isinstance(cfg.journal, str):
-                owned: Any = _journal_for(cfg.journal, cfg)
-                self._journal = await stack.enter_async_context(owned)
+                self._journal = await stack.enter_async_context(_journal_for(cfg.journal, cfg))
             self._default_client = self.openai_client()
         except BaseException:
             self._transport = self._fallback = None
@@ -244,7 +246,7 @@ async def _close_shielded(pool: httpx.AsyncBaseTransport) -> None:
         await pool.aclose()
 
 
-def _journal_for(url: str, config: RuntimeConfig) -> StepJournal:
+def _journal_for(url: str, config: RuntimeConfig) -> Journal:
     """The journal store behind ``url``; no I/O yet. Raises ``ConfigError`` for a bad URL."""
     from agentrt.journal import Journal
 
