@@ -17,7 +17,7 @@ simulator drives); this module carries it out (docs/routing.md, "KV retention"):
 Releases: at the thread's next admission (unpin), when the TTL ends (the backend expires its
 pin itself; the window is cleared here), at program end or idle expiry (unpin every pin of the
 program — a TTL never holds memory for an ended program). Backend calls run in this object's
-own loop (:meth:`RetentionDriver.run`, in the core's task group); the request path only
+own loop (:meth:`RetentionDriver.run`, in the engine's task group); the request path only
 enqueues, never awaits a backend. Failures are logged and counted, never raised into a call.
 """
 
