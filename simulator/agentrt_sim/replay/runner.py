@@ -5,7 +5,8 @@ Each trace program becomes one ``rt.program(kind, program_id=<trace id>)`` that 
 runs as one SDK thread (``agentrt.parallel``; ``main`` is the program's own), and every node
 as a task of its thread that starts when all its parents have finished:
 
-* an LLM node streams one chat completion through the runtime's tagged client (so the
+* an LLM node streams one chat completion through the runtime's tagged HTTP client
+  (``agentrt_sim.replay.stream`` says why not the ``openai`` one; either way the
   server sees ``X-Agentrt-Program-Id`` / ``-Thread-Id`` / ``-Node-Id``), with the prompt from
   :class:`~agentrt_sim.replay.prompts.PromptBuilder`, ``max_tokens = output_tokens`` and,
   where the server accepts it, ``ignore_eos`` (so it generates exactly that many tokens);
@@ -23,15 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import anyio
 import httpx
-import openai
 
 import agentrt
 from agentrt.errors import ConfigError
-from agentrt.protocol import HEADER_QUEUE_MS
 from agentrt_sim.replay.prompts import PromptBuilder, TemplateCosts
 from agentrt_sim.replay.records import CallRecord, NodeSpan, ProgramResult, ReplayResult
 from agentrt_sim.replay.server import (
@@ -41,6 +40,7 @@ from agentrt_sim.replay.server import (
     discover_model,
     scrape_counters,
 )
+from agentrt_sim.replay.stream import stream_chat
 from agentrt_sim.workloads.program import LLMNode, Node, Program, WaitNode
 
 __all__ = ["HEADER_REPLAY_NODE", "ReplayConfig", "ServerFacts", "probe", "replay"]
@@ -94,6 +94,8 @@ class ServerFacts:
     costs: TemplateCosts
     #: Whether calls carry ``ignore_eos``.
     ignore_eos: bool
+    #: Where calls go: ``{base_url}/chat/completions``.
+    chat_url: str
 
 
 async def probe(config: ReplayConfig, http: httpx.AsyncClient) -> ServerFacts:
@@ -105,7 +107,8 @@ async def probe(config: ReplayConfig, http: httpx.AsyncClient) -> ServerFacts:
     model = config.model or await discover_model(http, config.base_url)
     costs = await calibrate(http, (config.tokenize_url or root).rstrip("/"), model)
     ignore_eos = await accepts_ignore_eos(http, config.base_url, model)
-    return ServerFacts(model, root, costs, ignore_eos)
+    chat_url = config.base_url.rstrip("/") + "/chat/completions"
+    return ServerFacts(model, root, costs, ignore_eos, chat_url)
 
 
 class _WaitHistory:
@@ -129,7 +132,7 @@ class _ProgramRun:
     def __init__(
         self,
         rt: agentrt.Runtime,
-        client: openai.AsyncOpenAI,
+        http: httpx.AsyncClient,
         program: Program,
         facts: ServerFacts,
         scale: float,
@@ -137,7 +140,8 @@ class _ProgramRun:
         history: _WaitHistory,
     ) -> None:
         self._rt = rt
-        self._client = client
+        self._http = http
+        self._url = facts.chat_url
         self._facts = facts
         self._scale = scale
         self._zero_s = zero_s
@@ -202,39 +206,32 @@ class _ProgramRun:
             expected_prompt_tokens=prompt.expected_prompt_tokens,
             max_tokens=node.output_tokens,
         )
-        raw = await self._client.chat.completions.with_raw_response.create(
-            model=self._facts.model,
-            messages=cast(Any, prompt.messages),
-            max_tokens=node.output_tokens,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True} if self._facts.ignore_eos else None,
-            extra_headers={HEADER_REPLAY_NODE: node.node_id},
+        body: dict[str, Any] = {
+            "model": self._facts.model,
+            "messages": prompt.messages,
+            "max_tokens": node.output_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self._facts.ignore_eos:
+            body["ignore_eos"] = True
+
+        def first_token() -> None:
+            record.first_token_s = self._now()
+
+        answer = await stream_chat(
+            self._http,
+            self._url,
+            body,
+            headers={HEADER_REPLAY_NODE: node.node_id},
+            on_first_token=first_token,
         )
-        queue_ms = raw.headers.get(HEADER_QUEUE_MS)
-        if queue_ms:
-            try:
-                record.controller_queue_s = float(queue_ms) / 1000.0
-            except ValueError:
-                record.controller_queue_s = None
-        parts: list[str] = []
-        stream = raw.parse()
-        async with stream:
-            async for chunk in stream:
-                if chunk.usage is not None:
-                    usage = chunk.usage
-                    record.prompt_tokens = usage.prompt_tokens
-                    record.output_tokens = usage.completion_tokens
-                    details = usage.prompt_tokens_details
-                    if details is not None and details.cached_tokens is not None:
-                        record.cached_tokens = details.cached_tokens
-                for choice in chunk.choices:
-                    if choice.delta.content:
-                        if math.isnan(record.first_token_s):
-                            record.first_token_s = self._now()
-                        parts.append(choice.delta.content)
+        record.prompt_tokens = answer.prompt_tokens
+        record.output_tokens = answer.completion_tokens
+        record.cached_tokens = answer.cached_tokens
+        record.controller_queue_s = answer.controller_queue_s
         generated = record.output_tokens if record.output_tokens is not None else node.output_tokens
-        self._builder.record_output(node.node_id, "".join(parts), generated)
+        self._builder.record_output(node.node_id, answer.text, generated)
 
     async def _wait(self, node: WaitNode) -> None:
         predicted = self._history.predict(node.name)
@@ -273,7 +270,7 @@ async def replay(
         history = _WaitHistory()
         done = 0
         async with agentrt.Runtime(runtime_config) as rt:
-            client = rt.openai_client()
+            client = rt.http_client(timeout=httpx.Timeout(config.request_timeout_s, connect=10.0))
             zero_s = anyio.current_time()
             runs = [
                 _ProgramRun(rt, client, p, facts, config.time_scale, zero_s, history)
@@ -291,7 +288,7 @@ async def replay(
                 for run in runs:
                     group.start_soon(run_one, run)
             wall_s = anyio.current_time() - zero_s
-            await client.close()
+            await client.aclose()
         after = await scrape_counters(http, metrics_root)
     result = ReplayResult([r.result for r in runs], wall_s, before, after)
     return result, facts
