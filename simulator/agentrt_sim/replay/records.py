@@ -6,6 +6,7 @@ Plain data, filled by :mod:`agentrt_sim.replay.runner` and turned into the simul
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from agentrt_sim.workloads.program import Program
@@ -63,7 +64,7 @@ class ProgramResult:
 
     @property
     def finished(self) -> bool:
-        return self.error is None and self.finish_s == self.finish_s
+        return self.error is None and not math.isnan(self.finish_s)
 
 
 @dataclass(slots=True)
