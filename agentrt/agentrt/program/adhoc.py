@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from agentrt.program.context import Chain, Frame
+from agentrt.program.context import Chain, Frame, begin_graph_node
 from agentrt.program.model import Node, NodeKind, NodeStatus, ProgramGraph
 
 if TYPE_CHECKING:
@@ -50,17 +50,17 @@ class AdhocRun:
         tool_call_id: str = "",
         start: bool = True,
     ) -> Node:
-        node = self.graph.add_node(
-            frame.thread.id,
+        return begin_graph_node(
+            self.graph,
+            frame,
             kind,
             name,
-            parents if parents is not None else frame.chain.parents(),
-            objective or frame.objective,
+            parents=parents,
+            objective=objective,
+            tool_call_id=tool_call_id,
+            start=start,
+            now_s=anyio.current_time(),
         )
-        node.tool_call_id = tool_call_id
-        if start:
-            node.start(anyio.current_time())
-        return node
 
     def end_node(
         self, chain: Chain, node: Node, status: NodeStatus, error: BaseException | None = None

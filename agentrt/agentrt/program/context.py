@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from agentrt.runtime.runtime import Runtime
 
-__all__ = ["CURRENT_FRAME", "CURRENT_RUNTIME", "Chain", "Frame", "ProgramRun"]
+__all__ = ["CURRENT_FRAME", "CURRENT_RUNTIME", "Chain", "Frame", "ProgramRun", "begin_graph_node"]
 
 
 class ProgramRun(Protocol):
@@ -123,3 +123,33 @@ class Frame:
 CURRENT_FRAME: ContextVar[Frame | None] = ContextVar("agentrt_frame", default=None)
 #: The runtime entered with ``async with`` in this context (for helpers called outside a program).
 CURRENT_RUNTIME: ContextVar[Runtime | None] = ContextVar("agentrt_runtime", default=None)
+
+
+def begin_graph_node(
+    graph: ProgramGraph,
+    frame: Frame,
+    kind: NodeKind,
+    name: str,
+    *,
+    parents: tuple[str, ...] | None,
+    objective: str | None,
+    tool_call_id: str,
+    start: bool,
+    now_s: float,
+) -> Node:
+    """Add the next node of ``frame``'s thread to ``graph`` (what every run's ``begin_node`` does).
+
+    ``parents`` ``None`` means the chain's leaves; ``objective`` ``None`` the frame's; the node
+    starts at ``now_s`` (seconds, the event loop's clock) when ``start`` is true.
+    """
+    node = graph.add_node(
+        frame.thread.id,
+        kind,
+        name,
+        parents if parents is not None else frame.chain.parents(),
+        objective or frame.objective,
+    )
+    node.tool_call_id = tool_call_id
+    if start:
+        node.start(now_s)
+    return node

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentrt.errors import ConfigError, DeadlineExceeded
 from agentrt.journal.api import LeasingJournal
-from agentrt.program.context import CURRENT_FRAME, Chain, Frame
+from agentrt.program.context import CURRENT_FRAME, Chain, Frame, begin_graph_node
 from agentrt.program.model import Node, NodeKind, NodeStatus, ProgramGraph
 from agentrt.protocol import CallTags, ProgramEnd, ProgramStart
 from agentrt.runtime.telemetry import ATTR_PROGRAM_ID, ATTR_SESSION_ID
@@ -132,18 +132,17 @@ class Program:
         start: bool = True,
     ) -> Node:
         """Create the next node of ``frame``'s thread (parents: the chain's leaves)."""
-        graph = self._graph()
-        node = graph.add_node(
-            frame.thread.id,
+        return begin_graph_node(
+            self._graph(),
+            frame,
             kind,
             name,
-            parents if parents is not None else frame.chain.parents(),
-            objective or frame.objective,
+            parents=parents,
+            objective=objective,
+            tool_call_id=tool_call_id,
+            start=start,
+            now_s=anyio.current_time(),
         )
-        node.tool_call_id = tool_call_id
-        if start:
-            node.start(anyio.current_time())
-        return node
 
     def end_node(
         self, chain: Chain, node: Node, status: NodeStatus, error: BaseException | None = None
