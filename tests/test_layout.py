@@ -31,17 +31,20 @@ MEMBERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "agentrt": ("agentrt", "agentrt", ("journal",)),
     "controller": ("agentrt-controller", "agentrt_controller", ("controller",)),
     "emulator": ("agentrt-emulator", "agentrt_emulator", ("engine",)),
-    "simulator": ("agentrt-sim", "agentrt_sim", ("bench",)),
+    "simulator": ("agentrt-sim", "agentrt_sim", ("bench", "trace")),
     "adapters": ("agentrt-adapters", "agentrt_adapters", ()),
     "demo": ("agentrt-demo", "agentrt_demo", ("demo", "timeline")),
 }
-#: member folder -> its ``agentrt.commands`` entry point (name, target), if it has one.
-ENTRY_POINTS: dict[str, tuple[str, str]] = {
-    "agentrt": ("journal", "agentrt.journal.cli:register"),
-    "controller": ("controller", "agentrt_controller.cli:register"),
-    "emulator": ("engine", "agentrt_emulator.cli:register"),
-    "simulator": ("bench", "agentrt_sim.cli:register"),
-    "demo": ("demo", "agentrt_demo.cli:register"),
+#: member folder -> its ``agentrt.commands`` entry points (name -> target), if it has any.
+ENTRY_POINTS: dict[str, dict[str, str]] = {
+    "agentrt": {"journal": "agentrt.journal.cli:register"},
+    "controller": {"controller": "agentrt_controller.cli:register"},
+    "emulator": {"engine": "agentrt_emulator.cli:register"},
+    "simulator": {
+        "bench": "agentrt_sim.cli:register",
+        "trace": "agentrt_sim.export.cli:register",
+    },
+    "demo": {"demo": "agentrt_demo.cli:register"},
 }
 DISTRIBUTIONS = {dist for dist, _, _ in MEMBERS.values()}
 OTHER_PACKAGES = {package for _, package, _ in MEMBERS.values()} - {"agentrt"}
@@ -200,7 +203,7 @@ def test_wheel_entry_points(wheels: dict[str, Path], folder: str) -> None:
         raw = wheel.read(path).decode() if path in wheel.namelist() else ""
     groups = _entry_point_groups(raw)
     registered = groups.get(cli.COMMAND_GROUP, {})
-    expected = dict([ENTRY_POINTS[folder]]) if folder in ENTRY_POINTS else {}
+    expected = ENTRY_POINTS.get(folder, {})
     assert registered == expected
     if folder == "agentrt":
         assert groups["console_scripts"] == {"agentrt": "agentrt.cli:main"}
@@ -525,7 +528,9 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 def test_every_member_is_installed_with_its_commands() -> None:
     installed = {ep.name: ep.value for ep in metadata.entry_points(group=cli.COMMAND_GROUP)}
-    assert installed == dict(ENTRY_POINTS.values())
+    assert installed == {
+        name: target for eps in ENTRY_POINTS.values() for name, target in eps.items()
+    }
     known = {command: dist for command, (dist, _) in cli.KNOWN_COMMANDS.items()}
     assert known == {
         command: dist for dist, _, commands in MEMBERS.values() for command in commands

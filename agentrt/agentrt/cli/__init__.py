@@ -31,13 +31,14 @@ KNOWN_COMMANDS: dict[str, tuple[str, str]] = {
     "engine": ("agentrt-emulator", "run the vLLM-compatible engine emulator"),
     "controller": ("agentrt-controller", "run the program controller"),
     "bench": ("agentrt-sim", "simulate and benchmark scheduling policies"),
+    "trace": ("agentrt-sim", "convert recorded traces into simulator traces"),
     "journal": ("agentrt", "inspect and repair an intent journal"),
     "demo": ("agentrt-demo", "run the demo"),
     "timeline": ("agentrt-demo", "draw a program timeline from a trace file"),
 }
 
 #: Entry-point names of the agentrt distributions, in the order they register.
-_ENTRY_POINT_ORDER = ("engine", "controller", "bench", "journal", "demo")
+_ENTRY_POINT_ORDER = ("engine", "controller", "bench", "trace", "journal", "demo")
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -1,0 +1,192 @@
+"""Rebuild a program's DAG edges from its recorded spans.
+
+The SDK's spans carry each node's id (``{thread}:{seq}``) and thread (``main``, ``main.0``,
+``main.0.1``: the k-th thread forked from ``t`` is ``t.k``) but not its parents, so the edges are
+inferred by replaying the SDK's own chain rule (``agentrt.program.context.Chain``) over the
+recorded start and end times:
+
+* a node's parents are its thread's *leaves* when it starts; a node that ends replaces its
+  parents among the leaves (calls one after another form a chain, calls started together
+  become siblings);
+* a forked thread starts from its parent thread's leaves (the fork base);
+* child threads are joined back into their parent (its leaves become theirs plus its own since
+  the fork) when the parent thread starts its next node, or forks again, *and* every node of
+  every unjoined child has ended. Requiring all children to have ended keeps the threads of one
+  ``parallel(limit=...)`` block siblings, but runs of sequential blocks (``limit=1``, or
+  siblings that did not overlap) come out chained, as they ran;
+* a gap in a thread's sequence numbers (node ``t:j`` recorded, ``t:j-1`` not) is a node
+  without a span: an ``agentrt.wait()`` (human or external wait). It becomes one ``think``
+  node from the end of the thread's leaves to the start of ``t:j``.
+
+Calls an SDK tool makes while it runs (nested work) chain off the thread, not off the tool
+node: the trace model has no nested calls, so they become the tool's siblings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["Recorded", "infer_parents"]
+
+RecordedKind = Literal["llm", "tool", "think"]
+
+
+@dataclass(slots=True)
+class Recorded:
+    """One node of a recorded program (times in Unix nanoseconds, tokens as recorded)."""
+
+    node_id: str
+    thread_id: str
+    #: Position in its thread (the ``j`` of ``t:j``).
+    seq: int
+    kind: RecordedKind
+    #: Tool name, ``wait`` for an inferred wait, the model for an LLM call.
+    name: str
+    start_ns: int
+    end_ns: int
+    input_tokens: int = 0
+    output_tokens: int = 0
+    #: False for a node that ran but is not exported (a failed call): its children inherit
+    #: its parents.
+    kept: bool = True
+    parents: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class _Thread:
+    leaves: list[str]
+    base: list[str]
+    children: list[str] = field(default_factory=list)
+
+
+def _parent_thread(thread_id: str) -> str | None:
+    return thread_id.rsplit(".", 1)[0] if "." in thread_id else None
+
+
+class _Replay:
+    def __init__(self, nodes: list[Recorded], program_start_ns: int) -> None:
+        self.nodes = {node.node_id: node for node in nodes}
+        self.program_start_ns = program_start_ns
+        self.threads: dict[str, _Thread] = {}
+        self.seqs: dict[str, set[int]] = {}
+        #: Latest end over a thread and its descendants (ns).
+        self.subtree_end: dict[str, int] = {}
+        for node in nodes:
+            self.seqs.setdefault(node.thread_id, set()).add(node.seq)
+            thread: str | None = node.thread_id
+            while thread is not None:
+                self.subtree_end[thread] = max(self.subtree_end.get(thread, 0), node.end_ns)
+                thread = _parent_thread(thread)
+        self.inferred: list[Recorded] = []
+
+    def thread(self, thread_id: str, now_ns: int) -> _Thread:
+        found = self.threads.get(thread_id)
+        if found is not None:
+            return found
+        parent_id = _parent_thread(thread_id)
+        if parent_id is None:
+            made = _Thread([], [])
+        else:
+            parent = self.thread(parent_id, now_ns)
+            self.join_finished(parent, now_ns)
+            made = _Thread(list(parent.leaves), list(parent.leaves))
+            parent.children.append(thread_id)
+        self.threads[thread_id] = made
+        return made
+
+    def join_finished(self, thread: _Thread, now_ns: int) -> None:
+        """Join every child of ``thread`` if all of them (and their descendants) have ended."""
+        if not thread.children:
+            return
+        if any(self.subtree_end.get(c, 0) > now_ns for c in thread.children):
+            return
+        for child_id in thread.children:
+            child = self.threads[child_id]
+            self.join_finished(child, now_ns)
+            merged = [leaf for leaf in thread.leaves if leaf not in child.base]
+            merged += [leaf for leaf in child.leaves if leaf not in merged]
+            thread.leaves = merged or list(child.base)
+        thread.children = []
+
+    def start(self, node: Recorded) -> None:
+        thread = self.thread(node.thread_id, node.start_ns)
+        self.join_finished(thread, node.start_ns)
+        previous = node.seq - 1
+        if previous >= 0 and previous not in self.seqs[node.thread_id]:
+            self.seqs[node.thread_id].add(previous)
+            started = max(
+                (self.nodes[leaf].end_ns for leaf in thread.leaves if leaf in self.nodes),
+                default=self.program_start_ns,
+            )
+            wait = Recorded(
+                f"{node.thread_id}:{previous}",
+                node.thread_id,
+                previous,
+                "think",
+                "wait",
+                min(started, node.start_ns),
+                node.start_ns,
+                parents=tuple(thread.leaves),
+            )
+            self.nodes[wait.node_id] = wait
+            self.inferred.append(wait)
+            self.end(wait)
+        node.parents = tuple(thread.leaves)
+
+    def end(self, node: Recorded) -> None:
+        thread = self.threads[node.thread_id]
+        kept = [leaf for leaf in thread.leaves if leaf not in node.parents and leaf != node.node_id]
+        kept.append(node.node_id)
+        thread.leaves = kept
+
+
+def infer_parents(nodes: list[Recorded], program_start_ns: int) -> list[Recorded]:
+    """Set ``parents`` of every node; return the kept nodes plus inferred waits, in start order.
+
+    Parents that were not kept are replaced by their own parents (transitively).
+    """
+    replay = _Replay(nodes, program_start_ns)
+    events: list[tuple[int, int, int, Recorded]] = []
+    for node in nodes:
+        # At equal times an end comes before a start (a call that begins the instant its
+        # parent ends still sees it as a leaf).
+        events.append((node.start_ns, 1, node.seq, node))
+        events.append((node.end_ns, 0, node.seq, node))
+    events.sort(key=lambda event: event[:3])
+    for _, is_start, _, node in events:
+        if is_start:
+            replay.start(node)
+        else:
+            replay.end(node)
+    everything = replay.nodes
+
+    def resolved(parent: str) -> list[str]:
+        found = everything[parent]
+        if found.kept:
+            return [parent]
+        return [p for grand in found.parents for p in resolved(grand)]
+
+    out = [node for node in everything.values() if node.kept]
+    for node in out:
+        parents: list[str] = []
+        for parent in node.parents:
+            for p in resolved(parent):
+                if p not in parents:
+                    parents.append(p)
+        node.parents = tuple(parents)
+    out.sort(key=lambda node: (node.start_ns, node.end_ns, node.node_id))
+    return _parents_first(out)
+
+
+def _parents_first(nodes: list[Recorded]) -> list[Recorded]:
+    """``nodes`` (in start order) reordered, only where needed, so parents come first."""
+    placed: set[str] = set()
+    out: list[Recorded] = []
+    waiting = list(nodes)
+    while waiting:
+        ready = next(n for n in waiting if all(p in placed for p in n.parents))
+        waiting.remove(ready)
+        placed.add(ready.node_id)
+        out.append(ready)
+    return out
