@@ -68,11 +68,18 @@ def sysprompt_programs(rate: float, duration_s: float, seed: int) -> list[Progra
     document as their first message and ~20 turns (Poisson arrivals)."""
     system = 3000
     small = ChatbotWorkload(
-        ChatbotParams(system_prompt_tokens=system, prompt_tokens_mean=256 + system / 6.66)
+        ChatbotParams(
+            prompt_calibration="fresh",  # conversations re-send their history (docs/simulator.md)
+            system_prompt_tokens=system,
+            prompt_tokens_mean=256 + system / 6.66,
+        )
     )
     large = ChatbotWorkload(
         ChatbotParams(
-            system_prompt_tokens=system, calls_mean=20.0, prompt_tokens_mean=256 + system / 20
+            prompt_calibration="fresh",
+            system_prompt_tokens=system,
+            calls_mean=20.0,
+            prompt_tokens_mean=256 + system / 20,
         )
     )
     rng = random.Random(seed)

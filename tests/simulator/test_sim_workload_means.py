@@ -1,23 +1,27 @@
-"""Sampled workload statistics match the Autellix workload means (docs/simulator.md §3) within
-5 % over a large sample.
+"""Sampled workload statistics match the Autellix workload means (docs/simulator.md §3,
+"Calibration") within 5 % over a large sample (seed 7).
 
-"Prompt tokens per call" is the fresh prompt tokens a program sends (system prompt and first
-input once, then every new message / observation), divided by its calls — see
-docs/simulator.md for why the engine-visible prompt (which grows with the context) cannot be.
+"Prompt tokens per call" has two calibrations: ``engine`` (the default) matches each call's
+whole prompt — what an engine reports as ``prompt_tokens`` (``Program.engine_prompt_tokens``) —
+and ``fresh`` matches the tokens a program adds that did not come from its own earlier prompts
+or outputs (system prompt and first input once, then every new message / observation;
+``Program.fresh_prompt_tokens``).
 """
 
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
-from agentrt_sim.workloads.generate import build_generator, generate_programs
+from agentrt.errors import ConfigError
+from agentrt_sim.workloads.generate import build_generator, generate_programs, parse_workload_params
 from agentrt_sim.workloads.program import LLMNode, Program, WaitNode
 
 pytestmark = pytest.mark.timeout(120)
 
-# (workload, programs to draw, calls/program, fresh prompt tokens/call, output tokens/call)
+# (workload, programs to draw, calls/program, prompt tokens/call, output tokens/call)
 WORKLOAD_MEANS = [
     ("chatbot", 20_000, 6.66, 256.0, 277.0),
     ("react", 10_000, 10.75, 735.0, 34.1),
@@ -25,24 +29,95 @@ WORKLOAD_MEANS = [
 ]
 
 
-def _draw(workload: str, count: int, seed: int = 7) -> list[Program]:
-    generator = build_generator(workload)
+def _draw(
+    workload: str, count: int, seed: int = 7, calibration: str | None = None
+) -> list[Program]:
+    overrides: dict[str, dict[str, Any]] = {}
+    if calibration is not None:
+        overrides = {workload: {"prompt_calibration": calibration}}
+    generator = build_generator(workload, overrides)
     rng = random.Random(seed)
     return [generator.draw(rng, f"{workload}-{i}", 0.0) for i in range(count)]
 
 
+def _means(programs: list[Program]) -> tuple[float, float, float, float]:
+    """Calls / program; engine-visible, fresh and output tokens / call."""
+    calls = sum(p.llm_calls() for p in programs)
+    return (
+        calls / len(programs),
+        sum(p.engine_prompt_tokens() for p in programs) / calls,
+        sum(p.fresh_prompt_tokens() for p in programs) / calls,
+        sum(p.output_tokens() for p in programs) / calls,
+    )
+
+
 @pytest.mark.parametrize(("workload", "count", "calls", "prompt", "output"), WORKLOAD_MEANS)
-def test_means_match_the_brief_within_5_percent(
+def test_default_engine_visible_means_match_the_paper_within_5_percent(
     workload: str, count: int, calls: float, prompt: float, output: float
 ) -> None:
-    programs = _draw(workload, count)
-    total_calls = sum(p.llm_calls() for p in programs)
-    calls_mean = total_calls / len(programs)
-    prompt_mean = sum(p.fresh_prompt_tokens() for p in programs) / total_calls
-    output_mean = sum(p.output_tokens() for p in programs) / total_calls
+    calls_mean, engine_mean, fresh_mean, output_mean = _means(_draw(workload, count))
     assert calls_mean == pytest.approx(calls, rel=0.05)
-    assert prompt_mean == pytest.approx(prompt, rel=0.05)
+    assert engine_mean == pytest.approx(prompt, rel=0.05)
     assert output_mean == pytest.approx(output, rel=0.05)
+    assert fresh_mean < engine_mean  # not the fresh calibration: contexts or a shared prefix
+
+
+@pytest.mark.parametrize(("workload", "count", "calls", "prompt", "output"), WORKLOAD_MEANS)
+def test_fresh_calibration_means_match_the_paper_within_5_percent(
+    workload: str, count: int, calls: float, prompt: float, output: float
+) -> None:
+    calls_mean, engine_mean, fresh_mean, output_mean = _means(
+        _draw(workload, count, calibration="fresh")
+    )
+    assert calls_mean == pytest.approx(calls, rel=0.05)
+    assert fresh_mean == pytest.approx(prompt, rel=0.05)
+    assert output_mean == pytest.approx(output, rel=0.05)
+    # The contexts grow: the engine sees several times the paper's prompt per call.
+    assert engine_mean > 4 * prompt
+
+
+def test_fresh_calibration_keeps_the_pre_calibration_sizes() -> None:
+    """``fresh`` reproduces the earlier workloads: the same system prompts and shapes."""
+    sizes = {
+        kind: _draw(kind, 1, calibration="fresh")[0].system_prompt_tokens
+        for kind in ("chatbot", "react", "mcts")
+    }
+    assert sizes == {"chatbot": 64, "react": 1500, "mcts": 800}
+    (chat,) = _draw("chatbot", 1, seed=3, calibration="fresh")
+    calls = [n for n in chat.nodes if isinstance(n, LLMNode)]
+    assert [n.context for n in calls[1:]] == [n.node_id for n in calls[:-1]]  # history re-sent
+
+
+def test_engine_chatbot_turns_are_stateless_and_react_contexts_grow() -> None:
+    (chat,) = [p for p in _draw("chatbot", 50, seed=3) if p.llm_calls() > 2][:1]
+    assert chat.root_prompt_tokens == 0
+    assert all(n.context is None for n in chat.nodes if isinstance(n, LLMNode))
+    (react,) = [p for p in _draw("react", 50, seed=3) if p.llm_calls() > 2][:1]
+    assert react.system_prompt_tokens == 200
+    calls = [n for n in react.nodes if isinstance(n, LLMNode)]
+    tools = [n for n in react.nodes if isinstance(n, WaitNode)]
+    assert [n.context for n in calls[1:]] == [n.node_id for n in tools]  # observation appended
+    assert [n.context for n in tools] == [n.node_id for n in calls[:-1]]
+
+
+def test_prompt_calibration_option_reaches_every_calibrated_kind() -> None:
+    overrides = parse_workload_params(
+        ["react.prompt_calibration=engine"], prompt_calibration="fresh"
+    )
+    assert overrides == {
+        "chatbot": {"prompt_calibration": "fresh"},
+        "react": {"prompt_calibration": "engine"},
+        "mcts": {"prompt_calibration": "fresh"},
+    }
+    assert parse_workload_params(["mcts.system_prompt_tokens=300"]) == {
+        "mcts": {"system_prompt_tokens": 300}
+    }
+    with pytest.raises(ConfigError, match="prompt_calibration"):
+        parse_workload_params([], prompt_calibration="visible")
+    with pytest.raises(ConfigError, match="prompt_calibration"):
+        build_generator("mixed", {"react": {"prompt_calibration": "visible"}})
+    with pytest.raises(ConfigError, match="too long"):
+        build_generator("react", {"react": {"system_prompt_tokens": 800}})
 
 
 def test_lengths_are_heavy_tailed_and_bounded() -> None:

@@ -1,5 +1,15 @@
-"""What the sampled workloads share: wrapping drawn nodes into a :class:`Program`, and the
-sequential call–wait–call spine of the chatbot and ReAct workloads.
+"""What the sampled workloads share: wrapping drawn nodes into a :class:`Program`, the
+sequential call–wait–call spine of the chatbot and ReAct workloads, and the two prompt
+calibrations.
+
+**Prompt calibrations** (docs/simulator.md, "Calibration"). Autellix (arXiv 2502.13965) gives
+"prompt tokens per call" for each workload. ``engine`` (the default) reads it as what the engine
+sees: the mean over calls of the whole prompt, context included
+(:meth:`Program.engine_prompt_tokens`). ``fresh`` reads it as the tokens a program adds that did
+not come from its own earlier prompts or outputs (:meth:`Program.fresh_prompt_tokens`); contexts
+then grow to thousands of engine-visible tokens per call. Each calibration has its own default
+sizes for the shared parts (system prompts, questions); a field left ``None`` takes the default
+of the chosen calibration.
 
 **Seeds.** A workload draws a program from one ``random.Random``; the *order* of the draws is
 part of what a seed means (``generate_programs`` promises the same programs for the same seed).
@@ -11,24 +21,42 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import ClassVar, Generic, Protocol, TypeVar
+from collections.abc import Callable, Mapping
+from typing import ClassVar, Generic, Literal, TypeVar
 
+from agentrt.errors import ConfigError
 from agentrt_sim.workloads.program import LLMNode, Node, Program, WaitNode
 
-__all__ = ["SampledWorkload", "WorkloadParams", "sequential_calls"]
+__all__ = [
+    "PROMPT_CALIBRATIONS",
+    "PromptCalibration",
+    "SampledWorkload",
+    "calibrated",
+    "check_calibration",
+    "sequential_calls",
+]
+
+#: ``engine``: the mean whole prompt per call matches the paper; ``fresh``: the mean new tokens.
+PromptCalibration = Literal["engine", "fresh"]
+PROMPT_CALIBRATIONS: tuple[PromptCalibration, ...] = ("engine", "fresh")
+
+ParamsT = TypeVar("ParamsT")
+T = TypeVar("T")
 
 
-class WorkloadParams(Protocol):
-    """What :class:`SampledWorkload` reads from a workload's parameters."""
+def check_calibration(kind: str, value: str) -> PromptCalibration:
+    """``value`` as a :data:`PromptCalibration`; anything else raises :class:`ConfigError`."""
+    for calibration in PROMPT_CALIBRATIONS:
+        if value == calibration:
+            return calibration
+    raise ConfigError(
+        f"{kind}: prompt_calibration {value!r} is unknown; valid: {', '.join(PROMPT_CALIBRATIONS)}"
+    )
 
-    @property
-    def system_prompt_tokens(self) -> int:
-        """Shared system prompt of the workload's kind (tokens)."""
-        ...
 
-
-ParamsT = TypeVar("ParamsT", bound=WorkloadParams)
+def calibrated(value: T | None, calibration: PromptCalibration, defaults: Mapping[str, T]) -> T:
+    """``value``, or the default of ``calibration`` when it is ``None``."""
+    return defaults[calibration] if value is None else value
 
 
 class SampledWorkload(ABC, Generic[ParamsT]):
@@ -39,8 +67,10 @@ class SampledWorkload(ABC, Generic[ParamsT]):
     #: Workload name, program kind and system prompt id (``chatbot``, ``react``...).
     kind: ClassVar[str]
 
-    def __init__(self, params: ParamsT) -> None:
+    def __init__(self, params: ParamsT, system_prompt_tokens: int) -> None:
         self.params = params
+        #: Shared system prompt of the workload's kind (tokens), after calibration defaults.
+        self.system_prompt_tokens = system_prompt_tokens
 
     def draw(self, rng: random.Random, program_id: str, arrival_s: float) -> Program:
         """One program arriving at ``arrival_s`` (seconds)."""
@@ -50,7 +80,7 @@ class SampledWorkload(ABC, Generic[ParamsT]):
             kind=self.kind,
             arrival_s=arrival_s,
             system_prompt_id=self.kind,
-            system_prompt_tokens=self.params.system_prompt_tokens,
+            system_prompt_tokens=self.system_prompt_tokens,
             root_prompt_tokens=root_prompt_tokens,
             nodes=tuple(nodes),
         )
@@ -60,12 +90,18 @@ class SampledWorkload(ABC, Generic[ParamsT]):
         """The program's own first input (tokens, after the system prompt) and its nodes."""
 
 
+#: What call k >= 1 of :func:`sequential_calls` extends: the wait before it (a tool's
+#: observation joins the context), call k-1 (think time adds nothing to it), or only the root
+#: prefix (stateless turns: the earlier turns are not sent again).
+Extends = Literal["wait", "previous", "root"]
+
+
 def sequential_calls(
     calls: int,
     *,
     wait: Callable[[str, str], WaitNode],
     wait_prefix: str,
-    prompt_extends_wait: bool,
+    extends: Extends,
     fresh_tokens: Callable[[], int],
     output_tokens: Callable[[], int],
 ) -> list[Node]:
@@ -75,20 +111,21 @@ def sequential_calls(
     For call k >= 1, in this order: ``wait(f"{wait_prefix}{k}", previous_call_id)`` draws the
     wait, which must depend on call k-1; ``fresh_tokens()`` draws call k's fresh prompt tokens;
     ``output_tokens()`` its output. Call 0 draws only its output (its input is the program's
-    root prompt). Call k's prompt extends the wait's prefix when ``prompt_extends_wait`` (a
-    tool's observation joins the context), else call k-1's (think time adds nothing to it).
+    root prompt) unless ``extends`` is ``root``: then it draws its fresh tokens first like the
+    others (the caller's root input is then usually empty). ``extends`` says which prefix call
+    k's prompt extends (:data:`Extends`).
     """
     nodes: list[Node] = []
     previous: str | None = None
     for k in range(calls):
         parents: tuple[str, ...] = ()
-        context = previous
-        new_tokens = 0
+        context = None if extends == "root" else previous
+        new_tokens = fresh_tokens() if extends == "root" and previous is None else 0
         if previous is not None:
             before = wait(f"{wait_prefix}{k}", previous)
             nodes.append(before)
             parents = (before.node_id,)
-            if prompt_extends_wait:
+            if extends == "wait":
                 context = before.node_id
             new_tokens = fresh_tokens()
         call = LLMNode(f"c{k}", parents, "main", context, new_tokens, output_tokens())

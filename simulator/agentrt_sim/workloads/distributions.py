@@ -150,6 +150,21 @@ class DiscreteLogNormal:
         value = rng.lognormvariate(self._mu, self.sigma)
         return int(min(max(math.floor(value + 0.5), self.low), self.high))
 
+    def expectation(self, f: Callable[[int], float]) -> float:
+        """E[f(N)] over the exact probability mass function of the draws (no sampling)."""
+        if _is_fixed(self.mean, self.low, self.high):
+            return f(round(self.mean))
+        total = 0.0
+        below = 0.0  # P(draw < k), i.e. P(X < k - 0.5), clipped at low
+        for k in range(self.low, self.high + 1):
+            upper = 1.0 if k == self.high else _lognormal_cdf(k + 0.5, self._mu, self.sigma)
+            mass = upper - below
+            total += mass * f(k)
+            below = upper
+            if 1.0 - below < 1e-15:
+                break
+        return total
+
 
 def _discrete_mean(mu: float, sigma: float, low: int, high: int) -> float:
     """E[clip(floor(X + 0.5), low, high)] for X ~ LogNormal(mu, sigma)."""

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agentrt.errors import ConfigError
+from agentrt_sim.workloads.base import check_calibration
 from agentrt_sim.workloads.chatbot import ChatbotParams, ChatbotWorkload
 from agentrt_sim.workloads.mapreduce import MapReduceParams, MapReduceWorkload
 from agentrt_sim.workloads.mcts import MctsParams, MctsWorkload
@@ -20,6 +22,7 @@ from agentrt_sim.workloads.program import Program
 from agentrt_sim.workloads.react import ReactParams, ReactWorkload
 
 __all__ = [
+    "CALIBRATED_KINDS",
     "WORKLOAD_NAMES",
     "ProgramGenerator",
     "build_generator",
@@ -65,16 +68,27 @@ _KINDS: dict[str, Callable[[Any], ProgramGenerator]] = {
 #: Workload names accepted by :func:`build_generator` (and ``agentrt bench sim --workload``).
 WORKLOAD_NAMES: tuple[str, ...] = ("chatbot", "react", "mapreduce", "mcts", "mixed")
 
+#: The kinds with a ``prompt_calibration`` field (``engine`` by default, or ``fresh``).
+CALIBRATED_KINDS: tuple[str, ...] = ("chatbot", "react", "mcts")
+
 #: The kinds ``mixed`` draws from, in equal shares.
 MIXED_KINDS: tuple[str, ...] = ("chatbot", "react", "mcts")
 
 
-def parse_workload_params(items: Sequence[str]) -> dict[str, dict[str, Any]]:
+def parse_workload_params(
+    items: Sequence[str], *, prompt_calibration: str | None = None
+) -> dict[str, dict[str, Any]]:
     """Parse ``KIND.FIELD=VALUE`` overrides (``react.tool_time_scale=0.5``), typed per field.
 
+    ``prompt_calibration`` (``engine`` or ``fresh``), when given, sets that field of every kind
+    that has one (:data:`CALIBRATED_KINDS`) unless an item sets it for a kind explicitly.
     Raises :class:`ConfigError` for an unknown kind or field or a value of the wrong type.
     """
     overrides: dict[str, dict[str, Any]] = {}
+    if prompt_calibration is not None:
+        check_calibration("--prompt-calibration", prompt_calibration)
+        for kind in CALIBRATED_KINDS:
+            overrides[kind] = {"prompt_calibration": prompt_calibration}
     for item in items:
         key, sep, raw = item.partition("=")
         kind, dot, name = key.strip().partition(".")
@@ -85,19 +99,20 @@ def parse_workload_params(items: Sequence[str]) -> dict[str, dict[str, Any]]:
             raise ConfigError(
                 f"workload parameter {item!r}: unknown kind {kind!r}; valid: {', '.join(_PARAMS)}"
             )
-        fields = {f.name: f for f in dataclasses.fields(params_type)}
-        if name not in fields:
+        hints = typing.get_type_hints(params_type)
+        if name not in hints:
             raise ConfigError(
                 f"workload parameter {item!r}: {kind} has no field {name!r}; "
-                f"valid: {', '.join(fields)}"
+                f"valid: {', '.join(f.name for f in dataclasses.fields(params_type))}"
             )
-        default = getattr(params_type(), name)
+        # ``int | None`` (None = the calibration's default) parses as int.
+        value_type = next(
+            t for t in typing.get_args(hints[name]) or (hints[name],) if t is not type(None)
+        )
         try:
-            value: Any = type(default)(raw.strip())
+            value: Any = value_type(raw.strip())
         except ValueError as exc:
-            raise ConfigError(
-                f"workload parameter {item!r}: not a {type(default).__name__}"
-            ) from exc
+            raise ConfigError(f"workload parameter {item!r}: not a {value_type.__name__}") from exc
         overrides.setdefault(kind, {})[name] = value
     return overrides
 

@@ -3,6 +3,9 @@
 The document is cut into chunks; one map call per chunk runs in its own thread (system prompt +
 instruction + chunk, ~1,084 prompt tokens, ~50 output tokens); a reduce call reads every map
 output (re-tokenised into a new prompt, so it shares only the system prompt) and answers.
+
+No call extends another's prompt, so the fresh and the engine-visible prompt per call are the
+same (≈ 1,080 tokens, the reduce included): this workload needs no ``prompt_calibration``.
 """
 
 from __future__ import annotations
@@ -46,8 +49,8 @@ class MapReduceWorkload(SampledWorkload[MapReduceParams]):
     kind = "mapreduce"
 
     def __init__(self, params: MapReduceParams | None = None) -> None:
-        super().__init__(params or MapReduceParams())
-        params = self.params
+        params = params or MapReduceParams()
+        super().__init__(params, params.system_prompt_tokens)
         self._chunks = DiscreteLogNormal(
             params.chunks_mean, params.chunks_sigma, low=1, high=params.chunks_max
         )

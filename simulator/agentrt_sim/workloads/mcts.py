@@ -7,18 +7,28 @@ child with an LLM call, and with probability ``reflect_probability`` **reflects*
 trajectory. The next iteration starts when all evaluations (and the reflection) are done.
 Prompts share the tree path: a child's calls extend its parent state's prefix.
 
-Calibrated means: 159.7 calls per program, 467 fresh prompt tokens and 72.6 output tokens per
-call. The relative sizes of expand / observation / evaluate / reflect prompts and outputs are
-assumptions; one scale factor each for prompts and outputs makes the means exact.
+Calibrated means (Autellix arXiv 2502.13965): 159.7 calls per program, 467 prompt tokens and
+72.6 output tokens per call. The relative sizes of expand / observation / evaluate / reflect
+prompts and outputs are assumptions; one scale factor each for prompts and outputs makes the
+means exact. Under ``prompt_calibration="engine"`` (default) the 467 are each call's whole
+prompt: the tree path (the states' expand outputs and observations) counts, so the path's
+share is measured on a seeded sample of tree shapes (:func:`_path_weights`) and the prompt
+scale solved from it; the shared parts are small (system 150, question 40) and expansions
+short (expand : evaluate : reflect outputs = 30 : 110 : 150). Under ``fresh`` the 467 are the
+system prompt (800) and question (60) once plus every new prompt segment, per call
+(docs/simulator.md, "Calibration").
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import random
+import re
 from dataclasses import dataclass
 
 from agentrt.errors import ConfigError
-from agentrt_sim.workloads.base import SampledWorkload
+from agentrt_sim.workloads.base import SampledWorkload, calibrated, check_calibration
 from agentrt_sim.workloads.distributions import ClippedLogNormal, DiscreteLogNormal
 from agentrt_sim.workloads.program import LLMNode, Node, WaitNode
 from agentrt_sim.workloads.tools import ToolMix, ToolSpec
@@ -44,22 +54,28 @@ class MctsParams:
     max_depth: int = 6
     #: Chance to deepen from the last iteration's children rather than pick any open state.
     deepen_probability: float = 0.7
-    #: Mean fresh prompt tokens per call; docs/simulator.md §3.
+    #: What ``prompt_tokens_mean`` measures: ``engine`` (each call's whole prompt) or
+    #: ``fresh`` (system prompt and question once, then every new prompt segment).
+    prompt_calibration: str = "engine"
+    #: Mean prompt tokens per call, as ``prompt_calibration`` measures them; docs/simulator.md §3.
     prompt_tokens_mean: float = 467.0
     #: Mean output tokens per call; docs/simulator.md §3.
     output_tokens_mean: float = 72.6
-    #: Shared system prompt: instructions and few-shot examples (tokens).
-    system_prompt_tokens: int = 800
-    #: Mean question length (tokens).
-    question_tokens_mean: float = 60.0
+    #: Shared system prompt: instructions and few-shot examples (tokens); ``None``: 150
+    #: (engine), 800 (fresh).
+    system_prompt_tokens: int | None = None
+    #: Mean question length (tokens); ``None``: 40 (engine), 60 (fresh).
+    question_tokens_mean: float | None = None
     #: Relative prompt sizes: expand instruction, observation, evaluate, reflect.
     expand_prompt_weight: float = 40.0
     observation_weight: float = 400.0
     evaluate_prompt_weight: float = 150.0
     reflect_prompt_weight: float = 100.0
-    #: Relative output sizes: expand (thought + action), evaluate (score), reflect.
-    expand_output_weight: float = 120.0
-    evaluate_output_weight: float = 20.0
+    #: Relative output sizes: expand (thought + action), evaluate (reasoning + score), reflect;
+    #: ``None``: expand 30 and evaluate 110 (engine: expand outputs join the tree path, so
+    #: they are kept short), expand 120 and evaluate 20 (fresh).
+    expand_output_weight: float | None = None
+    evaluate_output_weight: float | None = None
     reflect_output_weight: float = 150.0
     length_sigma: float = 0.8
     #: Mean environment-step (tool) duration (seconds).
@@ -68,14 +84,28 @@ class MctsParams:
     tool_max_s: float = 10.0
 
 
+_SYSTEM_PROMPT_TOKENS = {"engine": 150, "fresh": 800}
+_QUESTION_TOKENS = {"engine": 40.0, "fresh": 60.0}
+_EXPAND_OUTPUT_WEIGHT = {"engine": 30.0, "fresh": 120.0}
+_EVALUATE_OUTPUT_WEIGHT = {"engine": 110.0, "fresh": 20.0}
+
+#: Tree shapes drawn to measure the path's share of an engine-visible prompt (programs).
+_PATH_SAMPLE_PROGRAMS = 400
+
+
 class MctsWorkload(SampledWorkload[MctsParams]):
     """Draws tree searches; samplers are calibrated once at construction."""
 
     kind = "mcts"
 
     def __init__(self, params: MctsParams | None = None) -> None:
-        super().__init__(params or MctsParams())
-        p = self.params
+        p = params or MctsParams()
+        calibration = check_calibration(self.kind, p.prompt_calibration)
+        system = calibrated(p.system_prompt_tokens, calibration, _SYSTEM_PROMPT_TOKENS)
+        question_mean = calibrated(p.question_tokens_mean, calibration, _QUESTION_TOKENS)
+        expand_output = calibrated(p.expand_output_weight, calibration, _EXPAND_OUTPUT_WEIGHT)
+        evaluate_output = calibrated(p.evaluate_output_weight, calibration, _EVALUATE_OUTPUT_WEIGHT)
+        super().__init__(p, system)
         if p.children < 1 or not 0 <= p.reflect_probability <= 1 or p.max_depth < 1:
             raise ConfigError("mcts needs children >= 1, 0 <= reflect_probability <= 1, depth >= 1")
         calls_per_iteration = 2 * p.children + p.reflect_probability
@@ -83,32 +113,46 @@ class MctsWorkload(SampledWorkload[MctsParams]):
         self._iterations = DiscreteLogNormal(
             iterations_mean, p.iterations_sigma, low=1, high=p.iterations_max
         )
-        # fresh = system + question + sum over iterations of the weighted prompt sizes * scale.
-        prompt_weight = (
-            p.children * (p.expand_prompt_weight + p.observation_weight + p.evaluate_prompt_weight)
-            + p.reflect_probability * p.reflect_prompt_weight
-        )
-        prompt_scale = (
-            p.prompt_tokens_mean * p.calls_mean - p.system_prompt_tokens - p.question_tokens_mean
-        ) / (iterations_mean * prompt_weight)
         output_weight = (
-            p.children * (p.expand_output_weight + p.evaluate_output_weight)
+            p.children * (expand_output + evaluate_output)
             + p.reflect_probability * p.reflect_output_weight
         )
         output_scale = p.output_tokens_mean * calls_per_iteration / output_weight
+        if calibration == "engine":
+            # Mean whole prompt per call = system + question + (expand outputs on the path) *
+            # expand output size + (prompt weight on the path and of the call) * scale.
+            weight_per_call, expand_outputs_per_call = _path_weights(p)
+            prompt_scale = (
+                p.prompt_tokens_mean
+                - system
+                - question_mean
+                - expand_outputs_per_call * expand_output * output_scale
+            ) / weight_per_call
+        else:
+            # fresh = system + question + sum over iterations of the weighted prompt sizes.
+            prompt_weight = (
+                p.children
+                * (p.expand_prompt_weight + p.observation_weight + p.evaluate_prompt_weight)
+                + p.reflect_probability * p.reflect_prompt_weight
+            )
+            prompt_scale = (p.prompt_tokens_mean * p.calls_mean - system - question_mean) / (
+                iterations_mean * prompt_weight
+            )
         if prompt_scale <= 0:
             raise ConfigError("mcts system prompt too long for the requested prompt mean")
+        #: Multiplies the prompt weights into mean token counts (tokens per weight unit).
+        self.prompt_scale = prompt_scale
 
         def sized(weight: float, scale: float) -> ClippedLogNormal:
             return ClippedLogNormal(max(weight * scale, 1.0), p.length_sigma, 1, 16384)
 
-        self._question = sized(p.question_tokens_mean, 1.0)
+        self._question = sized(question_mean, 1.0)
         self._expand_prompt = sized(p.expand_prompt_weight, prompt_scale)
         self._observation = sized(p.observation_weight, prompt_scale)
         self._evaluate_prompt = sized(p.evaluate_prompt_weight, prompt_scale)
         self._reflect_prompt = sized(p.reflect_prompt_weight, prompt_scale)
-        self._expand_output = sized(p.expand_output_weight, output_scale)
-        self._evaluate_output = sized(p.evaluate_output_weight, output_scale)
+        self._expand_output = sized(expand_output, output_scale)
+        self._evaluate_output = sized(evaluate_output, output_scale)
         self._reflect_output = sized(p.reflect_output_weight, output_scale)
         self._tools = ToolMix(
             (ToolSpec("environment", 1.0, p.tool_mean_s),), min_s=p.tool_min_s, max_s=p.tool_max_s
@@ -196,3 +240,49 @@ class MctsWorkload(SampledWorkload[MctsParams]):
         state = rng.choice(pool)
         open_states.remove(state)
         return state
+
+
+_NODE_TYPE = re.compile(r"i\d+([etvr])\d*")
+
+
+@functools.lru_cache(maxsize=16)
+def _path_weights(params: MctsParams) -> tuple[float, float]:
+    """Per LLM call, over a seeded sample of tree shapes: the prompt weight its whole prompt
+    holds (its own segment and those on its tree path) and the expand outputs on its path.
+
+    The shape (iterations, selections, reflections) does not depend on token sizes, so the
+    sample is drawn with the ``fresh`` sizes of the same tree parameters; the result is then
+    exact for that sample (seed ``agentrt-mcts-path-weights``, 400 programs ≈ 64,000 calls).
+    """
+    weights = {
+        "e": params.expand_prompt_weight,
+        "t": params.observation_weight,
+        "v": params.evaluate_prompt_weight,
+        "r": params.reflect_prompt_weight,
+    }
+    shapes = MctsWorkload(
+        dataclasses.replace(
+            params, prompt_calibration="fresh", system_prompt_tokens=0, question_tokens_mean=1.0
+        )
+    )
+    rng = random.Random("agentrt-mcts-path-weights")
+    calls = 0
+    weight_total = 0.0
+    expand_total = 0
+    for index in range(_PATH_SAMPLE_PROGRAMS):
+        program = shapes.draw(rng, f"shape-{index}", 0.0)
+        # node id -> (prompt weight in its prefix, expand outputs in its prefix)
+        prefix: dict[str, tuple[float, int]] = {}
+        for node in program.nodes:
+            match = _NODE_TYPE.fullmatch(node.node_id)
+            assert match is not None, node.node_id
+            kind = match.group(1)
+            weight, expands = (0.0, 0) if node.context is None else prefix[node.context]
+            weight += weights[kind]
+            if isinstance(node, LLMNode):
+                calls += 1
+                weight_total += weight
+                expand_total += expands
+                expands += kind == "e"
+            prefix[node.node_id] = (weight, expands)
+    return weight_total / calls, expand_total / calls
