@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+from google.protobuf.json_format import MessageToJson
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -40,9 +42,13 @@ async def lookup(key: str) -> str:
 
 @dataclass(frozen=True)
 class RecordedRun:
-    """The span file and, per program name, the SDK's own record of the program's DAG."""
+    """The span files and, per program name, the SDK's own record of the program's DAG."""
 
+    #: Written by the demo's writer (hex ids, OTLP enums as numbers).
     spans_file: Path
+    #: The same spans in the OpenTelemetry exporter's own OTLP protobuf encoding, as proto3
+    #: JSON (base64 ids, enums by name).
+    otlp_file: Path
     graphs: dict[str, ProgramGraph]
 
 
@@ -103,6 +109,9 @@ async def record_run(out_dir: Path) -> RecordedRun:
                 graphs["fanout-1"] = program.graph
     provider.force_flush()
     spans_file = out_dir / "spans.jsonl"
-    write_trace(spans_file, records_from_sdk(exporter.get_finished_spans()))
+    finished = exporter.get_finished_spans()
+    write_trace(spans_file, records_from_sdk(finished))
+    otlp_file = out_dir / "otlp.json"
+    otlp_file.write_text(MessageToJson(encode_spans(finished), indent=None) + "\n")
     provider.shutdown()
-    return RecordedRun(spans_file, graphs)
+    return RecordedRun(spans_file, otlp_file, graphs)

@@ -107,3 +107,12 @@ def test_bench_sim_replays_the_exported_trace(
     for result in results:
         assert result["programs_completed"] == 2
         assert result["calls_completed"] == 8
+
+
+def test_the_otel_exporters_own_otlp_encoding_gives_the_same_trace(
+    recorded: RecordedRun, tmp_path: Path
+) -> None:
+    demo_format, _ = spans_to_programs(read_spans(recorded.spans_file))
+    otlp_format, summary = spans_to_programs(read_spans(recorded.otlp_file))
+    assert otlp_format == demo_format
+    assert summary.programs == 2

@@ -4,9 +4,10 @@ This is the encoding an OpenTelemetry Collector's file exporter writes and the o
 ``trace-*.jsonl`` files use: ``{"resourceSpans": [{"resource": {...}, "scopeSpans": [{"scope":
 {...}, "spans": [...]}]}]}`` with times in ``startTimeUnixNano`` / ``endTimeUnixNano`` (decimal
 strings or integers) and typed attribute values (``stringValue``, ``intValue``, ``doubleValue``,
-``boolValue``, ``arrayValue``). Span and trace ids are not needed (the agentrt attributes say
-which program, thread and node a span belongs to), so their encoding (hex or base64) does not
-matter.
+``boolValue``, ``arrayValue``). The protobuf messages' generic proto3 JSON form (what
+``google.protobuf.json_format`` makes of the OpenTelemetry exporter's ``encode_spans``) reads
+too: it differs only in base64 ids and enums by name. Span and trace ids are not needed (the
+agentrt attributes say which program, thread and node a span belongs to).
 """
 
 from __future__ import annotations
@@ -120,8 +121,18 @@ def _span_in(span: Mapping[str, Any]) -> Span:
         start_ns=start,
         end_ns=end,
         attributes=_attrs_in(span.get("attributes") or []),
-        status=int((span.get("status") or {}).get("code") or 0),
+        status=_status_code((span.get("status") or {}).get("code")),
     )
+
+
+#: Status codes by their protobuf enum name (the proto3 JSON mapping writes names).
+_STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
+
+
+def _status_code(code: Any) -> int:
+    if isinstance(code, str) and code in _STATUS_NAMES:
+        return _STATUS_NAMES[code]
+    return int(code or 0)
 
 
 def _attrs_in(items: Iterable[Mapping[str, Any]]) -> dict[str, AttributeValue]:
