@@ -149,6 +149,14 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
         metavar="KIND.FIELD=VALUE",
         help="override a workload assumption, e.g. chatbot.think_mean_s=0 (repeatable)",
     )
+    group.add_argument(
+        "--prompt-calibration",
+        choices=["engine", "fresh"],
+        default=None,
+        help="what the paper's prompt tokens per call measure: each call's whole prompt "
+        "(engine) or the new tokens only (fresh); sets it for chatbot, react and mcts "
+        "(default: engine; docs/simulator.md, Calibration)",
+    )
     engines = parser.add_argument_group("engines")
     engines.add_argument("--engines", type=int, default=1, help="engines (default: 1)")
     engines.add_argument(
@@ -277,7 +285,9 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
         engines=args.engines,
         profile=args.profile,
         engine=engine,
-        workload_params=parse_workload_params(args.workload_param),
+        workload_params=parse_workload_params(
+            args.workload_param, prompt_calibration=args.prompt_calibration
+        ),
     )
     window = parse_window(args.admission_window)
     options = _options(args.policy_option)
