@@ -194,3 +194,36 @@ async def test_calls_left_no_time_end_their_spans_as_cancelled(server: FakeServe
     chats = [s for s in exporter.get_finished_spans() if s.name == "chat m1"]
     assert len(chats) == 2
     assert all(s.attributes and s.attributes["error.type"] == "DeadlineExceeded" for s in chats)
+
+
+async def test_spans_record_parent_node_ids(server: FakeServer) -> None:
+    """``agentrt.node.parent_ids`` on chat and tool spans equals the graph's ``parent_ids``."""
+    tracer_provider, exporter, _, _ = providers()
+    config = RuntimeConfig(
+        base_url=server.base_url, model="m1", controller="off", tracer_provider=tracer_provider
+    )
+
+    async def ask() -> None:
+        await agentrt.chat([{"role": "user", "content": "branch"}])
+
+    async with Runtime(config) as rt, rt.program("agent") as prog:
+        await agentrt.chat([{"role": "user", "content": "first"}])  # main:0
+        assert await lookup("x") == "ok"  # tool main:1, its nested call main:2
+        await agentrt.chat([{"role": "user", "content": "after the tool"}])  # main:3
+        await agentrt.gather(ask, ask)  # main.0:0, main.1:0
+        await agentrt.chat([{"role": "user", "content": "join"}])  # main:4
+    parents = {
+        str(attrs["agentrt.node.id"]): tuple(attrs["agentrt.node.parent_ids"])
+        for s in exporter.get_finished_spans()
+        if "agentrt.node.id" in (attrs := dict(s.attributes or {}))
+    }
+    assert parents == {
+        "main:0": (),
+        "main:1": ("main:0",),
+        "main:2": ("main:1",),
+        "main:3": ("main:1",),
+        "main.0:0": ("main:3",),
+        "main.1:0": ("main:3",),
+        "main:4": ("main.0:0", "main.1:0"),
+    }
+    assert parents == {n.id: n.parent_ids for n in prog.graph.nodes.values()}

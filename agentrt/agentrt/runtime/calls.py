@@ -17,6 +17,7 @@ from agentrt.program.context import Frame
 from agentrt.program.model import Node, NodeStatus
 from agentrt.runtime.telemetry import (
     ATTR_NODE_ID,
+    ATTR_NODE_PARENT_IDS,
     ATTR_PROGRAM_ID,
     ATTR_SESSION_ID,
     ATTR_THREAD_ID,
@@ -77,6 +78,7 @@ class LLMCall:
                 ATTR_PROGRAM_ID: frame.graph.id,
                 ATTR_THREAD_ID: frame.thread.id,
                 ATTR_NODE_ID: self.node.id,
+                ATTR_NODE_PARENT_IDS: list(self.node.parent_ids),
             }
             if request:
                 for key, attr in _REQUEST_ATTRS.items():

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ATTR_NODE_ID",
+    "ATTR_NODE_PARENT_IDS",
     "ATTR_PROGRAM_ID",
     "ATTR_SESSION_ID",
     "ATTR_THREAD_ID",
@@ -39,6 +40,9 @@ ATTR_SESSION_ID = "agentrt.session.id"
 ATTR_PROGRAM_ID = "agentrt.program.id"
 ATTR_THREAD_ID = "agentrt.thread.id"
 ATTR_NODE_ID = "agentrt.node.id"
+#: The node's DAG parents (``Node.parent_ids``, a list of node ids; empty for a root node) on
+#: ``chat`` and ``execute_tool`` spans, so the DAG can be rebuilt from spans alone.
+ATTR_NODE_PARENT_IDS = "agentrt.node.parent_ids"
 
 #: Bucket boundaries (seconds) for durations from a few ms to many minutes.
 _DURATION_BUCKETS = (

@@ -34,6 +34,7 @@ from agentrt.program.model import Node, NodeStatus
 from agentrt.runtime.runtime import current_runtime
 from agentrt.runtime.telemetry import (
     ATTR_NODE_ID,
+    ATTR_NODE_PARENT_IDS,
     ATTR_PROGRAM_ID,
     ATTR_SESSION_ID,
     ATTR_THREAD_ID,
@@ -108,6 +109,7 @@ async def _run_in(
         ATTR_PROGRAM_ID: frame.graph.id,
         ATTR_THREAD_ID: frame.thread.id,
         ATTR_NODE_ID: node.id,
+        ATTR_NODE_PARENT_IDS: list(node.parent_ids),
     }
     if tool_call_id:
         attributes["gen_ai.tool.call.id"] = tool_call_id
