@@ -31,7 +31,7 @@ from agentrt_emulator.core.types import EngineRequest
 from agentrt_emulator.scripted_model import ScriptedModel
 from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.config import EmulatorConfig
-from agentrt_emulator.server.driver import EngineDriver, RequestGroup
+from agentrt_emulator.server.driver import ChoiceEvent, EngineDriver, RequestGroup
 from agentrt_emulator.server.errors import error_response, from_validation_error
 from agentrt_emulator.server.metrics import ServerMetrics
 from agentrt_emulator.server.pins import PinInfo, pin_routes
@@ -73,9 +73,13 @@ def build_state(config: EmulatorConfig) -> EmulatorState:
     """Build the engine core, driver, tokenizer and scripted model for ``config``."""
     profile = get_profile(config.profile)
     core = EngineCore(config.engine, profile)
-    metrics = ServerMetrics(config.model_name)
+    metrics = ServerMetrics(config.model_name, max_num_seqs=config.engine.max_num_seqs)
     driver = EngineDriver(
-        core, metrics, time_scale=config.time_scale, fuse_window_wall_s=config.fuse_window_wall_s
+        core,
+        metrics,
+        time_scale=config.time_scale,
+        fuse_window_wall_s=config.fuse_window_wall_s,
+        max_lag_wall_s=config.max_lag_wall_s,
     )
     tokenizer = Tokenizer()
     rules = RequestRules(
@@ -260,16 +264,35 @@ async def _stream_events(
     emit: Callable[[bytes], Awaitable[None]],
     include_usage: bool,
 ) -> None:
-    async for event in group.events:
-        if event.error is not None:
-            payload = {"error": {"message": event.error, "type": "InternalServerError",
-                                 "param": None, "code": 500}}  # fmt: skip
-            await emit(sse(payload))
-            return
-        for chunk in builder.apply(event):
-            await emit(sse(chunk))
+    """Write the group's events as SSE chunks. All the chunks of the events that are ready go
+    out in one write: one socket send per engine step (not one per chunk — the role, the
+    content and the finish of one step were three), and when this task runs late the steps
+    it missed are merged, as vLLM's output collector merges a slow stream's outputs. The
+    bytes on the wire are the same; only their packaging changes."""
+    async for first in group.events:
+        body = bytearray()
+        event: ChoiceEvent | None = first
+        while event is not None:
+            if event.error is not None:
+                payload = {"error": {"message": event.error, "type": "InternalServerError",
+                                     "param": None, "code": 500}}  # fmt: skip
+                await emit(bytes(body) + sse(payload))
+                return
+            for chunk in builder.apply(event):
+                body += sse(chunk)
+            if builder.all_finished:
+                break
+            try:
+                event = group.events.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                event = None
         if builder.all_finished:
-            break
+            if include_usage:
+                body += sse(builder.usage_chunk())
+            await emit(bytes(body) + sse("[DONE]"))
+            return
+        if body:
+            await emit(bytes(body))
     if include_usage:
         await emit(sse(builder.usage_chunk()))
     await emit(sse("[DONE]"))

@@ -36,6 +36,10 @@ class EmulatorConfig:
     #: Longest wall time one fused batch of engine steps may cover before the server looks at
     #: new arrivals again, seconds. Small values keep arrivals prompt; large ones cut overhead.
     fuse_window_wall_s: float = 0.002
+    #: How far the engine loop may fall behind its model-time schedule, wall seconds, and
+    #: still catch up (steps start where the previous one ended); beyond it the loop restarts
+    #: the schedule at "now" and counts the model time given up (docs/engine-emulator.md).
+    max_lag_wall_s: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
@@ -46,3 +50,5 @@ class EmulatorConfig:
             raise ConfigError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
         if self.fuse_window_wall_s < 0:
             raise ConfigError(f"fuse_window_wall_s must be >= 0, got {self.fuse_window_wall_s}")
+        if self.max_lag_wall_s < 0:
+            raise ConfigError(f"max_lag_wall_s must be >= 0, got {self.max_lag_wall_s}")

@@ -1,12 +1,27 @@
 """The engine loop: drives the pure :class:`EngineCore` in (scaled) real time.
 
 One task (:meth:`EngineDriver.run`, started in the app's lifespan task group) repeats:
-step the core at model time ``now``, sleep until the step's modelled GPU time has passed on
-the scaled wall clock, then deliver each request's new tokens to its group's stream. HTTP
+step the core at model time ``start``, sleep until the step's modelled end has come on the
+scaled wall clock, then deliver each request's new tokens to its group's stream. HTTP
 handlers submit request groups (one engine request per choice) and read their events.
 
 Model time: ``model_now = (monotonic() - start) · time_scale``, never moving backwards. The
 core never reads a clock; only this module does.
+
+**An absolute schedule.** While the engine has work, a step starts at the model time the
+previous one *ended*, not at the wall clock's "now" after it: the loop's own CPU time (the
+core's step, delivering tokens, the HTTP handlers and streams sharing the event loop) and the
+timer's overshoot are absorbed as long as the process keeps up, instead of each adding
+``time_scale`` × its wall time of idle GPU to every step. Were each step started at "now", a
+millisecond of overhead per step would cost 10 ms of model time per step at ``--time-scale
+10`` — on decode steps of ~10 ms, latencies doubled. A step only starts at "now" after the
+engine was idle (no work, or blocked by pins), or when the loop has fallen more than
+``max_lag_wall_s`` behind its schedule (CPU starvation): it then gives up the missed time
+(counted in ``agentrt:engine_schedule_resets_total`` and
+``agentrt:engine_dropped_model_seconds_total``) rather than replaying it in a burst. The lag
+with which each step's tokens are delivered (wall time past the step's modelled end, in model
+seconds) is observed in ``agentrt:engine_delivery_lag_seconds``: near zero means the emulator
+kept up and its latencies are the model's.
 """
 
 from __future__ import annotations
@@ -94,15 +109,19 @@ class EngineDriver:
         *,
         time_scale: float,
         fuse_window_wall_s: float = 0.002,
+        max_lag_wall_s: float = 0.05,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.core = core
         self.metrics = metrics
         self._time_scale = time_scale
         self._fuse_window_s = fuse_window_wall_s * time_scale
+        self._max_lag_s = max_lag_wall_s * time_scale
         self._clock = clock
         self._start = clock()
         self._last_now = 0.0
+        # Model time the last step ended while the engine stayed busy; None after idling.
+        self._busy_until: float | None = None
         self._tracked: dict[str, _Tracked] = {}
         self._wake = anyio.Event()
         self._next_id = 0
@@ -158,9 +177,10 @@ class EngineDriver:
         """Step the core forever (cancel the task to stop)."""
         while True:
             if not self.core.has_unfinished():
+                self._busy_until = None
                 await self._wait_for_work(math.inf)
                 continue
-            now = self.now_s()
+            now = self._step_start()
             try:
                 self.core.expire_pins(now)
                 result = self.core.step(
@@ -174,12 +194,29 @@ class EngineDriver:
             if result is None:
                 # Waiting requests are blocked by pinned memory: nothing changes before the
                 # next pin expiry, an unpin, an abort or a new request.
+                self._busy_until = None
                 await self._wait_for_work(self.core.next_pin_expiry_s)
                 continue
             end = now + result.duration_s
             await anyio.sleep(self._wall_until(end))
-            self._last_now = max(self._last_now, end)
+            self.metrics.delivery_lag.observe(max(0.0, self.now_s() - end))
+            self.metrics.busy_model_s += result.duration_s
+            self._busy_until = end
             self._deliver(result, start_s=now, end_s=end)
+
+    def _step_start(self) -> float:
+        """Model time the next step starts: where the previous one ended while the engine
+        stayed busy (the absolute schedule), else now; a lag beyond ``max_lag_wall_s`` is
+        given up (see the module docstring)."""
+        now = self.now_s()
+        if self._busy_until is None:
+            return now
+        lag = now - self._busy_until
+        if lag <= self._max_lag_s:
+            return self._busy_until
+        self.metrics.schedule_resets += 1
+        self.metrics.dropped_model_s += lag
+        return now
 
     def wake(self) -> None:
         """Tell the loop that the core changed (new request, abort, unpin)."""
@@ -192,6 +229,10 @@ class EngineDriver:
             await self._wake.wait()
 
     def _deliver(self, result: StepResult, *, start_s: float, end_s: float) -> None:
+        # Latencies end when the tokens are handed over: the step's modelled end, or later when
+        # the loop lags (a request that arrived during the lag joined a step whose modelled
+        # start is before its arrival; counting from the step's end would hide the lag).
+        delivered_s = max(end_s, self.now_s())
         for progress in result.progress:
             tracked = self._tracked.get(progress.request_id)
             if tracked is None:
@@ -200,11 +241,11 @@ class EngineDriver:
                 tracked.scheduled = True
                 self.metrics.queue_time.observe(max(0.0, start_s - tracked.arrival_s))
             if progress.first_token:
-                self.metrics.ttft.observe(end_s - tracked.arrival_s)
+                self.metrics.ttft.observe(delivered_s - tracked.arrival_s)
             tracked.num_tokens += progress.new_tokens
             if progress.finished:
                 tracked.finished = True
-                self.metrics.e2e.observe(end_s - tracked.arrival_s)
+                self.metrics.e2e.observe(delivered_s - tracked.arrival_s)
                 reason = tracked.finish_reason
                 self.metrics.success[reason] = self.metrics.success.get(reason, 0) + 1
             if progress.new_tokens or progress.finished:

@@ -19,6 +19,7 @@ __all__ = ["Histogram", "ServerMetrics"]
 # Bucket bounds close to vLLM's (seconds).
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                  5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+_LAG_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 _LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 
@@ -59,6 +60,19 @@ class ServerMetrics:
     success: dict[str, int] = field(default_factory=dict)
     #: Requests aborted (client gone) before they finished.
     aborted: int = 0
+    #: The engine's batch size (``--max-num-seqs``), published as
+    #: ``agentrt:engine_max_num_seqs`` so a controller can bound its admission window by it
+    #: (vLLM has no such metric); ``None`` = not published.
+    max_num_seqs: int | None = None
+    #: Per engine step, how late its tokens were delivered: wall time past the step's
+    #: modelled end, in model seconds (the driver's CPU time beyond the modelled step).
+    delivery_lag: Histogram = field(default_factory=lambda: Histogram(_LAG_BUCKETS))
+    #: Model seconds of engine steps run (the modelled GPU's busy time).
+    busy_model_s: float = 0.0
+    #: Times the driver fell more than its lag bound behind its schedule and restarted it.
+    schedule_resets: int = 0
+    #: Model seconds given up by those restarts (busy time that became idle time).
+    dropped_model_s: float = 0.0
 
     def render(self, stats: EngineStats) -> str:
         """The ``/metrics`` body."""
@@ -130,11 +144,36 @@ class ServerMetrics:
             "Prompt tokens computed again after preemption or eviction.",
             stats.recomputed_prompt_tokens,
         )
+        if self.max_num_seqs is not None:
+            sample(
+                "agentrt:engine_max_num_seqs",
+                "gauge",
+                "Most requests the engine runs at once (--max-num-seqs).",
+                self.max_num_seqs,
+            )
         sample(
             "agentrt:engine_aborted_requests_total",
             "counter",
             "Requests aborted before they finished.",
             self.aborted,
+        )
+        sample(
+            "agentrt:engine_busy_model_seconds_total",
+            "counter",
+            "Model seconds of engine steps run.",
+            self.busy_model_s,
+        )
+        sample(
+            "agentrt:engine_schedule_resets_total",
+            "counter",
+            "Times the engine loop fell too far behind its model-time schedule and restarted it.",
+            self.schedule_resets,
+        )
+        sample(
+            "agentrt:engine_dropped_model_seconds_total",
+            "counter",
+            "Model seconds of schedule given up by those restarts.",
+            self.dropped_model_s,
         )
         lines.append("# HELP vllm:request_success_total Count of successfully processed requests.")
         lines.append("# TYPE vllm:request_success_total counter")
@@ -150,6 +189,9 @@ class ServerMetrics:
              "Histogram of time spent in WAITING phase for request.", self.queue_time),
             ("vllm:time_to_first_token_seconds",
              "Histogram of time to first token in seconds.", self.ttft),
+            ("agentrt:engine_delivery_lag_seconds",
+             "Per engine step, model seconds its tokens were delivered after its modelled end.",
+             self.delivery_lag),
         ):  # fmt: skip
             lines.extend(_histogram_lines(name, help_text, hist, label))
         return "\n".join(lines) + "\n"
