@@ -212,11 +212,11 @@ async def test_spans_record_parent_node_ids(server: FakeServer) -> None:
         await agentrt.chat([{"role": "user", "content": "after the tool"}])  # main:3
         await agentrt.gather(ask, ask)  # main.0:0, main.1:0
         await agentrt.chat([{"role": "user", "content": "join"}])  # main:4
-    parents = {
-        str(attrs["agentrt.node.id"]): tuple(attrs["agentrt.node.parent_ids"])
-        for s in exporter.get_finished_spans()
-        if "agentrt.node.id" in (attrs := dict(s.attributes or {}))
-    }
+    parents: dict[str, tuple[str, ...]] = {}
+    for span in exporter.get_finished_spans():
+        attrs: dict[str, Any] = dict(span.attributes or {})
+        if "agentrt.node.id" in attrs:
+            parents[str(attrs["agentrt.node.id"])] = tuple(attrs["agentrt.node.parent_ids"])
     assert parents == {
         "main:0": (),
         "main:1": ("main:0",),
@@ -226,4 +226,5 @@ async def test_spans_record_parent_node_ids(server: FakeServer) -> None:
         "main.1:0": ("main:3",),
         "main:4": ("main.0:0", "main.1:0"),
     }
+    assert prog.graph is not None
     assert parents == {n.id: n.parent_ids for n in prog.graph.nodes.values()}
