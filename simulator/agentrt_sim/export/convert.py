@@ -10,7 +10,8 @@ docs/trace-export.md; in short:
 * one program per program span; ``arrival_s`` = its start minus the first program's start;
   ``kind`` = the ``kind_attr`` attribute of the program span, else its name without a trailing
   number (``react-04`` -> ``react``);
-* parents are inferred by replaying the SDK's chain rule (``agentrt_sim.export.parents``);
+* parents are the recorded ones (``agentrt.node.parent_ids``) when every node of the program
+  has them, else inferred by replaying the SDK's chain rule (``agentrt_sim.export.parents``);
 * prompts: an LLM call extends (``context``) its nearest ancestor — same thread first, then the
   latest to end — whose prefix (prompt + output, or a tool's context prefix) is no longer than
   the call's recorded input; ``new_prompt_tokens`` is the rest. Calls with no such ancestor
@@ -32,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from agentrt.errors import ConfigError
-from agentrt_sim.export.parents import Recorded, infer_parents
+from agentrt_sim.export.parents import Recorded, has_recorded_parents, infer_parents
 from agentrt_sim.export.spans import Span
 from agentrt_sim.plan import compile_program
 from agentrt_sim.workloads.program import LLMNode, Node, Program, WaitNode
@@ -43,6 +44,8 @@ _PROGRAM_OPERATIONS = frozenset({"invoke_workflow", "invoke_agent"})
 _NODE_OPERATIONS = frozenset({"chat", "execute_tool"})
 _ERROR = 2  # OTLP status code
 _TRAILING_NUMBER = re.compile(r"[-_ #.]*\d+$")
+#: The SDK's parents attribute (``agentrt.runtime.telemetry.ATTR_NODE_PARENT_IDS``).
+_PARENT_IDS = "agentrt.node.parent_ids"
 
 
 @dataclass(slots=True)
@@ -56,6 +59,9 @@ class ExportSummary:
     waits: int = 0
     #: LLM calls that reported 0 output tokens, exported with 1 (the trace model's minimum).
     clamped_outputs: int = 0
+    #: Exported programs whose DAG edges were inferred from timing (a node without recorded
+    #: ``agentrt.node.parent_ids``: a trace from an older SDK).
+    inferred_parents: int = 0
     #: Spans (or programs) left out, by reason.
     skipped: Counter[str] = field(default_factory=Counter)
     #: Per exported call: simulator prompt length minus recorded input tokens (tokens).
@@ -81,6 +87,11 @@ class ExportSummary:
             f"prompt size vs recorded input tokens: mean |error| {self.prompt_error_mean:.2f}, "
             f"max {self.prompt_error_max} tokens",
         ]
+        if self.inferred_parents:
+            out.append(
+                f"{self.inferred_parents} programs without recorded parents "
+                "(agentrt.node.parent_ids): DAG edges inferred from timing"
+            )
         if self.clamped_outputs:
             out.append(f"{self.clamped_outputs} calls reported 0 output tokens (exported as 1)")
         for reason, count in sorted(self.skipped.items(), key=lambda item: (-item[1], item[0])):
@@ -153,6 +164,9 @@ def _recorded(node_id: str, attempts: list[Span], summary: ExportSummary) -> Rec
     first, last = attempts[0], attempts[-1]
     operation = last.attr("gen_ai.operation.name")
     record = Recorded(node_id, thread_id, int(seq_text), "llm", "", first.start_ns, last.end_ns)
+    parents = last.attr(_PARENT_IDS)
+    if isinstance(parents, list) and all(isinstance(p, str) for p in parents):
+        record.recorded_parents = tuple(parents)
     if operation == "execute_tool":
         record.kind = "tool"
         record.name = str(last.attr("gen_ai.tool.name") or last.name.partition(" ")[2] or "tool")
@@ -303,10 +317,13 @@ def spans_to_programs(
             for node_id, attempts in group.nodes.items()
             if (found := _recorded(node_id, attempts, summary)) is not None
         ]
+        recorded_parents = has_recorded_parents(recorded)
         nodes = infer_parents(recorded, group.start_ns)
         if not any(node.kind == "llm" for node in nodes):
             summary.skipped["programs without a completed LLM call"] += 1
             continue
+        if not recorded_parents:
+            summary.inferred_parents += 1
         prompted.append(_choose_contexts(group, nodes))
     system_tokens: dict[str, int] = {}
     for item in prompted:

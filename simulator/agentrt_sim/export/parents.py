@@ -1,9 +1,17 @@
 """Rebuild a program's DAG edges from its recorded spans.
 
-The SDK's spans carry each node's id (``{thread}:{seq}``) and thread (``main``, ``main.0``,
-``main.0.1``: the k-th thread forked from ``t`` is ``t.k``) but not its parents, so the edges are
-inferred by replaying the SDK's own chain rule (``agentrt.program.context.Chain``) over the
-recorded start and end times:
+The SDK's spans carry each node's id (``{thread}:{seq}``), thread (``main``, ``main.0``,
+``main.0.1``: the k-th thread forked from ``t`` is ``t.k``) and, since the SDK records it, its
+parents (``agentrt.node.parent_ids``). When every node of a program has that attribute the
+edges are the recorded ones (:func:`infer_parents` with ``recorded_parents`` set). A parent
+that has no span is an ``agentrt.wait()`` (human or external wait): it becomes one ``think``
+node that ends when its first child starts and whose parents are the leaves it must have
+consumed: the nodes visible from its thread (same, ancestor or descendant thread) that ended
+by then, that no node chained after (started once they had ended) and that are not the last
+call of a tool that had already finished.
+
+Older traces carry no parents, so the edges are inferred by replaying the SDK's own chain rule
+(``agentrt.program.context.Chain``) over the recorded start and end times:
 
 * a node's parents are its thread's *leaves* when it starts; a node that ends replaces its
   parents among the leaves (calls one after another form a chain, calls started together
@@ -18,8 +26,9 @@ recorded start and end times:
   without a span: an ``agentrt.wait()`` (human or external wait). It becomes one ``think``
   node from the end of the thread's leaves to the start of ``t:j``.
 
-Calls an SDK tool makes while it runs (nested work) chain off the thread, not off the tool
-node: the trace model has no nested calls, so they become the tool's siblings.
+Inferred this way, calls an SDK tool makes while it runs (nested work) chain off the thread,
+not off the tool node, so they become the tool's siblings; recorded parents make them the
+tool's children, as the SDK has them.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Recorded", "infer_parents"]
+__all__ = ["Recorded", "has_recorded_parents", "infer_parents"]
 
 RecordedKind = Literal["llm", "tool", "think"]
 
@@ -51,6 +60,8 @@ class Recorded:
     #: its parents.
     kept: bool = True
     parents: tuple[str, ...] = ()
+    #: The parents the span recorded (``agentrt.node.parent_ids``), None when it has none.
+    recorded_parents: tuple[str, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -144,22 +155,14 @@ class _Replay:
 def infer_parents(nodes: list[Recorded], program_start_ns: int) -> list[Recorded]:
     """Set ``parents`` of every node; return the kept nodes plus inferred waits, in start order.
 
-    Parents that were not kept are replaced by their own parents (transitively).
+    The parents are the recorded ones when every node has ``recorded_parents``
+    (:func:`has_recorded_parents`), else inferred from the timing. Parents that were not kept
+    are replaced by their own parents (transitively).
     """
-    replay = _Replay(nodes, program_start_ns)
-    events: list[tuple[int, int, int, Recorded]] = []
-    for node in nodes:
-        # At equal times an end comes before a start (a call that begins the instant its
-        # parent ends still sees it as a leaf).
-        events.append((node.start_ns, 1, node.seq, node))
-        events.append((node.end_ns, 0, node.seq, node))
-    events.sort(key=lambda event: event[:3])
-    for _, is_start, _, node in events:
-        if is_start:
-            replay.start(node)
-        else:
-            replay.end(node)
-    everything = replay.nodes
+    if has_recorded_parents(nodes):
+        everything = _from_recorded(nodes, program_start_ns)
+    else:
+        everything = _replayed(nodes, program_start_ns)
 
     def resolved(parent: str) -> list[str]:
         found = everything[parent]
@@ -177,6 +180,123 @@ def infer_parents(nodes: list[Recorded], program_start_ns: int) -> list[Recorded
         node.parents = tuple(parents)
     out.sort(key=lambda node: (node.start_ns, node.end_ns, node.node_id))
     return _parents_first(out)
+
+
+def has_recorded_parents(nodes: list[Recorded]) -> bool:
+    """Whether every node of a program recorded its parents (an empty program has none)."""
+    return bool(nodes) and all(node.recorded_parents is not None for node in nodes)
+
+
+def _replayed(nodes: list[Recorded], program_start_ns: int) -> dict[str, Recorded]:
+    """Every node, parents inferred by replaying the chain rule, plus inferred waits."""
+    replay = _Replay(nodes, program_start_ns)
+    events: list[tuple[int, int, int, Recorded]] = []
+    for node in nodes:
+        # At equal times an end comes before a start (a call that begins the instant its
+        # parent ends still sees it as a leaf).
+        events.append((node.start_ns, 1, node.seq, node))
+        events.append((node.end_ns, 0, node.seq, node))
+    events.sort(key=lambda event: event[:3])
+    for _, is_start, _, node in events:
+        if is_start:
+            replay.start(node)
+        else:
+            replay.end(node)
+    return replay.nodes
+
+
+def _visible(thread_id: str, other: str) -> bool:
+    """Whether ``other``'s nodes can be leaves of ``thread_id`` (same, ancestor or descendant)."""
+    return (
+        other == thread_id or thread_id.startswith(other + ".") or other.startswith(thread_id + ".")
+    )
+
+
+def _from_recorded(nodes: list[Recorded], program_start_ns: int) -> dict[str, Recorded]:
+    """Every node with its recorded parents, plus a wait for each parent without a span."""
+    everything = {node.node_id: node for node in nodes}
+    children: dict[str, list[Recorded]] = {}
+    for node in nodes:
+        node.parents = tuple(node.recorded_parents or ())
+        for parent in node.parents:
+            children.setdefault(parent, []).append(node)
+    missing: list[tuple[int, int, str, str]] = []
+    for parent, kids in children.items():
+        if parent in everything:
+            continue
+        thread_id, sep, seq_text = parent.rpartition(":")
+        if not sep or not thread_id or not seq_text.isdigit():
+            for kid in kids:  # not a node id the SDK makes: drop the edge
+                kid.parents = tuple(p for p in kid.parents if p != parent)
+            continue
+        missing.append((min(k.start_ns for k in kids), int(seq_text), thread_id, parent))
+    if not missing:
+        return everything
+    enclosing = _enclosing(everything)
+    for end_ns, seq, thread_id, wait_id in sorted(missing):
+        below: set[str] = set()
+        frontier = [wait_id]
+        while frontier:
+            for kid in children.get(frontier.pop(), ()):
+                if kid.node_id not in below:
+                    below.add(kid.node_id)
+                    frontier.append(kid.node_id)
+        leaves = sorted(
+            (
+                node
+                for node in everything.values()
+                if node.node_id not in below
+                and node.end_ns <= end_ns
+                and _visible(thread_id, node.thread_id)
+                # Not consumed: no node chained after it (calls nested in a tool start
+                # while it runs and leave it a leaf of the tool's own chain).
+                and not any(kid.start_ns >= node.end_ns for kid in children.get(node.node_id, ()))
+                # Not the leaf of a nested chain that has closed (a call in a finished tool).
+                and all(everything[a].end_ns > end_ns for a in enclosing.get(node.node_id, ()))
+            ),
+            key=lambda node: (node.end_ns, node.node_id),
+        )
+        started = max((leaf.end_ns for leaf in leaves), default=program_start_ns)
+        wait = Recorded(
+            wait_id,
+            thread_id,
+            seq,
+            "think",
+            "wait",
+            min(started, end_ns),
+            end_ns,
+            parents=tuple(leaf.node_id for leaf in leaves),
+        )
+        everything[wait_id] = wait
+        for leaf in leaves:
+            children.setdefault(leaf.node_id, []).append(wait)
+    return everything
+
+
+def _enclosing(nodes: dict[str, Recorded]) -> dict[str, set[str]]:
+    """Per node, its ancestors that were still running when it started (it ran inside them,
+    e.g. a call a tool makes); only through parents that have a span."""
+    found: dict[str, set[str]] = {}
+
+    def of(node: Recorded) -> set[str]:
+        known = found.get(node.node_id)
+        if known is not None:
+            return known
+        found[node.node_id] = set()  # cycles cannot happen in an SDK graph; stop if they do
+        mine: set[str] = set()
+        for parent_id in node.parents:
+            parent = nodes.get(parent_id)
+            if parent is None:
+                continue
+            if parent.end_ns > node.start_ns:
+                mine.add(parent_id)
+            mine |= {a for a in of(parent) if nodes[a].end_ns > node.start_ns}
+        found[node.node_id] = mine
+        return mine
+
+    for node in list(nodes.values()):
+        of(node)
+    return found
 
 
 def _parents_first(nodes: list[Recorded]) -> list[Recorded]:
