@@ -1,14 +1,20 @@
 """The engine loop keeps an absolute model-time schedule: its own CPU time between steps is
-absorbed while it keeps up, and a lag beyond its bound is counted, not hidden."""
+absorbed while it keeps up, and a lag beyond its bound is counted, not hidden. A stream
+interval merges a stream's intermediate writes, never its first or last."""
 
 from __future__ import annotations
 
+import json
+import math
 import time
+from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from agentrt_emulator.core import EngineConfig, EngineCore, EngineRequest, StepResult, get_profile
+from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 from agentrt_emulator.server.driver import EngineDriver
 from agentrt_emulator.server.metrics import ServerMetrics
 
@@ -74,3 +80,53 @@ async def test_a_loop_that_cannot_keep_up_restarts_its_schedule_and_counts_it() 
     assert metrics.schedule_resets >= 3
     assert metrics.dropped_model_s > 0
     assert e2e_s > STEPS + metrics.dropped_model_s * 0.5
+
+
+async def _stream(interval_wall_s: float) -> tuple[int, float, str, dict[str, Any]]:
+    """Stream 30 tokens (a 10 ms wall step each); returns the number of network reads, the
+    wall seconds to the first content, the content and the usage."""
+    config = EmulatorConfig(
+        engine=EngineConfig(num_gpu_blocks=256),
+        profile="unit-step",
+        time_scale=TIME_SCALE,
+        stream_interval_wall_s=interval_wall_s,
+        fuse_window_wall_s=0.0,
+    )
+    body = {
+        "model": DEFAULT_MODEL_NAME,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": STEPS,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    reads, first_s, content, usage = 0, math.inf, [], {}
+    async with serve_engine(config) as engine, httpx.AsyncClient() as http:
+        started = time.monotonic()
+        async with http.stream(
+            "POST", engine.openai_base_url + "/chat/completions", json=body
+        ) as r:
+            buffer = b""
+            async for raw in r.aiter_raw():
+                reads += 1
+                buffer += raw
+        for line in buffer.decode().splitlines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            usage = chunk.get("usage") or usage
+            for choice in chunk["choices"]:
+                if choice["delta"].get("content"):
+                    content.append(choice["delta"]["content"])
+                    first_s = min(first_s, time.monotonic() - started)
+    return reads, first_s, "".join(content), usage
+
+
+async def test_a_stream_interval_merges_intermediate_tokens_only() -> None:
+    every_step = await _stream(0.0)
+    held = await _stream(0.06)
+    assert held[2] == every_step[2] and held[3] == every_step[3]  # the same bytes of text
+    assert held[3]["completion_tokens"] == STEPS
+    assert every_step[0] >= 15  # about one write per 10 ms step
+    assert held[0] <= 10  # first write, then one per 60 ms, then the finish
+    assert held[1] < every_step[1] + 0.03  # the first token is not held

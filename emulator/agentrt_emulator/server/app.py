@@ -8,6 +8,7 @@ Endpoints (docs/engine-emulator.md): ``/v1/chat/completions``, ``/v1/completions
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -172,7 +173,9 @@ class _Endpoints:
         if stream:
 
             async def produce(emit: Callable[[bytes], Awaitable[None]]) -> None:
-                await _stream_events(group, builder, emit, include_usage)
+                await _stream_events(
+                    group, builder, emit, include_usage, self.state.config.stream_interval_wall_s
+                )
 
             return EventStreamResponse(produce, on_close=stack.close, headers=headers)
         finished = False
@@ -263,15 +266,37 @@ async def _stream_events(
     builder: ResponseBuilder,
     emit: Callable[[bytes], Awaitable[None]],
     include_usage: bool,
+    interval_s: float = 0.0,
 ) -> None:
-    """Write the group's events as SSE chunks. All the chunks of the events that are ready go
-    out in one write: one socket send per engine step (not one per chunk — the role, the
-    content and the finish of one step were three), and when this task runs late the steps
-    it missed are merged, as vLLM's output collector merges a slow stream's outputs. The
-    bytes on the wire are the same; only their packaging changes."""
-    async for first in group.events:
-        body = bytearray()
-        event: ChoiceEvent | None = first
+    """Write the group's events as SSE chunks.
+
+    All the chunks of the events that are ready go out in one write: one socket send per
+    engine step, not one per chunk, and when this task runs late the steps it missed are
+    merged (as vLLM's output collector merges a slow stream's outputs). With ``interval_s``
+    > 0 (wall seconds, ``EmulatorConfig.stream_interval_wall_s``) intermediate tokens are
+    held until that long after the previous write; the first write and the one that
+    finishes the request are never held, so time to first token and end-to-end latency stay
+    exact while a long stream costs a fraction of the sends (and of the parsing by whoever
+    relays or reads it). The bytes on the wire are the same; only their packaging changes."""
+    events = group.events
+    body = bytearray()
+    written = False
+    flush_at = -math.inf
+    while True:
+        event: ChoiceEvent | None = None
+        try:
+            if body:  # tokens held back: wait for more until the flush time
+                with anyio.move_on_after(max(0.0, flush_at - time.monotonic())):
+                    event = await events.receive()
+                if event is None:
+                    await emit(bytes(body))
+                    body.clear()
+                    flush_at = time.monotonic() + interval_s
+                    continue
+            else:
+                event = await events.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            break
         while event is not None:
             if event.error is not None:
                 payload = {"error": {"message": event.error, "type": "InternalServerError",
@@ -281,21 +306,22 @@ async def _stream_events(
             for chunk in builder.apply(event):
                 body += sse(chunk)
             if builder.all_finished:
-                break
+                if include_usage:
+                    body += sse(builder.usage_chunk())
+                await emit(bytes(body) + sse("[DONE]"))
+                return
             try:
-                event = group.events.receive_nowait()
-            except (anyio.WouldBlock, anyio.EndOfStream):
+                event = events.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
                 event = None
-        if builder.all_finished:
-            if include_usage:
-                body += sse(builder.usage_chunk())
-            await emit(bytes(body) + sse("[DONE]"))
-            return
-        if body:
+        if body and (not written or time.monotonic() >= flush_at):
             await emit(bytes(body))
+            body.clear()
+            written = True
+            flush_at = time.monotonic() + interval_s
     if include_usage:
-        await emit(sse(builder.usage_chunk()))
-    await emit(sse("[DONE]"))
+        body += sse(builder.usage_chunk())
+    await emit(bytes(body) + sse("[DONE]"))
 
 
 def build_app(state: EmulatorState) -> Starlette:

@@ -40,6 +40,11 @@ class EmulatorConfig:
     #: still catch up (steps start where the previous one ended); beyond it the loop restarts
     #: the schedule at "now" and counts the model time given up (docs/engine-emulator.md).
     max_lag_wall_s: float = 0.05
+    #: Hold a stream's intermediate tokens until this long after its previous write, wall
+    #: seconds (0 = write every engine step, as vLLM). The first and the last write are never
+    #: held, so TTFT and E2E stay exact; a larger value cuts the sends, and the parsing by a
+    #: proxy or client, of long streams at high time scales (docs/engine-emulator.md).
+    stream_interval_wall_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
@@ -50,5 +55,9 @@ class EmulatorConfig:
             raise ConfigError(f"max_body_bytes must be >= 1024, got {self.max_body_bytes}")
         if self.fuse_window_wall_s < 0:
             raise ConfigError(f"fuse_window_wall_s must be >= 0, got {self.fuse_window_wall_s}")
+        if self.stream_interval_wall_s < 0:
+            raise ConfigError(
+                f"stream_interval_wall_s must be >= 0, got {self.stream_interval_wall_s}"
+            )
         if self.max_lag_wall_s < 0:
             raise ConfigError(f"max_lag_wall_s must be >= 0, got {self.max_lag_wall_s}")
