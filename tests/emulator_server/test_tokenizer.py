@@ -87,3 +87,21 @@ def test_generation_prompt_is_optional() -> None:
     with_prompt = tokenizer.render_chat(messages)
     assert with_prompt[: len(without)] == without
     assert without[-1] == Special.EOT
+
+
+def test_long_texts_are_remembered_without_changing_tokens() -> None:
+    from agentrt_emulator import tokenizer as module
+
+    text = "The quick brown fox, 12345 times! " * 40  # longer than the memo's threshold
+    fresh = Tokenizer()
+    expected_pieces = fresh._cut(text)
+    expected_ids = [fresh.piece_id(p) for p in expected_pieces]
+    tok = Tokenizer()
+    for _ in range(2):  # the second time from the memo
+        assert tok.pieces(text) == expected_pieces
+        assert tok.encode(text) == expected_ids
+        assert list(tok.tokenize(text).ids) == expected_ids
+        assert tok.count(text) == len(expected_ids)
+    for i in range(module._MEMO_LIMIT + 10):
+        tok.encode(f"{i} " + text)
+    assert len(tok._memo) == module._MEMO_LIMIT
