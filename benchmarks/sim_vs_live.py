@@ -1,0 +1,604 @@
+"""Agreement benchmark: the simulator and the live stack on the same programs.
+
+One mixed trace (``agentrt bench sim``'s workload) runs (a) in the discrete-event simulator,
+in process, and (b) live: ``agentrt bench replay`` sends its programs as real SDK programs
+through ``agentrt controller serve`` to an emulated engine (``agentrt engine serve``, the same
+profile, batch, KV blocks and token budget as the simulated engine, at ``--time-scale X``),
+or straight to a fresh FCFS emulator ("direct"). The same trace runs at two loads: near the
+engine's saturation and at half of it (the same programs, arrival times doubled).
+
+Configurations (explicit flags on both sides, no defaults relied on):
+
+* ``direct``  — no controller; the engine's own FCFS queue (sim: ``fcfs``, window unlimited);
+* ``fcfs``, ``plas``, ``atlas`` — the controller with that policy, a fixed admission window of
+  the engine's batch + 2, round-robin routing (one engine), retention off, priority
+  passthrough off, service charged with the controller's cost model for the profile;
+* ``defaults`` (``--defaults``, near saturation only) — ``agentrt controller serve --backend
+  URL`` with no policy flags, beside the simulator's ``PolicySpec()`` (the same defaults table).
+
+Reported per configuration and load: mean / p50 / p95 of program E2E latency and of program
+token latency (E2E ÷ generated tokens), TTFT and completed throughput; the live median over
+``--reps`` runs, the simulated value and the error; the policy ranking on both sides; the live
+ratio of the recommended configuration to direct FCFS. Each live run also records whether the
+emulator kept up with its schedule (delivery lag, schedule restarts: docs/engine-emulator.md),
+the CPU seconds of each process and the load average: a run whose emulator fell behind is
+flagged, not counted as agreement.
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/sim_vs_live.py --quick          # smoke: ~1 minute
+    .venv/bin/python benchmarks/sim_vs_live.py --write-docs     # ~20 minutes, docs/benchmarks.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import _report  # noqa: E402
+
+HEADING = "## Simulator vs live stack"
+AGENTRT = str(Path(sys.executable).with_name("agentrt"))
+
+#: Metrics compared: (label, summary key, statistic).
+METRICS: tuple[tuple[str, str, str], ...] = (
+    ("E2E mean", "e2e_latency_s", "mean"),
+    ("E2E p50", "e2e_latency_s", "p50"),
+    ("E2E p95", "e2e_latency_s", "p95"),
+    ("tok mean", "token_latency_s", "mean"),
+    ("tok p50", "token_latency_s", "p50"),
+    ("tok p95", "token_latency_s", "p95"),
+    ("TTFT mean", "ttft_s", "mean"),
+    ("thr/s", "throughput_programs_per_s", ""),
+)
+#: Goals: |error| of mean E2E and of p95 E2E, percent.
+GOAL_MEAN_PCT = 10.0
+GOAL_P95_PCT = 15.0
+#: A live run is flagged when its emulator's mean delivery lag exceeds this (model seconds,
+#: about a tenth of a decode step) or when the emulator restarted its schedule at all.
+MAX_LAG_MEAN_S = 0.002
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What both sides run: the trace, the engine and the live run's speed."""
+
+    #: Programs/s of the near-saturation trace; the half-load trace has half of it.
+    rate_per_s: float = 0.24
+    #: Arrival window of the near-saturation trace, model seconds.
+    duration_s: float = 120.0
+    seed: int = 1
+    profile: str = "a100-llama3-8b"
+    max_num_seqs: int = 8
+    num_gpu_blocks: int = 16384
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 131072
+    #: The emulator and the replay run this many times faster than the modelled GPU.
+    time_scale: float = 5.0
+    #: The emulator's ``--stream-interval-ms``: intermediate tokens are written at most this
+    #: often (first and last never held), so that the per-token HTTP work of the emulator,
+    #: the controller and the client stays far below the machine's capacity.
+    stream_interval_ms: float = 20.0
+    reps: int = 2
+
+    @property
+    def window(self) -> int:
+        """The controller's fixed admission window: the batch + 2, so that a finished call's
+        slot is refilled from the engine's own queue while the controller forwards the next
+        (with exactly the batch, every finish would leave a slot empty for a round trip)."""
+        return self.max_num_seqs + 2
+
+
+#: name -> (policy, through the controller?)
+CONFIGS: dict[str, tuple[str, bool]] = {
+    "direct": ("fcfs", False),
+    "fcfs": ("fcfs", True),
+    "plas": ("plas", True),
+    "atlas": ("atlas", True),
+    "defaults": ("", True),
+}
+LOADS = ("half", "near")
+
+
+# -- traces and the simulator ------------------------------------------------------------------
+
+
+def make_traces(setup: Setup, directory: Path) -> dict[str, Path]:
+    """The near-saturation trace and the half-load one (same programs, arrivals × 2)."""
+    from agentrt_sim.runner import BenchConfig
+    from agentrt_sim.workloads.trace import save_trace
+
+    programs = BenchConfig(
+        workload="mixed",
+        rate_per_s=setup.rate_per_s,
+        duration_s=setup.duration_s,
+        seed=setup.seed,
+    ).programs()
+    paths = {"near": directory / "near.jsonl", "half": directory / "half.jsonl"}
+    save_trace(programs, str(paths["near"]))
+    stretched = [dataclasses.replace(p, arrival_s=2.0 * p.arrival_s) for p in programs]
+    save_trace(stretched, str(paths["half"]))
+    return paths
+
+
+def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
+    """The simulator's summary of ``config`` on ``trace`` (one run: it is deterministic)."""
+    from agentrt_emulator.core.types import EngineConfig
+    from agentrt_sim.costs import controller_cost_function
+    from agentrt_sim.registry import PolicySpec
+    from agentrt_sim.runner import BenchConfig, run_comparison
+    from agentrt_sim.workloads.trace import load_trace
+
+    programs = load_trace(str(trace))
+    last = max(p.arrival_s for p in programs)
+    bench = BenchConfig(
+        workload=f"trace:{trace.name}",
+        rate_per_s=len(programs) / last,
+        duration_s=last,
+        seed=setup.seed,
+        warmup_s=0.1 * last,  # bench replay's default
+        drain_s=20.0 * last,  # the live replay waits for every program
+        profile=setup.profile,
+        engine=EngineConfig(
+            max_num_seqs=setup.max_num_seqs,
+            num_gpu_blocks=setup.num_gpu_blocks,
+            block_size=setup.block_size,
+            max_num_batched_tokens=setup.max_num_batched_tokens,
+            max_model_len=setup.max_model_len,
+            scheduling_policy="fcfs",
+            enable_prefix_caching=True,
+        ),
+    )
+    policy, via_controller = CONFIGS[config]
+    if config == "defaults":
+        spec, cost = PolicySpec(), None
+    else:
+        spec = PolicySpec(
+            policy=policy,
+            router="round_robin",
+            retention="off",
+            admission_window=setup.window if via_controller else None,
+            scheduler_options={},
+            router_options={},
+        )
+        cost = controller_cost_function({"profile": setup.profile})
+    started = time.perf_counter()
+    (outcome,) = run_comparison(bench, [spec], programs=programs, cost_model=cost)
+    summary = dict(outcome.summary)
+    summary["wall_s"] = time.perf_counter() - started
+    return summary
+
+
+# -- the live stack ----------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the server exited with status {proc.returncode}")
+        with (
+            contextlib.suppress(OSError),
+            urllib.request.urlopen(url + "/health", timeout=2) as response,
+        ):
+            if response.status == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{url}: not healthy after {timeout_s:.0f} s")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def _server(argv: Sequence[str], url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            _wait_healthy(url, proc)
+            yield proc
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def engine_argv(setup: Setup, port: int) -> list[str]:
+    """``agentrt engine serve`` with the simulated engine's parameters."""
+    return [
+        AGENTRT, "engine", "serve", "--port", str(port),
+        "--profile", setup.profile,
+        "--time-scale", f"{setup.time_scale:g}",
+        "--stream-interval-ms", f"{setup.stream_interval_ms:g}",
+        "--max-num-seqs", str(setup.max_num_seqs),
+        "--num-gpu-blocks", str(setup.num_gpu_blocks),
+        "--block-size", str(setup.block_size),
+        "--max-num-batched-tokens", str(setup.max_num_batched_tokens),
+        "--max-model-len", str(setup.max_model_len),
+        "--scheduling-policy", "fcfs",
+    ]  # fmt: skip
+
+
+def controller_argv(setup: Setup, config: str, port: int, engine_url: str) -> list[str]:
+    """``agentrt controller serve`` for ``config`` in front of ``engine_url``."""
+    argv = [AGENTRT, "controller", "serve", "--port", str(port)]
+    if config == "defaults":
+        return [*argv, "--backend", engine_url]
+    policy, _ = CONFIGS[config]
+    return [
+        *argv,
+        "--backend", f"{engine_url},kind=emulator,priority=off",
+        "--policy", policy,
+        "--admission-window", str(setup.window),
+        "--router", "round_robin",
+        "--retention", "off",
+        "--scheduling", "{}",
+        "--cost", json.dumps({"profile": setup.profile}),
+    ]  # fmt: skip
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})? (\S+)$")
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """``name -> value`` of the unlabelled-or-single-series samples of a /metrics body (the
+    last series wins for a name with several)."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match:
+            with contextlib.suppress(ValueError):
+                values[match.group(1)] = float(match.group(2))
+    return values
+
+
+def engine_health(metrics: Mapping[str, float]) -> dict[str, float | None]:
+    """Whether the emulator kept up: its mean delivery lag (model s), schedule restarts,
+    the model seconds they gave up, its busy model seconds and its server-side TTFT."""
+
+    def ratio(total: str, count: str) -> float | None:
+        n = metrics.get(count, 0.0)
+        return metrics.get(total, 0.0) / n if n else None
+
+    return {
+        "lag_mean_s": ratio(
+            "agentrt:engine_delivery_lag_seconds_sum", "agentrt:engine_delivery_lag_seconds_count"
+        ),
+        "schedule_resets": metrics.get("agentrt:engine_schedule_resets_total"),
+        "dropped_model_s": metrics.get("agentrt:engine_dropped_model_seconds_total"),
+        "busy_model_s": metrics.get("agentrt:engine_busy_model_seconds_total"),
+        "engine_ttft_mean_s": ratio(
+            "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
+        ),
+    }
+
+
+def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str, Any]:
+    """One live run of ``config`` on ``trace``: the replay's summary plus ``health``."""
+    _, via_controller = CONFIGS[config]
+    engine_port = _free_port()
+    engine_url = f"http://127.0.0.1:{engine_port}"
+    load_before = os.getloadavg()[0]
+    with contextlib.ExitStack() as stack:
+        engine = stack.enter_context(
+            _server(engine_argv(setup, engine_port), engine_url, workdir / "engine.log")
+        )
+        target, controller = engine_url, None
+        if via_controller:
+            port = _free_port()
+            target = f"http://127.0.0.1:{port}"
+            controller = stack.enter_context(
+                _server(
+                    controller_argv(setup, config, port, engine_url),
+                    target,
+                    workdir / "controller.log",
+                )
+            )
+        cpu_before = {"engine": _cpu_s(engine.pid)}
+        if controller is not None:
+            cpu_before["controller"] = _cpu_s(controller.pid)
+        argv = [
+            AGENTRT, "bench", "replay", "--trace", str(trace),
+            "--base-url", target + "/v1",
+            "--tokenize-url", engine_url, "--metrics-url", engine_url,
+            "--time-scale", f"{setup.time_scale:g}", "--json", "--no-progress",
+        ]  # fmt: skip
+        started = time.monotonic()
+        out_path, err_path = workdir / "replay.json", workdir / "replay.err"
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            replay = subprocess.Popen(argv, stdout=out, stderr=err)
+            _, status, usage = os.wait4(replay.pid, 0)
+            replay.returncode = os.waitstatus_to_exitcode(status)
+        wall_s = time.monotonic() - started
+        if replay.returncode != 0:
+            raise RuntimeError(f"bench replay ({config}) failed: {err_path.read_text()[-2000:]}")
+        cpu = {name: _cpu_s(proc.pid) - cpu_before[name] for name, proc in
+               (("engine", engine), ("controller", controller)) if proc is not None}  # fmt: skip
+        cpu["replay"] = usage.ru_utime + usage.ru_stime
+        with urllib.request.urlopen(engine_url + "/metrics", timeout=10) as response:
+            metrics = parse_metrics(response.read().decode())
+    (summary,) = json.loads(out_path.read_text())
+    health: dict[str, Any] = engine_health(metrics)
+    health.update(
+        {
+            "wall_s": wall_s,
+            "load_1m_before": load_before,
+            "load_1m_after": os.getloadavg()[0],
+            **{f"cpu_{name}_s": value for name, value in cpu.items()},
+        }
+    )
+    summary["health"] = health
+    return dict(summary)
+
+
+def kept_up(health: Mapping[str, Any]) -> bool:
+    """Whether the emulator kept its model-time schedule during a run."""
+    lag = health.get("lag_mean_s")
+    return bool(not health.get("schedule_resets") and lag is not None and lag <= MAX_LAG_MEAN_S)
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+def metric(summary: Mapping[str, Any], key: str, stat: str) -> float:
+    value = summary.get(key)
+    if isinstance(value, Mapping):
+        value = value.get(stat)
+    return math.nan if value is None else float(value)
+
+
+def live_median(runs: Sequence[Mapping[str, Any]], key: str, stat: str) -> float:
+    values = [metric(r, key, stat) for r in runs]
+    values = [v for v in values if math.isfinite(v)]
+    return statistics.median(values) if values else math.nan
+
+
+def error_pct(live: float, sim: float) -> float:
+    return (live - sim) / sim * 100.0 if sim and math.isfinite(sim) else math.nan
+
+
+def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per (load, config): per metric the live median, the simulated value, the
+    error (percent), and whether every live run kept up."""
+    out = []
+    for load in LOADS:
+        for config, entry in result["runs"].get(load, {}).items():
+            sim, live = entry["sim"], entry["live"]
+            row: dict[str, Any] = {"load": load, "config": config, "reps": len(live)}
+            for label, key, stat in METRICS:
+                lv, sv = live_median(live, key, stat), metric(sim, key, stat)
+                row[label] = (lv, sv, error_pct(lv, sv))
+            row["kept_up"] = all(kept_up(r["health"]) for r in live)
+            row["lag_mean_s"] = max(
+                (r["health"].get("lag_mean_s") or 0.0 for r in live), default=math.nan
+            )
+            out.append(row)
+    return out
+
+
+def ranking(result: Mapping[str, Any], load: str, label: str) -> tuple[list[str], list[str]]:
+    """Configurations ordered best-first by ``label`` (live medians, simulated)."""
+    table = [r for r in rows(result) if r["load"] == load and r["config"] != "defaults"]
+    live = [r["config"] for r in sorted(table, key=lambda r: r[label][0])]
+    sim = [r["config"] for r in sorted(table, key=lambda r: r[label][1])]
+    return live, sim
+
+
+def win_ratios(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Direct FCFS ÷ the recommended configuration near saturation (the controller's
+    defaults when run, else plas): mean token latency and mean E2E, live and simulated."""
+    near = {r["config"]: r for r in rows(result) if r["load"] == "near"}
+    recommended = "defaults" if "defaults" in near else "plas"
+    if "direct" not in near or recommended not in near:
+        return None
+    out: dict[str, Any] = {"recommended": recommended}
+    for label in ("tok mean", "E2E mean"):
+        direct, rec = near["direct"][label], near[recommended][label]
+        out[label] = (direct[0] / rec[0], direct[1] / rec[1])
+    return out
+
+
+def _f(value: float, digits: int = 3) -> str:
+    if not math.isfinite(value):
+        return "—"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.{digits}g}"
+
+
+def _pct(value: float) -> str:
+    return "—" if not math.isfinite(value) else f"{value:+.1f} %"
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """The docs section."""
+    setup = Setup(**result["setup"])
+    table_rows = rows(result)
+    lines = [
+        HEADING,
+        "",
+        f"`benchmarks/sim_vs_live.py`: one mixed trace ({result['programs']} programs, seed "
+        f"{setup.seed}) in the simulator and live (`bench replay` → `controller serve` → "
+        f"`engine serve`, or straight to the engine for `direct`) at `--time-scale "
+        f"{setup.time_scale:g}`; engine {setup.profile}, batch {setup.max_num_seqs}, "
+        f"{setup.num_gpu_blocks} KV blocks of {setup.block_size}, FCFS, prefix caching. Loads: "
+        f"near saturation ({setup.rate_per_s:g} programs/s) and half of it (the same programs, "
+        f"arrivals × 2). Controller: fixed window {setup.window}, round robin, retention off. "
+        f"Live = median of {setup.reps} runs; cells are live / simulated / error; times in "
+        "model seconds.",
+        "",
+    ]
+    header = ["load", "config", *(m[0] for m in METRICS), "kept up"]
+    cells = []
+    for row in table_rows:
+        cell = [row["load"], row["config"]]
+        for label, _, _ in METRICS:
+            lv, sv, err = row[label]
+            cell.append(f"{_f(lv)} / {_f(sv)} / {_pct(err)}")
+        cell.append("yes" if row["kept_up"] else f"**no** (lag {_f(row['lag_mean_s'])} s)")
+        cells.append(cell)
+    lines += _report.table(header, cells)
+    lines.append("")
+    for load in LOADS:
+        for label in ("E2E mean", "tok mean"):
+            live, sim = ranking(result, load, label)
+            if live:
+                same = "same" if live == sim else "**differs**"
+                lines.append(
+                    f"* {load}, {label}: live {' < '.join(live)}; simulated "
+                    f"{' < '.join(sim)} ({same})"
+                )
+    wins = win_ratios(result)
+    if wins:
+        lines.append(
+            f"* live win near saturation, direct FCFS ÷ {wins['recommended']}: token latency "
+            f"{wins['tok mean'][0]:.2f}× (simulated {wins['tok mean'][1]:.2f}×), mean E2E "
+            f"{wins['E2E mean'][0]:.2f}× (simulated {wins['E2E mean'][1]:.2f}×)"
+        )
+    worst_mean = max((abs(r["E2E mean"][2]) for r in table_rows), default=math.nan)
+    worst_p95 = max((abs(r["E2E p95"][2]) for r in table_rows), default=math.nan)
+    lines.append(
+        f"* worst |error|: mean E2E {_f(worst_mean)} % (goal ≤ {GOAL_MEAN_PCT:g} %), p95 E2E "
+        f"{_f(worst_p95)} % (goal ≤ {GOAL_P95_PCT:g} %)"
+    )
+    loads = [
+        r["health"][k]
+        for per_load in result["runs"].values()
+        for entry in per_load.values()
+        for r in entry["live"]
+        for k in ("load_1m_before", "load_1m_after")
+    ]
+    if loads:
+        lines.append(
+            f"* machine: {os.cpu_count()} cores, 1-minute load average {min(loads):.2f}–"
+            f"{max(loads):.2f} during the live runs; total wall {result['wall_s'] / 60:.1f} min"
+        )
+    lines += [
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/sim_vs_live.py --write-docs` (`--quick` for a "
+        'smoke run). What the errors come from: docs/simulator.md, "Fidelity".',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def run(
+    setup: Setup, configs: Sequence[str], loads: Sequence[str], log: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Every configuration at every load: the simulator once, the live stack ``reps`` times."""
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="sim_vs_live-") as tmp:
+        workdir = Path(tmp)
+        traces = make_traces(setup, workdir)
+        programs = sum(1 for _ in traces["near"].open()) - 1
+        runs: dict[str, dict[str, Any]] = {}
+        for load in loads:
+            for config in configs:
+                if config == "defaults" and load != "near":
+                    continue
+                sim = simulate(setup, traces[load], config)
+                live = []
+                for rep in range(setup.reps):
+                    summary = live_run(setup, traces[load], config, workdir)
+                    live.append(summary)
+                    h = summary["health"]
+                    log(
+                        f"{load:>4} {config:>8} rep {rep + 1}: E2E mean live "
+                        f"{metric(summary, 'e2e_latency_s', 'mean'):.2f} sim "
+                        f"{metric(sim, 'e2e_latency_s', 'mean'):.2f}, tok mean live "
+                        f"{metric(summary, 'token_latency_s', 'mean'):.4f} sim "
+                        f"{metric(sim, 'token_latency_s', 'mean'):.4f}, lag "
+                        f"{h['lag_mean_s'] or 0:.4f} s, resets {h['schedule_resets']}, "
+                        f"wall {h['wall_s']:.0f} s, load {h['load_1m_after']:.2f}"
+                    )
+                runs.setdefault(load, {})[config] = {"sim": sim, "live": live}
+    return {
+        "setup": dataclasses.asdict(setup),
+        "programs": programs,
+        "runs": runs,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny and fast")
+    parser.add_argument("--from-json", metavar="FILE", help="render saved --json output")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    parser.add_argument("--save", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--time-scale", type=float, default=None)
+    parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument("--rate", type=float, default=None)
+    parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument(
+        "--configs", default=None, help="comma-separated subset of " + ",".join(CONFIGS)
+    )
+    parser.add_argument("--loads", default="half,near")
+    parser.add_argument(
+        "--defaults", action="store_true", help="also run the controller's defaults"
+    )
+    args = parser.parse_args(argv)
+    if args.from_json:
+        result = json.loads(Path(args.from_json).read_text())
+    else:
+        setup = Setup(duration_s=40.0, reps=1, time_scale=10.0) if args.quick else Setup()
+        overrides = {
+            "time_scale": args.time_scale,
+            "reps": args.reps,
+            "rate_per_s": args.rate,
+            "duration_s": args.duration,
+        }
+        setup = dataclasses.replace(setup, **{k: v for k, v in overrides.items() if v})
+        configs = (
+            args.configs.split(",")
+            if args.configs
+            else (["direct", "plas"] if args.quick else ["direct", "fcfs", "plas", "atlas"])
+        )
+        if args.defaults and "defaults" not in configs:
+            configs.append("defaults")
+        loads = ["near"] if args.quick else [x for x in args.loads.split(",") if x]
+        result = run(setup, configs, loads, log=lambda s: print(s, file=sys.stderr, flush=True))
+        if args.save:
+            Path(args.save).write_text(json.dumps(result, indent=1))
+    return _report.publish(args, markdown(result), result, ROOT / "docs", HEADING)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,138 @@
+"""benchmarks/sim_vs_live.py: the table, errors, rankings and win ratios on saved rows, the
+two sides' engine parameters, and one tiny live run (emulator + replay on loopback)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(90)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "bench_sim_vs_live", ROOT / "benchmarks" / "sim_vs_live.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+svl = _load()
+
+HEALTHY = {"lag_mean_s": 0.0005, "schedule_resets": 0.0, "load_1m_before": 0.4,
+           "load_1m_after": 0.6}  # fmt: skip
+
+
+def _summary(e2e_mean: float, tok_mean: float, **health: Any) -> dict[str, Any]:
+    return {
+        "e2e_latency_s": {"mean": e2e_mean, "p50": e2e_mean * 0.9, "p95": e2e_mean * 2},
+        "token_latency_s": {"mean": tok_mean, "p50": tok_mean, "p95": tok_mean * 2},
+        "ttft_s": {"mean": 0.1},
+        "throughput_programs_per_s": 0.2,
+        "health": {**HEALTHY, **health},
+    }
+
+
+def _result() -> dict[str, Any]:
+    def entry(sim: tuple[float, float], *live: tuple[float, float]) -> dict[str, Any]:
+        return {"sim": _summary(*sim), "live": [_summary(*x) for x in live]}
+
+    return {
+        "setup": {**svl.dataclasses.asdict(svl.Setup()), "reps": 2},
+        "programs": 30,
+        "wall_s": 600.0,
+        "runs": {
+            "near": {
+                "direct": entry((30.0, 0.030), (33.0, 0.033), (31.0, 0.031)),
+                "fcfs": entry((30.0, 0.030), (32.0, 0.032), (34.0, 0.034)),
+                "plas": entry((25.0, 0.015), (26.0, 0.016), (27.0, 0.016)),
+            },
+            "half": {
+                "direct": entry((20.0, 0.020), (21.0, 0.021), (21.0, 0.021)),
+                "plas": entry((19.0, 0.019), (20.0, 0.020), (20.5, 0.020)),
+            },
+        },
+    }
+
+
+def test_rows_take_live_medians_and_errors() -> None:
+    rows = {(r["load"], r["config"]): r for r in svl.rows(_result())}
+    live, sim, err = rows[("near", "direct")]["E2E mean"]
+    assert (live, sim) == (32.0, 30.0)
+    assert err == pytest.approx(100 * 2 / 30)
+    assert rows[("near", "direct")]["E2E p95"][:2] == (64.0, 60.0)
+    assert rows[("near", "plas")]["kept_up"]
+    assert [r["load"] for r in svl.rows(_result())] == ["half", "half", "near", "near", "near"]
+
+
+def test_ranking_and_win_ratios() -> None:
+    result = _result()
+    live, sim = svl.ranking(result, "near", "E2E mean")
+    assert live[0] == sim[0] == "plas"
+    wins = svl.win_ratios(result)
+    assert wins is not None and wins["recommended"] == "plas"
+    assert wins["tok mean"][0] == pytest.approx(0.032 / 0.016)
+    assert wins["E2E mean"][1] == pytest.approx(30.0 / 25.0)
+
+
+def test_a_run_whose_emulator_fell_behind_is_flagged() -> None:
+    result = _result()
+    result["runs"]["near"]["fcfs"]["live"][1]["health"]["schedule_resets"] = 3.0
+    result["runs"]["near"]["plas"]["live"][0]["health"]["lag_mean_s"] = 0.05
+    rows = {(r["load"], r["config"]): r for r in svl.rows(result)}
+    assert not rows[("near", "fcfs")]["kept_up"]
+    assert not rows[("near", "plas")]["kept_up"]
+    assert rows[("near", "direct")]["kept_up"]
+    text = svl.markdown(result)
+    assert text.startswith(svl.HEADING)
+    assert "**no**" in text and "32 / 30 / +6.7 %" in text
+    assert "direct FCFS ÷ plas" in text
+
+
+def test_both_sides_get_the_same_engine_and_explicit_controller_flags() -> None:
+    setup = svl.Setup()
+    argv = svl.engine_argv(setup, 1234)
+    flags = dict(zip(argv[3::2], argv[4::2], strict=False))
+    assert flags["--max-num-seqs"] == str(setup.max_num_seqs)
+    assert flags["--num-gpu-blocks"] == str(setup.num_gpu_blocks)
+    assert flags["--scheduling-policy"] == "fcfs"
+    ctl = svl.controller_argv(setup, "plas", 1, "http://127.0.0.1:2")
+    for flag in ("--policy", "--admission-window", "--router", "--retention", "--cost"):
+        assert flag in ctl
+    assert ctl[ctl.index("--admission-window") + 1] == str(setup.max_num_seqs + 2)
+    assert svl.controller_argv(setup, "defaults", 1, "http://x")[-2:] == ["--backend", "http://x"]
+
+
+def test_metrics_parser_reads_the_emulators_health() -> None:
+    text = (
+        "# HELP x\n"
+        'agentrt:engine_delivery_lag_seconds_sum{model_name="m"} 0.5\n'
+        'agentrt:engine_delivery_lag_seconds_count{model_name="m"} 1000\n'
+        'agentrt:engine_schedule_resets_total{model_name="m"} 0.0\n'
+    )
+    health = svl.engine_health(svl.parse_metrics(text))
+    assert health["lag_mean_s"] == pytest.approx(0.0005)
+    assert health["schedule_resets"] == 0.0
+    assert health["engine_ttft_mean_s"] is None
+
+
+def test_a_tiny_live_run_reports_its_health(tmp_path: Path) -> None:
+    setup = svl.Setup(duration_s=12.0, rate_per_s=0.25, time_scale=20.0, reps=1)
+    traces = svl.make_traces(setup, tmp_path)
+    summary = svl.live_run(setup, traces["near"], "direct", tmp_path)
+    assert summary["programs_failed"] == 0
+    health = summary["health"]
+    assert health["busy_model_s"] > 0 and health["lag_mean_s"] is not None
+    assert health["cpu_engine_s"] > 0 and health["cpu_replay_s"] > 0
+    sim = svl.simulate(setup, traces["near"], "direct")
+    assert summary["prompt_tokens"] == pytest.approx(sim["prompt_tokens"], rel=1e-3)
