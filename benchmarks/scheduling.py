@@ -44,7 +44,8 @@ LADDER = (0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25,
 
 
 def _spec(policy: str, window: int) -> PolicySpec:
-    return PolicySpec(policy=policy, admission_window=window)
+    # This benchmark's published figures: round-robin (one engine), no retention.
+    return PolicySpec(policy=policy, router="round_robin", retention="off", admission_window=window)
 
 
 @dataclass(frozen=True)

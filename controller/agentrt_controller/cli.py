@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["register"]
+from agentrt_controller import defaults
+
+if TYPE_CHECKING:
+    from agentrt_controller.service.config import ControllerConfig
+
+__all__ = ["banner", "register"]
 
 _DESCRIPTION = """\
 Serve the agentrt program controller: an OpenAI-compatible endpoint (/v1/chat/completions,
@@ -25,9 +30,20 @@ backend syntax: URL[,kind=vllm|sglang|openai|emulator][,priority=on|off|auto][,i
   Backends can be listed, added and removed while running: /agentrt/v1/backends (admin
   token: AGENTRT_CONTROLLER_ADMIN_TOKEN; without one, loopback clients only).
 
+defaults (what --backend URL alone runs; the configuration the simulated benchmarks
+recommend, docs/controller.md "Why these defaults"):
+  {summary}
+  The adaptive window keeps each backend's own waiting queue near empty, so the waiting
+  happens in the controller's queues where the policy orders it; it never exceeds the
+  backend's batch size + 2 when the backend reports one (our emulator does; vLLM does not,
+  then the waiting queue alone steers it). Priority passthrough is off: a stock vLLM runs
+  FCFS and rejects a request priority (use priority=auto or on with
+  --scheduling-policy priority).
+
 examples:
+  agentrt controller serve --backend http://127.0.0.1:8000
   agentrt controller serve --port 8080 --backend http://127.0.0.1:8000,priority=on \\
-      --backend http://127.0.0.1:8001,priority=on --policy atlas --admission-window adaptive
+      --backend http://127.0.0.1:8001,priority=on --policy atlas
   AGENTRT_CONTROLLER_BACKENDS="http://gpu1:8000 http://gpu2:8000" agentrt controller serve
   agentrt controller serve --config controller.toml"""
 
@@ -45,7 +61,7 @@ def register(subparsers: Any) -> None:
         "serve",
         help="serve the controller on HOST:PORT",
         description=_DESCRIPTION,
-        epilog=_EPILOG,
+        epilog=_EPILOG.format(summary=_default_summary()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     serve.add_argument("--config", metavar="FILE", help="TOML or JSON configuration file")
@@ -58,11 +74,12 @@ def register(subparsers: Any) -> None:
         metavar="URL[,key=value...]",
         help="a model server; repeat for several (see 'backend syntax' below)",
     )
-    serve.add_argument("--policy", help="fcfs | mlfq | plas | atlas (default fcfs)")
+    serve.add_argument("--policy", help=f"fcfs | mlfq | plas | atlas (default {defaults.POLICY})")
     serve.add_argument(
         "--admission-window",
         metavar="N|adaptive|unlimited",
-        help="per-backend in-flight window (default 32)",
+        help=f"per-backend in-flight window (default {defaults.ADMISSION_WINDOW}: from the "
+        "backend's waiting queue, at most its batch size + 2)",
     )
     serve.add_argument(
         "--scheduling",
@@ -74,13 +91,18 @@ def register(subparsers: Any) -> None:
         "--cost", metavar="JSON", help='cost model, e.g. \'{"profile": "a100-llama3-8b"}\''
     )
     serve.add_argument(
-        "--router", help="prefix (default) | round_robin | least_loaded | autellix | pipeline"
+        "--router",
+        help=f"prefix | round_robin | least_loaded | autellix | pipeline "
+        f"(default {defaults.ROUTER})",
     )
     serve.add_argument(
         "--routing", metavar="JSON", help="router parameters, e.g. '{\"affinity_weight\": 0.3}'"
     )
     serve.add_argument(
-        "--retention", choices=["on", "off"], default=None, help="KV retention (default off)"
+        "--retention",
+        choices=["on", "off"],
+        default=None,
+        help=f"KV retention during tool waits (default {defaults.RETENTION})",
     )
     serve.add_argument("--retention-options", metavar="JSON", help="retention parameters")
     serve.add_argument("--max-body-bytes", type=int, help="largest request body (413 above)")
@@ -97,6 +119,42 @@ def register(subparsers: Any) -> None:
         "--log-level", choices=["critical", "error", "warning", "info", "debug"], default=None
     )
     serve.set_defaults(handler=_serve)
+
+
+def _priority_text(priority: object) -> str:
+    if priority == "auto":
+        return "auto"
+    return "on" if priority else "off"
+
+
+def _default_summary() -> str:
+    return defaults.describe(
+        policy=defaults.POLICY,
+        admission_window=defaults.ADMISSION_WINDOW,
+        router=defaults.ROUTER,
+        retention=defaults.RETENTION,
+        priority=_priority_text(defaults.PRIORITY),
+    )
+
+
+def banner(config: ControllerConfig) -> str:
+    """The start-up line: where the controller listens, its backends and every policy choice
+    (priority passthrough per backend)."""
+    priorities = {_priority_text(b.priority) for b in config.backends}
+    priority = (
+        priorities.pop()
+        if len(priorities) == 1
+        else ",".join(f"{b.backend_id}:{_priority_text(b.priority)}" for b in config.backends)
+    )
+    summary = defaults.describe(
+        policy=config.policy,
+        admission_window=config.admission_window,
+        router=config.router,
+        retention=config.retention,
+        priority=priority,
+    )
+    backends = ",".join(b.backend_id for b in config.backends)
+    return f"agentrt controller on http://{config.host}:{config.port} {summary} backends={backends}"
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -121,11 +179,9 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(args.config, os.environ, overrides)
         if not config.backends:
             raise ConfigError("no backend: pass --backend URL (or AGENTRT_CONTROLLER_BACKENDS)")
-        banner = (
-            f"agentrt controller on http://{config.host}:{config.port} policy={config.policy} "
-            f"backends={','.join(b.backend_id for b in config.backends)}"
-        )
-        run_controller(config, banner)  # builds (and so validates) everything before binding
+        run_controller(
+            config, banner(config)
+        )  # builds (and so validates) everything before binding
     except ConfigError as exc:
         print(f"agentrt controller: {exc}", file=sys.stderr)
         return 2

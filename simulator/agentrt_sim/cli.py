@@ -10,10 +10,16 @@ import math
 import sys
 from typing import Any
 
+from agentrt_controller import defaults
+
 __all__ = ["register"]
 
 _SIM_EPILOG = """\
+With no policy option a run simulates what `agentrt controller serve --backend URL` runs
+(agentrt_controller.defaults); with no --rate, the workload near its saturation.
+
 examples:
+  agentrt bench sim --workload mixed --policy fcfs,plas
   agentrt bench sim --workload mixed --rate 0.3 --duration 3600 --seed 1 --json
   agentrt bench sim --workload react --rate 1 --duration 600 --policy fcfs,plas \\
       --admission-window 32 --plot out/
@@ -116,9 +122,12 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
         group.add_argument(
             "--rate",
             type=float,
-            default=0.25,
+            default=None,
             metavar="R",
-            help="program arrivals per second, Poisson (default: %(default)s)",
+            help="program arrivals per second, Poisson (default: the workload's FCFS "
+            "saturation on one engine, near which scheduling matters: "
+            + ", ".join(f"{k} {v:g}" for k, v in _default_rates().items())
+            + ")",
         )
     group.add_argument(
         "--duration",
@@ -168,9 +177,10 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
     engines.add_argument(
         "--engine-policy",
         choices=["fcfs", "priority"],
-        default="fcfs",
+        default=defaults.ENGINE_POLICY,
         help="the engines' queue order; priority passes the scheduler's backend priority "
-        "(default: %(default)s)",
+        "(default: %(default)s, a stock vLLM: the controller's default priority passthrough "
+        "is off)",
     )
     engines.add_argument("--max-num-seqs", type=int, default=256, help="batch slots (default: 256)")
     engines.add_argument(
@@ -185,13 +195,14 @@ def _add_policy_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("controller policies")
     group.add_argument(
         "--policy",
-        default="fcfs",
+        default=defaults.POLICY,
         metavar="P[,P...]",
-        help="scheduling policies to compare, comma-separated (default: %(default)s)",
+        help="scheduling policies to compare, comma-separated (default: %(default)s, the "
+        "controller's)",
     )
     group.add_argument(
         "--router",
-        default="round_robin",
+        default=defaults.ROUTER,
         help="routing policy: round_robin, least_loaded, autellix, prefix, pipeline "
         "(default: %(default)s)",
     )
@@ -203,13 +214,16 @@ def _add_policy_args(parser: argparse.ArgumentParser) -> None:
         help="router parameter, e.g. threshold_tokens=2048 (repeatable; JSON values)",
     )
     group.add_argument(
-        "--retention", default="off", help="KV retention: on, off or a policy name (default: off)"
+        "--retention",
+        default=defaults.RETENTION,
+        help="KV retention: on, off or a policy name (default: %(default)s)",
     )
     group.add_argument(
         "--admission-window",
-        default="unlimited",
+        default=_window_text(defaults.ADMISSION_WINDOW),
         metavar="N|unlimited|adaptive",
-        help="calls the controller may have in flight per engine (default: %(default)s)",
+        help="calls the controller may have in flight per engine; adaptive = steered by the "
+        "engine's waiting queue, at most its batch size + 2 (default: %(default)s)",
     )
     group.add_argument(
         "--cost",
@@ -227,6 +241,16 @@ def _add_policy_args(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="scheduler parameter, e.g. starvation_beta=3 (repeatable; JSON values)",
     )
+
+
+def _default_rates() -> dict[str, float]:
+    from agentrt_sim.rates import DEFAULT_RATES
+
+    return dict(DEFAULT_RATES)
+
+
+def _window_text(window: int | str | None) -> str:
+    return "unlimited" if window is None else str(window)
 
 
 def _add_output_args(parser: argparse.ArgumentParser) -> None:
@@ -330,11 +354,13 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _run_sim(args: argparse.Namespace) -> int:
+    from agentrt_sim.rates import default_rate
     from agentrt_sim.report import print_sim_table, progress_bar
     from agentrt_sim.runner import run_comparison
     from agentrt_sim.workloads.trace import load_trace, save_trace
 
-    bench, specs = _bench_and_specs(args, args.rate)
+    rate = args.rate if args.rate is not None else default_rate(args.workload)
+    bench, specs = _bench_and_specs(args, rate)
     programs = load_trace(args.trace_in) if args.trace_in else bench.programs()
     if args.trace_in and programs:
         from dataclasses import replace

@@ -41,7 +41,8 @@ def run_fig2(
         sim = Simulation(
             plans,
             SimConfig(profile=FIG2_PROFILE, engine=engine),
-            build_policies(PolicySpec(policy, admission_window=window)),
+            # The paper's example: one engine, no tool waits; no retention, no prefix index.
+            build_policies(PolicySpec(policy, "round_robin", "off", admission_window=window)),
         )
         record = sim.run()
         programs = sorted(record.programs, key=lambda p: p.program_id)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_controller import defaults
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.retention import RetentionPolicy, TtlRetentionPolicy
 from agentrt_controller.routing.factory import ROUTER_NAMES, build_router
@@ -61,21 +62,28 @@ _IDLE_TIMEOUT_S = 3600.0
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """One configuration to simulate, by names (what ``agentrt bench sim`` compares)."""
+    """One configuration to simulate, by names (what ``agentrt bench sim`` compares).
+
+    Every default is the controller's (:mod:`agentrt_controller.defaults`): a spec built with
+    no arguments is what ``agentrt controller serve --backend URL`` runs."""
 
     #: Scheduler name (``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt``).
-    policy: str = "fcfs"
+    policy: str = defaults.POLICY
     #: Router name (``agentrt_controller.routing.factory.ROUTER_NAMES``).
-    router: str = "round_robin"
+    router: str = defaults.ROUTER
     #: ``off``, ``on`` or a :data:`RETENTION` name.
-    retention: str = "off"
+    retention: str = defaults.RETENTION
     #: Controller admission window per engine (calls); ``None`` = unlimited (the engine
-    #: queues everything: FCFS-at-engine); ``"adaptive"`` = the adaptive window.
-    admission_window: int | str | None = None
+    #: queues everything: FCFS-at-engine); ``"adaptive"`` = the adaptive window (sized from
+    #: the engine's waiting queue, at most its batch size plus ``target_waiting``).
+    admission_window: int | str | None = defaults.ADMISSION_WINDOW
     #: Scheduler parameters (``SchedulerConfig`` fields), e.g. ``{"starvation_beta": 3}``.
+    #: The factory applies them over ``agentrt_controller.defaults.SCHEDULING``.
     scheduler_options: Mapping[str, Any] = field(default_factory=dict)
     #: Router parameters (see :func:`agentrt_controller.routing.factory.build_router`).
     router_options: Mapping[str, Any] = field(default_factory=dict)
+    #: Adaptive-window parameters (``AdaptiveWindowConfig`` fields); only with ``"adaptive"``.
+    admission_options: Mapping[str, Any] = field(default_factory=lambda: dict(defaults.ADMISSION))
 
 
 def parse_window(text: str) -> int | str | None:
@@ -124,7 +132,7 @@ def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> 
         oracle=True,
     )
     if spec.admission_window == "adaptive":
-        admission = build_admission("adaptive")
+        admission = build_admission("adaptive", dict(spec.admission_options))
     else:
         admission = build_admission("fixed", {"window": spec.admission_window})
     retention = RETENTION[resolve_retention(spec.retention)]()

@@ -280,6 +280,7 @@ class Simulation:
                     kv_cache_usage=slot.kv_cache_usage,
                     supports_priority=slot.supports_priority,
                     metrics_at_s=slot.metrics_at_s,
+                    max_num_seqs=slot.core.config.max_num_seqs,
                 )
             )
         return views

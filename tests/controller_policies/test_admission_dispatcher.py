@@ -82,6 +82,30 @@ def test_adaptive_window_converges_on_a_model_engine() -> None:
     assert max(tail) <= 8 + config.target_waiting + 1
 
 
+def test_adaptive_window_never_exceeds_the_reported_batch_plus_target() -> None:
+    """An engine that reports 4 batch slots and never queues: the window stops at 4 + 2."""
+    policy = AdaptiveWindowAdmission(AdaptiveWindowConfig(initial_window=8, target_waiting=2))
+    view = _view(0, 0, 0.0, max_num_seqs=4)
+    assert policy.bound(view) == 6
+    policy.has_room(view, 0.0)
+    assert policy.window("b0") == 6  # the initial window is capped too
+    for tick in range(1, 50):
+        policy.has_room(_view(int(policy.window("b0")), 0, float(tick), max_num_seqs=4), tick)
+    assert policy.window("b0") == 6
+    assert not policy.has_room(_view(6, 0, 99.0, max_num_seqs=4), 99.0)
+
+
+def test_adaptive_window_shrinks_when_the_batch_size_appears_and_is_unbounded_without() -> None:
+    policy = AdaptiveWindowAdmission(AdaptiveWindowConfig(initial_window=20, max_window=64))
+    assert policy.bound(_view(0, 0, 0.0)) == 64  # unknown batch size (a stock vLLM)
+    for tick in range(60):
+        policy.has_room(_view(int(policy.window("b0")), 0, float(tick)), tick)
+    assert policy.window("b0") == 64  # grows while the engine's waiting queue stays empty
+    policy.has_room(_view(64, 0, 100.0, max_num_seqs=2), 100.0)  # first scrape naming it
+    assert policy.window("b0") == 4
+    assert policy.bound(_view(0, 0, 0.0, max_num_seqs=0)) == 64  # garbage: ignored
+
+
 # --- Dispatcher ----------------------------------------------------------------------------------
 
 

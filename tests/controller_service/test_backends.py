@@ -118,6 +118,22 @@ def test_vllm_load_treats_out_of_range_values_as_unknown() -> None:
     assert (load.kv_cache_usage, load.num_waiting, load.num_running) == (None, None, 4)
 
 
+def test_the_emulator_reports_its_batch_size_and_vllm_does_not() -> None:
+    from agentrt_controller.backends.emulator import EmulatorBackend
+    from agentrt_emulator.core.engine import EngineCore
+    from agentrt_emulator.core.profiles import get_profile
+    from agentrt_emulator.core.types import EngineConfig
+    from agentrt_emulator.server.metrics import ServerMetrics
+
+    core = EngineCore(EngineConfig(max_num_seqs=2), get_profile("a100-llama3-8b"))
+    text = ServerMetrics("m", max_num_seqs=2).render(core.stats())
+    emulator = EmulatorBackend("e", "http://h", HttpPool.create())
+    assert emulator.load_from_metrics(text).max_num_seqs == 2
+    vllm = VllmBackend("v", "http://h", HttpPool.create())
+    assert vllm.load_from_metrics(text).max_num_seqs is None  # no such vLLM metric
+    assert "agentrt:engine_max_num_seqs" not in ServerMetrics("m").render(core.stats())
+
+
 @pytest.mark.anyio
 async def test_vllm_backend_over_http() -> None:
     state = FakeState(metrics_text="vllm:num_requests_waiting 4\nvllm:kv_cache_usage_perc 0.25\n")

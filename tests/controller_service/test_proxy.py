@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from agentrt.protocol import CallTags
+from agentrt_controller import defaults
 
 from .conftest import chat_body, controller, fake_backends, running
 from .fake_openai import FakeState
@@ -124,7 +125,7 @@ async def test_tagged_calls_build_the_process_table_and_untagged_calls_leave_non
     assert (entry["session_id"], entry["program_id"]) == ("s1", "prog-1")
     assert entry["threads"] == {"t2": 1}
     assert entry["calls_finished"] == 1 and entry["attained_service_s"] > 0
-    assert queues["policy"] == "fcfs" and queues["backends"][0]["in_flight"] == 0
+    assert queues["policy"] == defaults.POLICY and queues["backends"][0]["in_flight"] == 0
 
 
 async def test_response_reports_queue_time_header() -> None:

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.timeout(30)
 
 @pytest.mark.parametrize("name", SCHEDULER_NAMES)
 def test_every_controller_scheduler_builds_for_the_simulator(name: str) -> None:
-    policies = build_policies(PolicySpec(name))
+    policies = build_policies(PolicySpec(name, retention="off"))
     assert policies.dispatcher.scheduler.name == name
     assert isinstance(policies.retention, NoRetention)
 

@@ -173,6 +173,9 @@ class BackendLoad:
     prefix_cache_hit_rate: float | None = None
     #: KV blocks held by retention pins (the emulator's ``agentrt:engine_pinned_blocks``).
     pinned_blocks: int | None = None
+    #: The engine's batch size (the emulator's ``agentrt:engine_max_num_seqs``; vLLM publishes
+    #: none), which bounds the adaptive admission window.
+    max_num_seqs: int | None = None
 
 
 class Backend(Protocol):

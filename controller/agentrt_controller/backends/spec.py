@@ -21,6 +21,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from agentrt.errors import ConfigError
+from agentrt_controller import defaults
 
 __all__ = ["BackendSpec"]
 
@@ -58,7 +59,8 @@ class BackendSpec:
     #: Stable id; ``""`` = derived from the URL's ``host:port``.
     backend_id: str = ""
     #: Send the scheduler's priority in each request body; ``"auto"`` = if the server takes it.
-    priority: bool | Literal["auto"] = False
+    #: Default ``agentrt_controller.defaults.PRIORITY`` (off: safe against a stock vLLM).
+    priority: bool | Literal["auto"] = defaults.PRIORITY
     #: Kind-specific extra options, validated by the kind's constructor.
     options: dict[str, str] = field(default_factory=dict)
 
@@ -109,6 +111,6 @@ class BackendSpec:
             url=data["url"],
             kind=str(data.get("kind", "vllm")),
             backend_id=str(data.get("id", "")),
-            priority=_parse_priority(data.get("priority", False)),
+            priority=_parse_priority(data.get("priority", defaults.PRIORITY)),
             options={str(k): str(v) for k, v in options.items()},
         )

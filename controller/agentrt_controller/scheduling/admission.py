@@ -20,6 +20,14 @@ new metrics sample of a backend (``BackendView.metrics_at_s``, or at most once p
   (``in_flight >= floor(window)``): ``window = min(max_window, window + increase_step)``;
 * otherwise (we are not using the window, or no metrics): unchanged.
 
+**Bounded by the batch.** When the backend reports its batch size (``BackendView.max_num_seqs``:
+our emulator and the simulator's engines do; vLLM exposes no such metric), the window never
+exceeds ``max_num_seqs + target_waiting``: a call beyond that could only wait in the engine's
+own (FCFS) queue, where the controller's order and anti-starvation no longer apply. Without it
+(a stock vLLM) the AIMD rule alone bounds the window, between ``min_window`` and
+``max_window``: it grows only while the engine's waiting queue is at or below
+``target_waiting`` and shrinks as soon as it is above.
+
 ``has_room``: the backend is healthy and ``in_flight < floor(window)``. Pure: no clock, no I/O.
 """
 
@@ -110,6 +118,14 @@ class AdaptiveWindowAdmission:
         state = self._observe(backend, now_s)
         return backend.healthy and backend.in_flight < math.floor(state.window)
 
+    def bound(self, backend: BackendView) -> float:
+        """The largest window for ``backend`` (calls): ``max_window``, or its batch size plus
+        ``target_waiting`` when smaller and known."""
+        cfg = self.config
+        if backend.max_num_seqs is None or backend.max_num_seqs < 1:
+            return cfg.max_window
+        return max(cfg.min_window, min(cfg.max_window, backend.max_num_seqs + cfg.target_waiting))
+
     def window(self, backend_id: str) -> float:
         """The backend's current window (calls); the initial one for an unseen backend."""
         state = self._windows.get(backend_id)
@@ -122,8 +138,11 @@ class AdaptiveWindowAdmission:
     def _observe(self, backend: BackendView, now_s: float) -> _BackendWindow:
         cfg = self.config
         state = self._windows.get(backend.backend_id)
+        bound = self.bound(backend)
         if state is None:
-            state = self._windows[backend.backend_id] = _BackendWindow(cfg.initial_window)
+            initial = min(cfg.initial_window, bound)
+            state = self._windows[backend.backend_id] = _BackendWindow(initial)
+        state.window = min(state.window, bound)  # the batch size may appear after a scrape
         waiting = backend.num_waiting
         if waiting is None:
             return state
@@ -140,5 +159,5 @@ class AdaptiveWindowAdmission:
             shrunk = max(state.window * cfg.decrease_factor, state.window - excess)
             state.window = max(cfg.min_window, shrunk)
         elif backend.in_flight >= math.floor(state.window):
-            state.window = min(cfg.max_window, state.window + cfg.increase_step)
+            state.window = min(bound, state.window + cfg.increase_step)
         return state

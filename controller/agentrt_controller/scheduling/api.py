@@ -123,6 +123,10 @@ class BackendView:
     #: When ``num_running`` / ``num_waiting`` / ``kv_cache_usage`` were scraped (seconds,
     #: driver's clock); ``None`` = unknown. Adaptive admission reacts once per new scrape.
     metrics_at_s: float | None = None
+    #: The backend's batch size (most requests it runs at once: vLLM's ``--max-num-seqs``)
+    #: when it reports one (our emulator's ``agentrt:engine_max_num_seqs``, the simulator's
+    #: engines); ``None`` = unknown (vLLM exposes no such metric). Bounds the adaptive window.
+    max_num_seqs: int | None = None
 
 
 class Scheduler(Protocol):

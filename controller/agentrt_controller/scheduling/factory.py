@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_controller import defaults
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission, AdaptiveWindowConfig
 from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
@@ -27,6 +28,9 @@ SCHEDULER_NAMES = ("fcfs", "mlfq", "plas", "atlas", "srpt")
 #: Every admission policy name :func:`build_admission` knows.
 ADMISSION_NAMES = ("fixed", "adaptive")
 
+#: ``fixed`` admission's window when ``config`` gives none (calls).
+_FIXED_WINDOW = 32
+
 _MULTILEVEL = {"mlfq": MlfqScheduler, "plas": PlasScheduler, "atlas": AtlasScheduler}
 
 
@@ -40,8 +44,10 @@ def build_scheduler(
     """A new scheduler.
 
     ``config``: a :class:`SchedulerConfig` or a mapping of its fields (unknown keys are
-    rejected); ``None`` = defaults. ``fcfs`` takes no parameters (a non-empty mapping is an
-    error). ``table``: the process table to share (a private one when ``None``).
+    rejected) applied over :data:`agentrt_controller.defaults.SCHEDULING` (the parameters the
+    controller and ``agentrt bench sim`` default to); ``None`` = those defaults. ``fcfs``
+    takes no parameters (a non-empty mapping is an error). ``table``: the process table to
+    share (a private one when ``None``).
     ``oracle``: the driver supplies ``Call.oracle_*`` data (simulator); required by ``srpt``.
 
     Raises :class:`ConfigError` for an unknown name, bad parameters, or ``srpt`` without
@@ -57,11 +63,11 @@ def build_scheduler(
             raise ConfigError(f"fcfs takes no scheduling parameters, got {sorted(config)}")
         return FcfsScheduler(table)
     if config is None:
-        cfg = SchedulerConfig()
+        cfg = SchedulerConfig.from_mapping(defaults.SCHEDULING)
     elif isinstance(config, SchedulerConfig):
         cfg = config
     elif isinstance(config, Mapping):
-        cfg = SchedulerConfig.from_mapping(config)
+        cfg = SchedulerConfig.from_mapping({**defaults.SCHEDULING, **config})
     else:
         raise ConfigError(f"scheduling config must be a table, got {type(config).__name__}")
     if key == "srpt":
@@ -92,7 +98,7 @@ def build_admission(
         unknown = sorted(set(params) - {"window"})
         if unknown:
             raise ConfigError(f"unknown fixed admission parameter(s) {unknown}; valid: window")
-        window = params.get("window", 32)
+        window = params.get("window", _FIXED_WINDOW)
         if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
             raise ConfigError(f"admission window must be an integer or None, got {window!r}")
         return FixedWindowAdmission(window)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentrt.errors import ConfigError
+from agentrt_controller import defaults
 from agentrt_controller.backends.breaker import BreakerConfig
 from agentrt_controller.backends.spec import BackendSpec
 
@@ -39,29 +40,34 @@ class ControllerConfig:
     port: int = 8080
     #: The model servers behind the controller (at least one).
     backends: tuple[BackendSpec, ...] = ()
+    # The policy fields' defaults come from agentrt_controller.defaults, which the simulator's
+    # `agentrt bench sim` reads too: what runs with no flags is what the benchmarks measured.
+
     #: Scheduling policy name for ``build_scheduler`` (``fcfs``, ``mlfq``, ``plas``, ``atlas``).
-    policy: str = "fcfs"
+    policy: str = defaults.POLICY
     #: Policy parameters (queue boundaries in seconds, quanta in tokens, beta...), passed to
-    #: the scheduler factory unchanged; it rejects unknown keys.
+    #: the scheduler factory unchanged (over ``agentrt_controller.defaults.SCHEDULING``); it
+    #: rejects unknown keys.
     scheduling: Mapping[str, Any] = field(default_factory=dict)
     #: Cost-model parameters (seconds per uncached prompt token, per output token...).
     cost: Mapping[str, Any] = field(default_factory=dict)
     #: Router name: ``prefix`` (prefix-cache aware, the default), ``round_robin``,
     #: ``least_loaded``, ``autellix`` or ``pipeline`` (docs/routing.md).
-    router: str = "prefix"
+    router: str = defaults.ROUTER
     #: Router parameters (``agentrt_controller.routing.factory.build_router``), e.g.
     #: ``{"queued_tokens_per_call": 256}``; unknown keys are errors.
     routing: Mapping[str, Any] = field(default_factory=dict)
     #: KV retention during tool waits: ``on`` or ``off`` (docs/routing.md, "KV retention").
-    retention: str = "off"
+    retention: str = defaults.RETENTION
     #: Retention policy parameters (``agentrt_controller.retention.RetentionConfig`` fields).
     retention_options: Mapping[str, Any] = field(default_factory=dict)
-    #: Per-backend in-flight window (calls), ``None`` = unlimited, ``"adaptive"`` = from the
-    #: backend's scraped ``vllm:num_requests_waiting``.
-    admission_window: AdmissionWindow = 32
+    #: Per-backend in-flight window (calls), ``None`` = unlimited, ``"adaptive"`` (the
+    #: default) = sized from the backend: steered by its scraped ``vllm:num_requests_waiting``
+    #: and never above its batch size (when it reports one) plus ``target_waiting``.
+    admission_window: AdmissionWindow = defaults.ADMISSION_WINDOW
     #: Parameters of the adaptive window (``AdaptiveWindowConfig`` fields: ``initial_window``,
     #: ``min_window``, ``max_window``, ``target_waiting``...); only with ``"adaptive"``.
-    admission: Mapping[str, Any] = field(default_factory=dict)
+    admission: Mapping[str, Any] = field(default_factory=lambda: dict(defaults.ADMISSION))
     #: Calls the controller holds in its queues at most; more arrivals get HTTP 503 with
     #: ``Retry-After`` (a bound on memory under a flood).
     max_queued_calls: int = 100_000

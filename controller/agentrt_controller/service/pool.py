@@ -340,6 +340,7 @@ class BackendPool:
                 kv_cache_usage=state.load.kv_cache_usage,
                 supports_priority=state.backend.capabilities.supports_priority,
                 metrics_at_s=state.load_at_s,
+                max_num_seqs=state.load.max_num_seqs,
             )
             for backend_id, state in self.states.items()
         ]
