@@ -238,7 +238,10 @@ class _ProgramRun:
         kind: Literal["tool", "human"] = "tool" if node.kind == "tool" else "human"
         started = anyio.current_time()
         async with agentrt.wait(node.name, kind=kind, predicted_s=predicted):
-            await anyio.sleep(node.duration_s / self._scale)
+            # Until a deadline, not for a duration: the wait's tool-start event to a
+            # controller is part of the wait (its round trip would otherwise be added to
+            # every wait, x time scale).
+            await anyio.sleep_until(started + node.duration_s / self._scale)
         self._history.observe(node.name, anyio.current_time() - started)
         self._builder.record_wait(node.node_id)
 
