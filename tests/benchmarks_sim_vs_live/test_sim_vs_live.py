@@ -99,6 +99,18 @@ def test_a_run_whose_emulator_fell_behind_is_flagged() -> None:
     assert "direct FCFS ÷ plas" in text
 
 
+def test_rankings_ignore_simulated_ties_and_name_reversals() -> None:
+    result = _result()
+    # direct and fcfs tie in the simulator (30.0 each): their live order does not count.
+    assert svl.ranking_disagreements(result, "near", "E2E mean") == []
+    result["runs"]["near"]["plas"]["live"] = [_summary(40.0, 0.04)] * 2
+    assert svl.ranking_disagreements(result, "near", "E2E mean") == [
+        "plas < direct",
+        "plas < fcfs",
+    ]
+    assert "**live reverses** plas < direct" in svl.markdown(result)
+
+
 def test_both_sides_get_the_same_engine_and_explicit_controller_flags() -> None:
     setup = svl.Setup()
     argv = svl.engine_argv(setup, 1234)
