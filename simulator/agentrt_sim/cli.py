@@ -125,7 +125,7 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
             default=None,
             metavar="R",
             help="program arrivals per second, Poisson (default: the workload's FCFS "
-            "saturation on one engine, near which scheduling matters: "
+            "saturation on one engine, agentrt_sim/rates.py: "
             + ", ".join(f"{k} {v:g}" for k, v in _default_rates().items())
             + ")",
         )
