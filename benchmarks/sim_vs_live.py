@@ -13,8 +13,9 @@ Configurations (explicit flags on both sides, no defaults relied on):
 * ``fcfs``, ``plas``, ``atlas`` — the controller with that policy, a fixed admission window of
   the engine's batch + 2, round-robin routing (one engine), retention off, priority
   passthrough off, service charged with the controller's cost model for the profile;
-* ``defaults`` (``--defaults``, near saturation only) — ``agentrt controller serve --backend
-  URL`` with no policy flags, beside the simulator's ``PolicySpec()`` (the same defaults table).
+* ``defaults`` (``--defaults``, the high load only) — ``agentrt controller serve --backend
+  URL,kind=emulator`` with no policy flags, beside the simulator's ``PolicySpec()`` (the same
+  defaults table), the controller's default cost model and its 1 s probe period.
 
 Reported per configuration and load: mean / p50 / p95 of program E2E latency and of program
 token latency (E2E ÷ generated tokens), TTFT and completed throughput; the live median over
@@ -175,7 +176,11 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
     )
     policy, via_controller = CONFIGS[config]
     if config == "defaults":
-        spec, cost = PolicySpec(), None
+        # What `controller serve --backend URL` runs: the shared defaults table, the
+        # controller's default cost model (not the simulator's roofline default) and its
+        # default probe period for the adaptive window's engine gauges.
+        spec, cost = PolicySpec(), controller_cost_function({})
+        bench = dataclasses.replace(bench, scrape_interval_s=1.0)
     else:
         spec = PolicySpec(
             policy=policy,
@@ -260,7 +265,9 @@ def controller_argv(setup: Setup, config: str, port: int, engine_url: str) -> li
     """``agentrt controller serve`` for ``config`` in front of ``engine_url``."""
     argv = [AGENTRT, "controller", "serve", "--port", str(port)]
     if config == "defaults":
-        return [*argv, "--backend", engine_url]
+        # No policy flag; kind=emulator so that retention (on by default) can pin, as the
+        # simulated engines do (a backend of the default kind, vllm, has no pins).
+        return [*argv, "--backend", f"{engine_url},kind=emulator"]
     policy, _ = CONFIGS[config]
     return [
         *argv,

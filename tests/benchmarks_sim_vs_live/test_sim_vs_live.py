@@ -122,7 +122,8 @@ def test_both_sides_get_the_same_engine_and_explicit_controller_flags() -> None:
     for flag in ("--policy", "--admission-window", "--router", "--retention", "--cost"):
         assert flag in ctl
     assert ctl[ctl.index("--admission-window") + 1] == str(setup.max_num_seqs + 2)
-    assert svl.controller_argv(setup, "defaults", 1, "http://x")[-2:] == ["--backend", "http://x"]
+    defaults = svl.controller_argv(setup, "defaults", 1, "http://x")
+    assert defaults[-2:] == ["--backend", "http://x,kind=emulator"]
 
 
 def test_metrics_parser_reads_the_emulators_health() -> None:
