@@ -74,9 +74,12 @@ METRICS: tuple[tuple[str, str, str], ...] = (
 #: Goals: |error| of mean E2E and of p95 E2E, percent.
 GOAL_MEAN_PCT = 10.0
 GOAL_P95_PCT = 15.0
-#: A live run is flagged when its emulator's mean delivery lag exceeds this (model seconds,
-#: about a tenth of a decode step) or when the emulator restarted its schedule at all.
-MAX_LAG_MEAN_S = 0.002
+#: A live run is flagged when its emulator delivered a step's tokens more than this late on
+#: average (model seconds; about one decode step of the batch-8 A100 engine, so at most a
+#: step of extra latency per call) or gave up more than this share of its busy model time to
+#: schedule restarts (docs/engine-emulator.md, "Time").
+MAX_LAG_MEAN_S = 0.01
+MAX_DROPPED_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -376,9 +379,11 @@ def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str,
 
 
 def kept_up(health: Mapping[str, Any]) -> bool:
-    """Whether the emulator kept its model-time schedule during a run."""
-    lag = health.get("lag_mean_s")
-    return bool(not health.get("schedule_resets") and lag is not None and lag <= MAX_LAG_MEAN_S)
+    """Whether the emulator kept its model-time schedule during a run (see
+    :data:`MAX_LAG_MEAN_S`)."""
+    lag, busy = health.get("lag_mean_s"), health.get("busy_model_s") or 0.0
+    dropped = health.get("dropped_model_s") or 0.0
+    return lag is not None and lag <= MAX_LAG_MEAN_S and dropped <= MAX_DROPPED_SHARE * busy
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -526,11 +531,14 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"{wins['tok mean'][0]:.2f}× (simulated {wins['tok mean'][1]:.2f}×), mean E2E "
             f"{wins['E2E mean'][0]:.2f}× (simulated {wins['E2E mean'][1]:.2f}×)"
         )
-    worst_mean = max((abs(r["E2E mean"][2]) for r in table_rows), default=math.nan)
-    worst_p95 = max((abs(r["E2E p95"][2]) for r in table_rows), default=math.nan)
+    counted = [r for r in table_rows if r["kept_up"]]
+    worst_mean = max((abs(r["E2E mean"][2]) for r in counted), default=math.nan)
+    worst_p95 = max((abs(r["E2E p95"][2]) for r in counted), default=math.nan)
+    flagged = len(table_rows) - len(counted)
     lines.append(
-        f"* worst |error|: mean E2E {_f(worst_mean)} % (goal ≤ {GOAL_MEAN_PCT:g} %), p95 E2E "
-        f"{_f(worst_p95)} % (goal ≤ {GOAL_P95_PCT:g} %)"
+        f"* worst |error| over the {len(counted)} rows whose emulator kept up: mean E2E "
+        f"{_f(worst_mean)} % (goal ≤ {GOAL_MEAN_PCT:g} %), p95 E2E {_f(worst_p95)} % (goal ≤ "
+        f"{GOAL_P95_PCT:g} %)" + (f"; {flagged} rows flagged (emulator fell behind)" if flagged else "")
     )
     loads = [
         r["health"][k]

@@ -29,8 +29,8 @@ def _load() -> ModuleType:
 
 svl = _load()
 
-HEALTHY = {"lag_mean_s": 0.0005, "schedule_resets": 0.0, "load_1m_before": 0.4,
-           "load_1m_after": 0.6}  # fmt: skip
+HEALTHY = {"lag_mean_s": 0.0005, "schedule_resets": 0.0, "dropped_model_s": 0.0,
+           "busy_model_s": 100.0, "load_1m_before": 0.4, "load_1m_after": 0.6}  # fmt: skip
 
 
 def _summary(e2e_mean: float, tok_mean: float, **health: Any) -> dict[str, Any]:
@@ -87,7 +87,7 @@ def test_ranking_and_win_ratios() -> None:
 
 def test_a_run_whose_emulator_fell_behind_is_flagged() -> None:
     result = _result()
-    result["runs"]["near"]["fcfs"]["live"][1]["health"]["schedule_resets"] = 3.0
+    result["runs"]["near"]["fcfs"]["live"][1]["health"]["dropped_model_s"] = 3.0
     result["runs"]["near"]["plas"]["live"][0]["health"]["lag_mean_s"] = 0.05
     rows = {(r["load"], r["config"]): r for r in svl.rows(result)}
     assert not rows[("near", "fcfs")]["kept_up"]
