@@ -535,10 +535,11 @@ def markdown(result: Mapping[str, Any]) -> str:
     worst_mean = max((abs(r["E2E mean"][2]) for r in counted), default=math.nan)
     worst_p95 = max((abs(r["E2E p95"][2]) for r in counted), default=math.nan)
     flagged = len(table_rows) - len(counted)
+    note = f"; {flagged} rows flagged (emulator fell behind)" if flagged else ""
     lines.append(
         f"* worst |error| over the {len(counted)} rows whose emulator kept up: mean E2E "
         f"{_f(worst_mean)} % (goal ≤ {GOAL_MEAN_PCT:g} %), p95 E2E {_f(worst_p95)} % (goal ≤ "
-        f"{GOAL_P95_PCT:g} %)" + (f"; {flagged} rows flagged (emulator fell behind)" if flagged else "")
+        f"{GOAL_P95_PCT:g} %){note}"
     )
     loads = [
         r["health"][k]
