@@ -54,3 +54,31 @@ async def test_adaptive_window_reads_the_scraped_waiting_queue() -> None:
         metrics = (await svc.http.get(svc.url + "/metrics")).text
     assert queues["admission"] == "adaptive"
     assert 'agentrt_controller_backend_num_requests_waiting{backend="' in metrics
+
+
+async def test_default_window_holds_calls_beyond_a_reported_batch_of_two() -> None:
+    """No admission option: the adaptive window, bounded by the scraped batch size (2) plus
+    target_waiting (2), keeps the 6 further calls in the controller's queues."""
+    state = FakeState(
+        gate=anyio.Event(),
+        metrics_text="vllm:num_requests_waiting 0\nagentrt:engine_max_num_seqs 2\n",
+    )
+    async with running(state, scrape_interval_s=0.05) as svc, anyio.create_task_group() as group:
+        admission = svc.app.engine.dispatcher.admission
+        assert isinstance(admission, AdaptiveWindowAdmission)
+        with anyio.fail_after(10):
+            while svc.app.engine.pool.views()[0].max_num_seqs is None:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        for _ in range(10):
+            group.start_soon(svc.chat)
+        for _ in range(1000):
+            queues = (await svc.http.get(svc.url + "/agentrt/v1/queues")).json()
+            if queues["queued"] == 6:
+                break
+            await anyio.sleep(0.01)
+        backend = queues["backends"][0]
+        window = admission.window(backend["backend_id"])
+        state.gate.set()  # type: ignore[union-attr]
+    assert backend["in_flight"] == 4 and queues["queued"] == 6
+    assert window == 4
+    assert len(state.requests) == 10
