@@ -5,7 +5,11 @@ parallel (one LLM call per child, each in its own thread), runs each action in t
 (a tool, e.g. a search, whose observation extends the child's context), **evaluates** every
 child with an LLM call, and with probability ``reflect_probability`` **reflects** on a failed
 trajectory. The next iteration starts when all evaluations (and the reflection) are done.
-Prompts share the tree path: a child's calls extend its parent state's prefix.
+Prompts share the tree path: a child's calls extend its parent state's prefix. (LATS itself
+puts each call type's own template before the question and trajectory, so an evaluate call does
+not extend its expand call's context; the program model cannot express that layout, and
+docs/simulator.md, "Calibration", measures what it would change: MCTS saturation 0.6 -> 0.4/s,
+0.3/s with reflections placed in the later prompts.)
 
 Calibrated means (Autellix arXiv 2502.13965): 159.7 calls per program, 467 prompt tokens and
 72.6 output tokens per call. The relative sizes of expand / observation / evaluate / reflect
