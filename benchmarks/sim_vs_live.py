@@ -28,7 +28,7 @@ flagged, not counted as agreement.
 Run (from the repository root)::
 
     .venv/bin/python benchmarks/sim_vs_live.py --quick          # smoke: ~1 minute
-    .venv/bin/python benchmarks/sim_vs_live.py --write-docs     # ~20 minutes, docs/benchmarks.md
+    .venv/bin/python benchmarks/sim_vs_live.py --defaults --write-docs   # ~23 min on 2 idle cores
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class Setup:
     stream_interval_ms: float = 20.0
     #: Live runs per configuration at the high load and at the half load.
     reps: int = 2
-    reps_half: int = 1
+    reps_half: int = 2
 
     @property
     def window(self) -> int:
@@ -555,8 +555,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         )
     lines += [
         "",
-        "Reproduce: `.venv/bin/python benchmarks/sim_vs_live.py --write-docs` (`--quick` for a "
-        'smoke run). What the errors come from: docs/simulator.md, "Fidelity".',
+        "Reproduce: `.venv/bin/python benchmarks/sim_vs_live.py --defaults --write-docs` "
+        '(`--quick` for a smoke run). What the errors come from: docs/simulator.md, "Fidelity".',
         "",
     ]
     return "\n".join(lines)
