@@ -44,8 +44,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.anyio, pytest.mark.timeout(300)]
 
 #: PLAS with small queue boundaries and a cost model that charges 10 ms per output token and
 #: nothing for the prompt, so that a program's level follows from the tokens it generated.
+#: Retention (on by default) is off: it weighs recompute cost, which this cost model does not
+#: charge, and its admission preference is not the lever under test.
 PLAS = {
     "policy": "plas",
+    "retention": "off",
     "scheduling": {"boundaries_s": [0.1, 0.3, 1.0, 4.0]},
     "cost": {"prefill_s_per_token": 0.0, "decode_s_per_token": 0.01, "per_call_s": 0.0},
 }
