@@ -97,6 +97,11 @@ class Program:
     root_prompt_tokens: int
     #: The DAG; every node's parents and context appear before it.
     nodes: tuple[Node, ...]
+    #: The tenant (API-key holder) that sends the program; ``None`` = the default tenant.
+    tenant: str | None = None
+    #: Every LLM call is sent under a fresh program id of its own (a client that rotates ids
+    #: or sends untagged calls); the DAG, its waits and its prefixes stay the same.
+    rotate_call_ids: bool = False
 
     def llm_calls(self) -> int:
         """Number of LLM calls."""

@@ -5,6 +5,7 @@ Schema (``agentrt-sim-trace`` version 1; docs/simulator.md has the full descript
     {"format": "agentrt-sim-trace", "version": 1}                 first line, optional
     {"program_id": "react-0000001", "kind": "react", "arrival_s": 0.41,
      "system_prompt_id": "react", "system_prompt_tokens": 1500, "root_prompt_tokens": 97,
+     "tenant": "acme", "rotate_call_ids": false,                  both optional
      "nodes": [
        {"id": "c0", "type": "llm", "parents": [], "thread": "main", "context": null,
         "new_prompt_tokens": 0, "output_tokens": 31},
@@ -66,6 +67,8 @@ class _Program(_Strict):
     system_prompt_tokens: int = Field(0, ge=0)
     root_prompt_tokens: int = Field(0, ge=0)
     nodes: list[Annotated[_LLMNode | _WaitNode, Field(discriminator="type")]]
+    tenant: str | None = Field(None, min_length=1)
+    rotate_call_ids: bool = False
 
 
 class _Header(_Strict):
@@ -102,6 +105,11 @@ def program_to_json(program: Program) -> dict[str, object]:
                     "result_tokens": node.result_tokens,
                 }
             )
+    extra: dict[str, object] = {}
+    if program.tenant is not None:
+        extra["tenant"] = program.tenant
+    if program.rotate_call_ids:
+        extra["rotate_call_ids"] = True
     return {
         "program_id": program.program_id,
         "kind": program.kind,
@@ -110,6 +118,7 @@ def program_to_json(program: Program) -> dict[str, object]:
         "system_prompt_tokens": program.system_prompt_tokens,
         "root_prompt_tokens": program.root_prompt_tokens,
         "nodes": nodes,
+        **extra,
     }
 
 
@@ -159,6 +168,8 @@ def _to_program(raw: _Program) -> Program:
         system_prompt_tokens=raw.system_prompt_tokens,
         root_prompt_tokens=raw.root_prompt_tokens,
         nodes=tuple(nodes),
+        tenant=raw.tenant,
+        rotate_call_ids=raw.rotate_call_ids,
     )
 
 
