@@ -69,6 +69,10 @@ class Call:
     #: driver when the call arrives inside a retention window; ``None`` = not retained. The
     #: Dispatcher and the ``retained`` routing filter send the call there when they can.
     retained_backend: str | None = field(default=None, kw_only=True)
+    #: The authenticated tenant that sent the call (the controller fills it from the API key,
+    #: never from a client header); ``None`` = no tenant (the simulator). Part of
+    #: :attr:`program_key`.
+    tenant: str | None = field(default=None, kw_only=True)
 
     # --- written by the scheduler -------------------------------------------------------
     #: Program-level priority when the call was enqueued (seconds of service; lower = sooner).
@@ -98,8 +102,10 @@ class Call:
 
     @property
     def program_key(self) -> ProgramKey:
-        """The call's program: ``session_id`` and ``program_id`` as one key."""
-        return ProgramKey(session_id=self.session_id, program_id=self.program_id)
+        """The call's program: ``tenant``, ``session_id`` and ``program_id`` as one key."""
+        return ProgramKey(
+            tenant=self.tenant, session_id=self.session_id, program_id=self.program_id
+        )
 
 
 @dataclass(frozen=True, slots=True)
