@@ -105,7 +105,20 @@ def register(subparsers: Any) -> None:
         help=f"KV retention during tool waits (default {defaults.RETENTION})",
     )
     serve.add_argument("--retention-options", metavar="JSON", help="retention parameters")
-    serve.add_argument("--max-body-bytes", type=int, help="largest request body (413 above)")
+    serve.add_argument(
+        "--max-body-bytes", type=int, help="largest request body, 413 above (16 MiB)"
+    )
+    serve.add_argument(
+        "--max-header-bytes", type=int, help="largest request line + headers (65536)"
+    )
+    serve.add_argument(
+        "--header-timeout-s",
+        type=float,
+        help="seconds a connection has to send a whole request head; idle keep-alive too (10)",
+    )
+    serve.add_argument(
+        "--max-concurrency", type=int, help="connections + requests at once, 503 above (4096)"
+    )
     serve.add_argument("--scrape-interval-s", type=float, help="backend probe period (1.0)")
     serve.add_argument(
         "--breaker", metavar="JSON", help="circuit breaker, e.g. '{\"cooldown_s\": 5}'"
@@ -166,7 +179,8 @@ _OVERRIDES = (
     "host", "port", "backends", "policy", "admission_window", "scheduling", "admission", "cost",
     "router", "routing", "retention", "retention_options", "max_body_bytes", "scrape_interval_s",
     "breaker", "backend_timeout_s", "max_retries",
-    "program_idle_timeout_s", "log_level",
+    "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
+    "max_concurrency",
 )  # fmt: skip
 
 

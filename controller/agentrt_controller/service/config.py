@@ -71,8 +71,9 @@ class ControllerConfig:
     #: Calls the controller holds in its queues at most; more arrivals get HTTP 503 with
     #: ``Retry-After`` (a bound on memory under a flood).
     max_queued_calls: int = 100_000
-    #: Largest accepted request body (bytes); larger bodies get HTTP 413.
-    max_body_bytes: int = 32 * 1024 * 1024
+    #: Largest accepted request body (bytes); larger bodies get HTTP 413 while being read.
+    #: No larger than what the backends accept (the emulator's and vLLM's default: 16 MiB).
+    max_body_bytes: int = 16 * 1024 * 1024
     #: Period of each backend's health probe and metric scrape, and the probe's time limit
     #: (seconds): a dead backend leaves routing within one interval.
     scrape_interval_s: float = 1.0
@@ -103,6 +104,14 @@ class ControllerConfig:
     http_pool_shards: int = 8
     #: uvicorn log level (``critical``, ``error``, ``warning``, ``info``, ``debug``).
     log_level: str = "warning"
+    #: Largest request head (request line + headers, bytes); larger ones are refused.
+    max_header_bytes: int = 64 * 1024
+    #: A connection must deliver a complete request head within this many seconds of its
+    #: first byte (and an idle keep-alive connection is closed after it): slow clients are cut.
+    header_timeout_s: float = 10.0
+    #: Connections and requests served at once; more get HTTP 503 (uvicorn's
+    #: ``limit_concurrency``).
+    max_concurrency: int = 4096
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -116,10 +125,12 @@ class ControllerConfig:
             raise ConfigError(
                 f"admission_window must be >= 1, 'adaptive' or unlimited, got {window!r}"
             )
-        for name in ("max_body_bytes", "max_connections", "http_pool_shards", "max_queued_calls"):
+        for name in ("max_body_bytes", "max_connections", "http_pool_shards", "max_queued_calls",
+                     "max_header_bytes", "max_concurrency"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1")
-        for name in ("scrape_interval_s", "connect_timeout_s", "program_idle_timeout_s"):
+        for name in ("scrape_interval_s", "connect_timeout_s", "program_idle_timeout_s",
+                     "header_timeout_s"):  # fmt: skip
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be > 0 seconds")
         if self.backend_timeout_s is not None and not self.backend_timeout_s > 0:
