@@ -8,7 +8,7 @@ Command line:
     python scripts/vllm/server.py model             build (or reuse) the tiny model; print its dir
     python scripts/vllm/server.py start [--port P] [--max-num-seqs N] [--state FILE]
                                     [--scheduling-policy priority|fcfs] [--step-floor-ms MS]
-                                    [--no-dev-endpoints]
+                                    [--no-dev-endpoints] [--cpus LIST]
                                                     start, wait until healthy, print the base URL
                                                     (the server keeps running; state in FILE)
     python scripts/vllm/server.py stop [--state FILE]  stop the server started with `start`
@@ -78,6 +78,10 @@ class ServerOptions:
         /reset_prefix_cache, /sleep, ... (tests use them to build exact queue states).
         For test servers only: anyone who can reach the port can pause the engine.
     startup_timeout_s: seconds to wait for /health before giving up (~25-30 s is usual).
+    cpus: a CPU list in taskset syntax (e.g. "1" or "2-3"): every vLLM process (API server,
+        engine core, worker) runs under `taskset -c CPUS` and the worker's OpenMP threads are
+        bound there (VLLM_CPU_OMP_THREADS_BIND=CPUS), so vLLM's CPU does not come out of other
+        processes' cores (benchmarks/real_vllm.py). None: no pinning (vLLM's own binding).
     """
 
     port: int | None = None
@@ -89,6 +93,7 @@ class ServerOptions:
     step_floor_ms: float = 4.0
     dev_endpoints: bool = True
     startup_timeout_s: float = 240.0
+    cpus: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,7 +194,9 @@ def free_port() -> int:
 
 def server_command(python: Path, model_dir: Path, port: int, options: ServerOptions) -> list[str]:
     """vLLM's command line. Why each flag: docs/real-vllm.md."""
+    taskset = ["taskset", "-c", options.cpus] if options.cpus is not None else []
     return [
+        *taskset,
         str(python),
         "-m",
         "vllm.entrypoints.openai.api_server",
@@ -232,6 +239,8 @@ def start_server(
     runs.mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="vllm-", dir=runs))
     port = options.port or free_port()
+    if options.cpus is not None and shutil.which("taskset") is None:
+        raise VllmLaunchError("ServerOptions.cpus needs taskset (util-linux) on PATH")
     log_path = run_dir / "server.log"
     started = time.monotonic()
     with open(log_path, "wb") as log:
@@ -317,6 +326,8 @@ def _child_env(
         if options.dev_endpoints:
             env["VLLM_SERVER_DEV_MODE"] = "1"
         env["AGENTRT_VLLM_STEP_FLOOR_MS"] = str(options.step_floor_ms)
+        if options.cpus is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = options.cpus
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLUGINS), env.get("PYTHONPATH")]))
     tmp = run_dir / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -414,6 +425,9 @@ def _main(argv: Sequence[str]) -> int:
         action="store_true",
         help="do not expose vLLM's dev endpoints (/pause, /resume, /reset_prefix_cache, ...)",
     )
+    start.add_argument(
+        "--cpus", default=None, help="run every vLLM process on these CPUs (taskset -c LIST)"
+    )
     start.add_argument("--state", default=str(scratch_dir() / "server.json"))
     stop = sub.add_parser("stop", help="stop the server recorded in --state")
     stop.add_argument("--state", default=str(scratch_dir() / "server.json"))
@@ -444,6 +458,7 @@ def _main(argv: Sequence[str]) -> int:
             scheduling_policy=args.scheduling_policy,
             dev_endpoints=not args.no_dev_endpoints,
             step_floor_ms=args.step_floor_ms,
+            cpus=args.cpus,
         )
         server = start_server(python, model_dir, options)
     except VllmLaunchError as exc:
