@@ -2,7 +2,9 @@
 names and bad parameters are :class:`~agentrt.errors.ConfigError`, never a silent fallback).
 
 Schedulers: ``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt`` (clairvoyant: ``oracle=True``
-only, i.e. the simulator). Admission: ``fixed`` (``window``: calls or ``None`` = unlimited) and
+only, i.e. the simulator), each optionally inside fair shares between tenants (``tenancy=``:
+:class:`~agentrt_controller.scheduling.tenancy.TenantFairScheduler`, docs/tenancy.md).
+Admission: ``fixed`` (``window``: calls or ``None`` = unlimited) and
 ``adaptive`` (:class:`~agentrt_controller.scheduling.admission.AdaptiveWindowConfig` parameters).
 """
 
@@ -20,6 +22,7 @@ from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmiss
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.multilevel import AtlasScheduler, MlfqScheduler, PlasScheduler
 from agentrt_controller.scheduling.srpt import SrptScheduler
+from agentrt_controller.scheduling.tenancy import TenancyConfig, TenantFairScheduler
 
 __all__ = ["ADMISSION_NAMES", "SCHEDULER_NAMES", "build_admission", "build_scheduler"]
 
@@ -40,8 +43,14 @@ def build_scheduler(
     *,
     table: ProcessTable | None = None,
     oracle: bool = False,
+    tenancy: TenancyConfig | Mapping[str, Any] | None = None,
 ) -> Scheduler:
     """A new scheduler.
+
+    ``tenancy``: a :class:`TenancyConfig` (or a mapping of its fields: ``weights``,
+    ``default_weight``, ``initial_call_charge_s``, ``enabled``) puts the policy inside weighted
+    fair shares between tenants — one ``name`` scheduler per tenant on the shared ``table``
+    (:class:`TenantFairScheduler`); ``None`` or ``enabled=False`` = the bare policy.
 
     ``config``: a :class:`SchedulerConfig` or a mapping of its fields (unknown keys are
     rejected) applied over :data:`agentrt_controller.defaults.SCHEDULING` (the parameters the
@@ -53,6 +62,28 @@ def build_scheduler(
     Raises :class:`ConfigError` for an unknown name, bad parameters, or ``srpt`` without
     ``oracle``.
     """
+    if tenancy is not None:
+        tenants = tenancy if isinstance(tenancy, TenancyConfig) else _tenancy_config(tenancy)
+        if tenants.enabled:
+            _build_one(name, config, None, oracle)  # a bad policy fails here, not per tenant
+            return TenantFairScheduler(
+                tenants, lambda shared: _build_one(name, config, shared, oracle), table
+            )
+    return _build_one(name, config, table, oracle)
+
+
+def _tenancy_config(values: object) -> TenancyConfig:
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"tenancy config must be a table, got {type(values).__name__}")
+    return TenancyConfig.from_mapping(values)
+
+
+def _build_one(
+    name: str,
+    config: SchedulerConfig | Mapping[str, Any] | None,
+    table: ProcessTable | None,
+    oracle: bool,
+) -> Scheduler:
     key = name.strip().lower() if isinstance(name, str) else name
     if key not in SCHEDULER_NAMES:
         raise ConfigError(

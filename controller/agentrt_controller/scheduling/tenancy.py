@@ -1,0 +1,314 @@
+"""Two-level scheduling: weighted fair shares between tenants, any policy inside a tenant
+(docs/tenancy.md).
+
+Attained-service scheduling (PLAS / ATLAS, Autellix arXiv 2502.13965) trusts the client's
+program ids: a fresh id starts at zero service, so a client that rotates ids on every call (or
+sends untagged calls, each a one-call program) puts every call ahead of every long program.
+:class:`TenantFairScheduler` removes the incentive by scheduling on two levels:
+
+* **between tenants**, start-time fair queueing (Goyal, Vin and Cheng, SIGCOMM 1996) over the
+  *service the cost model charges* (``service_s`` of :meth:`on_finish`), with per-tenant
+  weights — the same counter-based scheme as the Virtual Token Counter of Sheng et al.,
+  "Fairness in Serving Large Language Models" (OSDI 2024, arXiv 2401.00588). Tenant ``i`` has a
+  virtual time ``v_i = (charged_i + in_flight_i) / w_i`` in seconds of service per unit weight;
+  :meth:`pop` serves the backlogged tenant with the smallest ``v_i`` (ties: the tenant seen
+  first). A popped call is charged an *estimate* at once (the tenant's mean charged service per
+  call so far; before any call finished, the mean over all tenants, else
+  :attr:`TenancyConfig.initial_call_charge_s`), and :meth:`on_finish` replaces the estimate by
+  the charged service — so one admission round that fills a whole engine cannot hand every
+  slot to one tenant before any call finished. The system virtual time ``V`` is the start tag of
+  the last call popped (SFQ's ``v(t)``); a tenant whose queue was empty when a call arrives
+  starts again at ``max(v_i, V, min_j v_j)`` over the backlogged tenants ``j`` (VTC's lift):
+  an idle tenant banks no credit.
+* **inside a tenant**, one instance of the inner policy (``fcfs``, ``plas``, ``atlas``...) per
+  tenant, built by the factory on the one shared :class:`~agentrt_controller.process_table.
+  ProcessTable`, orders that tenant's calls exactly as it would alone. Fresh and untagged ids
+  are calls of their tenant like any other, so rotating ids only reorders the rotating tenant's
+  own calls.
+
+The tenant of a call is ``call.program_key.tenant`` (``None`` = the default tenant, scheduled
+and weighted under the name :data:`DEFAULT_TENANT`). With one tenant the pop order is exactly
+the inner policy's. Tenants are kept for the scheduler's life (they come from the controller's
+tenant file, a bounded set).
+
+Calls of the Dispatcher's retained lane never reach the scheduler, so they are not charged to
+their tenant here (docs/tenancy.md, "Limits"). ``backend_priority`` is the inner policy's.
+
+Building one (the controller service passes its tenant file's weights)::
+
+    from agentrt_controller.scheduling.factory import build_scheduler
+    from agentrt_controller.scheduling.tenancy import TenancyConfig
+
+    scheduler = build_scheduler(
+        "plas", scheduling_options, table=table,
+        tenancy=TenancyConfig(weights={"acme": 2.0, "free-tier": 1.0}),
+    )
+
+``tenancy`` may also be a mapping of :class:`TenancyConfig` fields (a config-file table);
+``None`` or ``enabled=False`` builds the bare inner policy.
+
+Pure (docs/architecture.md, design rule 1): ``now_s`` is passed in; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from agentrt.errors import ConfigError
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.scheduling.api import Call, Scheduler
+
+__all__ = ["DEFAULT_TENANT", "TenancyConfig", "TenantFairScheduler", "tenant_of"]
+
+#: The name under which calls without a tenant (``ProgramKey.tenant is None``) are scheduled
+#: and weighted. A tenant literally named so shares that tenant's share.
+DEFAULT_TENANT = "default"
+
+
+def tenant_of(call: Call) -> str:
+    """The tenant a call is scheduled and charged under."""
+    tenant = call.program_key.tenant
+    return DEFAULT_TENANT if tenant is None else tenant
+
+
+def _positive(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what} must be a number > 0, got {value!r}")
+    number = float(value)
+    if not (math.isfinite(number) and number > 0):
+        raise ConfigError(f"{what} must be finite and > 0, got {value!r}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class TenancyConfig:
+    """Fair shares between tenants. Validated on construction (:class:`ConfigError`)."""
+
+    #: Tenant name -> weight (> 0, unitless). A tenant's share of charged service, while every
+    #: tenant is backlogged, is its weight over the sum of the backlogged tenants' weights.
+    weights: Mapping[str, float] = field(default_factory=dict)
+    #: Weight of a tenant not in :attr:`weights` (> 0), including :data:`DEFAULT_TENANT`.
+    default_weight: float = 1.0
+    #: Estimated service of a popped call (seconds, > 0) before any call has finished; later
+    #: estimates are means of charged service.
+    initial_call_charge_s: float = 0.5
+    #: ``False`` = no tenancy: the factory builds the bare inner policy.
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.weights, Mapping):
+            raise ConfigError(f"tenant weights must be a table, got {self.weights!r}")
+        weights: dict[str, float] = {}
+        for tenant, weight in self.weights.items():
+            if not isinstance(tenant, str) or not tenant:
+                raise ConfigError(f"tenant names must be non-empty strings, got {tenant!r}")
+            weights[tenant] = _positive(weight, f"weight of tenant {tenant!r}")
+        object.__setattr__(self, "weights", weights)
+        object.__setattr__(self, "default_weight", _positive(self.default_weight, "default_weight"))
+        object.__setattr__(
+            self,
+            "initial_call_charge_s",
+            _positive(self.initial_call_charge_s, "initial_call_charge_s"),
+        )
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"tenancy 'enabled' must be true or false, got {self.enabled!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> TenancyConfig:
+        """Build from a config-file / JSON table with the field names above; unknown keys
+        raise :class:`ConfigError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown tenancy parameter(s) {unknown}; valid: {sorted(known)}")
+        return cls(**dict(values))
+
+    def weight(self, tenant: str) -> float:
+        """The weight of ``tenant``."""
+        return self.weights.get(tenant, self.default_weight)
+
+
+@dataclass(slots=True)
+class _Tenant:
+    """One tenant's inner scheduler and accounting."""
+
+    name: str
+    weight: float
+    inner: Scheduler
+    #: Order in which tenants were first seen: breaks virtual-time ties deterministically.
+    order: int
+    #: (charged + estimated in-flight service) / weight (seconds per unit weight).
+    virtual_s: float = 0.0
+    #: Service charged to the tenant's finished calls (seconds).
+    charged_s: float = 0.0
+    #: Finished calls charged.
+    finished_calls: int = 0
+    #: Estimated charge of each popped, unfinished call, by call id (seconds).
+    in_flight: dict[str, float] = field(default_factory=dict)
+
+
+class TenantFairScheduler:
+    """Start-time fair queueing between tenants over charged service; one inner scheduler
+    per tenant (module docstring). Implements
+    :class:`~agentrt_controller.scheduling.api.Scheduler`."""
+
+    def __init__(
+        self,
+        config: TenancyConfig,
+        build_inner: Callable[[ProcessTable], Scheduler],
+        table: ProcessTable | None = None,
+    ) -> None:
+        """``build_inner(table)``: a fresh inner scheduler recording in ``table`` (called once
+        per tenant, at its first call). ``table``: the shared process table (a private one
+        when ``None``)."""
+        self.config = config
+        self.table = table if table is not None else ProcessTable()
+        self._build_inner = build_inner
+        probe = build_inner(self.table)
+        #: The inner policy's name.
+        self.inner_name: str = probe.name
+        self.name = f"{probe.name}+tenancy"
+        self._spare: Scheduler | None = probe
+        self._tenants: dict[str, _Tenant] = {}
+        #: SFQ's system virtual time: the start tag of the last call popped (seconds/weight).
+        self.system_virtual_s = 0.0
+
+    # --- tenants ----------------------------------------------------------------------------
+
+    def _tenant(self, name: str) -> _Tenant:
+        tenant = self._tenants.get(name)
+        if tenant is None:
+            inner = self._spare if self._spare is not None else self._build_inner(self.table)
+            self._spare = None
+            tenant = _Tenant(name, self.config.weight(name), inner, order=len(self._tenants))
+            tenant.virtual_s = self.system_virtual_s  # a new tenant starts now, no credit
+            self._tenants[name] = tenant
+        return tenant
+
+    def _estimate_s(self, tenant: _Tenant) -> float:
+        if tenant.finished_calls:
+            return tenant.charged_s / tenant.finished_calls
+        calls = sum(t.finished_calls for t in self._tenants.values())
+        if calls:
+            return sum(t.charged_s for t in self._tenants.values()) / calls
+        return self.config.initial_call_charge_s
+
+    # --- Scheduler protocol -----------------------------------------------------------------
+
+    def submit(self, call: Call, now_s: float) -> None:
+        tenant = self._tenant(tenant_of(call))
+        if tenant.inner.queued() == 0:  # becomes backlogged: no banked credit
+            tenant.virtual_s = max(tenant.virtual_s, self._activation_floor_s())
+        tenant.inner.submit(call, now_s)
+
+    def _activation_floor_s(self) -> float:
+        """The virtual time a tenant that becomes backlogged starts at, at least: the
+        smallest virtual time of the backlogged tenants (VTC's lift), and never below the
+        system virtual time (SFQ's ``v(t)``, which also covers an idle system)."""
+        backlogged = [t.virtual_s for t in self._tenants.values() if t.inner.queued()]
+        return max(self.system_virtual_s, min(backlogged, default=self.system_virtual_s))
+
+    def pop(self, now_s: float) -> Call | None:
+        backlogged = [t for t in self._tenants.values() if t.inner.queued()]
+        if not backlogged:
+            return None
+        tenant = min(backlogged, key=lambda t: (t.virtual_s, t.order))
+        call = tenant.inner.pop(now_s)
+        if call is None:
+            return None
+        self.system_virtual_s = max(self.system_virtual_s, tenant.virtual_s)
+        estimate = self._estimate_s(tenant)
+        tenant.in_flight[call.call_id] = estimate
+        tenant.virtual_s += estimate / tenant.weight
+        return call
+
+    def requeue(self, call: Call, now_s: float) -> None:
+        tenant = self._tenant(tenant_of(call))
+        estimate = tenant.in_flight.pop(call.call_id, None)
+        if estimate is not None:  # not admitted after all: take the estimate back
+            tenant.virtual_s -= estimate / tenant.weight
+        tenant.inner.requeue(call, now_s)
+
+    def cancel(self, call: Call, now_s: float) -> bool:
+        tenant = self._tenants.get(tenant_of(call))
+        return tenant is not None and tenant.inner.cancel(call, now_s)
+
+    def queued(self) -> int:
+        return sum(t.inner.queued() for t in self._tenants.values())
+
+    def backend_priority(self, call: Call) -> int:
+        return self._tenant(tenant_of(call)).inner.backend_priority(call)
+
+    def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
+        self._tenant(tenant_of(call)).inner.on_tokens(call, new_tokens, now_s)
+
+    def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
+        tenant = self._tenant(tenant_of(call))
+        estimate = tenant.in_flight.pop(call.call_id, 0.0)
+        tenant.virtual_s += (service_s - estimate) / tenant.weight
+        tenant.charged_s += service_s
+        tenant.finished_calls += 1
+        tenant.inner.on_finish(call, service_s, now_s)
+
+    def drop_expired(self, now_s: float) -> list[Call]:
+        dropped: list[Call] = []
+        for tenant in self._tenants.values():
+            if tenant.inner.queued():
+                dropped += tenant.inner.drop_expired(now_s)
+        return dropped
+
+    def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        name = DEFAULT_TENANT if program.tenant is None else program.tenant
+        tenant = self._tenants.get(name)
+        if tenant is not None:
+            tenant.inner.on_program_end(program, now_s)
+        else:
+            self.table.end(program, now_s)
+
+    # --- introspection ----------------------------------------------------------------------
+
+    def tenant_shares(self) -> dict[str, float]:
+        """Each tenant's fraction of all service charged so far (finished calls; 0 when
+        nothing was charged)."""
+        total = sum(t.charged_s for t in self._tenants.values())
+        return {
+            name: (t.charged_s / total if total > 0 else 0.0) for name, t in self._tenants.items()
+        }
+
+    def snapshot(self, now_s: float) -> dict[str, Any]:
+        """The inner policies' queues merged by level (each call tagged with its tenant) and,
+        under ``tenancy``, each tenant's weight, virtual time, charged and in-flight service,
+        share of charged service and queued / in-flight calls."""
+        shares = self.tenant_shares()
+        levels: dict[int, dict[str, Any]] = {}
+        tenants = []
+        for name, tenant in self._tenants.items():
+            inner = tenant.inner.snapshot(now_s)
+            for queue in inner.get("queues", []):
+                merged = levels.setdefault(int(queue["level"]), {**queue, "length": 0, "calls": []})
+                merged["length"] += int(queue.get("length", 0))
+                merged["calls"] += [{**c, "tenant": name} for c in queue.get("calls", [])]
+            tenants.append(
+                {
+                    "tenant": name,
+                    "weight": tenant.weight,
+                    "virtual_s": tenant.virtual_s,
+                    "charged_service_s": tenant.charged_s,
+                    "in_flight_charge_s": sum(tenant.in_flight.values()),
+                    "share": shares[name],
+                    "queued": tenant.inner.queued(),
+                    "in_flight": len(tenant.in_flight),
+                    "finished_calls": tenant.finished_calls,
+                }
+            )
+        return {
+            "policy": self.name,
+            "inner_policy": self.inner_name,
+            "queued": self.queued(),
+            "queues": [levels[level] for level in sorted(levels)],
+            "tenancy": {"system_virtual_s": self.system_virtual_s, "tenants": tenants},
+        }
