@@ -1,4 +1,9 @@
-"""Running the controller: embedded on a free loopback port, or as the CLI's server."""
+"""Running the controller: embedded on a free loopback port, or as the CLI's server.
+
+Both serve the :class:`ControllerApp` behind :class:`~agentrt_controller.service.hardening.
+HardenedApp` on uvicorn's h11 protocol with a request-head timeout, the header size limit and
+the connection limit of the config (docs/security.md, "Hardened HTTP surface").
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ import contextlib
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any
 
 import anyio
 import uvicorn
@@ -16,6 +22,13 @@ from agentrt_controller.backends.api import Backend
 from agentrt_controller.service.app import ControllerApp
 from agentrt_controller.service.charging import CostFunction
 from agentrt_controller.service.config import ControllerConfig
+from agentrt_controller.service.errors import error_body
+from agentrt_controller.service.hardening import (
+    HardenedApp,
+    HeadTimeoutH11Protocol,
+    HttpLimits,
+)
+from agentrt_controller.service.incoming import Scope
 
 __all__ = ["run_controller", "serve_controller"]
 
@@ -30,16 +43,87 @@ class _EmbeddedServer(uvicorn.Server):
         yield
 
 
+#: Headers the controller forwards to backends or parses: their values must be ASCII.
+_FORWARDED_OR_PARSED = frozenset(
+    {"authorization", "x-request-id", "openai-organization", "openai-project", "traceparent",
+     "tracestate"}
+)  # fmt: skip
+_NUMERIC_HEADERS = frozenset({"x-agentrt-timeout-ms", "x-agentrt-attempt"})
+_GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
+_ERROR_TYPES = {400: "invalid_request_error", 408: "timeout", 413: "invalid_request_error"}
+
+
+def _ascii_only(name: str) -> bool:
+    return name in _FORWARDED_OR_PARSED or name.startswith("x-agentrt-")
+
+
+def _error_body(status: int, message: str, param: str | None) -> bytes:
+    if status >= 500:
+        return error_body(message, "server_error", param, "internal_error")
+    return error_body(message, _ERROR_TYPES.get(status, "invalid_request_error"), param)
+
+
+def _route_of(scope: Scope) -> str:
+    """A bounded route label: the matched route's template, a generation path, or
+    ``unmatched``."""
+    route = scope.get("route")
+    template = getattr(route, "path", None)
+    if isinstance(template, str):
+        return template
+    path = scope.get("path")
+    return path if path in _GENERATION_PATHS else "unmatched"
+
+
+def http_limits(config: ControllerConfig) -> HttpLimits:
+    """The HTTP limits of ``config`` (the rest are :class:`HttpLimits` defaults)."""
+    return HttpLimits(
+        max_body_bytes=config.max_body_bytes,
+        max_header_bytes=config.max_header_bytes,
+        header_timeout_s=config.header_timeout_s,
+        max_concurrency=config.max_concurrency,
+    )
+
+
+def hardened(app: ControllerApp) -> HardenedApp:
+    """``app`` behind the hardening middleware; crashes count in
+    ``agentrt_controller_http_internal_errors_total{route}``."""
+    crashes = app.metrics.registry.counter(
+        "agentrt_controller_http_internal_errors_total",
+        "Requests answered 500 because of an unhandled error, by route (see the log)",
+        ("route",),
+    )
+    return HardenedApp(
+        app,
+        limits=http_limits(app.config),
+        ascii_only=_ascii_only,
+        numeric=_NUMERIC_HEADERS,
+        error_body=_error_body,
+        on_internal_error=lambda route: crashes.inc(1.0, route),
+        route_of=_route_of,
+    )
+
+
+def _uvicorn_options(config: ControllerConfig) -> dict[str, Any]:
+    return {
+        "log_level": config.log_level,
+        "access_log": False,
+        "lifespan": "on",
+        # h11 explicitly: its head size limit and the head timeout below apply to it.
+        "http": HeadTimeoutH11Protocol,
+        "h11_max_incomplete_event_size": config.max_header_bytes,
+        "timeout_keep_alive": config.header_timeout_s,
+        "limit_concurrency": config.max_concurrency,
+    }
+
+
 def _uvicorn_config(app: ControllerApp, sock_port: int) -> uvicorn.Config:
     config = app.config
     return uvicorn.Config(
-        app,
+        hardened(app),
         host=config.host,
         port=sock_port,
-        log_level=config.log_level,
-        access_log=False,
-        lifespan="on",
         timeout_graceful_shutdown=1,
+        **_uvicorn_options(config),
     )
 
 
@@ -106,11 +190,4 @@ def run_controller(config: ControllerConfig, banner: str = "") -> None:
     app = ControllerApp(config)
     if banner:
         print(banner, file=sys.stderr, flush=True)
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=config.log_level,
-        access_log=False,
-        lifespan="on",
-    )
+    uvicorn.run(hardened(app), host=config.host, port=config.port, **_uvicorn_options(config))
