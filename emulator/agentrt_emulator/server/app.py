@@ -33,7 +33,8 @@ from agentrt_emulator.scripted_model import ScriptedModel
 from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.config import EmulatorConfig
 from agentrt_emulator.server.driver import ChoiceEvent, EngineDriver, RequestGroup
-from agentrt_emulator.server.errors import error_response, from_validation_error
+from agentrt_emulator.server.errors import error_body, error_response, from_validation_error
+from agentrt_emulator.server.hardening import HardenedApp, HttpLimits, Scope
 from agentrt_emulator.server.metrics import ServerMetrics
 from agentrt_emulator.server.pins import PinInfo, pin_routes
 from agentrt_emulator.server.prepare import (
@@ -324,8 +325,37 @@ async def _stream_events(
     await emit(bytes(body) + sse("[DONE]"))
 
 
-def build_app(state: EmulatorState) -> Starlette:
-    """The ASGI app; its lifespan runs the engine loop in a task group."""
+#: Headers the emulator parses or echoes: their values must be ASCII.
+_PARSED_HEADERS = frozenset({"authorization", "x-request-id", "x-vllm-priority", "traceparent"})
+_NUMERIC_HEADERS = frozenset(
+    {"x-vllm-priority", "x-agentrt-output-tokens", "x-agentrt-timeout-ms", "x-agentrt-attempt"}
+)
+
+
+def _ascii_only(name: str) -> bool:
+    return name in _PARSED_HEADERS or name.startswith(("x-agentrt-", "openai-"))
+
+
+def _route_of(scope: Scope) -> str:
+    """A bounded route label: the matched route's template, or ``unmatched``."""
+    template = getattr(scope.get("route"), "path", None)
+    return template if isinstance(template, str) else "unmatched"
+
+
+def http_limits(config: EmulatorConfig) -> HttpLimits:
+    """The HTTP limits of ``config`` (the rest are :class:`HttpLimits` defaults)."""
+    return HttpLimits(
+        max_body_bytes=config.max_body_bytes,
+        max_header_bytes=config.max_header_bytes,
+        header_timeout_s=config.header_timeout_s,
+        max_concurrency=config.max_concurrency,
+    )
+
+
+def build_app(state: EmulatorState) -> HardenedApp:
+    """The ASGI app behind the hardening middleware (docs/security.md); its lifespan runs the
+    engine loop in a task group. Unhandled errors are answered 500, logged once and counted
+    in ``agentrt:engine_internal_errors_total{route}``."""
     endpoints = _Endpoints(state)
 
     @asynccontextmanager
@@ -339,10 +369,6 @@ def build_app(state: EmulatorState) -> Starlette:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
         return error_response(InvalidRequest(str(detail), status_code=status))
-
-    async def internal_error(request: Request, exc: Exception) -> Response:
-        _log.exception("unhandled error in %s", request.url.path, exc_info=exc)
-        return error_response(RuntimeError(f"internal error: {type(exc).__name__}"), 500)
 
     post = ["POST"]
     routes = [
@@ -359,8 +385,14 @@ def build_app(state: EmulatorState) -> Starlette:
             for path, handler, methods in pin_routes(state)
         ],
     ]
-    return Starlette(
-        routes=routes,
-        lifespan=lifespan,
-        exception_handlers={HTTPException: http_error, Exception: internal_error},
+    handlers = {HTTPException: http_error}
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    return HardenedApp(
+        app,
+        limits=http_limits(state.config),
+        ascii_only=_ascii_only,
+        numeric=_NUMERIC_HEADERS,
+        error_body=error_body,
+        on_internal_error=state.driver.metrics.internal_error,
+        route_of=_route_of,
     )

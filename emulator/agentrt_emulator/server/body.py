@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio.to_thread
 from starlette.requests import Request
 
 from agentrt.errors import InvalidRequest
 
 __all__ = ["read_json"]
+
+#: Bodies at least this large (bytes) are decoded in a worker thread, off the event loop.
+_THREAD_BYTES = 1024 * 1024
 
 
 async def read_json(request: Request, limit: int) -> dict[str, Any]:
@@ -24,8 +28,14 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
         if size > limit:
             raise InvalidRequest(f"request body larger than {limit} bytes", status_code=413)
         chunks.append(chunk)
+    raw = b"".join(chunks)
     try:
-        body = json.loads(b"".join(chunks))
+        if len(raw) >= _THREAD_BYTES:
+            body = await anyio.to_thread.run_sync(json.loads, raw)
+        else:
+            body = json.loads(raw)
+    except RecursionError:
+        raise InvalidRequest("JSON body nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidRequest(f"Malformed JSON body: {exc}") from None
     if not isinstance(body, dict):

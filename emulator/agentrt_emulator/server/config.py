@@ -45,6 +45,14 @@ class EmulatorConfig:
     #: held, so TTFT and E2E stay exact; a larger value cuts the sends, and the parsing by a
     #: proxy or client, of long streams at high time scales (docs/engine-emulator.md).
     stream_interval_wall_s: float = 0.0
+    #: Largest request head (request line + headers), bytes; larger ones are refused
+    #: (docs/security.md).
+    max_header_bytes: int = 64 * 1024
+    #: Seconds a connection has to deliver a complete request head; idle keep-alive
+    #: connections are closed after the same time (wall seconds).
+    header_timeout_s: float = 10.0
+    #: Connections + requests served at once; more get HTTP 503.
+    max_concurrency: int = 4096
 
     def __post_init__(self) -> None:
         if not self.time_scale > 0:
@@ -59,5 +67,11 @@ class EmulatorConfig:
             raise ConfigError(
                 f"stream_interval_wall_s must be >= 0, got {self.stream_interval_wall_s}"
             )
+        if self.max_header_bytes < 1024:
+            raise ConfigError(f"max_header_bytes must be >= 1024, got {self.max_header_bytes}")
+        if not self.header_timeout_s > 0:
+            raise ConfigError(f"header_timeout_s must be > 0, got {self.header_timeout_s}")
+        if self.max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
         if self.max_lag_wall_s < 0:
             raise ConfigError(f"max_lag_wall_s must be >= 0, got {self.max_lag_wall_s}")

@@ -27,6 +27,7 @@ from anyio.from_thread import start_blocking_portal
 from agentrt.errors import EngineError
 from agentrt_emulator.server.app import EmulatorState, build_app, build_state
 from agentrt_emulator.server.config import EmulatorConfig
+from agentrt_emulator.server.hardening import HeadTimeoutH11Protocol
 
 __all__ = ["RunningEmulator", "serve_engine", "serve_engine_in_thread"]
 
@@ -79,12 +80,20 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def uvicorn_config(state: EmulatorState, log_level: str) -> uvicorn.Config:
+    """uvicorn's settings: h11 (explicitly, so that its head size limit applies) with a
+    request-head timeout, and the config's connection limit (docs/security.md)."""
+    config = state.config
     return uvicorn.Config(
         build_app(state),
         lifespan="on",
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=math.ceil(_GRACEFUL_SHUTDOWN_S),
+        http=HeadTimeoutH11Protocol,
+        h11_max_incomplete_event_size=config.max_header_bytes,
+        # Annotated int by uvicorn, used as loop.call_later's delay: a float works.
+        timeout_keep_alive=config.header_timeout_s,  # type: ignore[arg-type]
+        limit_concurrency=config.max_concurrency,
     )
 
 

@@ -7,12 +7,13 @@ from starlette.responses import JSONResponse
 
 from agentrt.errors import InvalidRequest
 
-__all__ = ["error_response", "from_validation_error"]
+__all__ = ["error_body", "error_response", "from_validation_error"]
 
 _TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
     405: "MethodNotAllowed",
+    408: "RequestTimeout",
     413: "RequestTooLarge",
     500: "InternalServerError",
 }
@@ -35,6 +36,11 @@ def error_response(exc: InvalidRequest | Exception, status_code: int | None = No
         }
     }
     return JSONResponse(body, status_code=status)
+
+
+def error_body(status: int, message: str, param: str | None = None) -> bytes:
+    """The bytes of :func:`error_response`'s body for ``status``."""
+    return bytes(error_response(InvalidRequest(message, status_code=status, param=param)).body)
 
 
 def from_validation_error(exc: ValidationError) -> InvalidRequest:

@@ -73,6 +73,12 @@ class ServerMetrics:
     schedule_resets: int = 0
     #: Model seconds given up by those restarts (busy time that became idle time).
     dropped_model_s: float = 0.0
+    #: Requests answered 500 because of an unhandled error, by route template.
+    internal_errors: dict[str, int] = field(default_factory=dict)
+
+    def internal_error(self, route: str) -> None:
+        """Count one request that failed with an unhandled error on ``route``."""
+        self.internal_errors[route] = self.internal_errors.get(route, 0) + 1
 
     def render(self, stats: EngineStats) -> str:
         """The ``/metrics`` body."""
@@ -175,6 +181,16 @@ class ServerMetrics:
             "Model seconds of schedule given up by those restarts.",
             self.dropped_model_s,
         )
+        lines.append(
+            "# HELP agentrt:engine_internal_errors_total Requests answered 500 because of an "
+            "unhandled error, by route (see the log)."
+        )
+        lines.append("# TYPE agentrt:engine_internal_errors_total counter")
+        for route in sorted(self.internal_errors):
+            lines.append(
+                f'agentrt:engine_internal_errors_total{{{label},route="{_escape(route)}"}} '
+                f"{_fmt(self.internal_errors[route])}"
+            )
         lines.append("# HELP vllm:request_success_total Count of successfully processed requests.")
         lines.append("# TYPE vllm:request_success_total counter")
         for reason in sorted(self.success):

@@ -1,0 +1,332 @@
+"""The emulator's hardened HTTP surface: limits and input checks in front of the app, and a
+catch-all that answers any unhandled exception with a vLLM-shaped 500 (docs/security.md).
+
+The same rules as the controller's (``agentrt_controller.service.hardening``; the two
+distributions share only the SDK, so each carries its copy):
+
+* :class:`HeadTimeoutH11Protocol` — uvicorn's h11 protocol with a **request-head timeout**: a
+  connection must deliver a whole request line + headers within ``timeout_keep_alive``
+  seconds of connecting (or of its first byte after a finished request), else it is closed.
+  uvicorn itself only times out *idle* keep-alive connections (slow loris).
+* :class:`HardenedApp` — ASGI middleware, per request::
+
+      checked headers (non-ASCII, over-long integers) ──► 400
+      body: declared or streamed length over the limit ──► 413, too slow ──► 408
+      JSON body: lone surrogate, nesting deeper than max_json_depth, integer of 2**63 or
+                 more in magnitude, non-finite number ──► 400
+      the app raises ──► 500 (logged once at error level, counted per route)
+
+  A body is parsed (and walked) only when a byte scan finds something that could break a
+  rule; bodies over ``thread_bytes`` are scanned in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+__all__ = [
+    "BadInput",
+    "HardenedApp",
+    "HeadTimeoutH11Protocol",
+    "HttpLimits",
+    "check_headers",
+    "check_json_body",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Largest integer magnitude accepted anywhere in a JSON body or a numeric header: int64.
+MAX_INT_MAGNITUDE = 2**63 - 1
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Byte patterns that *may* break a body rule; only a body with one is parsed and walked.
+_SUSPECT = re.compile(
+    rb"\\u[dD][89a-fA-F]"  # an escaped surrogate (a valid pair is fine, a lone one is not)
+    rb"|\xed[\xa0-\xbf]"  # a UTF-8-encoded surrogate (json.loads lets it through)
+    rb"|\d{19,}"  # an integer that may pass int64
+    rb"|NaN|Infinity|[eE]\+?\d{3,}"  # non-finite numbers (Python's json accepts them)
+)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """Limits of one HTTP server (both servers use the same defaults)."""
+
+    #: Largest request body, bytes: 413 as soon as the declared or read length passes it.
+    max_body_bytes: int = 16 * 1024 * 1024
+    #: Largest request head (request line + headers), bytes (h11's incomplete-event limit).
+    max_header_bytes: int = 64 * 1024
+    #: Seconds a connection has to deliver a complete request head; idle keep-alive
+    #: connections are closed after the same time.
+    header_timeout_s: float = 10.0
+    #: Seconds a client has to deliver a whole request body (408 after).
+    body_timeout_s: float = 60.0
+    #: Connections + requests served at once (uvicorn's ``limit_concurrency``; 503 beyond).
+    max_concurrency: int = 4096
+    #: Deepest nesting of arrays / objects in a JSON body.
+    max_json_depth: int = 64
+    #: Bodies at least this large (bytes) are checked in a worker thread.
+    thread_bytes: int = 1024 * 1024
+
+
+class BadInput(Exception):
+    """A request the middleware refuses: ``status`` (400, 408, 413), a message and the
+    offending ``param`` (header name or JSON path), if any."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+
+def check_headers(
+    headers: Iterable[tuple[bytes, bytes]],
+    ascii_only: Callable[[str], bool],
+    numeric: frozenset[str],
+) -> None:
+    """Raise :class:`BadInput` (400) for a header named by ``ascii_only`` whose value is not
+    ASCII, or a ``numeric`` header holding an integer beyond int64 (names lower-case)."""
+    for raw_name, raw_value in headers:
+        name = raw_name.decode("latin-1").lower()
+        if not ascii_only(name):
+            continue
+        if not raw_value.isascii():
+            raise BadInput(400, f"header {name} must be ASCII", param=name)
+        if name in numeric:
+            value = raw_value.decode("ascii")
+            if _INTEGER.fullmatch(value) and abs(int(value)) > MAX_INT_MAGNITUDE:
+                raise BadInput(400, f"header {name} is out of range (|n| < 2**63)", param=name)
+
+
+def check_json_body(body: bytes, max_depth: int) -> None:
+    """Raise :class:`BadInput` (400) if the JSON ``body`` holds a lone surrogate, nests
+    deeper than ``max_depth``, holds an integer beyond int64 or a non-finite number. A body
+    that is not JSON at all passes: the endpoint answers that in its own words."""
+    deep = body.count(b"[") + body.count(b"{") > max_depth
+    if not deep and _SUSPECT.search(body) is None:
+        return
+    try:
+        value = json.loads(body)
+    except RecursionError:
+        raise BadInput(400, f"JSON nested deeper than {max_depth} levels") from None
+    except ValueError:
+        return
+    _walk(value, max_depth)
+
+
+def _walk(root: Any, max_depth: int) -> None:
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(root, 0, ())]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and _SURROGATE.search(value):
+                raise BadInput(400, "string holds a lone UTF-16 surrogate", _param(path))
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, int):
+            if abs(value) > MAX_INT_MAGNITUDE:
+                raise BadInput(400, "integer out of range (|n| < 2**63)", _param(path))
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise BadInput(400, "number is not finite", _param(path))
+        elif isinstance(value, dict | list):
+            if depth >= max_depth:
+                raise BadInput(400, f"JSON nested deeper than {max_depth} levels", _param(path))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
+                    raise BadInput(400, "key holds a lone UTF-16 surrogate", _param(path))
+                stack.append((item, depth + 1, (*path, key)))
+
+
+def _param(path: tuple[str | int, ...]) -> str | None:
+    return ".".join(str(part) for part in path) or None
+
+
+#: ``error_body(status, message, param)`` — the server's error envelope as bytes.
+ErrorBody = Callable[[int, str, str | None], bytes]
+
+
+class HardenedApp:
+    """ASGI middleware in front of ``app`` (see the module docstring).
+
+    ``ascii_only(name)`` says which headers must be ASCII (those the server forwards or
+    parses); ``numeric`` names integer headers; ``error_body`` shapes every answer made here;
+    ``on_internal_error(route)`` counts a crash; ``route_of(scope)`` names a route with a
+    bounded set of labels (a template, never a raw path).
+    """
+
+    def __init__(
+        self,
+        app: Callable[[Scope, Receive, Send], Any],
+        *,
+        limits: HttpLimits,
+        ascii_only: Callable[[str], bool],
+        numeric: frozenset[str],
+        error_body: ErrorBody,
+        on_internal_error: Callable[[str], None],
+        route_of: Callable[[Scope], str],
+    ) -> None:
+        self.app = app
+        self.limits = limits
+        self._ascii_only = ascii_only
+        self._numeric = numeric
+        self._error_body = error_body
+        self._on_internal_error = on_internal_error
+        self._route_of = route_of
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            try:
+                check_headers(scope["headers"], self._ascii_only, self._numeric)
+                if scope["method"] in _BODY_METHODS:
+                    receive = await self._checked_body(scope, receive)
+            except BadInput as bad:
+                await self._answer(send, bad.status, bad.message, bad.param)
+                return
+            await self.app(scope, receive, tracked_send)
+        except Exception as exc:  # the catch-all: anything the app did not answer itself
+            route = self._route_of(scope)
+            # Once, at error level; the request body is never logged (it holds prompts).
+            _log.error(
+                "unhandled %s answering %s %s",
+                type(exc).__name__,
+                scope.get("method"),
+                route,
+                exc_info=exc,
+            )
+            self._on_internal_error(route)
+            if not started:
+                await self._answer(send, 500, "internal server error (see the server log)")
+
+    async def _checked_body(self, scope: Scope, receive: Receive) -> Receive:
+        """Read the whole body under the limits and check it; a receive that replays it."""
+        limit = self.limits.max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                raise BadInput(413, f"request body over {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        disconnected: Message | None = None
+        with anyio.move_on_after(self.limits.body_timeout_s) as timer:
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected = message
+                    break
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise BadInput(413, f"request body over {limit} bytes")
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+        if timer.cancelled_caught:
+            raise BadInput(408, f"request body not received within {self.limits.body_timeout_s} s")
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if disconnected is None and body:
+            if len(body) >= self.limits.thread_bytes:
+                await anyio.to_thread.run_sync(check_json_body, body, self.limits.max_json_depth)
+            else:
+                check_json_body(body, self.limits.max_json_depth)
+        return _replay(body, receive, disconnected)
+
+    async def _answer(
+        self, send: Send, status: int, message: str, param: str | None = None
+    ) -> None:
+        body = self._error_body(status, message, param)
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        if status in (408, 413):  # the rest of the body is not read: the connection must go
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _replay(body: bytes, receive: Receive, disconnected: Message | None) -> Receive:
+    """A receive that first returns ``body`` whole, then defers to ``receive`` (which reports
+    the disconnect); a client that left while sending is reported gone at once."""
+    pending: Message | None = disconnected or {
+        "type": "http.request",
+        "body": body,
+        "more_body": False,
+    }
+
+    async def replayed() -> Message:
+        nonlocal pending
+        if pending is not None:
+            message, pending = pending, None
+            return message
+        return await receive()
+
+    return replayed
+
+
+class HeadTimeoutH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request head is not complete within
+    ``timeout_keep_alive`` seconds (of connecting, or of the first byte of the next request
+    on a kept-alive connection)."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and self.conn.their_state is h11.IDLE:
+            self._arm_head_timer()
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the head is complete
+            self._disarm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        self._disarm_head_timer()  # uvicorn's keep-alive timer takes over
+        super().on_response_complete()
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
