@@ -2,11 +2,13 @@
 
 Examples::
 
-    http://127.0.0.1:8000                       # kind vllm, priority off
+    http://127.0.0.1:8000                       # kind detected (emulator or vllm)
     http://gpu1:8000,kind=vllm,priority=on,id=gpu1
     http://other:9000/,kind=openai
 
-Keys: ``kind`` (a name known to :func:`agentrt_controller.backends.factory.build_backend`), ``id``
+Keys: ``kind`` (a name known to :func:`agentrt_controller.backends.factory.build_backend`; when
+a configuration names none, the controller asks the server once at start-up whether it is our
+engine emulator, else uses ``vllm`` — :attr:`BackendSpec.detect_kind`), ``id``
 (defaults to ``host:port``), ``priority`` (``on``/``off``: send the scheduler's priority in
 the request body — only for servers started with priority scheduling, vLLM rejects it
 otherwise; ``auto`` (vllm, emulator): ask the server with one probe request). Other keys are
@@ -63,11 +65,18 @@ class BackendSpec:
     priority: bool | Literal["auto"] = defaults.PRIORITY
     #: Kind-specific extra options, validated by the kind's constructor.
     options: dict[str, str] = field(default_factory=dict)
+    #: No kind was configured (:meth:`parse` / :meth:`from_mapping` without ``kind``): the
+    #: controller probes the server (``agentrt_controller.backends.emulator.DetectedBackend``)
+    #: and runs it as ``emulator`` when it identifies as our engine emulator, else as
+    #: :attr:`kind` (``vllm``). ``False`` (the constructor's default): :attr:`kind` as given.
+    detect_kind: bool = False
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"backend URL must be http(s)://host[:port], got {self.url!r}")
+        if self.detect_kind and self.kind != "vllm":
+            raise ConfigError(f"a backend with kind {self.kind!r} is not detected")
         url = self.url.rstrip("/")
         if url.endswith("/v1"):
             url = url[:-3]
@@ -94,7 +103,7 @@ class BackendSpec:
                 kwargs["priority"] = _parse_priority(value)
             else:
                 options[key] = value
-        return cls(url=url, options=options, **kwargs)
+        return cls(url=url, options=options, detect_kind="kind" not in kwargs, **kwargs)
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> BackendSpec:
@@ -113,4 +122,5 @@ class BackendSpec:
             backend_id=str(data.get("id", "")),
             priority=_parse_priority(data.get("priority", defaults.PRIORITY)),
             options={str(k): str(v) for k, v in options.items()},
+            detect_kind="kind" not in data,
         )
