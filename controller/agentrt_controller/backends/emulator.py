@@ -14,11 +14,22 @@ TTLs are in the emulator's *model* seconds (equal to wall seconds at ``--time-sc
 The scrape adds ``agentrt:engine_pinned_blocks`` to the load (the batch size
 ``agentrt:engine_max_num_seqs``, which bounds the adaptive admission window, is read by the
 ``vllm`` kind already).
+
+:class:`DetectedBackend` is what a backend configured **without a kind** becomes
+(:attr:`~agentrt_controller.backends.spec.BackendSpec.detect_kind`): it starts as ``vllm``
+and, in :meth:`~DetectedBackend.detect_features` (after the first successful health probe —
+at start-up when the server is up — and after each recovery), asks the server once for
+``GET /agentrt/engine/v1/pins``. Our emulator answers ``{"pins": [...], "pinned_blocks": N,
+...}``; vLLM has no such route (404). The answer decides the kind: ``emulator`` (native pins
+on) or ``vllm``; a failed or timed-out probe (``probe_timeout_s``, 2 s) leaves ``vllm``. Each
+verdict is logged once per detection on the ``agentrt.controller`` logger, with the reason.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -29,13 +40,16 @@ from agentrt_controller.backends.api import (
     PinError,
     PinResult,
 )
-from agentrt_controller.backends.http import VllmBackend, count_or_none
+from agentrt_controller.backends.http import VllmBackend, VllmBackendConfig, count_or_none
 from agentrt_controller.backends.prometheus_text import sum_samples
+from agentrt_controller.backends.transport import HttpPool
 from agentrt_controller.backends.wire import json_answer
 
-__all__ = ["PINS_PATH", "EmulatorBackend"]
+__all__ = ["PINS_PATH", "DetectedBackend", "EmulatorBackend", "identifies_as_emulator"]
 
 PINS_PATH = "/agentrt/engine/v1/pins"
+
+_log = logging.getLogger("agentrt.controller")
 
 
 class EmulatorBackend(VllmBackend):
@@ -120,3 +134,66 @@ class EmulatorBackend(VllmBackend):
         except BackendError as exc:
             raise PinError(str(exc), status_code=exc.status_code) from exc
         return True
+
+
+def identifies_as_emulator(status_code: int, answer: Any) -> bool:
+    """Whether a ``GET /agentrt/engine/v1/pins`` answer (status, parsed JSON or ``None``) is
+    our emulator's pin listing: 200 with a ``pins`` list and an integer ``pinned_blocks``."""
+    return (
+        status_code == 200
+        and isinstance(answer, dict)
+        and isinstance(answer.get("pins"), list)
+        and isinstance(answer.get("pinned_blocks"), int)
+    )
+
+
+class DetectedBackend(EmulatorBackend):
+    """A backend configured without a kind: ``vllm`` until the server identified itself as our
+    emulator (then ``emulator``, with native pins), decided again after each recovery.
+
+    Until the first detection — and whenever it fails — it is exactly the ``vllm`` kind:
+    ``capabilities.supports_pins`` is off, so KV retention never calls :meth:`pin`.
+    """
+
+    KIND: ClassVar[str] = "vllm"
+
+    def __init__(
+        self, backend_id: str, url: str, http: HttpPool, config: VllmBackendConfig | None = None
+    ) -> None:
+        super().__init__(backend_id, url, http, config)
+        #: The last detection's verdict and its reason (for the log and tests); ``""`` before.
+        self.detection = ""
+
+    def _capabilities(self, send_priority: bool) -> BackendCapabilities:
+        return replace(super()._capabilities(send_priority), supports_pins=False)
+
+    async def detect_features(self) -> None:
+        """Resolve ``priority=auto`` (as the ``vllm`` kind does), then the kind. Never raises."""
+        await super().detect_features()
+        kind, reason = await self._probe_kind()
+        self.kind = kind
+        self.capabilities = replace(self.capabilities, supports_pins=kind == "emulator")
+        self.detection = f"kind {kind} ({reason})"
+        _log.warning("backend %s: %s", self.backend_id, self.detection)
+
+    async def _probe_kind(self) -> tuple[str, str]:
+        """``(kind, reason)`` from one ``GET`` of the pin listing."""
+        try:
+            response = await self._get(PINS_PATH)
+        except BackendError as exc:
+            return "vllm", (
+                f"detection failed: GET {PINS_PATH}: {exc}; "
+                "set kind=emulator or kind=vllm to skip detection"
+            )
+        try:
+            answer: Any = response.json()
+        except ValueError:
+            answer = None
+        if identifies_as_emulator(response.status_code, answer):
+            return "emulator", f"detected: GET {PINS_PATH} answers our emulator's pin listing"
+        if response.status_code >= 500:
+            return "vllm", (
+                f"detection failed: GET {PINS_PATH} answered HTTP {response.status_code}; "
+                "set kind=emulator or kind=vllm to skip detection"
+            )
+        return "vllm", f"detected: GET {PINS_PATH} answers HTTP {response.status_code}, no pins"

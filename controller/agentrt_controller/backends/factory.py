@@ -8,6 +8,8 @@ The kinds are listed here explicitly (no global registry); an unknown kind or op
 all        ``probe_timeout_s`` (2), ``aux_timeout_s`` (10)
 vllm       ``token_cache_entries`` (4096); ``priority=auto`` allowed
 emulator   as vllm; pins are always on
+(none)     as vllm; detected at start-up: ``emulator`` when the server is our emulator, else
+           ``vllm`` (:class:`~agentrt_controller.backends.emulator.DetectedBackend`)
 sglang     ``priority_order`` (higher_first | lower_first), ``priority_top`` (100),
            ``pins`` (off), ``default_pin_ttl_s`` (300)
 openai     —
@@ -21,7 +23,7 @@ from typing import Any, TypeVar
 
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend
-from agentrt_controller.backends.emulator import EmulatorBackend
+from agentrt_controller.backends.emulator import DetectedBackend, EmulatorBackend
 from agentrt_controller.backends.http import (
     HttpBackendConfig,
     OpenAIBackend,
@@ -155,14 +157,19 @@ BACKEND_KINDS: Mapping[str, BackendFactory] = {
     "openai": _openai,
 }
 
+#: A spec without a kind: vllm's options, the kind decided by a probe.
+_DETECTED: BackendFactory = _vllm_like(DetectedBackend)
+
 
 def build_backend(
     spec: BackendSpec,
     http: HttpPool,
     kinds: Mapping[str, BackendFactory] = BACKEND_KINDS,
 ) -> Backend:
-    """Construct the backend ``spec`` names. Raises :class:`ConfigError` for unknown kinds."""
-    factory = kinds.get(spec.kind)
+    """Construct the backend ``spec`` names; with ``spec.detect_kind`` one that decides
+    between ``emulator`` and ``vllm`` by asking the server (:class:`DetectedBackend`).
+    Raises :class:`ConfigError` for unknown kinds."""
+    factory = _DETECTED if spec.detect_kind else kinds.get(spec.kind)
     if factory is None:
         raise ConfigError(f"unknown backend kind {spec.kind!r}; known: {sorted(kinds)}")
     try:
