@@ -142,7 +142,8 @@ def find_vllm_python(env: Mapping[str, str] | None = None) -> Path | None:
     env = os.environ if env is None else env
     given = env.get("AGENTRT_VLLM_PYTHON")
     if given:
-        return Path(given) if Path(given).is_file() else None
+        # absolute (not resolved: a venv's python is a symlink): vLLM starts in its run dir
+        return Path(given).absolute() if Path(given).is_file() else None
     venv = Path(env.get("AGENTRT_VLLM_VENV") or DEFAULT_VENV)
     python = venv / "bin" / "python"
     if python.is_file() and (venv / STAMP_NAME).is_file():
