@@ -194,7 +194,8 @@ class Tokenizer:
         cached = self._ids.get(piece)
         if cached is not None:
             return cached
-        digest = hashlib.blake2b(piece.encode("utf-8"), digest_size=8).digest()
+        # surrogatepass: a lone surrogate (valid in a JSON string, not in UTF-8) gets an id too.
+        digest = hashlib.blake2b(piece.encode("utf-8", "surrogatepass"), digest_size=8).digest()
         token_id = NUM_SPECIAL + int.from_bytes(digest, "little") % (self.vocab_size - NUM_SPECIAL)
         if len(self._ids) >= _CACHE_LIMIT:
             self._ids.clear()

@@ -129,7 +129,10 @@ class HttpBackend:
         if request.priority is not None and self.capabilities.supports_priority:
             extra = self.encode_priority(request.priority)
         body = encode_body(request, extra)
-        headers = {**request.headers, "content-type": "application/json"}
+        # Bytes, as received (the service decoded them as latin-1): httpx would encode str
+        # values as ASCII and raise on anything else.
+        headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]
+        headers.append((b"content-type", b"application/json"))
         url = self._urls.get(request.path)
         if url is None:
             url = self._urls[request.path] = httpx.URL(self.url + request.path)

@@ -44,7 +44,10 @@ def encode_body(request: BackendRequest, extra: Mapping[str, Any]) -> bytes:
                 **(options if isinstance(options, dict) else {}),
                 "include_usage": True,
             }
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        except UnicodeEncodeError:  # a lone surrogate: only the \uXXXX escape can carry it
+            return json.dumps(body, separators=(",", ":")).encode()
     raw = request.raw_body.rstrip()
     inner = raw[:-1].rstrip()  # a parsed JSON object's bytes end with "}"
     added = ",".join(

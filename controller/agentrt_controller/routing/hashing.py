@@ -46,7 +46,13 @@ DEFAULT_CHARS_PER_TOKEN = 4
 def _seed(salt: str | None) -> int:
     if not salt:
         return 0
-    return int.from_bytes(hashlib.blake2b(salt.encode("utf-8"), digest_size=8).digest(), "big")
+    return int.from_bytes(hashlib.blake2b(_utf8(salt), digest_size=8).digest(), "big")
+
+
+def _utf8(text: str) -> bytes:
+    """UTF-8 bytes of ``text``; a lone surrogate (valid in a JSON string, not in UTF-8) is
+    kept as its 3-byte form, so any decoded request hashes instead of raising."""
+    return text.encode("utf-8", "surrogatepass")
 
 
 def token_block_hashes(
@@ -121,7 +127,7 @@ def message_block_hashes(
     out: list[int] = []
     parent = _seed(salt).to_bytes(8, "big")
     for message in messages:
-        data = _message_text(message).encode("utf-8")
+        data = _utf8(_message_text(message))
         # A boundary marker per message: "ab" + "c" and "a" + "bc" must not collide.
         pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] or [b""]
         pieces[-1] += b"\x1e"
