@@ -96,8 +96,9 @@ def event_routes(engine: ControllerEngine) -> list[Route]:
     p = EVENTS_PREFIX
     return [
         Route(p + "/sessions", guarded(start_session), methods=["POST"]),
-        Route(p + "/sessions/{session_id}", guarded(end_session), methods=["DELETE"]),
-        Route(p + "/programs/{program_id}/{event}", guarded(program_event), methods=["POST"]),
+        # ``:path``: ids may hold "/" (agentrt.protocol); the SDK percent-encodes them anyway.
+        Route(p + "/sessions/{session_id:path}", guarded(end_session), methods=["DELETE"]),
+        Route(p + "/programs/{program_id:path}/{event}", guarded(program_event), methods=["POST"]),
         Route(p + "/programs", guarded(programs), methods=["GET"]),
         Route(p + "/queues", guarded(queues), methods=["GET"]),
     ]
