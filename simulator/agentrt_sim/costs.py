@@ -7,8 +7,11 @@ output_tokens)`` to the scheduler's ``on_finish`` — the same facts the real co
 includes the engine's own queueing (docs/scheduling.md, "What is charged as service"). The
 controller's calibratable cost model plugs in here.
 
-**Default: roofline-derived** (:func:`roofline_cost_model`), from the engine's hardware profile
-(emulator/core/profiles.py)::
+**What ``agentrt bench sim`` charges by default** is the controller's default cost model
+(``agentrt_controller.defaults.COST``, through :func:`controller_cost_function`), so attained
+service means the same number in the simulator and in ``agentrt controller serve``.
+``--cost roofline`` (and a :class:`~agentrt_sim.sim.Simulation` given no cost model) charges
+the engine profile's roofline instead (:func:`roofline_cost_model`, emulator/core/profiles.py)::
 
     cost = uncached_prompt_tokens · prefill_s_per_token + generated_tokens · decode_step_s
     prefill_s_per_token = 2 · params / (peak_flops · efficiency)      (compute bound)
@@ -33,6 +36,7 @@ from typing import Any
 
 from agentrt_emulator.core.profiles import HardwareProfile, step_time_s
 from agentrt_sim.plan import ProgramPlan
+from agentrt_sim.workloads.program import LLMNode
 
 __all__ = [
     "CostFunction",
@@ -75,8 +79,9 @@ def expected_uncached_tokens(plan: ProgramPlan) -> list[int]:
     """Per node: prompt tokens a call must compute if its program's own KV stayed cached.
 
     The KV left by the nearest LLM call up the context chain (its prompt + output) is assumed
-    cached; so is the system prompt. Waits contribute their result tokens as uncached.
-    0 for wait nodes.
+    cached; so is the system prompt. Waits contribute their result tokens as uncached. A call
+    with a template (``agentrt_sim.workloads.program``) is assumed to find only the system
+    prompt and its template cached. 0 for wait nodes.
     """
     program = plan.program
     kv_len = [0] * len(program.nodes)  # cached-by-construction prefix of each node's prefix
@@ -85,6 +90,9 @@ def expected_uncached_tokens(plan: ProgramPlan) -> list[int]:
         ctx = plan.context[i]
         base = program.system_prompt_tokens if ctx < 0 else kv_len[ctx]
         if plan.is_llm[i]:
+            node = program.nodes[i]
+            if isinstance(node, LLMNode) and node.template is not None:
+                base = program.system_prompt_tokens + node.template_tokens
             uncached[i] = plan.prompt_len[i] - base
             kv_len[i] = plan.prefix_len[i]
         else:

@@ -29,9 +29,10 @@ class ProgramPlan:
     context: tuple[int, ...]
     #: Number of nodes whose context is this node (how long its prefix must be kept).
     context_refs: tuple[int, ...]
-    #: Prompt length of each LLM call; 0 for waits (tokens).
+    #: Prompt length of each LLM call, template and memory included; 0 for waits (tokens).
     prompt_len: tuple[int, ...]
-    #: Length of each node's prefix (prompt + output, or context + result; tokens).
+    #: Length of each node's prefix (prompt + output, or context + result; tokens), without
+    #: the call's template and memory (``agentrt_sim.workloads.program``).
     prefix_len: tuple[int, ...]
     #: Nodes without parents, released when the program arrives.
     roots: tuple[int, ...]
@@ -51,6 +52,7 @@ def compile_program(program: Program) -> ProgramPlan:
     prompt_len = [0] * count
     prefix_len = [0] * count
     root_len = program.system_prompt_tokens + program.root_prompt_tokens
+    outputs: dict[str, int] = {}
     for i, node in enumerate(program.nodes):
         for parent in node.parents:
             children[index[parent]].append(i)
@@ -59,8 +61,10 @@ def compile_program(program: Program) -> ProgramPlan:
             refs[context[i]] += 1
         base = root_len if context[i] < 0 else prefix_len[context[i]]
         if isinstance(node, LLMNode):
-            prompt_len[i] = base + node.new_prompt_tokens
-            prefix_len[i] = prompt_len[i] + node.output_tokens
+            body = base + node.new_prompt_tokens
+            prompt_len[i] = body + node.header_tokens(outputs)
+            prefix_len[i] = body + node.output_tokens
+            outputs[node.node_id] = node.output_tokens
         else:
             prefix_len[i] = base + node.result_tokens
     return ProgramPlan(

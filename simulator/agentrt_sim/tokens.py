@@ -6,6 +6,13 @@ once per ``system_prompt_id`` and reused, so programs of one kind share exactly 
 node's prefix list is kept only while later nodes still need to extend it (``context_refs``),
 which bounds memory to the live frontier of each program.
 
+A call with a template (``agentrt_sim.workloads.program``) is sent as the system prompt, the
+template's ids (allocated once per template id, like a system prompt), the outputs of its memory
+calls, then its context's ids after the system prompt and its fresh ids; what it keeps for later
+nodes is the body form without template and memory, so the trajectory's ids are the same in
+every call type while the engine's prefix cache (a hash chain from the first token) shares a
+call's question and trajectory only with calls under the same header.
+
 With ``block_size`` set, each kept prefix also keeps its prefix hash chain
 (:func:`agentrt_controller.routing.hashing.extend_token_block_hashes`), so a prompt's
 ``Call.block_hashes`` for prefix-aware routing costs only its new blocks.
@@ -36,6 +43,11 @@ class TokenSpace:
         self._next += count
         return list(range(start, start + count))
 
+    def template(self, template_id: str, count: int) -> list[int]:
+        """The shared ids of a per-call-type template (as :meth:`system_prompt`, in a namespace
+        of their own)."""
+        return self.system_prompt("\x1ftemplate\x1f" + template_id, count)
+
     def system_prompt(self, system_prompt_id: str, count: int) -> list[int]:
         """The shared ids of a system prompt: every program with ``system_prompt_id`` gets the
         same ids (a longer request extends them, a shorter one gets a prefix)."""
@@ -52,7 +64,18 @@ class ProgramTokens:
     ``block_size``: also maintain prefix hash chains of that block size (``None`` = don't).
     """
 
-    __slots__ = ("_block_size", "_plan", "_prefix", "_refs", "_root", "_space")
+    __slots__ = (
+        "_block_size",
+        "_bodies",
+        "_memory",
+        "_memory_refs",
+        "_plan",
+        "_prefix",
+        "_refs",
+        "_root",
+        "_space",
+        "_system_len",
+    )
 
     def __init__(self, plan: ProgramPlan, space: TokenSpace, block_size: int | None = None) -> None:
         program = plan.program
@@ -65,6 +88,14 @@ class ProgramTokens:
         self._root: _Prefix = (tokens, self._chain(None, tokens))
         self._prefix: dict[int, _Prefix] = {}
         self._refs = list(plan.context_refs)
+        self._system_len = program.system_prompt_tokens
+        #: Outputs of calls some later call holds in its memory, by node id.
+        self._memory: dict[str, list[int]] = {}
+        self._memory_refs = {
+            memory for node in program.nodes if isinstance(node, LLMNode) for memory in node.memory
+        }
+        #: Body form (context + fresh ids, and its chain) of templated calls in flight.
+        self._bodies: dict[int, _Prefix] = {}
 
     @property
     def kept_prefixes(self) -> int:
@@ -106,16 +137,38 @@ class ProgramTokens:
         spec = self._plan.program.nodes[node]
         assert isinstance(spec, LLMNode)
         context, chain = self._take_context(node)
-        prompt = context + self._space.fresh(spec.new_prompt_tokens)
-        hashes = self._chain(chain, prompt)
-        return prompt, self._space.fresh(spec.output_tokens), tuple(hashes or ())
+        body = context + self._space.fresh(spec.new_prompt_tokens)
+        output = self._space.fresh(spec.output_tokens)
+        if spec.template is None and not spec.memory:
+            hashes = self._chain(chain, body)
+            return body, output, tuple(hashes or ())
+        self._bodies[node] = (body, chain)
+        header = self._space.template(spec.template, spec.template_tokens) if spec.template else []
+        for memory in spec.memory:
+            header += self._memory[memory]
+        prompt = body[: self._system_len] + header + body[self._system_len :]
+        hashes = self._chain(None, prompt)
+        return prompt, output, tuple(hashes or ())
 
     def finish_call(
         self, node: int, prompt: list[int], output: list[int], hashes: tuple[int, ...] = ()
     ) -> tuple[int, ...]:
         """Keep the call's prompt + output if a later node extends it. Returns the hash chain
         over what was kept (prompt + output), for the router's index; ``hashes`` when nothing
-        was kept or chains are off."""
+        was kept or chains are off. A templated call keeps its body form and returns the chain
+        over what the engine saw (its whole prompt + output)."""
+        spec = self._plan.program.nodes[node]
+        if spec.node_id in self._memory_refs:
+            self._memory[spec.node_id] = output
+        body = self._bodies.pop(node, None)
+        if body is not None:
+            if self._refs[node]:
+                tokens, chain = body
+                tokens = tokens + output
+                self._prefix[node] = (tokens, self._chain(chain, tokens))
+            if self._block_size is None:
+                return hashes
+            return tuple(self._chain(list(hashes), prompt + output) or ())
         if self._refs[node]:
             tokens = prompt + output
             base = list(hashes) if self._block_size is not None else None

@@ -103,6 +103,69 @@ async def test_prompts_have_the_trace_token_counts_and_extend_their_context() ->
     assert "messages" not in repr(c2) and answer not in repr(c2)
 
 
+def _lats(program_id: str) -> Program:
+    return Program(
+        program_id,
+        "mcts",
+        0.0,
+        "mcts",
+        30,
+        40,
+        (
+            LLMNode("e0", (), "b0", None, 10, 20, template="mcts-expand", template_tokens=120),
+            WaitNode("t0", ("e0",), "b0", "tool", "environment", 1.0, "e0", 60),
+            LLMNode("v0", ("t0",), "b0", "t0", 15, 30, template="mcts-value", template_tokens=90),
+            LLMNode(
+                "r0", ("v0",), "main", "t0", 5, 25, template="mcts-reflect", template_tokens=70
+            ),
+            LLMNode(
+                "e1",
+                ("r0",),
+                "b0",
+                "t0",
+                10,
+                20,
+                template="mcts-expand",
+                template_tokens=120,
+                memory=("r0",),
+            ),
+        ),
+    )
+
+
+@pytest.mark.anyio
+async def test_templates_and_memory_have_the_trace_token_counts_and_layout() -> None:
+    costs = await _costs()
+    builder = PromptBuilder(_lats("m1"), costs)
+    e0 = builder.prompt("e0")
+    assert _count(e0.messages) == e0.expected_prompt_tokens == e0.trace_prompt_tokens == 200
+    builder.record_output("e0", filler(20, "a"), 20)
+    builder.record_wait("t0")
+    v0 = builder.prompt("v0")
+    assert v0.trace_prompt_tokens == 30 + 90 + 40 + 10 + 20 + 60 + 15
+    assert _count(v0.messages) == v0.expected_prompt_tokens == v0.trace_prompt_tokens
+    # same system message, then each call type's own template; the value prompt carries the
+    # expansion's question, instruction and answer after its template, not the expand template
+    assert v0.messages[0] == e0.messages[0]
+    assert v0.messages[1] != e0.messages[1] and v0.messages[1]["role"] == "user"
+    assert v0.messages[2:4] == e0.messages[2:4]
+    builder.record_output("v0", filler(30, "b"), 30)
+    builder.prompt("r0")
+    reflection = filler(25, "c")
+    builder.record_output("r0", reflection, 25)
+    e1 = builder.prompt("e1")
+    assert e1.trace_prompt_tokens == 30 + 120 + 25 + 40 + 10 + 20 + 60 + 10
+    # the memory answer's message overhead is more than a 10-token segment can absorb: the
+    # difference is reported, and stays within one message's overhead
+    assert _count(e1.messages) == e1.expected_prompt_tokens
+    assert 0 < e1.expected_prompt_tokens - e1.trace_prompt_tokens <= costs.assistant_overhead
+    assert e1.messages[1] == e0.messages[1]  # the expand template, shared
+    assert e1.messages[2] == {"role": "assistant", "content": reflection}
+    # another program sends the same templates
+    other = PromptBuilder(_lats("m2"), costs).prompt("e0").messages
+    assert other[:2] == e0.messages[:2] and other[2] != e0.messages[2]
+
+
 @pytest.mark.anyio
 async def test_system_prompt_is_shared_by_kind_and_nothing_else_is() -> None:
     costs = await _costs()

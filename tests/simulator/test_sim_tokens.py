@@ -11,6 +11,7 @@ from agentrt_controller.routing.hashing import token_block_hashes
 from agentrt_sim.plan import compile_program
 from agentrt_sim.tokens import ProgramTokens, TokenSpace
 from agentrt_sim.workloads.generate import build_generator
+from agentrt_sim.workloads.program import LLMNode, Program
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -48,20 +49,36 @@ def test_programs_of_a_kind_share_only_the_system_prompt() -> None:
     assert not set(first[64:]) & set(second[64:])
 
 
-def test_mcts_branches_share_their_tree_path() -> None:
+def _mcts_prompts(
+    layout: str, seed: int = 3, block_size: int | None = None
+) -> tuple[object, dict[str, list[int]], dict[str, list[int]], ProgramTokens]:
     import random
 
-    program = build_generator("mcts").draw(random.Random(3), "m", 0.0)
+    overrides = {"mcts": {"prompt_layout": layout}}
+    program = build_generator("mcts", overrides).draw(random.Random(seed), "m", 0.0)
     plan = compile_program(program)
-    tokens = ProgramTokens(plan, TokenSpace())
+    tokens = ProgramTokens(plan, TokenSpace(), block_size=block_size)
     prompts: dict[str, list[int]] = {}
+    outputs: dict[str, list[int]] = {}
     for node, spec in enumerate(program.nodes):
         if plan.is_llm[node]:
-            prompt, output, _ = tokens.prompt_and_output(node)
+            prompt, output, hashes = tokens.prompt_and_output(node)
+            assert len(prompt) == plan.prompt_len[node]
+            if block_size is not None:
+                assert hashes == tuple(token_block_hashes(prompt, block_size))
             prompts[spec.node_id] = prompt
-            tokens.finish_call(node, prompt, output)
+            outputs[spec.node_id] = output
+            kept = tokens.finish_call(node, prompt, output, hashes)
+            if block_size is not None:
+                assert kept == tuple(token_block_hashes(prompt + output, block_size))
         else:
             tokens.finish_wait(node)
+    return program, prompts, outputs, tokens
+
+
+def test_mcts_branches_share_their_tree_path_in_the_path_layout() -> None:
+    program, prompts, _, tokens = _mcts_prompts("path")
+    assert isinstance(program, Program)
     # the five first-iteration expansions share the system prompt + question, then differ
     root = program.system_prompt_tokens + program.root_prompt_tokens
     firsts = [prompts[f"i0e{c}"] for c in range(5)]
@@ -70,6 +87,53 @@ def test_mcts_branches_share_their_tree_path() -> None:
     assert prompts["i0v0"][: len(prompts["i0e0"])] == prompts["i0e0"]
     # kept prefixes are released once no later node needs them
     assert tokens.kept_prefixes == 0
+
+
+def test_mcts_lats_layout_puts_each_call_types_template_and_reflections_first() -> None:
+    program, prompts, outputs, tokens = _mcts_prompts("lats", block_size=16)
+    assert isinstance(program, Program)
+    nodes = {n.node_id: n for n in program.nodes if isinstance(n, LLMNode)}
+    system = program.system_prompt_tokens
+    expand, value = nodes["i0e0"], nodes["i0v0"]
+    assert expand.template == "mcts-expand" and value.template == "mcts-value"
+    head_e = prompts["i0e0"][: system + expand.template_tokens]
+    head_v = prompts["i0v0"][: system + value.template_tokens]
+    # same system prompt, then different templates: a value call does not extend its expansion
+    assert head_e[:system] == head_v[:system]
+    assert head_e[system : system + 8] != head_v[system : system + 8]
+    # ... but it carries the expansion's body: question, instruction, output, observation
+    body_e = prompts["i0e0"][system + expand.template_tokens :] + outputs["i0e0"]
+    body_v = prompts["i0v0"][system + value.template_tokens :]
+    assert body_v[: len(body_e)] == body_e
+    # every expansion of iteration 0 shares system + template + question
+    shared = system + expand.template_tokens + program.root_prompt_tokens
+    assert all(prompts[f"i0e{c}"][:shared] == prompts["i0e0"][:shared] for c in range(5))
+    # after a reflection, later expand and value prompts carry its output after the template
+    later = [n for n in nodes.values() if n.memory]
+    assert later, "seed 3 should reflect at least once"
+    call = later[-1]
+    (memory,) = call.memory
+    start = system + call.template_tokens
+    assert prompts[call.node_id][start : start + len(outputs[memory])] == outputs[memory]
+    assert tokens.kept_prefixes == 0
+
+
+def test_lats_templates_are_shared_across_programs() -> None:
+    import random
+
+    space = TokenSpace()
+    generator = build_generator("mcts")
+    heads = []
+    for seed in (1, 2):
+        program = generator.draw(random.Random(seed), f"m{seed}", 0.0)
+        plan = compile_program(program)
+        node = next(i for i, n in enumerate(program.nodes) if isinstance(n, LLMNode))
+        spec = program.nodes[node]
+        assert isinstance(spec, LLMNode)
+        prompt = ProgramTokens(plan, space).prompt_and_output(node)[0]
+        heads.append(prompt[: program.system_prompt_tokens + spec.template_tokens + 1])
+    assert heads[0][:-1] == heads[1][:-1]  # system prompt + template
+    assert heads[0][-1] != heads[1][-1]  # then each program's own question
 
 
 def test_incremental_hash_chains_equal_hashing_each_prompt_whole() -> None:

@@ -93,6 +93,41 @@ BAD = [
     ),
     ("duplicate node", json.dumps(_program(nodes=[GOOD_NODE, GOOD_NODE])), "duplicate node id"),
     (
+        "memory not an ancestor",
+        json.dumps(
+            _program(
+                nodes=[GOOD_NODE, {"id": "d", "type": "llm", "memory": ["c0"], "output_tokens": 1}]
+            )
+        ),
+        "memory must be among its ancestors",
+    ),
+    (
+        "memory of a tool",
+        json.dumps(
+            _program(
+                nodes=[
+                    GOOD_NODE,
+                    {"id": "t", "type": "tool", "parents": ["c0"], "duration_s": 1},
+                    {
+                        "id": "d",
+                        "type": "llm",
+                        "parents": ["t"],
+                        "memory": ["t"],
+                        "output_tokens": 1,
+                    },
+                ]
+            )
+        ),
+        "not an earlier LLM call",
+    ),
+    (
+        "template size without a template",
+        json.dumps(
+            _program(nodes=[{"id": "x", "type": "llm", "template_tokens": 5, "output_tokens": 1}])
+        ),
+        "template_tokens needs a template",
+    ),
+    (
         "no llm call",
         json.dumps(_program(nodes=[{"id": "w", "type": "think", "duration_s": 1}])),
         "no LLM call",

@@ -12,7 +12,11 @@ output and each tool's observation. The :class:`PromptBuilder` turns that into c
 * ``assistant``: the text the server actually returned for an earlier call.
 
 A node's messages extend its ``context`` node's messages, so the token prefix the server can
-reuse is exactly the one the simulator models.
+reuse is exactly the one the simulator models. A call with a ``template`` sends, after the
+system message, a ``user`` message of template filler seeded by the template id only (the same
+text in every program), then its ``memory`` calls' answers as ``assistant`` messages, then the
+context's messages after the system message and its own fresh tokens; what later nodes extend
+is that without the template and memory (``agentrt_sim.tokens`` builds token ids the same way).
 
 **Sizing.** The chat template adds tokens of its own (BOS, role headers, end-of-turn markers,
 the generation prompt). :class:`TemplateCosts` measures them once with the server's
@@ -127,6 +131,11 @@ class PromptBuilder:
         self._nodes = {node.node_id: node for node in program.nodes}
         self._prefixes: dict[str, _Prefix] = {}
         self._prompts: dict[str, _Prefix] = {}
+        #: Answers of calls some later call holds in its memory: message, live and trace tokens.
+        self._memory: dict[str, _Prefix] = {}
+        self._memory_refs = {
+            m for node in program.nodes if isinstance(node, LLMNode) for m in node.memory
+        }
         system = self._user_like(
             _Prefix((), 0, 0),
             program.system_prompt_tokens,
@@ -180,13 +189,44 @@ class PromptBuilder:
         if not isinstance(node, LLMNode):
             raise ValueError(f"node {node_id!r} is not an LLM call")
         seed = ("new", self._program.program_id, node_id)
-        prefix = self._user_like(self._context(node.context), node.new_prompt_tokens, "user", seed)
-        self._prompts[node_id] = prefix
-        return CallPrompt(
-            list(prefix.messages),
-            prefix.trace,
-            prefix.live + self._costs.generation_prompt,
+        context = self._context(node.context)
+        if node.template is None and not node.memory:
+            prefix = self._user_like(context, node.new_prompt_tokens, "user", seed)
+            self._prompts[node_id] = prefix
+            return CallPrompt(
+                list(prefix.messages),
+                prefix.trace,
+                prefix.live + self._costs.generation_prompt,
+            )
+        header = self._header(node, context)
+        sent = self._user_like(header, node.new_prompt_tokens, "user", seed)
+        # The body form (no template, no memory) is what later nodes extend.
+        added = sent.messages[len(header.messages) :]
+        self._prompts[node_id] = _Prefix(
+            (*context.messages, *added),
+            context.live + sent.live - header.live,
+            context.trace + node.new_prompt_tokens,
         )
+        expected = sent.live + self._costs.generation_prompt
+        return CallPrompt(list(sent.messages), sent.trace, expected)
+
+    def _header(self, node: LLMNode, context: _Prefix) -> _Prefix:
+        """``context`` with the call's template and memory answers after its system message."""
+        costs = self._costs
+        system, rest = context.messages[:1], context.messages[1:]
+        messages = list(system)
+        live, trace = context.live, context.trace
+        if node.template is not None:
+            words = costs.words_for(max(0, node.template_tokens - costs.user_overhead))
+            messages.append({"role": "user", "content": filler(words, "template", node.template)})
+            live += costs.user_overhead + costs.tokens_of(words)
+            trace += node.template_tokens
+        for memory in node.memory:
+            answer = self._memory[memory]
+            messages += answer.messages
+            live += answer.live
+            trace += answer.trace
+        return _Prefix((*messages, *rest), live, trace)
 
     def record_output(self, node_id: str, text: str, output_tokens: int) -> None:
         """Call ``node_id`` returned ``text`` (``output_tokens`` tokens, as the server counted):
@@ -195,6 +235,10 @@ class PromptBuilder:
         node = self._nodes[node_id]
         assert isinstance(node, LLMNode)
         message = {"role": "assistant", "content": text}
+        if node_id in self._memory_refs:
+            self._memory[node_id] = _Prefix(
+                (message,), self._costs.assistant_overhead + output_tokens, node.output_tokens
+            )
         self._prefixes[node_id] = _Prefix(
             (*prompt.messages, message),
             prompt.live + self._costs.assistant_overhead + output_tokens,

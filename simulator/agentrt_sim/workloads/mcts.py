@@ -5,22 +5,28 @@ parallel (one LLM call per child, each in its own thread), runs each action in t
 (a tool, e.g. a search, whose observation extends the child's context), **evaluates** every
 child with an LLM call, and with probability ``reflect_probability`` **reflects** on a failed
 trajectory. The next iteration starts when all evaluations (and the reflection) are done.
-Prompts share the tree path: a child's calls extend its parent state's prefix. (LATS itself
-puts each call type's own template before the question and trajectory, so an evaluate call does
-not extend its expand call's context; the program model cannot express that layout, and
-docs/simulator.md, "Calibration", measures what it would change: MCTS saturation 0.6 -> 0.4/s,
-0.3/s with reflections placed in the later prompts.)
+**Prompt layout** (``prompt_layout``). ``lats`` (default under the ``engine`` calibration) is
+LATS's own (Zhou et al., arXiv 2310.04406): each call type has its own template — instructions
+and examples — before the question and the trajectory, and the reflections so far (the latest
+``memory_reflections``) sit between the template and the question of the expand and value
+prompts (``agentrt_sim.workloads.program``: ``template``, ``memory``). So a value call does not
+extend its expand call's prompt, and each reflection changes the header of every later prompt:
+the engine's prefix cache serves the shared system prompt and templates across programs, and a
+question + trajectory only to calls under the same header. ``path`` (default under ``fresh``):
+a child's calls extend its parent state's prefix (no templates, no memory), the layout before
+templates existed; docs/simulator.md, "Calibration", measures both.
 
 Calibrated means (Autellix arXiv 2502.13965): 159.7 calls per program, 467 prompt tokens and
 72.6 output tokens per call. The relative sizes of expand / observation / evaluate / reflect
 prompts and outputs are assumptions; one scale factor each for prompts and outputs makes the
 means exact. Under ``prompt_calibration="engine"`` (default) the 467 are each call's whole
-prompt: the tree path (the states' expand outputs and observations) counts, so the path's
-share is measured on a seeded sample of tree shapes (:func:`_path_weights`) and the prompt
-scale solved from it; the shared parts are small (system 150, question 40) and expansions
-short (expand : evaluate : reflect outputs = 30 : 110 : 150). Under ``fresh`` the 467 are the
-system prompt (800) and question (60) once plus every new prompt segment, per call
-(docs/simulator.md, "Calibration").
+prompt: the tree path (the states' expand outputs and observations), the template and the
+memory count, so their shares are measured on a seeded sample of tree shapes
+(:func:`_path_weights`) and the prompt scale solved from it; the shared parts are small (system
+20 and templates expand 120 / value 100 / reflect 80 under ``lats``; system 150 under ``path``;
+question 40) and expansions short (expand : evaluate : reflect outputs = 30 : 110 : 150).
+Under ``fresh`` the 467 are the system prompt (800) and question (60) once plus every new
+prompt segment, per call (docs/simulator.md, "Calibration").
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import functools
 import random
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_sim.workloads.base import SampledWorkload, calibrated, check_calibration
@@ -65,9 +72,19 @@ class MctsParams:
     prompt_tokens_mean: float = 467.0
     #: Mean output tokens per call; docs/simulator.md §3.
     output_tokens_mean: float = 72.6
-    #: Shared system prompt: instructions and few-shot examples (tokens); ``None``: 150
-    #: (engine), 800 (fresh).
+    #: Shared system prompt: instructions and few-shot examples (tokens); ``None``: 20
+    #: (engine with the lats layout: the templates hold the instructions), 150 (engine, path
+    #: layout), 800 (fresh).
     system_prompt_tokens: int | None = None
+    #: ``lats`` (per-call-type templates, reflections in later prompts) or ``path`` (branches
+    #: extend their tree path); ``None``: lats (engine), path (fresh).
+    prompt_layout: str | None = None
+    #: Template sizes of the expand, value and reflect prompts under ``lats`` (tokens).
+    expand_template_tokens: int = 120
+    evaluate_template_tokens: int = 100
+    reflect_template_tokens: int = 80
+    #: Reflections (the latest ones) carried in later expand and value prompts under ``lats``.
+    memory_reflections: int = 1
     #: Mean question length (tokens); ``None``: 40 (engine), 60 (fresh).
     question_tokens_mean: float | None = None
     #: Relative prompt sizes: expand instruction, observation, evaluate, reflect.
@@ -89,6 +106,9 @@ class MctsParams:
 
 
 _SYSTEM_PROMPT_TOKENS = {"engine": 150, "fresh": 800}
+_LATS_SYSTEM_PROMPT_TOKENS = 20
+_LAYOUTS = ("lats", "path")
+_TEMPLATE_IDS = {"e": "mcts-expand", "v": "mcts-value", "r": "mcts-reflect"}
 _QUESTION_TOKENS = {"engine": 40.0, "fresh": 60.0}
 _EXPAND_OUTPUT_WEIGHT = {"engine": 30.0, "fresh": 120.0}
 _EVALUATE_OUTPUT_WEIGHT = {"engine": 110.0, "fresh": 20.0}
@@ -105,7 +125,28 @@ class MctsWorkload(SampledWorkload[MctsParams]):
     def __init__(self, params: MctsParams | None = None) -> None:
         p = params or MctsParams()
         calibration = check_calibration(self.kind, p.prompt_calibration)
-        system = calibrated(p.system_prompt_tokens, calibration, _SYSTEM_PROMPT_TOKENS)
+        layout = p.prompt_layout or ("lats" if calibration == "engine" else "path")
+        if layout not in _LAYOUTS:
+            raise ConfigError(f"mcts prompt_layout must be one of {_LAYOUTS}, got {layout!r}")
+        if min(p.expand_template_tokens, p.evaluate_template_tokens, p.reflect_template_tokens) < 0:
+            raise ConfigError("mcts template sizes must be >= 0")
+        if p.memory_reflections < 0:
+            raise ConfigError("mcts memory_reflections must be >= 0")
+        #: ``lats`` or ``path`` (see the module docstring).
+        self.layout = layout
+        self._templates = (
+            {
+                "e": p.expand_template_tokens,
+                "v": p.evaluate_template_tokens,
+                "r": p.reflect_template_tokens,
+            }
+            if layout == "lats"
+            else {}
+        )
+        system_defaults = dict(_SYSTEM_PROMPT_TOKENS)
+        if layout == "lats":
+            system_defaults["engine"] = _LATS_SYSTEM_PROMPT_TOKENS
+        system = calibrated(p.system_prompt_tokens, calibration, system_defaults)
         question_mean = calibrated(p.question_tokens_mean, calibration, _QUESTION_TOKENS)
         expand_output = calibrated(p.expand_output_weight, calibration, _EXPAND_OUTPUT_WEIGHT)
         evaluate_output = calibrated(p.evaluate_output_weight, calibration, _EVALUATE_OUTPUT_WEIGHT)
@@ -125,13 +166,15 @@ class MctsWorkload(SampledWorkload[MctsParams]):
         if calibration == "engine":
             # Mean whole prompt per call = system + question + (expand outputs on the path) *
             # expand output size + (prompt weight on the path and of the call) * scale.
-            weight_per_call, expand_outputs_per_call = _path_weights(p)
+            shape = _path_weights(dataclasses.replace(p, prompt_layout=layout))
             prompt_scale = (
                 p.prompt_tokens_mean
                 - system
                 - question_mean
-                - expand_outputs_per_call * expand_output * output_scale
-            ) / weight_per_call
+                - shape.expand_outputs * expand_output * output_scale
+                - shape.template_tokens
+                - shape.memory_reflections * p.reflect_output_weight * output_scale
+            ) / shape.weight
         else:
             # fresh = system + question + sum over iterations of the weighted prompt sizes.
             prompt_weight = (
@@ -171,7 +214,9 @@ class MctsWorkload(SampledWorkload[MctsParams]):
         selected: tuple[str | None, int] = (None, 0)
         barrier: tuple[str, ...] = ()
         last_children: list[tuple[str | None, int]] = []
+        reflections: list[str] = []
         for it in range(self._iterations.sample(rng)):
+            memory = tuple(reflections[-p.memory_reflections :]) if p.memory_reflections else ()
             if it:
                 selected = self._select(rng, open_states, last_children)
             state_context, depth = selected
@@ -187,6 +232,7 @@ class MctsWorkload(SampledWorkload[MctsParams]):
                     state_context,
                     self._expand_prompt.sample_int(rng),
                     self._expand_output.sample_int(rng),
+                    **self._header("e", memory),
                 )
                 name, duration_s = self._tools.draw(rng)
                 tool = WaitNode(
@@ -206,6 +252,7 @@ class MctsWorkload(SampledWorkload[MctsParams]):
                     tool.node_id,
                     self._evaluate_prompt.sample_int(rng),
                     self._evaluate_output.sample_int(rng),
+                    **self._header("v", memory),
                 )
                 nodes += (expand, tool, evaluate)
                 evaluations.append(evaluate.node_id)
@@ -221,11 +268,23 @@ class MctsWorkload(SampledWorkload[MctsParams]):
                     rng.choice(tools),
                     self._reflect_prompt.sample_int(rng),
                     self._reflect_output.sample_int(rng),
+                    **self._header("r", ()),
                 )
                 nodes.append(reflect)
+                reflections.append(reflect.node_id)
                 barrier = (*barrier, reflect.node_id)
             open_states += last_children
         return self._question.sample_int(rng), nodes
+
+    def _header(self, kind: str, memory: tuple[str, ...]) -> dict[str, Any]:
+        """The template and memory fields of a call of type ``kind`` (``lats`` only)."""
+        if not self._templates:
+            return {}
+        return {
+            "template": _TEMPLATE_IDS[kind],
+            "template_tokens": self._templates[kind],
+            "memory": memory,
+        }
 
     def _select(
         self,
@@ -249,14 +308,30 @@ class MctsWorkload(SampledWorkload[MctsParams]):
 _NODE_TYPE = re.compile(r"i\d+([etvr])\d*")
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """Per LLM call, means over a sample of tree shapes (see :func:`_path_weights`)."""
+
+    #: Prompt weight its whole prompt holds (its own segment and those on its tree path).
+    weight: float
+    #: Expand outputs on its path.
+    expand_outputs: float
+    #: Template tokens (exact sizes, not weights).
+    template_tokens: float
+    #: Reflections in its memory.
+    memory_reflections: float
+
+
 @functools.lru_cache(maxsize=16)
-def _path_weights(params: MctsParams) -> tuple[float, float]:
+def _path_weights(params: MctsParams) -> _Shape:
     """Per LLM call, over a seeded sample of tree shapes: the prompt weight its whole prompt
-    holds (its own segment and those on its tree path) and the expand outputs on its path.
+    holds (its own segment and those on its tree path), the expand outputs on its path, its
+    template tokens and the reflections in its memory.
 
     The shape (iterations, selections, reflections) does not depend on token sizes, so the
-    sample is drawn with the ``fresh`` sizes of the same tree parameters; the result is then
-    exact for that sample (seed ``agentrt-mcts-path-weights``, 400 programs ≈ 64,000 calls).
+    sample is drawn with the ``fresh`` sizes of the same tree parameters (and the same layout);
+    the result is then exact for that sample (seed ``agentrt-mcts-path-weights``, 400 programs
+    ≈ 64,000 calls).
     """
     weights = {
         "e": params.expand_prompt_weight,
@@ -273,6 +348,8 @@ def _path_weights(params: MctsParams) -> tuple[float, float]:
     calls = 0
     weight_total = 0.0
     expand_total = 0
+    template_total = 0
+    memory_total = 0
     for index in range(_PATH_SAMPLE_PROGRAMS):
         program = shapes.draw(rng, f"shape-{index}", 0.0)
         # node id -> (prompt weight in its prefix, expand outputs in its prefix)
@@ -287,6 +364,10 @@ def _path_weights(params: MctsParams) -> tuple[float, float]:
                 calls += 1
                 weight_total += weight
                 expand_total += expands
+                template_total += node.template_tokens
+                memory_total += len(node.memory)
                 expands += kind == "e"
             prefix[node.node_id] = (weight, expands)
-    return weight_total / calls, expand_total / calls
+    return _Shape(
+        weight_total / calls, expand_total / calls, template_total / calls, memory_total / calls
+    )

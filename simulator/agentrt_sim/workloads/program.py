@@ -21,6 +21,16 @@ the simulator can build token ids whose sharing matches real agents (see ``agent
 
 So a ReAct program's call k+1 extends call k's prompt + output + the tool's observation; MCTS
 branches share their tree path; programs of one kind share only the system prompt.
+
+**Per-call-type templates** (LATS, arXiv 2310.04406, prompts each call type with its own
+instructions and examples before the question): an LLM call may name a ``template`` of
+``template_tokens`` tokens, shared by every call with that template id in every program, and a
+``memory`` of earlier calls whose outputs follow the template (LATS's reflections). Such a
+call's prompt is the system prompt, the template, the memory outputs, then the context's prefix
+*without* its system prompt, then its fresh tokens — so it shares the system prompt and the
+template across programs but its question and trajectory only with calls of the same template
+and memory. Its own prefix (what later nodes extend) leaves the template and memory out: the
+system prompt, the context's body, its fresh tokens and its output.
 """
 
 from __future__ import annotations
@@ -56,6 +66,18 @@ class LLMNode:
     new_prompt_tokens: int
     #: Tokens the call generates (the workload decides them; at least 1).
     output_tokens: int
+    #: Per-call-type prompt template after the system prompt (shared across programs by id);
+    #: ``None`` = none.
+    template: str | None = None
+    #: Length of that template (tokens; 0 without a template).
+    template_tokens: int = 0
+    #: Earlier LLM calls (ancestors) whose outputs follow the template, in order.
+    memory: tuple[str, ...] = ()
+
+    def header_tokens(self, outputs: dict[str, int]) -> int:
+        """Tokens between the system prompt and the context's body: the template and the
+        memory outputs (``outputs``: output tokens by node id)."""
+        return self.template_tokens + sum(outputs[m] for m in self.memory)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +140,14 @@ class Program:
         calibration matches to the Autellix table (docs/simulator.md, "Calibration")."""
         root = self.system_prompt_tokens + self.root_prompt_tokens
         prefix: dict[str, int] = {}
+        outputs: dict[str, int] = {}
         total = 0
         for node in self.nodes:
             base = root if node.context is None else prefix[node.context]
             if isinstance(node, LLMNode):
                 prompt = base + node.new_prompt_tokens
-                total += prompt
+                total += prompt + node.header_tokens(outputs)
+                outputs[node.node_id] = node.output_tokens
                 prefix[node.node_id] = prompt + node.output_tokens
             else:
                 prefix[node.node_id] = base + node.result_tokens
@@ -133,8 +157,9 @@ class Program:
         """Prompt tokens not copied from the program's own earlier prompts or outputs.
 
         The system prompt and the root input count once; then each call's new tokens and each
-        tool's result. Divided by :meth:`llm_calls` it is the statistic the ``fresh`` prompt
-        calibration matches to the Autellix table (docs/simulator.md, "Calibration").
+        tool's result; templates (shared text) and memory (copies of earlier outputs) do not
+        count. Divided by :meth:`llm_calls` it is the statistic the ``fresh`` prompt calibration
+        matches to the Autellix table (docs/simulator.md, "Calibration").
         """
         total = self.system_prompt_tokens + self.root_prompt_tokens
         for node in self.nodes:
@@ -172,12 +197,23 @@ def validate_program(program: Program) -> None:
     if not any(isinstance(node, LLMNode) for node in program.nodes):
         raise TraceError(f"{where}: has no LLM call")
     ancestors: dict[str, set[str]] = {}
+    llm: dict[str, Node] = {}
     for node in program.nodes:
         if node.node_id in ancestors:
             raise TraceError(f"{where}: duplicate node id {node.node_id!r}")
         if isinstance(node, LLMNode):
             if node.output_tokens < 1 or node.new_prompt_tokens < 0:
                 raise TraceError(f"{where}, node {node.node_id!r}: bad token counts")
+            if node.template_tokens < 0 or (node.template is None and node.template_tokens):
+                raise TraceError(
+                    f"{where}, node {node.node_id!r}: template_tokens needs a template"
+                )
+            for memory in node.memory:
+                if memory not in ancestors or not isinstance(llm.get(memory), LLMNode):
+                    raise TraceError(
+                        f"{where}, node {node.node_id!r}: memory {memory!r} is not an earlier "
+                        "LLM call"
+                    )
             if (
                 node.context is None
                 and program.system_prompt_tokens
@@ -189,3 +225,9 @@ def validate_program(program: Program) -> None:
         elif not node.duration_s >= 0 or node.result_tokens < 0:
             raise TraceError(f"{where}, node {node.node_id!r}: bad duration or result tokens")
         ancestors[node.node_id] = _ancestors_ok(node.node_id, node.context, node.parents, ancestors)
+        if isinstance(node, LLMNode):
+            if any(m not in ancestors[node.node_id] for m in node.memory):
+                raise TraceError(
+                    f"{where}, node {node.node_id!r}: its memory must be among its ancestors"
+                )
+            llm[node.node_id] = node

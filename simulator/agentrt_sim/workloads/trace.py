@@ -11,6 +11,9 @@ Schema (``agentrt-sim-trace`` version 1; docs/simulator.md has the full descript
         "new_prompt_tokens": 0, "output_tokens": 31},
        {"id": "t1", "type": "tool", "name": "search", "parents": ["c0"], "thread": "main",
         "context": "c0", "duration_s": 0.82, "result_tokens": 655},
+       {"id": "c2", "type": "llm", "parents": ["t1"], "context": "t1",
+        "new_prompt_tokens": 12, "output_tokens": 40,
+        "template": "react-reflect", "template_tokens": 90, "memory": ["c0"]},  last 3 optional
        ...]}                                                       one program per line
 
 Nodes are listed parents-first. ``type`` is ``llm``, ``tool`` or ``think``. Units: seconds and
@@ -46,6 +49,9 @@ class _LLMNode(_Strict):
     context: str | None = None
     new_prompt_tokens: int = Field(0, ge=0)
     output_tokens: int = Field(ge=1)
+    template: str | None = Field(None, min_length=1)
+    template_tokens: int = Field(0, ge=0)
+    memory: list[str] = []
 
 
 class _WaitNode(_Strict):
@@ -90,6 +96,12 @@ def program_to_json(program: Program) -> dict[str, object]:
                     "context": node.context,
                     "new_prompt_tokens": node.new_prompt_tokens,
                     "output_tokens": node.output_tokens,
+                    **(
+                        {}
+                        if node.template is None
+                        else {"template": node.template, "template_tokens": node.template_tokens}
+                    ),
+                    **({"memory": list(node.memory)} if node.memory else {}),
                 }
             )
         else:
@@ -145,6 +157,9 @@ def _to_program(raw: _Program) -> Program:
                     node.context,
                     node.new_prompt_tokens,
                     node.output_tokens,
+                    template=node.template,
+                    template_tokens=node.template_tokens,
+                    memory=tuple(node.memory),
                 )
             )
         else:
