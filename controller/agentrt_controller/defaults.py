@@ -13,6 +13,9 @@ docs/controller.md ("Configuration", "Why these defaults").
   :data:`ADMISSION` ``target_waiting`` and never lets the window exceed the backend's batch
   size (when the backend reports it) plus that target. A fixed window larger than the batch
   hands the ordering back to the engine's FCFS queue; ``unlimited`` does so entirely.
+* **One charge**: the simulator charges a call's service with the controller's default cost
+  model (:data:`COST`), so a program's attained service, and hence its PLAS queue, is the same
+  number in both.
 * **Safe against a stock vLLM**: :data:`PRIORITY` is ``off`` — vLLM runs FCFS and rejects a
   request ``priority`` unless started with ``--scheduling-policy priority`` (pass
   ``priority=auto`` or ``on`` per backend for such a server). The simulator's default engine
@@ -28,6 +31,7 @@ from typing import Any, Final, Literal
 __all__ = [
     "ADMISSION",
     "ADMISSION_WINDOW",
+    "COST",
     "ENGINE_POLICY",
     "POLICY",
     "PRIORITY",
@@ -52,6 +56,11 @@ ADMISSION: Final[Mapping[str, Any]] = MappingProxyType({})
 ROUTER: Final = "prefix"
 #: KV retention during tool waits (Continuum, arXiv 2511.02230): ``on`` or ``off``.
 RETENTION: Final = "on"
+#: Cost model parameters over :class:`~agentrt_controller.cost_model.CostModel`'s own defaults
+#: (1e-4 s per prefilled prompt token, 1e-2 s per generated token): the service a call is
+#: charged, which orders programs under PLAS / ATLAS. ``agentrt bench sim`` charges the same
+#: unless told otherwise (``--cost``).
+COST: Final[Mapping[str, Any]] = MappingProxyType({})
 #: Send the scheduler's priority to backends (``on`` / ``off`` / ``auto`` per backend).
 PRIORITY: Final[bool | Literal["auto"]] = False
 #: The simulated engines' queue order matching :data:`PRIORITY`: a stock (FCFS) server.

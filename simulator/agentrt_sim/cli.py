@@ -231,8 +231,9 @@ def _add_policy_args(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="charge service with the controller's cost model (e.g. profile=a100-llama3-8b, "
-        "or prefill_s_per_token=..., decode_s_per_token=...); default: the engine "
-        "profile's roofline (repeatable; JSON values)",
+        "or prefill_s_per_token=..., decode_s_per_token=...; repeatable; JSON values), or "
+        "'roofline': the engine profile's modelled GPU time; default: what `agentrt controller "
+        "serve` charges by default (agentrt_controller.defaults.COST)",
     )
     group.add_argument(
         "--policy-option",
@@ -276,9 +277,12 @@ def _options(items: list[str]) -> dict[str, Any]:
 
 
 def _cost(args: argparse.Namespace) -> Any:
+    from agentrt_controller import defaults
     from agentrt_sim.costs import controller_cost_function
 
-    return controller_cost_function(_options(args.cost)) if args.cost else None
+    if args.cost == ["roofline"]:
+        return None  # the simulator charges the engine profile's roofline
+    return controller_cost_function(_options(args.cost) if args.cost else dict(defaults.COST))
 
 
 def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[Any]]:

@@ -74,3 +74,20 @@ def test_without_rate_each_workload_runs_at_its_table_rate(
     assert result["rate"] == default_rate("react")
     assert (result["policy"], result["router"]) == (defaults.POLICY, defaults.ROUTER)
     assert result["admission_window"] == defaults.ADMISSION_WINDOW
+
+
+@pytest.mark.parametrize(("uncached", "generated"), [(0, 1), (1000, 0), (4321, 77)])
+def test_bench_sim_charges_what_the_controller_charges_by_default(
+    uncached: int, generated: int
+) -> None:
+    from agentrt_controller.cost_model import CostModel
+    from agentrt_sim.cli import _cost
+
+    config = load_config(env={}, overrides={"backends": ["http://127.0.0.1:8000"]})
+    controller = CostModel.from_mapping(config.cost)
+    assert dict(config.cost) == dict(defaults.COST)
+    sim = _cost(_bench_sim_args())
+    assert sim is not None
+    assert sim(uncached, generated) == pytest.approx(controller.service_s(uncached, generated))
+    # `--cost roofline` leaves the charge to the engine profile's roofline (None here).
+    assert _cost(_bench_sim_args("--cost", "roofline")) is None
