@@ -1,19 +1,35 @@
-"""Real-engine benchmark (INDICATIVE: a tiny random model on 2 shared CPU cores): the same mixed
-agent programs through the controller and straight to vLLM, same run, same load.
+"""Real-engine benchmark (INDICATIVE: a tiny random model on a 2-core CPU machine): the same
+mixed agent programs straight to a stock vLLM and through the controller on its product
+defaults, same engine, same load, CPU cores split between the engine and the rest.
 
-Setup (docs/real-vllm.md):
+Setup (docs/real-vllm.md, "The real-engine benchmark"):
 
-* two real vLLM 0.32 CPU servers (scripts/vllm/server.py), identical but for the scheduling
-  policy: one ``--scheduling-policy priority`` behind the controller, one FCFS (vLLM's
-  default) for the direct baseline; ``--max-num-seqs`` 8, prefix caching, and a 12 ms engine
-  step floor (``--step-floor-ms``; the tests use 4 ms): a real model on a GPU takes 10-30 ms
-  per decode step, and a slower step leaves the CPU to the HTTP processes, so that the engine
-  rather than the 2 shared cores is the bottleneck, as on a real deployment;
-* the controller as a separate process (``agentrt controller serve``): ATLAS with its default
-  queues and cost model, ``priority=on`` passthrough, admission window ``--window``
-  (``--configs`` adds ``proxy``: the controller with FCFS, no window and no priority in front
-  of the FCFS server, i.e. the cost of the extra hop alone; and ``retention``: the ATLAS
-  controller with ``--retention on``, docs/routing.md);
+* one real vLLM 0.32 CPU server (scripts/vllm/server.py) as a user runs it: FCFS (vLLM's
+  default scheduling), ``--max-num-seqs`` 8, prefix caching, and a 12 ms engine step floor
+  (``--step-floor-ms``): a real model on a GPU takes 10-30 ms per decode step, and a slower
+  step leaves the CPU to the HTTP processes, so that the engine rather than the CPU of the
+  HTTP processes is the bottleneck, as on a real deployment;
+* **CPU pinning** (``--pin``, on by default with >= 2 usable cores): every vLLM process
+  (API server, engine core, worker and all their threads) on ``--engine-cpus`` (core 1), the
+  load generator (this process) and the controller on ``--client-cpus`` (core 0), in every
+  configuration, so that the extra hop's CPU does not come out of the engine's. The pinning is
+  read back from ``/proc/<pid>/task/<tid>/status`` (``Cpus_allowed_list``) of every process
+  of vLLM's process group, the controller and this process, printed and recorded; a thread
+  outside its core set stops the benchmark;
+* configurations (``--configs``; the first two always run):
+
+  - ``direct``: the programs straight to vLLM;
+  - ``controller``: ``agentrt controller serve --backend URL`` and no other policy flag, i.e.
+    the product defaults (agentrt_controller/defaults.py: PLAS, adaptive admission window,
+    prefix router, KV retention on, priority passthrough off); against a stock vLLM the
+    adaptive window follows the scraped ``vllm:num_requests_waiting`` (vLLM reports no batch
+    size). The controller's start-up line is recorded to show what it ran;
+  - extra rows: ``retention-off`` (the defaults with ``--retention off``), ``proxy`` (FCFS,
+    no window, retention off: the cost of the extra hop alone), ``atlas`` (ATLAS, window
+    ``--window``, retention off, ``priority=on`` in front of a second, ``--scheduling-policy
+    priority`` server on the same engine cores: the configuration measured before the product
+    defaults existed);
+
 * one seeded workload, replayed for each configuration: programs arrive as a Poisson process
   (``--rate`` per second for ``--duration-s``), an equal mix of the three kinds below, whose
   sizes are long-tailed (``scale`` x Pareto(1.3), capped) as in every workload Autellix
@@ -29,16 +45,24 @@ Setup (docs/real-vllm.md):
 
   all written with the agentrt SDK (``Runtime``, ``chat``, ``@tool``, ``gather``,
   ``map_reduce``); outputs have fixed lengths (``ignore_eos``);
-* per repetition every configuration runs once, one after the other (the order rotating), each
-  on a freshly reset prefix cache. Program E2E latency = end - scheduled arrival (s).
+* per repetition every configuration runs once, one after the other, the order rotating
+  (with two configurations: alternating) to spread slow drifts of the machine; each run on a
+  freshly reset prefix cache and an idle engine; the machine's load average (``uptime``) is
+  recorded before each run.
 
-Reported: mean / p50 / p95 of program E2E per configuration (the median over repetitions),
-and direct / configuration ratios (> 1: programs finish sooner than when sent directly).
+Reported per configuration, the median over repetitions: program E2E latency (end - scheduled
+arrival, s) mean and p95, and the mean token latency (each program's E2E divided by its output
+tokens, averaged over programs; the normalised latency of the vLLM paper, Kwon et al., SOSP
+2023); ratios direct / configuration paired within each repetition (> 1: programs finish
+sooner than direct), their median and min-max; and where the time of a call goes (the SDK's
+call latency, the controller's queue wait, vLLM's own queue and request latency, from both
+/metrics pages) with the CPU each side used.
 
 Run::
 
     AGENTRT_VLLM_PYTHON=.vllm-venv/bin/python .venv/bin/python benchmarks/real_vllm.py
     ... --write-docs      # also replace the "Real vLLM (indicative)" section of docs/benchmarks.md
+    ... --save FILE       # the JSON result; --render FILE re-renders it without servers
 """
 
 from __future__ import annotations
@@ -47,19 +71,23 @@ import argparse
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
+import datetime
 import importlib.util
 import json
 import math
 import os
 import random
 import re
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -85,8 +113,10 @@ SYSTEM = "You are a careful agent. Tools:\n" + "\n".join(
 
 def load_launcher() -> ModuleType:
     """scripts/vllm/server.py as a module (stdlib only; see docs/real-vllm.md)."""
-    path = ROOT / "scripts" / "vllm" / "server.py"
-    spec = importlib.util.spec_from_file_location("agentrt_vllm_launcher", path)
+    name = "agentrt_vllm_launcher"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "vllm" / "server.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -174,8 +204,28 @@ def code_lines(tag: str, lines: int) -> str:
     return "\n".join(f"value_{tag}_{i} = compute(value_{tag}_{i - 1}, {i})" for i in range(lines))
 
 
+@dataclass
+class Tally:
+    """What one program's calls add up to (shared by the program's parallel branches)."""
+
+    #: Output tokens of the program's calls (``usage.completion_tokens``).
+    output_tokens: int = 0
+    #: The run's per-call latencies as the SDK saw them (s), appended to by every program.
+    call_latency_s: list[float] = field(default_factory=list)
+
+
+#: The running program's tally; branches (``gather``, ``map_reduce``) share the object.
+TALLY: contextvars.ContextVar[Tally] = contextvars.ContextVar("real_vllm_tally")
+
+
 async def ask(messages: list[dict[str, str]], tokens: int) -> str:
+    tally = TALLY.get()
+    started = time.perf_counter()
     reply = await agentrt.chat(messages, max_tokens=tokens, extra_body=IGNORE_EOS)
+    tally.call_latency_s.append(time.perf_counter() - started)
+    if reply.usage is None:
+        raise RuntimeError("the server answered without usage; token latency needs it")
+    tally.output_tokens += reply.usage.completion_tokens
     return reply.choices[0].message.content or ""
 
 
@@ -225,12 +275,16 @@ PROGRAMS = {"react": react, "map_reduce": map_reduce, "mcts": mcts}
 
 @dataclass
 class RunResult:
-    """One configuration's run: program E2E (s) by kind, and the run's wall time (s)."""
+    """One configuration's run."""
 
+    #: Program E2E latency (s) by kind.
     e2e_s: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    #: Per program: E2E / output tokens (s per token).
+    token_latency_s: list[float] = field(default_factory=list)
+    #: Every call's latency as the SDK saw it (s).
+    call_latency_s: list[float] = field(default_factory=list)
+    #: From the first arrival's schedule to the last program's end (s).
     wall_s: float = 0.0
-    #: The machine's 1-minute load average at the end of the run (other jobs included).
-    load_average: float = 0.0
 
     def all(self) -> list[float]:
         return [x for values in self.e2e_s.values() for x in values]
@@ -239,7 +293,7 @@ class RunResult:
 async def run_workload(
     specs: list[ProgramSpec], base_url: str, model: str, controller: bool
 ) -> RunResult:
-    """Start each program at its arrival time; record its E2E latency."""
+    """Start each program at its arrival time; record its E2E latency and its calls."""
     result = RunResult()
     config = RuntimeConfig(
         base_url=base_url,
@@ -252,17 +306,160 @@ async def run_workload(
         start = anyio.current_time()
 
         async def one(spec: ProgramSpec) -> None:
+            tally = Tally(call_latency_s=result.call_latency_s)
+            TALLY.set(tally)  # this task's own context: the program's branches inherit it
             await anyio.sleep_until(start + spec.arrival_s)
             async with rt.program(spec.kind):
                 await PROGRAMS[spec.kind](spec)
-            result.e2e_s[spec.kind].append(anyio.current_time() - start - spec.arrival_s)
+            e2e = anyio.current_time() - start - spec.arrival_s
+            result.e2e_s[spec.kind].append(e2e)
+            result.token_latency_s.append(e2e / max(1, tally.output_tokens))
 
         async with anyio.create_task_group() as group:
             for spec in specs:
                 group.start_soon(one, spec)
         result.wall_s = anyio.current_time() - start
-    result.load_average = os.getloadavg()[0]
     return result
+
+
+# --- CPU pinning -----------------------------------------------------------------------------
+
+
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """A CPU list as taskset and /proc print it ("0-2,5") as a set of CPU ids."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    if not cpus:
+        raise ValueError(f"empty CPU list {text!r}")
+    return frozenset(cpus)
+
+
+def format_cpu_list(cpus: frozenset[int]) -> str:
+    """The inverse of :func:`parse_cpu_list`, ranges merged: {0, 1, 2, 5} -> "0-2,5"."""
+    ordered = sorted(cpus)
+    runs: list[list[int]] = []
+    for cpu in ordered:
+        if runs and cpu == runs[-1][-1] + 1:
+            runs[-1].append(cpu)
+        else:
+            runs.append([cpu])
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+@dataclass(frozen=True)
+class Pinning:
+    """Which CPUs each side runs on; both None when not pinned."""
+
+    #: Every vLLM process and thread.
+    engine: frozenset[int] | None
+    #: The load generator (this process) and the controller.
+    client: frozenset[int] | None
+
+    @property
+    def on(self) -> bool:
+        return self.engine is not None
+
+
+def resolve_pinning(mode: str, engine_cpus: str, client_cpus: str) -> Pinning:
+    """``--pin auto`` pins when this process may use >= 2 CPUs and taskset exists; ``on``
+    insists (SystemExit when it cannot); ``off`` does not pin."""
+    usable = frozenset(os.sched_getaffinity(0))
+    possible = len(usable) >= 2 and shutil.which("taskset") is not None
+    if mode == "off" or (mode == "auto" and not possible):
+        return Pinning(None, None)
+    if not possible:
+        raise SystemExit(f"--pin on needs taskset and >= 2 usable CPUs (usable: {sorted(usable)})")
+    engine, client = parse_cpu_list(engine_cpus), parse_cpu_list(client_cpus)
+    if engine & client:
+        raise SystemExit(f"--engine-cpus {engine_cpus} and --client-cpus {client_cpus} overlap")
+    if not (engine | client) <= usable:
+        raise SystemExit(f"CPUs {sorted((engine | client) - usable)} are not usable here")
+    return Pinning(engine, client)
+
+
+def _status(path: Path) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            fields[key] = value.strip()
+    return fields
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (which may hold spaces): field 3 onwards."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def process_group(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (vLLM's API server and its children)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if int(_stat_fields(int(entry.name))[2]) == pgid:
+                    pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def children(pid: int) -> list[int]:
+    """``pid`` and all its descendants."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                todo += [int(c) for c in task.read_text().split()]
+    return sorted(found)
+
+
+def affinity(label: str, pids: Sequence[int], expected: frozenset[int] | None) -> list[str]:
+    """One line per process: its name, ``Cpus_allowed_list`` and its threads' lists (from
+    /proc). With ``expected``, SystemExit if any process or thread may run elsewhere."""
+    lines = []
+    for pid in pids:
+        try:
+            status = _status(Path(f"/proc/{pid}/status"))
+            threads: dict[str, int] = {}
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError):
+                    allowed = _status(task / "status")["Cpus_allowed_list"]
+                    threads[allowed] = threads.get(allowed, 0) + 1
+        except OSError:
+            continue  # exited meanwhile
+        shown = ", ".join(f"{n} on {cpus}" for cpus, n in sorted(threads.items()))
+        line = (
+            f"{label} pid {pid} ({status['Name']}): Cpus_allowed_list "
+            f"{status['Cpus_allowed_list']}; threads {shown}"
+        )
+        lines.append(line)
+        if expected is not None:
+            stray = [
+                c for c in [status["Cpus_allowed_list"], *threads] if parse_cpu_list(c) - expected
+            ]
+            if stray:
+                raise SystemExit(
+                    f"pinning did not take: {line} (expected {format_cpu_list(expected)})"
+                )
+    if not lines:
+        raise SystemExit(f"{label}: no live process to check")
+    return lines
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU time (s) the live processes ``pids`` used so far (threads included)."""
+    ticks = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = _stat_fields(pid)
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -275,55 +472,77 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def vllm_servers(max_num_seqs: int, step_floor_ms: float) -> Iterator[tuple[Any, Any]]:
-    """A priority and an FCFS vLLM server, started in parallel, stopped at the end."""
+def vllm_servers(
+    policies: Sequence[str], max_num_seqs: int, step_floor_ms: float, pinning: Pinning
+) -> Iterator[dict[str, Any]]:
+    """One vLLM server per scheduling policy (``fcfs``, ``priority``), started in parallel on
+    the engine CPUs, stopped at the end."""
     launcher = load_launcher()
     python = launcher.find_vllm_python()
     if python is None:
         raise SystemExit("real vLLM not installed: run scripts/vllm/setup.sh")
     model_dir = launcher.ensure_model(python)
+    cpus = None if pinning.engine is None else format_cpu_list(pinning.engine)
     options = [
         launcher.ServerOptions(
-            max_num_seqs=max_num_seqs, scheduling_policy=policy, step_floor_ms=step_floor_ms
+            max_num_seqs=max_num_seqs,
+            scheduling_policy=policy,
+            step_floor_ms=step_floor_ms,
+            cpus=cpus,
         )
-        for policy in ("priority", "fcfs")
+        for policy in policies
     ]
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    with concurrent.futures.ThreadPoolExecutor(len(options)) as pool:
         futures = [pool.submit(launcher.start_server, python, model_dir, o) for o in options]
         servers = [f.result() for f in futures]
     try:
-        yield servers[0], servers[1]
+        yield dict(zip(policies, servers, strict=True))
     finally:
         for server in servers:
             launcher.stop_server(server)
 
 
+@dataclass
+class ControllerProcess:
+    """A running ``agentrt controller serve``."""
+
+    url: str
+    pid: int
+    #: Its start-up line ("agentrt controller on ... policy=... window=... ...").
+    banner: str
+
+
 @contextlib.contextmanager
 def controller_process(
-    backend: str, policy: str, window: str, retention: str = "off"
-) -> Iterator[str]:
-    """``agentrt controller serve --policy POLICY --admission-window WINDOW --retention
-    RETENTION --backend BACKEND`` as a separate process (as deployed); yields its base URL."""
+    backend: str, extra_args: Sequence[str], pinning: Pinning
+) -> Iterator[ControllerProcess]:
+    """``agentrt controller serve --port P --backend BACKEND [EXTRA_ARGS]`` as a separate
+    process (as deployed), on the client CPUs when pinned."""
     port = free_port()
     command = [sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(port)]
-    command += ["--policy", policy, "--admission-window", window, "--backend", backend]
-    command += ["--retention", retention]
+    command += ["--backend", backend, *extra_args]
+    if pinning.client is not None:
+        command = ["taskset", "-c", format_cpu_list(pinning.client), *command]
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_CONTROLLER_")}
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the controller did not start")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+    with tempfile.TemporaryFile("w+") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if httpx.get(url + "/health", timeout=2).status_code == 200:
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise SystemExit(f"the controller did not start:\n{log.read()[-3000:]}")
+                time.sleep(0.1)
+            log.seek(0)
+            banner = next((ln for ln in log if "agentrt controller on" in ln), "").strip()
+            yield ControllerProcess(url, proc.pid, banner)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
 
 
 async def reset_cache(server: Any) -> None:
@@ -337,7 +556,174 @@ async def reset_cache(server: Any) -> None:
         (await http.post(server.base_url + "/reset_prefix_cache")).raise_for_status()
 
 
-# --- statistics and report -------------------------------------------------------------------
+#: Prometheus series summed over labels, read before and after each run.
+VLLM_SERIES = (
+    "vllm:request_queue_time_seconds_sum",
+    "vllm:e2e_request_latency_seconds_sum",
+    "vllm:e2e_request_latency_seconds_count",
+    "vllm:request_prefill_time_seconds_sum",
+    "vllm:request_decode_time_seconds_sum",
+    "vllm:num_preemptions_total",
+    "vllm:prompt_tokens_total",
+    "vllm:prefix_cache_hits_total",
+)
+CONTROLLER_SERIES = (
+    "agentrt_controller_queue_wait_seconds_sum",
+    "agentrt_controller_queue_wait_seconds_count",
+)
+
+
+def prometheus_sums(text: str, names: Sequence[str]) -> dict[str, float]:
+    """Each of ``names`` summed over all its label sets in a Prometheus text page (0 if
+    absent)."""
+    sums = dict.fromkeys(names, 0.0)
+    for line in text.splitlines():
+        key, _, value = line.rpartition(" ")
+        name = key.partition("{")[0]
+        if name in sums:
+            with contextlib.suppress(ValueError):
+                sums[name] += float(value)
+    return sums
+
+
+async def scrape(url: str, names: Sequence[str]) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.get(url + "/metrics")
+        response.raise_for_status()
+        return prometheus_sums(response.text, names)
+
+
+async def probe_hop(url: str, model: str, calls: int = 20) -> float:
+    """Median latency (s) of ``calls`` sequential 8-token chat calls at an idle engine."""
+    latencies = []
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        for i in range(calls):
+            body = {
+                "model": model,
+                "messages": [{"role": "user", "content": code_lines(f"h{i}", 2)}],
+                "max_tokens": 8,
+            } | IGNORE_EOS
+            started = time.perf_counter()
+            (await http.post("/chat/completions", json=body)).raise_for_status()
+            latencies.append(time.perf_counter() - started)
+    return statistics.median(latencies)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Queue lengths at one moment of a run."""
+
+    #: vLLM's ``num_requests_running`` and ``num_requests_waiting`` (its /metrics).
+    vllm_running: float
+    vllm_waiting: float
+    #: Calls waiting in the controller's queues (retained lane included) and its calls in
+    #: flight at vLLM (``GET /agentrt/v1/queues``); None without a controller.
+    controller_queued: int | None = None
+    controller_in_flight: int | None = None
+
+
+async def sample_queues(
+    vllm_url: str, controller_url: str | None, samples: list[Sample], period_s: float = 0.5
+) -> None:
+    """Append a :class:`Sample` every ``period_s`` until cancelled (the same rate in every
+    configuration: each scrape of vLLM's /metrics costs its API server a few ms)."""
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+    async with httpx.AsyncClient(timeout=10) as http:
+        while True:
+            await anyio.sleep(period_s)
+            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError):
+                gauges = prometheus_sums((await http.get(vllm_url + "/metrics")).text, names)
+                queued = in_flight = None
+                if controller_url is not None:
+                    snap = (await http.get(controller_url + "/agentrt/v1/queues")).json()
+                    queued = int(snap["queued"]) + int(snap["retained_lane"]["queued"])
+                    in_flight = int(snap["backends"][0]["in_flight"])
+                samples.append(Sample(gauges[names[0]], gauges[names[1]], queued, in_flight))
+
+
+def queue_figures(samples: list[Sample], max_num_seqs: int) -> dict[str, Any]:
+    """Means over a run's samples: vLLM's batch occupancy and queue; with a controller, its
+    queue, and how often it held calls while vLLM's batch had free slots (the window, not
+    the engine, was the limit)."""
+    if not samples:
+        return {}
+    figures: dict[str, Any] = {
+        "samples": len(samples),
+        "vllm_running_mean": statistics.fmean(x.vllm_running for x in samples),
+        "vllm_waiting_mean": statistics.fmean(x.vllm_waiting for x in samples),
+    }
+    held = [x for x in samples if x.controller_queued]
+    if samples[0].controller_queued is not None:
+        figures["controller_queued_mean"] = statistics.fmean(
+            x.controller_queued or 0 for x in samples
+        )
+        figures["held_share"] = len(held) / len(samples)
+        figures["held_with_free_slots_share"] = sum(
+            1 for x in held if x.vllm_running < max_num_seqs
+        ) / len(samples)
+        figures["in_flight_when_held_mean"] = (
+            statistics.fmean(x.controller_in_flight or 0 for x in held) if held else 0.0
+        )
+    return figures
+
+
+# --- configurations --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    """What one configuration runs the workload against."""
+
+    label: str
+    #: The vLLM server's scheduling policy (one server per policy).
+    server: str
+    #: ``agentrt controller serve`` arguments besides ``--port`` and ``--backend``; None:
+    #: straight to vLLM.
+    controller_args: tuple[str, ...] | None
+    #: Appended to the backend URL (``,priority=on``).
+    backend_suffix: str = ""
+
+
+def configs(window: str) -> dict[str, Config]:
+    off = ("--retention", "off")
+    return {
+        "direct": Config("direct to vLLM (FCFS)", "fcfs", None),
+        "controller": Config("through the controller, product defaults", "fcfs", ()),
+        "retention-off": Config("through the controller, defaults but retention off", "fcfs", off),
+        "fixed-window": Config(
+            f"through the controller, defaults but admission window {window}",
+            "fcfs",
+            ("--admission-window", window),
+        ),
+        "no-window": Config(
+            "through the controller, defaults but no admission window",
+            "fcfs",
+            ("--admission-window", "unlimited"),
+        ),
+        "proxy": Config(
+            "through the controller (FCFS, no window, retention off)",
+            "fcfs",
+            ("--policy", "fcfs", "--admission-window", "unlimited", *off),
+        ),
+        "atlas": Config(
+            f"through the controller (ATLAS, priority on, window {window}, retention off)",
+            "priority",
+            ("--policy", "atlas", "--admission-window", window, *off),
+            ",priority=on",
+        ),
+    }
+
+
+@dataclass
+class Target:
+    config: Config
+    server: Any
+    #: OpenAI base URL (…/v1) the SDK talks to.
+    url: str
+    controller: ControllerProcess | None = None
+
+
+# --- the benchmark ---------------------------------------------------------------------------
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -346,153 +732,345 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"mean": statistics.fmean(ordered), "p50": statistics.median(ordered), "p95": p95}
 
 
-#: Configurations: what each one runs the workload against.
-CONFIGS = {
-    "controller": "through the controller (ATLAS, priority on, window {window})",
-    "direct": "direct to vLLM (FCFS)",
-    "proxy": "through the controller (FCFS, priority off, no window)",
-    "retention": "through the controller (ATLAS, priority on, window {window}, retention on)",
-}
+def run_record(
+    run: RunResult,
+    engine: dict[str, float],
+    controller: dict[str, float] | None,
+    cpu: dict[str, float],
+    load_before: tuple[float, float, float],
+) -> dict[str, Any]:
+    """One run's figures (JSON-able): E2E, token latency, the time split, CPU, load."""
+    e2e = summary(run.all())
+    calls = len(run.call_latency_s)
+    vllm_requests = engine["vllm:e2e_request_latency_seconds_count"]
+    per_request = max(1.0, vllm_requests)
+    record: dict[str, Any] = {
+        "e2e_mean": e2e["mean"],
+        "e2e_p50": e2e["p50"],
+        "e2e_p95": e2e["p95"],
+        "token_latency_mean": statistics.fmean(run.token_latency_s),
+        "mean_by_kind": {k: statistics.fmean(run.e2e_s[k]) for k in KINDS if run.e2e_s[k]},
+        "wall_s": run.wall_s,
+        "calls": calls,
+        "call_latency_mean": statistics.fmean(run.call_latency_s),
+        "vllm_requests": vllm_requests,
+        "vllm_queue_mean": engine["vllm:request_queue_time_seconds_sum"] / per_request,
+        "vllm_e2e_mean": engine["vllm:e2e_request_latency_seconds_sum"] / per_request,
+        "vllm_prefill_mean": engine["vllm:request_prefill_time_seconds_sum"] / per_request,
+        "vllm_decode_mean": engine["vllm:request_decode_time_seconds_sum"] / per_request,
+        "vllm_preemptions": engine["vllm:num_preemptions_total"],
+        "prefix_hit_rate": engine["vllm:prefix_cache_hits_total"]
+        / max(1.0, engine["vllm:prompt_tokens_total"]),
+        "cpu_cores": {name: seconds / run.wall_s for name, seconds in cpu.items()},
+        "load_before": list(load_before),
+    }
+    if controller is not None:
+        waited = controller["agentrt_controller_queue_wait_seconds_count"]
+        record["controller_queue_wait_mean"] = controller[
+            "agentrt_controller_queue_wait_seconds_sum"
+        ] / max(1.0, waited)
+    return record
 
 
-async def benchmark(args: argparse.Namespace) -> dict[str, Any]:
+async def measure(target: Target, specs: list[ProgramSpec], pinning: Pinning) -> dict[str, Any]:
+    """One measured run of ``specs`` against ``target`` with everything around it."""
+    server = target.server
+    await reset_cache(server)
+    load_before = os.getloadavg()
+    engine_pids = process_group(server.pid)
+    controller_pids = [] if target.controller is None else children(target.controller.pid)
+    groups = {"vllm": engine_pids, "controller": controller_pids, "load generator": [os.getpid()]}
+    cpu_before = {name: cpu_seconds(pids) for name, pids in groups.items()}
+    engine_before = await scrape(server.base_url, VLLM_SERIES)
+    ctl_url = None if target.controller is None else target.controller.url
+    ctl_before = None if ctl_url is None else await scrape(ctl_url, CONTROLLER_SERIES)
+    samples: list[Sample] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(sample_queues, server.base_url, ctl_url, samples)
+        run = await run_workload(specs, target.url, server.model, target.controller is not None)
+        group.cancel_scope.cancel()
+    await reset_cache(server)  # waits until vLLM's running count is back at 0
+    engine = await scrape(server.base_url, VLLM_SERIES)
+    engine = {k: v - engine_before[k] for k, v in engine.items()}
+    ctl = None
+    if ctl_url is not None and ctl_before is not None:
+        after = await scrape(ctl_url, CONTROLLER_SERIES)
+        ctl = {k: v - ctl_before[k] for k, v in after.items()}
+    cpu = {name: cpu_seconds(pids) - cpu_before[name] for name, pids in groups.items()}
+    if target.controller is None:
+        del cpu["controller"]
+    return run_record(run, engine, ctl, cpu, load_before) | queue_figures(
+        samples, server.max_num_seqs
+    )
+
+
+def pinning_report(targets: dict[str, Target], pinning: Pinning) -> list[str]:
+    """Every process's and thread's allowed CPUs; SystemExit when pinned and one strays."""
+    lines: list[str] = []
+    seen: set[int] = set()
+    for name, target in targets.items():
+        if target.server.pid not in seen:
+            seen.add(target.server.pid)
+            label = f"vLLM ({target.config.server})"
+            lines += affinity(label, process_group(target.server.pid), pinning.engine)
+        if target.controller is not None:
+            label = f"controller ({name})"
+            lines += affinity(label, children(target.controller.pid), pinning.client)
+    lines += affinity("load generator", [os.getpid()], pinning.client)
+    return lines
+
+
+async def benchmark(args: argparse.Namespace, pinning: Pinning) -> dict[str, Any]:
     specs = make_workload(args.seed, args.rate, args.duration_s, args.sizes)
-    names = [n.strip() for n in args.configs.split(",")]
-    unknown = sorted(set(names) - set(CONFIGS))
-    if unknown or "controller" not in names or "direct" not in names:
-        raise SystemExit(f"--configs must include controller and direct, from {sorted(CONFIGS)}")
-    runs: dict[str, list[RunResult]] = {name: [] for name in names}
+    table = configs(args.window)
+    names = list(dict.fromkeys(["direct", "controller", *args.configs.split(",")]))
+    names = [n.strip() for n in names if n.strip()]
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        raise SystemExit(f"unknown configuration(s) {unknown}; known: {sorted(table)}")
+    policies = sorted({table[n].server for n in names})
+    records: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    orders: list[list[str]] = []
     with contextlib.ExitStack() as stack:
-        priority_server, fcfs_server = stack.enter_context(
-            vllm_servers(args.max_num_seqs, args.step_floor_ms)
+        servers = stack.enter_context(
+            vllm_servers(policies, args.max_num_seqs, args.step_floor_ms, pinning)
         )
-        atlas = f"{priority_server.base_url},priority=on"
-        via = stack.enter_context(controller_process(atlas, "atlas", args.window))
-        targets = {
-            "controller": (priority_server, via + "/v1", True),
-            "direct": (fcfs_server, fcfs_server.openai_base_url, False),
-        }
-        if "retention" in names:
-            retained = stack.enter_context(
-                controller_process(atlas, "atlas", args.window, retention="on")
-            )
-            targets["retention"] = (priority_server, retained + "/v1", True)
-        if "proxy" in names:
-            fcfs = f"{fcfs_server.base_url},priority=off"
-            proxy = stack.enter_context(controller_process(fcfs, "fcfs", "unlimited"))
-            targets["proxy"] = (fcfs_server, proxy + "/v1", True)
+        targets: dict[str, Target] = {}
+        for name in names:
+            config = table[name]
+            server = servers[config.server]
+            if config.controller_args is None:
+                targets[name] = Target(config, server, server.openai_base_url)
+                continue
+            backend = server.base_url + config.backend_suffix
+            proc = stack.enter_context(controller_process(backend, config.controller_args, pinning))
+            targets[name] = Target(config, server, proc.url + "/v1", proc)
+            print(f"{name}: {proc.banner}", file=sys.stderr, flush=True)
         # Warm-up (not measured): the first programs of the workload, all at once, through
         # every configuration; a fresh server's and controller's first calls are slower.
         warm_up = [dataclasses.replace(spec, arrival_s=0.0) for spec in specs[:6]]
-        for name in names:
-            server, url, via_controller = targets[name]
-            await run_workload(warm_up, url, server.model, via_controller)
+        for target in targets.values():
+            await run_workload(
+                warm_up, target.url, target.server.model, target.controller is not None
+            )
+        checked = pinning_report(targets, pinning)
+        print("\n".join(checked), file=sys.stderr, flush=True)
+        hop = {name: await probe_hop(t.url, t.server.model) for name, t in targets.items()}
+        print(
+            "idle call latency (8 tokens, median of 20): "
+            + ", ".join(f"{n} {s * 1000:.0f} ms" for n, s in hop.items()),
+            file=sys.stderr,
+            flush=True,
+        )
         for rep in range(args.reps):
-            shift = rep % len(names)  # each configuration goes first as often as the others
-            for name in names[shift:] + names[:shift]:
-                server, url, via_controller = targets[name]
-                await reset_cache(server)
-                run = await run_workload(specs, url, server.model, via_controller)
-                runs[name].append(run)
-                stats = summary(run.all())
+            # Alternating: direct before controller in even repetitions, after it in odd ones.
+            order = names if rep % 2 == 0 else names[::-1]
+            orders.append(order)
+            for name in order:
+                record = await measure(targets[name], specs, pinning)
+                records[name].append(record)
                 print(
-                    f"rep {rep} {name:10s} mean {stats['mean']:.2f} s  p50 "
-                    f"{stats['p50']:.2f} s  p95 {stats['p95']:.2f} s  wall {run.wall_s:.1f} s  "
-                    f"load average {run.load_average:.1f}",
+                    f"rep {rep} {name:13s} E2E mean {record['e2e_mean']:.2f} s  p95 "
+                    f"{record['e2e_p95']:.2f} s  token {record['token_latency_mean'] * 1000:.1f}"
+                    f" ms  wall {record['wall_s']:.1f} s  load before "
+                    + " ".join(f"{x:.2f}" for x in record["load_before"]),
                     file=sys.stderr,
                     flush=True,
                 )
-    result: dict[str, Any] = {
+        checked_end = pinning_report(targets, pinning)
+        banners = {n: t.controller.banner for n, t in targets.items() if t.controller is not None}
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "programs": len(specs),
         "programs_per_kind": {k: sum(1 for s in specs if s.kind == k) for k in KINDS},
-        "settings": vars(args),
-        "configs": {},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("save", "render")},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "pinned": pinning.on,
+            "engine_cpus": None if pinning.engine is None else format_cpu_list(pinning.engine),
+            "client_cpus": None if pinning.client is None else format_cpu_list(pinning.client),
+            "affinity_after_warm_up": checked,
+            "affinity_at_end": checked_end,
+        },
+        "labels": {name: table[name].label for name in names},
+        "controller_banners": banners,
+        "idle_call_latency_s": hop,
+        "orders": orders,
+        "runs": records,
     }
+
+
+# --- statistics and report -------------------------------------------------------------------
+
+#: (key, heading) of the figures compared with direct; lower is better for all.
+COMPARED = (("e2e_mean", "E2E mean"), ("e2e_p95", "E2E p95"), ("token_latency_mean", "token"))
+
+
+def aggregate(result: dict[str, Any]) -> dict[str, Any]:
+    """Medians over repetitions and paired ratios direct / configuration per repetition."""
+    runs = result["runs"]
+    direct = runs["direct"]
+    out: dict[str, Any] = {}
     for name, reps in runs.items():
-        per_rep = [summary(r.all()) | {"load_average": r.load_average} for r in reps]
-        by_kind = {k: statistics.median(statistics.fmean(r.e2e_s[k]) for r in reps) for k in KINDS}
-        result["configs"][name] = {
-            stat: statistics.median(s[stat] for s in per_rep) for stat in ("mean", "p50", "p95")
-        } | {"per_rep": per_rep, "mean_by_kind": by_kind}
-    direct = result["configs"]["direct"]
-    result["ratio_direct_over"] = {
-        name: {stat: direct[stat] / row[stat] for stat in ("mean", "p50", "p95")}
-        for name, row in result["configs"].items()
-        if name != "direct"
-    }
-    # Paired within each repetition (the runs closest in time), which cancels slow drifts
-    # of the machine's background load.
-    result["paired_mean_ratio_per_rep"] = {
-        name: [
-            d["mean"] / r["mean"] for d, r in zip(direct["per_rep"], row["per_rep"], strict=True)
-        ]
-        for name, row in result["configs"].items()
-        if name != "direct"
-    }
-    return result
+        numeric = [k for k, v in reps[0].items() if isinstance(v, int | float)]
+        row: dict[str, Any] = {k: statistics.median(r[k] for r in reps) for k in numeric}
+        row["cpu_cores"] = {
+            side: statistics.median(r["cpu_cores"][side] for r in reps)
+            for side in reps[0]["cpu_cores"]
+        }
+        if name != "direct":
+            for key, _ in COMPARED:
+                paired = [d[key] / r[key] for d, r in zip(direct, reps, strict=True)]
+                row[f"ratio_{key}"] = {
+                    "median": statistics.median(paired),
+                    "min": min(paired),
+                    "max": max(paired),
+                    "per_rep": paired,
+                }
+        out[name] = row
+    return out
+
+
+def ratio_cell(ratio: dict[str, Any]) -> str:
+    return f"{ratio['median']:.2f}× ({ratio['min']:.2f}-{ratio['max']:.2f})"
 
 
 def markdown(result: dict[str, Any]) -> str:
-    s = result["settings"]
+    s, machine = result["settings"], result["machine"]
+    rows = aggregate(result)
+    labels = result["labels"]
     mix = ", ".join(f"{n} {kind}" for kind, n in result["programs_per_kind"].items())
+    if machine["pinned"]:
+        setup = (
+            f"pinned with `taskset`: every vLLM process and thread on core "
+            f"{machine['engine_cpus']}, the load generator and the controller on core "
+            f"{machine['client_cpus']}, in every configuration (read back from "
+            "`/proc/<pid>/task/*/status` `Cpus_allowed_list` after the warm-up and at the end)"
+        )
+    else:
+        setup = "not pinned: vLLM, the controller and the load generator share all cores"
+    loads = [x["load_before"][0] for reps in result["runs"].values() for x in reps]
     lines = [
         "## Real vLLM (indicative)",
         "",
         "**Indicative only**: a tiny random-weight model (hidden size 128, 2 layers) on "
-        "vLLM 0.32's CPU build, 2 CPU cores shared with other jobs (vLLM's three processes, "
-        "the controller and the load generator all on them), a "
-        f"{s['step_floor_ms']:g} ms engine step floor (docs/real-vllm.md). It shows that the "
-        "controller works in front of a real vLLM "
-        "and which way the levers push; it is not a performance claim for GPUs.",
+        f"vLLM 0.32's CPU build on a {machine['cpus']}-core machine shared with other jobs, "
+        f"{setup}; a {s['step_floor_ms']:g} ms engine step floor (docs/real-vllm.md). It shows "
+        "that the controller works in front of a real vLLM and what its extra hop and its "
+        "defaults cost or gain there; it is not a performance claim for GPUs.",
         "",
-        f"{result['programs']} agent programs written with the SDK ({mix}; {s['sizes']}-tailed "
-        "sizes; "
-        f"Poisson arrivals at {s['rate']}/s over {s['duration_s']} s, seed {s['seed']}; "
-        "benchmarks/real_vllm.py describes them), vLLM "
-        f"`--max-num-seqs {s['max_num_seqs']}`. Controller: `agentrt controller serve "
-        f"--policy atlas --admission-window {s['window']}` (default queues and cost model) "
-        "with `priority=on`, in front of a `--scheduling-policy priority` server; direct: the "
-        "same programs to an FCFS server. Program E2E latency (s), the median over "
-        f"{s['reps']} repetitions (order rotating, prefix cache reset before each run); "
-        "ratio = direct / configuration (> 1: programs finish sooner than direct):",
+        f"Run {result['date']}. {result['programs']} agent programs written with the SDK "
+        f"({mix}; {s['sizes']}-tailed sizes; Poisson arrivals at {s['rate']}/s over "
+        f"{s['duration_s']} s, seed {s['seed']}; benchmarks/real_vllm.py describes them), one "
+        f"stock vLLM server (FCFS, `--max-num-seqs {s['max_num_seqs']}`). `controller` is "
+        "`agentrt controller serve --backend URL` with no other policy flag (its start-up line: "
+        f"`{result['controller_banners'].get('controller', '?').partition(' backends=')[0]}`). "
+        f"Figures: the median over {s['reps']} repetitions (order alternating, prefix cache "
+        "reset before each run); token = mean token latency (each program's E2E / its output "
+        "tokens, ms per token); ratio = direct / configuration, paired within each repetition, "
+        "median (min-max) over repetitions (> 1: programs finish sooner than direct):",
         "",
-        "| configuration | mean | p50 | p95 | react | map_reduce | mcts | ratio mean / p50 / p95 "
-        "| mean per rep (paired ratio) |",
-        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, row in result["configs"].items():
-        kinds = " | ".join(f"{row['mean_by_kind'][k]:.2f}" for k in KINDS)
-        ratio = result["ratio_direct_over"].get(name)
-        shown = "—" if ratio is None else " / ".join(f"{ratio[x]:.2f}×" for x in ratio)
-        paired = result["paired_mean_ratio_per_rep"].get(name)
-        reps = ", ".join(
-            f"{r['mean']:.2f}" + ("" if paired is None else f" ({paired[i]:.2f}×)")
-            for i, r in enumerate(row["per_rep"])
+    header = ["configuration", "E2E mean (s)", "E2E p95 (s)", "token (ms)"]
+    header += [f"ratio {h}" for _, h in COMPARED]
+    body = []
+    for name, row in rows.items():
+        ratios = (
+            ["—"] * len(COMPARED)
+            if name == "direct"
+            else [ratio_cell(row[f"ratio_{key}"]) for key, _ in COMPARED]
         )
-        label = CONFIGS[name].format(window=s["window"])
-        lines.append(
-            f"| {label} | {row['mean']:.2f} | {row['p50']:.2f} | {row['p95']:.2f} | {kinds} "
-            f"| {shown} | {reps} |"
+        body.append(
+            [
+                f"`{name}`: {labels[name]}",
+                f"{row['e2e_mean']:.2f}",
+                f"{row['e2e_p95']:.2f}",
+                f"{row['token_latency_mean'] * 1000:.1f}",
+                *ratios,
+            ]
         )
-    loads = [r["load_average"] for row in result["configs"].values() for r in row["per_rep"]]
+    lines += _report.table(header, body)
     lines += [
         "",
-        "How to read it: `proxy` is the cost of one more process hop on these 2 shared cores "
-        "(on a GPU deployment the controller's CPU does not compete with the engine's); "
-        "`controller` adds program-level order (ATLAS levels passed as vLLM `priority`, "
-        "admission window); `retention` adds KV retention (a program back from a tool skips "
-        "its ATLAS position). Differences smaller than the spread of a configuration's "
-        "per-rep means are noise from the other jobs on this machine.",
+        "Per repetition (E2E mean / p95 in s; load average of the machine before the run, 1 min):",
         "",
-        f"Machine load average (1 min) at the end of the runs: {min(loads):.1f}-{max(loads):.1f} "
-        "on 2 cores (other engineers' jobs included).",
+    ]
+    header = ["rep", "order", *[f"`{n}`" for n in rows], "load before (1 min)"]
+    body = []
+    for rep, order in enumerate(result["orders"]):
+        cells = [
+            f"{result['runs'][n][rep]['e2e_mean']:.2f} / {result['runs'][n][rep]['e2e_p95']:.2f}"
+            for n in rows
+        ]
+        load = " ".join(f"{result['runs'][n][rep]['load_before'][0]:.1f}" for n in order)
+        body.append([str(rep), " → ".join(order), *cells, load])
+    lines += _report.table(header, body)
+    lines += [
+        "",
+        "Where a call's time goes (medians over repetitions): the SDK's call latency, the "
+        "controller's queue wait (`agentrt_controller_queue_wait_seconds`), vLLM's request "
+        "latency and its queue time (`vllm:e2e_request_latency_seconds`, "
+        "`vllm:request_queue_time_seconds`), vLLM requests per run (re-warms included), CPU "
+        "cores used during the run (CPU time / wall) by vLLM's processes and by the client side; "
+        "from samples every 0.5 s during the runs: vLLM batch = mean `num_requests_running` "
+        f"(of {s['max_num_seqs']}), held, slots free = share of the run during which the "
+        "controller held calls in its queues while vLLM ran fewer than "
+        f"{s['max_num_seqs']}; idle = median latency of 20 sequential 8-token calls before "
+        "the runs:",
+        "",
+    ]
+    header = ["configuration", "call (s)", "controller queue (s)", "vLLM request (s)"]
+    header += ["vLLM queue (s)", "vLLM requests", "vLLM batch", "held, slots free"]
+    header += ["vLLM CPU", "controller CPU", "load gen. CPU", "idle call (ms)"]
+    body = []
+    for name, row in rows.items():
+        cpu = row["cpu_cores"]
+        queue = row.get("controller_queue_wait_mean")
+        held = row.get("held_with_free_slots_share")
+        body.append(
+            [
+                f"`{name}`",
+                f"{row['call_latency_mean']:.3f}",
+                "—" if queue is None else f"{queue:.3f}",
+                f"{row['vllm_e2e_mean']:.3f}",
+                f"{row['vllm_queue_mean']:.3f}",
+                f"{row['vllm_requests']:.0f}",
+                f"{row.get('vllm_running_mean', math.nan):.1f}",
+                "—" if held is None else f"{held:.0%}",
+                f"{cpu['vllm']:.2f}",
+                f"{cpu['controller']:.2f}" if "controller" in cpu else "—",
+                f"{cpu['load generator']:.2f}",
+                f"{result['idle_call_latency_s'][name] * 1000:.0f}",
+            ]
+        )
+    lines += _report.table(header, body)
+    settings = " ".join(
+        f"--{k.replace('_', '-')} {s[k]:g}"
+        if isinstance(s[k], float)
+        else f"--{k.replace('_', '-')} {s[k]}"
+        for k in (
+            "configs",
+            "reps",
+            "rate",
+            "duration_s",
+            "sizes",
+            "max_num_seqs",
+            "step_floor_ms",
+            "window",
+            "seed",
+            "pin",
+            "engine_cpus",
+            "client_cpus",
+        )
+    )
+    lines += [
+        "",
+        f"Machine load average (1 min) before the runs: {min(loads):.1f}-{max(loads):.1f} on "
+        f"{machine['cpus']} cores (other engineers' jobs included). What these figures mean and "
+        'why: docs/real-vllm.md, "The real-engine benchmark".',
         "",
         "Reproduce: `AGENTRT_VLLM_PYTHON=.vllm-venv/bin/python .venv/bin/python "
-        f"benchmarks/real_vllm.py --configs {s['configs']} --rate {s['rate']} --duration-s "
-        f"{s['duration_s']} --reps {s['reps']} --sizes {s['sizes']} --window {s['window']} "
-        f"--max-num-seqs {s['max_num_seqs']} --step-floor-ms {s['step_floor_ms']:g} --seed "
-        f"{s['seed']} --write-docs` (`--json` for "
-        "all figures).",
+        f"benchmarks/real_vllm.py {settings} --write-docs` (`--save FILE` keeps all figures).",
         "",
     ]
     return "\n".join(lines)
@@ -500,7 +1078,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--rate", type=float, default=2.4, help="program arrivals per second")
     parser.add_argument("--duration-s", type=float, default=20.0, help="arrival window (s)")
     parser.add_argument("--seed", type=int, default=7)
@@ -511,20 +1089,39 @@ def main() -> int:
     parser.add_argument(
         "--step-floor-ms", type=float, default=12.0, help="minimum engine step (ms)"
     )
-    parser.add_argument("--window", default="10", help="controller --admission-window")
+    parser.add_argument("--window", default="10", help="admission window of the atlas row")
     parser.add_argument(
-        "--configs", default="direct,controller", help="comma-separated: " + ", ".join(CONFIGS)
+        "--configs",
+        default="direct,controller",
+        help="comma-separated, direct and controller always included: " + ", ".join(configs("N")),
     )
+    parser.add_argument(
+        "--pin",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="CPU pinning (auto: on with >= 2 usable CPUs and taskset)",
+    )
+    parser.add_argument("--engine-cpus", default="1", help="CPUs of every vLLM process")
+    parser.add_argument(
+        "--client-cpus", default="0", help="CPUs of the load generator and the controller"
+    )
+    parser.add_argument("--save", metavar="FILE", help="write the JSON result to FILE")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument(
-        "--render", metavar="JSON", help="only render a saved --json result (no servers)"
+        "--render", metavar="JSON", help="only render a saved --save result (no servers)"
     )
     args = parser.parse_args()
     if args.render:
         result = json.loads(Path(args.render).read_text())
     else:
-        result = asyncio.run(benchmark(args))
+        pinning = resolve_pinning(args.pin, args.engine_cpus, args.client_cpus)
+        if pinning.client is not None:
+            # Before any thread exists: every thread of this process inherits it.
+            os.sched_setaffinity(0, pinning.client)
+        result = asyncio.run(benchmark(args, pinning))
+        if args.save:
+            Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
     section = markdown(result)
     print(json.dumps(result, indent=2) if args.json else section)
     if args.write_docs:
