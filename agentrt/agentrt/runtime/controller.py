@@ -2,9 +2,17 @@
 
 Events are posted inline with a short timeout so that they reach the controller in program
 order (a tool-end before the program's next LLM call). They never hang a program: each post
-is bounded by ``event_timeout_s``; after a failure the link stays quiet for ``fallback_hold_s``
-(a circuit breaker) instead of paying the timeout on every event. Failures are logged and
-counted — raised only in ``required`` mode.
+is bounded by ``event_timeout_s``. After a failure the events that would fail the same way
+are held back for ``fallback_hold_s`` instead of paying the timeout each time:
+
+* no answer (connection refused, timeout): the controller is unreachable, so the whole link
+  stays quiet (a circuit breaker);
+* an error answer (4xx / 5xx): the controller refused *this program's* event, so only that
+  program's events are held; the runtime's other programs keep reporting.
+
+Failures are logged and counted — raised only in ``required`` mode. Ids go into event URLs
+percent-encoded (``/`` and ``.`` too), so every id :mod:`agentrt.protocol` allows reaches its
+route intact.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import quote
 
 import anyio
 import httpx
@@ -34,6 +43,16 @@ from agentrt.runtime.config import RuntimeConfig
 __all__ = ["ControllerLink", "LinkState", "LinkStats"]
 
 _log = logging.getLogger("agentrt.controller")
+
+# Held programs remembered at most; past it, entries whose hold ended are dropped.
+_MAX_HELD_PROGRAMS = 1024
+
+
+def _url_id(value: str) -> str:
+    """``value`` as one URL path segment: percent-encoded, dots included (a client or proxy
+    would resolve a ``.`` or ``..`` segment away)."""
+    return quote(value, safe="").replace(".", "%2E")
+
 
 #: ``connected``: the controller answered the session probe; ``absent``: the server answered
 #: but has no program endpoints (a plain OpenAI-compatible server); ``unreachable``: no answer;
@@ -61,7 +80,10 @@ class ControllerLink:
         self.state: LinkState = "off"
         self.session_id = config.session_id or f"s-{uuid.uuid4().hex[:16]}"
         self.stats = LinkStats()
+        #: The whole link is quiet until then (the controller did not answer).
         self._quiet_until_s = 0.0
+        #: Per program id: its events are held until then (the controller refused one).
+        self._program_quiet_until_s: dict[str, float] = {}
 
     @property
     def enabled(self) -> bool:
@@ -120,7 +142,7 @@ class ControllerLink:
                     anyio.CancelScope(shield=True),
                     anyio.move_on_after(self._config.event_timeout_s),
                 ):
-                    await client.delete(f"{self._base}/sessions/{self.session_id}")
+                    await client.delete(f"{self._base}/sessions/{_url_id(self.session_id)}")
         except httpx.HTTPError as exc:
             _log.warning("could not end agentrt session %s: %r", self.session_id, exc)
         finally:
@@ -128,24 +150,26 @@ class ControllerLink:
                 await client.aclose()
 
     async def program_start(self, program_id: str, event: ProgramStart) -> None:
-        await self._post(f"/programs/{program_id}/start", event)
+        await self._post(program_id, "start", event)
 
     async def program_end(self, program_id: str, event: ProgramEnd) -> None:
-        await self._post(f"/programs/{program_id}/end", event)
+        await self._post(program_id, "end", event)
+        self._program_quiet_until_s.pop(program_id, None)
 
     async def tool_start(self, program_id: str, event: ToolWaitStart) -> None:
-        await self._post(f"/programs/{program_id}/tool-start", event)
+        await self._post(program_id, "tool-start", event)
 
     async def tool_end(self, program_id: str, event: ToolWaitEnd) -> None:
-        await self._post(f"/programs/{program_id}/tool-end", event)
+        await self._post(program_id, "tool-end", event)
 
-    async def _post(self, path: str, event: BaseModel) -> None:
+    async def _post(self, program_id: str, kind: str, event: BaseModel) -> None:
         if not self.enabled or self._client is None:
             return
         now = anyio.current_time()
-        if now < self._quiet_until_s:
+        if now < self._quiet_until_s or now < self._program_quiet_until_s.get(program_id, 0.0):
             self.stats.events_skipped += 1
             return
+        path = f"/programs/{_url_id(program_id)}/{kind}"
         try:
             # Shielded: an event about a cancellation must still go out, bounded by the timeout.
             with anyio.CancelScope(shield=True), anyio.fail_after(self._config.event_timeout_s):
@@ -153,14 +177,28 @@ class ControllerLink:
                     self._base + path, json=event.model_dump(exclude_none=True)
                 )
             response.raise_for_status()
-        except (httpx.HTTPError, TimeoutError, OSError) as exc:
-            self.stats.events_failed += 1
+        except httpx.HTTPStatusError as exc:  # an answer: only this program's events wait
+            self._failed(path, exc, "this program's events held")
+            self._hold_program(program_id)
+        except (httpx.HTTPError, TimeoutError, OSError) as exc:  # no answer: all events wait
+            self._failed(path, exc, "events paused")
             self._quiet_until_s = anyio.current_time() + self._config.fallback_hold_s
-            if self._mode == "required":
-                raise EndpointUnavailable(f"program event {path} failed: {exc!r}") from exc
-            _log.warning("program event %s failed (%r); events paused", path, exc)
-            return
-        self.stats.events_sent += 1
+        else:
+            self.stats.events_sent += 1
+
+    def _failed(self, path: str, exc: Exception, consequence: str) -> None:
+        self.stats.events_failed += 1
+        if self._mode == "required":
+            raise EndpointUnavailable(f"program event {path} failed: {exc!r}") from exc
+        _log.warning("program event %s failed (%r); %s", path, exc, consequence)
+
+    def _hold_program(self, program_id: str) -> None:
+        now = anyio.current_time()
+        held = self._program_quiet_until_s
+        if len(held) >= _MAX_HELD_PROGRAMS:
+            for expired in [p for p, until in held.items() if until <= now]:
+                del held[expired]
+        held[program_id] = now + self._config.fallback_hold_s
 
     def _auth(self) -> str:
         return f"Bearer {self._config.api_key}"
