@@ -4,12 +4,14 @@ An entry holds what program-level scheduling needs — attained service (PLAS), 
 critical path seen (ATLAS), total waiting time — plus what introspection and retention need:
 engine bindings, active calls, threads, last arrival / completion, tool-wait state.
 
-Entries are keyed by :class:`~agentrt_controller.keys.ProgramKey` (session id and program id),
-so sessions can be told apart. An entry is created by a program-start event or by its first call,
-and removed at program end (:meth:`ProcessTable.end`) or by :meth:`ProcessTable.expire` after
-``idle_timeout_s`` without activity (never while it has active calls or a tool wait / retention
-that has not run out). Every operation is O(1) except :meth:`expire` (amortised O(1) per removed
-or re-checked entry) and :meth:`snapshot`.
+Entries are keyed by :class:`~agentrt_controller.keys.ProgramKey` (tenant, session id and
+program id), so tenants and sessions can be told apart; the table counts each tenant's live
+programs (:meth:`ProcessTable.programs_of`) for per-tenant quotas. An entry is created by a
+program-start event or by its first call, and removed at program end (:meth:`ProcessTable.end`),
+by :meth:`ProcessTable.expire` after ``idle_timeout_s`` without activity (never while it has
+active calls or a tool wait / retention that has not run out), or by the driver when the table
+is full (:meth:`ProcessTable.evictable` names an idle one). Every operation is O(1) except
+:meth:`expire` (amortised O(1) per removed or re-checked entry) and :meth:`snapshot`.
 
 Pure: no clock, no I/O. Times are seconds on the driver's clock, passed in as ``now_s``; the
 driver's clock is expected to be monotone (expiry order relies on it).
@@ -21,6 +23,7 @@ bindings (:meth:`bind`), program and tool-wait events. Reads are free for anyone
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -106,6 +109,8 @@ class ProgramEntry:
     tool_waits: dict[tuple[str, str], ToolWait] = field(default_factory=dict)
     #: KV retention holds the program's binding until then (seconds); ``None`` = not retained.
     retained_until_s: float | None = None
+    #: Creation order in the table (a stable cursor for paginated listings).
+    seq: int = 0
     # Position in the expiry order (seconds): last touch or last expiry re-check.
     _order_s: float = 0.0
 
@@ -122,6 +127,7 @@ class ProgramEntry:
     def to_json(self, now_s: float) -> dict[str, Any]:
         """JSON-able view (no prompt contents exist here to leak)."""
         return {
+            "tenant": self.key.tenant,
             "session_id": self.key.session_id,
             "program_id": self.key.program_id,
             "name": self.name,
@@ -176,6 +182,8 @@ class ProcessTable:
         self.idle_timeout_s = idle_timeout_s
         # Ordered by ``_order_s`` (oldest first) because every touch moves an entry to the end.
         self._entries: OrderedDict[ProgramKey, ProgramEntry] = OrderedDict()
+        self._per_tenant: dict[str | None, int] = {}
+        self._next_seq = 0
 
     # --- reads ---------------------------------------------------------------------------
 
@@ -192,14 +200,42 @@ class ProcessTable:
     def keys(self) -> list[ProgramKey]:
         return list(self._entries)
 
-    def snapshot(self, now_s: float, limit: int = 1000) -> dict[str, Any]:
-        """JSON-able view: the number of programs and up to ``limit`` entries, most recently
-        active last."""
-        entries = list(self._entries.values())[-limit:] if limit > 0 else []
+    def programs_of(self, tenant: str | None) -> int:
+        """Live programs of ``tenant`` (O(1))."""
+        return self._per_tenant.get(tenant, 0)
+
+    def tenant_counts(self) -> dict[str | None, int]:
+        """Live programs by tenant."""
+        return dict(self._per_tenant)
+
+    def snapshot(
+        self,
+        now_s: float,
+        limit: int = 1000,
+        *,
+        tenant: str | None = None,
+        all_tenants: bool = True,
+        after: int = -1,
+    ) -> dict[str, Any]:
+        """JSON-able view: the number of programs and up to ``limit`` entries in creation
+        order, those created after cursor ``after`` (an entry's ``seq``; -1 = from the start).
+        ``all_tenants=False`` shows ``tenant``'s programs only (and counts only them).
+        ``next_cursor`` is the cursor of the next page, ``None`` on the last one.
+        O(n log limit)."""
+
+        def visible(entry: ProgramEntry) -> bool:
+            return all_tenants or entry.key.tenant == tenant
+
+        candidates = (e for e in self._entries.values() if e.seq > after and visible(e))
+        page = heapq.nsmallest(limit + 1, candidates, key=lambda e: e.seq) if limit > 0 else []
+        more = len(page) > limit
+        page = page[:limit]
+        total = len(self._entries) if all_tenants else self.programs_of(tenant)
         return {
-            "programs": len(self._entries),
+            "programs": total,
             "idle_timeout_s": self.idle_timeout_s,
-            "entries": [e.to_json(now_s) for e in entries],
+            "entries": [e.to_json(now_s) for e in page],
+            "next_cursor": page[-1].seq if more and page else None,
         }
 
     # --- program events ------------------------------------------------------------------
@@ -208,8 +244,12 @@ class ProcessTable:
         """The entry for ``key``, created if missing; counts as activity."""
         entry = self._entries.get(key)
         if entry is None:
-            entry = ProgramEntry(key=key, name="", created_s=now_s, last_seen_s=now_s)
+            entry = ProgramEntry(
+                key=key, name="", created_s=now_s, last_seen_s=now_s, seq=self._next_seq
+            )
+            self._next_seq += 1
             self._entries[key] = entry
+            self._per_tenant[key.tenant] = self._per_tenant.get(key.tenant, 0) + 1
         self._touch(entry, now_s)
         return entry
 
@@ -225,7 +265,10 @@ class ProcessTable:
     def end(self, key: ProgramKey, now_s: float) -> ProgramEntry | None:
         """Remove a program (program-end event); returns its last entry, if it was live.
         Later events for its calls are ignored unless a new call re-creates the program."""
-        return self._entries.pop(key, None)
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._forget(key)
+        return entry
 
     def tool_wait_start(
         self,
@@ -356,10 +399,29 @@ class ProcessTable:
                 self._entries.move_to_end(key)
                 continue
             del self._entries[key]
+            self._forget(key)
             removed.append(key)
         return removed
 
+    def evictable(self, limit: int = 64) -> ProgramKey | None:
+        """The least recently active program among the ``limit`` oldest that is idle right
+        now — no active call, no open tool wait, not retained — or ``None``. The caller removes
+        it with :meth:`end` (and tells the other policies) when the table is full."""
+        for index, (key, entry) in enumerate(self._entries.items()):
+            if index >= limit:
+                break
+            if not entry.active and not entry.tool_waits and entry.retained_until_s is None:
+                return key
+        return None
+
     # --- internals -------------------------------------------------------------------------
+
+    def _forget(self, key: ProgramKey) -> None:
+        left = self._per_tenant.get(key.tenant, 0) - 1
+        if left > 0:
+            self._per_tenant[key.tenant] = left
+        else:
+            self._per_tenant.pop(key.tenant, None)
 
     def _touch(self, entry: ProgramEntry, now_s: float) -> None:
         entry.last_seen_s = max(entry.last_seen_s, now_s)

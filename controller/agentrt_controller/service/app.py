@@ -16,6 +16,8 @@ everything else is an ordinary Starlette app.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hmac
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -32,7 +34,7 @@ from agentrt_controller.backends.api import Backend
 from agentrt_controller.backends.factory import build_backend
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.backends.transport import HttpPool
-from agentrt_controller.service.admin import admin_routes
+from agentrt_controller.service.admin import BACKENDS_PATH, admin_routes
 from agentrt_controller.service.charging import CostFunction
 from agentrt_controller.service.clock import MONOTONIC, Clock
 from agentrt_controller.service.config import ControllerConfig
@@ -40,12 +42,16 @@ from agentrt_controller.service.engine import ControllerEngine
 from agentrt_controller.service.events import event_routes
 from agentrt_controller.service.incoming import Receive, Scope, Send
 from agentrt_controller.service.metrics import ServiceMetrics
-from agentrt_controller.service.proxy import CompletionsEndpoint
+from agentrt_controller.service.proxy import CompletionsEndpoint, send_error
+from agentrt_controller.service.tenants import ADMIN_STATE, TENANT_STATE, Unauthorized
 from agentrt_controller.service.tracing import CallTracing
 
 __all__ = ["ControllerApp"]
 
 _GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+#: Paths that need a tenant's API key when keys are configured (the backend admin API has its
+#: own token; /health and /metrics stay open).
+_TENANT_PATHS = ("/v1/", "/agentrt/v1/")
 
 
 class ControllerApp:
@@ -74,14 +80,17 @@ class ControllerApp:
             shards=config.http_pool_shards,
             max_connections=config.max_connections,
         )
+        backend_keys: dict[str, str] = {}
         if backends is None:
-            backends = [build_backend(spec, self.http) for spec in config.backends]
+            backends = [self._build(spec, backend_keys) for spec in config.backends]
         if not backends:
             raise ConfigError("the controller needs at least one backend")
         #: The controller's core behind one facade; the endpoints only talk to it.
         self.engine = ControllerEngine(
             config, list(backends), metrics=self.metrics, cost=cost, clock=clock
         )
+        self.engine.backend_keys.update(backend_keys)
+        self._admin_token = config.admin_token.encode() if config.admin_token else None
         tracing = CallTracing(tracer_provider)
         self._generation = {
             path: CompletionsEndpoint(path, self.engine, tracing) for path in _GENERATION_PATHS
@@ -100,6 +109,14 @@ class ControllerApp:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
+            if scope["path"].startswith(_TENANT_PATHS) and not scope["path"].startswith(
+                BACKENDS_PATH
+            ):
+                refusal = self._authenticate(scope)
+                if refusal is not None:
+                    self.metrics.tenant_refusals.inc(1.0, "", "401")
+                    await send_error(send, refusal)
+                    return
             endpoint = self._generation.get(scope["path"])
             if endpoint is not None:
                 await endpoint(scope, receive, send)
@@ -114,9 +131,43 @@ class ControllerApp:
             group.cancel_scope.cancel()
         await self.engine.aclose()
 
+    def _authenticate(self, scope: Scope) -> Unauthorized | None:
+        """Put the caller's tenant (or the admin mark) in ``scope["state"]``; the refusal when
+        the ``Authorization`` header holds neither a tenant's key nor the admin token."""
+        authorization = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+                break
+        state = scope.setdefault("state", {})
+        tenant = self.engine.tenants.authenticate(authorization)
+        if tenant is not None:
+            state[TENANT_STATE] = tenant
+            return None
+        if self._admin_token is not None and authorization is not None:
+            scheme, _, token = authorization.strip().partition(" ")
+            if scheme.lower() == "bearer" and hmac.compare_digest(
+                token.strip().encode(), self._admin_token
+            ):
+                state[ADMIN_STATE] = True
+                return None
+        if authorization is None:
+            return Unauthorized("missing API key: send Authorization: Bearer <key>")
+        return Unauthorized("invalid API key")
+
+    def _build(self, spec: BackendSpec, keys: dict[str, str]) -> Backend:
+        """The backend of ``spec``; its ``api_key`` option (the controller's credential for
+        it) goes to ``keys`` instead of to the backend kind."""
+        api_key = spec.options.get("api_key")
+        if api_key is not None:
+            options = {k: v for k, v in spec.options.items() if k != "api_key"}
+            spec = dataclasses.replace(spec, options=options)
+            keys[spec.backend_id] = api_key
+        return build_backend(spec, self.http)
+
     def _build_backend(self, spec: BackendSpec) -> Backend:
         """A backend for the admin API's POST (shares the app's HTTP pool)."""
-        return build_backend(spec, self.http)
+        return self._build(spec, self.engine.backend_keys)
 
     # --- plain endpoints ---------------------------------------------------------------------
 

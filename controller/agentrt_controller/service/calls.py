@@ -33,6 +33,7 @@ from agentrt_controller.service.clock import Clock
 from agentrt_controller.service.errors import DeadlinePassed, NoBackend, ServiceError
 from agentrt_controller.service.metrics import ServiceMetrics
 from agentrt_controller.service.pool import BackendPool
+from agentrt_controller.service.tenants import Tenant
 
 __all__ = ["CallQueue", "Forwarded", "PendingCall", "RequestFor"]
 
@@ -46,6 +47,10 @@ class PendingCall:
     body: Mapping[str, Any] = field(default_factory=dict, repr=False)
     #: The call carried agentrt tags; an untagged call is a program of its own.
     tagged: bool = True
+    #: The authenticated tenant the call is charged to; ``None`` = no quotas apply.
+    tenant: Tenant | None = None
+    #: The call entered its tenant's in-flight quota (it leaves at the end of the exchange).
+    quota_entered: bool = False
     #: Set once :attr:`admission` or :attr:`error` is.
     decided: anyio.Event = field(default_factory=anyio.Event, repr=False)
     admission: Admission | None = None

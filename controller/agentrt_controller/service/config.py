@@ -112,6 +112,29 @@ class ControllerConfig:
     #: Connections and requests served at once; more get HTTP 503 (uvicorn's
     #: ``limit_concurrency``).
     max_concurrency: int = 4096
+    # --- tenants (docs/security.md; service/tenants.py) ---------------------------------
+    #: vLLM's ``--api-key``: one key for the one tenant ``default`` (never shown in a repr).
+    api_key: str | None = field(default=None, repr=False)
+    #: ``tenant=key,tenant=key`` (plain keys or ``sha256:<hex>`` hashes), e.g. from
+    #: ``AGENTRT_CONTROLLER_API_KEYS``; every tenant gets the default quotas.
+    api_keys: str | None = field(default=None, repr=False)
+    #: A TOML key file: tenants with key hashes, weights, cache groups and quotas.
+    api_key_file: str | None = None
+    #: Secret the per-tenant ``cache_salt`` values are derived from; ``None`` = random at
+    #: start (salts then change on restart; replicas sharing backends should share one).
+    cache_salt_secret: str | None = field(default=None, repr=False)
+    #: Forward the client's ``Authorization`` header to the backends (single-tenant setups
+    #: whose backends check the same key); off = the backend's own ``api_key`` or none.
+    forward_client_authorization: bool = False
+    #: Programs the process table holds at most (all tenants); at the cap, the least recently
+    #: active idle program is evicted, else a new program gets HTTP 503.
+    max_programs: int = 100_000
+    #: Longest predicted tool / human wait a ``tool-start`` event may announce (seconds);
+    #: longer ones are clamped. ``None`` = ``program_idle_timeout_s``.
+    max_predicted_wait_s: float | None = None
+    #: Fair-share scheduling between tenants: ``auto`` (on when more than one tenant is
+    #: configured), ``on`` or ``off``.
+    fair_share: str = "auto"
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -147,12 +170,23 @@ class ControllerConfig:
         if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
             raise ConfigError(f"unknown log_level {self.log_level!r}")
         BreakerConfig.from_mapping(dict(self.breaker))  # raises ConfigError when invalid
+        if self.max_programs < 1:
+            raise ConfigError("max_programs must be >= 1")
+        wait = self.max_predicted_wait_s
+        if wait is not None and not wait > 0:
+            raise ConfigError("max_predicted_wait_s must be > 0 seconds or unset")
+        if self.fair_share not in ("auto", "on", "off"):
+            raise ConfigError(f"fair_share must be auto, on or off, got {self.fair_share!r}")
         if self.admin_token is not None and len(self.admin_token) < 8:
             raise ConfigError("admin_token must have at least 8 characters")
 
 
 _FIELDS = {f.name: f for f in fields(ControllerConfig)}
 
+
+_OPTIONAL_STRINGS = ("admin_token", "api_key", "api_keys", "api_key_file", "cache_salt_secret")
+_BOOLS = {"true": True, "on": True, "1": True, "yes": True,
+          "false": False, "off": False, "0": False, "no": False}  # fmt: skip
 
 _WINDOW_ERROR = "admission_window must be N, adaptive or unlimited, got {!r}"
 
@@ -196,7 +230,15 @@ def _coerce(name: str, value: Any) -> Any:
         return _parse_backends(value)
     if name == "admission_window":
         return _parse_window(value)
-    if name == "admin_token" and (value is None or value == ""):
+    if name in _OPTIONAL_STRINGS and (value is None or value == ""):
+        return None
+    if name == "forward_client_authorization":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _BOOLS:
+            return _BOOLS[value.lower()]
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if name == "max_predicted_wait_s" and (value is None or value in ("", "none")):
         return None
     if name in ("scheduling", "cost", "admission", "breaker", "routing", "retention_options"):
         if isinstance(value, str):

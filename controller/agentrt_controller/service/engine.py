@@ -51,17 +51,21 @@ from agentrt_controller.service.calls import CallQueue, Forwarded, PendingCall, 
 from agentrt_controller.service.charging import Charge, Charger, CostFunction, Usage
 from agentrt_controller.service.clock import MONOTONIC, Clock
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.errors import DeadlinePassed, UpstreamFailed
+from agentrt_controller.service.errors import DeadlinePassed, ServiceError, UpstreamFailed
 from agentrt_controller.service.introspection import collect_metrics, queues_snapshot
 from agentrt_controller.service.metrics import ServiceMetrics
 from agentrt_controller.service.policies import build_cost, build_dispatcher, build_retention
 from agentrt_controller.service.pool import BackendPool
+from agentrt_controller.service.quotas import ProgramNotFound, TenantQuotas, check_program
 from agentrt_controller.service.retry import RetryPolicy
 from agentrt_controller.service.sessions import SessionRegistry
+from agentrt_controller.service.tenants import Tenant, TenantDirectory, build_directory
 
 __all__ = ["ControllerEngine", "Forwarded", "PendingCall", "RequestFor"]
 
 _log = logging.getLogger("agentrt.controller")
+#: Backend kinds that take ``cache_salt`` in a request body.
+_SALTED_KINDS = frozenset({"vllm", "emulator"})
 
 
 class ControllerEngine:
@@ -79,10 +83,25 @@ class ControllerEngine:
         metrics: ServiceMetrics | None = None,
         cost: CostFunction | None = None,
         clock: Clock = MONOTONIC,
+        tenants: TenantDirectory | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         self.clock = clock
+        #: API keys -> tenants (open mode without keys); raises ConfigError for bad sources.
+        self.tenants = (
+            tenants
+            if tenants is not None
+            else build_directory(
+                key_file=config.api_key_file,
+                key_list=config.api_keys,
+                single_key=config.api_key,
+                secret=config.cache_salt_secret,
+            )
+        )
+        self.quotas = TenantQuotas(clock)
+        #: The controller's own API key per backend id (never a tenant's key).
+        self.backend_keys: dict[str, str] = {}
         self.dispatcher = build_dispatcher(config)
         self.pool = BackendPool(
             backends,
@@ -167,14 +186,42 @@ class ControllerEngine:
         """Model ids some live backend serves; ``None`` when none said (anything goes)."""
         return self.pool.known_model_ids()
 
-    def accept(self, call: Call, body: Mapping[str, Any], *, tagged: bool) -> PendingCall:
-        """A parsed generation request: fill what the router and retention need (block
-        hashes; the retained backend of a thread back from its tool)."""
+    def accept(
+        self, call: Call, body: Mapping[str, Any], *, tagged: bool, tenant: Tenant | None = None
+    ) -> PendingCall:
+        """A parsed generation request of ``tenant`` (``call.tenant`` is its name): check the
+        program quotas (:class:`QuotaExceeded` 429, :class:`TableFull` 503), then fill what
+        the router and retention need (block hashes — salted by the body's ``cache_salt`` —
+        and the retained backend of a thread back from its tool)."""
+        if tenant is not None:
+            self._check_program(call.program_key, tenant)
+            self.metrics.tenant_calls.inc(1.0, tenant.name)
         if self._hashes:
             call.block_hashes = request_block_hashes(body)
         if tagged and self.retention is not None:
             self.retention.on_call(call)
-        return PendingCall(call, body, tagged)
+        return PendingCall(call, body, tagged, tenant=tenant)
+
+    def _check_program(self, key: ProgramKey, tenant: Tenant) -> None:
+        if self.tenants.open:
+            quota_tenant = tenant  # open mode: no tenant quota, the global cap still holds
+        else:
+            quota_tenant = self.tenants.tenants.get(tenant.name, tenant)
+        try:
+            victim = check_program(
+                self.dispatcher.table,
+                key,
+                quota_tenant,
+                self.clock(),
+                max_programs=self.config.max_programs,
+                retry_after_s=self.config.retry_after_s,
+            )
+        except ServiceError as error:
+            self.metrics.tenant_refusals.inc(1.0, tenant.name, str(error.status_code))
+            raise
+        if victim is not None:
+            self.metrics.evictions.inc()
+            self._end_program(victim)
 
     @contextlib.contextmanager
     def deadline(self, call: Call) -> Iterator[None]:
@@ -195,6 +242,13 @@ class ControllerEngine:
         another (:class:`RetryPolicy`). Raises :class:`NoBackend` (503), :class:`DeadlinePassed`
         (504) or :class:`UpstreamFailed` (502); on any raise the call is finished."""
         call = pending.call
+        if pending.tenant is not None and not pending.quota_entered:
+            try:
+                await self.quotas.enter(pending.tenant)
+            except ServiceError as error:
+                self.metrics.tenant_refusals.inc(1.0, pending.tenant.name, str(error.status_code))
+                raise
+            pending.quota_entered = True
         self.calls.submit(pending)
         retries = 0
         while True:
@@ -241,6 +295,12 @@ class ControllerEngine:
         charge = self.charger.charge(usage, call)
         self.metrics.output_tokens.inc(charge.output_tokens)
         self.metrics.uncached_prompt_tokens.inc(charge.uncached_prompt_tokens)
+        tenant = pending.tenant
+        if tenant is not None:
+            self.quotas.charge_tokens(tenant, charge.prompt_tokens + charge.output_tokens)
+            self.metrics.tenant_tokens.inc(float(charge.prompt_tokens), tenant.name, "prompt")
+            self.metrics.tenant_tokens.inc(float(charge.output_tokens), tenant.name, "output")
+            self.metrics.tenant_service.inc(charge.service_s, tenant.name)
         backend_id = forwarded.backend_id
         self.calls.finish(call, backend_id, charge.service_s, ok=ok, reason=reason)
         if ok and pending.tagged and self.retention is not None:
@@ -249,6 +309,9 @@ class ControllerEngine:
 
     def call_ended(self, pending: PendingCall) -> None:
         """The call's HTTP exchange is over; an untagged call was a program of its own."""
+        if pending.quota_entered and pending.tenant is not None:
+            pending.quota_entered = False
+            self.quotas.leave(pending.tenant)
         if not pending.tagged:
             self._end_program(pending.call.program_key)
 
@@ -257,25 +320,42 @@ class ControllerEngine:
             self.retention.on_admitted(admission.call, admission.backend_id)
 
     # --- sessions and programs (docs/protocol.md) --------------------------------------------
+    # Every event names its tenant (the authenticated caller, never a client header): a key is
+    # (tenant, session, program), so a tenant reaches only its own programs, and a program
+    # that is not the caller's answers 404 exactly like one that does not exist.
 
-    def start_session(self, event: SessionStart) -> SessionStarted:
+    def start_session(self, tenant: Tenant, event: SessionStart) -> SessionStarted:
         """Register a session (its id proposed by the client, or made here)."""
         session_id = self.sessions.open(event.session_id, event.client, self.clock())
         return SessionStarted(
             session_id=session_id, idle_timeout_s=self.config.program_idle_timeout_s
         )
 
-    def end_session(self, session_id: str) -> int:
-        """End the session and every program of it; returns how many programs ended."""
+    def end_session(self, tenant: Tenant, session_id: str) -> int:
+        """End the session and every program of it *of ``tenant``*; returns how many ended."""
         self.sessions.close(session_id)
         programs = self.dispatcher.table.keys()  # a list: ending programs changes the table
-        ended = [key for key in programs if key.session_id == session_id]
+        ended = [k for k in programs if k.session_id == session_id and k.tenant == tenant.name]
         for key in ended:
             self._end_program(key)
         return len(ended)
 
-    def start_program(self, program_id: str, event: ProgramStart) -> None:
-        key = ProgramKey(session_id=event.session_id, program_id=program_id)
+    def _live(self, tenant: Tenant, session_id: str, program_id: str) -> ProgramKey:
+        """The key of a live program of ``tenant``; :class:`ProgramNotFound` (404) else."""
+        key = ProgramKey(tenant=tenant.name, session_id=session_id, program_id=program_id)
+        if key not in self.dispatcher.table:
+            self.metrics.tenant_refusals.inc(1.0, tenant.name, "404")
+            raise ProgramNotFound(
+                f"no live program {program_id!r} in session {session_id!r}",
+                param="program_id",
+                code="program_not_found",
+            )
+        return key
+
+    def start_program(self, tenant: Tenant, program_id: str, event: ProgramStart) -> None:
+        """A program starts (or is refreshed): program quotas apply as to a first call."""
+        key = ProgramKey(tenant=tenant.name, session_id=event.session_id, program_id=program_id)
+        self._check_program(key, tenant)
         now = self.clock()
         deadline = math.inf if event.timeout_ms is None else now + event.timeout_ms / 1000
         self.dispatcher.on_program_start(key, now, name=event.name, deadline_s=deadline)
@@ -283,21 +363,32 @@ class ControllerEngine:
             self.retention.on_program_start(key)
         self.wake()
 
-    def end_program(self, program_id: str, event: ProgramEnd) -> None:
-        self._end_program(ProgramKey(session_id=event.session_id, program_id=program_id))
+    def end_program(self, tenant: Tenant, program_id: str, event: ProgramEnd) -> None:
+        """End a live program of ``tenant``; :class:`ProgramNotFound` otherwise."""
+        self._end_program(self._live(tenant, event.session_id, program_id))
         self.wake()
 
-    def start_tool_wait(self, program_id: str, event: ToolWaitStart) -> None:
-        """A thread waits on a tool or a human: the process table records it, retention
-        decides whether to keep the thread's KV (Continuum, arXiv 2511.02230)."""
-        key = ProgramKey(session_id=event.session_id, program_id=program_id)
+    def max_predicted_wait_s(self) -> float:
+        """The longest predicted wait an event may announce (seconds)."""
+        configured = self.config.max_predicted_wait_s
+        return self.config.program_idle_timeout_s if configured is None else configured
+
+    def start_tool_wait(self, tenant: Tenant, program_id: str, event: ToolWaitStart) -> None:
+        """A thread of a live program of ``tenant`` waits on a tool or a human: the process
+        table records it (its predicted duration clamped to :meth:`max_predicted_wait_s`),
+        retention decides whether to keep the thread's KV (Continuum, arXiv 2511.02230).
+        :class:`ProgramNotFound` for a program that is not live."""
+        key = self._live(tenant, event.session_id, program_id)
+        predicted = event.predicted_duration_s
+        if predicted is not None:
+            predicted = min(max(0.0, predicted), self.max_predicted_wait_s())
         self.dispatcher.on_tool_wait_start(
             key,
             self.clock(),
             thread_id=event.thread_id,
             node_id=event.node_id,
             tool_name=event.tool_name,
-            predicted_duration_s=event.predicted_duration_s,
+            predicted_duration_s=predicted,
             kind=event.kind,
         )
         if self.retention is not None:
@@ -307,15 +398,16 @@ class ControllerEngine:
                 thread_id=event.thread_id,
                 node_id=event.node_id,
                 tool_name=event.tool_name,
-                predicted_duration_s=event.predicted_duration_s,
+                predicted_duration_s=predicted,
                 kind=event.kind,
                 program_kind=entry.name if entry is not None else "",
             )
         self.wake()
 
-    def end_tool_wait(self, program_id: str, event: ToolWaitEnd) -> None:
-        """The wait is over after ``event.duration_s`` (measured by the client)."""
-        key = ProgramKey(session_id=event.session_id, program_id=program_id)
+    def end_tool_wait(self, tenant: Tenant, program_id: str, event: ToolWaitEnd) -> None:
+        """The wait is over after ``event.duration_s`` (measured by the client);
+        :class:`ProgramNotFound` for a program of ``tenant`` that is not live."""
+        key = self._live(tenant, event.session_id, program_id)
         ended = self.dispatcher.on_tool_wait_end(
             key, self.clock(), thread_id=event.thread_id, node_id=event.node_id
         )
@@ -354,6 +446,17 @@ class ControllerEngine:
         now = self.clock()
         return [state.describe(now) for state in self.pool.states.values()]
 
+    def backend_api_key(self, backend_id: str) -> str | None:
+        """The controller's own credential for ``backend_id`` (its spec's ``api_key``
+        option), sent as ``Authorization: Bearer``; ``None`` = none."""
+        return self.backend_keys.get(backend_id)
+
+    def takes_cache_salt(self, backend_id: str) -> bool:
+        """Whether ``backend_id`` honours vLLM's ``cache_salt`` (vLLM and our emulator; an
+        OpenAI-compatible service or SGLang may reject the field)."""
+        state = self.pool.states.get(backend_id)
+        return state is not None and state.backend.kind in _SALTED_KINDS
+
     def has_backend(self, backend_id: str) -> bool:
         return backend_id in self.pool.states
 
@@ -374,15 +477,37 @@ class ControllerEngine:
 
     # --- introspection -----------------------------------------------------------------------
 
-    def programs_snapshot(self, limit: int) -> dict[str, Any]:
-        """The process table (at most ``limit`` programs) and the session count, as JSON."""
-        snapshot = self.dispatcher.table.snapshot(self.clock(), limit=max(0, limit))
-        snapshot["sessions"] = len(self.sessions)
+    def programs_snapshot(
+        self, limit: int, *, tenant: Tenant | None, after: int = -1
+    ) -> dict[str, Any]:
+        """The process table as JSON: up to ``limit`` programs created after cursor ``after``
+        (``next_cursor`` names the next page), those of ``tenant`` only (``None`` = every
+        tenant's: the admin's view), and the session count."""
+        snapshot = self.dispatcher.table.snapshot(
+            self.clock(),
+            limit=max(0, limit),
+            tenant=None if tenant is None else tenant.name,
+            all_tenants=tenant is None,
+            after=after,
+        )
+        if tenant is None:
+            snapshot["sessions"] = len(self.sessions)
         return snapshot
 
-    def queues_snapshot(self) -> dict[str, Any]:
-        """Queues, policies, retention and backends, as JSON."""
-        return queues_snapshot(self.dispatcher, self.pool, self.retention, self.clock())
+    def queues_snapshot(self, *, full: bool) -> dict[str, Any]:
+        """Queues, policies, retention and backends, as JSON; ``full=False`` (a tenant that is
+        not the admin, with keys configured) leaves out every call, program and backend: the
+        policy names and queue lengths remain."""
+        snapshot = queues_snapshot(self.dispatcher, self.pool, self.retention, self.clock())
+        if full:
+            return snapshot
+        queues = [
+            {k: v for k, v in q.items() if k != "calls"}
+            for q in snapshot.get("queues", [])
+            if isinstance(q, dict)
+        ]
+        kept = ("policy", "queued", "admission", "router")
+        return {**{k: snapshot[k] for k in kept if k in snapshot}, "queues": queues}
 
     def collect_metrics(self) -> None:
         """Fill the scrape-time gauges from live state."""

@@ -4,13 +4,19 @@
 tool-end`` become one :class:`~agentrt_controller.service.engine.ControllerEngine` method each
 (which feeds the process table and retention); ``GET /programs`` and ``GET /queues`` show the
 process table and the queues as JSON. Each handler parses, calls the engine, answers.
+
+``GET /programs?limit=N&cursor=C`` pages through the caller's programs in creation order: at
+most :data:`MAX_PAGE` per page, ``next_cursor`` in the answer is the next page's ``cursor``
+(``null`` on the last page). The admin token lists every tenant's programs; a tenant sees its
+own. ``GET /queues`` shows a tenant the policy and queue lengths only (calls and backends are
+the admin's, or everyone's in open mode).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -28,11 +34,14 @@ from agentrt.protocol import (
 from agentrt_controller.service.endpoints import guarded, read_small_body
 from agentrt_controller.service.engine import ControllerEngine
 from agentrt_controller.service.errors import BadRequest
+from agentrt_controller.service.tenants import ADMIN_STATE, TENANT_STATE, Tenant, Unauthorized
 
 __all__ = ["event_routes"]
 
 _ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")  # same rule as agentrt.protocol ids
 _MAX_EVENT_BYTES = 64 * 1024
+#: Most programs one ``GET /programs`` page holds (a larger ``limit`` is clamped to it).
+MAX_PAGE = 1000
 _E = TypeVar("_E", bound=BaseModel)
 
 
@@ -54,43 +63,71 @@ def _path_id(request: Request, name: str) -> str:
     return value
 
 
+def _state(request: Request) -> dict[str, Any]:
+    state = request.scope.get("state")
+    return state if isinstance(state, dict) else {}
+
+
+def _tenant(request: Request) -> Tenant:
+    """The authenticated tenant (the app checked the key); the admin has none here."""
+    tenant = _state(request).get(TENANT_STATE)
+    if not isinstance(tenant, Tenant):
+        raise Unauthorized("this endpoint needs a tenant's API key, not the admin token")
+    return tenant
+
+
+def _query_int(request: Request, name: str, default: int) -> int:
+    try:
+        return int(request.query_params.get(name, str(default)))
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer", param=name) from None
+
+
 def event_routes(engine: ControllerEngine) -> list[Route]:
-    """The Starlette routes of the event and introspection API for ``engine``."""
+    """The Starlette routes of the event and introspection API for ``engine``. Every handler
+    acts for the tenant the app authenticated (``request.state``): ids name programs of that
+    tenant only."""
 
     async def start_session(request: Request) -> Response:
-        answer = engine.start_session(await _event(request, SessionStart))
+        answer = engine.start_session(_tenant(request), await _event(request, SessionStart))
         return Response(answer.model_dump_json(), 200, media_type="application/json")
 
     async def end_session(request: Request) -> Response:
         session_id = _path_id(request, "session_id")
-        ended = engine.end_session(session_id)
+        ended = engine.end_session(_tenant(request), session_id)
         return JSONResponse({"session_id": session_id, "programs_ended": ended})
 
     async def program_event(request: Request) -> Response:
         program_id = _path_id(request, "program_id")
         kind = request.path_params["event"]
+        tenant = _tenant(request)
         if kind == "start":
-            engine.start_program(program_id, await _event(request, ProgramStart))
+            engine.start_program(tenant, program_id, await _event(request, ProgramStart))
         elif kind == "end":
-            engine.end_program(program_id, await _event(request, ProgramEnd))
+            engine.end_program(tenant, program_id, await _event(request, ProgramEnd))
         elif kind == "tool-start":
-            engine.start_tool_wait(program_id, await _event(request, ToolWaitStart))
+            engine.start_tool_wait(tenant, program_id, await _event(request, ToolWaitStart))
         elif kind == "tool-end":
-            engine.end_tool_wait(program_id, await _event(request, ToolWaitEnd))
+            engine.end_tool_wait(tenant, program_id, await _event(request, ToolWaitEnd))
         else:
             return Response(status_code=404)
         return JSONResponse({"ok": True, "program_id": program_id, "event": kind})
 
     async def programs(request: Request) -> Response:
-        try:
-            limit = int(request.query_params.get("limit", "1000"))
-        except ValueError:
-            raise BadRequest("limit must be an integer") from None
-        snapshot = engine.programs_snapshot(limit)
+        limit = _query_int(request, "limit", MAX_PAGE)
+        if limit < 0:
+            raise BadRequest("limit must be >= 0", param="limit")
+        after = _query_int(request, "cursor", -1)
+        admin = _state(request).get(ADMIN_STATE) is True
+        tenant = None if admin else _tenant(request)
+        if tenant is not None and engine.tenants.open:
+            tenant = None  # open mode: one tenant, the whole table is its own
+        snapshot = engine.programs_snapshot(min(limit, MAX_PAGE), tenant=tenant, after=after)
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
 
     async def queues(request: Request) -> Response:
-        snapshot = engine.queues_snapshot()
+        full = engine.tenants.open or _state(request).get(ADMIN_STATE) is True
+        snapshot = engine.queues_snapshot(full=full)
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
 
     p = EVENTS_PREFIX

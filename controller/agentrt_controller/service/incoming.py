@@ -24,8 +24,11 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
-#: Client headers passed on to the backend (everything else stays here).
-_FORWARDED = frozenset({"authorization", "x-request-id", "openai-organization", "openai-project"})
+#: Client headers passed on to the backend (everything else stays here). The client's
+#: ``Authorization`` is the tenant's key: it reaches a backend only with
+#: ``forward_client_authorization`` (single-tenant setups).
+_FORWARDED = frozenset({"x-request-id", "openai-organization", "openai-project"})
+_FORWARDED_WITH_AUTH = _FORWARDED | {"authorization"}
 
 
 class ClientGone(Exception):
@@ -45,6 +48,25 @@ class IncomingCall:
     untagged: bool
     traceparent: str | None
     forward_headers: dict[str, str]
+    #: The ``cache_salt`` the controller sends for the call's tenant (also in :attr:`body`,
+    #: not in :attr:`raw_body`); ``None`` = none.
+    cache_salt: str | None = None
+
+    def body_without_salt(self) -> dict[str, Any]:
+        """:attr:`body` without the controller's ``cache_salt`` (for backends that do not
+        take the field)."""
+        if self.cache_salt is None:
+            return self.body
+        return {k: v for k, v in self.body.items() if k != "cache_salt"}
+
+    def raw_body_with_salt(self) -> bytes:
+        """:attr:`raw_body` with ``"cache_salt"`` added as the last field (no re-encoding of
+        the prompt)."""
+        if self.cache_salt is None:
+            return self.raw_body
+        inner = self.raw_body.rstrip()[:-1].rstrip()  # a JSON object's bytes end with "}"
+        field = b'"cache_salt":' + json.dumps(self.cache_salt).encode()
+        return inner + (b"" if inner.endswith(b"{") else b",") + field + b"}"
 
     def __repr__(self) -> str:
         return f"IncomingCall(call_id={self.call.call_id!r}, model={self.model!r})"
@@ -71,10 +93,26 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> by
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+#: ``(client's cache_salt or None) -> the cache_salt to send`` for the caller's tenant.
+SaltFor = Callable[[str | None], str]
+
+
 def parse_call(
-    raw: bytes, headers: dict[str, str], call_id: str, now_s: float, known_models: set[str] | None
+    raw: bytes,
+    headers: dict[str, str],
+    call_id: str,
+    now_s: float,
+    known_models: set[str] | None,
+    *,
+    tenant: str | None = None,
+    salt_for: SaltFor | None = None,
+    forward_authorization: bool = True,
 ) -> IncomingCall:
-    """Validate one generation request and make its :class:`Call` (arrival ``now_s``).
+    """Validate one generation request and make its :class:`Call` (arrival ``now_s``) for
+    ``tenant`` (the authenticated caller; ``None`` = no tenant). ``salt_for`` gives the
+    tenant's ``cache_salt``: a client's own ``cache_salt`` is taken out of the body and
+    replaced (``salt_for`` decides whether it counts). ``forward_authorization`` passes the
+    client's ``Authorization`` header on to the backend.
 
     Raises :class:`BadRequest`, :class:`ModelNotFound` (``model`` not in ``known_models``;
     ``None`` = unknown, anything goes) or :class:`DeadlinePassed` (no time left)."""
@@ -97,6 +135,13 @@ def parse_call(
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise BadRequest("'max_tokens' must be an integer", param="max_tokens")
+    cache_salt: str | None = None
+    if salt_for is not None:
+        chosen = body.pop("cache_salt", None)
+        if chosen is not None:  # the client's own: re-encode without it (rare)
+            raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        cache_salt = salt_for(chosen if isinstance(chosen, str) and chosen else None)
+        body["cache_salt"] = cache_salt
     options = body.get("stream_options")
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
     try:
@@ -112,6 +157,7 @@ def parse_call(
             arrival_s=now,
             prompt_tokens=len(raw) // 4,
             max_tokens=max_tokens,
+            tenant=tenant,
         )
     else:
         if tags.timeout_ms == 0:
@@ -129,8 +175,10 @@ def parse_call(
             max_tokens=max_tokens,
             objective=tags.objective,
             attempt=tags.attempt,
+            tenant=tenant,
         )
-    forward = {k: v for k, v in headers.items() if k in _FORWARDED}
+    allowed = _FORWARDED_WITH_AUTH if forward_authorization else _FORWARDED
+    forward = {k: v for k, v in headers.items() if k in allowed}
     return IncomingCall(
         call=call,
         body=body,
@@ -141,4 +189,5 @@ def parse_call(
         untagged=tags is None,
         traceparent=headers.get("traceparent"),
         forward_headers=forward,
+        cache_salt=cache_salt,
     )

@@ -56,6 +56,9 @@ def collect_metrics(
     """Fill the gauges that are read from live state at scrape time."""
     metrics.fill_queues(dispatcher.scheduler.snapshot(now_s))
     metrics.programs.set(float(len(dispatcher.table)))
+    metrics.tenant_programs.replace(
+        {(tenant or "",): float(n) for tenant, n in dispatcher.table.tenant_counts().items()}
+    )
     states = pool.states
     # replace(): a removed backend's series disappear with it.
     metrics.in_flight.replace({(b,): float(s.in_flight) for b, s in states.items()})

@@ -81,6 +81,31 @@ class ServiceMetrics:
             ("backend",),
         )  # fmt: skip
         self.programs = r.gauge(p + "programs", "Live programs in the process table")
+        # Per tenant (label ``tenant``; ``""`` for a request whose key matched no tenant).
+        self.tenant_calls = r.counter(
+            p + "tenant_calls_total", "Generation calls accepted, by tenant", ("tenant",)
+        )
+        self.tenant_tokens = r.counter(
+            p + "tenant_tokens_total", "Tokens charged by tenant and kind (prompt, output)",
+            ("tenant", "kind"),
+        )  # fmt: skip
+        self.tenant_service = r.counter(
+            p + "tenant_service_charged_seconds_total",
+            "Service charged by the cost model, by tenant (seconds)",
+            ("tenant",),
+        )
+        self.tenant_refusals = r.counter(
+            p + "tenant_refusals_total",
+            "Requests refused by tenant and status (401 no key, 404 not the tenant's, 429 over "
+            "quota)",
+            ("tenant", "status"),
+        )
+        self.tenant_programs = r.gauge(
+            p + "tenant_programs", "Live programs in the process table by tenant", ("tenant",)
+        )
+        self.evictions = r.counter(
+            p + "program_evictions_total", "Idle programs evicted because the table was full"
+        )
 
     def admitted(self, admission: Admission, now_s: float) -> None:
         self.admissions.inc(1.0, admission.backend_id)

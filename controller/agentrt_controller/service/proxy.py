@@ -41,6 +41,7 @@ from agentrt_controller.service.incoming import (
     read_body,
 )
 from agentrt_controller.service.sse import SseScanner
+from agentrt_controller.service.tenants import TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.tracing import CallTracing
 
 __all__ = ["CompletionsEndpoint"]
@@ -89,13 +90,32 @@ class CompletionsEndpoint:
         if scope["method"] != "POST":
             await _send_json(send, 405, error_body("use POST", "invalid_request_error"))
             return
+        tenant = scope.get("state", {}).get(TENANT_STATE)  # set by the app's authentication
+        if not isinstance(tenant, Tenant):  # the admin token is no tenant's key
+            await send_error(send, Unauthorized("calls need a tenant's API key"))
+            return
+        engine = self.engine
+
+        def salt_for(chosen: str | None) -> str:
+            return engine.tenants.cache_salt(tenant, chosen)
+
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            raw = await read_body(receive, headers, self.engine.config.max_body_bytes)
+            raw = await read_body(receive, headers, engine.config.max_body_bytes)
             parsed = parse_call(
-                raw, headers, f"c{next(self._ids)}", self.engine.now(), self.engine.known_models()
+                raw,
+                headers,
+                f"c{next(self._ids)}",
+                engine.now(),
+                engine.known_models(),
+                tenant=tenant.name,
+                # Open mode (one tenant): the body goes unchanged, a client's salt included.
+                salt_for=None if engine.tenants.open else salt_for,
+                forward_authorization=engine.config.forward_client_authorization,
             )
-            pending = self.engine.accept(parsed.call, parsed.body, tagged=not parsed.untagged)
+            pending = engine.accept(
+                parsed.call, parsed.body, tagged=not parsed.untagged, tenant=tenant
+            )
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             await send_error(send, error)
@@ -158,12 +178,18 @@ class CompletionsEndpoint:
         outgoing = self.tracing.outgoing_headers(span, parsed.traceparent)
 
         def request_for(admission: Admission, capabilities: BackendCapabilities) -> BackendRequest:
+            backend_id = admission.backend_id
+            salted = self.engine.takes_cache_salt(backend_id)
+            headers = {**parsed.forward_headers, **outgoing}
+            key = self.engine.backend_api_key(backend_id)
+            if key is not None:  # the controller's own credential, never a tenant's
+                headers["authorization"] = f"Bearer {key}"
             return BackendRequest(
                 path=self.path,
-                raw_body=parsed.raw_body,
-                body=parsed.body,
+                raw_body=parsed.raw_body_with_salt() if salted else parsed.raw_body,
+                body=parsed.body if salted else parsed.body_without_salt(),
                 stream=parsed.stream,
-                headers={**parsed.forward_headers, **outgoing},
+                headers=headers,
                 priority=admission.backend_priority,
                 add_stream_usage=parsed.stream
                 and not parsed.client_wants_usage

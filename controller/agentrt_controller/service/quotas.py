@@ -1,0 +1,197 @@
+"""Per-tenant quotas on calls: in-flight calls and tokens per minute (docs/security.md, "Quotas").
+
+:class:`TenantQuotas` is private to :class:`~agentrt_controller.service.engine.ControllerEngine`
+and runs on the event loop's thread. A call enters with :meth:`TenantQuotas.enter` before it is
+queued and leaves with :meth:`TenantQuotas.leave` when its HTTP exchange is over; the tokens
+it was charged go to :meth:`TenantQuotas.charge_tokens`. Over a quota, a tenant configured with
+``over_quota = "reject"`` gets :class:`QuotaExceeded` (HTTP 429 with ``Retry-After``); with
+``"queue"`` the call waits here until the tenant is under quota again (the call's deadline
+still applies: the engine's deadline scope cancels the wait).
+
+Tokens per minute is a token bucket holding at most one minute's worth, refilled continuously;
+a call may enter while the bucket is above zero and its charge may take it below (the size of
+an answer is known only afterwards), so a tenant overshoots by at most one round of calls.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import anyio
+
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.service.clock import Clock
+from agentrt_controller.service.errors import ServiceError
+from agentrt_controller.service.tenants import Tenant
+
+__all__ = ["ProgramNotFound", "QuotaExceeded", "TableFull", "TenantQuotas", "check_program"]
+
+
+class QuotaExceeded(ServiceError):
+    """HTTP 429: the tenant is over one of its quotas; ``Retry-After`` says when to retry."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+
+    def __init__(self, message: str, *, code: str, retry_after_s: float) -> None:
+        super().__init__(message, code=code)
+        self.retry_after_s = max(1, math.ceil(retry_after_s))
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s)}
+
+
+@dataclass(slots=True)
+class _Ledger:
+    """One tenant's live figures."""
+
+    #: Calls entered and not left.
+    in_flight: int = 0
+    #: Token bucket level (tokens) and when it was last refilled (seconds, engine clock).
+    tokens: float = 0.0
+    refilled_s: float = 0.0
+    #: Set (and replaced) whenever a call leaves or tokens may have refilled.
+    changed: anyio.Event = field(default_factory=anyio.Event)
+
+
+class TenantQuotas:
+    """In-flight and token quotas by tenant name (see the module docstring)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self._ledgers: dict[str, _Ledger] = {}
+
+    def _ledger(self, tenant: Tenant) -> _Ledger:
+        ledger = self._ledgers.get(tenant.name)
+        if ledger is None:
+            per_minute = tenant.quota.tokens_per_minute
+            ledger = _Ledger(tokens=float(per_minute or 0), refilled_s=self.clock())
+            self._ledgers[tenant.name] = ledger
+        return ledger
+
+    def in_flight(self, tenant: Tenant) -> int:
+        """Calls of ``tenant`` entered and not left."""
+        ledger = self._ledgers.get(tenant.name)
+        return 0 if ledger is None else ledger.in_flight
+
+    def _refill(self, tenant: Tenant, ledger: _Ledger) -> float:
+        """Refill the bucket; returns the refill rate (tokens per second, 0 = no quota)."""
+        per_minute = tenant.quota.tokens_per_minute
+        if per_minute is None:
+            return 0.0
+        now = self.clock()
+        rate = per_minute / 60.0
+        ledger.tokens = min(float(per_minute), ledger.tokens + (now - ledger.refilled_s) * rate)
+        ledger.refilled_s = now
+        return rate
+
+    def _blocked(self, tenant: Tenant, ledger: _Ledger) -> QuotaExceeded | None:
+        quota = tenant.quota
+        if quota.max_in_flight is not None and ledger.in_flight >= quota.max_in_flight:
+            return QuotaExceeded(
+                f"tenant {tenant.name} has {ledger.in_flight} calls in flight, its quota is "
+                f"{quota.max_in_flight}",
+                code="in_flight_quota",
+                retry_after_s=1,
+            )
+        rate = self._refill(tenant, ledger)
+        if rate > 0 and ledger.tokens <= 0:
+            return QuotaExceeded(
+                f"tenant {tenant.name} used its {quota.tokens_per_minute} tokens per minute",
+                code="tokens_per_minute_quota",
+                retry_after_s=(1.0 - ledger.tokens) / rate,
+            )
+        return None
+
+    async def enter(self, tenant: Tenant) -> None:
+        """Count a call in, or raise :class:`QuotaExceeded` (``reject``), or wait until the
+        tenant is under quota (``queue``; cancellable)."""
+        ledger = self._ledger(tenant)
+        while (blocked := self._blocked(tenant, ledger)) is not None:
+            if tenant.quota.over_quota == "reject":
+                raise blocked
+            # Wait for a call to leave, or for the bucket to refill (Retry-After's estimate).
+            with anyio.move_on_after(blocked.retry_after_s):
+                await ledger.changed.wait()
+        ledger.in_flight += 1
+
+    def leave(self, tenant: Tenant) -> None:
+        """A call that entered is over."""
+        ledger = self._ledger(tenant)
+        ledger.in_flight = max(0, ledger.in_flight - 1)
+        ledger.changed.set()
+        ledger.changed = anyio.Event()
+
+    def charge_tokens(self, tenant: Tenant, tokens: int) -> None:
+        """Take ``tokens`` (prompt + output of a finished call) from the tenant's bucket."""
+        if tenant.quota.tokens_per_minute is None or tokens <= 0:
+            return
+        ledger = self._ledger(tenant)
+        self._refill(tenant, ledger)
+        ledger.tokens -= tokens
+
+
+class ProgramNotFound(ServiceError):
+    """HTTP 404: no such program *of the caller's tenant* (another tenant's program with the
+    same ids answers the same: its existence is not revealed)."""
+
+    status_code = 404
+    error_type = "invalid_request_error"
+
+
+class TableFull(ServiceError):
+    """HTTP 503: the process table is at ``max_programs`` and no program in it is idle."""
+
+    status_code = 503
+    error_type = "service_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message, code="process_table_full")
+        self.retry_after_s = max(1, retry_after_s)
+
+    def headers(self) -> dict[str, str]:
+        return {"retry-after": str(self.retry_after_s)}
+
+
+def check_program(
+    table: ProcessTable,
+    key: ProgramKey,
+    tenant: Tenant,
+    now_s: float,
+    *,
+    max_programs: int,
+    retry_after_s: int,
+) -> ProgramKey | None:
+    """May a call or event of ``key`` go on? For a new program: under the tenant's
+    ``max_programs`` (else :class:`QuotaExceeded`) and room in the table, which may need the
+    returned idle program evicted (the caller ends it) or raise :class:`TableFull`. For a live
+    program: under the tenant's ``max_program_wall_s`` (else :class:`QuotaExceeded`)."""
+    quota = tenant.quota
+    entry = table.get(key)
+    if entry is not None:
+        wall = quota.max_program_wall_s
+        if wall is not None and now_s - entry.created_s > wall:
+            raise QuotaExceeded(
+                f"program {key.program_id} ran past tenant {tenant.name}'s wall-time quota of "
+                f"{wall:g} s",
+                code="program_wall_time_quota",
+                retry_after_s=table.idle_timeout_s,
+            )
+        return None
+    if quota.max_programs is not None and table.programs_of(key.tenant) >= quota.max_programs:
+        raise QuotaExceeded(
+            f"tenant {tenant.name} has {quota.max_programs} live programs, its quota",
+            code="programs_quota",
+            retry_after_s=retry_after_s,
+        )
+    if len(table) < max_programs:
+        return None
+    victim = table.evictable()
+    if victim is None:
+        raise TableFull(
+            f"the controller holds {len(table)} programs (max_programs) and none is idle",
+            retry_after_s=retry_after_s,
+        )
+    return victim
