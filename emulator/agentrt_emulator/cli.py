@@ -58,6 +58,36 @@ def register(subparsers: Any) -> None:
         choices=["critical", "error", "warning", "info", "debug"],
         help="uvicorn log level (default: %(default)s)",
     )
+    limits = serve.add_argument_group("HTTP limits (docs/security.md)")
+    limits.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=16 * 1024 * 1024,
+        metavar="N",
+        help="largest request body; 413 as soon as a body passes it (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--max-header-bytes",
+        type=int,
+        default=64 * 1024,
+        metavar="N",
+        help="largest request line + headers; larger heads are refused (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a connection has to send a whole request head; idle keep-alive "
+        "connections close after it too (default: %(default)s)",
+    )
+    limits.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=4096,
+        metavar="N",
+        help="connections + requests served at once; more get 503 (default: %(default)s)",
+    )
     model = serve.add_argument_group("engine model")
     model.add_argument(
         "--profile",
@@ -175,6 +205,10 @@ def _serve(args: argparse.Namespace) -> int:
             time_scale=args.time_scale,
             seed=args.seed,
             stream_interval_wall_s=args.stream_interval_ms / 1000.0,
+            max_body_bytes=args.max_body_bytes,
+            max_header_bytes=args.max_header_bytes,
+            header_timeout_s=args.header_timeout_s,
+            max_concurrency=args.max_concurrency,
         )
         anyio.run(run_forever, config, args.host, args.port, args.log_level)
     except AgentrtError as exc:
