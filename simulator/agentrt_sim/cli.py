@@ -24,6 +24,7 @@ examples:
   agentrt bench sim --workload react --rate 1 --duration 600 --policy fcfs,plas \\
       --admission-window 32 --plot out/
   agentrt bench sim --trace-in programs.jsonl --policy fcfs,srpt
+  agentrt bench sim --tenants well:mixed@0.6,greedy:mixed@1.8:rotate --tenancy off,on
   agentrt bench sweep --workload chatbot --rates 0.5,1,2,4 --policy fcfs,plas --plot out/
   agentrt bench fig2 --json"""
 
@@ -47,6 +48,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_workload_args(sim, rate=True)
+    _add_tenant_args(sim)
     _add_policy_args(sim)
     _add_output_args(sim)
     sim.add_argument("--trace-in", metavar="FILE", help="replay programs from a JSONL trace")
@@ -191,6 +193,43 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
     )
 
 
+def _add_tenant_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "tenants",
+        "Several tenants (API-key holders) on the same engines, and fair shares between them "
+        "(docs/tenancy.md). The JSON and a second table report each tenant's programs, E2E, "
+        "token latency and charged service with its share.",
+    )
+    group.add_argument(
+        "--tenants",
+        metavar="NAME:WORKLOAD@RATE[:rotate][:weight=W][,...]",
+        default=None,
+        help="tenants instead of --workload/--rate: each its own workload and Poisson rate "
+        "(programs/s) from its own seed; rotate = the tenant sends every LLM call under a "
+        "fresh program id (a client gaming attained service); weight = its fair share "
+        "(default 1). Example: well:mixed@0.6,greedy:mixed@1.8:rotate",
+    )
+    group.add_argument(
+        "--tenancy",
+        default="off",
+        metavar="off|on|off,on",
+        help="schedule weighted fair shares of charged service between tenants, the policy "
+        "inside each tenant (on), or one policy over all calls (off); a list compares both "
+        "(default: %(default)s)",
+    )
+
+
+def _tenancy_values(text: str) -> list[bool]:
+    from agentrt.errors import ConfigError
+
+    values = []
+    for item in (part.strip().lower() for part in text.split(",")):
+        if item not in ("on", "off"):
+            raise ConfigError(f"--tenancy takes on, off or a list of them, got {text!r}")
+        values.append(item == "on")
+    return values
+
+
 def _add_policy_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("controller policies")
     group.add_argument(
@@ -296,6 +335,15 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
 
     if args.engines < 1:
         raise ConfigError(f"--engines must be >= 1, got {args.engines}")
+    from agentrt_sim.workloads.tenants import TenantLoad, parse_tenants
+
+    tenants: tuple[TenantLoad, ...] = ()
+    if getattr(args, "tenants", None) is not None:
+        if getattr(args, "trace_in", None):
+            raise ConfigError("--tenants and --trace-in exclude each other")
+        if args.rate is not None:
+            raise ConfigError("--tenants gives each tenant its rate: drop --rate")
+        tenants = parse_tenants(args.tenants)
     engine = replace(
         EngineConfig(max_model_len=131072),
         max_num_seqs=args.max_num_seqs,
@@ -316,14 +364,28 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
         workload_params=parse_workload_params(
             args.workload_param, prompt_calibration=args.prompt_calibration
         ),
+        tenants=tenants,
     )
+    if tenants:
+        bench = replace(bench, workload="tenants", rate_per_s=sum(t.rate_per_s for t in tenants))
     window = parse_window(args.admission_window)
     options = _options(args.policy_option)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     router_options = _options(args.router_option)
+    weights = {t.name: t.weight for t in tenants}
     specs = [
-        PolicySpec(p, args.router, args.retention, window, options, router_options)
+        PolicySpec(
+            p,
+            args.router,
+            args.retention,
+            window,
+            options,
+            router_options,
+            tenancy=tenancy,
+            tenant_weights=weights,
+        )
         for p in policies
+        for tenancy in _tenancy_values(getattr(args, "tenancy", "off"))
     ]
     return bench, specs
 
@@ -381,8 +443,9 @@ def _run_sim(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(results)
     else:
+        workload = args.tenants if bench.tenants else bench.workload
         print_sim_table(
-            results, f"{bench.workload} @ {bench.rate_per_s:g} programs/s, {len(programs)} programs"
+            results, f"{workload} @ {bench.rate_per_s:g} programs/s, {len(programs)} programs"
         )
     if args.plot:
         from agentrt_sim.plots import plot_comparison

@@ -23,6 +23,10 @@ Definitions (all times in seconds on the virtual clock):
 * **Arrival rate**: programs arriving inside ``[warmup_s, window_end_s)`` (finished or not)
   ÷ the window's length — the realised Poisson rate, which a run keeps up with or not.
 * **Measured programs**: those that arrived at or after ``warmup_s``.
+* **Per tenant** (``tenants``, when programs carry one): the same program metrics over the
+  tenant's measured programs, its unfinished programs, and the service the cost model charged
+  to its calls finishing inside the window with its share of all charged service
+  (docs/tenancy.md).
 """
 
 from __future__ import annotations
@@ -35,7 +39,14 @@ from typing import Any
 from agentrt_emulator.core.types import EngineStats
 from agentrt_sim.state import ProgramRun
 
-__all__ = ["ProgramRecord", "RunRecord", "critical_path", "percentiles", "summarize"]
+__all__ = [
+    "ProgramRecord",
+    "RunRecord",
+    "critical_path",
+    "percentiles",
+    "summarize",
+    "tenant_summaries",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,8 @@ class ProgramRecord:
     #: of it spent in the controller's queue before admission to an engine.
     call_wait_s: float = 0.0
     controller_wait_s: float = 0.0
+    #: The tenant that sent it; ``None`` = no tenant.
+    tenant: str | None = None
 
     @property
     def e2e_s(self) -> float:
@@ -89,6 +102,11 @@ class RunRecord:
     preempted_calls: int = 0
     engine_stats_start: list[EngineStats] = field(default_factory=list)
     engine_stats_end: list[EngineStats] = field(default_factory=list)
+    #: Service charged (the cost model's seconds) to each tenant's calls that finished inside
+    #: the measurement window; ``""`` = calls of programs without a tenant.
+    tenant_service_s: dict[str, float] = field(default_factory=dict)
+    #: Programs of each tenant (``""`` = none) that arrived but had not finished.
+    tenant_unfinished: dict[str, int] = field(default_factory=dict)
 
 
 def critical_path(run: ProgramRun) -> tuple[float, float, float, float]:
@@ -183,4 +201,39 @@ def summarize(record: RunRecord, *, warmup_s: float, window_end_s: float) -> dic
         "preemptions": delta("num_preemptions"),
         "engine_steps": delta("num_steps"),
         "sim_end_s": record.end_s,
+        **({"tenants": tenant_summaries(record, measured, window)} if _has_tenants(record) else {}),
     }
+
+
+def _has_tenants(record: RunRecord) -> bool:
+    return any(name for name in record.tenant_service_s) or any(
+        p.tenant is not None for p in record.programs
+    )
+
+
+def tenant_summaries(
+    record: RunRecord, measured: Sequence[ProgramRecord], window_s: float
+) -> dict[str, dict[str, Any]]:
+    """Per tenant (``""`` = programs without one): programs, E2E and token latency, unfinished
+    programs, charged service in the window and its share of all charged service."""
+    names = sorted(
+        {p.tenant or "" for p in record.programs}
+        | set(record.tenant_service_s)
+        | set(record.tenant_unfinished)
+    )
+    total = sum(record.tenant_service_s.values())
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        mine = [p for p in measured if (p.tenant or "") == name]
+        charged = record.tenant_service_s.get(name, 0.0)
+        out[name] = {
+            "programs_completed": len(mine),
+            "programs_unfinished": record.tenant_unfinished.get(name, 0),
+            "calls_completed": sum(p.calls for p in mine),
+            "e2e_latency_s": percentiles([p.e2e_s for p in mine]),
+            "token_latency_s": percentiles([p.token_latency_s for p in mine]),
+            "charged_service_s": charged,
+            "charged_service_per_s": charged / window_s,
+            "service_share": charged / total if total > 0 else math.nan,
+        }
+    return out

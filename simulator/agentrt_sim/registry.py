@@ -9,6 +9,9 @@
 * Routers come from :func:`agentrt_controller.routing.factory.build_router` (same names and
   parameters as the controller service). Routers in :data:`PREFIX_ROUTERS` get
   ``Call.block_hashes`` filled by the simulator.
+* Tenancy: ``PolicySpec.tenancy`` puts the scheduler inside weighted fair shares between
+  tenants (the factory's ``tenancy=``, :class:`~agentrt_controller.scheduling.tenancy.
+  TenancyConfig`; docs/tenancy.md) with ``PolicySpec.tenant_weights``.
 * Retention policies: the table :data:`RETENTION` below; a new policy is one entry (a
   zero-argument factory). ``--retention on`` means the first non-``off`` entry.
 
@@ -29,6 +32,7 @@ from agentrt_controller.retention import RetentionPolicy, TtlRetentionPolicy
 from agentrt_controller.routing.factory import ROUTER_NAMES, build_router
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import SCHEDULER_NAMES, build_admission, build_scheduler
+from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_sim.costs import CostFunction
 from agentrt_sim.retention import NoRetention
 from agentrt_sim.sim import Policies
@@ -84,6 +88,11 @@ class PolicySpec:
     router_options: Mapping[str, Any] = field(default_factory=dict)
     #: Adaptive-window parameters (``AdaptiveWindowConfig`` fields); only with ``"adaptive"``.
     admission_options: Mapping[str, Any] = field(default_factory=lambda: dict(defaults.ADMISSION))
+    #: Weighted fair shares of charged service between tenants, the policy inside each
+    #: tenant (docs/tenancy.md); ``False`` = one policy over every tenant's calls.
+    tenancy: bool = False
+    #: Tenant name -> fair-share weight (> 0) when ``tenancy``; unlisted tenants weigh 1.
+    tenant_weights: Mapping[str, float] = field(default_factory=dict)
 
 
 def parse_window(text: str) -> int | str | None:
@@ -130,6 +139,7 @@ def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> 
         dict(spec.scheduler_options) or None,
         table=ProcessTable(idle_timeout_s=_IDLE_TIMEOUT_S),
         oracle=True,
+        tenancy=TenancyConfig(weights=dict(spec.tenant_weights)) if spec.tenancy else None,
     )
     if spec.admission_window == "adaptive":
         admission = build_admission("adaptive", dict(spec.admission_options))

@@ -10,7 +10,13 @@ from typing import Any
 
 from agentrt_sim.runner import Progress
 
-__all__ = ["print_fig2_table", "print_sim_table", "print_sweep_table", "progress_bar"]
+__all__ = [
+    "print_fig2_table",
+    "print_sim_table",
+    "print_sweep_table",
+    "print_tenant_table",
+    "progress_bar",
+]
 
 
 def _num(value: Any, digits: int = 3) -> str:
@@ -62,7 +68,7 @@ def print_sim_table(results: Sequence[Mapping[str, Any]], title: str) -> None:
         table.add_column(name, justify="left" if name in ("policy", "router") else "right")
     for r in results:
         table.add_row(
-            r["policy"],
+            r["policy"] + ("+tenancy" if r.get("tenancy") else ""),
             r["router"],
             r["retention"],
             _window(r["admission_window"]),
@@ -84,6 +90,47 @@ def print_sim_table(results: Sequence[Mapping[str, Any]], title: str) -> None:
     print(
         "times in seconds; wait/exec/tool/think = means along each program's critical path; "
         "tok lat = E2E / generated tokens"
+    )
+    if any("tenants" in r for r in results):
+        print_tenant_table(results)
+
+
+def print_tenant_table(results: Sequence[Mapping[str, Any]]) -> None:
+    """One row per (configuration, tenant): programs, latency, charged service and share."""
+    from rich.table import Table
+
+    table = Table(title="per tenant", title_justify="left")
+    for name in (
+        "policy",
+        "tenancy",
+        "tenant",
+        "programs",
+        "unfinished",
+        "e2e mean",
+        "e2e p95",
+        "tok lat mean",
+        "service s",
+        "share %",
+    ):
+        table.add_column(name, justify="left" if name in ("policy", "tenant") else "right")
+    for r in results:
+        for tenant, t in r.get("tenants", {}).items():
+            table.add_row(
+                r["policy"],
+                "on" if r.get("tenancy") else "off",
+                tenant or "-",
+                _num(t["programs_completed"]),
+                _num(t["programs_unfinished"]),
+                _num(t["e2e_latency_s"]["mean"]),
+                _num(t["e2e_latency_s"]["p95"]),
+                _num(t["token_latency_s"]["mean"]),
+                _num(t["charged_service_s"]),
+                _num(100 * t["service_share"]),
+            )
+    _console().print(table)
+    print(
+        "service s = the cost model's charged service of calls finishing in the measurement "
+        "window; share = of all tenants' charged service"
     )
 
 

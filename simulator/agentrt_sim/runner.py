@@ -21,6 +21,7 @@ from agentrt_sim.registry import PolicySpec, build_policies
 from agentrt_sim.sim import SimConfig, Simulation
 from agentrt_sim.workloads.generate import generate_programs
 from agentrt_sim.workloads.program import Program
+from agentrt_sim.workloads.tenants import TenantLoad, format_tenants, generate_tenant_programs
 
 __all__ = [
     "BenchConfig",
@@ -60,6 +61,9 @@ class BenchConfig:
     scrape_interval_s: float = 0.0
     #: ``max_steps`` per ``EngineCore.step`` call (1 = no fused decode steps).
     max_fused_steps: int = 1 << 20
+    #: Tenants, each its own workload and rate (``agentrt_sim.workloads.tenants``); when
+    #: given they replace ``workload`` and ``rate_per_s``.
+    tenants: tuple[TenantLoad, ...] = ()
 
     def resolved_warmup_s(self) -> float:
         return 0.1 * self.duration_s if self.warmup_s is None else self.warmup_s
@@ -78,6 +82,13 @@ class BenchConfig:
         )
 
     def programs(self) -> list[Program]:
+        if self.tenants:
+            return generate_tenant_programs(
+                self.tenants,
+                duration_s=self.duration_s,
+                seed=self.seed,
+                overrides=self.workload_params,
+            )
         return generate_programs(
             self.workload,
             rate_per_s=self.rate_per_s,
@@ -98,7 +109,8 @@ class RunOutcome:
 def label(spec: PolicySpec) -> str:
     """A short human-readable name of a configuration."""
     window = "unlimited" if spec.admission_window is None else str(spec.admission_window)
-    return f"{spec.policy}/{spec.router}/retention={spec.retention}/window={window}"
+    text = f"{spec.policy}/{spec.router}/retention={spec.retention}/window={window}"
+    return text + "/tenancy=on" if spec.tenancy else text
 
 
 def run_one(
@@ -129,6 +141,8 @@ def run_one(
         "engines": bench.engines,
         "profile": bench.profile,
         "warmup_s": config.warmup_s,
+        "tenancy": spec.tenancy,
+        **({"tenant_loads": format_tenants(bench.tenants)} if bench.tenants else {}),
         **metrics,
     }
     return RunOutcome(summary, record)

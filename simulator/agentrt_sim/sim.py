@@ -18,6 +18,13 @@ submitted in ``(program_id, node order)`` order, then the dispatcher admits, the
 step. Everything is deterministic: no wall clock, no unseeded randomness, ties broken by
 sequence numbers.
 
+**Tenants.** A program's ``tenant`` is put on its calls and its key (the controller's
+fair shares between tenants read it); a program with ``rotate_call_ids`` sends every call under
+a fresh program id ``<program id>#<node id>``, started by the call and ended when it finishes,
+so the controller sees one-call programs while the client still runs the whole DAG. The service
+charged to each tenant's calls finishing inside the measurement window is recorded
+(``RunRecord.tenant_service_s``).
+
 **Speed.** An idle engine steps with ``max_steps`` large and a horizon up to the next event,
 so the engine fuses identical pure-decode iterations; a simulated hour costs roughly one
 Python step per external event instead of one per decode iteration.
@@ -32,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.errors import InvalidRequest
+from agentrt_controller.keys import DEFAULT_SESSION, ProgramKey
 from agentrt_controller.retention import RetentionPolicy
 from agentrt_controller.scheduling.api import BackendView, Call
 from agentrt_controller.scheduling.dispatcher import Dispatcher
@@ -113,6 +121,7 @@ class Simulation:
         self._released: list[tuple[str, int, ProgramRun, int]] = []
         self._warm_stats: list[EngineStats] | None = None
         self._live = 0
+        self._live_by_tenant: dict[str, int] = {}
         for index, plan in enumerate(plans):
             self.push(plan.program.arrival_s, _ARRIVAL, index)
 
@@ -178,7 +187,13 @@ class Simulation:
             oracle_costs(plan, self.cost),
             measured,
         )
+        if program.tenant is not None:
+            run.key = ProgramKey(
+                session_id=DEFAULT_SESSION, program_id=program.program_id, tenant=program.tenant
+            )
         self._live += 1
+        tenant = "" if program.tenant is None else program.tenant
+        self._live_by_tenant[tenant] = self._live_by_tenant.get(tenant, 0) + 1
         self.dispatcher.on_program_start(run.key, now, name=program.kind)
         for node in plan.roots:
             self.release(run, node, now)
@@ -208,6 +223,7 @@ class Simulation:
         self.waits.program_end(run, now)
         self.dispatcher.on_program_end(run.key, now)
         self._live -= 1
+        self._live_by_tenant["" if program.tenant is None else program.tenant] -= 1
         wait_s, exec_s, tool_s, think_s = critical_path(run)
         self.record.programs.append(
             ProgramRecord(
@@ -215,6 +231,7 @@ class Simulation:
                 kind=program.kind,
                 arrival_s=program.arrival_s,
                 finish_s=now,
+                tenant=program.tenant,
                 output_tokens=run.plan.total_output_tokens,
                 calls=run.calls_finished,
                 wait_s=wait_s,
@@ -239,11 +256,14 @@ class Simulation:
         submit = self.dispatcher.submit
         calls = self.calls
         for program_id, _, run, node in released:
-            spec = run.plan.program.nodes[node]
+            program = run.plan.program
+            spec = program.nodes[node]
             assert isinstance(spec, LLMNode)
             call = Call(
                 call_id=f"{program_id}/{spec.node_id}",
-                program_id=program_id,
+                program_id=f"{program_id}#{spec.node_id}"
+                if program.rotate_call_ids
+                else program_id,
                 thread_id=spec.thread_id,
                 node_id=spec.node_id,
                 parent_ids=spec.parents,
@@ -251,6 +271,7 @@ class Simulation:
                 prompt_tokens=run.plan.prompt_len[node],
                 oracle_service_s=run.oracle_s[node],
                 oracle_program_remaining_s=run.oracle_remaining_s,
+                tenant=program.tenant,
             )
             self.waits.annotate(run, call, now)
             call_run = calls[call.call_id] = CallRun(call, run, node, now)
@@ -368,6 +389,13 @@ class Simulation:
             node, run.prompt, run.output, run.call.block_hashes
         )
         self.dispatcher.on_finish(run.call, slot.backend_id, service_s, now)
+        tenant = program.plan.program.tenant
+        if program.plan.program.rotate_call_ids:  # the call was its own one-call program
+            self.dispatcher.on_program_end(run.call.program_key, now)
+        if self.config.warmup_s <= now < self.config.window_end_s:
+            charged = self.record.tenant_service_s
+            name = "" if tenant is None else tenant
+            charged[name] = charged.get(name, 0.0) + service_s
         program.calls_finished += 1
         program.oracle_remaining_s -= program.oracle_s[node]
         program.thread_engine[spec.thread_id] = slot.index
@@ -386,5 +414,6 @@ class Simulation:
         record = self.record
         record.end_s = self.now_s
         record.unfinished_programs = self._live
+        record.tenant_unfinished = {t: n for t, n in self._live_by_tenant.items() if n}
         record.engine_stats_start = self._warm_stats or [s.core.stats() for s in self.engines]
         record.engine_stats_end = [slot.core.stats() for slot in self.engines]
