@@ -11,9 +11,10 @@
   calls are in flight (they finish; no new ones are sent), 200 ``{"removed": true}`` when it
   was idle and is gone; 404 for an unknown id.
 
-Changing the set of backends changes where users' prompts go, so the two mutations need
-``Authorization: Bearer <admin_token>`` when ``admin_token`` is configured, and otherwise are
-accepted from loopback clients only (403 else). Listing is open, like ``/agentrt/v1/queues``.
+Changing the set of backends changes where users' prompts go, and the listing shows backend
+URLs, so all three need ``Authorization: Bearer <admin_token>`` when ``admin_token`` is
+configured, and otherwise are accepted from loopback clients only (403 else). Tenants' API
+keys do not open them (docs/security.md, "Identity").
 """
 
 from __future__ import annotations
@@ -57,16 +58,16 @@ class Conflict(ServiceError):
     error_type = "invalid_request_error"
 
 
-def _authorize(request: Request, token: str | None) -> None:
+def _authorize(request: Request, token: str | None, what: str = "changing backends") -> None:
     if token is None:
         host = request.client.host if request.client is not None else ""
         if not host.startswith(_LOOPBACK):
-            raise Forbidden("changing backends is allowed from loopback clients only")
+            raise Forbidden(f"{what} is allowed from loopback clients only")
         return
     given = request.headers.get("authorization", "")
     scheme, _, value = given.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(value.encode(), token.encode()):
-        raise Forbidden("changing backends needs Authorization: Bearer <admin_token>")
+        raise Forbidden(f"{what} needs Authorization: Bearer <admin_token>")
 
 
 async def _spec(request: Request) -> BackendSpec:
@@ -92,6 +93,7 @@ def admin_routes(
     from a spec (raising :class:`ConfigError` for unknown kinds and options)."""
 
     async def listing(request: Request) -> Response:
+        _authorize(request, admin_token, "listing backends")
         return JSONResponse({"backends": engine.describe_backends()})
 
     async def add(request: Request) -> Response:
