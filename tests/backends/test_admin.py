@@ -132,7 +132,7 @@ async def test_removing_an_idle_backend_drops_it_at_once_and_a_new_one_is_probed
     assert "dead" not in app.engine.pool.states
 
 
-async def test_admin_token_guards_changes_but_not_the_listing() -> None:
+async def test_admin_token_guards_changes_and_the_listing() -> None:
     quick = FakeVllm(name="quick")
     async with (
         serve_app(build_app(quick)) as quick_url,
@@ -143,10 +143,12 @@ async def test_admin_token_guards_changes_but_not_the_listing() -> None:
         wrong = await http.post(ADMIN, json=spec, headers={"authorization": "Bearer nope"})
         right = await http.post(ADMIN, json=spec, headers={"authorization": "Bearer s3cret-token"})
         delete = await http.delete(ADMIN + "/second")
-        listing = await http.get(ADMIN)
+        unlisted = await http.get(ADMIN)  # backend URLs are the admin's
+        listing = await http.get(ADMIN, headers={"authorization": "Bearer s3cret-token"})
     assert (missing.status_code, wrong.status_code, right.status_code) == (403, 403, 201)
     assert delete.status_code == 403
     assert missing.json()["error"]["type"] == "permission_error"
+    assert unlisted.status_code == 403
     assert len(listing.json()["backends"]) == 2
 
 
