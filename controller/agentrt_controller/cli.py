@@ -131,7 +131,38 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--log-level", choices=["critical", "error", "warning", "info", "debug"], default=None
     )
+    serve.add_argument(
+        "--api-key",
+        help="one API key for the one tenant 'default' (like vLLM's --api-key); prefer "
+        "AGENTRT_CONTROLLER_API_KEY or a key file: flags show in the process list",
+    )
+    serve.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="TOML key file: tenants, key hashes, weights, cache groups, quotas (docs/security.md)",
+    )
+    serve.add_argument(
+        "--max-programs", type=int, help="programs the process table holds at most (100000)"
+    )
+    serve.add_argument(
+        "--max-predicted-wait-s",
+        type=float,
+        help="clamp for a tool wait's predicted duration (default: the idle timeout)",
+    )
+    serve.add_argument(
+        "--fair-share",
+        choices=["auto", "on", "off"],
+        default=None,
+        help="fair shares between tenants (auto: on with more than one tenant)",
+    )
     serve.set_defaults(handler=_serve)
+    hash_key = commands.add_parser(
+        "hash-key",
+        help="print the stored form (sha256:<hex>) of an API key read from standard input",
+        description="Read one API key from standard input (one line; surrounding whitespace "
+        "is dropped) and print its hash for a key file's keys = [...] (docs/security.md).",
+    )
+    hash_key.set_defaults(handler=_hash_key)
 
 
 def _priority_text(priority: object) -> str:
@@ -167,7 +198,29 @@ def banner(config: ControllerConfig) -> str:
         priority=priority,
     )
     backends = ",".join(b.backend_id for b in config.backends)
-    return f"agentrt controller on http://{config.host}:{config.port} {summary} backends={backends}"
+    line = f"agentrt controller on http://{config.host}:{config.port} {summary} backends={backends}"
+    return f"{line} {_tenants_text(config)}"
+
+
+def _tenants_text(config: ControllerConfig) -> str:
+    """The tenancy phrase of the start-up line (reads the key file: raises ConfigError)."""
+    from agentrt_controller.service.tenants import build_directory
+
+    directory = build_directory(
+        key_file=config.api_key_file, key_list=config.api_keys, single_key=config.api_key
+    )
+    return directory.describe()
+
+
+def _hash_key(args: argparse.Namespace) -> int:
+    from agentrt_controller.service.tenants import hash_key
+
+    key = sys.stdin.readline().strip()
+    if not key:
+        print("agentrt controller hash-key: no key on standard input", file=sys.stderr)
+        return 2
+    print(hash_key(key))
+    return 0
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -180,7 +233,8 @@ _OVERRIDES = (
     "router", "routing", "retention", "retention_options", "max_body_bytes", "scrape_interval_s",
     "breaker", "backend_timeout_s", "max_retries",
     "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
-    "max_concurrency",
+    "max_concurrency", "api_key", "api_key_file", "max_programs", "max_predicted_wait_s",
+    "fair_share",
 )  # fmt: skip
 
 

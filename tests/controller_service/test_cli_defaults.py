@@ -17,7 +17,8 @@ def test_the_start_up_line_says_policy_window_router_retention_and_priority() ->
     assert banner(config) == (
         f"agentrt controller on http://127.0.0.1:9 policy={defaults.POLICY} "
         f"window={defaults.ADMISSION_WINDOW} router={defaults.ROUTER} "
-        f"retention={defaults.RETENTION} priority=off backends=127.0.0.1:8000"
+        f"retention={defaults.RETENTION} priority=off backends=127.0.0.1:8000 "
+        "tenants=open(one tenant 'default', no API keys)"
     )
 
 
