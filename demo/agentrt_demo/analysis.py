@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from agentrt_demo.traces import SpanRecord
@@ -29,9 +29,11 @@ __all__ = [
     "KindStats",
     "NodeRecord",
     "ProgramRecord",
+    "Ratios",
     "kind_stats",
     "percentile",
     "programs_from_spans",
+    "ratios",
     "speedup",
 ]
 
@@ -99,6 +101,18 @@ class ProgramRecord:
     @property
     def llm_calls(self) -> int:
         return sum(1 for n in self.nodes if n.kind == "llm")
+
+    @property
+    def output_tokens(self) -> int:
+        """Tokens its LLM calls generated (``gen_ai.usage.output_tokens``; unknown counts 0)."""
+        return sum(n.output_tokens or 0 for n in self.nodes if n.kind == "llm")
+
+    @property
+    def token_latency_s(self) -> float:
+        """Program token latency: end-to-end seconds per generated token (Autellix, arXiv
+        2502.13965, §6); NaN when it generated none."""
+        tokens = self.output_tokens
+        return self.e2e_s / tokens if tokens else math.nan
 
 
 def programs_from_spans(spans: Iterable[SpanRecord]) -> list[ProgramRecord]:
@@ -202,6 +216,9 @@ class KindStats:
     exec_mean_s: float
     tool_mean_s: float
     llm_calls_mean: float
+    #: Mean program token latency (seconds per generated token) and generated tokens.
+    token_latency_mean_s: float = math.nan
+    output_tokens_mean: float = math.nan
 
 
 def kind_stats(
@@ -233,7 +250,54 @@ def _stats(kind: str, programs: Sequence[ProgramRecord]) -> KindStats:
         exec_mean_s=mean(p.exec_s for p in ok),
         tool_mean_s=mean(p.tool_s for p in ok),
         llm_calls_mean=mean(p.llm_calls for p in ok),
+        token_latency_mean_s=mean(
+            p.token_latency_s for p in ok if not math.isnan(p.token_latency_s)
+        ),
+        output_tokens_mean=mean(p.output_tokens for p in ok),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Ratios:
+    """Baseline over improved for the programs of one kind that finished in both runs (above
+    1: the improved run was faster); NaN when no program did."""
+
+    kind: str
+    #: Programs compared.
+    programs: int
+    #: Mean end-to-end latency, its 95th percentile, mean program token latency.
+    e2e_mean: float
+    e2e_p95: float
+    token_latency_mean: float
+
+
+def ratios(
+    baseline: Sequence[ProgramRecord], improved: Sequence[ProgramRecord], kind: str = "all"
+) -> Ratios:
+    """:class:`Ratios` of ``baseline`` over ``improved`` for the programs (matched by name) of
+    ``kind`` (``all`` = every kind) that finished ``ok`` in both."""
+    before = _ok_by_name(baseline, kind)
+    after = _ok_by_name(improved, kind)
+    common = sorted(set(before) & set(after))
+
+    def ratio(measure: Callable[[Sequence[ProgramRecord]], float]) -> float:
+        if not common:
+            return math.nan
+        denominator = measure([after[name] for name in common])
+        numerator = measure([before[name] for name in common])
+        return numerator / denominator if denominator > 0 else math.nan
+
+    def e2e_mean(programs: Sequence[ProgramRecord]) -> float:
+        return sum(p.e2e_s for p in programs) / len(programs)
+
+    def e2e_p95(programs: Sequence[ProgramRecord]) -> float:
+        return percentile([p.e2e_s for p in programs], 95)
+
+    def token_latency(programs: Sequence[ProgramRecord]) -> float:
+        values = [p.token_latency_s for p in programs if not math.isnan(p.token_latency_s)]
+        return sum(values) / len(values) if values else math.nan
+
+    return Ratios(kind, len(common), ratio(e2e_mean), ratio(e2e_p95), ratio(token_latency))
 
 
 def speedup(
@@ -242,18 +306,8 @@ def speedup(
     """Mean E2E of ``baseline`` over mean E2E of ``improved`` for the programs (matched by
     name) of ``kind`` (``all`` = every kind) that finished ``ok`` in both; NaN when none did.
     Above 1: ``improved`` is faster."""
-    before = _ok_by_name(baseline, kind)
-    after = _ok_by_name(improved, kind)
-    common = sorted(set(before) & set(after))
-    if not common:
-        return math.nan
-    total_after = sum(after[name] for name in common)
-    if total_after <= 0:
-        return math.nan
-    return sum(before[name] for name in common) / total_after
+    return ratios(baseline, improved, kind).e2e_mean
 
 
-def _ok_by_name(programs: Sequence[ProgramRecord], kind: str) -> Mapping[str, float]:
-    return {
-        p.name: p.e2e_s for p in programs if p.status == "ok" and (kind == "all" or p.kind == kind)
-    }
+def _ok_by_name(programs: Sequence[ProgramRecord], kind: str) -> Mapping[str, ProgramRecord]:
+    return {p.name: p for p in programs if p.status == "ok" and (kind in ("all", p.kind))}

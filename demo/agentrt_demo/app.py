@@ -1,9 +1,10 @@
 """The whole ``agentrt demo`` run: controller phase, direct phase, summary, files.
 
-1. **controller**: ``engines`` fresh emulated engines with ``--scheduling-policy priority``
-   and a controller in front of them (policy, router, admission window, priority
-   passthrough); the planned programs arrive over time and run through the controller.
-2. **direct** (unless ``--no-direct``): fresh engines again (cold caches) with FCFS, no
+1. **controller**: ``engines`` fresh emulated engines (FCFS, as a stock vLLM; priority
+   scheduling with ``--priority on``) and a controller in front of them running the product
+   defaults unless options chose otherwise; the planned programs arrive over time and run
+   through the controller.
+2. **direct** (unless ``--no-direct``): fresh FCFS engines again (cold caches), no
    controller; the same programs, each bound to one engine round-robin.
 3. The summary table (stdout and ``summary.txt`` / ``summary.json``), the spans of each phase
    (``trace-<phase>.jsonl``, OTLP-JSON lines) and the timeline (``timeline.html`` /
@@ -27,6 +28,7 @@ from agentrt_demo.agents import AgentFn, base_agents
 from agentrt_demo.analysis import ProgramRecord, programs_from_spans
 from agentrt_demo.cluster import (
     EngineMetrics,
+    backend_kinds,
     controller_setup,
     run_controller,
     run_engines,
@@ -79,7 +81,9 @@ async def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoResu
 
         await anyio.to_thread.run_sync(import_frameworks, [str(k) for k in frameworks.agents])
     run = _Run(settings, specs, agents, make_progress(settings.progress))
-    policies: dict[str, Literal["fcfs", "priority"]] = {"controller": "priority"}
+    policies: dict[str, Literal["fcfs", "priority"]] = {
+        "controller": "priority" if settings.priority else "fcfs"
+    }
     if settings.direct:
         policies["direct"] = "fcfs"
     # Both phases' engines start at once (start-up is slow on a busy machine); the direct
@@ -123,10 +127,13 @@ class _Run:
         server_spans = self.log_dir / "controller-spans.jsonl"
         async with run_controller(setup, self.log_dir, server_spans) as controller_url:
             self.endpoints.append(controller_url)
+            kinds = await backend_kinds(controller_url)
+            _say(f"controller phase: backends detected as {', '.join(kinds)}")
             outcome = await self._run("controller", [controller_url], capture)
         metrics = await scrape_engines(engine_urls)
         extra = await anyio.to_thread.run_sync(_read_if_there, server_spans)
-        self._finish(outcome, capture, metrics, setup.describe(), extra)
+        described = f"{setup.describe()}, backends {'/'.join(sorted(set(kinds)))}"
+        self._finish(outcome, capture, metrics, described, extra)
 
     async def direct_phase(self, engine_urls: list[str]) -> None:
         _say("direct phase: fresh FCFS engines, no controller, programs round-robin")
@@ -194,7 +201,7 @@ def _read_if_there(path: Path) -> list[SpanRecord]:
 
 def _title(settings: DemoSettings) -> str:
     return (
-        f"agentrt demo — policy {settings.policy}, {settings.engines} engines, "
+        f"agentrt demo — policy {settings.policy or 'default'}, {settings.engines} engines, "
         f"seed {settings.seed}, time scale {settings.time_scale:g}"
     )
 

@@ -7,15 +7,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentrt_demo.settings import DemoSettings
+from agentrt_controller import defaults as product
+from agentrt_demo.settings import POLICIES, AdmissionWindow, DemoSettings
 
 __all__ = ["register"]
 
 _DEMO_EPILOG = """\
 examples:
-  agentrt demo                       # the full run (1-2 minutes)
+  agentrt demo                       # the full run (about 1.5 minutes): the product defaults
   agentrt demo --quick --no-direct   # a few seconds: is everything wired?
-  agentrt demo --policy plas --programs 60 --out /tmp/demo
+  agentrt demo --policy atlas --window 8 --out /tmp/demo   # other controller choices
   agentrt timeline agentrt-demo-out/trace-controller.jsonl --format png"""
 
 
@@ -27,7 +28,9 @@ def register(subparsers: Any) -> None:
         description="Start emulated engines and a controller on loopback, run a mix of agent "
         "programs (ReAct, map-reduce, MCTS, and LangGraph / AutoGen agents when installed) "
         "through the controller, then the same programs straight to fresh FCFS engines; print "
-        "a summary table and write traces and a program timeline.",
+        "a summary table and write traces and a program timeline. The controller runs its "
+        "product defaults (what 'agentrt controller serve --backend URL' runs) unless "
+        "--policy, --router, --retention, --window or --priority choose otherwise.",
         epilog=_DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -58,21 +61,41 @@ def register(subparsers: Any) -> None:
         "engines' saturation)",
     )
     demo.add_argument(
-        "--policy", choices=("atlas", "plas", "mlfq", "fcfs"), help="controller policy"
+        "--policy",
+        choices=POLICIES,
+        help=f"controller policy (default: the controller's, {product.POLICY})",
     )
     demo.add_argument(
         "--router",
         metavar="NAME",
-        help="controller router (default: the best it offers: prefix, least_loaded, round_robin)",
+        help=f"controller router (default: the controller's, {product.ROUTER})",
     )
     demo.add_argument(
         "--retention",
         choices=("on", "off"),
-        default="on",
-        help="KV retention during tool waits at the controller (default on)",
+        help=f"KV retention during tool waits (default: the controller's, {product.RETENTION})",
+    )
+    demo.add_argument(
+        "--window",
+        metavar="N|adaptive|unlimited",
+        help="controller admission window per engine (default: the controller's, adaptive: "
+        "at most the engine batch + 2)",
+    )
+    demo.add_argument(
+        "--priority",
+        choices=("on", "off"),
+        default="off",
+        help="priority passthrough: the controller phase's engines run priority scheduling and "
+        "get the controller's priority (default off, as the controller's)",
     )
     demo.add_argument(
         "--engines", type=int, metavar="N", help=f"emulated engines (default {defaults.engines})"
+    )
+    demo.add_argument(
+        "--max-num-seqs",
+        type=int,
+        metavar="N",
+        help=f"sequences per engine step, vLLM's --max-num-seqs (default {defaults.max_num_seqs})",
     )
     demo.add_argument("--quick", action="store_true", help="six small programs on fast engines")
     demo.add_argument("--no-direct", action="store_true", help="skip the direct (FCFS) baseline")
@@ -129,12 +152,16 @@ def _demo(args: argparse.Namespace) -> int:
         "policy": args.policy,
         "router": args.router,
         "engines": args.engines,
+        "max_num_seqs": args.max_num_seqs,
+        "retention": None if args.retention is None else args.retention == "on",
     }
     try:
+        if args.window is not None:
+            overrides["admission_window"] = _window(args.window)
         settings = DemoSettings(
             **{k: v for k, v in overrides.items() if v is not None},
             direct=not args.no_direct,
-            retention=args.retention == "on",
+            priority=args.priority == "on",
             frameworks=not args.no_frameworks,
             progress=args.progress,
             timeline_formats=("html", "png") if args.timeline == "both" else (args.timeline,),
@@ -149,6 +176,17 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     print(f"demo finished in {result.wall_s:.1f} s", file=sys.stderr)
     return result.status
+
+
+def _window(text: str) -> AdmissionWindow:
+    from agentrt.errors import ConfigError
+
+    if text in ("adaptive", "unlimited"):
+        return text  # type: ignore[return-value]
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--window must be N, adaptive or unlimited, got {text!r}") from None
 
 
 def _timeline(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""The demo's servers: emulated engines (child processes) and a controller (in this process).
+"""The demo's servers: emulated engines and a controller, each in a child process.
 
 Everything started here is stopped when its ``async with`` block exits — normally, on an error
 or on Ctrl-C: engines get their stdin closed and SIGTERM, then SIGKILL after a grace period;
@@ -21,13 +21,14 @@ import anyio
 import httpx
 from anyio.abc import Process
 
-from agentrt.errors import AgentrtError, ConfigError
+from agentrt.errors import AgentrtError
 from agentrt_demo.settings import DemoSettings
 
 __all__ = [
     "ControllerSetup",
     "DemoError",
     "EngineMetrics",
+    "backend_kinds",
     "controller_setup",
     "run_controller",
     "run_engines",
@@ -36,8 +37,6 @@ __all__ = [
 
 _STARTUP_TIMEOUT_S = 60.0
 _STOP_GRACE_S = 5.0
-#: Routers in order of preference: the first one the controller knows is used.
-_ROUTER_PREFERENCE = ("prefix", "least_loaded", "round_robin")
 
 
 class DemoError(AgentrtError):
@@ -201,73 +200,79 @@ async def scrape_engines(urls: Sequence[str]) -> EngineMetrics:
 # ------------------------------------------------------------------------------- controller
 @dataclass(frozen=True, slots=True)
 class ControllerSetup:
-    """How the demo's controller is configured, and what it could not get."""
+    """How the demo's controller is configured."""
 
-    #: Controller options (``agentrt_controller.service.load_config`` overrides).
+    #: Controller options (``agentrt_controller.service.load_config`` overrides): the engines'
+    #: URLs (no ``kind``: the controller detects our emulator), a free port, and only the
+    #: choices the user made; everything else is the controller's default.
     overrides: dict[str, Any]
-    router: str
-    #: Features the demo wanted but this controller does not offer (said in the output).
-    missing: tuple[str, ...]
+    #: The resulting policy line (``agentrt_controller.defaults.describe``).
+    policies: str
+    #: The choices that differ from the controller's defaults, e.g. ``("policy=atlas",)``.
+    chosen: tuple[str, ...]
 
     def describe(self) -> str:
-        window = self.overrides["admission_window"]
-        retention = self.overrides.get("retention", "off")
-        text = (
-            f"policy={self.overrides['policy']} router={self.router} retention={retention} "
-            f"admission window={window}/engine, priority passthrough to priority-scheduling "
-            "engines"
+        given = ", ".join(self.chosen)
+        return self.policies + (
+            f" (product defaults but {given})" if given else " (the product defaults)"
         )
-        if self.missing:
-            text += f" (not available in this controller: {', '.join(self.missing)})"
-        return text
 
 
 def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> ControllerSetup:
-    """The controller configuration for ``engine_urls``: the chosen policy, the chosen router
-    or the best one this controller knows (``prefix``, else ``least_loaded``, else
-    ``round_robin``), priority
-    passthrough to the engines (they run ``--scheduling-policy priority``), the admission
-    window, and KV retention during tool waits when asked for and the controller has it.
-    Raises ``ConfigError`` for a router the controller does not know."""
+    """The controller configuration for ``engine_urls``: what ``agentrt controller serve
+    --backend URL ...`` runs, plus the choices ``settings`` makes (policy, router, retention,
+    admission window, priority passthrough). Raises ``ConfigError`` for a choice the
+    controller refuses (an unknown router, say)."""
     from agentrt_controller.service import load_config
     from agentrt_controller.service.policies import build_dispatcher
 
-    window = settings.admission_window
+    priority = ",priority=on" if settings.priority else ""
     overrides: dict[str, Any] = {
         "port": 0,
-        "policy": settings.policy,
-        "admission_window": "unlimited" if window is None else window,
-        "backends": [f"{url},priority=on" for url in engine_urls],
-        # The scrape interval is also the health probes' time limit: the default (1 s) keeps a
-        # busy machine's slow answer from marking an engine down.
-        "scrape_interval_s": 1.0,
+        "backends": [f"{url}{priority}" for url in engine_urls],
     }
-    missing: list[str] = []
-    if settings.router is not None:
-        candidate = {**overrides, "router": settings.router}
-        build_dispatcher(load_config(env={}, overrides=candidate))  # ConfigError: unknown
-        router = settings.router
-    else:
-        for router in _ROUTER_PREFERENCE:
-            candidate = {**overrides, "router": router}
-            try:
-                build_dispatcher(load_config(env={}, overrides=candidate))
-            except ConfigError:
-                missing.append(f"{router} router")
-                continue
-            break
-        else:
-            raise DemoError(f"the controller accepts none of the routers {_ROUTER_PREFERENCE}")
-    # KV retention during tool waits (Continuum, arXiv 2511.02230; docs/routing.md,
-    # "KV retention during tool waits"), where this controller offers it.
-    if settings.retention:
+    retention = settings.retention
+    chosen: dict[str, Any] = {
+        "policy": settings.policy,
+        "router": settings.router,
+        "retention": None if retention is None else ("on" if retention else "off"),
+        "admission_window": settings.admission_window,
+    }
+    chosen = {key: value for key, value in chosen.items() if value is not None}
+    overrides.update(chosen)
+    config = load_config(env={}, overrides=overrides)
+    build_dispatcher(config)  # ConfigError: a router or policy this controller does not know
+    policies = _policy_line(config)
+    labels = [f"{key}={value}" for key, value in chosen.items()]
+    if settings.priority:
+        labels.append("priority=on")
+    return ControllerSetup(overrides, policies, tuple(labels))
+
+
+def _policy_line(config: Any) -> str:
+    from agentrt_controller import defaults
+
+    priorities = {b.priority for b in config.backends}
+    priority = "on" if priorities == {True} else "off" if priorities == {False} else "mixed"
+    return defaults.describe(
+        policy=config.policy,
+        admission_window=config.admission_window,
+        router=config.router,
+        retention=config.retention,
+        priority=priority,
+    )
+
+
+async def backend_kinds(controller_url: str) -> list[str]:
+    """The kind of each of the controller's backends (``emulator`` once detected), in its
+    listing's order; raises :class:`DemoError` when the listing cannot be read."""
+    async with httpx.AsyncClient(timeout=10.0) as http:
         try:
-            with_retention = {**candidate, "retention": "on"}
-            build_dispatcher(load_config(env={}, overrides=with_retention))
-            candidate = with_retention
-        except ConfigError:
-            missing.append("KV retention")
-    return ControllerSetup(candidate, router, tuple(missing))
+            response = await http.get(controller_url + "/agentrt/v1/backends")
+            response.raise_for_status()
+            return [str(b.get("kind")) for b in response.json()["backends"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            raise DemoError(f"cannot read the controller's backend listing: {exc}") from exc
 
 
 @asynccontextmanager

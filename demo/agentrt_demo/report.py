@@ -1,11 +1,14 @@
 """The demo's summary: a fixed-width table per program kind and phase, and the same as JSON.
 
 Columns (seconds of wall time): ``n`` programs / ``ok`` finished without error; ``calls`` LLM
-calls per program; ``E2E p50 / p95 / mean`` program end-to-end latency; ``wait / exec / tool``
-mean per program of the time split defined in :mod:`agentrt_demo.analysis`; ``prefix hit``
-the engines' prefix-cache hit rate over the phase (``vllm:prefix_cache_hits_total /
-vllm:prefix_cache_queries_total``; per phase, so shown on the ``all`` rows); ``speed-up``
-mean E2E direct / mean E2E through the controller over the programs that finished in both.
+calls per program; ``E2E p50 / p95 / mean`` program end-to-end latency; ``ms/tok`` mean
+program token latency (E2E per generated token, milliseconds); ``wait / exec / tool`` mean per
+program of the time split defined in :mod:`agentrt_demo.analysis`; ``prefix hit`` the engines'
+prefix-cache hit rate over the phase (``vllm:prefix_cache_hits_total /
+vllm:prefix_cache_queries_total``; per phase, so shown on the ``all`` rows); on the controller
+rows, direct ÷ controller over the programs that finished in both: ``tok x`` mean token
+latency, ``p95 x`` E2E p95 and ``speed-up`` mean E2E. Under the table, the verdict in words
+(:mod:`agentrt_demo.verdict`), then one note per phase.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from agentrt_demo.analysis import KindStats, ProgramRecord, kind_stats, speedup
+from agentrt_demo.analysis import KindStats, ProgramRecord, Ratios, kind_stats, ratios
 from agentrt_demo.cluster import EngineMetrics
 from agentrt_demo.runner import PhaseOutcome
 from agentrt_demo.settings import DemoSettings
+from agentrt_demo.verdict import verdict
 from agentrt_demo.workload import BASE_KINDS, FRAMEWORK_KINDS
 
 __all__ = ["PhaseReport", "render_summary", "summary_json"]
@@ -48,12 +52,26 @@ def _f(value: float, digits: int = 2) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
 
 
+def _ratios(reports: Sequence[PhaseReport]) -> dict[str, Ratios]:
+    """Direct ÷ controller per kind (empty unless both phases ran)."""
+    by_label = {r.label: r for r in reports}
+    controller, direct = by_label.get("controller"), by_label.get("direct")
+    if controller is None or direct is None:
+        return {}
+    kinds = [s.kind for s in controller.stats()]
+    return {kind: ratios(direct.programs, controller.programs, kind) for kind in kinds}
+
+
+def _x(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.2f}x"
+
+
 def render_summary(reports: Sequence[PhaseReport], settings: DemoSettings) -> str:
-    """The summary as text (a table, then notes)."""
+    """The summary as text (a table, the verdict, then notes)."""
     header = (
         f"{'kind':<11} {'phase':<10} {'n':>3} {'ok':>3} {'calls':>5} {'E2E p50':>8} "
-        f"{'E2E p95':>8} {'E2E mean':>8} {'wait':>6} {'exec':>6} {'tool':>6} "
-        f"{'prefix hit':>10} {'speed-up':>8}"
+        f"{'E2E p95':>8} {'E2E mean':>8} {'ms/tok':>6} {'wait':>6} {'exec':>6} {'tool':>6} "
+        f"{'prefix hit':>10} {'tok x':>6} {'p95 x':>6} {'speed-up':>8}"
     )
     lines = [
         "",
@@ -62,8 +80,7 @@ def render_summary(reports: Sequence[PhaseReport], settings: DemoSettings) -> st
         header,
         "-" * len(header),
     ]
-    by_label = {r.label: r for r in reports}
-    controller, direct = by_label.get("controller"), by_label.get("direct")
+    compared = _ratios(reports)
     stats = {r.label: {s.kind: s for s in r.stats()} for r in reports}
     kinds = list(stats[reports[0].label]) if reports else []
     for kind in kinds:
@@ -75,29 +92,38 @@ def render_summary(reports: Sequence[PhaseReport], settings: DemoSettings) -> st
             if kind == "all":
                 rate = report.engines.prefix_hit_rate
                 hit = "-" if rate is None else f"{100 * rate:.1f} %"
-            gain = ""
-            if report.label == "controller" and direct is not None and controller is not None:
-                value = speedup(direct.programs, controller.programs, kind)
-                gain = "-" if math.isnan(value) else f"{value:.2f}x"
+            gains = ["", "", ""]
+            if report.label == "controller" and kind in compared:
+                r = compared[kind]
+                gains = [_x(r.token_latency_mean), _x(r.e2e_p95), _x(r.e2e_mean)]
             lines.append(
                 f"{kind if i == 0 else '':<11} {report.label:<10} {row.count:>3} {row.ok:>3} "
                 f"{_f(row.llm_calls_mean, 1):>5} {_f(row.e2e_p50_s):>8} {_f(row.e2e_p95_s):>8} "
-                f"{_f(row.e2e_mean_s):>8} {_f(row.wait_mean_s):>6} {_f(row.exec_mean_s):>6} "
-                f"{_f(row.tool_mean_s):>6} {hit:>10} {gain:>8}"
+                f"{_f(row.e2e_mean_s):>8} {_f(1000 * row.token_latency_mean_s, 1):>6} "
+                f"{_f(row.wait_mean_s):>6} {_f(row.exec_mean_s):>6} {_f(row.tool_mean_s):>6} "
+                f"{hit:>10} {gains[0]:>6} {gains[1]:>6} {gains[2]:>8}".rstrip()
             )
         if kind == "all" or len(reports) > 1:
             lines.append("")
-    lines += _notes(reports, settings)
+    lines += _notes(reports, settings, compared)
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _notes(reports: Sequence[PhaseReport], settings: DemoSettings) -> list[str]:
+def _notes(
+    reports: Sequence[PhaseReport], settings: DemoSettings, compared: dict[str, Ratios]
+) -> list[str]:
+    from agentrt_controller import defaults
+
     notes: list[str] = []
-    if any(r.label == "direct" for r in reports) and any(r.label == "controller" for r in reports):
+    if compared:
         notes.append(
-            "speed-up = mean E2E direct / mean E2E through the controller "
-            "(same programs, finished in both phases)"
+            "tok x / p95 x / speed-up = mean token latency / E2E p95 / mean E2E, direct ÷ "
+            "through the controller (same programs, finished in both phases; above 1x = faster)"
         )
+        controller = next(r for r in reports if r.label == "controller")
+        rows = {s.kind: s for s in controller.stats()}
+        kinds = [k for k in rows if k != "all"]
+        notes += ["", *verdict(settings.policy or defaults.POLICY, compared, rows, kinds), ""]
     for report in reports:
         engines = report.engines
         queued = engines.queue_time_s / settings.time_scale
@@ -133,7 +159,6 @@ def _status_counts(outcome: PhaseOutcome) -> str:
 
 def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict[str, Any]:
     """The summary as a JSON-able dict (``summary.json``); NaN becomes null."""
-    by_label = {r.label: r for r in reports}
     phases: dict[str, Any] = {}
     for report in reports:
         phases[report.label] = {
@@ -154,6 +179,9 @@ def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict
             "seed": settings.seed,
             "time_scale": settings.time_scale,
             "policy": settings.policy,
+            "router": settings.router,
+            "retention": settings.retention,
+            "priority": settings.priority,
             "engines": settings.engines,
             "arrival_rate_per_model_s": settings.arrival_rate,
             "max_num_seqs": settings.max_num_seqs,
@@ -163,14 +191,10 @@ def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict
         },
         "phases": phases,
     }
-    if "controller" in by_label and "direct" in by_label:
-        kinds = [s.kind for s in by_label["controller"].stats()]
-        result["speedup"] = {
-            kind: _clean_value(
-                speedup(by_label["direct"].programs, by_label["controller"].programs, kind)
-            )
-            for kind in kinds
-        }
+    compared = _ratios(reports)
+    if compared:
+        result["speedup"] = {kind: _clean_value(r.e2e_mean) for kind, r in compared.items()}
+        result["ratios"] = {kind: _clean(asdict(r)) for kind, r in compared.items()}
     return result
 
 

@@ -1,5 +1,9 @@
 """The demo's options, validated at construction (``agentrt demo --help`` lists them).
 
+The controller runs the product defaults (``agentrt_controller.defaults``: what ``agentrt
+controller serve --backend URL`` runs) unless a field below names a choice: ``None`` in
+``policy``, ``router``, ``retention`` and ``admission_window`` means "the controller's default".
+
 Times that shape the workload (arrivals, tool durations) are in **model seconds**: the engines
 run ``time_scale`` times faster than the modelled GPU, and so do the arrivals and the tools, so
 changing ``time_scale`` changes only how long the demo takes on the wall clock (and how much
@@ -15,10 +19,13 @@ from typing import Literal
 
 from agentrt.errors import ConfigError
 
-__all__ = ["POLICIES", "DemoSettings", "ProgressMode"]
+__all__ = ["POLICIES", "AdmissionWindow", "DemoSettings", "ProgressMode"]
 
 #: Controller policies the demo offers (``srpt`` is simulator-only).
 POLICIES = ("atlas", "plas", "mlfq", "fcfs")
+
+#: A controller admission window per engine: calls, ``"adaptive"`` or ``"unlimited"``.
+AdmissionWindow = int | Literal["adaptive", "unlimited"]
 
 #: ``auto``: a live display on a terminal, plain lines otherwise; ``off``: nothing.
 ProgressMode = Literal["auto", "live", "plain", "off"]
@@ -30,7 +37,7 @@ class DemoSettings:
 
     #: SDK agent programs per phase (60 % ReAct, 25 % map-reduce, 15 % MCTS), >= 1. The
     #: LangGraph and AutoGen programs (when their extras are installed) come on top.
-    programs: int = 60
+    programs: int = 70
     #: Seed of the program plan, the tool durations and the engines' scripted model.
     seed: int = 7
     #: Where traces, timelines and the summary are written.
@@ -39,29 +46,30 @@ class DemoSettings:
     time_scale: float = 1.5
     #: Run the baseline phase (the same programs straight to fresh FCFS engines).
     direct: bool = True
-    #: Controller scheduling policy (one of ``POLICIES``).
-    policy: str = "atlas"
-    #: Controller router; None = the best this controller offers (``prefix``, else
-    #: ``least_loaded``, else ``round_robin``).
+    #: Controller scheduling policy (one of ``POLICIES``); None = the controller's default.
+    policy: str | None = None
+    #: Controller router; None = the controller's default.
     router: str | None = None
-    #: KV retention during tool waits at the controller (when it offers it).
-    retention: bool = True
+    #: KV retention during tool waits at the controller; None = the controller's default.
+    retention: bool | None = None
+    #: Send the controller's priority to the engines, which then run ``--scheduling-policy
+    #: priority`` (a stock vLLM runs FCFS and refuses a priority, so the controller's default
+    #: is off and the demo's engines run FCFS in both phases).
+    priority: bool = False
     #: Emulated engines (>= 2 for routing to matter).
     engines: int = 2
-    #: Program arrivals per model second (a Poisson process), > 0. The default keeps the
-    #: engines near saturation while the programs arrive (about 10 wall seconds) on an
-    #: otherwise idle 2-core machine, where waiting is a large part of a program's time and
-    #: its order matters (at 2.5 the engines of an idle machine barely queue).
-    arrival_rate: float = 4.0
+    #: Program arrivals per model second (a Poisson process), > 0: with the batch below, the
+    #: engines of an otherwise idle 2-core machine run near saturation while the programs
+    #: arrive (docs/demo.md, "Why these settings").
+    arrival_rate: float = 4.5
     #: Sequences an engine runs at once (vLLM ``--max-num-seqs``): small, so that this
     #: machine's CPU can drive the engines to saturation.
     max_num_seqs: int = 4
     #: KV cache size of each engine in 16-token blocks; None = the hardware profile's.
     num_gpu_blocks: int | None = 4096
-    #: Controller admission window per engine (calls in flight), None = unlimited. Twice
-    #: the engine batch: a window of one batch leaves slots idle between a call's end and
-    #: the next admission; an unlimited one hands the order back to the engines.
-    admission_window: int | None = 8
+    #: Controller admission window per engine; None = the controller's default (adaptive,
+    #: at most the engine's batch plus two).
+    admission_window: AdmissionWindow | None = None
     #: Hard wall-clock bound of one phase (seconds): programs still running are cancelled
     #: and reported as unfinished, so the demo always ends.
     phase_budget_s: float = 50.0
@@ -81,7 +89,7 @@ class DemoSettings:
             problems.append("programs must be >= 1")
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
             problems.append("time_scale must be a positive number")
-        if self.policy not in POLICIES:
+        if self.policy is not None and self.policy not in POLICIES:
             problems.append(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.engines < 1:
             problems.append("engines must be >= 1")
@@ -91,8 +99,11 @@ class DemoSettings:
             problems.append("max_num_seqs must be >= 1")
         if self.num_gpu_blocks is not None and self.num_gpu_blocks < 64:
             problems.append("num_gpu_blocks must be >= 64 or None")
-        if self.admission_window is not None and self.admission_window < 1:
-            problems.append("admission_window must be >= 1 or None")
+        window = self.admission_window
+        if window not in (None, "adaptive", "unlimited") and (
+            isinstance(window, bool) or not isinstance(window, int) or window < 1
+        ):
+            problems.append("admission_window must be >= 1, adaptive, unlimited or None")
         for name in ("phase_budget_s", "program_timeout_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0 seconds")

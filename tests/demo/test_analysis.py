@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agentrt_demo.analysis import kind_stats, percentile, programs_from_spans, speedup
+from agentrt_demo.analysis import kind_stats, percentile, programs_from_spans, ratios, speedup
 
 from .spans import SpanFactory
 
@@ -72,3 +72,29 @@ def test_speedup_compares_the_programs_finished_in_both_runs() -> None:
     assert speedup(before, after) == pytest.approx(10.0 / 5.0)
     assert speedup(before, after, "react") == pytest.approx(2.0)
     assert math.isnan(speedup(before, after, "mcts"))
+
+
+def test_token_latency_and_the_ratios_of_mean_p95_and_token_latency() -> None:
+    slow, fast = SpanFactory(), SpanFactory()
+    for i, (before, after) in enumerate([(4.0, 2.0), (6.0, 3.0), (20.0, 5.0)]):
+        pid = slow.program(f"react-{i}", 0, before)
+        slow.llm(pid, "main:0", 0, before)  # 10 output tokens per call (SpanFactory)
+        slow.llm(pid, "main:1", 0, before)
+        pid = fast.program(f"react-{i}", 0, after)
+        fast.llm(pid, "main:0", 0, after)
+        fast.llm(pid, "main:1", 0, after)
+    fast.program("mcts-1", 0, 1.0)  # no LLM call: no token latency, only in one run
+    before, after = programs_from_spans(slow.spans), programs_from_spans(fast.spans)
+    assert before[0].output_tokens == 20
+    assert before[0].token_latency_s == pytest.approx(4.0 / 20)
+    assert math.isnan(next(p for p in after if p.kind == "mcts").token_latency_s)
+    react = ratios(before, after, "react")
+    assert react.programs == 3
+    assert react.e2e_mean == pytest.approx(30.0 / 10.0)
+    assert react.e2e_p95 == pytest.approx(percentile([4, 6, 20], 95) / percentile([2, 3, 5], 95))
+    assert react.token_latency_mean == pytest.approx(react.e2e_mean)  # same tokens both runs
+    assert math.isnan(ratios(before, after, "mcts").e2e_p95)
+    rows = {r.kind: r for r in kind_stats(after)}
+    assert rows["react"].token_latency_mean_s == pytest.approx(10.0 / 3 / 20)
+    assert rows["react"].output_tokens_mean == 20
+    assert math.isnan(rows["mcts"].token_latency_mean_s)  # no tokens: left out, not zero

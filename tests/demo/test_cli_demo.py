@@ -17,6 +17,9 @@ pytestmark = pytest.mark.timeout(30)
         (["--router", "nope"], "unknown router 'nope'"),
         (["--programs", "0"], "programs must be >= 1"),
         (["--time-scale", "-1"], "time_scale must be a positive number"),
+        (["--window", "wide"], "--window must be N, adaptive or unlimited, got 'wide'"),
+        (["--window", "0"], "admission_window must be >= 1"),
+        (["--max-num-seqs", "0"], "max_num_seqs must be >= 1"),
     ],
 )
 def test_bad_options_exit_2_with_a_message_and_start_nothing(

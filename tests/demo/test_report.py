@@ -52,11 +52,19 @@ def test_table_rows_speedups_and_notes() -> None:
     # Engine queue time is converted from model to wall seconds: 3.0 / 2.0 over 6 requests.
     assert "waited 1.5 s in the engines' queues (0.250 s each)" in text
     assert "machine load average 1.0 → 2.0" in text
+    header = next(line for line in lines if line.startswith("kind"))
+    assert header.split()[-6:] == ["hit", "tok", "x", "p95", "x", "speed-up"]
+    # Token latency: 1.0 s over 10 generated tokens = 100 ms/token; ratios direct ÷ controller.
+    assert react.split()[8] == "100.0" and react.split()[-3:] == ["3.00x", "3.00x", "3.00x"]
+    assert "Faster: react 3.00x mean E2E (p95 3.00x, token latency 3.00x, 1 programs)." in text
+    assert "mcts" not in "".join(line for line in lines if line.startswith(("Faster", "Slower")))
 
     document = summary_json(reports, settings)
     json.dumps(document, allow_nan=False)  # NaN became null
     assert document["speedup"]["react"] == pytest.approx(3.0)
     assert document["speedup"]["mcts"] is None
+    assert document["ratios"]["react"]["e2e_p95"] == pytest.approx(3.0)
+    assert document["ratios"]["mcts"]["programs"] == 0
     assert document["phases"]["controller"]["programs"] == {"react-00": "ok", "mcts-01": "error"}
     assert document["phases"]["direct"]["engines"]["prefix_hit_rate"] == 0.25
 
@@ -65,3 +73,11 @@ def test_a_single_phase_has_no_speedup_column_values() -> None:
     text = render_summary([_phase("controller", 1.0, 2.0)], DemoSettings())
     assert "x" not in "".join(line.split()[-1] for line in text.splitlines() if line[:3] == "all")
     assert "speed-up = " not in text
+
+
+def test_a_kind_that_got_slower_is_named_with_the_reason() -> None:
+    reports = [_phase("controller", 1.0, 12.0), _phase("direct", 3.0, 8.0)]
+    text = render_summary(reports, DemoSettings())
+    (slower,) = [line for line in text.splitlines() if line.startswith("Slower:")]
+    assert slower.startswith("Slower: mcts 0.67x mean E2E")  # 8 s direct / 12 s controller
+    assert "PLAS" in slower  # the controller's default policy when the demo chose none
