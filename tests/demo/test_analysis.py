@@ -76,13 +76,13 @@ def test_speedup_compares_the_programs_finished_in_both_runs() -> None:
 
 def test_token_latency_and_the_ratios_of_mean_p95_and_token_latency() -> None:
     slow, fast = SpanFactory(), SpanFactory()
-    for i, (before, after) in enumerate([(4.0, 2.0), (6.0, 3.0), (20.0, 5.0)]):
-        pid = slow.program(f"react-{i}", 0, before)
-        slow.llm(pid, "main:0", 0, before)  # 10 output tokens per call (SpanFactory)
-        slow.llm(pid, "main:1", 0, before)
-        pid = fast.program(f"react-{i}", 0, after)
-        fast.llm(pid, "main:0", 0, after)
-        fast.llm(pid, "main:1", 0, after)
+    for i, (slow_s, fast_s) in enumerate([(4.0, 2.0), (6.0, 3.0), (20.0, 5.0)]):
+        pid = slow.program(f"react-{i}", 0, slow_s)
+        slow.llm(pid, "main:0", 0, slow_s)  # 10 output tokens per call (SpanFactory)
+        slow.llm(pid, "main:1", 0, slow_s)
+        pid = fast.program(f"react-{i}", 0, fast_s)
+        fast.llm(pid, "main:0", 0, fast_s)
+        fast.llm(pid, "main:1", 0, fast_s)
     fast.program("mcts-1", 0, 1.0)  # no LLM call: no token latency, only in one run
     before, after = programs_from_spans(slow.spans), programs_from_spans(fast.spans)
     assert before[0].output_tokens == 20
