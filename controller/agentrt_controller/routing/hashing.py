@@ -41,6 +41,10 @@ __all__ = [
 DEFAULT_BLOCK_TOKENS = 16
 #: Characters per token assumed when cutting text (English BPE averages about 4).
 DEFAULT_CHARS_PER_TOKEN = 4
+#: Longest text chain (elements): 8192 blocks of 16 tokens cover a 128k-token context. A
+#: longer prompt's chain stops there (two prompts still share their first ``k`` elements when
+#: they share their first ``k`` blocks), so a 16 MiB body costs milliseconds, not a second.
+DEFAULT_MAX_BLOCKS = 8192
 
 
 def _seed(salt: str | None) -> int:
@@ -114,23 +118,29 @@ def message_block_hashes(
     salt: str | None = None,
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
     chars_per_token: int = DEFAULT_CHARS_PER_TOKEN,
+    max_blocks: int = DEFAULT_MAX_BLOCKS,
 ) -> tuple[int, ...]:
     """The chain over chat ``messages`` (OpenAI format), cut at message boundaries.
 
     Each message yields ``ceil(len(text) / (block_tokens * chars_per_token))`` elements (at
-    least one), so an element stands for about ``block_tokens`` tokens. Raises ``ValueError``
-    for non-positive sizes.
+    least one), so an element stands for about ``block_tokens`` tokens; the chain ends after
+    ``max_blocks`` elements. Raises ``ValueError`` for non-positive sizes.
     """
-    if block_tokens < 1 or chars_per_token < 1:
-        raise ValueError("block_tokens and chars_per_token must be >= 1")
+    if block_tokens < 1 or chars_per_token < 1 or max_blocks < 1:
+        raise ValueError("block_tokens, chars_per_token and max_blocks must be >= 1")
     chunk = block_tokens * chars_per_token
     out: list[int] = []
     parent = _seed(salt).to_bytes(8, "big")
     for message in messages:
+        room = max_blocks - len(out)
+        if room <= 0:
+            break
         data = _utf8(_message_text(message))
         # A boundary marker per message: "ab" + "c" and "a" + "bc" must not collide.
-        pieces = [data[i : i + chunk] for i in range(0, len(data), chunk)] or [b""]
-        pieces[-1] += b"\x1e"
+        pieces = [data[i : i + chunk] for i in range(0, min(len(data), room * chunk), chunk)]
+        if len(data) <= room * chunk:
+            pieces = pieces or [b""]
+            pieces[-1] += b"\x1e"
         for piece in pieces:
             parent = hashlib.blake2b(parent + piece, digest_size=8).digest()
             out.append(int.from_bytes(parent, "big"))
