@@ -287,7 +287,10 @@ def parse_key_file(text: str, name: str) -> tuple[dict[str, Tenant], dict[str, s
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # its message ends "(at line N, column M)"
-        raise ConfigError(f"API key file {name}: {exc}") from exc
+        message = str(exc)
+        if "(at end of document)" in message:
+            message = message.replace("end of document", f"line {len(text.splitlines())}")
+        raise ConfigError(f"API key file {name}: {message}") from exc
     lines = text.splitlines()
     for key in data:
         if key not in ("defaults", "tenants"):
