@@ -1013,20 +1013,19 @@ def markdown(result: dict[str, Any]) -> str:
         "`vllm:request_queue_time_seconds`), vLLM requests per run (re-warms included), CPU "
         "cores used during the run (CPU time / wall) by vLLM's processes and by the client side; "
         "from samples every 0.5 s during the runs: vLLM batch = mean `num_requests_running` "
-        f"(of {s['max_num_seqs']}), held, slots free = share of the run during which the "
-        "controller held calls in its queues while vLLM ran fewer than "
-        f"{s['max_num_seqs']}; idle = median latency of 20 sequential 8-token calls before "
-        "the runs:",
+        f"(of {s['max_num_seqs']}), in flight when held = the controller's calls in flight at "
+        "vLLM while it held calls in its queues (the admission window in use); idle = median "
+        "latency of 20 sequential 8-token calls before the runs:",
         "",
     ]
     header = ["configuration", "call (s)", "controller queue (s)", "vLLM request (s)"]
-    header += ["vLLM queue (s)", "vLLM requests", "vLLM batch", "held, slots free"]
+    header += ["vLLM queue (s)", "vLLM requests", "vLLM batch", "in flight when held"]
     header += ["vLLM CPU", "controller CPU", "load gen. CPU", "idle call (ms)"]
     body = []
     for name, row in rows.items():
         cpu = row["cpu_cores"]
         queue = row.get("controller_queue_wait_mean")
-        held = row.get("held_with_free_slots_share")
+        held = row.get("in_flight_when_held_mean")
         body.append(
             [
                 f"`{name}`",
@@ -1036,7 +1035,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{row['vllm_queue_mean']:.3f}",
                 f"{row['vllm_requests']:.0f}",
                 f"{row.get('vllm_running_mean', math.nan):.1f}",
-                "—" if held is None else f"{held:.0%}",
+                "—" if held is None else f"{held:.1f}",
                 f"{cpu['vllm']:.2f}",
                 f"{cpu['controller']:.2f}" if "controller" in cpu else "—",
                 f"{cpu['load generator']:.2f}",
