@@ -102,7 +102,7 @@ class ControllerEngine:
         self.quotas = TenantQuotas(clock)
         #: The controller's own API key per backend id (never a tenant's key).
         self.backend_keys: dict[str, str] = {}
-        self.dispatcher = build_dispatcher(config)
+        self.dispatcher = build_dispatcher(config, self.tenants)
         self.pool = BackendPool(
             backends,
             self.wake,

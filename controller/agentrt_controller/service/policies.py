@@ -17,19 +17,35 @@ from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_admission as factory_admission
 from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
+from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_controller.service.charging import CostFunction
 from agentrt_controller.service.clock import Clock
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.metrics import ServiceMetrics
 from agentrt_controller.service.pool import BackendPool
 from agentrt_controller.service.retention import RetentionDriver
+from agentrt_controller.service.tenants import TenantDirectory
 
-__all__ = ["build_cost", "build_dispatcher", "build_retention"]
+__all__ = ["build_cost", "build_dispatcher", "build_retention", "fair_share_on"]
 
 
-def build_scheduler(config: ControllerConfig) -> Scheduler:
+def fair_share_on(config: ControllerConfig, tenants: TenantDirectory | None) -> bool:
+    """Whether calls are scheduled in fair shares between tenants: ``fair_share = "on"``, or
+    ``"auto"`` (the default) with more than one tenant configured (docs/security.md)."""
+    if config.fair_share == "auto":
+        return tenants is not None and len(tenants.tenants) > 1
+    return config.fair_share == "on"
+
+
+def build_scheduler(config: ControllerConfig, tenants: TenantDirectory | None = None) -> Scheduler:
+    """The configured policy; inside weighted fair shares between tenants (weights from the
+    key file) when :func:`fair_share_on` (Autellix's PLAS / ATLAS then order each tenant's
+    own calls only: ``scheduling/tenancy.py``)."""
     table = ProcessTable(idle_timeout_s=config.program_idle_timeout_s)
-    return factory_scheduler(config.policy, dict(config.scheduling), table=table)
+    tenancy = None
+    if fair_share_on(config, tenants):
+        tenancy = TenancyConfig(weights=tenants.weights() if tenants is not None else {})
+    return factory_scheduler(config.policy, dict(config.scheduling), table=table, tenancy=tenancy)
 
 
 def build_router(config: ControllerConfig) -> Router:
@@ -50,8 +66,12 @@ def build_admission(config: ControllerConfig) -> AdmissionPolicy:
     return factory_admission("fixed", {"window": window})
 
 
-def build_dispatcher(config: ControllerConfig) -> Dispatcher:
-    return Dispatcher(build_scheduler(config), build_router(config), build_admission(config))
+def build_dispatcher(
+    config: ControllerConfig, tenants: TenantDirectory | None = None
+) -> Dispatcher:
+    return Dispatcher(
+        build_scheduler(config, tenants), build_router(config), build_admission(config)
+    )
 
 
 def build_cost(config: ControllerConfig) -> CostFunction:

@@ -1,0 +1,71 @@
+"""Fair shares between tenants in the live controller (the scheduler of ``scheduling/tenancy.py``
+wired from the key file): on by default with more than one tenant, off with one.
+
+Tenant B rotates program ids (each call a fresh program at zero attained service) while
+tenant A's program, which has service already, waits for its second call. PLAS alone serves
+every one of B's calls first; with fair shares A's call goes after at most two of B's.
+"""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+
+from agentrt.protocol import CallTags
+from tests.controller_service.conftest import chat_body, controller, fake_backends
+from tests.controller_service.fake_openai import FakeState
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+KEYS = "alice=key-alice-0001,bob=key-bob-0002"
+ALICE = {"authorization": "Bearer key-alice-0001"}
+BOB = {"authorization": "Bearer key-bob-0002"}
+
+
+def _call(program_id: str, node: str, text: str) -> tuple[dict[str, str], dict[str, object]]:
+    tags = CallTags(program_id=program_id, session_id="s", thread_id="main", node_id=node)
+    return tags.to_headers(), chat_body(messages=[{"role": "user", "content": text}])
+
+
+async def _position_of_victims_second_call(fair_share: str) -> tuple[int, str]:
+    state = FakeState(tokens=5)
+    async with (
+        fake_backends(state) as urls,
+        controller(urls, api_keys=KEYS, admission_window=1, fair_share=fair_share) as (url, app),
+        httpx.AsyncClient(timeout=20) as http,
+    ):
+        chat = url + "/v1/chat/completions"
+        tags, body = _call("victim", "v1", "victim first call " * 12)
+        assert (await http.post(chat, json=body, headers={**ALICE, **tags})).status_code == 200
+        state.gate = anyio.Event()
+        state.requests.clear()
+        async with anyio.create_task_group() as group:
+
+            async def send(auth: dict[str, str], program: str, node: str, text: str) -> None:
+                tags, body = _call(program, node, text)
+                answer = await http.post(chat, json=body, headers={**auth, **tags})
+                assert answer.status_code == 200
+
+            group.start_soon(send, BOB, "rot-0", "b", "attacker call 0 " * 8)
+            while state.active < 1:  # noqa: ASYNC110 (the fake server offers no event)
+                await anyio.sleep(0.01)
+            for index in range(1, 6):
+                group.start_soon(send, BOB, f"rot-{index}", "b", f"attacker call {index} " * 8)
+            while app.engine.dispatcher.queued() < 5:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            group.start_soon(send, ALICE, "victim", "v2", "victim second call " * 8)
+            while app.engine.dispatcher.queued() < 6:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            state.gate.set()
+        order = [r["messages"][0]["content"].split()[0] for r in state.requests]
+        policy = app.engine.dispatcher.scheduler.name
+    return order.index("victim") + 1, policy
+
+
+async def test_two_tenants_get_fair_shares_by_default_and_id_rotation_stops_paying() -> None:
+    fair, fair_policy = await _position_of_victims_second_call("auto")
+    plain, plain_policy = await _position_of_victims_second_call("off")
+    assert plain == 7, plain_policy  # PLAS alone: every fresh id of B first
+    assert fair <= 3, fair_policy
+    assert fair_policy != plain_policy
