@@ -10,6 +10,7 @@ Two pieces, both installed by :mod:`agentrt_controller.service.server`:
   header byte at a time held its connection forever (slow loris).
 * :class:`HardenedApp` — ASGI middleware, per request::
 
+      headers over max_header_bytes ──► 431
       checked headers (non-ASCII, over-long integers) ──► 400
       body: declared or streamed length over the limit ──► 413, too slow ──► 408
       JSON body: lone surrogate, nesting deeper than max_json_depth, integer of 2**63 or
@@ -86,7 +87,7 @@ class HttpLimits:
 
 
 class BadInput(Exception):
-    """A request the middleware refuses: ``status`` (400, 408, 413), a message and the
+    """A request the middleware refuses: ``status`` (400, 408, 413, 431), a message and the
     offending ``param`` (header name or JSON path), if any."""
 
     def __init__(self, status: int, message: str, param: str | None = None) -> None:
@@ -215,23 +216,23 @@ class HardenedApp:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
-
-        async def tracked_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+        outgoing = _Outgoing(send)
         try:
             try:
+                head_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+                if head_bytes > self.limits.max_header_bytes:
+                    # h11 enforces its limit only on a head still incomplete in its buffer;
+                    # one that arrived in a single read is measured here.
+                    limit = self.limits.max_header_bytes
+                    raise BadInput(431, f"request headers over {limit} bytes")
                 check_headers(scope["headers"], self._ascii_only, self._numeric)
                 if scope["method"] in _BODY_METHODS:
                     receive = await self._checked_body(scope, receive)
             except BadInput as bad:
                 await self._answer(send, bad.status, bad.message, bad.param)
                 return
-            await self.app(scope, receive, tracked_send)
+            await self.app(scope, receive, outgoing.send)
+            await outgoing.flush()
         except Exception as exc:  # the catch-all: anything the app did not answer itself
             route = self._route_of(scope)
             # Once, at error level; the request body is never logged (it holds prompts).
@@ -243,7 +244,7 @@ class HardenedApp:
                 exc_info=exc,
             )
             self._on_internal_error(route)
-            if not started:
+            if not outgoing.started:
                 await self._answer(send, 500, "internal server error (see the server log)")
 
     async def _checked_body(self, scope: Scope, receive: Receive) -> Receive:
@@ -287,6 +288,39 @@ class HardenedApp:
             headers.append((b"connection", b"close"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
+
+
+class _Outgoing:
+    """The app's response messages on their way to the client. A 500 is held back until the
+    app returns: frameworks answer an exception with a 500 of their own (Starlette's is
+    plain text) and then raise it; the middleware answers in its place. Every other
+    response passes at once."""
+
+    __slots__ = ("_held", "_send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._held: list[Message] | None = None
+        #: A response start reached the client.
+        self.started = False
+
+    async def send(self, message: Message) -> None:
+        if self._held is not None:
+            self._held.append(message)
+        elif message["type"] == "http.response.start" and message.get("status") == 500:
+            self._held = [message]
+        else:
+            if message["type"] == "http.response.start":
+                self.started = True
+            await self._send(message)
+
+    async def flush(self) -> None:
+        """The app returned: a 500 it answered was its own, send it on."""
+        held, self._held = self._held, None
+        for message in held or ():
+            if message["type"] == "http.response.start":
+                self.started = True
+            await self._send(message)
 
 
 def _replay(body: bytes, receive: Receive, disconnected: Message | None) -> Receive:

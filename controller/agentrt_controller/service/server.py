@@ -50,7 +50,7 @@ _FORWARDED_OR_PARSED = frozenset(
 )  # fmt: skip
 _NUMERIC_HEADERS = frozenset({"x-agentrt-timeout-ms", "x-agentrt-attempt"})
 _GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
-_ERROR_TYPES = {400: "invalid_request_error", 408: "timeout", 413: "invalid_request_error"}
+_ERROR_TYPES = {400: "invalid_request_error", 408: "timeout"}
 
 
 def _ascii_only(name: str) -> bool:

@@ -15,6 +15,7 @@ _TYPES = {
     405: "MethodNotAllowed",
     408: "RequestTimeout",
     413: "RequestTooLarge",
+    431: "RequestHeaderFieldsTooLarge",
     500: "InternalServerError",
 }
 
