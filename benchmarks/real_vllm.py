@@ -564,6 +564,8 @@ VLLM_SERIES = (
     "vllm:request_prefill_time_seconds_sum",
     "vllm:request_decode_time_seconds_sum",
     "vllm:num_preemptions_total",
+    "vllm:inter_token_latency_seconds_sum",
+    "vllm:inter_token_latency_seconds_count",
     "vllm:prompt_tokens_total",
     "vllm:prefix_cache_hits_total",
 )
@@ -759,6 +761,9 @@ def run_record(
         "vllm_prefill_mean": engine["vllm:request_prefill_time_seconds_sum"] / per_request,
         "vllm_decode_mean": engine["vllm:request_decode_time_seconds_sum"] / per_request,
         "vllm_preemptions": engine["vllm:num_preemptions_total"],
+        # The engine's pace: >= the step floor; above it when the engine's core was contended.
+        "vllm_itl_mean": engine["vllm:inter_token_latency_seconds_sum"]
+        / max(1.0, engine["vllm:inter_token_latency_seconds_count"]),
         "prefix_hit_rate": engine["vllm:prefix_cache_hits_total"]
         / max(1.0, engine["vllm:prompt_tokens_total"]),
         "cpu_cores": {name: seconds / run.wall_s for name, seconds in cpu.items()},
@@ -931,6 +936,11 @@ def aggregate(result: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def run_cell(run: dict[str, Any]) -> str:
+    cell = f"{run['e2e_mean']:.2f} / {run['e2e_p95']:.2f}"
+    return cell + (f" ({run['vllm_itl_mean'] * 1000:.0f})" if "vllm_itl_mean" in run else "")
+
+
 def ratio_cell(ratio: dict[str, Any]) -> str:
     return f"{ratio['median']:.2f}× ({ratio['min']:.2f}-{ratio['max']:.2f})"
 
@@ -992,16 +1002,16 @@ def markdown(result: dict[str, Any]) -> str:
     lines += _report.table(header, body)
     lines += [
         "",
-        "Per repetition (E2E mean / p95 in s; load average of the machine before the run, 1 min):",
+        "Per repetition: E2E mean / p95 (s), and in brackets vLLM's mean inter-token latency "
+        "(`vllm:inter_token_latency_seconds`, ms: the engine's pace, the step floor when its core "
+        "is its own, more when other jobs take the core); the machine's load average (1 min) "
+        "before each run, in run order:",
         "",
     ]
     header = ["rep", "order", *[f"`{n}`" for n in rows], "load before (1 min)"]
     body = []
     for rep, order in enumerate(result["orders"]):
-        cells = [
-            f"{result['runs'][n][rep]['e2e_mean']:.2f} / {result['runs'][n][rep]['e2e_p95']:.2f}"
-            for n in rows
-        ]
+        cells = [run_cell(result["runs"][n][rep]) for n in rows]
         load = " ".join(f"{result['runs'][n][rep]['load_before'][0]:.1f}" for n in order)
         body.append([str(rep), " → ".join(order), *cells, load])
     lines += _report.table(header, body)
