@@ -16,6 +16,7 @@ __all__ = [
     "print_sweep_table",
     "print_tenant_table",
     "progress_bar",
+    "queueing_note",
 ]
 
 
@@ -91,8 +92,39 @@ def print_sim_table(results: Sequence[Mapping[str, Any]], title: str) -> None:
         "times in seconds; wait/exec/tool/think = means along each program's critical path; "
         "tok lat = E2E / generated tokens"
     )
+    note = queueing_note(results)
+    if note:
+        print(note)
     if any("tenants" in r for r in results):
         print_tenant_table(results)
+
+
+#: A run "hardly queued" when its programs spent less than this share of their E2E waiting.
+QUIET_WAIT_SHARE = 0.02
+
+
+def queueing_note(results: Sequence[Mapping[str, Any]]) -> str | None:
+    """A warning when scheduling policies are compared where nothing queues: with every
+    program's critical-path wait under :data:`QUIET_WAIT_SHARE` of its E2E, there is no queue
+    for a policy to order, so their rows agree whatever the policies (``None`` otherwise, or
+    when only one policy ran)."""
+    if len({r["policy"] for r in results}) < 2:
+        return None
+    shares = []
+    for r in results:
+        e2e = r["e2e_latency_s"]["mean"]
+        if not e2e or r["programs_completed"] == 0:
+            return None
+        shares.append(r["wait_s_mean"] / e2e)
+    worst = max(shares)
+    if worst >= QUIET_WAIT_SHARE:
+        return None
+    return (
+        f"note: calls hardly queued (waiting is at most {100 * worst:.1f} % of the mean E2E in "
+        "every run): the engines keep up, so there is no queue for the policies to order and "
+        "their rows agree. Program-level scheduling pays where calls wait: a higher --rate, "
+        "fewer batch slots (--max-num-seqs) or fewer engines."
+    )
 
 
 def print_tenant_table(results: Sequence[Mapping[str, Any]]) -> None:
