@@ -212,6 +212,11 @@ def _summary(runs: list[Run], label: str) -> dict[str, Any]:
     }
 
 
+def _bound(row: Mapping[str, Any]) -> str:
+    """``≥ `` when the median run did not finish (its time is the time limit: a bound)."""
+    return "≥ " if row["unfinished"] * 2 > row["reps"] else ""
+
+
 def _section(saved: Mapping[str, Any]) -> str:
     args = saved["args"]
     rows = saved["summary"]
@@ -225,7 +230,9 @@ def _section(saved: Mapping[str, Any]) -> str:
         f"{args['attackers']} attacker clients with {args['in_flight']} calls in flight each "
         "(half rotate a fresh program id on every call, half send untagged calls). Medians of "
         f"{args['reps']} runs; a victim not done after {args['timeout_s']:g} s counts as "
-        f"{args['timeout_s']:g} s. Measured {saved['when']}.",
+        f"{args['timeout_s']:g} s (so ≥ marks a lower bound). Measured {saved['when']} on 2 CPU "
+        "cores shared with other work; controller, emulator and clients in one process (the "
+        "emulator on a thread of its own).",
         "",
         *_report.table(
             [
@@ -241,8 +248,8 @@ def _section(saved: Mapping[str, Any]) -> str:
                 [
                     r["label"],
                     r["scheduler"],
-                    f"{r['victim_s']:.1f}",
-                    "-" if alone is None else f"{r['victim_s'] / alone:.1f}x",
+                    _bound(r) + f"{r['victim_s']:.1f}",
+                    "-" if alone is None else _bound(r) + f"{r['victim_s'] / alone:.1f}x",
                     f"{r['victim_calls']:g}/{args['calls']}",
                     f"{r['unfinished']}/{r['reps']}",
                     "-" if r["label"] == "alone" else f"{r['attacker_rate']:.1f}",
