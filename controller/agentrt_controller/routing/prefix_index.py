@@ -16,6 +16,12 @@ Approximations, and how they are bounded:
 Memory is O(recorded elements) bounded by ``capacity_blocks`` per backend; expired elements are
 purged as new ones arrive.
 
+**Per salt.** Chains are salted (:func:`~agentrt_controller.routing.hashing.request_block_hashes`
+takes the body's ``cache_salt``, which the controller sets per tenant or cache group), so the
+index holds one disjoint set of elements per salt: a tenant's call never matches, and never
+counts as sharing, another tenant's blocks — as in the engine, whose prefix cache the same
+salt separates (docs/security.md, "Isolation").
+
 **Shared prefixes.** The index also notes, for the first ``SHARED_HEAD_BLOCKS`` elements of
 every routed chain, how many different programs used each one (approximately: a change of
 program counts). :meth:`PrefixIndex.shared_prefix` is the leading run of a chain that at least

@@ -326,14 +326,14 @@ class ControllerEngine:
 
     def start_session(self, tenant: Tenant, event: SessionStart) -> SessionStarted:
         """Register a session (its id proposed by the client, or made here)."""
-        session_id = self.sessions.open(event.session_id, event.client, self.clock())
+        session_id = self.sessions.open(tenant.name, event.session_id, event.client, self.clock())
         return SessionStarted(
             session_id=session_id, idle_timeout_s=self.config.program_idle_timeout_s
         )
 
     def end_session(self, tenant: Tenant, session_id: str) -> int:
         """End the session and every program of it *of ``tenant``*; returns how many ended."""
-        self.sessions.close(session_id)
+        self.sessions.close(tenant.name, session_id)
         programs = self.dispatcher.table.keys()  # a list: ending programs changes the table
         ended = [k for k in programs if k.session_id == session_id and k.tenant == tenant.name]
         for key in ended:
