@@ -95,12 +95,9 @@ def threaded_stack(
     @contextlib.asynccontextmanager
     async def both() -> Any:
         async with serve_engine(emulator_config(**(engine_options or {}))) as engine:
-            config = ControllerConfig(
-                port=0,
-                backends=(BackendSpec.parse(engine.base_url + ",kind=emulator"),),
-                scrape_interval_s=0.5,
-                **controller_options,
-            )
+            options = {"scrape_interval_s": 0.5, **controller_options}
+            backend = BackendSpec.parse(engine.base_url + ",kind=emulator")
+            config = ControllerConfig(port=0, backends=(backend,), **options)
             async with serve_controller(config, on_app=apps.append) as url:
                 yield engine, url
 
