@@ -8,12 +8,15 @@ duration is clamped; ``GET /programs`` pages are bounded and walk with a cursor.
 
 from __future__ import annotations
 
+import hashlib
+import io
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
 
+from agentrt.cli import main
 from agentrt.errors import ConfigError
 from agentrt.protocol import EVENTS_PREFIX, CallTags
 from agentrt_controller.backends.spec import BackendSpec
@@ -256,3 +259,35 @@ async def test_program_listing_pages_are_bounded_and_follow_a_cursor() -> None:
     assert huge["next_cursor"] is not None
     assert pages == 3 and seen == [f"p{i}" for i in range(1003)]
     assert bad.status_code == 400
+
+
+def test_hash_key_prints_the_stored_form_of_a_key_from_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("key-alice-0001\n"))
+    assert main(["controller", "hash-key"]) == 0
+    assert capsys.readouterr().out.strip() == H_ALICE
+    # sha256 of the UTF-8 bytes, the form a key file stores
+    assert "sha256:" + hashlib.sha256(b"key-alice-0001").hexdigest() == H_ALICE
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n"))
+    assert main(["controller", "hash-key"]) == 2
+
+
+async def test_open_mode_with_an_admin_token_shows_backends_to_the_admin_only() -> None:
+    async with (
+        fake_backends(FakeState()) as urls,
+        controller(urls, admin_token="admin-token-9") as (url, _app),
+        httpx.AsyncClient(timeout=20) as http,
+    ):
+        anyone = (await http.get(url + EV + "/queues")).json()
+        admin = (
+            await http.get(url + EV + "/queues", headers={"authorization": "Bearer admin-token-9"})
+        ).json()
+        call = await http.post(
+            url + "/v1/chat/completions",
+            json=chat_body(),
+            headers={"authorization": "Bearer admin-token-9"},
+        )
+    assert "backends" not in anyone and anyone["queued"] == 0
+    assert admin["backends"][0]["url"].startswith("http://127.0.0.1:")
+    assert call.status_code == 200  # open mode: the admin is the default tenant too

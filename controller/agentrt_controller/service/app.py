@@ -140,17 +140,19 @@ class ControllerApp:
                 authorization = value.decode("latin-1")
                 break
         state = scope.setdefault("state", {})
+        admin = False
+        if self._admin_token is not None and authorization is not None:
+            scheme, _, token = authorization.strip().partition(" ")
+            admin = scheme.lower() == "bearer" and hmac.compare_digest(
+                token.strip().encode(), self._admin_token
+            )
+        if admin:
+            state[ADMIN_STATE] = True
         tenant = self.engine.tenants.authenticate(authorization)
         if tenant is not None:
             state[TENANT_STATE] = tenant
+        if tenant is not None or admin:
             return None
-        if self._admin_token is not None and authorization is not None:
-            scheme, _, token = authorization.strip().partition(" ")
-            if scheme.lower() == "bearer" and hmac.compare_digest(
-                token.strip().encode(), self._admin_token
-            ):
-                state[ADMIN_STATE] = True
-                return None
         if authorization is None:
             return Unauthorized("missing API key: send Authorization: Bearer <key>")
         return Unauthorized("invalid API key")

@@ -126,7 +126,10 @@ def event_routes(engine: ControllerEngine) -> list[Route]:
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
 
     async def queues(request: Request) -> Response:
-        full = engine.tenants.open or _state(request).get(ADMIN_STATE) is True
+        # Backend URLs and every tenant's calls are the admin's; in open mode without an
+        # admin token everyone is (as before tenants existed).
+        admin = _state(request).get(ADMIN_STATE) is True
+        full = admin or (engine.tenants.open and engine.config.admin_token is None)
         snapshot = engine.queues_snapshot(full=full)
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
 
