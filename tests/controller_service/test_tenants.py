@@ -15,6 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
+import agentrt
+from agentrt import Runtime, RuntimeConfig
+from agentrt.errors import EndpointUnavailable
 from agentrt.protocol import EVENTS_PREFIX, CallTags
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
@@ -306,3 +309,32 @@ async def test_a_tenant_may_choose_a_salt_inside_its_own_namespace(tmp_path: Pat
             ).is_success
     salts = [r["cache_salt"] for r in state.requests]
     assert len(set(salts)) == 4  # alice x, alice y, bob x (not alice's x), alice's default
+
+
+async def test_an_sdk_program_runs_under_its_tenants_key() -> None:
+    seen: list[Any] = []
+    async with serve_engine(EmulatorConfig()) as engine:
+        config = ControllerConfig(
+            port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),), api_keys=KEYS
+        )
+        async with serve_controller(config, on_app=seen.append) as url:
+            runtime = RuntimeConfig(
+                base_url=url + "/v1", model=DEFAULT_MODEL_NAME, controller="required",
+                api_key="key-alice-0001",
+            )  # fmt: skip
+            async with Runtime(runtime) as rt, rt.program("react") as program:
+                for step in range(3):
+                    await agentrt.chat([{"role": "user", "content": f"step {step}"}], max_tokens=4)
+                table = seen[0].engine.dispatcher.table
+                (key,) = table.keys()
+                entry = table.get(key)
+            wrong = RuntimeConfig(
+                base_url=url + "/v1", model=DEFAULT_MODEL_NAME, controller="required",
+                api_key="not-a-key",
+            )  # fmt: skip
+            with pytest.raises(EndpointUnavailable, match="401"):
+                async with Runtime(wrong):
+                    pass
+    assert key.tenant == "alice" and key.program_id == program.id
+    assert entry is not None and entry.calls_finished == 3
+    assert seen[0].metrics.tenant_calls.value("alice") == 3
