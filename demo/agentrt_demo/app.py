@@ -27,6 +27,7 @@ import anyio.to_thread
 from agentrt_demo.agents import AgentFn, base_agents
 from agentrt_demo.analysis import ProgramRecord, programs_from_spans
 from agentrt_demo.cluster import (
+    CpuTimes,
     EngineMetrics,
     backend_kinds,
     controller_setup,
@@ -125,15 +126,16 @@ class _Run:
         _say(f"controller phase: {setup.describe()}")
         capture = PhaseCapture("controller")
         server_spans = self.log_dir / "controller-spans.jsonl"
-        async with run_controller(setup, self.log_dir, server_spans) as controller_url:
-            self.endpoints.append(controller_url)
-            kinds = await backend_kinds(controller_url)
+        async with run_controller(setup, self.log_dir, server_spans) as controller:
+            self.endpoints.append(controller.url)
+            kinds = await backend_kinds(controller.url)
             _say(f"controller phase: backends detected as {', '.join(kinds)}")
-            outcome = await self._run("controller", [controller_url], capture)
+            outcome = await self._run("controller", [controller.url], capture)
+            cpu = controller.cpu_times()
         metrics = await scrape_engines(engine_urls)
         extra = await anyio.to_thread.run_sync(_read_if_there, server_spans)
         described = f"{setup.describe()}, backends {'/'.join(sorted(set(kinds)))}"
-        self._finish(outcome, capture, metrics, described, extra)
+        self._finish(outcome, capture, metrics, described, extra, cpu)
 
     async def direct_phase(self, engine_urls: list[str]) -> None:
         _say("direct phase: fresh FCFS engines, no controller, programs round-robin")
@@ -163,13 +165,16 @@ class _Run:
         metrics: EngineMetrics,
         setup: str,
         extra: Sequence[SpanRecord],
+        controller_cpu: CpuTimes | None = None,
     ) -> None:
         records = records_from_sdk(capture.spans()) + list(extra)
         records.sort(key=lambda r: r.start_ns)
         capture.shutdown()
         self._records[outcome.label] = records
         programs: list[ProgramRecord] = programs_from_spans(records)
-        self.reports.append(PhaseReport(outcome.label, setup, outcome, programs, metrics))
+        self.reports.append(
+            PhaseReport(outcome.label, setup, outcome, programs, metrics, controller_cpu)
+        )
 
     def write_outputs(self, out: TextIO) -> list[Path]:
         """Print the summary; write traces, timelines and the summary files (blocking I/O:

@@ -26,10 +26,13 @@ from agentrt_demo.settings import DemoSettings
 
 __all__ = [
     "ControllerSetup",
+    "CpuTimes",
     "DemoError",
     "EngineMetrics",
+    "RunningController",
     "backend_kinds",
     "controller_setup",
+    "cpu_times",
     "run_controller",
     "run_engines",
     "scrape_engines",
@@ -70,7 +73,7 @@ async def run_engines(
             commands.append((label, command, log_dir / f"engine-{label}-{i}.log"))
     async with _children([(c, log) for _, c, log in commands], "engines") as found:
         urls: dict[str, list[str]] = {label: [] for label in policies}
-        for (label, _, _), url in zip(commands, found, strict=True):
+        for (label, _, _), (url, _) in zip(commands, found, strict=True):
             urls[label].append(url)
         yield urls
 
@@ -78,9 +81,9 @@ async def run_engines(
 @asynccontextmanager
 async def _children(
     commands: Sequence[tuple[list[str], Path]], what: str
-) -> AsyncIterator[list[str]]:
+) -> AsyncIterator[list[tuple[str, int]]]:
     """Start the child processes (all at once; each prints ``READY <url>``), yield their
-    URLs in order, stop them all on exit (see :func:`_stop_all`)."""
+    URLs and process ids in order, stop them all on exit (see :func:`_stop_all`)."""
     processes: list[Process] = []
     try:
         for command, log in commands:
@@ -103,7 +106,7 @@ async def _children(
                         group.start_soon(ready, i)
         except TimeoutError as exc:
             raise DemoError(f"the {what} did not start within {_STARTUP_TIMEOUT_S:.0f} s") from exc
-        yield urls
+        yield [(url, process.pid) for url, process in zip(urls, processes, strict=True)]
     finally:
         with anyio.CancelScope(shield=True):
             await _stop_all(processes)
@@ -275,16 +278,47 @@ async def backend_kinds(controller_url: str) -> list[str]:
             raise DemoError(f"cannot read the controller's backend listing: {exc}") from exc
 
 
+@dataclass(frozen=True, slots=True)
+class CpuTimes:
+    """How a process used the CPUs so far (Linux ``/proc/PID/schedstat``), in seconds."""
+
+    #: On a CPU.
+    running_s: float
+    #: Runnable but waiting for a CPU (other processes had them).
+    waiting_s: float
+
+
+def cpu_times(pid: int) -> CpuTimes | None:
+    """The process's :class:`CpuTimes`; None where ``/proc/PID/schedstat`` cannot be read
+    (not Linux, or the process is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/schedstat").read_text().split()
+        return CpuTimes(int(fields[0]) / 1e9, int(fields[1]) / 1e9)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningController:
+    """The demo's controller while it runs."""
+
+    url: str
+    pid: int
+
+    def cpu_times(self) -> CpuTimes | None:
+        return cpu_times(self.pid)
+
+
 @asynccontextmanager
 async def run_controller(
     setup: ControllerSetup, log_dir: Path, trace_out: Path | None
-) -> AsyncIterator[str]:
-    """Run the controller in a child process; yields its base URL. Its spans are in
+) -> AsyncIterator[RunningController]:
+    """Run the controller in a child process; yields its URL and pid. Its spans are in
     ``trace_out`` (OTLP-JSON lines) once the block has exited."""
     options = {"overrides": setup.overrides, "trace_out": str(trace_out) if trace_out else None}
     command = [sys.executable, "-m", "agentrt_demo.controller_proc", json.dumps(options)]
-    async with _children([(command, log_dir / "controller.log")], "controller") as urls:
-        url = urls[0]
+    async with _children([(command, log_dir / "controller.log")], "controller") as started:
+        ((url, pid),) = started
         async with httpx.AsyncClient(timeout=5.0) as http:
             # The first scrape marks the backends up; wait for it instead of racing it.
             with anyio.move_on_after(10.0):
@@ -295,4 +329,4 @@ async def run_controller(
                     except httpx.HTTPError:
                         pass
                     await anyio.sleep(0.05)
-        yield url
+        yield RunningController(url, pid)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentrt_demo.analysis import KindStats, ProgramRecord, Ratios, kind_stats, ratios
-from agentrt_demo.cluster import EngineMetrics
+from agentrt_demo.cluster import CpuTimes, EngineMetrics
 from agentrt_demo.runner import PhaseOutcome
 from agentrt_demo.settings import DemoSettings
 from agentrt_demo.verdict import verdict
@@ -40,6 +40,8 @@ class PhaseReport:
     outcome: PhaseOutcome
     programs: list[ProgramRecord]
     engines: EngineMetrics
+    #: The controller process's CPU use over its life (controller phase, Linux); None else.
+    controller_cpu: CpuTimes | None = None
 
     def stats(self) -> list[KindStats]:
         present = {p.kind for p in self.programs}
@@ -123,7 +125,8 @@ def _notes(
         controller = next(r for r in reports if r.label == "controller")
         rows = {s.kind: s for s in controller.stats()}
         kinds = [k for k in rows if k != "all"]
-        notes += ["", *verdict(settings.policy or defaults.POLICY, compared, rows, kinds), ""]
+        policy = settings.policy or defaults.POLICY
+        notes += ["", *verdict(policy, compared, rows, kinds, controller.controller_cpu), ""]
     for report in reports:
         engines = report.engines
         queued = engines.queue_time_s / settings.time_scale
@@ -138,6 +141,12 @@ def _notes(
             f"queues ({_f(per_call, 3)} s each), {engines.preemptions:.0f} preemptions"
             + (f"; programs: {statuses}" if statuses else "")
         )
+        cpu = report.controller_cpu
+        if cpu is not None:
+            notes.append(
+                f"{report.label}: the controller process ran {cpu.running_s:.1f} s on a CPU and "
+                f"waited {cpu.waiting_s:.1f} s for one (/proc/PID/schedstat)"
+            )
         if outcome.cut_short:
             notes.append(
                 f"{report.label}: the phase budget ({settings.phase_budget_s:.0f} s) ran out; "
@@ -172,6 +181,9 @@ def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict
                 "prefix_hit_rate": report.engines.prefix_hit_rate,
             },
             "programs": {o.spec.name: o.status for o in report.outcome.outcomes},
+            "controller_cpu": None
+            if report.controller_cpu is None
+            else asdict(report.controller_cpu),
         }
     result: dict[str, Any] = {
         "settings": {

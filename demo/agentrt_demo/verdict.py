@@ -20,11 +20,15 @@ import math
 from collections.abc import Mapping, Sequence
 
 from agentrt_demo.analysis import KindStats, Ratios
+from agentrt_demo.cluster import CpuTimes
 
-__all__ = ["UNCHANGED_BAND", "verdict"]
+__all__ = ["STARVED", "UNCHANGED_BAND", "verdict"]
 
 #: Ratios within 1 ± this are reported as unchanged.
 UNCHANGED_BAND = 0.03
+#: The controller process counts as starved when it waited for a CPU more than this many
+#: times as long as it ran.
+STARVED = 0.5
 
 _PRIORITY_RULE = {
     "plas": "PLAS runs first the calls of the programs that have received the least service "
@@ -40,10 +44,12 @@ def verdict(
     ratios: Mapping[str, Ratios],
     controller: Mapping[str, KindStats],
     kinds: Sequence[str],
+    controller_cpu: CpuTimes | None = None,
 ) -> list[str]:
     """Sentences for the summary. ``policy`` is the controller's scheduling policy,
     ``ratios`` and ``controller`` (the controller phase's rows) are keyed by kind, ``kinds``
-    lists the kinds to judge (not ``all``)."""
+    lists the kinds to judge (not ``all``); ``controller_cpu``, when known, says whether the
+    controller process got the CPU it needed (a busy machine makes every hop and event slow)."""
     judged = [k for k in kinds if k in ratios and not math.isnan(ratios[k].e2e_mean)]
     faster = [k for k in judged if ratios[k].e2e_mean > 1 + UNCHANGED_BAND]
     slower = [k for k in judged if ratios[k].e2e_mean < 1 - UNCHANGED_BAND]
@@ -69,6 +75,13 @@ def verdict(
         lines.append(
             f"Slower: {_figures(kind, ratios[kind])}. "
             + _why_slower(policy, kind, controller.get(kind), everyone)
+        )
+    if controller_cpu is not None and controller_cpu.waiting_s > STARVED * controller_cpu.running_s:
+        lines.append(
+            f"The machine was busy: the controller process waited {controller_cpu.waiting_s:.1f} s "
+            f"for a CPU and ran {controller_cpu.running_s:.1f} s, so each of its calls and "
+            "tool-wait events took longer than the controller's own work; on an idle machine "
+            "(docs/demo.md) the hop costs a few milliseconds."
         )
     return lines
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agentrt_demo.analysis import programs_from_spans
-from agentrt_demo.cluster import EngineMetrics
+from agentrt_demo.cluster import CpuTimes, EngineMetrics
 from agentrt_demo.report import PhaseReport, render_summary, summary_json
 from agentrt_demo.runner import PhaseOutcome, ProgramOutcome
 from agentrt_demo.settings import DemoSettings
@@ -33,7 +33,8 @@ def _phase(label: str, react_e2e: float, mcts_e2e: float, failed: bool = False) 
     ]
     engines = EngineMetrics(prefix_queries=1000, prefix_hits=250, queue_time_s=3.0, requests=6)
     outcome = PhaseOutcome(label, outcomes, 12.5, load_average=(1.0, 2.0))
-    return PhaseReport(label, f"{label} setup", outcome, programs_from_spans(f.spans), engines)
+    cpu = CpuTimes(running_s=3.0, waiting_s=1.25) if label == "controller" else None
+    return PhaseReport(label, f"{label} setup", outcome, programs_from_spans(f.spans), engines, cpu)
 
 
 def test_table_rows_speedups_and_notes() -> None:
@@ -52,6 +53,7 @@ def test_table_rows_speedups_and_notes() -> None:
     # Engine queue time is converted from model to wall seconds: 3.0 / 2.0 over 6 requests.
     assert "waited 1.5 s in the engines' queues (0.250 s each)" in text
     assert "machine load average 1.0 → 2.0" in text
+    assert "controller: the controller process ran 3.0 s on a CPU and waited 1.2 s" in text
     header = next(line for line in lines if line.startswith("kind"))
     assert header.split()[-6:] == ["hit", "tok", "x", "p95", "x", "speed-up"]
     # Token latency: 1.0 s over 10 generated tokens = 100 ms/token; ratios direct ÷ controller.
@@ -65,6 +67,8 @@ def test_table_rows_speedups_and_notes() -> None:
     assert document["speedup"]["mcts"] is None
     assert document["ratios"]["react"]["e2e_p95"] == pytest.approx(3.0)
     assert document["ratios"]["mcts"]["programs"] == 0
+    assert document["phases"]["controller"]["controller_cpu"]["waiting_s"] == 1.25
+    assert document["phases"]["direct"]["controller_cpu"] is None
     assert document["phases"]["controller"]["programs"] == {"react-00": "ok", "mcts-01": "error"}
     assert document["phases"]["direct"]["engines"]["prefix_hit_rate"] == 0.25
 

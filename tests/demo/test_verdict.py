@@ -7,6 +7,7 @@ import math
 import pytest
 
 from agentrt_demo.analysis import KindStats, Ratios
+from agentrt_demo.cluster import CpuTimes, cpu_times
 from agentrt_demo.verdict import verdict
 
 pytestmark = pytest.mark.timeout(30)
@@ -58,3 +59,22 @@ def test_small_changes_are_unchanged_and_missing_figures_are_not_judged() -> Non
     assert lines[1].startswith("Unchanged (within ±3%): react 1.02x mean E2E")
     assert "mcts 0.98x" in lines[1]
     assert len(lines) == 2 and "langgraph" not in "".join(lines)
+
+
+def test_a_starved_controller_is_said_and_a_well_served_one_is_not() -> None:
+    ratios = _ratios(react=0.8, all=0.9)
+    starved = verdict("plas", ratios, ROWS, ["react"], CpuTimes(running_s=2.0, waiting_s=8.0))
+    assert starved[-1].startswith("The machine was busy: the controller process waited 8.0 s")
+    served = verdict("plas", ratios, ROWS, ["react"], CpuTimes(running_s=2.0, waiting_s=0.3))
+    assert not any("busy" in line for line in served)
+    assert served == verdict("plas", ratios, ROWS, ["react"])
+
+
+def test_cpu_times_of_a_live_and_of_a_missing_process() -> None:
+    import os
+
+    mine = cpu_times(os.getpid())
+    if mine is None:
+        pytest.skip("no /proc/PID/schedstat on this system")
+    assert mine.running_s > 0 and mine.waiting_s >= 0
+    assert cpu_times(2**22 + 12345) is None  # above Linux's largest pid
