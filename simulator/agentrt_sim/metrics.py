@@ -214,7 +214,8 @@ def _has_tenants(record: RunRecord) -> bool:
 def tenant_summaries(
     record: RunRecord, measured: Sequence[ProgramRecord], window_s: float
 ) -> dict[str, dict[str, Any]]:
-    """Per tenant (``""`` = programs without one): programs, E2E and token latency, unfinished
+    """Per tenant (``""`` = programs without one): programs, E2E and token latency, waiting
+    summed over each program's calls (and the controller-queue part of it), unfinished
     programs, charged service in the window and its share of all charged service."""
     names = sorted(
         {p.tenant or "" for p in record.programs}
@@ -232,6 +233,8 @@ def tenant_summaries(
             "calls_completed": sum(p.calls for p in mine),
             "e2e_latency_s": percentiles([p.e2e_s for p in mine]),
             "token_latency_s": percentiles([p.token_latency_s for p in mine]),
+            "call_wait_s_mean": _mean([p.call_wait_s for p in mine]),
+            "controller_wait_s_mean": _mean([p.controller_wait_s for p in mine]),
             "charged_service_s": charged,
             "charged_service_per_s": charged / window_s,
             "service_share": charged / total if total > 0 else math.nan,

@@ -234,6 +234,29 @@ def test_in_flight_estimate_spreads_one_admission_round() -> None:
     assert [c.tenant for c in popped if c is not None].count("a") == 4
 
 
+def test_backend_priority_ranks_tenants_by_virtual_time() -> None:
+    """The tenant behind its share gets the engine's first priorities (rank 0 x 5 queues +
+    its PLAS level), the one ahead rank 1 x 5 + its level; a call is ranked by its start tag;
+    a tenant with nothing queued or in flight does not count; alone, the inner priority."""
+    scheduler = _fair("plas", b=2.0)
+    for _ in range(3):
+        ahead = make_call("a-long", tenant="a")
+        scheduler.submit(ahead, 0.0)
+        assert scheduler.pop(0.0) is ahead
+        scheduler.on_finish(ahead, 1.0, 0.0)
+    assert scheduler.backend_priority(ahead) == 2  # alone: PLAS's level for 2 s attained
+    behind = make_call("b-long", tenant="b")
+    scheduler.submit(behind, 1.0)  # b starts at V = 2 (the last start tag); v_a = 3
+    again = make_call("a-long", tenant="a")
+    scheduler.submit(again, 1.0)  # a: 3 s attained, PLAS level 2
+    assert scheduler.pop(1.0) is behind  # start tag 2; v_b = 2 + 1.0 / 2
+    assert scheduler.backend_priority(behind) == 0 * 5 + 0
+    assert scheduler.pop(1.0) is again  # start tag 3 > v_b = 2.5
+    assert scheduler.backend_priority(again) == 1 * 5 + 2
+    scheduler.on_finish(behind, 0.1, 2.0)
+    assert scheduler.backend_priority(again) == 2  # b is no longer active
+
+
 def test_single_tenant_pops_exactly_like_the_inner_policy() -> None:
     """One tenant (named or the default one): the same pop order as bare PLAS on a random
     workload of submits, pops, streamed tokens, finishes, requeues and program ends."""

@@ -32,7 +32,14 @@ the inner policy's. Tenants are kept for the scheduler's life (they come from th
 tenant file, a bounded set).
 
 Calls of the Dispatcher's retained lane never reach the scheduler, so they are not charged to
-their tenant here (docs/tenancy.md, "Limits"). ``backend_priority`` is the inner policy's.
+their tenant here (docs/tenancy.md, "Limits").
+
+**Backend priority** (for backends that honour one, e.g. vLLM with priority scheduling): the
+tenants with calls queued or in flight are ranked by virtual time (0 = furthest behind its
+share; the call's own tenant by the call's start tag), and a call gets
+``rank x K + inner priority`` with ``K`` the inner policy's number of
+queues — so the engine, too, serves the tenant behind first and the inner order within a
+tenant. With one tenant it is the inner policy's priority.
 
 Building one (the controller service passes its tenant file's weights)::
 
@@ -61,6 +68,7 @@ from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.scheduling.api import Call, Scheduler
+from agentrt_controller.scheduling.config import SchedulerConfig
 
 __all__ = ["DEFAULT_TENANT", "TenancyConfig", "TenantFairScheduler", "tenant_of"]
 
@@ -149,6 +157,8 @@ class _Tenant:
     finished_calls: int = 0
     #: Estimated charge of each popped, unfinished call, by call id (seconds).
     in_flight: dict[str, float] = field(default_factory=dict)
+    #: The tenant's virtual time when each popped, unfinished call was popped (its start tag).
+    start_tags: dict[str, float] = field(default_factory=dict)
 
 
 class TenantFairScheduler:
@@ -223,12 +233,14 @@ class TenantFairScheduler:
         self.system_virtual_s = max(self.system_virtual_s, tenant.virtual_s)
         estimate = self._estimate_s(tenant)
         tenant.in_flight[call.call_id] = estimate
+        tenant.start_tags[call.call_id] = tenant.virtual_s
         tenant.virtual_s += estimate / tenant.weight
         return call
 
     def requeue(self, call: Call, now_s: float) -> None:
         tenant = self._tenant(tenant_of(call))
         estimate = tenant.in_flight.pop(call.call_id, None)
+        tenant.start_tags.pop(call.call_id, None)
         if estimate is not None:  # not admitted after all: take the estimate back
             tenant.virtual_s -= estimate / tenant.weight
         tenant.inner.requeue(call, now_s)
@@ -241,7 +253,22 @@ class TenantFairScheduler:
         return sum(t.inner.queued() for t in self._tenants.values())
 
     def backend_priority(self, call: Call) -> int:
-        return self._tenant(tenant_of(call)).inner.backend_priority(call)
+        """``rank x K + inner priority`` (module docstring): ``rank`` counts the other active
+        tenants (calls queued or in flight) whose virtual time is below the call's start tag
+        (its tenant's virtual time when it was popped, before its own estimate)."""
+        tenant = self._tenant(tenant_of(call))
+        inner = tenant.inner.backend_priority(call)
+        mine = (tenant.start_tags.get(call.call_id, tenant.virtual_s), tenant.order)
+        rank = sum(
+            1
+            for other in self._tenants.values()
+            if other is not tenant
+            and (other.inner.queued() or other.in_flight)
+            and (other.virtual_s, other.order) < mine
+        )
+        config = getattr(tenant.inner, "config", None)
+        levels = config.levels if isinstance(config, SchedulerConfig) else 1
+        return rank * levels + inner
 
     def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
         self._tenant(tenant_of(call)).inner.on_tokens(call, new_tokens, now_s)
@@ -249,6 +276,7 @@ class TenantFairScheduler:
     def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
         tenant = self._tenant(tenant_of(call))
         estimate = tenant.in_flight.pop(call.call_id, 0.0)
+        tenant.start_tags.pop(call.call_id, None)
         tenant.virtual_s += (service_s - estimate) / tenant.weight
         tenant.charged_s += service_s
         tenant.finished_calls += 1
