@@ -105,7 +105,7 @@ def _why_slower(policy: str, kind: str, stats: KindStats | None, everyone: KindS
     if stats is None or everyone is None:
         return "Too few programs finished to say why."
     service = (
-        f"a {kind} program makes {stats.llm_calls_mean:.0f} LLM calls and generates "
+        f"each {kind} program makes {stats.llm_calls_mean:.0f} LLM calls and generates "
         f"{stats.output_tokens_mean:.0f} tokens (the mix's mean: {everyone.llm_calls_mean:.0f} "
         f"calls, {everyone.output_tokens_mean:.0f} tokens)"
     )
