@@ -932,7 +932,29 @@ def aggregate(result: dict[str, Any]) -> dict[str, Any]:
                     "max": max(paired),
                     "per_rep": paired,
                 }
+            row["like_paced"] = like_paced(direct, reps)
         out[name] = row
+    return out
+
+
+#: Two runs ran the engine at the same pace when their mean inter-token latencies differ by
+#: at most this fraction.
+SAME_PACE = 0.10
+
+
+def like_paced(direct: list[dict[str, Any]], reps: list[dict[str, Any]]) -> dict[str, Any]:
+    """The paired ratios over only the repetitions in which vLLM ran at the same pace in both
+    runs (other jobs took about as much of its core), or an empty ``reps`` list."""
+    chosen = [
+        i
+        for i, (d, r) in enumerate(zip(direct, reps, strict=True))
+        if "vllm_itl_mean" in d and abs(r["vllm_itl_mean"] / d["vllm_itl_mean"] - 1) <= SAME_PACE
+    ]
+    out: dict[str, Any] = {"reps": chosen}
+    for key, _ in COMPARED:
+        paired = [direct[i][key] / reps[i][key] for i in chosen]
+        if paired:
+            out[key] = {"median": statistics.median(paired), "min": min(paired), "max": max(paired)}
     return out
 
 
@@ -1000,6 +1022,23 @@ def markdown(result: dict[str, Any]) -> str:
             ]
         )
     lines += _report.table(header, body)
+    for name, row in rows.items():
+        same = row.get("like_paced")
+        if same is None:
+            continue
+        if not same["reps"]:
+            lines += [
+                "",
+                f"`{name}`: no repetition in which vLLM ran at the same pace in both runs.",
+            ]
+            continue
+        shown = ", ".join(f"{h} {ratio_cell(same[key])}" for key, h in COMPARED)
+        lines += [
+            "",
+            f"`{name}` over only the repetitions in which vLLM ran at the same pace in both runs "
+            f"(mean inter-token latency within {SAME_PACE:.0%}; reps "
+            f"{', '.join(map(str, same['reps']))}): ratio {shown}.",
+        ]
     lines += [
         "",
         "Per repetition: E2E mean / p95 (s), and in brackets vLLM's mean inter-token latency "
