@@ -1,4 +1,4 @@
-"""KV-retention benchmark: does retention fix PLAS/ATLAS under load?
+"""KV-retention benchmark: what retention buys the product defaults, under load.
 
 Scheduling and caching interact (docs/scheduling.md, "Where PLAS / ATLAS lose"): PLAS/ATLAS
 push long programs back; while they wait, LRU evicts their long contexts, and under overload
@@ -7,18 +7,23 @@ they can end up *worse* than MLFQ or FCFS. Retention (after Continuum, arXiv 251
 returning call ahead of the scheduler's order while its context is likely still cached, and
 pins the KV where that pays.
 
-Setup: one simulated A100 engine (Llama-3.1-8B), controller admission window 32 (so the
-controller's order matters), the engine FCFS; the same programs for every configuration;
-``react`` and ``mixed`` from about half load to overload. Configurations: FCFS and MLFQ (the
-baselines), PLAS and ATLAS without and with retention, and FCFS / MLFQ with retention (to
-separate what retention alone buys). Medians over seeds.
+Setup: one simulated A100 engine (Llama-3.1-8B), everything but retention (and the scheduler
+of the comparison rows) the product default (``agentrt_controller.defaults``: the adaptive
+admission window, the ``prefix`` router, FCFS engines, the controller's default cost model
+charging the service); the same programs for every configuration; ``react`` and ``mixed``
+from half their FCFS saturation (``agentrt_sim.rates``) to 1.5×. Configurations: PLAS (the
+default policy) with retention off and on, FCFS off and on (what retention alone buys without
+program-level order); ``--configs`` adds MLFQ / ATLAS. ``--window 32 --router round_robin
+--cost roofline --configs fcfs/off,mlfq/off,plas/off,atlas/off,plas/on,atlas/on,fcfs/on,mlfq/on``
+gives the settings this benchmark used before those defaults existed. Medians over seeds.
 
-Reported per workload and rate: mean and p95 program E2E latency, completed-program
-throughput, prefix-cache hit rate and recomputed prompt tokens (preemption recompute plus
-cache misses on tokens that had been cached and were evicted).
+Reported per workload, rate and configuration: mean program token latency, mean and p95
+program E2E latency with their ratios to the baseline row (PLAS, retention off), completed
+throughput, unfinished programs, prefix-cache hit rate and recomputed prompt tokens
+(preemption recompute plus cache misses on tokens that had been cached and were evicted).
 
-Goal: with retention, ours (PLAS for react, ATLAS for mixed) is no worse than MLFQ or FCFS at
-any load tested (mean E2E within 3 %) and better near saturation.
+Goal: with retention, the default (PLAS) is no worse than without at any load tested (mean E2E
+within 3 %) and better near saturation.
 
 Run (from the repository root)::
 
@@ -29,10 +34,12 @@ Run (from the repository root)::
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,50 +47,78 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentrt_controller import defaults  # noqa: E402
+from agentrt_sim.costs import controller_cost_function  # noqa: E402
 from agentrt_sim.plan import compile_program  # noqa: E402
-from agentrt_sim.registry import PolicySpec  # noqa: E402
+from agentrt_sim.registry import PolicySpec, parse_window  # noqa: E402
 from agentrt_sim.runner import BenchConfig, run_one  # noqa: E402
 from benchmarks import _report  # noqa: E402
 
-#: (scheduler, retention) configurations, baselines first.
-CONFIGS = (
-    ("fcfs", "off"),
-    ("mlfq", "off"),
-    ("plas", "off"),
-    ("atlas", "off"),
-    ("plas", "on"),
-    ("atlas", "on"),
-    ("fcfs", "on"),
-    ("mlfq", "on"),
-)
-#: Per workload: arrival rates (programs/s) from about half load to overload (1 engine),
-#: our policy, and the arrival window (s).
+#: ``scheduler/retention`` configurations, the baseline first (the product default with
+#: retention off), then the default itself.
+CONFIGS = ("plas/off", "plas/on", "fcfs/off", "fcfs/on")
+#: Per workload: arrival rates (programs/s, 0.5 to 1.5 × the FCFS saturation of
+#: ``agentrt_sim.rates`` on one engine) and the arrival window (s).
 WORKLOADS: dict[str, dict[str, Any]] = {
-    "react": {"rates": (0.75, 1.0, 1.25, 1.5, 1.75, 2.0), "ours": "plas", "duration": 300.0},
-    "mixed": {"rates": (0.2, 0.3, 0.4, 0.5, 0.6), "ours": "atlas", "duration": 300.0},
+    "react": {"rates": (8.0, 12.8, 16.0, 20.0, 24.0), "duration": 150.0},
+    "mixed": {"rates": (0.75, 1.2, 1.5, 1.9, 2.25), "duration": 300.0},
 }
-WINDOW = 32
+#: Cost models a run may charge: the controller's default (``defaults.COST``) or the engine
+#: profile's roofline (the simulator's own, what this benchmark charged before).
+COSTS = ("controller", "roofline")
 
 
-def run_point(job: tuple[str, str, str, float, float, int]) -> dict[str, Any]:
-    """One simulation: ``(workload, scheduler, retention, rate, duration_s, seed)``."""
-    workload, policy, retention, rate, duration_s, seed = job
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What every configuration shares: the product defaults unless told otherwise."""
+
+    #: Controller admission window per engine: calls, ``"adaptive"`` or ``None`` (unlimited).
+    window: int | str | None = defaults.ADMISSION_WINDOW
+    #: Router name (one engine: it decides the binding and whether calls carry block hashes).
+    router: str = defaults.ROUTER
+    #: Charged service: one of :data:`COSTS`.
+    cost: str = "controller"
+
+    def describe(self) -> str:
+        """The shared configuration in the controller's start-up words."""
+        text = defaults.describe(
+            policy="<varies>",
+            admission_window=self.window,
+            router=self.router,
+            retention="<varies>",
+            priority="off",
+        )
+        return f"{text} cost={self.cost}"
+
+
+def run_point(job: tuple[str, str, float, float, int, Setup]) -> dict[str, Any]:
+    """One simulation: ``(workload, "scheduler/retention", rate, duration_s, seed, setup)``."""
+    workload, config, rate, duration_s, seed, setup = job
+    policy, retention = config.split("/")
     bench = BenchConfig(workload=workload, rate_per_s=rate, duration_s=duration_s, seed=seed)
     plans = [compile_program(p) for p in bench.programs()]
+    spec = PolicySpec(policy, setup.router, retention, setup.window)
+    cost = None if setup.cost == "roofline" else controller_cost_function(dict(defaults.COST))
     started = time.perf_counter()
-    summary = run_one(plans, bench, PolicySpec(policy, "round_robin", retention, WINDOW)).summary
+    summary = run_one(plans, bench, spec, cost_model=cost).summary
     return {
         "workload": workload,
-        "config": f"{policy}/{retention}",
+        "config": config,
         "rate": rate,
         "seed": seed,
         "throughput": summary["throughput_programs_per_s"],
+        "token_mean_s": summary["token_latency_s"]["mean"],
         "mean_s": summary["e2e_latency_s"]["mean"],
         "p95_s": summary["e2e_latency_s"]["p95"],
+        "unfinished": summary["programs_unfinished"],
         "hit_rate": summary["prefix_hit_rate"],
         "recomputed": summary["recomputed_prompt_tokens"],
         "wall_s": time.perf_counter() - started,
     }
+
+
+#: The figures of a row (medians over seeds).
+KEYS = ("throughput", "token_mean_s", "mean_s", "p95_s", "unfinished", "hit_rate", "recomputed")
 
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -93,97 +128,113 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         rates = args.rates or spec["rates"]
         if args.quick and not args.rates:
             rates = rates[:: max(1, len(rates) // 2)]
+        duration = args.duration or spec["duration"]
         for rate in rates:
-            for policy, retention in CONFIGS:
+            for config in args.configs:
                 for seed in args.seeds:
-                    jobs.append(
-                        (workload, policy, retention, rate, args.duration or spec["duration"], seed)
-                    )
+                    jobs.append((workload, config, rate, duration, seed, args.setup))
+    # The longest runs first, so that the workers finish together (results keep job order).
+    order = sorted(range(len(jobs)), key=lambda i: -jobs[i][2] * jobs[i][3])
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        points = list(pool.map(run_point, jobs))
+        points = list(pool.map(run_point, [jobs[i] for i in order]))
     rows: dict[tuple[str, float, str], list[dict[str, Any]]] = {}
-    for point in points:
+    for point in sorted(points, key=lambda p: (p["workload"], p["rate"])):
         rows.setdefault((point["workload"], point["rate"], point["config"]), []).append(point)
-    keys = ("throughput", "mean_s", "p95_s", "hit_rate", "recomputed")
+    ranked = {config: i for i, config in enumerate(args.configs)}
     return [
-        {"workload": workload, "rate": rate, "config": config, **_report.medians(group, keys)}
+        {"workload": workload, "rate": rate, "config": config, **_report.medians(group, KEYS)}
         for (workload, rate, config), group in sorted(
-            rows.items(), key=lambda item: (args.workloads.index(item[0][0]), item[0][1])
+            rows.items(),
+            key=lambda item: (args.workloads.index(item[0][0]), item[0][1], ranked[item[0][2]]),
         )
     ]
 
 
 def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Per workload: ours-with-retention against the better baseline at every rate."""
+    """Per workload: PLAS with retention against PLAS without at every rate."""
     out = []
     for workload in dict.fromkeys(r["workload"] for r in rows):
-        ours = f"{WORKLOADS[workload]['ours']}/on"
         worst, best_gain, best_rate = 0.0, 0.0, 0.0
         for rate in sorted({r["rate"] for r in rows if r["workload"] == workload}):
             at = {r["config"]: r for r in rows if r["workload"] == workload and r["rate"] == rate}
-            baseline = min(at["fcfs/off"]["mean_s"], at["mlfq/off"]["mean_s"])
-            ratio = at[ours]["mean_s"] / baseline
+            if "plas/on" not in at or "plas/off" not in at:
+                continue
+            ratio = at["plas/on"]["mean_s"] / at["plas/off"]["mean_s"]
             worst = max(worst, ratio)
             if 1 - ratio > best_gain:
                 best_gain, best_rate = 1 - ratio, rate
+        if worst == 0.0:
+            continue
         ok = worst <= 1.03 and best_gain > 0.03
         out.append(
-            f"{workload}: {ours} mean E2E ≤ {worst:.2f}× the better of FCFS/MLFQ at every rate, "
-            f"best {best_gain:.0%} lower (at {best_rate:g}/s) — goal "
-            f"{'met' if ok else 'NOT met'}"
+            f"{workload}: plas/on mean E2E ≤ {worst:.2f}× plas/off at every rate, best "
+            f"{best_gain:.0%} lower (at {best_rate:g}/s) — goal {'met' if ok else 'NOT met'}"
         )
     return out
 
 
-def _by_rate(
-    rows: Sequence[dict[str, Any]], configs: Sequence[str], cell: Callable[[dict[str, Any]], str]
-) -> list[str]:
-    """A table of one workload's ``rows``: a line per rate, a column per configuration."""
-    rates = sorted({r["rate"] for r in rows})
-    at = {(r["rate"], r["config"]): r for r in rows}
-    header = ["rate/s", *(f"`{c}`" for c in configs)]
-    return _report.table(
-        header, ([f"{rate:g}", *(cell(at[rate, c]) for c in configs)] for rate in rates)
-    )
+def _ratio(value: float, base: float | None) -> str:
+    return f"{value / base:.2f}" if base else "—"
+
+
+def _rows_of(mine: Sequence[dict[str, Any]], baseline: str) -> list[list[str]]:
+    """One line per rate and configuration, ratios to ``baseline`` at the same rate."""
+    base = {r["rate"]: r for r in mine if r["config"] == baseline}
+    lines = []
+    for r in mine:
+        b = base.get(r["rate"], {})
+        lines.append(
+            [
+                f"{r['rate']:g}",
+                f"`{r['config']}`",
+                f"{r['token_mean_s']:.4f}" if "token_mean_s" in r else "—",
+                _ratio(r["token_mean_s"], b.get("token_mean_s")) if "token_mean_s" in r else "—",
+                f"{r['mean_s']:.1f} / {r['p95_s']:.0f}",
+                f"{_ratio(r['mean_s'], b.get('mean_s'))} / {_ratio(r['p95_s'], b.get('p95_s'))}",
+                f"{r['throughput']:.3f}",
+                f"{r.get('unfinished', '—')}",
+                f"{r['hit_rate']:.1%} / {r['recomputed'] / 1e6:.2f}",
+            ]
+        )
+    return lines
 
 
 def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: float) -> str:
-    configs = [f"{p}/{r}" for p, r in CONFIGS]
+    baseline = args.configs[0]
     lines = [
         "## KV retention",
         "",
         "`benchmarks/retention.py` — 1 simulated engine (`a100-llama3-8b`, engine FCFS), "
-        f"controller admission window {WINDOW}, router irrelevant; the same programs for every "
-        "configuration; `/on` = retention by `agentrt_controller.retention.TtlRetentionPolicy` "
-        "(retained lane + engine binding; native pins where the rule says so). Medians over "
-        f"seeds {list(args.seeds)}; {wall_s / 60:.1f} min on this machine.",
+        f"everything but scheduler / retention the product defaults: `{args.setup.describe()}`; "
+        "the same programs for every configuration; `/on` = retention by "
+        "`agentrt_controller.retention.TtlRetentionPolicy` (retained lane + engine binding; "
+        f"native pins where the rule says so). Arrival windows {args.durations} s (+ drain); "
+        f"medians over seeds {list(args.seeds)}; {wall_s / 60:.1f} min on this machine. "
+        f"Run {args.date}; command: `{args.command}`.",
+        "",
+        "Latencies cover the programs that finished (`unfinished` = still running when the "
+        "drain, as long as the arrival window, ended); ratios are to "
+        f"`{baseline}` at the same rate (< 1: faster).",
         "",
     ]
+    header = (
+        "rate/s",
+        "config",
+        "token latency mean (s/token)",
+        f"÷ {baseline}",
+        "E2E mean / p95 (s)",
+        f"÷ {baseline} (mean / p95)",
+        "completed/s",
+        "unfinished",
+        "hit rate / recomputed (M tokens)",
+    )
     for workload in dict.fromkeys(r["workload"] for r in rows):
         mine = [r for r in rows if r["workload"] == workload]
-        lines += [
-            f"**{workload}** — mean program E2E latency (s) / p95 (s) / completed programs/s:",
-            "",
-        ]
-        lines += _by_rate(
-            mine, configs, lambda r: f"{r['mean_s']:.1f} / {r['p95_s']:.0f} / {r['throughput']:.2f}"
-        )
-        shown = [
-            "fcfs/off",
-            "mlfq/off",
-            f"{WORKLOADS[workload]['ours']}/off",
-            f"{WORKLOADS[workload]['ours']}/on",
-        ]
-        lines += [
-            "",
-            f"**{workload}** — prefix-cache hit rate / recomputed prompt tokens (millions):",
-            "",
-        ]
-        lines += _by_rate(
-            mine, shown, lambda r: f"{r['hit_rate']:.1%} / {r['recomputed'] / 1e6:.2f}"
-        )
+        lines += [f"**{workload}**:", ""]
+        lines += _report.table(header, _rows_of(mine, baseline))
         lines.append("")
-    lines += ["Goal (mean E2E within 3 % or better everywhere, better near saturation):", ""]
+    lines += ["Goal (retention on: mean E2E within 3 % or better everywhere, better near "
+              "saturation):", ""]  # fmt: skip
     lines += [f"- {v}" for v in verdicts(rows)]
     lines.append("")
     lines += _report.closing_lines(
@@ -194,15 +245,15 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    configs = list(dict.fromkeys(r["config"] for r in rows))
     fig, axes = _report.subplots(2, len(workloads), (5.5 * len(workloads), 7))
     for column, workload in enumerate(workloads):
-        for policy, retention in CONFIGS:
-            config = f"{policy}/{retention}"
+        for config in configs:
             mine = sorted(
                 (r for r in rows if r["workload"] == workload and r["config"] == config),
                 key=lambda r: r["rate"],
             )
-            style = "-" if retention == "on" else "--"
+            style = "-" if config.endswith("/on") else "--"
             rates = [r["rate"] for r in mine]
             axes[0][column].plot(
                 rates, [r["mean_s"] for r in mine], style, marker="o", label=config
@@ -221,32 +272,88 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     _report.save_figure(fig, path)
 
 
+def _configs(text: str) -> list[str]:
+    configs = [c.strip() for c in text.split(",") if c.strip()]
+    for config in configs:
+        if config.count("/") != 1:
+            raise SystemExit(f"--configs {config!r}: expected SCHEDULER/RETENTION, e.g. plas/on")
+    return configs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated")
     parser.add_argument("--seeds", default="1,2", help="comma-separated seeds")
     parser.add_argument("--rates", default="", help="override the rates (comma-separated)")
     parser.add_argument("--duration", type=float, default=None, help="arrival window (s)")
+    parser.add_argument(
+        "--configs",
+        type=_configs,
+        default=list(CONFIGS),
+        help="SCHEDULER/RETENTION, comma-separated, the baseline of the ratios first "
+        f"(default {','.join(CONFIGS)})",
+    )
+    parser.add_argument(
+        "--window",
+        type=parse_window,
+        default=defaults.ADMISSION_WINDOW,
+        help="admission window: N, adaptive or unlimited (default: %(default)s)",
+    )
+    parser.add_argument("--router", default=defaults.ROUTER, help="(default: %(default)s)")
+    parser.add_argument(
+        "--cost",
+        choices=COSTS,
+        default="controller",
+        help="charged service: the controller's default cost model or the engine profile's "
+        "roofline (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--date",
+        default=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        help="the run's date to quote (default: today, UTC)",
+    )
+    parser.add_argument("--command", help="the command to quote (default: this one)")
     _report.add_output_options(parser, "rows")
     args = parser.parse_args(argv)
+    args.setup = Setup(args.window, args.router, args.cost)
+    if args.command is None:
+        given = sys.argv[1:] if argv is None else list(argv)
+        args.command = " ".join([".venv/bin/python", "benchmarks/retention.py", *given])
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     args.rates = [float(r) for r in args.rates.split(",") if r.strip()]
     if args.quick:
         args.duration, args.seeds = 40.0, args.seeds[:1]
+    args.durations = ", ".join(
+        f"{w} {args.duration or WORKLOADS[w]['duration']:g}" for w in args.workloads
+    )
     _report.resolve_plot(args, ROOT / "docs", "retention.png")
     if args.from_json:
         saved = json.loads(Path(args.from_json).read_text())
         saved = saved if isinstance(saved, dict) else {"rows": saved, "wall_s": 0.0}
         rows, wall = saved["rows"], float(saved["wall_s"])
         args.seeds = saved.get("seeds", args.seeds)
+        if "setup" in saved:
+            args.setup = Setup(**saved["setup"])
+            args.configs = saved["configs"]
+            args.date, args.command = saved["date"], saved["command"]
+            args.durations = saved["durations"]
     else:
         started = time.perf_counter()
         rows = measure(args)
         wall = time.perf_counter() - started
     if args.plot:
         plot(rows, Path(args.plot))
-    saved = {"wall_s": wall, "seeds": args.seeds, "rows": rows}
+    saved = {
+        "wall_s": wall,
+        "seeds": args.seeds,
+        "setup": dataclasses.asdict(args.setup),
+        "configs": args.configs,
+        "date": args.date,
+        "command": args.command,
+        "durations": args.durations,
+        "rows": rows,
+    }
     section = markdown(rows, args, wall)
     return _report.publish(args, section, saved, ROOT / "docs", "## KV retention")
 

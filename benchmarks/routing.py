@@ -2,9 +2,13 @@
 
 For each workload the same programs (same seed, same arrival process) are replayed under each
 router — ``round_robin``, ``least_loaded``, ``autellix`` and our ``prefix`` — on 4 simulated
-A100 engines (Llama-3.1-8B), FCFS scheduling, no controller admission window (routing alone
-differs). Each router climbs a ladder of arrival rates ``r0 · step^k`` until its p50 program
-E2E latency passes the target ``L = latency_factor × p50 of round_robin at r0`` (light load).
+A100 engines (Llama-3.1-8B); everything but the router is the product default
+(``agentrt_controller.defaults``: PLAS, the adaptive admission window, KV retention on, FCFS
+engines, the controller's default cost model charging the service), so routing alone differs.
+``--policy fcfs --window unlimited --retention off --cost roofline`` gives the settings this
+benchmark used before those defaults existed. Each router climbs a ladder of arrival rates
+``r0 · step^k`` until its p50 program E2E latency passes the target
+``L = latency_factor × p50 of round_robin at r0`` (light load).
 
 Reported per workload and router:
 
@@ -13,7 +17,9 @@ Reported per workload and router:
   p50 crosses ``L`` if higher; ``≥ x`` when the router never reached ``L`` on the ladder, a
   lower bound);
 * the ratios to round_robin and to autellix;
-* the prefix-cache hit rate at the highest rung every router ran.
+* at the highest rung every router ran: mean token latency (E2E ÷ generated tokens), E2E
+  mean / p95, completed throughput, unfinished programs, each against round_robin, and the
+  prefix-cache hit rate.
 
 Workloads: ``chatbot``, ``react``, ``mixed`` (the simulator's, after the workloads Autellix
 measured, arXiv 2502.13965) and ``sysprompt``:
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import random
 import sys
@@ -44,8 +51,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentrt_controller import defaults  # noqa: E402
+from agentrt_sim.costs import controller_cost_function  # noqa: E402
 from agentrt_sim.plan import compile_program  # noqa: E402
-from agentrt_sim.registry import PolicySpec  # noqa: E402
+from agentrt_sim.registry import PolicySpec, parse_window  # noqa: E402
 from agentrt_sim.runner import BenchConfig, run_one  # noqa: E402
 from agentrt_sim.workloads.chatbot import ChatbotParams, ChatbotWorkload  # noqa: E402
 from agentrt_sim.workloads.program import Program  # noqa: E402
@@ -54,13 +63,43 @@ from benchmarks import _report  # noqa: E402
 ROUTERS = ("round_robin", "least_loaded", "autellix", "prefix")
 ENGINES = 4
 
-#: Per workload: the first rung (programs/s) and the ladder's step.
+#: Per workload: the first rung (programs/s) and the ladder's step. The first rung is about
+#: 0.6 × four engines' FCFS saturation (``agentrt_sim.rates``: chatbot 3.5, react 16, mixed 1.5
+#: per engine under the engine prompt calibration); sysprompt re-sends its history (``fresh``).
 LADDERS: dict[str, tuple[float, float]] = {
-    "chatbot": (2.0, 1.35),
-    "react": (2.0, 1.35),
-    "mixed": (0.5, 1.5),
+    "chatbot": (8.0, 1.35),
+    "react": (38.0, 1.35),
+    "mixed": (3.6, 1.35),
     "sysprompt": (1.5, 1.35),
 }
+#: Cost models a run may charge: the controller's default (``defaults.COST``) or the engine
+#: profile's roofline (the simulator's own, what this benchmark charged before).
+COSTS = ("controller", "roofline")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    """What every router shares: the product defaults unless told otherwise."""
+
+    #: Scheduler name.
+    policy: str = defaults.POLICY
+    #: Controller admission window per engine: calls, ``"adaptive"`` or ``None`` (unlimited).
+    window: int | str | None = defaults.ADMISSION_WINDOW
+    #: KV retention during tool waits: ``on`` / ``off`` / a retention name.
+    retention: str = defaults.RETENTION
+    #: Charged service: one of :data:`COSTS`.
+    cost: str = "controller"
+
+    def describe(self) -> str:
+        """The shared configuration in the controller's start-up words."""
+        text = defaults.describe(
+            policy=self.policy,
+            admission_window=self.window,
+            router="<varies>",
+            retention=self.retention,
+            priority="off",
+        )
+        return f"{text} cost={self.cost}"
 
 
 def sysprompt_programs(rate: float, duration_s: float, seed: int) -> list[Program]:
@@ -108,9 +147,9 @@ def _bench(workload: str, rate: float, duration_s: float, seed: int) -> BenchCon
     )
 
 
-def run_point(job: tuple[str, str, float, float, int]) -> dict[str, Any]:
-    """One simulation: ``(workload, router, rate, duration_s, seed)`` → summary."""
-    workload, router, rate, duration_s, seed = job
+def run_point(job: tuple[str, str, float, float, int, Setup]) -> dict[str, Any]:
+    """One simulation: ``(workload, router, rate, duration_s, seed, setup)`` → summary."""
+    workload, router, rate, duration_s, seed, setup = job
     bench = _bench(workload, rate, duration_s, seed)
     if workload == "sysprompt":
         programs = sysprompt_programs(rate, duration_s, seed)
@@ -118,7 +157,9 @@ def run_point(job: tuple[str, str, float, float, int]) -> dict[str, Any]:
         programs = bench.programs()
     plans = [compile_program(p) for p in programs]
     started = time.perf_counter()
-    outcome = run_one(plans, bench, PolicySpec("fcfs", router, "off", None))
+    spec = PolicySpec(setup.policy, router, setup.retention, setup.window)
+    cost = None if setup.cost == "roofline" else controller_cost_function(dict(defaults.COST))
+    outcome = run_one(plans, bench, spec, cost_model=cost)
     summary = outcome.summary
     return {
         "workload": workload,
@@ -127,11 +168,27 @@ def run_point(job: tuple[str, str, float, float, int]) -> dict[str, Any]:
         "seed": seed,
         "throughput": summary["throughput_programs_per_s"],
         "p50_s": summary["e2e_latency_s"]["p50"],
+        "mean_s": summary["e2e_latency_s"]["mean"],
+        "p95_s": summary["e2e_latency_s"]["p95"],
+        "token_mean_s": summary["token_latency_s"]["mean"],
         "hit_rate": summary["prefix_hit_rate"],
         "recomputed": summary["recomputed_prompt_tokens"],
         "unfinished": summary["programs_unfinished"],
         "wall_s": time.perf_counter() - started,
     }
+
+
+#: The figures of a rung (medians over seeds).
+POINT_KEYS = (
+    "throughput",
+    "p50_s",
+    "mean_s",
+    "p95_s",
+    "token_mean_s",
+    "unfinished",
+    "hit_rate",
+    "recomputed",
+)
 
 
 def crossing(points: Sequence[dict[str, Any]], target_s: float) -> tuple[float, bool]:
@@ -166,12 +223,14 @@ def climb(
     for rate in rungs:
         if not active:
             break
-        jobs = [(workload, r, rate, args.duration, s) for r in active for s in args.seeds]
+        jobs = [
+            (workload, r, rate, args.duration, s, args.setup) for r in active for s in args.seeds
+        ]
         by_router: dict[str, list[dict[str, Any]]] = {r: [] for r in active}
         for point in pool.map(run_point, jobs):
             by_router[point["router"]].append(point)
         for router, points in by_router.items():
-            keys = ("throughput", "p50_s", "hit_rate", "recomputed")
+            keys = POINT_KEYS
             results[router].append({"rate": rate, **_report.medians(points, keys)})
         if target is None:
             base = results["round_robin"][0]["p50_s"] if "round_robin" in results else None
@@ -192,6 +251,7 @@ def climb(
             "throughput": throughput,
             "reached": reached,
             "hit_rate": points[common - 1]["hit_rate"],
+            "at_common": points[common - 1],
             "points": points,
         }
     return {
@@ -206,18 +266,19 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s
     lines = [
         "## Routing",
         "",
-        f"`benchmarks/routing.py` — {ENGINES} simulated engines (`a100-llama3-8b`), FCFS, no "
-        "admission window; the same programs for every router. Each router climbs a ladder of "
+        f"`benchmarks/routing.py` — {ENGINES} simulated engines (`a100-llama3-8b`), everything "
+        f"but the router the product defaults: `{args.setup.describe()}`; the same programs "
+        "for every router. Each router climbs a ladder of "
         "arrival rates until its p50 program E2E latency passes the target "
         f"L = {args.latency_factor:g} × round_robin's p50 at the first rung. "
         f"Arrival window {args.duration:g} s (+ drain), seeds {list(args.seeds)} (medians), "
-        f"{wall_s / 60:.1f} min on this machine.",
+        f"{wall_s / 60:.1f} min on this machine. Run {args.date}; command: "
+        f"`{args.command}`.",
         "",
         "Throughput = the highest completed programs/s with p50 ≤ L (best rung, or interpolated "
         "at the crossing; `≥` = never reached L on the ladder, a lower bound). Hit rate = "
-        "prefix-cache hit rate at the highest rate every router ran. One seed: differences of "
-        "a few per cent between `autellix` and `prefix` on react, mixed and sysprompt are "
-        "within run-to-run noise.",
+        "prefix-cache hit rate at the highest rate every router ran. With one seed, "
+        "differences of a few per cent are within run-to-run noise.",
         "",
     ]
     header = (
@@ -248,6 +309,27 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s
                 )
             )
     lines += _report.table(header, table_rows)
+    lines += [
+        "",
+        "At the highest rate every router ran (latencies of the programs that finished; "
+        "ratios to round_robin, < 1 faster; `unfinished` = still running when the drain ended, "
+        "not in the latencies):",
+        "",
+    ]
+    lines += _report.table(
+        (
+            "workload",
+            "rate/s",
+            "router",
+            "token latency mean (s/token)",
+            "÷ round_robin",
+            "E2E mean / p95 (s)",
+            "÷ round_robin",
+            "completed/s",
+            "unfinished",
+        ),
+        _common_rows(results),
+    )
     chat = next((r for r in results if r["workload"] == "chatbot"), None)
     verdicts = []
     if chat is not None:
@@ -272,6 +354,38 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s
     lines += ["", "Goals: " + "; ".join(verdicts) + ".", ""]
     lines += _report.closing_lines(args, "p50 latency against throughput per router", "routing.py")
     return "\n".join(lines)
+
+
+def _ratio(point: dict[str, Any], base: dict[str, Any], key: str) -> str:
+    if not point.get(key) or not base.get(key):
+        return "—"
+    return f"{point[key] / base[key]:.2f}"
+
+
+def _common_rows(results: Sequence[dict[str, Any]]) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for result in results:
+        routers = result["routers"]
+        base = routers.get("round_robin", {}).get("at_common", {})
+
+        for name, row in routers.items():
+            point = row.get("at_common")
+            if point is None or "token_mean_s" not in point:
+                continue  # results saved before these figures existed
+            rows.append(
+                (
+                    result["workload"],
+                    f"{result['hit_rate_at']:g}",
+                    f"`{name}`",
+                    f"{point['token_mean_s']:.4f}",
+                    _ratio(point, base, "token_mean_s"),
+                    f"{point['mean_s']:.1f} / {point['p95_s']:.1f}",
+                    f"{_ratio(point, base, 'mean_s')} / {_ratio(point, base, 'p95_s')}",
+                    f"{point['throughput']:.2f}",
+                    f"{point['unfinished']:g}",
+                )
+            )
+    return rows
 
 
 def plot(results: Sequence[dict[str, Any]], path: Path) -> None:
@@ -302,8 +416,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", default="1", help="comma-separated seeds")
     parser.add_argument("--rungs", type=int, default=7, help="most rates per router")
     parser.add_argument("--latency-factor", type=float, default=1.5)
+    parser.add_argument("--policy", default=defaults.POLICY, help="(default: %(default)s)")
+    parser.add_argument(
+        "--window",
+        type=parse_window,
+        default=defaults.ADMISSION_WINDOW,
+        help="admission window: N, adaptive or unlimited (default: %(default)s)",
+    )
+    parser.add_argument("--retention", default=defaults.RETENTION, help="(default: %(default)s)")
+    parser.add_argument(
+        "--cost",
+        choices=COSTS,
+        default="controller",
+        help="charged service: the controller's default cost model or the engine profile's "
+        "roofline (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--date",
+        default=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        help="the run's date to quote (default: today, UTC)",
+    )
+    parser.add_argument("--command", help="the command to quote (default: this one)")
     _report.add_output_options(parser, "results")
     args = parser.parse_args(argv)
+    args.setup = Setup(args.policy, args.window, args.retention, args.cost)
+    if args.command is None:
+        args.command = " ".join(
+            [".venv/bin/python", "benchmarks/routing.py", *(argv or sys.argv[1:])]
+        )
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     if args.quick:
         args.duration, args.rungs = min(args.duration, 40.0), min(args.rungs, 2)
@@ -317,6 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 row["throughput"], row["reached"] = crossing(row["points"], result["target_p50_s"])
         args.seeds, args.duration = saved["seeds"], saved["duration"]
         args.latency_factor = saved["latency_factor"]
+        if "setup" in saved:
+            args.setup = Setup(**saved["setup"])
+            args.date, args.command = saved.get("date", args.date), saved.get("command", "")
     else:
         started = time.perf_counter()
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -333,6 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seeds": args.seeds,
         "duration": args.duration,
         "latency_factor": args.latency_factor,
+        "setup": dataclasses.asdict(args.setup),
+        "date": args.date,
+        "command": args.command,
         "results": results,
     }
     return _report.publish(args, markdown(results, args, wall), saved, ROOT / "docs", "## Routing")
