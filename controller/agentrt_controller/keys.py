@@ -1,9 +1,9 @@
 """The one key of a program, used by every controller component and by the simulator.
 
 The process table, the routers' program affinity and prefix index, the retention policy and
-tracker, the dispatcher and the service all key a program by :class:`ProgramKey`. Two sessions
-may use the same program id; their programs are different keys. JSON views keep the two parts
-as separate ``session_id`` / ``program_id`` fields.
+tracker, the dispatcher and the service all key a program by :class:`ProgramKey`. Two tenants,
+or two sessions, may use the same program id; their programs are different keys. JSON views
+keep the parts as separate ``tenant`` / ``session_id`` / ``program_id`` fields.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ class ProgramKey:
     session_id: str
     #: The program id, unique within its session.
     program_id: str
-    #: Reserved for a tenant id; no tenancy feature reads it yet. ``None`` = no tenant.
+    #: The authenticated tenant (the controller fills it from the caller's API key, never
+    #: from a client header; docs/security.md); ``None`` = no tenant (the simulator).
     tenant: str | None = None
 
     @classmethod
