@@ -34,6 +34,7 @@ from agentrt_demo.cluster import (
     run_controller,
     run_engines,
     scrape_engines,
+    since,
 )
 from agentrt_demo.frameworks import FrameworkAgents, framework_agents
 from agentrt_demo.progress import ProgressSink, make_progress
@@ -130,8 +131,9 @@ class _Run:
             self.endpoints.append(controller.url)
             kinds = await backend_kinds(controller.url)
             _say(f"controller phase: backends detected as {', '.join(kinds)}")
+            before = controller.cpu_times()
             outcome = await self._run("controller", [controller.url], capture)
-            cpu = controller.cpu_times()
+            cpu = since(before, controller.cpu_times())
         metrics = await scrape_engines(engine_urls)
         extra = await anyio.to_thread.run_sync(_read_if_there, server_spans)
         described = f"{setup.describe()}, backends {'/'.join(sorted(set(kinds)))}"

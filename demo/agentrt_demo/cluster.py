@@ -36,6 +36,7 @@ __all__ = [
     "run_controller",
     "run_engines",
     "scrape_engines",
+    "since",
 ]
 
 _STARTUP_TIMEOUT_S = 60.0
@@ -296,6 +297,13 @@ def cpu_times(pid: int) -> CpuTimes | None:
         return CpuTimes(int(fields[0]) / 1e9, int(fields[1]) / 1e9)
     except (OSError, ValueError, IndexError):
         return None
+
+
+def since(before: CpuTimes | None, after: CpuTimes | None) -> CpuTimes | None:
+    """The CPU use between two samples of one process; None when either is unknown."""
+    if before is None or after is None:
+        return None
+    return CpuTimes(after.running_s - before.running_s, after.waiting_s - before.waiting_s)
 
 
 @dataclass(frozen=True, slots=True)

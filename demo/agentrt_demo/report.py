@@ -40,7 +40,8 @@ class PhaseReport:
     outcome: PhaseOutcome
     programs: list[ProgramRecord]
     engines: EngineMetrics
-    #: The controller process's CPU use over its life (controller phase, Linux); None else.
+    #: The controller process's CPU use while the phase's programs ran (controller phase,
+    #: Linux); None else.
     controller_cpu: CpuTimes | None = None
 
     def stats(self) -> list[KindStats]:

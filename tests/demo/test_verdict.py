@@ -7,7 +7,7 @@ import math
 import pytest
 
 from agentrt_demo.analysis import KindStats, Ratios
-from agentrt_demo.cluster import CpuTimes, cpu_times
+from agentrt_demo.cluster import CpuTimes, cpu_times, since
 from agentrt_demo.verdict import verdict
 
 pytestmark = pytest.mark.timeout(30)
@@ -78,3 +78,6 @@ def test_cpu_times_of_a_live_and_of_a_missing_process() -> None:
         pytest.skip("no /proc/PID/schedstat on this system")
     assert mine.running_s > 0 and mine.waiting_s >= 0
     assert cpu_times(2**22 + 12345) is None  # above Linux's largest pid
+    later = CpuTimes(mine.running_s + 1.5, mine.waiting_s + 0.25)
+    assert since(mine, later) == CpuTimes(pytest.approx(1.5), pytest.approx(0.25))  # type: ignore[arg-type]
+    assert since(None, later) is None and since(mine, None) is None
