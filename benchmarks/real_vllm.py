@@ -892,6 +892,7 @@ async def benchmark(args: argparse.Namespace, pinning: Pinning) -> dict[str, Any
         "machine": {
             "cpus": os.cpu_count(),
             "pinned": pinning.on,
+            "nice": os.nice(0),  # vLLM and the controller inherit it
             "engine_cpus": None if pinning.engine is None else format_cpu_list(pinning.engine),
             "client_cpus": None if pinning.client is None else format_cpu_list(pinning.client),
             "affinity_after_warm_up": checked,
@@ -919,6 +920,9 @@ def aggregate(result: dict[str, Any]) -> dict[str, Any]:
     for name, reps in runs.items():
         numeric = [k for k, v in reps[0].items() if isinstance(v, int | float)]
         row: dict[str, Any] = {k: statistics.median(r[k] for r in reps) for k in numeric}
+        row["mean_by_kind"] = {
+            k: statistics.median(r["mean_by_kind"][k] for r in reps) for k in KINDS
+        }
         row["cpu_cores"] = {
             side: statistics.median(r["cpu_cores"][side] for r in reps)
             for side in reps[0]["cpu_cores"]
@@ -982,6 +986,11 @@ def markdown(result: dict[str, Any]) -> str:
     else:
         setup = "not pinned: vLLM, the controller and the load generator share all cores"
     loads = [x["load_before"][0] for reps in result["runs"].values() for x in reps]
+    nice = (
+        f" (niceness {machine['nice']}, inherited by vLLM and the controller)"
+        if machine.get("nice")
+        else ""
+    )
     lines = [
         "## Real vLLM (indicative)",
         "",
@@ -991,7 +1000,8 @@ def markdown(result: dict[str, Any]) -> str:
         "that the controller works in front of a real vLLM and what its extra hop and its "
         "defaults cost or gain there; it is not a performance claim for GPUs.",
         "",
-        f"Run {result['date']}. {result['programs']} agent programs written with the SDK "
+        f"Run finished {result['date']}{nice}. {result['programs']} agent programs written "
+        "with the SDK "
         f"({mix}; {s['sizes']}-tailed sizes; Poisson arrivals at {s['rate']}/s over "
         f"{s['duration_s']} s, seed {s['seed']}; benchmarks/real_vllm.py describes them), one "
         f"stock vLLM server (FCFS, `--max-num-seqs {s['max_num_seqs']}`). `controller` is "
@@ -999,11 +1009,12 @@ def markdown(result: dict[str, Any]) -> str:
         f"`{result['controller_banners'].get('controller', '?').partition(' backends=')[0]}`). "
         f"Figures: the median over {s['reps']} repetitions (order alternating, prefix cache "
         "reset before each run); token = mean token latency (each program's E2E / its output "
-        "tokens, ms per token); ratio = direct / configuration, paired within each repetition, "
+        "tokens, ms per token); react / map_reduce / mcts = mean E2E of that kind (s); ratio = "
+        "direct / configuration, paired within each repetition, "
         "median (min-max) over repetitions (> 1: programs finish sooner than direct):",
         "",
     ]
-    header = ["configuration", "E2E mean (s)", "E2E p95 (s)", "token (ms)"]
+    header = ["configuration", "E2E mean (s)", "E2E p95 (s)", "token (ms)", *KINDS]
     header += [f"ratio {h}" for _, h in COMPARED]
     body = []
     for name, row in rows.items():
@@ -1018,6 +1029,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"{row['e2e_mean']:.2f}",
                 f"{row['e2e_p95']:.2f}",
                 f"{row['token_latency_mean'] * 1000:.1f}",
+                *(f"{row['mean_by_kind'][k]:.2f}" for k in KINDS),
                 *ratios,
             ]
         )
