@@ -888,7 +888,7 @@ async def benchmark(args: argparse.Namespace, pinning: Pinning) -> dict[str, Any
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "programs": len(specs),
         "programs_per_kind": {k: sum(1 for s in specs if s.kind == k) for k in KINDS},
-        "settings": {k: v for k, v in vars(args).items() if k not in ("save", "render")},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("save", "render", "note")},
         "machine": {
             "cpus": os.cpu_count(),
             "pinned": pinning.on,
@@ -971,7 +971,8 @@ def ratio_cell(ratio: dict[str, Any]) -> str:
     return f"{ratio['median']:.2f}× ({ratio['min']:.2f}-{ratio['max']:.2f})"
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: dict[str, Any], note: str | None = None) -> str:
+    """The docs section; ``note``: a paragraph of findings put after the figures."""
     s, machine = result["settings"], result["machine"]
     rows = aggregate(result)
     labels = result["labels"]
@@ -1125,9 +1126,10 @@ def markdown(result: dict[str, Any]) -> str:
     )
     lines += [
         "",
+        *([note, ""] if note else []),
         f"Machine load average (1 min) before the runs: {min(loads):.1f}-{max(loads):.1f} on "
-        f"{machine['cpus']} cores (other engineers' jobs included). What these figures mean and "
-        'why: docs/real-vllm.md, "The real-engine benchmark".',
+        f"{machine['cpus']} cores (other jobs on the machine included). What these figures mean"
+        ' and why: docs/real-vllm.md, "The real-engine benchmark".',
         "",
         "Reproduce: `AGENTRT_VLLM_PYTHON=.vllm-venv/bin/python .venv/bin/python "
         f"benchmarks/real_vllm.py {settings} --write-docs` (`--save FILE` keeps all figures).",
@@ -1166,6 +1168,7 @@ def main() -> int:
         "--client-cpus", default="0", help="CPUs of the load generator and the controller"
     )
     parser.add_argument("--save", metavar="FILE", help="write the JSON result to FILE")
+    parser.add_argument("--note", help="a paragraph of findings for the docs section")
     parser.add_argument("--json", action="store_true", help="print the JSON result")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument(
@@ -1182,7 +1185,7 @@ def main() -> int:
         result = asyncio.run(benchmark(args, pinning))
         if args.save:
             Path(args.save).write_text(json.dumps(result, indent=2) + "\n")
-    section = markdown(result)
+    section = markdown(result, args.note)
     print(json.dumps(result, indent=2) if args.json else section)
     if args.write_docs:
         _report.replace_section(
