@@ -946,13 +946,16 @@ def aggregate(result: dict[str, Any]) -> dict[str, Any]:
 SAME_PACE = 0.10
 
 
-def like_paced(direct: list[dict[str, Any]], reps: list[dict[str, Any]]) -> dict[str, Any]:
+def like_paced(direct: list[dict[str, Any]], reps: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The paired ratios over only the repetitions in which vLLM ran at the same pace in both
-    runs (other jobs took about as much of its core), or an empty ``reps`` list."""
+    runs (other jobs took about as much of its core), or an empty ``reps`` list; None for a
+    result saved before the pace was recorded."""
+    if any("vllm_itl_mean" not in r for r in [*direct, *reps]):
+        return None
     chosen = [
         i
         for i, (d, r) in enumerate(zip(direct, reps, strict=True))
-        if "vllm_itl_mean" in d and abs(r["vllm_itl_mean"] / d["vllm_itl_mean"] - 1) <= SAME_PACE
+        if abs(r["vllm_itl_mean"] / d["vllm_itl_mean"] - 1) <= SAME_PACE
     ]
     out: dict[str, Any] = {"reps": chosen}
     for key, _ in COMPARED:
