@@ -91,19 +91,19 @@ def threaded_stack(
     """An emulator (``engine_options``) and a controller in front (``controller_options``:
     :class:`ControllerConfig` fields), served from a background thread's event loop."""
     apps: list[ControllerApp] = []
+    engine_config = emulator_config(**(engine_options or {}))
+    options = {"scrape_interval_s": 0.5, **controller_options}
 
-    @contextlib.asynccontextmanager
-    async def both() -> Any:
-        async with serve_engine(emulator_config(**(engine_options or {}))) as engine:
-            options = {"scrape_interval_s": 0.5, **controller_options}
-            backend = BackendSpec.parse(engine.base_url + ",kind=emulator")
-            config = ControllerConfig(port=0, backends=(backend,), **options)
-            async with serve_controller(config, on_app=apps.append) as url:
-                yield engine, url
-
+    # Two event loops (threads), as two processes would have: a stall of one server's loop
+    # shows in its own figures only.
     with (
         captured_logs() as logs,
-        start_blocking_portal() as portal,
-        portal.wrap_async_context_manager(both()) as (engine, url),
+        start_blocking_portal() as engine_portal,
+        engine_portal.wrap_async_context_manager(serve_engine(engine_config)) as engine,
+        start_blocking_portal() as controller_portal,
     ):
-        yield Stack(engine, url, apps[0], logs, dict(controller_options))
+        backend = BackendSpec.parse(engine.base_url + ",kind=emulator")
+        config = ControllerConfig(port=0, backends=(backend,), **options)
+        serving = serve_controller(config, on_app=apps.append)
+        with controller_portal.wrap_async_context_manager(serving) as url:
+            yield Stack(engine, url, apps[0], logs, dict(controller_options))

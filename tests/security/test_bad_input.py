@@ -118,7 +118,8 @@ def _check_envelope(server: Server, response: httpx.Response, case: Case) -> Non
 def test_bad_input_is_a_400(stack: Stack, case: Case, server: Server) -> None:
     base = stack.controller_url if server == "controller" else stack.engine_url
     stack.logs.clear()
-    headers = {"content-type": b"application/json", **case.headers}
+    headers = {b"content-type": b"application/json"}
+    headers.update((name.encode(), value) for name, value in case.headers.items())
     with httpx.Client(timeout=10) as http:
         response = http.post(base + case.path, content=case.body, headers=headers)
     assert response.status_code == 400, response.text

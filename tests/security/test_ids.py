@@ -48,10 +48,10 @@ async def test_the_sdk_reports_every_event_of_a_program_whose_id_has_slashes_or_
         await link.program_start(program_id, ProgramStart(session_id=session, name="t"))
         entry = _programs(stack)[program_id]
         assert entry["name"] == "t"
-        wait = {"session_id": session, "thread_id": "main", "node_id": "n1"}
-        await link.tool_start(program_id, ToolWaitStart(**wait, tool_name="search"))
+        ids = {"session_id": session, "thread_id": "main", "node_id": "n1", "tool_name": "search"}
+        await link.tool_start(program_id, ToolWaitStart.model_validate(ids))
         assert _programs(stack)[program_id]["tool_waits"]
-        await link.tool_end(program_id, ToolWaitEnd(**wait, tool_name="search", duration_s=0.1))
+        await link.tool_end(program_id, ToolWaitEnd.model_validate({**ids, "duration_s": 0.1}))
         await link.program_end(program_id, ProgramEnd(session_id=session))
         assert program_id not in _programs(stack)
         assert link.stats.events_failed == 0

@@ -52,6 +52,8 @@ from agentrt_emulator.tokenizer import Tokenizer
 __all__ = ["EmulatorState", "build_app", "build_state"]
 
 _log = logging.getLogger(__name__)
+# Bodies at least this large (bytes) are tokenized in a worker thread.
+_THREAD_BYTES = 1024 * 1024
 _HEADER_REQUEST_ID = "x-request-id"
 # Status sent (to nobody) when the client left before a non-streamed answer was ready.
 _CLIENT_CLOSED = 499
@@ -127,18 +129,37 @@ class _Endpoints:
     async def chat(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         parsed = _validate(ChatRequest, body)
-        s = self.state
-        prepared = prepare_chat(parsed, body, request.headers, s.rules, s.tokenizer, s.model)
+        prepared = await self._prepare(request, prepare_chat, parsed, body)
         include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
         return await self._generate(request, "chat", prepared, parsed.stream, include_usage)
 
     async def completions(self, request: Request) -> Response:
         body = await read_json(request, self.state.config.max_body_bytes)
         parsed = _validate(CompletionRequest, body)
-        s = self.state
-        prepared = prepare_completion(parsed, body, request.headers, s.rules, s.tokenizer, s.model)
+        prepared = await self._prepare(request, prepare_completion, parsed, body)
         include_usage = bool(parsed.stream_options and parsed.stream_options.include_usage)
         return await self._generate(request, "completion", prepared, parsed.stream, include_usage)
+
+    async def _prepare(
+        self,
+        request: Request,
+        prepare: Callable[..., PreparedRequest],
+        parsed: ChatRequest | CompletionRequest,
+        body: dict[str, Any],
+    ) -> PreparedRequest:
+        """``prepare(...)``: tokenize the prompt and plan the outputs. A body of
+        ``_THREAD_BYTES`` or more is tokenized in a worker thread, with a tokenizer and
+        scripted model of its own (they keep caches, not thread-safe; results never depend
+        on those), so that a 16 MiB prompt does not stall the engine loop for seconds."""
+        s = self.state
+        declared = request.headers.get("content-length", "")
+        if not (declared.isdigit() and int(declared) >= _THREAD_BYTES):
+            return prepare(parsed, body, request.headers, s.rules, s.tokenizer, s.model)
+        tokenizer = Tokenizer(s.tokenizer.vocab_size)
+        model = ScriptedModel(tokenizer, s.config.seed)
+        return await anyio.to_thread.run_sync(
+            lambda: prepare(parsed, body, request.headers, s.rules, tokenizer, model)
+        )
 
     async def _generate(
         self,
