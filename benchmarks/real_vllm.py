@@ -24,8 +24,11 @@ Setup (docs/real-vllm.md, "The real-engine benchmark"):
     prefix router, KV retention on, priority passthrough off); against a stock vLLM the
     adaptive window follows the scraped ``vllm:num_requests_waiting`` (vLLM reports no batch
     size). The controller's start-up line is recorded to show what it ran;
-  - extra rows: ``retention-off`` (the defaults with ``--retention off``), ``proxy`` (FCFS,
-    no window, retention off: the cost of the extra hop alone), ``atlas`` (ATLAS, window
+  - extra rows: the defaults with one setting changed — ``retention-off``, ``fixed-window``
+    (``--admission-window --window``), ``no-window`` (unlimited), ``slow-scrape``
+    (``--scrape-interval-s 5``: fewer /metrics pages for vLLM's API server to render);
+    ``proxy`` (FCFS, no window, retention off: the cost of the extra hop alone), ``atlas``
+    (ATLAS, window
     ``--window``, retention off, ``priority=on`` in front of a second, ``--scheduling-policy
     priority`` server on the same engine cores: the configuration measured before the product
     defaults existed);
@@ -701,6 +704,11 @@ def configs(window: str) -> dict[str, Config]:
             "through the controller, defaults but no admission window",
             "fcfs",
             ("--admission-window", "unlimited"),
+        ),
+        "slow-scrape": Config(
+            "through the controller, defaults but vLLM's /metrics scraped every 5 s",
+            "fcfs",
+            ("--scrape-interval-s", "5"),
         ),
         "proxy": Config(
             "through the controller (FCFS, no window, retention off)",
