@@ -973,6 +973,12 @@ def like_paced(direct: list[dict[str, Any]], reps: list[dict[str, Any]]) -> dict
     return out
 
 
+def policy_summary(banner: str) -> str:
+    """``policy=... priority=...`` from the controller's start-up line."""
+    found = re.search(r"policy=.*?(?= backends=|$)", banner)
+    return found.group(0) if found else "(not recorded)"
+
+
 def run_cell(run: dict[str, Any]) -> str:
     cell = f"{run['e2e_mean']:.2f} / {run['e2e_p95']:.2f}"
     return cell + (f" ({run['vllm_itl_mean'] * 1000:.0f})" if "vllm_itl_mean" in run else "")
@@ -1018,7 +1024,7 @@ def markdown(result: dict[str, Any], note: str | None = None) -> str:
         f"{s['duration_s']} s, seed {s['seed']}; benchmarks/real_vllm.py describes them), one "
         f"stock vLLM server (FCFS, `--max-num-seqs {s['max_num_seqs']}`). `controller` is "
         "`agentrt controller serve --backend URL` with no other policy flag (its start-up line: "
-        f"`{result['controller_banners'].get('controller', '?').partition(' backends=')[0]}`). "
+        f"`{policy_summary(result['controller_banners'].get('controller', ''))}`). "
         f"Figures: the median over {s['reps']} repetitions (order alternating, prefix cache "
         "reset before each run); token = mean token latency (each program's E2E / its output "
         "tokens, ms per token); react / map_reduce / mcts = mean E2E of that kind (s); ratio = "
