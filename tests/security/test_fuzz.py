@@ -21,7 +21,7 @@ import string
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote as _quote
 
 import httpx
 import pytest
@@ -199,6 +199,11 @@ EVENT = st.fixed_dictionaries(
 )
 
 
+def quote(text: str, safe: str = "") -> str:
+    """``text`` as a URL path segment; a lone surrogate goes as its 3 UTF-8 bytes."""
+    return _quote(text, safe=safe, errors="surrogatepass")
+
+
 def _serialised(value: Any) -> st.SearchStrategy[bytes]:
     """One value as bytes: escaped JSON, raw UTF-8 (lone surrogates as their 3 bytes)."""
     return st.sampled_from(
@@ -358,7 +363,7 @@ def test_controller_program_events(
     body: bytes,
     headers: dict[str, str],
 ) -> None:
-    segment = quote(program_id, safe="" if encode else "/:@+=")
+    segment = quote(program_id, "" if encode else "/:@+=")
     path = f"{protocol.EVENTS_PREFIX}/programs/{segment}/{kind}"
     exchange(stack, http, "controller", "POST", path, body, headers)
 
@@ -376,9 +381,9 @@ def test_controller_sessions_and_introspection(
     if action == "open":
         exchange(stack, http, "controller", "POST", prefix + "/sessions", body)
     elif action == "close":
-        exchange(stack, http, "controller", "DELETE", f"{prefix}/sessions/{quote(value, safe='')}")
+        exchange(stack, http, "controller", "DELETE", f"{prefix}/sessions/{quote(value)}")
     else:
-        query = f"?limit={quote(value, safe='')}" if action == "programs" else ""
+        query = f"?limit={quote(value)}" if action == "programs" else ""
         exchange(stack, http, "controller", "GET", f"{prefix}/{action}{query}")
 
 
@@ -397,6 +402,6 @@ def test_engine_pins(
 ) -> None:
     path = "/agentrt/engine/v1/pins"
     if delete:
-        exchange(stack, http, "engine", "DELETE", f"{path}/{quote(pin_id, safe='')}")
+        exchange(stack, http, "engine", "DELETE", f"{path}/{quote(pin_id)}")
     else:
         exchange(stack, http, "engine", "POST", path, body)
