@@ -260,6 +260,12 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
     )
     lines += ["", "Goals:", ""]
     lines += [f"- {v}" for v in verdicts(rows)]
+    lines += [
+        "",
+        "Why the well-behaved tenant is still slower than alone although it gets the service "
+        'it asks for, and what would close the gap: docs/tenancy.md, "Measured" and '
+        '"Limits".',
+    ]
     lines += ["", "One run of the table, e.g.:", ""]
     for slots in args.slots:
         rate, duration = SCENARIOS[slots]
