@@ -875,12 +875,20 @@ async def benchmark(args: argparse.Namespace, pinning: Pinning) -> dict[str, Any
             file=sys.stderr,
             flush=True,
         )
+        failure: dict[str, Any] | None = None
         for rep in range(args.reps):
+            if failure is not None:
+                break
             # Alternating: direct before controller in even repetitions, after it in odd ones.
             order = names if rep % 2 == 0 else names[::-1]
             orders.append(order)
             for name in order:
-                record = await measure(targets[name], specs, pinning)
+                try:
+                    record = await measure(targets[name], specs, pinning)
+                except Exception as exc:  # ExceptionGroup too: a program of the run failed
+                    failure = {"rep": rep, "config": name, "error": repr(exc)[:2000]}
+                    print(f"rep {rep} {name}: FAILED, {exc!r}", file=sys.stderr, flush=True)
+                    break
                 records[name].append(record)
                 print(
                     f"rep {rep} {name:13s} E2E mean {record['e2e_mean']:.2f} s  p95 "
@@ -890,6 +898,12 @@ async def benchmark(args: argparse.Namespace, pinning: Pinning) -> dict[str, Any
                     file=sys.stderr,
                     flush=True,
                 )
+        # A failed run ends the benchmark; the repetitions completed before it are kept.
+        complete = min(len(r) for r in records.values())
+        if complete == 0:
+            raise SystemExit(f"no repetition completed: {failure}")
+        records = {name: r[:complete] for name, r in records.items()}
+        orders = orders[:complete]
         checked_end = pinning_report(targets, pinning)
         banners = {n: t.controller.banner for n, t in targets.items() if t.controller is not None}
     return {
@@ -911,6 +925,7 @@ async def benchmark(args: argparse.Namespace, pinning: Pinning) -> dict[str, Any
         "idle_call_latency_s": hop,
         "orders": orders,
         "runs": records,
+        "failure": failure,
     }
 
 
@@ -1144,6 +1159,16 @@ def markdown(result: dict[str, Any], note: str | None = None) -> str:
     lines += [
         "",
         *([note, ""] if note else []),
+        *(
+            [
+                f"Stopped early: repetition {failure['rep']} of `{failure['config']}` failed "
+                f"({failure['error'][:300]}); the figures are the {len(result['orders'])} "
+                "repetitions completed before it.",
+                "",
+            ]
+            if (failure := result.get("failure"))
+            else []
+        ),
         f"Machine load average (1 min) before the runs: {min(loads):.1f}-{max(loads):.1f} on "
         f"{machine['cpus']} cores (other jobs on the machine included). What these figures mean"
         ' and why: docs/real-vllm.md, "The real-engine benchmark".',
