@@ -150,26 +150,46 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
-def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """Per workload: PLAS with retention against PLAS without at every rate."""
+def verdicts(rows: Sequence[dict[str, Any]], durations: dict[str, float]) -> list[str]:
+    """Per workload: PLAS with retention against PLAS without at every rate. Where either left
+    more than 1 % of its programs unfinished, means over the finished ones are not comparable
+    (the one that finished fewer long programs looks faster), so the rate is judged on
+    completed throughput instead. ``durations``: each workload's arrival window (s)."""
     out = []
     for workload in dict.fromkeys(r["workload"] for r in rows):
         worst, best_gain, best_rate = 0.0, 0.0, 0.0
+        overloaded = []
         for rate in sorted({r["rate"] for r in rows if r["workload"] == workload}):
             at = {r["config"]: r for r in rows if r["workload"] == workload and r["rate"] == rate}
             if "plas/on" not in at or "plas/off" not in at:
                 continue
-            ratio = at["plas/on"]["mean_s"] / at["plas/off"]["mean_s"]
+            on, off = at["plas/on"], at["plas/off"]
+            limit = 0.01 * rate * durations.get(workload, 0.0)
+            if max(on.get("unfinished", 0), off.get("unfinished", 0)) > max(limit, 1):
+                overloaded.append((rate, on, off))
+                continue
+            ratio = on["mean_s"] / off["mean_s"]
             worst = max(worst, ratio)
             if 1 - ratio > best_gain:
                 best_gain, best_rate = 1 - ratio, rate
-        if worst == 0.0:
-            continue
-        ok = worst <= 1.03 and best_gain > 0.03
-        out.append(
-            f"{workload}: plas/on mean E2E ≤ {worst:.2f}× plas/off at every rate, best "
-            f"{best_gain:.0%} lower (at {best_rate:g}/s) — goal {'met' if ok else 'NOT met'}"
-        )
+        parts = []
+        ok = True
+        if worst > 0.0:
+            ok = worst <= 1.03
+            parts.append(
+                f"where both finish their programs, plas/on mean E2E ≤ {worst:.2f}× plas/off, "
+                f"best {best_gain:.0%} lower (at {best_rate:g}/s)"
+            )
+        for rate, on, off in overloaded:
+            gain = on["throughput"] / off["throughput"] if off["throughput"] else float("inf")
+            ok = ok and gain >= 1.0
+            parts.append(
+                f"at {rate:g}/s (overload: {off['unfinished']:g} unfinished without retention, "
+                f"{on['unfinished']:g} with) plas/on completes {gain:.2f}× the programs/s"
+            )
+        if parts:
+            verdict = "met" if ok and (best_gain > 0.03 or overloaded) else "NOT met"
+            out.append(f"{workload}: " + "; ".join(parts) + f" — goal {verdict}")
     return out
 
 
@@ -233,10 +253,20 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
         lines += [f"**{workload}**:", ""]
         lines += _report.table(header, _rows_of(mine, baseline))
         lines.append("")
-    lines += ["Goal (retention on: mean E2E within 3 % or better everywhere, better near "
-              "saturation):", ""]  # fmt: skip
-    lines += [f"- {v}" for v in verdicts(rows)]
+    lines += [
+        "Goal (retention on against off, both PLAS: mean E2E within 3 % or better where both "
+        "finish their programs, better near saturation; under overload more programs "
+        "completed):",
+        "",
+    ]
+    windows = {w: args.duration or spec["duration"] for w, spec in WORKLOADS.items()}
+    lines += [f"- {v}" for v in verdicts(rows, windows)]
     lines.append("")
+    lines += [
+        "What these figures say, and what changed since the previous run: "
+        'docs/routing.md, "Benchmark results".',
+        "",
+    ]
     lines += _report.closing_lines(
         args, "mean E2E and recomputed tokens against load", "retention.py"
     )

@@ -352,6 +352,11 @@ def markdown(results: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s
         f"{'met' if worst[0] >= 0.995 else 'NOT met'})"
     )
     lines += ["", "Goals: " + "; ".join(verdicts) + ".", ""]
+    lines += [
+        "What these figures say, and what changed since the previous run: "
+        'docs/routing.md, "Benchmark results".',
+        "",
+    ]
     lines += _report.closing_lines(args, "p50 latency against throughput per router", "routing.py")
     return "\n".join(lines)
 

@@ -436,7 +436,13 @@ def markdown(
                 f"| {workload} | {slots} | {load}× | {q['vs_fcfs']} | {q['vs_mlfq']} "
                 f"| {q['of_srpt']} | {q['e2e']} | {q['throughput']} |"
             )
-    lines += ["", "![token latency and E2E against load](img/scheduling.png)"]
+    lines += [
+        "",
+        "![token latency and E2E against load](img/scheduling.png)",
+        "",
+        "What these figures say, and what changed since the previous run: docs/scheduling.md,",
+        '"Scheduling benchmark (latest results)".',
+    ]
     return "\n".join(lines)
 
 
