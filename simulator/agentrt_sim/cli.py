@@ -24,7 +24,7 @@ examples:
   agentrt bench sim --workload react --rate 1 --duration 600 --policy fcfs,plas \\
       --admission-window 32 --plot out/
   agentrt bench sim --trace-in programs.jsonl --policy fcfs,srpt
-  agentrt bench sim --tenants well:mixed@0.6,greedy:mixed@1.8:rotate --tenancy off,on
+  agentrt bench sim --tenants well:mixed@0.5,greedy:mixed@1.5:rotate --tenancy off,on
   agentrt bench sweep --workload chatbot --rates 0.5,1,2,4 --policy fcfs,plas --plot out/
   agentrt bench fig2 --json"""
 
@@ -207,7 +207,7 @@ def _add_tenant_args(parser: argparse.ArgumentParser) -> None:
         help="tenants instead of --workload/--rate: each its own workload and Poisson rate "
         "(programs/s) from its own seed; rotate = the tenant sends every LLM call under a "
         "fresh program id (a client gaming attained service); weight = its fair share "
-        "(default 1). Example: well:mixed@0.6,greedy:mixed@1.8:rotate",
+        "(default 1). Example: well:mixed@0.5,greedy:mixed@1.5:rotate",
     )
     group.add_argument(
         "--tenancy",
