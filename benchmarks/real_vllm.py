@@ -27,11 +27,10 @@ Setup (docs/real-vllm.md, "The real-engine benchmark"):
   - extra rows: the defaults with one setting changed — ``retention-off``, ``fixed-window``
     (``--admission-window --window``), ``no-window`` (unlimited), ``slow-scrape``
     (``--scrape-interval-s 5``: fewer /metrics pages for vLLM's API server to render);
-    ``proxy`` (FCFS, no window, retention off: the cost of the extra hop alone), ``atlas``
-    (ATLAS, window
-    ``--window``, retention off, ``priority=on`` in front of a second, ``--scheduling-policy
-    priority`` server on the same engine cores: the configuration measured before the product
-    defaults existed);
+    ``proxy`` (FCFS, no window, retention off: the cost of the extra hop alone); ``atlas``
+    (ATLAS, window ``--window``, retention off, ``priority=on`` in front of a second,
+    ``--scheduling-policy priority`` server on the same engine cores: the configuration
+    measured before the product defaults existed);
 
 * one seeded workload, replayed for each configuration: programs arrive as a Poisson process
   (``--rate`` per second for ``--duration-s``), an equal mix of the three kinds below, whose
@@ -48,8 +47,9 @@ Setup (docs/real-vllm.md, "The real-engine benchmark"):
 
   all written with the agentrt SDK (``Runtime``, ``chat``, ``@tool``, ``gather``,
   ``map_reduce``); outputs have fixed lengths (``ignore_eos``);
-* per repetition every configuration runs once, one after the other, the order rotating
-  (with two configurations: alternating) to spread slow drifts of the machine; each run on a
+* per repetition every configuration runs once, one after the other, in the given order in
+  even repetitions and reversed in odd ones (direct and controller alternate which goes
+  first) to spread slow drifts of the machine; each run on a
   freshly reset prefix cache and an idle engine; the machine's load average (``uptime``) is
   recorded before each run.
 
@@ -83,7 +83,6 @@ import math
 import os
 import random
 import re
-import shutil
 import socket
 import statistics
 import subprocess
@@ -106,6 +105,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _report  # noqa: E402
+from benchmarks._real_vllm_pinning import (  # noqa: E402
+    Pinning,
+    affinity,
+    children,
+    cpu_seconds,
+    format_cpu_list,
+    process_group,
+    resolve_pinning,
+)
+from benchmarks._real_vllm_report import markdown  # noqa: E402
 
 IGNORE_EOS = {"ignore_eos": True}
 KINDS = ("react", "map_reduce", "mcts")
@@ -323,146 +332,6 @@ async def run_workload(
                 group.start_soon(one, spec)
         result.wall_s = anyio.current_time() - start
     return result
-
-
-# --- CPU pinning -----------------------------------------------------------------------------
-
-
-def parse_cpu_list(text: str) -> frozenset[int]:
-    """A CPU list as taskset and /proc print it ("0-2,5") as a set of CPU ids."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        low, _, high = part.partition("-")
-        cpus.update(range(int(low), int(high or low) + 1))
-    if not cpus:
-        raise ValueError(f"empty CPU list {text!r}")
-    return frozenset(cpus)
-
-
-def format_cpu_list(cpus: frozenset[int]) -> str:
-    """The inverse of :func:`parse_cpu_list`, ranges merged: {0, 1, 2, 5} -> "0-2,5"."""
-    ordered = sorted(cpus)
-    runs: list[list[int]] = []
-    for cpu in ordered:
-        if runs and cpu == runs[-1][-1] + 1:
-            runs[-1].append(cpu)
-        else:
-            runs.append([cpu])
-    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
-
-
-@dataclass(frozen=True)
-class Pinning:
-    """Which CPUs each side runs on; both None when not pinned."""
-
-    #: Every vLLM process and thread.
-    engine: frozenset[int] | None
-    #: The load generator (this process) and the controller.
-    client: frozenset[int] | None
-
-    @property
-    def on(self) -> bool:
-        return self.engine is not None
-
-
-def resolve_pinning(mode: str, engine_cpus: str, client_cpus: str) -> Pinning:
-    """``--pin auto`` pins when this process may use >= 2 CPUs and taskset exists; ``on``
-    insists (SystemExit when it cannot); ``off`` does not pin."""
-    usable = frozenset(os.sched_getaffinity(0))
-    possible = len(usable) >= 2 and shutil.which("taskset") is not None
-    if mode == "off" or (mode == "auto" and not possible):
-        return Pinning(None, None)
-    if not possible:
-        raise SystemExit(f"--pin on needs taskset and >= 2 usable CPUs (usable: {sorted(usable)})")
-    engine, client = parse_cpu_list(engine_cpus), parse_cpu_list(client_cpus)
-    if engine & client:
-        raise SystemExit(f"--engine-cpus {engine_cpus} and --client-cpus {client_cpus} overlap")
-    if not (engine | client) <= usable:
-        raise SystemExit(f"CPUs {sorted((engine | client) - usable)} are not usable here")
-    return Pinning(engine, client)
-
-
-def _status(path: Path) -> dict[str, str]:
-    fields: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        key, sep, value = line.partition(":")
-        if sep:
-            fields[key] = value.strip()
-    return fields
-
-
-def _stat_fields(pid: int) -> list[str]:
-    """/proc/<pid>/stat after the command name (which may hold spaces): field 3 onwards."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2 :].split()
-
-
-def process_group(pgid: int) -> list[int]:
-    """The live processes of process group ``pgid`` (vLLM's API server and its children)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                if int(_stat_fields(int(entry.name))[2]) == pgid:
-                    pids.append(int(entry.name))
-    return sorted(pids)
-
-
-def children(pid: int) -> list[int]:
-    """``pid`` and all its descendants."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        for task in Path(f"/proc/{current}/task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                todo += [int(c) for c in task.read_text().split()]
-    return sorted(found)
-
-
-def affinity(label: str, pids: Sequence[int], expected: frozenset[int] | None) -> list[str]:
-    """One line per process: its name, ``Cpus_allowed_list`` and its threads' lists (from
-    /proc). With ``expected``, SystemExit if any process or thread may run elsewhere."""
-    lines = []
-    for pid in pids:
-        try:
-            status = _status(Path(f"/proc/{pid}/status"))
-            threads: dict[str, int] = {}
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                with contextlib.suppress(OSError):
-                    allowed = _status(task / "status")["Cpus_allowed_list"]
-                    threads[allowed] = threads.get(allowed, 0) + 1
-        except OSError:
-            continue  # exited meanwhile
-        shown = ", ".join(f"{n} on {cpus}" for cpus, n in sorted(threads.items()))
-        line = (
-            f"{label} pid {pid} ({status['Name']}): Cpus_allowed_list "
-            f"{status['Cpus_allowed_list']}; threads {shown}"
-        )
-        lines.append(line)
-        if expected is not None:
-            stray = [
-                c for c in [status["Cpus_allowed_list"], *threads] if parse_cpu_list(c) - expected
-            ]
-            if stray:
-                raise SystemExit(
-                    f"pinning did not take: {line} (expected {format_cpu_list(expected)})"
-                )
-    if not lines:
-        raise SystemExit(f"{label}: no live process to check")
-    return lines
-
-
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU time (s) the live processes ``pids`` used so far (threads included)."""
-    ticks = 0
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = _stat_fields(pid)
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
-    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 # --- servers ---------------------------------------------------------------------------------
@@ -931,255 +800,8 @@ async def benchmark(args: argparse.Namespace, pinning: Pinning) -> dict[str, Any
 
 # --- statistics and report -------------------------------------------------------------------
 
+
 #: (key, heading) of the figures compared with direct; lower is better for all.
-COMPARED = (("e2e_mean", "E2E mean"), ("e2e_p95", "E2E p95"), ("token_latency_mean", "token"))
-
-
-def aggregate(result: dict[str, Any]) -> dict[str, Any]:
-    """Medians over repetitions and paired ratios direct / configuration per repetition."""
-    runs = result["runs"]
-    direct = runs["direct"]
-    out: dict[str, Any] = {}
-    for name, reps in runs.items():
-        numeric = [k for k, v in reps[0].items() if isinstance(v, int | float)]
-        row: dict[str, Any] = {k: statistics.median(r[k] for r in reps) for k in numeric}
-        row["mean_by_kind"] = {
-            k: statistics.median(r["mean_by_kind"][k] for r in reps) for k in KINDS
-        }
-        row["cpu_cores"] = {
-            side: statistics.median(r["cpu_cores"][side] for r in reps)
-            for side in reps[0]["cpu_cores"]
-        }
-        if name != "direct":
-            for key, _ in COMPARED:
-                paired = [d[key] / r[key] for d, r in zip(direct, reps, strict=True)]
-                row[f"ratio_{key}"] = {
-                    "median": statistics.median(paired),
-                    "min": min(paired),
-                    "max": max(paired),
-                    "per_rep": paired,
-                }
-            row["like_paced"] = like_paced(direct, reps)
-        out[name] = row
-    return out
-
-
-#: Two runs ran the engine at the same pace when their mean inter-token latencies differ by
-#: at most this fraction.
-SAME_PACE = 0.10
-
-
-def like_paced(direct: list[dict[str, Any]], reps: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The paired ratios over only the repetitions in which vLLM ran at the same pace in both
-    runs (other jobs took about as much of its core), or an empty ``reps`` list; None for a
-    result saved before the pace was recorded."""
-    if any("vllm_itl_mean" not in r for r in [*direct, *reps]):
-        return None
-    chosen = [
-        i
-        for i, (d, r) in enumerate(zip(direct, reps, strict=True))
-        if abs(r["vllm_itl_mean"] / d["vllm_itl_mean"] - 1) <= SAME_PACE
-    ]
-    out: dict[str, Any] = {"reps": chosen}
-    for key, _ in COMPARED:
-        paired = [direct[i][key] / reps[i][key] for i in chosen]
-        if paired:
-            out[key] = {"median": statistics.median(paired), "min": min(paired), "max": max(paired)}
-    return out
-
-
-def policy_summary(banner: str) -> str:
-    """``policy=... priority=...`` from the controller's start-up line."""
-    found = re.search(r"policy=.*?(?= backends=|$)", banner)
-    return found.group(0) if found else "(not recorded)"
-
-
-def run_cell(run: dict[str, Any]) -> str:
-    cell = f"{run['e2e_mean']:.2f} / {run['e2e_p95']:.2f}"
-    return cell + (f" ({run['vllm_itl_mean'] * 1000:.0f})" if "vllm_itl_mean" in run else "")
-
-
-def ratio_cell(ratio: dict[str, Any]) -> str:
-    return f"{ratio['median']:.2f}× ({ratio['min']:.2f}-{ratio['max']:.2f})"
-
-
-def markdown(result: dict[str, Any], note: str | None = None) -> str:
-    """The docs section; ``note``: a paragraph of findings put after the figures."""
-    s, machine = result["settings"], result["machine"]
-    rows = aggregate(result)
-    labels = result["labels"]
-    mix = ", ".join(f"{n} {kind}" for kind, n in result["programs_per_kind"].items())
-    if machine["pinned"]:
-        setup = (
-            f"pinned with `taskset`: every vLLM process and thread on core "
-            f"{machine['engine_cpus']}, the load generator and the controller on core "
-            f"{machine['client_cpus']}, in every configuration (read back from "
-            "`/proc/<pid>/task/*/status` `Cpus_allowed_list` after the warm-up and at the end)"
-        )
-    else:
-        setup = "not pinned: vLLM, the controller and the load generator share all cores"
-    loads = [x["load_before"][0] for reps in result["runs"].values() for x in reps]
-    nice = (
-        f" (niceness {machine['nice']}, inherited by vLLM and the controller)"
-        if machine.get("nice")
-        else ""
-    )
-    lines = [
-        "## Real vLLM (indicative)",
-        "",
-        "**Indicative only**: a tiny random-weight model (hidden size 128, 2 layers) on "
-        f"vLLM 0.32's CPU build on a {machine['cpus']}-core machine shared with other jobs, "
-        f"{setup}; a {s['step_floor_ms']:g} ms engine step floor (docs/real-vllm.md). It shows "
-        "that the controller works in front of a real vLLM and what its extra hop and its "
-        "defaults cost or gain there; it is not a performance claim for GPUs.",
-        "",
-        f"Run finished {result['date']}{nice}. {result['programs']} agent programs written "
-        "with the SDK "
-        f"({mix}; {s['sizes']}-tailed sizes; Poisson arrivals at {s['rate']}/s over "
-        f"{s['duration_s']} s, seed {s['seed']}; benchmarks/real_vllm.py describes them), one "
-        f"stock vLLM server (FCFS, `--max-num-seqs {s['max_num_seqs']}`). `controller` is "
-        "`agentrt controller serve --backend URL` with no other policy flag (its start-up line: "
-        f"`{policy_summary(result['controller_banners'].get('controller', ''))}`). "
-        f"Figures: the median over {s['reps']} repetitions (order alternating, prefix cache "
-        "reset before each run); token = mean token latency (each program's E2E / its output "
-        "tokens, ms per token); react / map_reduce / mcts = mean E2E of that kind (s); ratio = "
-        "direct / configuration, paired within each repetition, "
-        "median (min-max) over repetitions (> 1: programs finish sooner than direct):",
-        "",
-    ]
-    header = ["configuration", "E2E mean (s)", "E2E p95 (s)", "token (ms)", *KINDS]
-    header += [f"ratio {h}" for _, h in COMPARED]
-    body = []
-    for name, row in rows.items():
-        ratios = (
-            ["—"] * len(COMPARED)
-            if name == "direct"
-            else [ratio_cell(row[f"ratio_{key}"]) for key, _ in COMPARED]
-        )
-        body.append(
-            [
-                f"`{name}`: {labels[name]}",
-                f"{row['e2e_mean']:.2f}",
-                f"{row['e2e_p95']:.2f}",
-                f"{row['token_latency_mean'] * 1000:.1f}",
-                *(f"{row['mean_by_kind'][k]:.2f}" for k in KINDS),
-                *ratios,
-            ]
-        )
-    lines += _report.table(header, body)
-    for name, row in rows.items():
-        same = row.get("like_paced")
-        if same is None:
-            continue
-        if not same["reps"]:
-            lines += [
-                "",
-                f"`{name}`: no repetition in which vLLM ran at the same pace in both runs.",
-            ]
-            continue
-        shown = ", ".join(f"{h} {ratio_cell(same[key])}" for key, h in COMPARED)
-        lines += [
-            "",
-            f"`{name}` over only the repetitions in which vLLM ran at the same pace in both runs "
-            f"(mean inter-token latency within {SAME_PACE:.0%}; reps "
-            f"{', '.join(map(str, same['reps']))}): ratio {shown}.",
-        ]
-    lines += [
-        "",
-        "Per repetition: E2E mean / p95 (s), and in brackets vLLM's mean inter-token latency "
-        "(`vllm:inter_token_latency_seconds`, ms: the engine's pace, the step floor when its core "
-        "is its own, more when other jobs take the core); the machine's load average (1 min) "
-        "before each run, in run order:",
-        "",
-    ]
-    header = ["rep", "order", *[f"`{n}`" for n in rows], "load before (1 min)"]
-    body = []
-    for rep, order in enumerate(result["orders"]):
-        cells = [run_cell(result["runs"][n][rep]) for n in rows]
-        load = " ".join(f"{result['runs'][n][rep]['load_before'][0]:.1f}" for n in order)
-        body.append([str(rep), " → ".join(order), *cells, load])
-    lines += _report.table(header, body)
-    lines += [
-        "",
-        "Where a call's time goes (medians over repetitions): the SDK's call latency, the "
-        "controller's queue wait (`agentrt_controller_queue_wait_seconds`), vLLM's request "
-        "latency and its queue time (`vllm:e2e_request_latency_seconds`, "
-        "`vllm:request_queue_time_seconds`), vLLM requests per run (re-warms included), CPU "
-        "cores used during the run (CPU time / wall) by vLLM's processes and by the client side; "
-        "from samples every 0.5 s during the runs: vLLM batch = mean `num_requests_running` "
-        f"(of {s['max_num_seqs']}), in flight when held = the controller's calls in flight at "
-        "vLLM while it held calls in its queues (the admission window in use); idle = median "
-        "latency of 20 sequential 8-token calls before the runs:",
-        "",
-    ]
-    header = ["configuration", "call (s)", "controller queue (s)", "vLLM request (s)"]
-    header += ["vLLM queue (s)", "vLLM requests", "vLLM batch", "in flight when held"]
-    header += ["vLLM CPU", "controller CPU", "load gen. CPU", "idle call (ms)"]
-    body = []
-    for name, row in rows.items():
-        cpu = row["cpu_cores"]
-        queue = row.get("controller_queue_wait_mean")
-        held = row.get("in_flight_when_held_mean")
-        body.append(
-            [
-                f"`{name}`",
-                f"{row['call_latency_mean']:.3f}",
-                "—" if queue is None else f"{queue:.3f}",
-                f"{row['vllm_e2e_mean']:.3f}",
-                f"{row['vllm_queue_mean']:.3f}",
-                f"{row['vllm_requests']:.0f}",
-                f"{row.get('vllm_running_mean', math.nan):.1f}",
-                "—" if held is None else f"{held:.1f}",
-                f"{cpu['vllm']:.2f}",
-                f"{cpu['controller']:.2f}" if "controller" in cpu else "—",
-                f"{cpu['load generator']:.2f}",
-                f"{result['idle_call_latency_s'][name] * 1000:.0f}",
-            ]
-        )
-    lines += _report.table(header, body)
-    settings = " ".join(
-        f"--{k.replace('_', '-')} {s[k]:g}"
-        if isinstance(s[k], float)
-        else f"--{k.replace('_', '-')} {s[k]}"
-        for k in (
-            "configs",
-            "reps",
-            "rate",
-            "duration_s",
-            "sizes",
-            "max_num_seqs",
-            "step_floor_ms",
-            "window",
-            "seed",
-            "pin",
-            "engine_cpus",
-            "client_cpus",
-        )
-    )
-    lines += [
-        "",
-        *([note, ""] if note else []),
-        *(
-            [
-                f"Stopped early: repetition {failure['rep']} of `{failure['config']}` failed "
-                f"({failure['error'][:300]}); the figures are the {len(result['orders'])} "
-                "repetitions completed before it.",
-                "",
-            ]
-            if (failure := result.get("failure"))
-            else []
-        ),
-        f"Machine load average (1 min) before the runs: {min(loads):.1f}-{max(loads):.1f} on "
-        f"{machine['cpus']} cores (other jobs on the machine included). What these figures mean"
-        ' and why: docs/real-vllm.md, "The real-engine benchmark".',
-        "",
-        "Reproduce: `AGENTRT_VLLM_PYTHON=.vllm-venv/bin/python .venv/bin/python "
-        f"benchmarks/real_vllm.py {settings} --write-docs` (`--save FILE` keeps all figures).",
-        "",
-    ]
-    return "\n".join(lines)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5)

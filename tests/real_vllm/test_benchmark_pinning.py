@@ -1,4 +1,4 @@
-"""The real-vLLM benchmark's CPU-pinning helpers (benchmarks/real_vllm.py): CPU lists, and the
+"""The real-vLLM benchmark's CPU-pinning helpers (benchmarks/_real_vllm_pinning.py): CPU lists, the
 read-back of every process's and thread's ``Cpus_allowed_list`` from /proc, on real processes
 started under ``taskset``. No vLLM needed."""
 
@@ -15,7 +15,7 @@ from types import ModuleType
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "real_vllm.py"
+BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "_real_vllm_pinning.py"
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -28,7 +28,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("real_vllm_benchmark", BENCHMARK)
+    spec = importlib.util.spec_from_file_location("real_vllm_pinning", BENCHMARK)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up here
