@@ -15,8 +15,10 @@ A node's messages extend its ``context`` node's messages, so the token prefix th
 reuse is exactly the one the simulator models. A call with a ``template`` sends, after the
 system message, a ``user`` message of template filler seeded by the template id only (the same
 text in every program), then its ``memory`` calls' answers as ``assistant`` messages, then the
-context's messages after the system message and its own fresh tokens; what later nodes extend
-is that without the template and memory (``agentrt_sim.tokens`` builds token ids the same way).
+context's messages after the system message and its own fresh tokens (the template message gives
+up as many words as the memory messages' own template tokens, a prefix of the same filler, so
+the call's count matches the trace); what later nodes extend is that without the template and
+memory (``agentrt_sim.tokens`` builds token ids the same way).
 
 **Sizing.** The chat template adds tokens of its own (BOS, role headers, end-of-turn markers,
 the generation prompt). :class:`TemplateCosts` measures them once with the server's
@@ -217,7 +219,10 @@ class PromptBuilder:
         messages = list(system)
         live, trace = context.live, context.trace
         if node.template is not None:
-            words = costs.words_for(max(0, node.template_tokens - costs.user_overhead))
+            # The memory messages' own tokens come out of the template (filler is
+            # prefix-consistent: a shorter template is a prefix of the full one).
+            absorbed = costs.user_overhead + len(node.memory) * costs.assistant_overhead
+            words = costs.words_for(max(0, node.template_tokens - absorbed))
             messages.append({"role": "user", "content": filler(words, "template", node.template)})
             live += costs.user_overhead + costs.tokens_of(words)
             trace += node.template_tokens
