@@ -13,8 +13,9 @@ workload, own seeds (``agentrt_sim.workloads.tenants``). Runs per seed: ``well``
 both with tenancy off; both with tenancy on (weights 1:1); and alone / tenancy on with the
 engine scheduling by the controller's backend priority (``-prio``; vLLM's priority
 scheduling). Two engines: the default 256
-batch slots (mixed capacity about 1.7 programs/s; R = 0.5 makes 2.0/s offered, 118 %; 600 s of
-arrivals) and 8 slots (capacity at most 0.3/s, docs/controller.md; R = 0.05 makes 0.2/s; 1200 s
+batch slots (mixed FCFS saturation 1.35 programs/s, agentrt_sim/rates.py; R = 0.5 makes 2.0/s
+offered, 148 %; 600 s of arrivals) and 8 slots (0.26/s completed at 0.3/s offered in
+docs/controller.md's measurement; R = 0.05 makes 0.2/s; 1200 s
 of arrivals — at R = 0.1 ``well`` alone already asks for more than half of what the shared
 engine delivers). Medians over seeds.
 
@@ -221,8 +222,9 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
         "orders its queue by the controller's backend priority (`--engine-policy priority`, "
         "vLLM's priority scheduling; the default engine is FCFS like a stock vLLM), compared "
         "with `alone-prio`. 256 slots: R = 0.5, "
-        "600 s of arrivals (2.0/s offered; capacity about 1.7/s); 8 slots: R = 0.05, 1200 s "
-        "(0.2/s offered; capacity at most 0.3/s, less with a tenant whose fresh ids defeat "
+        "600 s of arrivals (2.0/s offered; mixed FCFS saturation 1.35/s, "
+        "`agentrt_sim/rates.py`); 8 slots: R = 0.05, 1200 s (0.2/s offered; 0.26/s completed at "
+        "0.3/s offered in docs/controller.md, less with a tenant whose fresh ids defeat "
         f"retention). Medians over seeds {list(args.seeds)}; {wall_s / 60:.1f} min of "
         "simulation on this machine.",
         "",
