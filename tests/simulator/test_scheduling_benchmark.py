@@ -116,7 +116,7 @@ def test_saturation_items_and_the_rates_table() -> None:
     known = bench._known(["mixed@8=0.4", "react=2"], table=True)
     assert known["mixed", 8] == pytest.approx(0.4)
     assert known["react", None] == pytest.approx(2.0)
-    assert known["mixed", None] == pytest.approx(1.5)  # agentrt_sim.rates
+    assert known["mixed", None] == pytest.approx(1.35)  # agentrt_sim.rates
     with pytest.raises(SystemExit):
         bench._known(["mixed"], table=False)
 
