@@ -38,17 +38,22 @@ from typing import Any
 import anyio
 import anyio.to_thread
 import h11
+from starlette.requests import Request
+from starlette.responses import Response
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from agentrt_controller.service.errors import error_body
 from agentrt_controller.service.incoming import Message, Receive, Scope, Send
 
 __all__ = [
+    "INTERNAL_ERROR_MESSAGE",
     "BadInput",
     "HardenedApp",
     "HeadTimeoutH11Protocol",
     "HttpLimits",
     "check_headers",
     "check_json_body",
+    "internal_error_response",
 ]
 
 _log = logging.getLogger(__name__)
@@ -182,6 +187,8 @@ def _param(path: tuple[str | int, ...]) -> str | None:
 
 #: ``error_body(status, message, param)`` — the server's error envelope as bytes.
 ErrorBody = Callable[[int, str, str | None], bytes]
+#: What a 500 says (the details are in the server's log, never in the answer).
+INTERNAL_ERROR_MESSAGE = "internal server error (see the server log)"
 
 
 class HardenedApp:
@@ -216,7 +223,14 @@ class HardenedApp:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        outgoing = _Outgoing(send)
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
         try:
             try:
                 head_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
@@ -231,8 +245,7 @@ class HardenedApp:
             except BadInput as bad:
                 await self._answer(send, bad.status, bad.message, bad.param)
                 return
-            await self.app(scope, receive, outgoing.send)
-            await outgoing.flush()
+            await self.app(scope, receive, tracked_send)
         except Exception as exc:  # the catch-all: anything the app did not answer itself
             route = self._route_of(scope)
             # Once, at error level; the request body is never logged (it holds prompts).
@@ -244,8 +257,8 @@ class HardenedApp:
                 exc_info=exc,
             )
             self._on_internal_error(route)
-            if not outgoing.started:
-                await self._answer(send, 500, "internal server error (see the server log)")
+            if not started:  # else a framework answered (Starlette: with its handler) and re-raised
+                await self._answer(send, 500, INTERNAL_ERROR_MESSAGE)
 
     async def _checked_body(self, scope: Scope, receive: Receive) -> Receive:
         """Read the whole body under the limits and check it; a receive that replays it."""
@@ -290,37 +303,12 @@ class HardenedApp:
         await send({"type": "http.response.body", "body": body})
 
 
-class _Outgoing:
-    """The app's response messages on their way to the client. A 500 is held back until the
-    app returns: frameworks answer an exception with a 500 of their own (Starlette's is
-    plain text) and then raise it; the middleware answers in its place. Every other
-    response passes at once."""
-
-    __slots__ = ("_held", "_send", "started")
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self._held: list[Message] | None = None
-        #: A response start reached the client.
-        self.started = False
-
-    async def send(self, message: Message) -> None:
-        if self._held is not None:
-            self._held.append(message)
-        elif message["type"] == "http.response.start" and message.get("status") == 500:
-            self._held = [message]
-        else:
-            if message["type"] == "http.response.start":
-                self.started = True
-            await self._send(message)
-
-    async def flush(self) -> None:
-        """The app returned: a 500 it answered was its own, send it on."""
-        held, self._held = self._held, None
-        for message in held or ():
-            if message["type"] == "http.response.start":
-                self.started = True
-            await self._send(message)
+async def internal_error_response(request: Request, exc: Exception) -> Response:
+    """A Starlette exception handler for ``Exception``: the OpenAI-shaped 500. Starlette
+    answers with it and re-raises; :class:`HardenedApp` then logs and counts the error once
+    (so the handler does neither)."""
+    body = error_body(INTERNAL_ERROR_MESSAGE, "server_error", None, "internal_error")
+    return Response(body, 500, media_type="application/json")
 
 
 def _replay(body: bytes, receive: Receive, disconnected: Message | None) -> Receive:

@@ -34,7 +34,12 @@ from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.config import EmulatorConfig
 from agentrt_emulator.server.driver import ChoiceEvent, EngineDriver, RequestGroup
 from agentrt_emulator.server.errors import error_body, error_response, from_validation_error
-from agentrt_emulator.server.hardening import HardenedApp, HttpLimits, Scope
+from agentrt_emulator.server.hardening import (
+    INTERNAL_ERROR_MESSAGE,
+    HardenedApp,
+    HttpLimits,
+    Scope,
+)
 from agentrt_emulator.server.metrics import ServerMetrics
 from agentrt_emulator.server.pins import PinInfo, pin_routes
 from agentrt_emulator.server.prepare import (
@@ -406,7 +411,12 @@ def build_app(state: EmulatorState) -> HardenedApp:
             for path, handler, methods in pin_routes(state)
         ],
     ]
-    handlers = {HTTPException: http_error}
+
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        # Starlette answers with this and re-raises; HardenedApp logs and counts it once.
+        return error_response(RuntimeError(INTERNAL_ERROR_MESSAGE), 500)
+
+    handlers = {HTTPException: http_error, Exception: internal_error}
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     return HardenedApp(
         app,
