@@ -40,6 +40,7 @@ from agentrt_controller.service.clock import MONOTONIC, Clock
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.engine import ControllerEngine
 from agentrt_controller.service.events import event_routes
+from agentrt_controller.service.hardening import internal_error_response
 from agentrt_controller.service.incoming import Receive, Scope, Send
 from agentrt_controller.service.metrics import ServiceMetrics
 from agentrt_controller.service.proxy import CompletionsEndpoint, send_error
@@ -105,6 +106,8 @@ class ControllerApp:
                 *admin_routes(self.engine, self._build_backend, config.admin_token),
             ],
             lifespan=self._lifespan,
+            # The OpenAI-shaped 500 (docs/security.md); the server's guard logs it once.
+            exception_handlers={Exception: internal_error_response},
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
