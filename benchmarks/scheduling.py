@@ -113,7 +113,7 @@ class Setup:
             retention=self.retention,
             priority="off",
         )
-        return f"{text} cost={self.cost} max_num_seqs={self.max_num_seqs}"
+        return f"{text} cost={self.cost}"  # the batch slots are a column of the tables
 
 
 def simulate(bench: BenchConfig, setup: Setup, policies: Sequence[str]) -> list[Any]:
