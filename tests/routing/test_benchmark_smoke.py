@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -109,3 +110,23 @@ def test_retention_benchmark_reproduces_the_old_settings(
     assert [row["config"] for row in saved["rows"]] == ["fcfs/off", "atlas/on"]
     with pytest.raises(SystemExit):
         retention.main([*argv, "--configs", "plas"])
+
+
+def test_routing_goals_say_only_what_the_routers_run_can_say() -> None:
+    routing = _load("routing")
+
+    def result(workload: str, **throughput: float) -> dict[str, Any]:
+        routers = {name: {"throughput": value} for name, value in throughput.items()}
+        return {"workload": workload, "routers": routers}
+
+    assert routing.goals([result("sysprompt", round_robin=2.0, prefix=2.5)]) == []
+    (chat,) = routing.goals([result("chatbot", round_robin=2.0, prefix=3.0)])
+    assert chat.startswith("prefix vs round_robin on chatbot: 1.50×") and "met" in chat
+    both = routing.goals(
+        [
+            result("chatbot", round_robin=2.0, prefix=2.2, autellix=2.0),
+            result("mixed", round_robin=1.0, prefix=0.9, autellix=1.0),
+        ]
+    )
+    assert "1.10× (goal ≥ 1.4×: NOT met)" in both[0]
+    assert both[1] == "prefix vs autellix, worst workload: 0.90× on mixed (goal ≥ 1.0×: NOT met)"
