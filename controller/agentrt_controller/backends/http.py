@@ -109,6 +109,11 @@ class HttpBackend:
         #: How the priority switch was configured (``"auto"`` resolves in detect_features).
         self.priority_mode: PriorityMode = config.send_priority
         self.capabilities = self._capabilities(config.send_priority is True)
+        #: The controller's own credential for this server (the backend's ``api_key`` option),
+        #: sent as ``Authorization: Bearer`` on the controller's own requests — health probes,
+        #: ``/metrics`` scrapes, model lists, feature probes, tokenizer and pin calls. Forwarded
+        #: calls carry it through the service (``ControllerEngine.backend_keys``).
+        self.credential: str | None = None
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
         # A generic server may not know stream_options: leave stream bodies as the client sent.
@@ -157,8 +162,11 @@ class HttpBackend:
     async def _request(
         self, method: str, path: str, limits: httpx.Timeout, body: Any = None
     ) -> httpx.Response:
+        headers = {"authorization": f"Bearer {self.credential}"} if self.credential else None
         try:
-            return await self._client.request(method, self.url + path, json=body, timeout=limits)
+            return await self._client.request(
+                method, self.url + path, json=body, timeout=limits, headers=headers
+            )
         except (*NOTHING_RECEIVED, *BROKEN_BEFORE_STATUS) as exc:
             raise BackendUnavailable(
                 f"backend {self.backend_id} unreachable: {exc!r}", connect_failed=True

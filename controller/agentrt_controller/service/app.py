@@ -32,6 +32,7 @@ from agentrt import __version__
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend
 from agentrt_controller.backends.factory import build_backend
+from agentrt_controller.backends.http import HttpBackend
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.backends.transport import HttpPool
 from agentrt_controller.service.admin import BACKENDS_PATH, admin_routes
@@ -168,7 +169,10 @@ class ControllerApp:
             options = {k: v for k, v in spec.options.items() if k != "api_key"}
             spec = dataclasses.replace(spec, options=options)
             keys[spec.backend_id] = api_key
-        return build_backend(spec, self.http)
+        backend = build_backend(spec, self.http)
+        if api_key is not None and isinstance(backend, HttpBackend):
+            backend.credential = str(api_key)  # its probes and scrapes authenticate too
+        return backend
 
     def _build_backend(self, spec: BackendSpec) -> Backend:
         """A backend for the admin API's POST (shares the app's HTTP pool)."""
