@@ -1,6 +1,8 @@
-"""What the simulator benchmarks (``routing.py``, ``retention.py``) share around their results.
+"""What the simulator benchmarks (``scheduling.py``, ``routing.py``, ``retention.py``) share
+around their results.
 
-Medians over seeds, markdown tables, the plot link and the closing lines of a docs section, the
+The ``--cost`` and ``--date`` options and the cost function a ``--cost`` name means; medians
+over seeds, markdown tables, the plot link and the closing lines of a docs section, the
 output options (``--jobs --quick --from-json --json --write-docs --plot``) and what they do:
 print the section or the JSON, replace the benchmark's own ``## …`` section of
 docs/benchmarks.md. Nothing here runs a simulation.
@@ -9,12 +11,44 @@ docs/benchmarks.md. Nothing here runs a simulation.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from agentrt_sim.costs import CostFunction, default_cost_function
+
+#: Cost models a run may charge: the controller's default (``defaults.COST``) or the engine
+#: profile's roofline (the simulator's own, what these benchmarks charged before).
+COSTS = ("controller", "roofline")
+
+
+def cost_function(name: str) -> CostFunction | None:
+    """The simulator's cost function for a :data:`COSTS` name (``None``: the roofline)."""
+    return None if name == "roofline" else default_cost_function()
+
+
+def add_cost_option(parser: argparse.ArgumentParser) -> None:
+    """``--cost controller|roofline`` (default: the controller's)."""
+    parser.add_argument(
+        "--cost",
+        choices=COSTS,
+        default="controller",
+        help="charged service: the controller's default cost model or the engine profile's "
+        "roofline (default: %(default)s)",
+    )
+
+
+def add_date_option(parser: argparse.ArgumentParser) -> None:
+    """``--date``: the run's date to quote (default: today, UTC)."""
+    parser.add_argument(
+        "--date",
+        default=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+        help="the run's date to quote (default: today, UTC)",
+    )
 
 
 def medians(points: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, Any]:

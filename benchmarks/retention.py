@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import sys
 import time
@@ -48,7 +47,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentrt_controller import defaults  # noqa: E402
-from agentrt_sim.costs import controller_cost_function  # noqa: E402
 from agentrt_sim.plan import compile_program  # noqa: E402
 from agentrt_sim.registry import PolicySpec, parse_window  # noqa: E402
 from agentrt_sim.runner import BenchConfig, run_one  # noqa: E402
@@ -63,9 +61,6 @@ WORKLOADS: dict[str, dict[str, Any]] = {
     "react": {"rates": (8.0, 12.8, 16.0, 20.0, 24.0), "duration": 150.0},
     "mixed": {"rates": (0.75, 1.2, 1.5, 1.9, 2.25), "duration": 300.0},
 }
-#: Cost models a run may charge: the controller's default (``defaults.COST``) or the engine
-#: profile's roofline (the simulator's own, what this benchmark charged before).
-COSTS = ("controller", "roofline")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,7 +71,7 @@ class Setup:
     window: int | str | None = defaults.ADMISSION_WINDOW
     #: Router name (one engine: it decides the binding and whether calls carry block hashes).
     router: str = defaults.ROUTER
-    #: Charged service: one of :data:`COSTS`.
+    #: Charged service: one of ``_report.COSTS``.
     cost: str = "controller"
 
     def describe(self) -> str:
@@ -98,7 +93,7 @@ def run_point(job: tuple[str, str, float, float, int, Setup]) -> dict[str, Any]:
     bench = BenchConfig(workload=workload, rate_per_s=rate, duration_s=duration_s, seed=seed)
     plans = [compile_program(p) for p in bench.programs()]
     spec = PolicySpec(policy, setup.router, retention, setup.window)
-    cost = None if setup.cost == "roofline" else controller_cost_function(dict(defaults.COST))
+    cost = _report.cost_function(setup.cost)
     started = time.perf_counter()
     summary = run_one(plans, bench, spec, cost_model=cost).summary
     return {
@@ -337,18 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="admission window: N, adaptive or unlimited (default: %(default)s)",
     )
     parser.add_argument("--router", default=defaults.ROUTER, help="(default: %(default)s)")
-    parser.add_argument(
-        "--cost",
-        choices=COSTS,
-        default="controller",
-        help="charged service: the controller's default cost model or the engine profile's "
-        "roofline (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--date",
-        default=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        help="the run's date to quote (default: today, UTC)",
-    )
+    _report.add_cost_option(parser)
+    _report.add_date_option(parser)
     parser.add_argument("--command", help="the command to quote (default: this one)")
     _report.add_output_options(parser, "rows")
     args = parser.parse_args(argv)

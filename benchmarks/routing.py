@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import random
 import sys
@@ -52,7 +51,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentrt_controller import defaults  # noqa: E402
-from agentrt_sim.costs import controller_cost_function  # noqa: E402
 from agentrt_sim.plan import compile_program  # noqa: E402
 from agentrt_sim.registry import PolicySpec, parse_window  # noqa: E402
 from agentrt_sim.runner import BenchConfig, run_one  # noqa: E402
@@ -72,9 +70,6 @@ LADDERS: dict[str, tuple[float, float]] = {
     "mixed": (3.6, 1.35),
     "sysprompt": (1.5, 1.35),
 }
-#: Cost models a run may charge: the controller's default (``defaults.COST``) or the engine
-#: profile's roofline (the simulator's own, what this benchmark charged before).
-COSTS = ("controller", "roofline")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +82,7 @@ class Setup:
     window: int | str | None = defaults.ADMISSION_WINDOW
     #: KV retention during tool waits: ``on`` / ``off`` / a retention name.
     retention: str = defaults.RETENTION
-    #: Charged service: one of :data:`COSTS`.
+    #: Charged service: one of ``_report.COSTS``.
     cost: str = "controller"
 
     def describe(self) -> str:
@@ -158,7 +153,7 @@ def run_point(job: tuple[str, str, float, float, int, Setup]) -> dict[str, Any]:
     plans = [compile_program(p) for p in programs]
     started = time.perf_counter()
     spec = PolicySpec(setup.policy, router, setup.retention, setup.window)
-    cost = None if setup.cost == "roofline" else controller_cost_function(dict(defaults.COST))
+    cost = _report.cost_function(setup.cost)
     outcome = run_one(plans, bench, spec, cost_model=cost)
     summary = outcome.summary
     return {
@@ -441,18 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="admission window: N, adaptive or unlimited (default: %(default)s)",
     )
     parser.add_argument("--retention", default=defaults.RETENTION, help="(default: %(default)s)")
-    parser.add_argument(
-        "--cost",
-        choices=COSTS,
-        default="controller",
-        help="charged service: the controller's default cost model or the engine profile's "
-        "roofline (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--date",
-        default=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        help="the run's date to quote (default: today, UTC)",
-    )
+    _report.add_cost_option(parser)
+    _report.add_date_option(parser)
     parser.add_argument("--command", help="the command to quote (default: this one)")
     _report.add_output_options(parser, "results")
     args = parser.parse_args(argv)

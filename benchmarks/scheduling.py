@@ -28,7 +28,6 @@ docs/benchmarks.md and writes docs/img/scheduling.png.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 import time
@@ -43,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentrt_controller import defaults  # noqa: E402
 from agentrt_emulator.core.types import EngineConfig  # noqa: E402
-from agentrt_sim.costs import CostFunction, controller_cost_function  # noqa: E402
+from agentrt_sim.costs import CostFunction  # noqa: E402
 from agentrt_sim.rates import DEFAULT_RATES  # noqa: E402
 from agentrt_sim.registry import PolicySpec, parse_window  # noqa: E402
 from agentrt_sim.runner import BenchConfig, keeps_up, run_comparison  # noqa: E402
@@ -59,9 +58,6 @@ LADDER = (
     0.05, 0.075, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0,
     6.0, 8.0, 12.0, 16.0, 24.0, 32.0,
 )  # fmt: skip
-#: Cost models a run may charge: the controller's default (``defaults.COST``) or the engine
-#: profile's roofline (the simulator's own, what this benchmark charged before).
-COSTS = ("controller", "roofline")
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,7 @@ class Setup:
     router: str = defaults.ROUTER
     #: KV retention during tool waits: ``on`` / ``off`` / a retention name.
     retention: str = defaults.RETENTION
-    #: Charged service: one of :data:`COSTS`.
+    #: Charged service: one of ``_report.COSTS``.
     cost: str = "controller"
     #: Engine batch slots (vLLM ``--max-num-seqs``).
     max_num_seqs: int = 256
@@ -89,7 +85,7 @@ class Setup:
 
     def cost_function(self) -> CostFunction | None:
         """The simulator's cost function (``None``: the profile's roofline)."""
-        return None if self.cost == "roofline" else controller_cost_function(dict(defaults.COST))
+        return _report.cost_function(self.cost)
 
     def bench(
         self, workload: str, rate: float, duration_s: float, seed: int, warmup_s: float | None
@@ -528,13 +524,7 @@ def main() -> int:
     )
     parser.add_argument("--router", default=defaults.ROUTER, help="(default: %(default)s)")
     parser.add_argument("--retention", default=defaults.RETENTION, help="(default: %(default)s)")
-    parser.add_argument(
-        "--cost",
-        choices=COSTS,
-        default="controller",
-        help="charged service: the controller's default cost model or the engine profile's "
-        "roofline (default: %(default)s)",
-    )
+    _report.add_cost_option(parser)
     parser.add_argument(
         "--max-num-seqs",
         default="256",
@@ -576,11 +566,7 @@ def main() -> int:
         help="the command to quote in the markdown (default: this one; with --from-json, "
         "pass the command that produced FILE)",
     )
-    parser.add_argument(
-        "--date",
-        default=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
-        help="the run's date to quote (default: today, UTC)",
-    )
+    _report.add_date_option(parser)
     parser.add_argument(
         "--write-docs",
         action="store_true",

@@ -316,12 +316,11 @@ def _options(items: list[str]) -> dict[str, Any]:
 
 
 def _cost(args: argparse.Namespace) -> Any:
-    from agentrt_controller import defaults
-    from agentrt_sim.costs import controller_cost_function
+    from agentrt_sim.costs import controller_cost_function, default_cost_function
 
     if args.cost == ["roofline"]:
         return None  # the simulator charges the engine profile's roofline
-    return controller_cost_function(_options(args.cost) if args.cost else dict(defaults.COST))
+    return controller_cost_function(_options(args.cost)) if args.cost else default_cost_function()
 
 
 def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[Any]]:

@@ -41,6 +41,7 @@ from agentrt_sim.workloads.program import LLMNode
 __all__ = [
     "CostFunction",
     "controller_cost_function",
+    "default_cost_function",
     "expected_uncached_tokens",
     "oracle_costs",
     "roofline_cost_model",
@@ -108,3 +109,11 @@ def oracle_costs(plan: ProgramPlan, cost: CostFunction) -> list[float]:
         cost(uncached[i], getattr(nodes[i], "output_tokens", 0)) if plan.is_llm[i] else 0.0
         for i in range(len(nodes))
     ]
+
+
+def default_cost_function() -> CostFunction:
+    """What ``agentrt bench sim`` charges with no ``--cost``: the controller's default cost
+    model (``agentrt_controller.defaults.COST``), as ``agentrt controller serve`` charges."""
+    from agentrt_controller import defaults
+
+    return controller_cost_function(dict(defaults.COST))
