@@ -52,3 +52,131 @@ def test_garbage_is_passed_on_not_raised() -> None:
     out, counted = scanner.feed(junk)
     assert out + scanner.flush() == junk
     assert counted == 2
+
+
+# --- framing (WHATWG HTML, server-sent events: CRLF, LF or CR line endings) -------------------
+
+FRAMINGS = {"lf": b"\n", "crlf": b"\r\n", "cr": b"\r"}
+
+
+def _framed(stream: bytes, eol: bytes) -> bytes:
+    return stream.replace(b"\n", eol)
+
+
+@pytest.mark.parametrize("eol", FRAMINGS.values(), ids=FRAMINGS.keys())
+@pytest.mark.parametrize("piece", [1, 2, 7, 64, 10_000])
+def test_every_framing_is_split_counted_and_passed_on_unchanged(eol: bytes, piece: int) -> None:
+    stream = _framed(STREAM, eol)
+    scanner = SseScanner(strip_usage_chunk=False)
+    out, counted = b"", 0
+    for start in range(0, len(stream), piece):
+        forwarded, new = scanner.feed(stream[start : start + piece])
+        out += forwarded
+        counted += new
+    out += scanner.flush()
+    assert out == stream
+    assert counted == 3
+    assert scanner.usage == {"prompt_tokens": 9, "completion_tokens": 3}
+
+
+@pytest.mark.parametrize("eol", FRAMINGS.values(), ids=FRAMINGS.keys())
+def test_every_framing_forwards_each_event_as_soon_as_it_is_complete(eol: bytes) -> None:
+    first = _framed(_event({"choices": [{"index": 0, "delta": {"content": "a"}}]}), eol)
+    second = _framed(_event({"choices": [{"index": 0, "delta": {"content": "b"}}]}), eol)
+    scanner = SseScanner(strip_usage_chunk=False)
+    out, counted = scanner.feed(first)
+    # A lone CR at the end may still become CRLF: the event is complete either way.
+    assert (out, counted) == (first, 1)
+    out, counted = scanner.feed(second[:5])
+    assert (out, counted) == (b"", 0)
+    out, counted = scanner.feed(second[5:])
+    assert (out, counted) == (second, 1)
+
+
+@pytest.mark.parametrize("eol", FRAMINGS.values(), ids=FRAMINGS.keys())
+def test_every_framing_strips_the_added_usage_chunk(eol: bytes) -> None:
+    stream = _framed(STREAM, eol)
+    scanner = SseScanner(strip_usage_chunk=True)
+    out = b""
+    for start in range(0, len(stream), 5):
+        out += scanner.feed(stream[start : start + 5])[0]
+    out += scanner.flush()
+    assert b'"usage": {"prompt' not in out
+    assert out.replace(eol, b"\n").count(b"data:") == 4
+    assert out.endswith(_framed(b"data: [DONE]\n\n", eol))
+    assert scanner.usage == {"prompt_tokens": 9, "completion_tokens": 3}
+
+
+def test_mixed_line_endings_in_one_stream() -> None:
+    events = [
+        b'data: {"choices":[{"index":0}]}\r\n\n',
+        b'data: {"choices":[{"index":0}]}\n\r\n',
+        b'event: x\rdata: {"choices":[{"index":0}]}\r\r',
+        b'data: {"choices":[{"index":0}]}\r\r\n',
+        b"data: [DONE]\n\n",
+    ]
+    scanner = SseScanner(strip_usage_chunk=False)
+    out, counted = b"", 0
+    for event in events:
+        forwarded, new = scanner.feed(event)
+        out += forwarded
+        counted += new
+    assert out + scanner.flush() == b"".join(events)
+    assert counted == 4
+
+
+def test_a_crlf_split_between_chunks_loses_no_byte() -> None:
+    scanner = SseScanner(strip_usage_chunk=False)
+    first, n1 = scanner.feed(b'data: {"choices":[{"index":0}]}\r\n\r')
+    second, n2 = scanner.feed(b'\ndata: {"choices":[{"index":0}]}\r\n\r\n')
+    assert first == b'data: {"choices":[{"index":0}]}\r\n\r'
+    assert second == b'\ndata: {"choices":[{"index":0}]}\r\n\r\n'
+    assert n1 + n2 == 2
+
+
+# --- the Responses API dialect ----------------------------------------------------------------
+
+
+def _typed(kind: str, **fields: object) -> bytes:
+    # Type last, as the openai package's models dump it: detection must not rely on order.
+    return b"event: " + kind.encode() + b"\n" + _event({**fields, "type": kind})
+
+
+RESPONSES_STREAM = (
+    _typed("response.created", response={"id": "r", "usage": None})
+    + _typed("response.output_item.added", output_index=0, item={"type": "message"})
+    + _typed("response.output_text.delta", delta="Hel", item_id="m", output_index=0)
+    + _typed("response.output_text.delta", delta='lo "type":"response.x.delta"', item_id="m")
+    + _typed("response.function_call_arguments.delta", delta="{}", item_id="f")
+    + _typed("response.output_text.done", text="Hello")
+    + _typed(
+        "response.completed",
+        response={
+            "id": "r",
+            "usage": {
+                "input_tokens": 12,
+                "output_tokens": 3,
+                "input_tokens_details": {"cached_tokens": 8},
+                "total_tokens": 15,
+            },
+        },
+    )
+)
+
+
+@pytest.mark.parametrize("eol", FRAMINGS.values(), ids=FRAMINGS.keys())
+def test_responses_deltas_count_and_completed_usage_is_read(eol: bytes) -> None:
+    stream = _framed(RESPONSES_STREAM, eol)
+    scanner = SseScanner(strip_usage_chunk=True, dialect="responses")
+    out, counted = b"", 0
+    for start in range(0, len(stream), 9):
+        forwarded, new = scanner.feed(stream[start : start + 9])
+        out += forwarded
+        counted += new
+    assert out + scanner.flush() == stream  # nothing stripped in this dialect
+    assert counted == 3
+    assert scanner.usage == {
+        "prompt_tokens": 12,
+        "completion_tokens": 3,
+        "prompt_tokens_details": {"cached_tokens": 8},
+    }

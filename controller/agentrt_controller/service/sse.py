@@ -1,44 +1,107 @@
-"""Reads an OpenAI server-sent-event stream as it passes through, without changing it.
+"""Reads a server-sent-event stream as it passes through, without changing it.
 
-Counts output tokens for quanta (one ``data:`` chunk with choices ≈ one token on vLLM-like
-servers, which send a chunk per decode step), picks up the final ``usage`` object when the
-server sends one, and can drop the usage-only chunk the controller asked for on the client's
-behalf (``stream_options.include_usage`` added by the controller, not by the client).
+Framing follows the SSE specification (WHATWG HTML, "Server-sent events", §9.2.5): a line ends
+with CRLF, LF or CR, and an event ends at an empty line, so an event terminator is any two
+consecutive line endings — ``\\n\\n``, ``\\r\\n\\r\\n``, ``\\r\\r`` or a mix (``\\r\\n\\n`` ...).
+sse-starlette frames with ``\\r\\n\\r\\n`` by default, vLLM and OpenAI with ``\\n\\n``. Every
+complete event is handed on as soon as its terminator arrived, in every framing; only an
+unterminated tail waits. A CR at the very end of what arrived may be the first half of a CRLF:
+the event it ends is complete either way, and a LF that follows in the next chunk is handed on
+with the next event (an empty line before it, which a client ignores), so no byte is lost.
+
+Two dialects, one per OpenAI streaming API:
+
+* ``chat`` (``/v1/chat/completions``, ``/v1/completions``): one ``data:`` chunk with choices ≈
+  one token on vLLM-like servers (a chunk per decode step); the final ``usage`` object when the
+  server sends one; the usage-only chunk the controller asked for on the client's behalf
+  (``stream_options.include_usage`` added by the controller, not by the client) can be dropped.
+* ``responses`` (``/v1/responses``): every ``*.delta`` event (``response.output_text.delta``,
+  ``response.function_call_arguments.delta``, ``response.reasoning_text.delta`` ...) ≈ one
+  token; usage from ``response.completed`` (or ``response.incomplete`` / ``response.failed``)
+  ``response.usage``, given in the chat dialect's keys (``prompt_tokens``,
+  ``completion_tokens``, ``prompt_tokens_details.cached_tokens``) so that charging reads one
+  shape. Nothing is ever dropped: the Responses API always reports usage.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+import re
+from typing import Any, Literal
 
-__all__ = ["SseScanner"]
+__all__ = ["Dialect", "SseScanner", "responses_usage"]
+
+Dialect = Literal["chat", "responses"]
+
+#: Two consecutive line endings (CRLF, a CR not followed by LF, or LF): the end of an event.
+#: A CR at the end of the buffer counts as a line ending (see the module docstring).
+_TERMINATOR = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+#: A Responses API delta event's type (unescaped quotes occur in JSON only around keys and
+#: values, never inside a string, so text that mentions it does not match).
+_DELTA_TYPE = re.compile(rb'"type":\s*"response\.[a-z_.]+\.delta"')
+
+
+def responses_usage(usage: Any) -> dict[str, Any] | None:
+    """A Responses API ``usage`` object (``input_tokens``, ``output_tokens``,
+    ``input_tokens_details.cached_tokens``) in the chat dialect's keys; ``None`` when
+    ``usage`` is not an object."""
+    if not isinstance(usage, dict):
+        return None
+    out: dict[str, Any] = {
+        "prompt_tokens": usage.get("input_tokens"),
+        "completion_tokens": usage.get("output_tokens"),
+    }
+    details = usage.get("input_tokens_details")
+    if isinstance(details, dict):
+        out["prompt_tokens_details"] = {"cached_tokens": details.get("cached_tokens")}
+    return out
 
 
 class SseScanner:
     """Feed raw stream bytes; get back the bytes to forward (whole events only)."""
 
-    __slots__ = ("_buffer", "_strip_usage_chunk", "chunks", "usage")
+    __slots__ = ("_buffer", "_crlf", "_responses", "_strip_usage_chunk", "chunks", "usage")
 
-    def __init__(self, *, strip_usage_chunk: bool) -> None:
+    def __init__(self, *, strip_usage_chunk: bool, dialect: Dialect = "chat") -> None:
         self._buffer = b""
-        self._strip_usage_chunk = strip_usage_chunk
-        #: ``data:`` events that carried at least one choice (≈ output tokens so far).
+        self._strip_usage_chunk = strip_usage_chunk and dialect == "chat"
+        self._responses = dialect == "responses"
+        #: A CR was seen: the general framing path from now on (LF-only streams stay fast).
+        self._crlf = False
+        #: Events that carried output (≈ output tokens so far).
         self.chunks = 0
-        #: The last ``usage`` object seen in the stream, if any.
+        #: The last ``usage`` object seen in the stream (chat dialect's keys), if any.
         self.usage: dict[str, Any] | None = None
 
     def feed(self, data: bytes) -> tuple[bytes, int]:
         """Returns ``(bytes to forward now, new chunks counted)``; partial events wait."""
         buffer = self._buffer + data
+        before = self.chunks
+        if not self._crlf and b"\r" in data:
+            self._crlf = True
+        if self._crlf:
+            return self._feed_any(buffer), self.chunks - before
         end = buffer.rfind(b"\n\n")
         if end < 0:
             self._buffer = buffer
             return b"", 0
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
-        before = self.chunks
         out = [event for event in complete.split(b"\n\n") if event and self._keep(event)]
         forwarded = b"\n\n".join(out) + b"\n\n" if out else b""
         return forwarded, self.chunks - before
+
+    def _feed_any(self, buffer: bytes) -> bytes:
+        """Split ``buffer`` at every terminator of any framing; keeps the unterminated rest."""
+        out: list[bytes] = []
+        start = 0
+        for match in _TERMINATOR.finditer(buffer):
+            event = buffer[start : match.end()]
+            start = match.end()
+            if self._keep(event):
+                out.append(event)
+        self._buffer = buffer[start:]
+        return b"".join(out)
 
     def flush(self) -> bytes:
         """Whatever is left at the end of the stream (an unterminated last event)."""
@@ -47,17 +110,17 @@ class SseScanner:
 
     def _keep(self, event: bytes) -> bool:
         payload = b""
-        for line in event.split(b"\n"):
+        for line in _LINE_END.split(event) if self._crlf else event.split(b"\n"):
             if line.startswith(b"data:"):
                 payload = line[5:].strip()
         if not payload or payload == b"[DONE]":
             return True
+        if self._responses:
+            self._responses_event(payload)
+            return True
         has_choices = b'"choices":[]' not in payload and b'"choices": []' not in payload
         if b'"usage"' in payload:
-            try:
-                parsed = json.loads(payload)
-            except ValueError:
-                parsed = None
+            parsed = _json(payload)
             if isinstance(parsed, dict):
                 usage = parsed.get("usage")
                 if isinstance(usage, dict):
@@ -69,3 +132,30 @@ class SseScanner:
         if has_choices:
             self.chunks += 1
         return True
+
+    def _responses_event(self, payload: bytes) -> None:
+        if _DELTA_TYPE.search(payload) is not None:  # no parsing on the hot path
+            self.chunks += 1
+            return
+        if b'"usage"' not in payload:
+            return
+        parsed = _json(payload)
+        if not isinstance(parsed, dict):
+            return
+        kind = parsed.get("type")
+        response = parsed.get("response")
+        if kind in _FINAL_EVENTS and isinstance(response, dict):
+            usage = responses_usage(response.get("usage"))
+            if usage is not None:
+                self.usage = usage
+
+
+#: Responses API events whose ``response`` carries the final usage.
+_FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+def _json(payload: bytes) -> Any:
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return None
