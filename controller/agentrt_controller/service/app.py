@@ -50,7 +50,7 @@ from agentrt_controller.service.tracing import CallTracing
 
 __all__ = ["ControllerApp"]
 
-_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 #: Paths that need a tenant's API key when keys are configured (the backend admin API has its
 #: own token; /health and /metrics stay open).
 _TENANT_PATHS = ("/v1/", "/agentrt/v1/")

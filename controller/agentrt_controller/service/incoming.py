@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+import anyio.to_thread
 
 from agentrt.errors import ProtocolError
 from agentrt.protocol import CallTags
@@ -16,8 +18,27 @@ from agentrt_controller.service.errors import (
     DeadlinePassed,
     ModelNotFound,
 )
+from agentrt_controller.service.identity import foreign_identity, strip_agentic_context
+from agentrt_controller.service.responses_api import prompt_chars
 
-__all__ = ["ClientGone", "IncomingCall", "Receive", "Scope", "Send", "parse_call", "read_body"]
+__all__ = [
+    "Api",
+    "ClientGone",
+    "IncomingCall",
+    "Receive",
+    "Scope",
+    "Send",
+    "decode_body",
+    "parse_call",
+    "read_body",
+]
+
+#: Which OpenAI API a generation path speaks.
+Api = Literal["chat", "completion", "responses"]
+#: Bodies at least this large (bytes) are decoded in a worker thread: json.loads of a 16 MiB
+#: prompt takes tens of milliseconds, which would stall every other call on the event loop.
+#: Smaller ones are decoded inline (a thread hop costs more than decoding them).
+THREAD_DECODE_BYTES = 1024 * 1024
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -93,6 +114,28 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> by
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {str(exc)[:200]}") from exc
+
+
+async def decode_body(raw: bytes) -> Any:
+    """The JSON value of ``raw`` (in a worker thread from :data:`THREAD_DECODE_BYTES` on).
+    Raises :class:`BadRequest` for invalid JSON."""
+    if len(raw) < THREAD_DECODE_BYTES:
+        return _decode(raw)
+    return await anyio.to_thread.run_sync(_decode, raw)
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate: only the \uXXXX escape can carry it
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
 #: ``(client's cache_salt or None) -> the cache_salt to send`` for the caller's tenant.
 SaltFor = Callable[[str | None], str]
 
@@ -107,19 +150,23 @@ def parse_call(
     tenant: str | None = None,
     salt_for: SaltFor | None = None,
     forward_authorization: bool = True,
+    decoded: Any = None,
+    api: Api = "chat",
 ) -> IncomingCall:
     """Validate one generation request and make its :class:`Call` (arrival ``now_s``) for
     ``tenant`` (the authenticated caller; ``None`` = no tenant). ``salt_for`` gives the
     tenant's ``cache_salt``: a client's own ``cache_salt`` is taken out of the body and
     replaced (``salt_for`` decides whether it counts). ``forward_authorization`` passes the
-    client's ``Authorization`` header on to the backend.
+    client's ``Authorization`` header on to the backend. ``decoded`` is ``raw`` already
+    decoded (:func:`decode_body`); ``None`` = decode here. ``api`` names the body's shape.
+
+    A call without our tags may name its program by another client's convention
+    (:mod:`agentrt_controller.service.identity`); it is then tagged, and a
+    ``vllm_xargs.agentic_context`` is taken out of the body.
 
     Raises :class:`BadRequest`, :class:`ModelNotFound` (``model`` not in ``known_models``;
     ``None`` = unknown, anything goes) or :class:`DeadlinePassed` (no time left)."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {str(exc)[:200]}") from exc
+    body = _decode(raw) if decoded is None else decoded
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
     model = body.get("model")
@@ -132,30 +179,51 @@ def parse_call(
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    limit_field = "max_output_tokens" if api == "responses" else "max_tokens"
+    if api == "responses":
+        max_tokens = body.get("max_output_tokens")
+    else:
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
-        raise BadRequest("'max_tokens' must be an integer", param="max_tokens")
-    cache_salt: str | None = None
-    if salt_for is not None:
-        chosen = body.pop("cache_salt", None)
-        if chosen is not None:  # the client's own: re-encode without it (rare)
-            raw = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        cache_salt = salt_for(chosen if isinstance(chosen, str) and chosen else None)
-        body["cache_salt"] = cache_salt
-    options = body.get("stream_options")
-    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
+        raise BadRequest(f"'{limit_field}' must be an integer", param=limit_field)
     try:
         tags = CallTags.from_headers(headers)
     except ProtocolError as exc:
         raise BadRequest(str(exc)) from exc
+    foreign = foreign_identity(body, headers) if tags is None else None
+    if strip_agentic_context(body):  # never upstream, whoever named the program
+        raw = _encode(body)
+    cache_salt: str | None = None
+    if salt_for is not None:
+        chosen = body.pop("cache_salt", None)
+        if chosen is not None:  # the client's own: re-encode without it (rare)
+            raw = _encode(body)
+        cache_salt = salt_for(chosen if isinstance(chosen, str) and chosen else None)
+        body["cache_salt"] = cache_salt
+    options = body.get("stream_options")
+    wants_usage = isinstance(options, dict) and options.get("include_usage") is True
     now = now_s
-    if tags is None:
+    # bytes/4: a cheap estimate, usage corrects it (the Responses API: its text only, the
+    # body's item structure is large next to it)
+    prompt_tokens = (prompt_chars(body) if api == "responses" else len(raw)) // 4
+    if tags is None and foreign is not None:
+        call = Call(
+            call_id=call_id,
+            program_id=foreign.program_id,
+            session_id=foreign.session_id,
+            node_id=call_id,
+            arrival_s=now,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            tenant=tenant,
+        )
+    elif tags is None:
         call = Call(
             call_id=call_id,
             program_id=f"call-{call_id}",
             node_id=call_id,
             arrival_s=now,
-            prompt_tokens=len(raw) // 4,
+            prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             tenant=tenant,
         )
@@ -171,7 +239,7 @@ def parse_call(
             parent_ids=tags.parent_ids,
             arrival_s=now,
             deadline_s=tags.deadline_s(now),
-            prompt_tokens=len(raw) // 4,  # bytes/4: a cheap estimate, usage corrects it
+            prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             objective=tags.objective,
             attempt=tags.attempt,
@@ -186,7 +254,7 @@ def parse_call(
         model=model,
         stream=stream,
         client_wants_usage=wants_usage,
-        untagged=tags is None,
+        untagged=tags is None and foreign is None,
         traceparent=headers.get("traceparent"),
         forward_headers=forward,
         cache_salt=cache_salt,

@@ -1,4 +1,7 @@
-"""The OpenAI-compatible call path: ``/v1/chat/completions`` and ``/v1/completions``.
+"""The OpenAI-compatible call path: ``/v1/chat/completions``, ``/v1/completions`` and
+``/v1/responses`` (the Responses API: same path through the core, its body read by
+:mod:`~agentrt_controller.service.responses_api`, its stream by the scanner's ``responses``
+dialect).
 
 Written as a raw ASGI endpoint so that it can (a) refuse an oversized body while reading it,
 (b) notice a client that goes away at any point — queued, waiting for the backend, or
@@ -18,6 +21,7 @@ failure after the answer started is reported to the client here.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 
 import anyio
@@ -32,15 +36,18 @@ from agentrt_controller.service.charging import Usage
 from agentrt_controller.service.engine import ControllerEngine
 from agentrt_controller.service.errors import ServiceError, UpstreamFailed, error_body
 from agentrt_controller.service.incoming import (
+    Api,
     ClientGone,
     IncomingCall,
     Receive,
     Scope,
     Send,
+    decode_body,
     parse_call,
     read_body,
 )
-from agentrt_controller.service.sse import SseScanner
+from agentrt_controller.service.responses_api import RESPONSES_PATH, chat_view
+from agentrt_controller.service.sse import SseScanner, responses_usage
 from agentrt_controller.service.tenants import TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.tracing import CallTracing
 
@@ -74,13 +81,28 @@ async def send_error(send: Send, error: ServiceError) -> None:
     await _send_json(send, error.status_code, error.body(), error.headers())
 
 
+def _api_of(path: str) -> Api:
+    if path.endswith("chat/completions"):
+        return "chat"
+    return "responses" if path == RESPONSES_PATH else "completion"
+
+
+#: The GenAI semantic conventions' operation name of each API (span names, metric labels).
+_OPERATIONS: dict[Api, str] = {
+    "chat": "chat",
+    "completion": "text_completion",
+    "responses": "responses",
+}
+
+
 class CompletionsEndpoint:
-    """ASGI app for one OpenAI generation path (``/v1/chat/completions`` or
-    ``/v1/completions``)."""
+    """ASGI app for one OpenAI generation path (``/v1/chat/completions``,
+    ``/v1/completions`` or ``/v1/responses``)."""
 
     def __init__(self, path: str, engine: ControllerEngine, tracing: CallTracing) -> None:
         self.path = path
-        self.operation = "chat" if path.endswith("chat/completions") else "text_completion"
+        self.api = _api_of(path)
+        self.operation = _OPERATIONS[self.api]
         self.engine = engine
         self.tracing = tracing
         self._ids = itertools.count(1)
@@ -102,6 +124,7 @@ class CompletionsEndpoint:
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             raw = await read_body(receive, headers, engine.config.max_body_bytes)
+            decoded = await decode_body(raw)
             parsed = parse_call(
                 raw,
                 headers,
@@ -112,10 +135,12 @@ class CompletionsEndpoint:
                 # Open mode (one tenant): the body goes unchanged, a client's salt included.
                 salt_for=None if engine.tenants.open else salt_for,
                 forward_authorization=engine.config.forward_client_authorization,
+                decoded=decoded,
+                api=self.api,
             )
-            pending = engine.accept(
-                parsed.call, parsed.body, tagged=not parsed.untagged, tenant=tenant
-            )
+            # The core reads prompts as chat messages (prefix hashes, retention's pins).
+            seen = chat_view(parsed.body) if self.api == "responses" else parsed.body
+            pending = engine.accept(parsed.call, seen, tagged=not parsed.untagged, tenant=tenant)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             await send_error(send, error)
@@ -191,7 +216,9 @@ class CompletionsEndpoint:
                 stream=parsed.stream,
                 headers=headers,
                 priority=admission.backend_priority,
+                # The Responses API always reports usage (response.completed).
                 add_stream_usage=parsed.stream
+                and self.api != "responses"
                 and not parsed.client_wants_usage
                 and capabilities.stream_usage,
             )
@@ -233,7 +260,10 @@ class CompletionsEndpoint:
                 await self._stream(parsed, answer, send, usage, exchange)
             else:
                 body = answer.body
-                usage.read_body(body)
+                if self.api == "responses":
+                    _read_responses_usage(usage, body)
+                else:
+                    usage.read_body(body)
                 headers = [
                     (
                         b"content-type",
@@ -279,7 +309,10 @@ class CompletionsEndpoint:
         usage: Usage,
         exchange: _Exchange,
     ) -> None:
-        scanner = SseScanner(strip_usage_chunk=not parsed.client_wants_usage)
+        scanner = SseScanner(
+            strip_usage_chunk=not parsed.client_wants_usage,
+            dialect="responses" if self.api == "responses" else "chat",
+        )
         headers = [*_SSE, _queue_ms(parsed.call)] + [
             (k.encode(), v.encode())
             for k, v in answer.response.headers.items()
@@ -301,6 +334,18 @@ class CompletionsEndpoint:
         exchange.completed = True
         await send({"type": "http.response.body", "body": rest, "more_body": False})
         self._status.inc(1.0, self.operation, "200")
+
+
+def _read_responses_usage(usage: Usage, body: bytes) -> None:
+    """Usage of a whole Responses API answer; ignores anything unparsable."""
+    if b'"usage"' not in body:
+        return
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return
+    if isinstance(parsed, dict):
+        usage.read_usage(responses_usage(parsed.get("usage")))
 
 
 def _queue_ms(call: Call) -> tuple[bytes, bytes]:

@@ -1,7 +1,8 @@
 """The emulator's Starlette app: OpenAI / vLLM endpoints over one :class:`EngineDriver`.
 
 Endpoints (docs/engine-emulator.md): ``/v1/chat/completions``, ``/v1/completions``,
-``/v1/models``, ``/health``, ``/version``, ``/tokenize``, ``/metrics``, the retention pins under
+``/v1/responses``, ``/v1/embeddings``, ``/v1/models``, ``/health``, ``/version``, ``/tokenize``,
+``/detokenize``, ``/metrics``, the retention pins under
 ``/agentrt/engine/v1/pins`` and ``/agentrt/engine/v1/state``.
 """
 
@@ -34,6 +35,7 @@ from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.config import EmulatorConfig
 from agentrt_emulator.server.driver import ChoiceEvent, EngineDriver, RequestGroup
 from agentrt_emulator.server.errors import error_body, error_response, from_validation_error
+from agentrt_emulator.server.extras import ExtraEndpoints
 from agentrt_emulator.server.hardening import (
     INTERNAL_ERROR_MESSAGE,
     HardenedApp,
@@ -50,6 +52,7 @@ from agentrt_emulator.server.prepare import (
     prepare_completion,
 )
 from agentrt_emulator.server.responses import Kind, ResponseBuilder, sse
+from agentrt_emulator.server.responses_api import ResponsesEndpoint
 from agentrt_emulator.server.streaming import EventStreamResponse, watch_disconnect
 from agentrt_emulator.server.wire import ChatRequest, CompletionRequest, TokenizeRequest
 from agentrt_emulator.tokenizer import Tokenizer
@@ -383,6 +386,7 @@ def build_app(state: EmulatorState) -> HardenedApp:
     engine loop in a task group. Unhandled errors are answered 500, logged once and counted
     in ``agentrt:engine_internal_errors_total{route}``."""
     endpoints = _Endpoints(state)
+    extras = ExtraEndpoints(state)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -400,6 +404,9 @@ def build_app(state: EmulatorState) -> HardenedApp:
     routes = [
         Route("/v1/chat/completions", _answers_errors(endpoints.chat), methods=post),
         Route("/v1/completions", _answers_errors(endpoints.completions), methods=post),
+        Route("/v1/responses", _answers_errors(ResponsesEndpoint(state)), methods=post),
+        Route("/v1/embeddings", _answers_errors(extras.embeddings), methods=post),
+        Route("/detokenize", _answers_errors(extras.detokenize), methods=post),
         Route("/v1/models", endpoints.models, methods=["GET"]),
         Route("/health", endpoints.health, methods=["GET"]),
         Route("/version", endpoints.version, methods=["GET"]),

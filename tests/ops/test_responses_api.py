@@ -1,0 +1,180 @@
+"""Must-show: the ``openai`` client's ``responses.create`` (streamed and not) through the
+controller to the engine emulator — program tags reach the process table, tokens are charged
+from the answer's usage, tool calls and their outputs round-trip (the OpenAI Agents SDK's
+default model speaks this API)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from agentrt.protocol import CallTags
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+MODEL = DEFAULT_MODEL_NAME
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "name": "search",
+        "description": "Search the web",
+        "parameters": {
+            "type": "object",
+            "properties": {"query": {"type": "string"}},
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        "strict": True,
+    }
+]
+
+
+def _cost(uncached_prompt_tokens: int, output_tokens: int) -> float:
+    """A charge that shows both counts: one second per output token, a µs per prompt token."""
+    return output_tokens + uncached_prompt_tokens * 1e-6
+
+
+class Stack:
+    def __init__(self, url: str, app: ControllerApp, http: httpx.AsyncClient) -> None:
+        self.url = url
+        self.app = app
+        self.http = http
+        self.client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+
+    async def programs(self) -> dict[str, Any]:
+        table: dict[str, Any] = (await self.http.get(self.url + "/agentrt/v1/programs")).json()
+        return table
+
+
+@contextlib.asynccontextmanager
+async def stack() -> AsyncIterator[Stack]:
+    apps: list[ControllerApp] = []
+    async with serve_engine(EmulatorConfig(time_scale=50.0)) as engine:
+        config = ControllerConfig(
+            port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),),
+            scrape_interval_s=0.2,
+        )  # fmt: skip
+        async with (
+            serve_controller(config, cost=_cost, on_app=apps.append) as url,
+            httpx.AsyncClient(timeout=20) as http,
+        ):
+            running = Stack(url, apps[0], http)
+            try:
+                yield running
+            finally:
+                await running.client.close()
+
+
+def _tags(program_id: str) -> dict[str, str]:
+    return CallTags(
+        session_id="s-resp", program_id=program_id, thread_id="main", node_id="main:0"
+    ).to_headers()
+
+
+def _charged(usage: Any) -> float:
+    return _cost(usage.input_tokens - usage.input_tokens_details.cached_tokens, usage.output_tokens)
+
+
+async def test_responses_create_through_the_controller_is_tagged_and_charged() -> None:
+    async with stack() as s:
+        response = await s.client.responses.create(
+            model=MODEL,
+            instructions="You are terse.",
+            input="Say hello.",
+            max_output_tokens=64,
+            extra_headers=_tags("prog-resp"),
+            extra_body={"agentrt_output_tokens": 9},
+        )
+        table = await s.programs()
+    assert response.status == "completed"
+    assert response.output_text and response.output[0].type == "message"
+    assert response.usage is not None and response.usage.output_tokens == 9
+    assert response.usage.input_tokens > 0
+    assert table["programs"] == 1
+    entry = table["entries"][0]
+    assert (entry["session_id"], entry["program_id"]) == ("s-resp", "prog-resp")
+    assert entry["calls_finished"] == 1
+    assert entry["attained_service_s"] == pytest.approx(_charged(response.usage))
+
+
+async def test_streamed_responses_have_the_real_event_sequence_and_are_charged() -> None:
+    async with stack() as s:
+        stream = await s.client.responses.create(
+            model=MODEL,
+            input=[{"role": "user", "content": [{"type": "input_text", "text": "Tell me."}]}],
+            stream=True,
+            extra_headers=_tags("prog-stream"),
+            extra_body={"agentrt_output_tokens": 12},
+        )
+        events = [event async for event in stream]
+        table = await s.programs()
+    kinds = [event.type for event in events]
+    assert kinds[:5] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+    ]
+    assert kinds[-4:] == [
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [event.sequence_number for event in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.output_text == deltas and deltas
+    assert final.usage is not None and final.usage.output_tokens == 12
+    entry = table["entries"][0]
+    assert entry["program_id"] == "prog-stream"
+    assert entry["attained_service_s"] == pytest.approx(_charged(final.usage))
+
+
+async def test_a_tool_call_and_its_output_round_trip_streamed_and_not() -> None:
+    async with stack() as s:
+        # The openai client's stream helper rebuilds the response from the events and checks
+        # that they fit together (indexes, item ids, text and arguments).
+        async with s.client.responses.stream(
+            model=MODEL, input="Find agentrt.", tools=TOOLS, tool_choice="required"
+        ) as stream:
+            called = await stream.get_final_response()
+        call = called.output[-1]
+        assert call.type == "function_call" and call.name == "search"
+        assert '"query"' in call.arguments
+        answer = await s.client.responses.create(
+            model=MODEL,
+            tools=TOOLS,
+            input=[
+                {"role": "user", "content": "Find agentrt."},
+                *[item.model_dump(exclude_none=True) for item in called.output],
+                {"type": "function_call_output", "call_id": call.call_id, "output": "found"},
+            ],
+            tool_choice="none",
+        )
+    assert answer.status == "completed" and answer.output_text
+    assert answer.usage is not None
+    assert answer.usage.input_tokens > called.usage.input_tokens  # type: ignore[union-attr]
+
+
+async def test_a_cut_answer_is_incomplete_and_an_unknown_model_is_404() -> None:
+    async with stack() as s:
+        cut = await s.client.responses.create(
+            model=MODEL, input="Go on.", max_output_tokens=3,
+            extra_body={"agentrt_output_tokens": 50},
+        )  # fmt: skip
+        with pytest.raises(openai.NotFoundError):
+            await s.client.responses.create(model="no-such-model", input="hi")
+    assert cut.status == "incomplete"
+    assert cut.incomplete_details is not None
+    assert cut.incomplete_details.reason == "max_output_tokens"
+    assert cut.usage is not None and cut.usage.output_tokens == 3
