@@ -44,6 +44,7 @@ from agentrt_controller.service.events import event_routes
 from agentrt_controller.service.hardening import internal_error_response
 from agentrt_controller.service.incoming import Receive, Scope, Send
 from agentrt_controller.service.metrics import ServiceMetrics
+from agentrt_controller.service.passthrough import PASSTHROUGH_PATHS, PassthroughEndpoint
 from agentrt_controller.service.proxy import CompletionsEndpoint, send_error
 from agentrt_controller.service.tenants import ADMIN_STATE, TENANT_STATE, Unauthorized
 from agentrt_controller.service.tracing import CallTracing
@@ -53,7 +54,7 @@ __all__ = ["ControllerApp"]
 _GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 #: Paths that need a tenant's API key when keys are configured (the backend admin API has its
 #: own token; /health and /metrics stay open).
-_TENANT_PATHS = ("/v1/", "/agentrt/v1/")
+_TENANT_PATHS = ("/v1/", "/agentrt/v1/", "/tokenize", "/detokenize")
 
 
 class ControllerApp:
@@ -94,9 +95,13 @@ class ControllerApp:
         self.engine.backend_keys.update(backend_keys)
         self._admin_token = config.admin_token.encode() if config.admin_token else None
         tracing = CallTracing(tracer_provider)
-        self._generation = {
+        self._generation: dict[str, CompletionsEndpoint | PassthroughEndpoint] = {
             path: CompletionsEndpoint(path, self.engine, tracing) for path in _GENERATION_PATHS
         }
+        # Routed but not scheduled (embeddings, vLLM's tokenizer endpoints).
+        self._generation.update(
+            (path, PassthroughEndpoint(path, self.engine)) for path in PASSTHROUGH_PATHS
+        )
         self.metrics.on_collect(self.engine.collect_metrics)
         self._starlette = Starlette(
             routes=[

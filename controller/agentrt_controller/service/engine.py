@@ -457,6 +457,19 @@ class ControllerEngine:
         state = self.pool.states.get(backend_id)
         return state is not None and state.backend.kind in _SALTED_KINDS
 
+    def backends_for_model(self, model: str | None) -> list[Backend]:
+        """Healthy backends that serve ``model`` (``None``, or a backend whose model list is
+        unknown: any), least loaded first — for requests that are routed but not scheduled
+        (``/v1/embeddings``, ``/tokenize``, ``/detokenize``)."""
+        fits = [
+            state
+            for state in self.pool.states.values()
+            if state.healthy
+            and (model is None or not state.models or any(m["id"] == model for m in state.models))
+        ]
+        fits.sort(key=lambda state: state.in_flight)
+        return [state.backend for state in fits]
+
     def has_backend(self, backend_id: str) -> bool:
         return backend_id in self.pool.states
 

@@ -29,6 +29,7 @@ __all__ = [
     "Scope",
     "Send",
     "decode_body",
+    "forwarded_headers",
     "parse_call",
     "read_body",
 ]
@@ -50,6 +51,13 @@ Send = Callable[[Message], Awaitable[None]]
 #: ``forward_client_authorization`` (single-tenant setups).
 _FORWARDED = frozenset({"x-request-id", "openai-organization", "openai-project"})
 _FORWARDED_WITH_AUTH = _FORWARDED | {"authorization"}
+
+
+def forwarded_headers(headers: dict[str, str], *, authorization: bool) -> dict[str, str]:
+    """The client headers (lower-case names) a backend gets; ``authorization`` passes the
+    client's ``Authorization`` on (single-tenant setups)."""
+    allowed = _FORWARDED_WITH_AUTH if authorization else _FORWARDED
+    return {k: v for k, v in headers.items() if k in allowed}
 
 
 class ClientGone(Exception):
@@ -245,8 +253,7 @@ def parse_call(
             attempt=tags.attempt,
             tenant=tenant,
         )
-    allowed = _FORWARDED_WITH_AUTH if forward_authorization else _FORWARDED
-    forward = {k: v for k, v in headers.items() if k in allowed}
+    forward = forwarded_headers(headers, authorization=forward_authorization)
     return IncomingCall(
         call=call,
         body=body,
