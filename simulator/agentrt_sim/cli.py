@@ -212,21 +212,52 @@ def _add_tenant_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--tenancy",
         default="off",
-        metavar="off|on|off,on",
-        help="schedule weighted fair shares of charged service between tenants, the policy "
-        "inside each tenant (on), or one policy over all calls (off); a list compares both "
-        "(default: %(default)s)",
+        metavar="off|on|fair|isolate[=F][,...]",
+        help="off = one policy over all calls; fair = weighted fair shares of charged service "
+        "between tenants, the policy inside each (the queue only); isolate = fair shares and "
+        "per-tenant caps on calls in flight while tenants contend (=F: the fraction of an "
+        "engine's window the tenants above their fair share may hold while another is within "
+        "its share, or none); on = the controller's default for several tenants; a list "
+        "compares them (default: %(default)s)",
+    )
+    group.add_argument(
+        "--isolation-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="per-tenant cap parameter for isolate, e.g. reservation_s=5 (repeatable; "
+        "docs/tenancy.md)",
     )
 
 
-def _tenancy_values(text: str) -> list[bool]:
+def _tenancy_values(
+    text: str, isolation_options: dict[str, Any]
+) -> list[tuple[bool, dict[str, Any] | None]]:
+    """``--tenancy`` items as (tenancy on, ``PolicySpec.isolation``)."""
     from agentrt.errors import ConfigError
 
-    values = []
+    values: list[tuple[bool, dict[str, Any] | None]] = []
     for item in (part.strip().lower() for part in text.split(",")):
-        if item not in ("on", "off"):
-            raise ConfigError(f"--tenancy takes on, off or a list of them, got {text!r}")
-        values.append(item == "on")
+        name, sep, share = item.partition("=")
+        if name == "isolate":
+            params: dict[str, Any] = {**isolation_options, "enabled": True}
+            if sep:
+                try:
+                    params["surplus_share"] = None if share == "none" else float(share)
+                except ValueError:
+                    raise ConfigError(
+                        f"--tenancy isolate=F takes a fraction in (0, 1] or none, got {item!r}"
+                    ) from None
+            values.append((True, params))
+        elif sep or name not in ("on", "off", "fair"):
+            raise ConfigError(
+                f"--tenancy takes off, on, fair, isolate or isolate=F (a list of them), got "
+                f"{text!r}"
+            )
+        elif name == "fair":
+            values.append((True, {"enabled": False}))
+        else:
+            values.append((name == "on", None))  # on = TenancyConfig's default
     return values
 
 
@@ -382,9 +413,12 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
             router_options,
             tenancy=tenancy,
             tenant_weights=weights,
+            isolation=isolation,
         )
         for p in policies
-        for tenancy in _tenancy_values(getattr(args, "tenancy", "off"))
+        for tenancy, isolation in _tenancy_values(
+            getattr(args, "tenancy", "off"), _options(getattr(args, "isolation_option", []))
+        )
     ]
     return bench, specs
 

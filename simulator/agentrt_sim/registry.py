@@ -11,7 +11,8 @@
   ``Call.block_hashes`` filled by the simulator.
 * Tenancy: ``PolicySpec.tenancy`` puts the scheduler inside weighted fair shares between
   tenants (the factory's ``tenancy=``, :class:`~agentrt_controller.scheduling.tenancy.
-  TenancyConfig`; docs/tenancy.md) with ``PolicySpec.tenant_weights``.
+  TenancyConfig`; docs/tenancy.md) with ``PolicySpec.tenant_weights``, and
+  ``PolicySpec.isolation`` sets its per-tenant in-flight caps (``IsolationConfig`` fields).
 * Retention policies: the table :data:`RETENTION` below; a new policy is one entry (a
   zero-argument factory). ``--retention on`` means the first non-``off`` entry.
 
@@ -32,6 +33,7 @@ from agentrt_controller.retention import RetentionPolicy, TtlRetentionPolicy
 from agentrt_controller.routing.factory import ROUTER_NAMES, build_router
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import SCHEDULER_NAMES, build_admission, build_scheduler
+from agentrt_controller.scheduling.isolation import IsolationConfig
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_sim.costs import CostFunction
 from agentrt_sim.retention import NoRetention
@@ -44,6 +46,7 @@ __all__ = [
     "SCHEDULER_NAMES",
     "PolicySpec",
     "build_policies",
+    "describe_tenancy",
     "parse_window",
     "resolve_retention",
 ]
@@ -93,6 +96,10 @@ class PolicySpec:
     tenancy: bool = False
     #: Tenant name -> fair-share weight (> 0) when ``tenancy``; unlisted tenants weigh 1.
     tenant_weights: Mapping[str, float] = field(default_factory=dict)
+    #: Per-tenant in-flight caps when ``tenancy``: ``IsolationConfig`` fields (``enabled``,
+    #: ``reservation_s``, ``surplus_share``); ``None`` = ``TenancyConfig``'s default (the
+    #: controller's).
+    isolation: Mapping[str, Any] | None = None
 
 
 def parse_window(text: str) -> int | str | None:
@@ -129,6 +136,33 @@ def resolve_retention(name: str) -> str:
     return key
 
 
+def _tenancy(spec: PolicySpec) -> TenancyConfig | None:
+    if not spec.tenancy:
+        return None
+    weights = dict(spec.tenant_weights)
+    if spec.isolation is None:
+        return TenancyConfig(weights=weights)
+    return TenancyConfig(weights=weights, isolation=IsolationConfig.from_mapping(spec.isolation))
+
+
+def describe_tenancy(spec: PolicySpec) -> str:
+    """``off``, ``fair`` (shares of the queue only) or ``isolate`` with the caps' non-default
+    parameters, e.g. ``isolate(surplus_share=0.5)``: what ``--tenancy`` takes."""
+    tenancy = _tenancy(spec)
+    if tenancy is None:
+        return "off"
+    isolation = tenancy.isolation
+    if not isolation.enabled:
+        return "fair"
+    default = IsolationConfig()
+    params = [
+        f"{name}={value if value is None else format(value, 'g')}"
+        for name in ("surplus_share", "reservation_s")
+        if (value := getattr(isolation, name)) != getattr(default, name)
+    ]
+    return f"isolate({','.join(params)})" if params else "isolate"
+
+
 def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> Policies:
     """Fresh policy objects for one run of ``spec``.
 
@@ -139,7 +173,7 @@ def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> 
         dict(spec.scheduler_options) or None,
         table=ProcessTable(idle_timeout_s=_IDLE_TIMEOUT_S),
         oracle=True,
-        tenancy=TenancyConfig(weights=dict(spec.tenant_weights)) if spec.tenancy else None,
+        tenancy=_tenancy(spec),
     )
     if spec.admission_window == "adaptive":
         admission = build_admission("adaptive", dict(spec.admission_options))

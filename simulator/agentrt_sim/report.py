@@ -149,7 +149,7 @@ def print_tenant_table(results: Sequence[Mapping[str, Any]]) -> None:
         for tenant, t in r.get("tenants", {}).items():
             table.add_row(
                 r["policy"],
-                "on" if r.get("tenancy") else "off",
+                str(r.get("tenancy_mode", "on")) if r.get("tenancy") else "off",
                 tenant or "-",
                 _num(t["programs_completed"]),
                 _num(t["programs_unfinished"]),

@@ -17,7 +17,7 @@ from agentrt_emulator.core.types import EngineConfig
 from agentrt_sim.costs import CostFunction
 from agentrt_sim.metrics import RunRecord, summarize
 from agentrt_sim.plan import ProgramPlan, compile_program
-from agentrt_sim.registry import PolicySpec, build_policies
+from agentrt_sim.registry import PolicySpec, build_policies, describe_tenancy
 from agentrt_sim.sim import SimConfig, Simulation
 from agentrt_sim.workloads.generate import generate_programs
 from agentrt_sim.workloads.program import Program
@@ -110,7 +110,7 @@ def label(spec: PolicySpec) -> str:
     """A short human-readable name of a configuration."""
     window = "unlimited" if spec.admission_window is None else str(spec.admission_window)
     text = f"{spec.policy}/{spec.router}/retention={spec.retention}/window={window}"
-    return text + "/tenancy=on" if spec.tenancy else text
+    return text + f"/tenancy={describe_tenancy(spec)}" if spec.tenancy else text
 
 
 def run_one(
@@ -142,6 +142,7 @@ def run_one(
         "profile": bench.profile,
         "warmup_s": config.warmup_s,
         "tenancy": spec.tenancy,
+        **({"tenancy_mode": describe_tenancy(spec)} if spec.tenancy else {}),
         **({"tenant_loads": format_tenants(bench.tenants)} if bench.tenants else {}),
         **metrics,
     }

@@ -24,6 +24,13 @@ so the program's attained service, waiting time and critical path are kept exact
 scheduler had queued the call. A call carrying ``Call.retained_backend`` goes to that backend
 when it is a candidate (has room), whatever the router; otherwise the router chooses
 (failover).
+
+**Per-tenant in-flight caps** (docs/tenancy.md, "Isolation of the batch"). When the scheduler
+is a :class:`~agentrt_controller.scheduling.tenancy.TenantFairScheduler` with isolation on, a
+tenant above its share of a backend's contended window while another tenant is active is not
+admitted there (:class:`~agentrt_controller.scheduling.isolation.TenantIsolation`): each round
+the Dispatcher pops only from tenants some candidate backend allows, and routes the call among
+the backends that allow its tenant. Retained-lane calls are counted in flight but not held.
 """
 
 from __future__ import annotations
@@ -36,8 +43,11 @@ from typing import Any
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ToolWait
 from agentrt_controller.routing.api import Router
+from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 from agentrt_controller.scheduling.api import AdmissionPolicy, BackendView, Call, Scheduler
-from agentrt_controller.scheduling.basic import FcfsScheduler
+from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
+from agentrt_controller.scheduling.isolation import TenantIsolation
+from agentrt_controller.scheduling.tenancy import TenantFairScheduler, tenant_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +82,16 @@ class Dispatcher:
         self.lane: FcfsScheduler | None = FcfsScheduler(self.table) if retained_lane else None
         #: Calls that went through the retained lane so far.
         self.lane_total = 0
+        #: The tenancy scheduler when it caps tenants' calls in flight, else ``None``.
+        self._fair: TenantFairScheduler | None = None
+        #: Its isolation policy (the caps), else ``None``.
+        self.isolation: TenantIsolation | None = None
+        if isinstance(scheduler, TenantFairScheduler) and scheduler.isolation is not None:
+            self._fair, self.isolation = scheduler, scheduler.isolation
 
     def submit(self, call: Call, now_s: float) -> None:
+        if self.isolation is not None:
+            self.isolation.on_submit(tenant_of(call), now_s)
         if self.lane is not None and self._retained(call, now_s):
             call.lane = "retained"
             self.lane_total += 1
@@ -95,7 +113,12 @@ class Dispatcher:
             if not candidates:
                 break
             lane = self.lane if self.lane is not None and self.lane.queued() else None
-            call = (lane or self.scheduler).pop(now_s)
+            if lane is not None:
+                call = lane.pop(now_s)
+            elif self._fair is not None:
+                call, candidates = self._pop_capped(now_s, candidates)
+            else:
+                call = self.scheduler.pop(now_s)
             if call is None:
                 break
             retained = call.retained_backend
@@ -106,12 +129,53 @@ class Dispatcher:
             policy = self._policy_of(call)
             priority = policy.backend_priority(call) if chosen.supports_priority else None
             self.table.bind(call, backend_id, now_s)
+            if self.isolation is not None:
+                self.isolation.on_admit(call.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
         return admissions
+
+    def _pop_capped(
+        self, now_s: float, candidates: list[BackendView]
+    ) -> tuple[Call | None, list[BackendView]]:
+        """The tenancy scheduler's next call among the tenants some candidate allows
+        (per-tenant caps), and the candidates that allow its tenant."""
+        assert self._fair is not None and self.isolation is not None
+        isolation = self.isolation
+        queued = self._fair.queued_by_tenant()
+        isolation.observe(now_s, queued)
+        allowed: dict[str, list[BackendView]] = {}
+        for tenant in queued:
+            allowed[tenant] = [
+                b
+                for b in candidates
+                if isolation.allows(tenant, b.backend_id, self._window(b), now_s, queued)
+            ]
+        held = {tenant for tenant, backends in allowed.items() if not backends}
+        call = self._fair.pop(now_s, exclude=held)
+        if call is None:
+            return None, candidates
+        return call, allowed.get(tenant_of(call)) or candidates
+
+    def _window(self, backend: BackendView) -> float:
+        """The window the tenants' caps share on ``backend`` (calls; ``math.inf`` =
+        unbounded): a fixed admission window, or the adaptive window's bound (not its current
+        value: a window the caps keep from filling would never grow), and at most the
+        backend's batch size when known."""
+        admission = self.admission
+        window = math.inf
+        if isinstance(admission, AdaptiveWindowAdmission):
+            window = math.floor(admission.bound(backend))
+        elif isinstance(admission, FixedWindowAdmission) and admission.window is not None:
+            window = admission.window
+        if backend.max_num_seqs is not None and backend.max_num_seqs >= 1:
+            window = min(window, backend.max_num_seqs)
+        return window
 
     def requeue(self, call: Call, now_s: float) -> None:
         """An admitted call could not be sent (its backend failed before streaming): put it
         back in its place; the next :meth:`admit` may route it elsewhere."""
+        if self.isolation is not None:
+            self.isolation.on_release(call.call_id, now_s)
         self._policy_of(call).requeue(call, now_s)
 
     def cancel(self, call: Call, now_s: float) -> bool:
@@ -123,6 +187,8 @@ class Dispatcher:
         self._policy_of(call).on_tokens(call, new_tokens, now_s)
 
     def on_finish(self, call: Call, backend_id: str, service_s: float, now_s: float) -> None:
+        if self.isolation is not None:
+            self.isolation.on_release(call.call_id, now_s)
         self._policy_of(call).on_finish(call, service_s, now_s)
         self.router.on_finish(call, backend_id, now_s)
 
@@ -205,4 +271,9 @@ class Dispatcher:
                 "total": self.lane_total,
             },
             "process_table": self.table.snapshot(now_s),
+            "isolation": (
+                self.isolation.snapshot(now_s, self._fair.queued_by_tenant())
+                if self.isolation is not None and self._fair is not None
+                else {"enabled": False}
+            ),
         }

@@ -60,7 +60,7 @@ Pure (docs/architecture.md, design rule 1): ``now_s`` is passed in; no clock, no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -69,6 +69,7 @@ from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.scheduling.api import Call, Scheduler
 from agentrt_controller.scheduling.config import SchedulerConfig
+from agentrt_controller.scheduling.isolation import IsolationConfig, TenantIsolation
 
 __all__ = ["DEFAULT_TENANT", "TenancyConfig", "TenantFairScheduler", "tenant_of"]
 
@@ -106,6 +107,10 @@ class TenancyConfig:
     initial_call_charge_s: float = 0.5
     #: ``False`` = no tenancy: the factory builds the bare inner policy.
     enabled: bool = True
+    #: Per-tenant limits on calls in flight (:mod:`~agentrt_controller.scheduling.isolation`,
+    #: applied by the Dispatcher). A config table may give a mapping of
+    #: :class:`IsolationConfig` fields, or ``true`` / ``false``.
+    isolation: IsolationConfig = field(default_factory=lambda: IsolationConfig(enabled=False))
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, Mapping):
@@ -124,6 +129,7 @@ class TenancyConfig:
         )
         if not isinstance(self.enabled, bool):
             raise ConfigError(f"tenancy 'enabled' must be true or false, got {self.enabled!r}")
+        object.__setattr__(self, "isolation", _isolation_config(self.isolation))
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> TenancyConfig:
@@ -138,6 +144,16 @@ class TenancyConfig:
     def weight(self, tenant: str) -> float:
         """The weight of ``tenant``."""
         return self.weights.get(tenant, self.default_weight)
+
+
+def _isolation_config(value: object) -> IsolationConfig:
+    if isinstance(value, IsolationConfig):
+        return value
+    if isinstance(value, bool):
+        return IsolationConfig(enabled=value)
+    if isinstance(value, Mapping):
+        return IsolationConfig.from_mapping(value)
+    raise ConfigError(f"tenancy 'isolation' must be a table or true / false, got {value!r}")
 
 
 @dataclass(slots=True)
@@ -186,6 +202,10 @@ class TenantFairScheduler:
         self._tenants: dict[str, _Tenant] = {}
         #: SFQ's system virtual time: the start tag of the last call popped (seconds/weight).
         self.system_virtual_s = 0.0
+        #: Per-tenant in-flight caps the Dispatcher applies; ``None`` when disabled.
+        self.isolation: TenantIsolation | None = (
+            TenantIsolation(config.isolation, config.weight) if config.isolation.enabled else None
+        )
 
     # --- tenants ----------------------------------------------------------------------------
 
@@ -222,8 +242,16 @@ class TenantFairScheduler:
         backlogged = [t.virtual_s for t in self._tenants.values() if t.inner.queued()]
         return max(self.system_virtual_s, min(backlogged, default=self.system_virtual_s))
 
-    def pop(self, now_s: float) -> Call | None:
-        backlogged = [t for t in self._tenants.values() if t.inner.queued()]
+    def queued_by_tenant(self) -> dict[str, int]:
+        """Calls queued per tenant with any, in the order the tenants were first seen."""
+        return {name: n for name, t in self._tenants.items() if (n := t.inner.queued())}
+
+    def pop(self, now_s: float, *, exclude: Collection[str] = ()) -> Call | None:
+        """The protocol's ``pop``; ``exclude``: tenants not to pop from now (the
+        Dispatcher's held tenants, :mod:`~agentrt_controller.scheduling.isolation`)."""
+        backlogged = [
+            t for t in self._tenants.values() if t.inner.queued() and t.name not in exclude
+        ]
         if not backlogged:
             return None
         tenant = min(backlogged, key=lambda t: (t.virtual_s, t.order))

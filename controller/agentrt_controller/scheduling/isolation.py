@@ -1,0 +1,272 @@
+"""Per-tenant limits on calls in flight: isolation of the batch, not only of the queue
+(docs/tenancy.md, "Isolation of the batch").
+
+Fair shares of charged service (:mod:`agentrt_controller.scheduling.tenancy`) only order the
+controller's queue. They are work-conserving, so a greedy tenant fills whatever a well-behaved
+tenant leaves: the engine's batch is full of the greedy tenant's calls when the well-behaved
+tenant's next call arrives (it waits for a slot, or runs in a batch whose decode steps are slow
+because the batch is large). :class:`TenantIsolation` holds capacity back instead.
+
+**Active tenants.** A tenant is *active* while it has calls queued or in flight, and for
+:attr:`IsolationConfig.reservation_s` after its last call arrived or finished — a reservation,
+so that a tenant between two calls (a tool wait, a think time) finds room for its next one.
+
+**Demand.** An active tenant's demand is its calls queued plus in flight, and at least the
+most it had (queued plus in flight) at any point of the last ``reservation_s`` — so a tenant in
+a tool wait keeps room for the calls it had a moment ago.
+
+**Caps.** With one active tenant nothing is held (work-conserving when alone). With several,
+the window of backend ``b``::
+
+    W_b = min(the admission window of b (its bound, for the adaptive window),
+              b's batch size when known)
+
+is shared by weighted max-min fairness (water-filling) over the demands: a tenant that asks
+for less than its weighted share gets all it asks for (it is *within its share*), the rest is
+split by weight among the others (*above their share*: their demand is not met). Then, while
+some active tenant is within its share, the tenants above theirs together get at most
+:attr:`IsolationConfig.surplus_share` of ``W_b`` (split by weight): the batch a well-behaved
+tenant runs in stays light, because a decode step costs more with more sequences and longer
+contexts (``agentrt_emulator.core.profiles``). When every active tenant is above its share
+(all greedy) no such bound applies: they split ``W_b`` by weight.
+
+Tenant ``i``'s cap ``cap_i(b)`` is the floor of its allocation (at least 1); it may admit a
+call to ``b`` while it holds fewer than ``cap_i(b)`` calls there. Bounding ``W_b`` by the batch
+size keeps a contending tenant's calls out of the engine's own (FCFS) waiting queue, where a
+well-behaved tenant's call would wait behind them. The cost is throughput: capacity held back
+for a well-behaved tenant that does not use it (docs/tenancy.md, "Measured").
+
+The Dispatcher applies the caps to calls the scheduler pops; calls of its retained lane are
+not held (their KV is hot on the backend) but are counted in flight.
+
+Pure (docs/architecture.md, design rule 1): ``now_s`` is passed in; no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from agentrt.errors import ConfigError
+
+__all__ = ["IsolationConfig", "TenantIsolation"]
+
+_K = TypeVar("_K")
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationConfig:
+    """Per-tenant in-flight caps. Validated on construction (:class:`ConfigError`)."""
+
+    #: ``False`` = no caps (fair shares of the queue only).
+    enabled: bool = True
+    #: A tenant stays active this long after its last call arrived or finished (seconds,
+    #: >= 0, finite): its share stays reserved across its tool waits and think times.
+    reservation_s: float = 10.0
+    #: Fraction of a backend's window, in (0, 1], that the tenants above their fair share
+    #: may hold together while some active tenant is within its share; ``None`` = no bound
+    #: beyond max-min fairness.
+    surplus_share: float | None = 0.25
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ConfigError(f"isolation 'enabled' must be true or false, got {self.enabled!r}")
+        reservation = self.reservation_s
+        if isinstance(reservation, bool) or not isinstance(reservation, int | float):
+            raise ConfigError(f"reservation_s must be a number of seconds, got {reservation!r}")
+        if not (math.isfinite(reservation) and reservation >= 0):
+            raise ConfigError(f"reservation_s must be finite and >= 0, got {reservation!r}")
+        object.__setattr__(self, "reservation_s", float(reservation))
+        share = self.surplus_share
+        if share is not None:
+            if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+                raise ConfigError(f"surplus_share must be in (0, 1] or unset, got {share!r}")
+            object.__setattr__(self, "surplus_share", float(share))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> IsolationConfig:
+        """From a config-file table with the field names above; unknown keys raise
+        :class:`ConfigError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(f"unknown isolation parameter(s) {unknown}; valid: {sorted(known)}")
+        return cls(**dict(values))
+
+
+class TenantIsolation:
+    """The caps of the module docstring, and the in-flight counts they are computed from.
+
+    The driver (the Dispatcher) reports every call that arrives (:meth:`on_submit`), is
+    admitted (:meth:`on_admit`) and leaves a backend (:meth:`on_release`: finished, failed or
+    requeued), and asks :meth:`allows` before admitting a call of a tenant to a backend.
+    """
+
+    def __init__(self, config: IsolationConfig, weight_of: Callable[[str], float]) -> None:
+        """``weight_of(tenant)``: the tenant's fair-share weight (> 0)."""
+        self.config = config
+        self._weight_of = weight_of
+        #: Calls in flight by (tenant, backend id).
+        self._in_flight: dict[tuple[str, str], int] = {}
+        #: Calls in flight per tenant, all backends.
+        self._tenant_total: dict[str, int] = {}
+        #: Admitted call id -> (tenant, backend id).
+        self._calls: dict[str, tuple[str, str]] = {}
+        #: Last time a call of the tenant arrived or left a backend (seconds).
+        self._last_activity_s: dict[str, float] = {}
+        #: Per tenant: the largest demand (queued + in flight) since ``_peak_at_s``, and when
+        #: that peak was set (seconds); it falls back to the current demand ``reservation_s``
+        #: after the peak.
+        self._peak: dict[str, tuple[int, float]] = {}
+        #: Times :meth:`allows` said no (for introspection).
+        self.held_total = 0
+
+    # --- facts ------------------------------------------------------------------------------
+
+    def on_submit(self, tenant: str, now_s: float) -> None:
+        """A call of ``tenant`` arrived."""
+        self._last_activity_s[tenant] = now_s
+
+    def on_admit(self, call_id: str, tenant: str, backend_id: str, now_s: float) -> None:
+        """Call ``call_id`` of ``tenant`` was admitted to ``backend_id``."""
+        if call_id in self._calls:
+            self.on_release(call_id, now_s)
+        self._calls[call_id] = (tenant, backend_id)
+        key = (tenant, backend_id)
+        self._in_flight[key] = self._in_flight.get(key, 0) + 1
+        self._tenant_total[tenant] = self._tenant_total.get(tenant, 0) + 1
+        self._last_activity_s[tenant] = now_s
+
+    def on_release(self, call_id: str, now_s: float) -> None:
+        """Call ``call_id`` left its backend (finished, failed, or put back in the queue);
+        unknown ids are ignored."""
+        placed = self._calls.pop(call_id, None)
+        if placed is None:
+            return
+        _decrement(self._in_flight, placed)
+        tenant = placed[0]
+        _decrement(self._tenant_total, tenant)
+        self._last_activity_s[tenant] = now_s
+
+    def observe(self, now_s: float, queued: Mapping[str, int]) -> None:
+        """Record each tenant's demand now (``queued``: calls queued per tenant) for the
+        peaks of :meth:`demand`; the Dispatcher calls it before each admission decision."""
+        for tenant in set(queued) | set(self._tenant_total):
+            current = queued.get(tenant, 0) + self._tenant_total.get(tenant, 0)
+            peak, at = self._peak.get(tenant, (0, -math.inf))
+            if current >= peak or now_s - at > self.config.reservation_s:
+                self._peak[tenant] = (current, now_s)
+
+    def demand(self, tenant: str, now_s: float, queued: Mapping[str, int]) -> int:
+        """Calls ``tenant`` has queued plus in flight, and at least its peak (as recorded by
+        :meth:`observe`) of the last ``reservation_s``."""
+        current = queued.get(tenant, 0) + self._tenant_total.get(tenant, 0)
+        peak, at = self._peak.get(tenant, (0, -math.inf))
+        if now_s - at > self.config.reservation_s:
+            return current
+        return max(current, peak)
+
+    # --- decisions --------------------------------------------------------------------------
+
+    def active(self, now_s: float, queued: Mapping[str, int]) -> set[str]:
+        """Tenants with calls queued (``queued``: calls per tenant) or in flight, or whose
+        last call arrived or finished at most ``reservation_s`` ago."""
+        horizon = now_s - self.config.reservation_s
+        active = {t for t, n in queued.items() if n > 0} | set(self._tenant_total)
+        active.update(t for t, at in self._last_activity_s.items() if at >= horizon)
+        return active
+
+    def caps(self, window: float, now_s: float, queued: Mapping[str, int]) -> dict[str, int]:
+        """Each active tenant's cap on a backend with window ``window`` (calls; already
+        bounded by the batch size when known): max-min fairness over the tenants' demands,
+        the tenants above their share bounded by ``surplus_share`` (module docstring). Empty
+        with fewer than two active tenants: nothing is held. ``queued``: calls queued per
+        tenant."""
+        active = self.active(now_s, queued)
+        if len(active) < 2:
+            return {}
+        weights = {t: self._weight_of(t) for t in active}
+        demands = {t: float(max(1, self.demand(t, now_s, queued))) for t in active}
+        shares = _water_fill(demands, weights, window)
+        above = [t for t in active if shares[t] < demands[t]]
+        surplus = self.config.surplus_share
+        if surplus is not None and above and len(above) < len(active):
+            bound = surplus * window
+            weight_above = sum(weights[t] for t in above)
+            for tenant in above:
+                shares[tenant] = min(shares[tenant], bound * weights[tenant] / weight_above)
+        return {t: max(1, math.floor(share + 1e-9)) for t, share in shares.items()}
+
+    def allows(
+        self,
+        tenant: str,
+        backend_id: str,
+        window: float,
+        now_s: float,
+        queued: Mapping[str, int],
+    ) -> bool:
+        """Whether one more call of ``tenant`` may go to ``backend_id`` now: it holds fewer
+        than its cap there. ``window``: the backend's window (calls; ``math.inf`` =
+        unbounded), already bounded by its batch size when known; ``queued``: calls queued
+        per tenant."""
+        caps = self.caps(window, now_s, queued)
+        if tenant not in caps or self._in_flight.get((tenant, backend_id), 0) < caps[tenant]:
+            return True
+        self.held_total += 1
+        return False
+
+    # --- introspection ----------------------------------------------------------------------
+
+    def in_flight(self, tenant: str, backend_id: str | None = None) -> int:
+        """Calls of ``tenant`` in flight (on ``backend_id``, or on all backends)."""
+        if backend_id is None:
+            return self._tenant_total.get(tenant, 0)
+        return self._in_flight.get((tenant, backend_id), 0)
+
+    def snapshot(self, now_s: float, queued: Mapping[str, int]) -> dict[str, Any]:
+        """JSON-able: the configuration, the active tenants, their demands and the calls in
+        flight."""
+        active = self.active(now_s, queued)
+        return {
+            "enabled": True,
+            "reservation_s": self.config.reservation_s,
+            "surplus_share": self.config.surplus_share,
+            "active_tenants": sorted(active),
+            "demand": {t: self.demand(t, now_s, queued) for t in sorted(active)},
+            "in_flight": [
+                {"tenant": t, "backend": b, "calls": n}
+                for (t, b), n in sorted(self._in_flight.items())
+            ],
+            "held_total": self.held_total,
+        }
+
+
+def _water_fill(
+    demands: Mapping[str, float], weights: Mapping[str, float], capacity: float
+) -> dict[str, float]:
+    """Weighted max-min fair allocation of ``capacity`` over ``demands``: a demand below its
+    weighted share of what is left is met in full, the rest is split by weight."""
+    shares: dict[str, float] = {}
+    pending = dict(demands)
+    left = capacity
+    while pending:
+        total_weight = sum(weights[t] for t in pending)
+        fair = {t: left * weights[t] / total_weight for t in pending}
+        met = [t for t, demand in pending.items() if demand <= fair[t]]
+        if not met:
+            shares.update(fair)
+            break
+        for tenant in met:
+            shares[tenant] = pending.pop(tenant)
+            left -= shares[tenant]
+    return shares
+
+
+def _decrement(counts: dict[_K, int], key: _K) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)
