@@ -51,6 +51,8 @@ def _fill(isolation: TenantIsolation, tenant: str, calls: int, now_s: float = 0.
         ({"surplus_share": 0}, "surplus_share"),
         ({"surplus_share": 1.5}, "surplus_share"),
         ({"surplus_share": True}, "surplus_share"),
+        ({"backlog_s": -0.5}, "backlog_s"),
+        ({"backlog_s": "5"}, "backlog_s"),
         ({"enabled": "yes"}, "enabled"),
         ({"window": 4}, "unknown isolation parameter"),
     ],
@@ -100,22 +102,35 @@ def test_weights_and_the_contended_window_set_the_caps() -> None:
     weights = {"paid": 3.0, "free": 1.0, "well": 1.0}
     isolation = TenantIsolation(IsolationConfig(surplus_share=0.5), weights.__getitem__)
     greedy = {"paid": 100, "free": 100}
-    # Everybody above its share: no surplus bound, the window is split by weight.
+    isolation.observe(0.0, greedy)
+    # Nobody within its share: no surplus bound, the window is split by weight.
     assert isolation.caps(8, 0.0, greedy) == {"paid": 6, "free": 2}
-    # A tenant within its share is active: the others hold half the window together.
-    assert isolation.caps(16, 0.0, {**greedy, "well": 1}) == {"paid": 6, "free": 2, "well": 1}
+    assert isolation.caps(8, 6.0, greedy) == {"paid": 6, "free": 2}
+    # Backlogged for 6 s, while a tenant within its share is active: together they hold
+    # half the window.
+    assert isolation.caps(16, 6.0, {**greedy, "well": 1}) == {"paid": 6, "free": 2, "well": 1}
+    # At 4.9 s the backlog is shorter than backlog_s: max-min over the demands only.
+    assert isolation.caps(16, 4.9, {**greedy, "well": 1}) == {"paid": 11, "free": 3, "well": 1}
     # Every active tenant gets at least one call, however small its share.
-    assert isolation.caps(2, 0.0, {**greedy, "well": 1}) == {"paid": 1, "free": 1, "well": 1}
+    assert isolation.caps(2, 6.0, {**greedy, "well": 1}) == {"paid": 1, "free": 1, "well": 1}
 
 
 def test_the_surplus_share_keeps_the_batch_light_for_a_tenant_within_its_share() -> None:
     isolation = _isolation(surplus_share=0.25)
     _fill(isolation, "greedy", 64)
+    isolation.observe(0.0, {"greedy": 500})
     queued = {"greedy": 500, "well": 10}
     # Max-min alone would give greedy 246 of 256; a quarter of the window is its bound.
-    assert isolation.caps(256, 0.0, queued) == {"greedy": 64, "well": 10}
-    assert not isolation.allows("greedy", BACKEND, 256, 0.0, queued)
-    assert isolation.allows("well", BACKEND, 256, 0.0, queued)
+    assert isolation.above_share("greedy", 6.0) and not isolation.above_share("well", 6.0)
+    assert isolation.caps(256, 6.0, queued) == {"greedy": 64, "well": 10}
+    assert not isolation.allows("greedy", BACKEND, 256, 6.0, queued)
+    assert isolation.allows("well", BACKEND, 256, 6.0, queued)
+    # The tenants within their share come first: greedy gets what their demand leaves.
+    assert isolation.caps(256, 6.0, {"greedy": 500, "well": 250}) == {"greedy": 6, "well": 250}
+    # Its queue emptied once: the backlog starts again.
+    isolation.observe(7.0, {})
+    isolation.observe(7.5, {"greedy": 3})
+    assert not isolation.above_share("greedy", 12.0)
 
 
 def test_the_reservation_keeps_room_for_a_tenant_between_calls() -> None:
@@ -173,19 +188,27 @@ def _admit(dispatcher: Dispatcher, in_flight: list[Call], now_s: float) -> list[
     return admitted
 
 
+def _finish(dispatcher: Dispatcher, in_flight: list[Call], tenant: str, n: int, now: float) -> None:
+    for call in [c for c in in_flight if c.tenant == tenant][:n]:
+        in_flight.remove(call)
+        dispatcher.on_finish(call, BACKEND, 0.1, now)
+
+
 def test_dispatcher_holds_the_tenant_above_its_share() -> None:
     dispatcher = _dispatcher(surplus_share=0.25)
     for index in range(20):
         dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    dispatcher.submit(make_call("w", tenant="well"), 0.0)
     in_flight: list[Call] = []
-    admitted = _admit(dispatcher, in_flight, 0.0)
-    tenants = [c.tenant for c in admitted]
-    # Well's one call, and greedy's quarter of the window, although 5 slots stay free.
-    assert tenants.count("greedy") == 2 and tenants.count("well") == 1
-    assert _admit(dispatcher, in_flight, 0.1) == []
-    snapshot = dispatcher.snapshot(0.1)
+    assert len(_admit(dispatcher, in_flight, 0.0)) == 8  # alone: the whole window
+    _finish(dispatcher, in_flight, "greedy", 6, 6.0)
+    dispatcher.submit(make_call("w", tenant="well"), 6.0)
+    # Greedy has been backlogged for 6 s: a quarter of the window (2) while well is active,
+    # although 5 slots stay free.
+    assert [c.tenant for c in _admit(dispatcher, in_flight, 6.0)] == ["well"]
+    assert _admit(dispatcher, in_flight, 6.1) == []
+    snapshot = dispatcher.snapshot(6.1)
     assert snapshot["isolation"]["active_tenants"] == ["greedy", "well"]
+    assert snapshot["isolation"]["above_share"] == ["greedy"]
 
 
 def test_dispatcher_is_work_conserving_for_a_tenant_alone() -> None:
@@ -232,16 +255,18 @@ def test_retained_lane_calls_are_counted_but_not_held() -> None:
     dispatcher = _dispatcher(window=6, surplus_share=0.5)
     for index in range(10):
         dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    dispatcher.submit(make_call("w", tenant="well"), 0.0)
     in_flight: list[Call] = []
-    assert [c.tenant for c in _admit(dispatcher, in_flight, 0.0)].count("greedy") == 3
+    assert len(_admit(dispatcher, in_flight, 0.0)) == 6
+    _finish(dispatcher, in_flight, "greedy", 4, 6.0)
+    dispatcher.submit(make_call("w", tenant="well"), 6.0)
+    assert sorted(c.tenant or "" for c in _admit(dispatcher, in_flight, 6.0)) == ["greedy", "well"]
     retained = make_call("g-kept", tenant="greedy")
-    dispatcher.table.start(retained.program_key, 0.0)
+    dispatcher.table.start(retained.program_key, 6.0)
     dispatcher.set_retention(retained.program_key, 100.0)
-    dispatcher.submit(retained, 0.0)
-    assert [c.call_id for c in _admit(dispatcher, in_flight, 0.0)] == [retained.call_id]
+    dispatcher.submit(retained, 6.0)
+    assert [c.call_id for c in _admit(dispatcher, in_flight, 6.0)] == [retained.call_id]
     assert dispatcher.isolation is not None
-    assert dispatcher.isolation.in_flight("greedy") == 4
+    assert dispatcher.isolation.in_flight("greedy") == 4  # above its cap of 3
 
 
 def test_adaptive_window_caps_follow_its_bound_not_its_current_size() -> None:

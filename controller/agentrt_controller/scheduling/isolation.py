@@ -15,26 +15,32 @@ so that a tenant between two calls (a tool wait, a think time) finds room for it
 most it had (queued plus in flight) at any point of the last ``reservation_s`` — so a tenant in
 a tool wait keeps room for the calls it had a moment ago.
 
+**Above and within their share.** A tenant that has kept calls queued for
+:attr:`IsolationConfig.backlog_s` without a break asks for more than it gets: it is *above its
+share* (a greedy tenant is backlogged all the time). The other active tenants are *within their
+share*: their queue empties, so what they ask for is served (a burst that queues for a moment
+does not count).
+
 **Caps.** With one active tenant nothing is held (work-conserving when alone). With several,
 the window of backend ``b``::
 
     W_b = min(the admission window of b (its bound, for the adaptive window),
               b's batch size when known)
 
-is shared by weighted max-min fairness (water-filling) over the demands: a tenant that asks
-for less than its weighted share gets all it asks for (it is *within its share*), the rest is
-split by weight among the others (*above their share*: their demand is not met). Then, while
-some active tenant is within its share, the tenants above theirs together get at most
-:attr:`IsolationConfig.surplus_share` of ``W_b`` (split by weight): the batch a well-behaved
-tenant runs in stays light, because a decode step costs more with more sequences and longer
-contexts (``agentrt_emulator.core.profiles``). When every active tenant is above its share
-(all greedy) no such bound applies: they split ``W_b`` by weight.
+is shared as follows. The tenants within their share get their demand, shared by weighted
+max-min fairness (water-filling) when their demands exceed ``W_b``. The tenants above their
+share together get what is left, but at most :attr:`IsolationConfig.surplus_share` of ``W_b``,
+split by weight: the batch a well-behaved tenant runs in stays light, because a decode step
+costs more with more sequences and longer contexts, and a greedy tenant's fresh prompts add
+prefill to every step (``agentrt_emulator.core.profiles``). When every active tenant is above
+its share (all greedy) or none is, the window is shared by max-min fairness over the demands
+alone.
 
 Tenant ``i``'s cap ``cap_i(b)`` is the floor of its allocation (at least 1); it may admit a
 call to ``b`` while it holds fewer than ``cap_i(b)`` calls there. Bounding ``W_b`` by the batch
 size keeps a contending tenant's calls out of the engine's own (FCFS) waiting queue, where a
 well-behaved tenant's call would wait behind them. The cost is throughput: capacity held back
-for a well-behaved tenant that does not use it (docs/tenancy.md, "Measured").
+for a well-behaved tenant that does not use all of it (docs/tenancy.md, "Measured").
 
 The Dispatcher applies the caps to calls the scheduler pops; calls of its retained lane are
 not held (their KV is hot on the backend) but are counted in flight.
@@ -69,6 +75,9 @@ class IsolationConfig:
     #: may hold together while some active tenant is within its share; ``None`` = no bound
     #: beyond max-min fairness.
     surplus_share: float | None = 0.25
+    #: A tenant with calls queued this long without a break is above its share (seconds,
+    #: >= 0, finite).
+    backlog_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -79,6 +88,12 @@ class IsolationConfig:
         if not (math.isfinite(reservation) and reservation >= 0):
             raise ConfigError(f"reservation_s must be finite and >= 0, got {reservation!r}")
         object.__setattr__(self, "reservation_s", float(reservation))
+        backlog = self.backlog_s
+        if isinstance(backlog, bool) or not isinstance(backlog, int | float):
+            raise ConfigError(f"backlog_s must be a number of seconds, got {backlog!r}")
+        if not (math.isfinite(backlog) and backlog >= 0):
+            raise ConfigError(f"backlog_s must be finite and >= 0, got {backlog!r}")
+        object.__setattr__(self, "backlog_s", float(backlog))
         share = self.surplus_share
         if share is not None:
             if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
@@ -120,6 +135,8 @@ class TenantIsolation:
         #: that peak was set (seconds); it falls back to the current demand ``reservation_s``
         #: after the peak.
         self._peak: dict[str, tuple[int, float]] = {}
+        #: Since when each tenant has had calls queued without a break (seconds).
+        self._backlogged_since: dict[str, float] = {}
         #: Times :meth:`allows` said no (for introspection).
         self.held_total = 0
 
@@ -153,11 +170,22 @@ class TenantIsolation:
     def observe(self, now_s: float, queued: Mapping[str, int]) -> None:
         """Record each tenant's demand now (``queued``: calls queued per tenant) for the
         peaks of :meth:`demand`; the Dispatcher calls it before each admission decision."""
+        for tenant in [t for t in self._backlogged_since if not queued.get(t)]:
+            del self._backlogged_since[tenant]
+        for tenant, calls in queued.items():
+            if calls > 0:
+                self._backlogged_since.setdefault(tenant, now_s)
         for tenant in set(queued) | set(self._tenant_total):
             current = queued.get(tenant, 0) + self._tenant_total.get(tenant, 0)
             peak, at = self._peak.get(tenant, (0, -math.inf))
             if current >= peak or now_s - at > self.config.reservation_s:
                 self._peak[tenant] = (current, now_s)
+
+    def above_share(self, tenant: str, now_s: float) -> bool:
+        """Whether ``tenant`` has had calls queued for ``backlog_s`` without a break (as
+        recorded by :meth:`observe`)."""
+        since = self._backlogged_since.get(tenant)
+        return since is not None and now_s - since >= self.config.backlog_s
 
     def demand(self, tenant: str, now_s: float, queued: Mapping[str, int]) -> int:
         """Calls ``tenant`` has queued plus in flight, and at least its peak (as recorded by
@@ -189,14 +217,16 @@ class TenantIsolation:
             return {}
         weights = {t: self._weight_of(t) for t in active}
         demands = {t: float(max(1, self.demand(t, now_s, queued))) for t in active}
-        shares = _water_fill(demands, weights, window)
-        above = [t for t in active if shares[t] < demands[t]]
+        above = [t for t in active if self.above_share(t, now_s)]
         surplus = self.config.surplus_share
-        if surplus is not None and above and len(above) < len(active):
-            bound = surplus * window
+        if surplus is None or not above or len(above) == len(active):
+            shares = _water_fill(demands, weights, window)
+        else:
+            within = [t for t in active if t not in above]
+            shares = _water_fill({t: demands[t] for t in within}, weights, window)
+            left = min(surplus * window, max(0.0, window - sum(shares.values())))
             weight_above = sum(weights[t] for t in above)
-            for tenant in above:
-                shares[tenant] = min(shares[tenant], bound * weights[tenant] / weight_above)
+            shares.update({t: left * weights[t] / weight_above for t in above})
         return {t: max(1, math.floor(share + 1e-9)) for t, share in shares.items()}
 
     def allows(
@@ -233,6 +263,8 @@ class TenantIsolation:
             "enabled": True,
             "reservation_s": self.config.reservation_s,
             "surplus_share": self.config.surplus_share,
+            "backlog_s": self.config.backlog_s,
+            "above_share": sorted(t for t in active if self.above_share(t, now_s)),
             "active_tenants": sorted(active),
             "demand": {t: self.demand(t, now_s, queued) for t in sorted(active)},
             "in_flight": [
