@@ -56,21 +56,42 @@ from benchmarks import _report  # noqa: E402
 
 HEADING = "## Tenancy: fair shares against id rotation"
 #: Engine batch slots -> (well-behaved rate R in programs/s, arrival window in s).
-SCENARIOS: dict[int, tuple[float, float]] = {256: (0.5, 600.0), 8: (0.05, 1200.0)}
-#: Runs per seed: (label, tenant loads with {r} and {g} for the rates, tenancy, engine queue
-#: order). The ``-prio`` runs give the engine the scheduler's backend priority (vLLM's
-#: priority scheduling); the default engine is FCFS (a stock vLLM).
-RUNS: tuple[tuple[str, str, bool, Literal["fcfs", "priority"]], ...] = (
-    ("alone", "well:mixed@{r}", False, "fcfs"),
-    ("off", "well:mixed@{r},greedy:mixed@{g}:rotate", False, "fcfs"),
-    ("on", "well:mixed@{r},greedy:mixed@{g}:rotate", True, "fcfs"),
-    ("alone-prio", "well:mixed@{r}", False, "priority"),
-    ("on-prio", "well:mixed@{r},greedy:mixed@{g}:rotate", True, "priority"),
+SCENARIOS: dict[int, tuple[float, float]] = {256: (0.5, 300.0), 8: (0.05, 1200.0)}
+_BOTH = "well:mixed@{r},greedy:mixed@{g}:rotate"
+#: Runs per seed: (label, tenant loads with {r} and {g} for the rates, ``--tenancy`` value,
+#: engine queue order). ``on`` = fair shares of the queue only (the controller's default with
+#: several tenants); ``iso*`` = fair shares and per-tenant caps on calls in flight
+#: (``scheduling/isolation.py``) with the surplus share in the label (``iso`` = the
+#: ``IsolationConfig`` default). The ``-prio`` runs give the engine the scheduler's backend
+#: priority (vLLM's priority scheduling; ``--prio``); the default engine is FCFS (a stock vLLM).
+RUNS: tuple[tuple[str, str, str, Literal["fcfs", "priority"]], ...] = (
+    ("alone", "well:mixed@{r}", "off", "fcfs"),
+    ("off", _BOTH, "off", "fcfs"),
+    ("on", _BOTH, "fair", "fcfs"),
+    ("iso", _BOTH, "isolate", "fcfs"),
+    ("iso-0.125", _BOTH, "isolate=0.125", "fcfs"),
+    ("iso-0.25", _BOTH, "isolate=0.25", "fcfs"),
+    ("iso-1", _BOTH, "isolate=1", "fcfs"),
+    ("alone-prio", "well:mixed@{r}", "off", "priority"),
+    ("on-prio", _BOTH, "fair", "priority"),
 )
 
 
-def _run(label: str) -> tuple[str, bool, Literal["fcfs", "priority"]]:
+def _run(label: str) -> tuple[str, str, Literal["fcfs", "priority"]]:
     return next((loads, t, engine) for name, loads, t, engine in RUNS if name == label)
+
+
+def _spec(tenancy: str) -> PolicySpec:
+    """The controller defaults with ``--tenancy`` value ``tenancy``."""
+    if tenancy == "off":
+        return PolicySpec()
+    if tenancy == "fair":
+        return PolicySpec(tenancy=True, isolation={"enabled": False})
+    _, _, share = tenancy.partition("=")
+    isolation: dict[str, Any] = {"enabled": True}
+    if share:
+        isolation["surplus_share"] = float(share)
+    return PolicySpec(tenancy=True, isolation=isolation)
 
 
 def _alone(label: str) -> str:
@@ -88,7 +109,7 @@ def command(slots: int, rate: float, duration: float, run: str, seed: int) -> st
     extra = f" --max-num-seqs {slots}" if slots != 256 else ""
     extra += " --engine-policy priority" if engine == "priority" else ""
     return (
-        f"agentrt bench sim --tenants {text} --tenancy {'on' if tenancy else 'off'} "
+        f"agentrt bench sim --tenants {text} --tenancy {tenancy} "
         f"--duration {duration:g} --seed {seed}{extra} --json"
     )
 
@@ -107,7 +128,7 @@ def run_point(job: tuple[int, float, float, str, int]) -> dict[str, Any]:
     )
     started = time.perf_counter()
     plans = [compile_program(p) for p in bench.programs()]
-    summary = run_one(plans, bench, PolicySpec(tenancy=tenancy)).summary
+    summary = run_one(plans, bench, _spec(tenancy)).summary
     tenants = summary["tenants"]
     well = tenants["well"]
     greedy = tenants.get("greedy")
@@ -138,7 +159,11 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         if args.quick:
             duration = 120.0
         for seed in args.seeds:
-            jobs += [(slots, rate, duration, run, seed) for run, *_ in RUNS]
+            jobs += [
+                (slots, rate, duration, run, seed)
+                for run, *_ in RUNS
+                if args.prio or not run.endswith("-prio")
+            ]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         return list(pool.map(run_point, jobs))
 
@@ -170,14 +195,20 @@ def rows_of(points: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 continue
             row = {"slots": slots, "rate": group[0]["rate"], "run": run}
             row.update(_report.medians(group, KEYS))
-            ratios, fair = [], []
+            ratios, fair, throughput = [], [], []
             for p in group:
                 alone = by_seed[slots, _alone(run), p["seed"]]
                 ratios.append(p["well_mean_s"] / alone["well_mean_s"])
                 entitled = min(alone["well_service_s"], 0.5 * p["total_service_s"])
                 fair.append(p["well_service_s"] / entitled)
+                on = by_seed.get((slots, "on", p["seed"]))
+                if on is not None and on["throughput"] > 0:
+                    throughput.append(p["throughput"] / on["throughput"])
             row["e2e_vs_alone"] = sorted(ratios)[len(ratios) // 2]
             row["service_vs_fair"] = sorted(fair)[len(fair) // 2]
+            row["throughput_vs_on"] = (
+                sorted(throughput)[len(throughput) // 2] if throughput else float("nan")
+            )
             rows.append(row)
     return rows
 
@@ -187,9 +218,8 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
     for slots in dict.fromkeys(r["slots"] for r in rows):
         at = {r["run"]: r for r in rows if r["slots"] == slots}
         off = at["off"]
-        for label in ("on", "on-prio"):
-            on = at.get(label)
-            if on is None:
+        for label, on in at.items():
+            if label.startswith("alone") or label == "off":
                 continue
             e2e_ok = on["e2e_vs_alone"] <= 1.10
             share_ok = on["service_vs_fair"] >= 0.9
@@ -198,7 +228,8 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
                 f"`{_alone(label)}` (goal ≤ 1.10: {'met' if e2e_ok else 'NOT met'}); well got "
                 f"{on['service_vs_fair']:.0%} of min(its demand, half), greedy "
                 f"{on['greedy_share']:.0%} of all charged service (goal ≥ 90 %: "
-                f"{'met' if share_ok else 'NOT met'})."
+                f"{'met' if share_ok else 'NOT met'}); completed programs/s (both tenants) "
+                f"{on['throughput_vs_on']:.2f}× `on`."
             )
         hole = off["e2e_vs_alone"] > 1.10 or off["service_vs_fair"] < 0.9
         out.append(
@@ -218,12 +249,17 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
         "`well` at R programs/s; tenant `greedy` at 3R, same workload, a fresh program id on "
         "every LLM call (`:rotate`); each tenant its own seed and system prompts. `alone` = "
         "`well` only; `off` / `on` = both tenants, tenancy (fair shares of charged service, "
-        "weights 1:1, PLAS inside each tenant; docs/tenancy.md) off / on; `-prio` = the engine "
+        "weights 1:1, PLAS inside each tenant; docs/tenancy.md) off / on; `iso` = `on` plus "
+        'per-tenant caps on calls in flight (docs/tenancy.md, "Isolation of the batch"): '
+        "while `well` is active, `greedy` (above its share) may hold at most the surplus "
+        "share of the engine's window, 0.0625 by default, 0.125 / 0.25 / 1 in `iso-F`; "
+        "`-prio` = the engine "
         "orders its queue by the controller's backend priority (`--engine-policy priority`, "
         "vLLM's priority scheduling; the default engine is FCFS like a stock vLLM), compared "
         "with `alone-prio`. 256 slots: R = 0.5, "
-        "600 s of arrivals (2.0/s offered; mixed FCFS saturation 1.35/s, "
-        "`agentrt_sim/rates.py`); 8 slots: R = 0.05, 1200 s (0.2/s offered; 0.26/s completed at "
+        f"{SCENARIOS[256][1]:.0f} s of arrivals (2.0/s offered; mixed FCFS saturation 1.35/s, "
+        "`agentrt_sim/rates.py`); 8 slots: R = 0.05, "
+        f"{SCENARIOS[8][1]:.0f} s (0.2/s offered; 0.26/s completed at "
         "0.3/s offered in docs/controller.md, less with a tenant whose fresh ids defeat "
         f"retention). Medians over seeds {list(args.seeds)}; {wall_s / 60:.1f} min of "
         "simulation on this machine.",
@@ -242,6 +278,8 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
         "well fair",
         "share well / greedy",
         "greedy E2E mean (s)",
+        "programs/s (both)",
+        "× `on`",
     ]
     lines += _report.table(
         header,
@@ -256,6 +294,8 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
                 "-" if r["run"].startswith("alone") else f"{r['service_vs_fair']:.0%}",
                 f"{r['well_share']:.0%} / {r['greedy_share']:.0%}",
                 "-" if r["run"].startswith("alone") else f"{r['greedy_mean_s']:.1f}",
+                f"{r['throughput']:.3f}",
+                "-" if r["run"].startswith("alone") else f"{r['throughput_vs_on']:.2f}",
             ]
             for r in rows
         ),
@@ -271,7 +311,7 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
     lines += ["", "One run of the table, e.g.:", ""]
     for slots in args.slots:
         rate, duration = SCENARIOS[slots]
-        for run in ("on", "on-prio"):
+        for run in ("on", "iso"):
             lines.append(f"    {command(slots, rate, duration, run, args.seeds[0])}")
     lines += [
         "",
@@ -284,7 +324,10 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1])
+    parser.add_argument(
+        "--prio", action="store_true", help="also the engine-priority runs (alone-prio, on-prio)"
+    )
     parser.add_argument("--slots", type=int, nargs="+", default=list(SCENARIOS))
     _report.add_output_options(parser, "points")
     args = parser.parse_args(argv)

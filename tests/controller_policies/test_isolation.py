@@ -121,7 +121,7 @@ def test_the_surplus_share_keeps_the_batch_light_for_a_tenant_within_its_share()
     isolation.observe(0.0, {"greedy": 500})
     queued = {"greedy": 500, "well": 10}
     # Max-min alone would give greedy 246 of 256; a quarter of the window is its bound.
-    assert isolation.above_share("greedy", 6.0) and not isolation.above_share("well", 6.0)
+    assert isolation.backlogged("greedy", 6.0) and not isolation.backlogged("well", 6.0)
     assert isolation.caps(256, 6.0, queued) == {"greedy": 64, "well": 10}
     assert not isolation.allows("greedy", BACKEND, 256, 6.0, queued)
     assert isolation.allows("well", BACKEND, 256, 6.0, queued)
@@ -130,7 +130,7 @@ def test_the_surplus_share_keeps_the_batch_light_for_a_tenant_within_its_share()
     # Its queue emptied once: the backlog starts again.
     isolation.observe(7.0, {})
     isolation.observe(7.5, {"greedy": 3})
-    assert not isolation.above_share("greedy", 12.0)
+    assert not isolation.backlogged("greedy", 12.0)
 
 
 def test_the_reservation_keeps_room_for_a_tenant_between_calls() -> None:
@@ -334,3 +334,22 @@ def test_caps_never_waste_a_share(
             # Held only at or above its guaranteed share (and only with company).
             assert caps, "a tenant alone was held below a full window"
             assert isolation.in_flight(name, BACKEND) >= caps[name]
+
+
+def test_recent_service_marks_the_tenant_above_its_share_when_nothing_queues() -> None:
+    """On a large batch nothing queues at the controller: the tenant taking more than its
+    share of recent charged service is the one held (by more than the 10 % margin)."""
+    isolation = _isolation(surplus_share=0.25)
+    for index in range(3):
+        isolation.on_admit(f"g-{index}", "greedy", BACKEND, 0.0)
+        isolation.on_release(f"g-{index}", 1.0, service_s=2.0)
+    isolation.on_admit("w-0", "well", BACKEND, 0.0)
+    isolation.on_release("w-0", 1.0, service_s=2.0)
+    assert isolation.recent_service_s("greedy", 1.0) == pytest.approx(6.0)
+    assert isolation.recent_service_s("greedy", 31.0) == pytest.approx(3.0)  # one half-life
+    assert isolation.above_share(1.0, {"greedy", "well"}) == {"greedy"}
+    assert isolation.caps(256, 1.0, {"greedy": 1, "well": 1}) == {"greedy": 64, "well": 1}
+    # Equal service within the margin: nobody is held beyond max-min fairness.
+    isolation.on_admit("w-1", "well", BACKEND, 1.0)
+    isolation.on_release("w-1", 1.0, service_s=3.5)
+    assert isolation.above_share(1.0, {"greedy", "well"}) == set()

@@ -235,3 +235,37 @@ def test_help_explains_the_tenant_flags(capsys: pytest.CaptureFixture[str]) -> N
         main(["bench", "sim", "--help"])
     text = capsys.readouterr().out
     assert "--tenants" in text and "rotate" in text and "--tenancy" in text
+
+
+def test_cli_tenancy_modes_fair_and_isolate(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--tenancy fair,isolate,isolate=F``: fair shares of the queue only, and with the
+    per-tenant caps on calls in flight (scheduling/isolation.py) at their default or given
+    surplus share; each run says which."""
+    argv = ["bench", "sim", "--tenants", "well:chatbot@1,greedy:chatbot@3:rotate"]
+    argv += ["--tenancy", "fair,isolate,isolate=0.5", "--duration", "20", "--json"]
+    argv += ["--isolation-option", "reservation_s=2", "--max-num-seqs", "4"]
+    assert main(argv) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [r["tenancy_mode"] for r in results] == [
+        "fair",
+        "isolate(reservation_s=2)",
+        "isolate(surplus_share=0.5,reservation_s=2)",
+    ]
+    assert all(r["tenancy"] is True for r in results)
+    for bad, message in [
+        ("isolate=2", "surplus_share must be in (0, 1]"),
+        ("isolate=x", "--tenancy isolate=F takes"),
+        ("fair=1", "--tenancy takes"),
+    ]:
+        assert main(["bench", "sim", "--tenants", "w:chatbot@1", "--tenancy", bad]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_isolation_spec_builds_the_dispatcher_caps() -> None:
+    on = build_policies(PolicySpec(tenancy=True, isolation={"enabled": True}))
+    assert on.dispatcher.isolation is not None
+    assert on.dispatcher.isolation.config.surplus_share == pytest.approx(0.0625)
+    fair = build_policies(PolicySpec(tenancy=True, isolation={"enabled": False}))
+    assert fair.dispatcher.isolation is None
+    with pytest.raises(ConfigError, match="surplus_share"):
+        build_policies(PolicySpec(tenancy=True, isolation={"surplus_share": 3}))

@@ -188,7 +188,7 @@ class Dispatcher:
 
     def on_finish(self, call: Call, backend_id: str, service_s: float, now_s: float) -> None:
         if self.isolation is not None:
-            self.isolation.on_release(call.call_id, now_s)
+            self.isolation.on_release(call.call_id, now_s, service_s)
         self._policy_of(call).on_finish(call, service_s, now_s)
         self.router.on_finish(call, backend_id, now_s)
 

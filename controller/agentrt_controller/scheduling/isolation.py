@@ -17,9 +17,12 @@ a tool wait keeps room for the calls it had a moment ago.
 
 **Above and within their share.** A tenant that has kept calls queued for
 :attr:`IsolationConfig.backlog_s` without a break asks for more than it gets: it is *above its
-share* (a greedy tenant is backlogged all the time). The other active tenants are *within their
-share*: their queue empties, so what they ask for is served (a burst that queues for a moment
-does not count).
+share* (a greedy tenant, once held, is backlogged all the time). While no active tenant is
+backlogged so, a tenant is also above its share when its recent charged service per unit
+weight (``service_s`` of the calls it finished, decayed with a half-life of
+:attr:`IsolationConfig.service_half_life_s`) exceeds the active tenants' mean by more than
+10 %: on a large batch nothing queues at the controller, the engine just runs every call
+slower. The other active tenants are *within their share*.
 
 **Caps.** With one active tenant nothing is held (work-conserving when alone). With several,
 the window of backend ``b``::
@@ -51,7 +54,7 @@ Pure (docs/architecture.md, design rule 1): ``now_s`` is passed in; no clock, no
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
@@ -60,6 +63,11 @@ from agentrt.errors import ConfigError
 __all__ = ["IsolationConfig", "TenantIsolation"]
 
 _K = TypeVar("_K")
+
+#: A tenant not backlogged is above its share when its recent service per unit weight exceeds
+#: the active tenants' mean by this factor: a margin, so that two tenants asking for the same
+#: do not hold each other back by turns.
+_SERVICE_MARGIN = 1.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +82,13 @@ class IsolationConfig:
     #: Fraction of a backend's window, in (0, 1], that the tenants above their fair share
     #: may hold together while some active tenant is within its share; ``None`` = no bound
     #: beyond max-min fairness.
-    surplus_share: float | None = 0.25
+    surplus_share: float | None = 0.0625
     #: A tenant with calls queued this long without a break is above its share (seconds,
     #: >= 0, finite).
     backlog_s: float = 5.0
+    #: Half-life of the recent charged service that marks a tenant above its share while
+    #: none is backlogged (seconds, > 0, finite).
+    service_half_life_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -94,6 +105,12 @@ class IsolationConfig:
         if not (math.isfinite(backlog) and backlog >= 0):
             raise ConfigError(f"backlog_s must be finite and >= 0, got {backlog!r}")
         object.__setattr__(self, "backlog_s", float(backlog))
+        half_life = self.service_half_life_s
+        if isinstance(half_life, bool) or not isinstance(half_life, int | float):
+            raise ConfigError(f"service_half_life_s must be a number, got {half_life!r}")
+        if not (math.isfinite(half_life) and half_life > 0):
+            raise ConfigError(f"service_half_life_s must be finite and > 0, got {half_life!r}")
+        object.__setattr__(self, "service_half_life_s", float(half_life))
         share = self.surplus_share
         if share is not None:
             if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
@@ -137,6 +154,8 @@ class TenantIsolation:
         self._peak: dict[str, tuple[int, float]] = {}
         #: Since when each tenant has had calls queued without a break (seconds).
         self._backlogged_since: dict[str, float] = {}
+        #: Per tenant: decayed charged service (seconds) and when it was last decayed.
+        self._service: dict[str, tuple[float, float]] = {}
         #: Times :meth:`allows` said no (for introspection).
         self.held_total = 0
 
@@ -156,12 +175,14 @@ class TenantIsolation:
         self._tenant_total[tenant] = self._tenant_total.get(tenant, 0) + 1
         self._last_activity_s[tenant] = now_s
 
-    def on_release(self, call_id: str, now_s: float) -> None:
-        """Call ``call_id`` left its backend (finished, failed, or put back in the queue);
-        unknown ids are ignored."""
+    def on_release(self, call_id: str, now_s: float, service_s: float = 0.0) -> None:
+        """Call ``call_id`` left its backend (finished with ``service_s`` charged, failed,
+        or put back in the queue); unknown ids are ignored."""
         placed = self._calls.pop(call_id, None)
         if placed is None:
             return
+        if service_s > 0:
+            self._service[placed[0]] = (self.recent_service_s(placed[0], now_s) + service_s, now_s)
         _decrement(self._in_flight, placed)
         tenant = placed[0]
         _decrement(self._tenant_total, tenant)
@@ -181,11 +202,29 @@ class TenantIsolation:
             if current >= peak or now_s - at > self.config.reservation_s:
                 self._peak[tenant] = (current, now_s)
 
-    def above_share(self, tenant: str, now_s: float) -> bool:
+    def recent_service_s(self, tenant: str, now_s: float) -> float:
+        """The tenant's charged service, decayed with ``service_half_life_s`` (seconds)."""
+        value, at = self._service.get(tenant, (0.0, now_s))
+        decay: float = 0.5 ** (max(0.0, now_s - at) / self.config.service_half_life_s)
+        return value * decay
+
+    def backlogged(self, tenant: str, now_s: float) -> bool:
         """Whether ``tenant`` has had calls queued for ``backlog_s`` without a break (as
         recorded by :meth:`observe`)."""
         since = self._backlogged_since.get(tenant)
         return since is not None and now_s - since >= self.config.backlog_s
+
+    def above_share(self, now_s: float, active: Collection[str]) -> set[str]:
+        """The active tenants above their share (module docstring): the backlogged ones, or,
+        when none is, those whose recent service per unit weight exceeds the mean by more
+        than 10 %."""
+        above = {t for t in active if self.backlogged(t, now_s)}
+        if above:
+            return above
+        per_weight = {t: self.recent_service_s(t, now_s) / self._weight_of(t) for t in active}
+        weights = sum(self._weight_of(t) for t in active)
+        mean = sum(self.recent_service_s(t, now_s) for t in active) / weights
+        return {t for t, v in per_weight.items() if mean > 0 and v > _SERVICE_MARGIN * mean}
 
     def demand(self, tenant: str, now_s: float, queued: Mapping[str, int]) -> int:
         """Calls ``tenant`` has queued plus in flight, and at least its peak (as recorded by
@@ -217,7 +256,7 @@ class TenantIsolation:
             return {}
         weights = {t: self._weight_of(t) for t in active}
         demands = {t: float(max(1, self.demand(t, now_s, queued))) for t in active}
-        above = [t for t in active if self.above_share(t, now_s)]
+        above = self.above_share(now_s, active)
         surplus = self.config.surplus_share
         if surplus is None or not above or len(above) == len(active):
             shares = _water_fill(demands, weights, window)
@@ -264,7 +303,7 @@ class TenantIsolation:
             "reservation_s": self.config.reservation_s,
             "surplus_share": self.config.surplus_share,
             "backlog_s": self.config.backlog_s,
-            "above_share": sorted(t for t in active if self.above_share(t, now_s)),
+            "above_share": sorted(self.above_share(now_s, active)),
             "active_tenants": sorted(active),
             "demand": {t: self.demand(t, now_s, queued) for t in sorted(active)},
             "in_flight": [
