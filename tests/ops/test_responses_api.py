@@ -6,6 +6,7 @@ default model speaks this API)."""
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -178,3 +179,42 @@ async def test_a_cut_answer_is_incomplete_and_an_unknown_model_is_404() -> None:
     assert cut.incomplete_details is not None
     assert cut.incomplete_details.reason == "max_output_tokens"
     assert cut.usage is not None and cut.usage.output_tokens == 3
+
+
+async def test_the_emulator_reads_agents_sdk_items_and_text_formats() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+        "required": ["city", "days"],
+        "additionalProperties": False,
+    }
+    # Items as the OpenAI Agents SDK sends them back: a user message without "type", the
+    # previous turn's output items (an output_text message, a reasoning item), a tool result.
+    history: list[Any] = [
+        {"role": "user", "content": "Plan a trip."},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": "Where to?", "annotations": []}]},
+        {"role": "user", "content": [{"type": "input_text", "text": "Lyon"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "search", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "Lyon: 3 days"},
+    ]  # fmt: skip
+    text_format: Any = {"format": {"type": "json_schema", "name": "plan", "schema": schema,
+                                   "strict": True}}  # fmt: skip
+    async with serve_engine(EmulatorConfig(time_scale=50.0)) as engine:
+        client = openai.AsyncOpenAI(base_url=engine.openai_base_url, api_key="-", max_retries=0)
+        async with client:
+            planned = await client.responses.create(
+                model=MODEL, input=history, tools=TOOLS, tool_choice="none", text=text_format
+            )
+            with pytest.raises(openai.BadRequestError):
+                await client.responses.create(
+                    model=MODEL, input="hi", previous_response_id=planned.id
+                )
+            with pytest.raises(openai.BadRequestError):
+                await client.responses.create(
+                    model=MODEL, input="hi", tools=[{"type": "web_search"}]
+                )
+    plan = json.loads(planned.output_text)
+    assert set(plan) == {"city", "days"} and isinstance(plan["days"], int)
+    assert planned.usage is not None and planned.usage.input_tokens > 20
