@@ -70,8 +70,7 @@ RUNS: tuple[tuple[str, str, str, Literal["fcfs", "priority"]], ...] = (
     ("on", _BOTH, "fair", "fcfs"),
     ("iso", _BOTH, "isolate", "fcfs"),
     ("iso-0.125", _BOTH, "isolate=0.125", "fcfs"),
-    ("iso-0.25", _BOTH, "isolate=0.25", "fcfs"),
-    ("iso-1", _BOTH, "isolate=1", "fcfs"),
+    ("iso-0.0625", _BOTH, "isolate=0.0625", "fcfs"),
     ("alone-prio", "well:mixed@{r}", "off", "priority"),
     ("on-prio", _BOTH, "fair", "priority"),
 )
@@ -251,8 +250,9 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
         "`well` only; `off` / `on` = both tenants, tenancy (fair shares of charged service, "
         "weights 1:1, PLAS inside each tenant; docs/tenancy.md) off / on; `iso` = `on` plus "
         'per-tenant caps on calls in flight (docs/tenancy.md, "Isolation of the batch"): '
-        "while `well` is active, `greedy` (above its share) may hold at most the surplus "
-        "share of the engine's window, 0.0625 by default, 0.125 / 0.25 / 1 in `iso-F`; "
+        "`well`'s demand (calls queued and in flight, its peak of the last 2 s) is served first "
+        "and `greedy` (above its share) gets the rest of the engine's window (the default, "
+        "the controller's with several tenants), or at most the fraction F of it in `iso-F`; "
         "`-prio` = the engine "
         "orders its queue by the controller's backend priority (`--engine-policy priority`, "
         "vLLM's priority scheduling; the default engine is FCFS like a stock vLLM), compared "

@@ -243,13 +243,13 @@ def test_cli_tenancy_modes_fair_and_isolate(capsys: pytest.CaptureFixture[str]) 
     surplus share; each run says which."""
     argv = ["bench", "sim", "--tenants", "well:chatbot@1,greedy:chatbot@3:rotate"]
     argv += ["--tenancy", "fair,isolate,isolate=0.5", "--duration", "20", "--json"]
-    argv += ["--isolation-option", "reservation_s=2", "--max-num-seqs", "4"]
+    argv += ["--isolation-option", "reservation_s=5", "--max-num-seqs", "4"]
     assert main(argv) == 0
     results = json.loads(capsys.readouterr().out)
     assert [r["tenancy_mode"] for r in results] == [
         "fair",
-        "isolate(reservation_s=2)",
-        "isolate(surplus_share=0.5,reservation_s=2)",
+        "isolate(reservation_s=5)",
+        "isolate(surplus_share=0.5,reservation_s=5)",
     ]
     assert all(r["tenancy"] is True for r in results)
     for bad, message in [
@@ -264,7 +264,9 @@ def test_cli_tenancy_modes_fair_and_isolate(capsys: pytest.CaptureFixture[str]) 
 def test_isolation_spec_builds_the_dispatcher_caps() -> None:
     on = build_policies(PolicySpec(tenancy=True, isolation={"enabled": True}))
     assert on.dispatcher.isolation is not None
-    assert on.dispatcher.isolation.config.surplus_share == pytest.approx(0.0625)
+    assert on.dispatcher.isolation.config.surplus_share == pytest.approx(1.0)
+    default = build_policies(PolicySpec(tenancy=True))  # the controller's default: caps on
+    assert default.dispatcher.isolation is not None
     fair = build_policies(PolicySpec(tenancy=True, isolation={"enabled": False}))
     assert fair.dispatcher.isolation is None
     with pytest.raises(ConfigError, match="surplus_share"):

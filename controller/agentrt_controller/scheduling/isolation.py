@@ -78,11 +78,11 @@ class IsolationConfig:
     enabled: bool = True
     #: A tenant stays active this long after its last call arrived or finished (seconds,
     #: >= 0, finite): its share stays reserved across its tool waits and think times.
-    reservation_s: float = 10.0
+    reservation_s: float = 2.0
     #: Fraction of a backend's window, in (0, 1], that the tenants above their fair share
     #: may hold together while some active tenant is within its share; ``None`` = no bound
     #: beyond max-min fairness.
-    surplus_share: float | None = 0.0625
+    surplus_share: float | None = 1.0
     #: A tenant with calls queued this long without a break is above its share (seconds,
     #: >= 0, finite).
     backlog_s: float = 5.0

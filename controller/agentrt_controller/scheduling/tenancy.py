@@ -110,7 +110,7 @@ class TenancyConfig:
     #: Per-tenant limits on calls in flight (:mod:`~agentrt_controller.scheduling.isolation`,
     #: applied by the Dispatcher). A config table may give a mapping of
     #: :class:`IsolationConfig` fields, or ``true`` / ``false``.
-    isolation: IsolationConfig = field(default_factory=lambda: IsolationConfig(enabled=False))
+    isolation: IsolationConfig = field(default_factory=IsolationConfig)
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, Mapping):
