@@ -69,3 +69,56 @@ async def test_two_tenants_get_fair_shares_by_default_and_id_rotation_stops_payi
     assert plain == 7, plain_policy  # PLAS alone: every fresh id of B first
     assert fair <= 3, fair_policy
     assert fair_policy != plain_policy
+
+
+async def _admitted_while_gated(isolation: dict[str, object]) -> tuple[int, int, int]:
+    """Bob has finished calls (charged service) and Alice none; with the backend gated,
+    Alice sends one call and Bob six, on a fixed window of 4. Returns the calls the backend
+    holds, the calls queued at the controller, and Bob's cap there."""
+    state = FakeState(tokens=5)
+    options: dict[str, object] = {"api_keys": KEYS, "admission_window": 4}
+    async with (
+        fake_backends(state) as urls,
+        controller(urls, tenant_isolation=isolation, **options) as (url, app),
+        httpx.AsyncClient(timeout=20) as http,
+    ):
+        chat = url + "/v1/chat/completions"
+        for index in range(2):
+            tags, body = _call(f"warm-{index}", "b", "bob warm-up call " * 12)
+            assert (await http.post(chat, json=body, headers={**BOB, **tags})).status_code == 200
+        state.gate = anyio.Event()
+        dispatcher = app.engine.dispatcher
+        async with anyio.create_task_group() as group:
+
+            async def send(auth: dict[str, str], program: str, text: str) -> None:
+                tags, body = _call(program, "n", text)
+                answer = await http.post(chat, json=body, headers={**auth, **tags})
+                assert answer.status_code == 200
+
+            group.start_soon(send, ALICE, "alice-1", "alice call " * 8)
+            while state.active < 1:  # noqa: ASYNC110 (the fake server offers no event)
+                await anyio.sleep(0.01)
+            for index in range(6):
+                group.start_soon(send, BOB, f"bob-{index}", f"bob call {index} " * 8)
+            while state.active + dispatcher.queued() < 7:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            held, queued = state.active, dispatcher.queued()
+            isolation_state = dispatcher.snapshot(0.0)["isolation"]
+            cap = 0
+            if dispatcher.isolation is not None and dispatcher._fair is not None:
+                now = app.engine.clock()
+                cap = dispatcher.isolation.caps(4, now, dispatcher._fair.queued_by_tenant())["bob"]
+                assert isolation_state["enabled"] is True
+            state.gate.set()
+    return held, queued, cap
+
+
+async def test_per_tenant_caps_hold_the_tenant_above_its_share_over_http() -> None:
+    """Bob, above his share of recent service, may hold a quarter of the window (1 call)
+    while Alice is active, so 2 of the 4 slots stay free; without the caps (fair shares of
+    the queue only) Bob fills the window."""
+    held, queued, cap = await _admitted_while_gated({"surplus_share": 0.25})
+    assert cap == 1
+    assert (held, queued) == (2, 5)
+    held, queued, cap = await _admitted_while_gated({"enabled": False})
+    assert (held, queued, cap) == (4, 3, 0)

@@ -135,6 +135,9 @@ class ControllerConfig:
     #: Fair-share scheduling between tenants: ``auto`` (on when more than one tenant is
     #: configured), ``on`` or ``off``.
     fair_share: str = "auto"
+    #: Per-tenant caps on calls in flight under fair shares (``IsolationConfig`` fields over
+    #: their defaults, docs/tenancy.md "Isolation of the batch"); ``{enabled = false}`` = off.
+    tenant_isolation: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -240,7 +243,8 @@ def _coerce(name: str, value: Any) -> Any:
         raise ConfigError(f"{name} must be true or false, got {value!r}")
     if name == "max_predicted_wait_s" and (value is None or value in ("", "none")):
         return None
-    if name in ("scheduling", "cost", "admission", "breaker", "routing", "retention_options"):
+    if name in ("scheduling", "cost", "admission", "breaker", "routing", "retention_options",
+                "tenant_isolation"):  # fmt: skip
         if isinstance(value, str):
             try:
                 value = json.loads(value)

@@ -17,6 +17,7 @@ from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_admission as factory_admission
 from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
+from agentrt_controller.scheduling.isolation import IsolationConfig
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_controller.service.charging import CostFunction
 from agentrt_controller.service.clock import Clock
@@ -44,7 +45,10 @@ def build_scheduler(config: ControllerConfig, tenants: TenantDirectory | None = 
     table = ProcessTable(idle_timeout_s=config.program_idle_timeout_s)
     tenancy = None
     if fair_share_on(config, tenants):
-        tenancy = TenancyConfig(weights=tenants.weights() if tenants is not None else {})
+        tenancy = TenancyConfig(
+            weights=tenants.weights() if tenants is not None else {},
+            isolation=IsolationConfig.from_mapping(dict(config.tenant_isolation)),
+        )
     return factory_scheduler(config.policy, dict(config.scheduling), table=table, tenancy=tenancy)
 
 
