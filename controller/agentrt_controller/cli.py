@@ -155,6 +155,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="fair shares between tenants (auto: on with more than one tenant)",
     )
+    serve.add_argument(
+        "--tenant-isolation",
+        metavar="JSON",
+        help="per-tenant caps on calls in flight under fair shares, e.g. '{\"enabled\": false}' "
+        "(docs/tenancy.md)",
+    )
     serve.set_defaults(handler=_serve)
     hash_key = commands.add_parser(
         "hash-key",
@@ -234,7 +240,7 @@ _OVERRIDES = (
     "breaker", "backend_timeout_s", "max_retries",
     "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
     "max_concurrency", "api_key", "api_key_file", "max_programs", "max_predicted_wait_s",
-    "fair_share",
+    "fair_share", "tenant_isolation",
 )  # fmt: skip
 
 
