@@ -13,11 +13,16 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from agentrt.protocol import CallTags
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from tests.backends.servers import serve_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -218,3 +223,49 @@ async def test_the_emulator_reads_agents_sdk_items_and_text_formats() -> None:
     plan = json.loads(planned.output_text)
     assert set(plan) == {"city", "days"} and isinstance(plan["days"], int)
     assert planned.usage is not None and planned.usage.input_tokens > 20
+
+
+@contextlib.asynccontextmanager
+async def recording_responses_backend() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A Responses API backend that records each body and answers with fixed usage."""
+    bodies: list[dict[str, Any]] = []
+
+    async def respond(request: Request) -> Response:
+        bodies.append(await request.json())
+        usage = {"input_tokens": 20, "output_tokens": 4, "total_tokens": 24,
+                 "input_tokens_details": {"cached_tokens": 16}}  # fmt: skip
+        return JSONResponse({"id": "resp_1", "object": "response", "status": "completed",
+                             "output": [], "usage": usage})  # fmt: skip
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    app = Starlette(routes=[Route("/v1/responses", respond, methods=["POST"]),
+                            Route("/health", health), Route("/metrics", health)])  # fmt: skip
+    async with serve_app(app) as url:
+        yield url, bodies
+
+
+async def test_cache_salt_per_tenant_and_charge_from_usage_on_the_responses_path() -> None:
+    keys = {"alice": "key-alice-0001", "bob": "key-bob-0002"}
+    body = {"model": "m", "input": "hello", "cache_salt": "mine",
+            "vllm_xargs": {"agentic_context": {"program_id": "p"}}}  # fmt: skip
+    async with recording_responses_backend() as (backend_url, bodies):
+        config = ControllerConfig(
+            port=0, backends=(BackendSpec(backend_url, kind="vllm"),),
+            api_keys=",".join(f"{k}={v}" for k, v in keys.items()), scrape_interval_s=0.2,
+        )  # fmt: skip
+        async with serve_controller(config, cost=_cost) as url, httpx.AsyncClient() as http:
+            for key in keys.values():
+                auth = {"authorization": f"Bearer {key}"}
+                answer = await http.post(url + "/v1/responses", json=body, headers=auth)
+                assert answer.status_code == 200
+            table = await http.get(
+                url + "/agentrt/v1/programs", headers={"authorization": f"Bearer {keys['bob']}"}
+            )
+    salts = [sent["cache_salt"] for sent in bodies]
+    assert all(s.startswith("agentrt-") for s in salts) and salts[0] != salts[1]
+    assert all("vllm_xargs" not in sent for sent in bodies)
+    (entry,) = table.json()["entries"]  # bob's own program, named by the agentic context
+    assert entry["program_id"] == "p"
+    assert entry["attained_service_s"] == pytest.approx(_cost(20 - 16, 4))
