@@ -21,6 +21,7 @@ from starlette.routing import Route
 from agentrt.protocol import CallTags
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_controller.service.responses_api import chat_view
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 from tests.backends.servers import serve_app
 
@@ -269,3 +270,31 @@ async def test_cache_salt_per_tenant_and_charge_from_usage_on_the_responses_path
     (entry,) = table.json()["entries"]  # bob's own program, named by the agentic context
     assert entry["program_id"] == "p"
     assert entry["attained_service_s"] == pytest.approx(_cost(20 - 16, 4))
+
+
+async def test_the_controllers_chat_view_is_the_prompt_the_engine_renders() -> None:
+    """Prefix hashes and retention's pins read a Responses request as chat messages: the
+    engine's chat template must turn that view into exactly the prompt it ran."""
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "instructions": "Be brief.",
+        "tools": TOOLS,
+        "input": [
+            {"role": "user", "content": "Find agentrt."},
+            {"type": "function_call", "call_id": "c1", "name": "search", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "search", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "one"},
+            {"type": "function_call_output", "call_id": "c2", "output": "two"},
+        ],
+    }
+    view = chat_view(body)
+    async with (
+        serve_engine(EmulatorConfig(time_scale=50.0)) as engine,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        answer = (await http.post(engine.base_url + "/v1/responses", json=body)).json()
+        tokens = await http.post(
+            engine.base_url + "/tokenize",
+            json={"messages": view["messages"], "tools": view["tools"]},
+        )
+    assert tokens.json()["count"] == answer["usage"]["input_tokens"]
