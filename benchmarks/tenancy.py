@@ -251,8 +251,9 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
         "weights 1:1, PLAS inside each tenant; docs/tenancy.md) off / on; `iso` = `on` plus "
         'per-tenant caps on calls in flight (docs/tenancy.md, "Isolation of the batch"): '
         "`well`'s demand (calls queued and in flight, its peak of the last 2 s) is served first "
-        "and `greedy` (above its share) gets the rest of the engine's window (the default, "
-        "the controller's with several tenants), or at most the fraction F of it in `iso-F`; "
+        "and `greedy` (above its share) gets the rest of the engine's window (`iso`, the "
+        "caps' defaults; the caps are off by default), or at most the fraction F of it in "
+        "`iso-F`; "
         "`-prio` = the engine "
         "orders its queue by the controller's backend priority (`--engine-policy priority`, "
         "vLLM's priority scheduling; the default engine is FCFS like a stock vLLM), compared "

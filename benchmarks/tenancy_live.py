@@ -61,12 +61,22 @@ HEADING = "## Tenancy live: id rotation against a victim"
 VICTIM_KEY = "victim-key-0001"
 ATTACKER_KEY = "attacker-key-0002"
 
-#: label -> (attackers on?, API keys the controller holds, victim's key, attackers' key).
-CONFIGURATIONS: dict[str, tuple[bool, str | None, str | None, str | None]] = {
-    "alone": (False, None, None, None),
-    "no keys": (True, None, None, None),
-    "one shared key": (True, f"all={VICTIM_KEY}", VICTIM_KEY, VICTIM_KEY),
-    "two keys": (True, f"victim={VICTIM_KEY},attacker={ATTACKER_KEY}", VICTIM_KEY, ATTACKER_KEY),
+_TWO_KEYS = f"victim={VICTIM_KEY},attacker={ATTACKER_KEY}"
+#: label -> (attackers on?, API keys the controller holds, victim's key, attackers' key,
+#: ``tenant_isolation`` config: the per-tenant caps on calls in flight, docs/tenancy.md).
+CONFIGURATIONS: dict[str, tuple[bool, str | None, str | None, str | None, dict[str, Any]]] = {
+    "alone": (False, None, None, None, {}),
+    "no keys": (True, None, None, None, {}),
+    "one shared key": (True, f"all={VICTIM_KEY}", VICTIM_KEY, VICTIM_KEY, {}),
+    "two keys": (True, _TWO_KEYS, VICTIM_KEY, ATTACKER_KEY, {}),
+    "two keys, caps": (True, _TWO_KEYS, VICTIM_KEY, ATTACKER_KEY, {"enabled": True}),
+    "two keys, surplus 0.0625": (
+        True,
+        _TWO_KEYS,
+        VICTIM_KEY,
+        ATTACKER_KEY,
+        {"surplus_share": 0.0625},
+    ),
 }
 
 
@@ -147,9 +157,12 @@ async def _attacker(
 
 
 async def _one_run(label: str, engine_url: str, args: argparse.Namespace) -> Run:
-    attackers_on, keys, victim_key, attacker_key = CONFIGURATIONS[label]
+    attackers_on, keys, victim_key, attacker_key, isolation = CONFIGURATIONS[label]
     config = ControllerConfig(
-        port=0, backends=(BackendSpec(engine_url, kind="emulator"),), api_keys=keys
+        port=0,
+        backends=(BackendSpec(engine_url, kind="emulator"),),
+        api_keys=keys,
+        tenant_isolation=isolation,
     )
     apps: list[Any] = []
     done, answered = [0], [0]
@@ -262,7 +275,12 @@ def _section(saved: Mapping[str, Any]) -> str:
         "attackers' fresh programs (zero attained service) ahead of the victim's program; "
         "with two keys the controller schedules fair shares between the two tenants "
         "(`scheduling/tenancy.py`, docs/security.md) and PLAS inside each, so rotating ids "
-        "reorders only the attackers' own calls.",
+        "reorders only the attackers' own calls. `caps` adds the per-tenant caps on calls in "
+        "flight (`tenant_isolation = {enabled = true}`; `scheduling/isolation.py`, "
+        "docs/tenancy.md): the victim's demand is served first and the attackers' tenant, "
+        "above its share, gets the rest of the engine's batch; `surplus 0.0625` = the "
+        "attackers hold at most that fraction of the batch (at least one call) while the "
+        "victim is active.",
         "",
         "Reproduce: `.venv/bin/python benchmarks/tenancy_live.py --write-docs` "
         f"(`--reps {args['reps']} --attackers {args['attackers']} --in-flight "

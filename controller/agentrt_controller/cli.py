@@ -158,7 +158,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument(
         "--tenant-isolation",
         metavar="JSON",
-        help="per-tenant caps on calls in flight under fair shares, e.g. '{\"enabled\": false}' "
+        help="per-tenant caps on calls in flight under fair shares, e.g. '{\"enabled\": true}' "
         "(docs/tenancy.md)",
     )
     serve.set_defaults(handler=_serve)

@@ -265,8 +265,8 @@ def test_isolation_spec_builds_the_dispatcher_caps() -> None:
     on = build_policies(PolicySpec(tenancy=True, isolation={"enabled": True}))
     assert on.dispatcher.isolation is not None
     assert on.dispatcher.isolation.config.surplus_share == pytest.approx(1.0)
-    default = build_policies(PolicySpec(tenancy=True))  # the controller's default: caps on
-    assert default.dispatcher.isolation is not None
+    default = build_policies(PolicySpec(tenancy=True))  # the controller's default: caps off
+    assert default.dispatcher.isolation is None
     fair = build_policies(PolicySpec(tenancy=True, isolation={"enabled": False}))
     assert fair.dispatcher.isolation is None
     with pytest.raises(ConfigError, match="surplus_share"):

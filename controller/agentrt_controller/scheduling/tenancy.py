@@ -108,9 +108,10 @@ class TenancyConfig:
     #: ``False`` = no tenancy: the factory builds the bare inner policy.
     enabled: bool = True
     #: Per-tenant limits on calls in flight (:mod:`~agentrt_controller.scheduling.isolation`,
-    #: applied by the Dispatcher). A config table may give a mapping of
-    #: :class:`IsolationConfig` fields, or ``true`` / ``false``.
-    isolation: IsolationConfig = field(default_factory=IsolationConfig)
+    #: applied by the Dispatcher); off by default (docs/tenancy.md, "Isolation of the batch":
+    #: no setting measured meets its goal at an acceptable cost). A config table may give a
+    #: mapping of :class:`IsolationConfig` fields, or ``true`` / ``false``.
+    isolation: IsolationConfig = field(default_factory=lambda: IsolationConfig(enabled=False))
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, Mapping):

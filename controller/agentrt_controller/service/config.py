@@ -135,8 +135,8 @@ class ControllerConfig:
     #: Fair-share scheduling between tenants: ``auto`` (on when more than one tenant is
     #: configured), ``on`` or ``off``.
     fair_share: str = "auto"
-    #: Per-tenant caps on calls in flight under fair shares (``IsolationConfig`` fields over
-    #: their defaults, docs/tenancy.md "Isolation of the batch"); ``{enabled = false}`` = off.
+    #: Per-tenant caps on calls in flight under fair shares (docs/tenancy.md, "Isolation of
+    #: the batch"): empty = off (the default); a table of ``IsolationConfig`` fields = on.
     tenant_isolation: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -47,7 +47,9 @@ def build_scheduler(config: ControllerConfig, tenants: TenantDirectory | None = 
     if fair_share_on(config, tenants):
         tenancy = TenancyConfig(
             weights=tenants.weights() if tenants is not None else {},
-            isolation=IsolationConfig.from_mapping(dict(config.tenant_isolation)),
+            isolation=IsolationConfig.from_mapping(dict(config.tenant_isolation))
+            if config.tenant_isolation
+            else IsolationConfig(enabled=False),
         )
     return factory_scheduler(config.policy, dict(config.scheduling), table=table, tenancy=tenancy)
 
