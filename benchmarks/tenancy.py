@@ -225,9 +225,9 @@ def verdicts(rows: Sequence[dict[str, Any]]) -> list[str]:
             out.append(
                 f"{slots} slots, `{label}`: well's mean E2E {on['e2e_vs_alone']:.2f}× "
                 f"`{_alone(label)}` (goal ≤ 1.10: {'met' if e2e_ok else 'NOT met'}); well got "
-                f"{on['service_vs_fair']:.0%} of min(its demand, half), greedy "
-                f"{on['greedy_share']:.0%} of all charged service (goal ≥ 90 %: "
-                f"{'met' if share_ok else 'NOT met'}); completed programs/s (both tenants) "
+                f"{on['service_vs_fair']:.0%} of min(its demand, half) (goal ≥ 90 %: "
+                f"{'met' if share_ok else 'NOT met'}), greedy {on['greedy_share']:.0%} of all "
+                "charged service; completed programs/s (both tenants) "
                 f"{on['throughput_vs_on']:.2f}× `on`."
             )
         hole = off["e2e_vs_alone"] > 1.10 or off["service_vs_fair"] < 0.9
