@@ -2,7 +2,8 @@
 
 Without ``--base-url`` an engine emulator is started in-process (its scripted model writes
 filler text and schema-valid tool calls, so the programs run end to end but say nothing);
-with ``--base-url`` the example talks to any OpenAI-compatible server (vLLM, our controller).
+with ``--base-url`` the example talks to any OpenAI-compatible server (vLLM, our controller),
+using the model it serves (``GET /v1/models``) unless ``--model`` names one.
 """
 
 from __future__ import annotations
@@ -10,18 +11,30 @@ from __future__ import annotations
 import argparse
 import ast
 import operator
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt import RuntimeConfig, Telemetry, make_telemetry
+from agentrt import AgentrtError, RuntimeConfig, Telemetry, discover_model, make_telemetry
 
 
 def parser(description: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--base-url", help="OpenAI-compatible endpoint (default: embedded emulator)")
-    p.add_argument("--model", help="model name (default: the emulator's model)")
+    p = argparse.ArgumentParser(
+        description=description,
+        epilog="With only --base-url the example uses the model the server lists at "
+        "GET <base-url>/models (the first of several, named on stderr).",
+    )
+    p.add_argument(
+        "--base-url",
+        help="OpenAI-compatible endpoint ending in /v1, e.g. http://127.0.0.1:8080/v1 "
+        "(default: an embedded engine emulator)",
+    )
+    p.add_argument(
+        "--model",
+        help="model name (default: the one the server serves, from GET <base-url>/models)",
+    )
     p.add_argument("--api-key", default="EMPTY")
     p.add_argument(
         "--controller",
@@ -56,12 +69,25 @@ class Endpoint:
 async def endpoint(args: argparse.Namespace) -> AsyncIterator[Endpoint]:
     """The server to talk to: ``--base-url`` or an embedded engine emulator."""
     if args.base_url:
-        yield Endpoint(args.base_url, args.model or "default", embedded=False)
+        yield Endpoint(args.base_url, await model_for(args), embedded=False)
         return
     from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 
     async with serve_engine(EmulatorConfig(time_scale=args.time_scale)) as engine:
         yield Endpoint(engine.openai_base_url, args.model or DEFAULT_MODEL_NAME, embedded=True)
+
+
+async def model_for(args: argparse.Namespace) -> str:
+    """``--model``, else the model ``--base-url`` serves; exits with the reason (the URL and
+    the fix) when the server cannot tell."""
+    if args.model:
+        return str(args.model)
+    try:
+        model = await discover_model(args.base_url, args.api_key)
+    except AgentrtError as exc:
+        raise SystemExit(f"error: {exc}") from exc
+    print(f"model: {model} (served by {args.base_url})", file=sys.stderr)
+    return model
 
 
 def runtime_config(

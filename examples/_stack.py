@@ -30,7 +30,7 @@ POLL_S = 0.02
 async def stack(args: argparse.Namespace) -> AsyncIterator[_common.Endpoint]:
     """``--base-url``, or an emulated engine behind an embedded controller."""
     if args.base_url:
-        yield _common.Endpoint(args.base_url, args.model or "default", embedded=False)
+        yield _common.Endpoint(args.base_url, await _common.model_for(args), embedded=False)
         return
     from agentrt_controller.backends.spec import BackendSpec
     from agentrt_controller.service import ControllerConfig, serve_controller

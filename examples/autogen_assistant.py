@@ -1,7 +1,7 @@
 """An AutoGen AssistantAgent with tools running as an agentrt program.
 
     .venv/bin/python examples/autogen_assistant.py        # embedded emulator + controller
-    .venv/bin/python examples/autogen_assistant.py --base-url http://localhost:8080/v1 --model M
+    .venv/bin/python examples/autogen_assistant.py --base-url http://localhost:8080/v1
 
 Needs the ``autogen`` extra (``pip install -e './adapters[autogen]'``). The agent's model client is
 ``agentrt_adapters.autogen.AgentrtChatCompletionClient``: AutoGen fixes headers when a client is

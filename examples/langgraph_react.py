@@ -1,7 +1,7 @@
 """A LangGraph ReAct agent (langchain.agents.create_agent) running as an agentrt program.
 
     .venv/bin/python examples/langgraph_react.py        # embedded emulator + controller
-    .venv/bin/python examples/langgraph_react.py --base-url http://localhost:8080/v1 --model M
+    .venv/bin/python examples/langgraph_react.py --base-url http://localhost:8080/v1
 
 Needs the ``langchain`` extra (``pip install -e './adapters[langchain]'``). The agent's model is a
 ``ChatOpenAI`` built by ``agentrt_adapters.langchain.chat_model``: every call carries the program's

@@ -1,7 +1,7 @@
 """Map-reduce summariser of a long local text: summarise chunks in parallel, then combine.
 
     .venv/bin/python examples/map_reduce_summarize.py                        # embedded emulator
-    .venv/bin/python examples/map_reduce_summarize.py --base-url URL --model M --file my.txt
+    .venv/bin/python examples/map_reduce_summarize.py --base-url URL --file my.txt
 
 The map calls run as parallel threads of one program tagged ``objective=throughput``; the
 reduce call is tagged ``latency`` (Parrot, OSDI 2024: its deduction for such programs).

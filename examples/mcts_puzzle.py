@@ -2,7 +2,7 @@
 parentheses, each number used exactly once.
 
     .venv/bin/python examples/mcts_puzzle.py                          # embedded emulator
-    .venv/bin/python examples/mcts_puzzle.py --base-url URL --model M --numbers 3 3 8 8
+    .venv/bin/python examples/mcts_puzzle.py --base-url URL --numbers 3 3 8 8
 
 Each expansion proposes ``n`` next steps in parallel (one program thread each), grades them
 with the LLM (JSON-schema ``response_format``), and reflects on failed attempts; a proposed

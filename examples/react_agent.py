@@ -1,7 +1,7 @@
 """A ReAct agent with two real tools: a calculator and a file writer (a side effect).
 
     .venv/bin/python examples/react_agent.py                       # embedded emulator
-    .venv/bin/python examples/react_agent.py --base-url http://localhost:8000/v1 --model M
+    .venv/bin/python examples/react_agent.py --base-url http://localhost:8000/v1
 
 The file writer runs through the intent journal (a SQLite file next to the output): its
 intent is recorded before it writes, it receives an idempotency key, and a re-run of the same

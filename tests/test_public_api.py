@@ -20,3 +20,10 @@ def test_every_error_derives_from_the_root() -> None:
     for name in errors.__all__:
         cls = getattr(errors, name)
         assert issubclass(cls, errors.AgentrtError), name
+
+
+def test_model_discovery_is_public() -> None:
+    from agentrt.runtime import models
+
+    assert "discover_model" in agentrt.__all__
+    assert agentrt.discover_model is models.discover_model

@@ -40,6 +40,7 @@ if _typing.TYPE_CHECKING:
     from agentrt.program.program import Program
     from agentrt.runtime.chat import chat
     from agentrt.runtime.config import RuntimeConfig
+    from agentrt.runtime.models import discover_model
     from agentrt.runtime.runtime import Runtime
     from agentrt.runtime.telemetry import Telemetry, make_telemetry
     from agentrt.tools.runner import ToolResult, execute_tool_calls
@@ -55,6 +56,7 @@ _LAZY: dict[str, str] = {
     "react": "agentrt.patterns.react",
     "chat": "agentrt.runtime.chat",
     "RuntimeConfig": "agentrt.runtime.config",
+    "discover_model": "agentrt.runtime.models",
     "gather": "agentrt.program.flow",
     "parallel": "agentrt.program.flow",
     "wait": "agentrt.program.flow",
@@ -99,6 +101,7 @@ __all__ = [
     "UnknownOutcome",
     "__version__",
     "chat",
+    "discover_model",
     "execute_tool_calls",
     "gather",
     "make_telemetry",

@@ -162,3 +162,63 @@ class InvalidRequest(EngineError, ValueError):
         self.status_code = status_code
         #: The offending request field, when one can be named.
         self.param = param
+
+
+# ----------------------------------------------------------------- messages that suggest a fix
+# Used where the SDK translates a transport failure into one of the errors above, so that every
+# path (chat, discovery, adapters) names the URL it tried and what to do about it.
+
+
+def unreachable_message(base_url: str, exc: BaseException) -> str:
+    """Why ``base_url`` could not be reached, as a user reads it: the URL, the likely cause
+    (no server listening; ``https://`` to a server speaking plain HTTP) and the fix."""
+    cause = _innermost(exc)
+    text = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+    if base_url.startswith("https://") and _looks_like_tls_mismatch(exc):
+        plain = "http://" + base_url[len("https://") :]
+        return (
+            f"cannot connect to {base_url}: the TLS handshake failed — is it a plain HTTP "
+            f"server? then use {plain} ({text})"
+        )
+    return f"cannot connect to {base_url}: is the server running? ({text})"
+
+
+def http_error_message(base_url: str, url: str, status_code: int, detail: str) -> str:
+    """An HTTP error answer of ``url`` (under ``base_url``), with the fix when one is likely:
+    a 404 from a base URL that lacks the ``/v1`` of OpenAI-compatible servers."""
+    message = f"{url} answered HTTP {status_code}: {detail}"
+    hint = missing_v1_hint(base_url, status_code)
+    return f"{message} — {hint}" if hint else message
+
+
+def missing_v1_hint(base_url: str, status_code: int) -> str | None:
+    """``did you mean …/v1?`` for a 404 from a base URL without ``/v1``; None otherwise."""
+    base = base_url.rstrip("/")
+    if status_code != 404 or base.endswith("/v1"):
+        return None
+    return f"did you mean {base}/v1?"
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    seen: set[int] = set()
+    while id(exc) not in seen:
+        seen.add(id(exc))
+        nxt = exc.__cause__ or exc.__context__
+        if nxt is None:
+            break
+        exc = nxt
+    return exc
+
+
+def _looks_like_tls_mismatch(exc: BaseException) -> bool:
+    import ssl
+
+    current: BaseException | None = exc
+    seen: set[int] = set()
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current).upper()
+        if isinstance(current, ssl.SSLError) or "SSL" in text or "TLS" in text:
+            return True
+        current = current.__cause__ or current.__context__
+    return False

@@ -19,6 +19,7 @@ from importlib.metadata import EntryPoint
 from typing import Any
 
 from agentrt._version import __version__
+from agentrt.cli.output import closed_pipe_safe
 
 __all__ = ["COMMAND_GROUP", "KNOWN_COMMANDS", "build_parser", "main"]
 
@@ -110,7 +111,8 @@ def main(
         parser.print_help()
         return 2
     try:
-        return handler(args)
+        # Every command's output survives a closed pipe (`agentrt ... --json | head -1`).
+        return closed_pipe_safe(lambda: handler(args))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

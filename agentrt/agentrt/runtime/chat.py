@@ -10,10 +10,11 @@ import openai
 from openai.types.chat import ChatCompletion
 
 from agentrt.errors import (
-    ConfigError,
     DeadlineExceeded,
     EndpointUnavailable,
     LLMCallError,
+    http_error_message,
+    unreachable_message,
 )
 from agentrt.journal.api import StepSpec
 from agentrt.program.context import CURRENT_FRAME, Frame
@@ -46,8 +47,9 @@ async def chat(
     the completion is recorded and a re-run replays it.
 
     Raises ``DeadlineExceeded`` past the deadline, ``EndpointUnavailable`` when the server
-    cannot be reached, ``LLMCallError`` for any other failed call, ``ConfigError`` when no
-    model is given or configured.
+    cannot be reached, ``LLMCallError`` for any other failed call. With no ``model`` here nor
+    in ``RuntimeConfig.model``, the server's model is used (``GET /v1/models``, asked once per
+    runtime: :mod:`agentrt.runtime.models`); errors name the URL and suggest the fix.
     """
     frame = CURRENT_FRAME.get()
     if frame is None:
@@ -64,9 +66,8 @@ async def chat(
                 **params,
             )
     rt = frame.run.runtime if runtime is None else runtime
-    model = model or rt.config.model
-    if not model:
-        raise ConfigError("no model: pass model= or set RuntimeConfig.model")
+    # Neither named: the model the server serves (GET /v1/models, asked once per runtime).
+    model = model or rt.config.model or await rt.served_model.get(rt.transport)
     request: dict[str, Any] = {"model": model, "messages": list(messages), **params}
     if tools:
         request["tools"] = list(tools)
@@ -130,16 +131,29 @@ async def _send(
             raise DeadlineExceeded(f"program {frame.graph.id} passed its deadline") from exc
         raise LLMCallError(f"LLM call {call.node.id} timed out") from exc
     except openai.APIConnectionError as exc:
-        raise EndpointUnavailable(f"LLM endpoint unreachable: {exc}") from exc
+        raise EndpointUnavailable(
+            f"LLM call {call.node.id}: {unreachable_message(rt.config.base_url, exc)}"
+        ) from exc
     except openai.APIStatusError as exc:
         raise LLMCallError(
-            f"LLM call {call.node.id} failed with HTTP {exc.status_code}: {exc.message}",
+            f"LLM call {call.node.id} failed: "
+            + http_error_message(
+                rt.config.base_url, str(exc.request.url), exc.status_code, _server_message(exc)
+            ),
             status_code=exc.status_code,
         ) from exc
     except openai.OpenAIError as exc:
         raise LLMCallError(f"LLM call {call.node.id} failed: {exc}") from exc
     finally:
         CURRENT_CALL.reset(token)
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    """The server's own error message (OpenAI's ``error.message``), else openai's summary."""
+    body = exc.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return str(body["message"])
+    return exc.message
 
 
 def _response_view(completion: ChatCompletion) -> dict[str, Any]:

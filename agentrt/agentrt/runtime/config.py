@@ -31,11 +31,16 @@ class RuntimeConfig:
     base_url: str
     #: Bearer token sent to ``base_url`` (vLLM accepts any value unless started with a key).
     api_key: str = "EMPTY"
-    #: Model used when a call names none; None = every call must name its model.
+    #: Model used when a call names none; None = the one the server serves, asked of
+    #: ``GET {base_url}/models`` on the first call that needs it (the first of several, with a
+    #: warning naming the others: :mod:`agentrt.runtime.models`).
     model: str | None = None
     #: Intent journal: a ``StepJournal`` instance, a journal URL (``sqlite+aiosqlite:///f.db``,
-    #: ``postgresql+asyncpg://...``) opened and closed by the runtime, or None: no journal —
-    #: then side-effect tools refuse to run (fail closed) and nothing is replayed.
+    #: ``postgresql+asyncpg://...``) or SQLite file path, opened and closed by the runtime, or
+    #: None: no journal — then side-effect tools refuse to run (fail closed) and nothing is
+    #: replayed. ``agentrt journal`` reads ``agentrt.journal.DEFAULT_JOURNAL_PATH``
+    #: (``.agentrt/journal.sqlite`` under the working directory) by default: the README passes
+    #: that path, so the command finds what the program wrote.
     journal: Any = None
     #: Journal LLM calls too, so a re-run replays them (keeps re-runs deterministic up to the
     #: side effects). Only used with a journal.

@@ -25,6 +25,7 @@ from agentrt.program.context import CURRENT_FRAME, CURRENT_RUNTIME
 from agentrt.program.program import Program, ProgramOperation
 from agentrt.runtime.config import RuntimeConfig
 from agentrt.runtime.controller import ControllerLink, LinkState
+from agentrt.runtime.models import ServedModel
 from agentrt.runtime.telemetry import Instruments
 from agentrt.runtime.transports.deadline import DeadlineTransport
 from agentrt.runtime.transports.fallback import FallbackTransport
@@ -58,6 +59,8 @@ class Runtime:
         self.config = config
         self.instruments = Instruments(config.tracer_provider, config.meter_provider)
         self.link = ControllerLink(config)
+        #: The model calls use when neither they nor the config name one (discovered once).
+        self.served_model = ServedModel(config.base_url, config.api_key)
         url = httpx.URL(config.base_url)
         self.server_address: str = url.host
         self.server_port: int = url.port or (443 if url.scheme == "https" else 80)
