@@ -48,9 +48,10 @@ def build_scheduler(
     """A new scheduler.
 
     ``tenancy``: a :class:`TenancyConfig` (or a mapping of its fields: ``weights``,
-    ``default_weight``, ``initial_call_charge_s``, ``enabled``) puts the policy inside weighted
-    fair shares between tenants — one ``name`` scheduler per tenant on the shared ``table``
-    (:class:`TenantFairScheduler`); ``None`` or ``enabled=False`` = the bare policy.
+    ``default_weight``, ``initial_call_charge_s``, ``enabled``, ``isolation``) puts the policy
+    inside weighted fair shares between tenants — one ``name`` scheduler per tenant on the
+    shared ``table`` (:class:`TenantFairScheduler`); ``None`` or ``enabled=False`` = the bare
+    policy.
 
     ``config``: a :class:`SchedulerConfig` or a mapping of its fields (unknown keys are
     rejected) applied over :data:`agentrt_controller.defaults.SCHEDULING` (the parameters the

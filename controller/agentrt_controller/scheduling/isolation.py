@@ -46,7 +46,10 @@ well-behaved tenant's call would wait behind them. The cost is throughput: capac
 for a well-behaved tenant that does not use all of it (docs/tenancy.md, "Measured").
 
 The Dispatcher applies the caps to calls the scheduler pops; calls of its retained lane are
-not held (their KV is hot on the backend) but are counted in flight.
+not held (their KV is hot on the backend) but are counted in flight. The caps are off unless
+:attr:`~agentrt_controller.scheduling.tenancy.TenancyConfig.isolation` enables them: no
+setting measured meets a well-behaved tenant's within-10-%-of-alone goal on both a large and a
+small batch at an acceptable throughput cost (docs/tenancy.md, "Measured").
 
 Pure (docs/architecture.md, design rule 1): ``now_s`` is passed in; no clock, no I/O.
 """

@@ -34,6 +34,12 @@ tenant file, a bounded set).
 Calls of the Dispatcher's retained lane never reach the scheduler, so they are not charged to
 their tenant here (docs/tenancy.md, "Limits").
 
+**Per-tenant caps on calls in flight** (:mod:`agentrt_controller.scheduling.isolation`,
+:attr:`TenancyConfig.isolation`, off by default): the scheduler owns the
+:class:`~agentrt_controller.scheduling.isolation.TenantIsolation` policy
+(:attr:`TenantFairScheduler.isolation`) and the Dispatcher applies it, popping with
+``pop(now_s, exclude=held_tenants)``.
+
 **Backend priority** (for backends that honour one, e.g. vLLM with priority scheduling): the
 tenants with calls queued or in flight are ranked by virtual time (0 = furthest behind its
 share; the call's own tenant by the call's start tag), and a call gets
