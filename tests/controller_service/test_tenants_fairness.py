@@ -122,3 +122,23 @@ async def test_per_tenant_caps_hold_the_tenant_above_its_share_over_http() -> No
     assert (held, queued) == (2, 5)
     held, queued, cap = await _admitted_while_gated({"enabled": False})
     assert (held, queued, cap) == (4, 3, 0)
+
+
+def test_tenant_isolation_config_reaches_the_scheduler() -> None:
+    """``tenant_isolation`` from the environment (a JSON object): empty = caps off, a table
+    = on with those parameters; a bad parameter is refused when the policies are built."""
+    from agentrt.errors import ConfigError
+    from agentrt_controller.service import load_config
+    from agentrt_controller.service.policies import build_dispatcher
+    from agentrt_controller.service.tenants import build_directory
+
+    env = {"AGENTRT_CONTROLLER_API_KEYS": KEYS}
+    tenants = build_directory(key_file=None, key_list=KEYS, single_key=None)
+    assert build_dispatcher(load_config(None, env, {}), tenants).isolation is None
+    on = {**env, "AGENTRT_CONTROLLER_TENANT_ISOLATION": '{"surplus_share": 0.5}'}
+    dispatcher = build_dispatcher(load_config(None, on, {}), tenants)
+    assert dispatcher.isolation is not None
+    assert dispatcher.isolation.config.surplus_share == 0.5
+    bad = {**env, "AGENTRT_CONTROLLER_TENANT_ISOLATION": '{"surplus": 0.5}'}
+    with pytest.raises(ConfigError, match="unknown isolation parameter"):
+        build_dispatcher(load_config(None, bad, {}), tenants)
