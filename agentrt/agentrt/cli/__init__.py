@@ -104,6 +104,12 @@ def build_parser(entry_points: Iterable[EntryPoint] | None = None) -> argparse.A
 def main(
     argv: Sequence[str] | None = None, *, entry_points: Iterable[EntryPoint] | None = None
 ) -> int:
+    """Run the ``agentrt`` command; its exit status. Whatever it prints survives a closed
+    pipe (``agentrt ... --json | head -1``: status 141, no traceback; agentrt.cli.output)."""
+    return closed_pipe_safe(lambda: _main(argv, entry_points))
+
+
+def _main(argv: Sequence[str] | None, entry_points: Iterable[EntryPoint] | None) -> int:
     parser = build_parser(entry_points)
     args = parser.parse_args(argv)
     handler: Handler | None = getattr(args, "handler", None)
@@ -111,8 +117,7 @@ def main(
         parser.print_help()
         return 2
     try:
-        # Every command's output survives a closed pipe (`agentrt ... --json | head -1`).
-        return closed_pipe_safe(lambda: handler(args))
+        return handler(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

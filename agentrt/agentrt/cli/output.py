@@ -32,10 +32,13 @@ def silence_stdout() -> None:
 
 def closed_pipe_safe(run: Callable[[], int]) -> int:
     """``run()``'s exit status; :data:`EXIT_CLOSED_PIPE` (quietly) when standard output's
-    reader closed the pipe while it ran."""
+    reader closed the pipe while it ran (also when it ends by ``SystemExit``, as ``--help``
+    does: the flush that would fail at exit happens here)."""
     try:
-        status = run()
-        sys.stdout.flush()
+        try:
+            status = run()
+        finally:
+            sys.stdout.flush()
     except BrokenPipeError:
         silence_stdout()
         return EXIT_CLOSED_PIPE

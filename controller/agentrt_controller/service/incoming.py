@@ -182,7 +182,8 @@ def parse_call(
         raise BadRequest("'model' is required and must be a string", param="model")
     known = known_models
     if known is not None and model not in known:
-        raise ModelNotFound(f"the model {model!r} does not exist", param="model",
+        raise ModelNotFound(f"the model {model!r} does not exist; served models: "
+                            + ", ".join(repr(m) for m in sorted(known)), param="model",
                             code="model_not_found")  # fmt: skip
     stream = body.get("stream", False)
     if not isinstance(stream, bool):

@@ -105,7 +105,8 @@ class PassthroughEndpoint:
             raise BadRequest("'model' must be a string", param="model")
         known = engine.known_models()
         if model is not None and known is not None and model not in known:
-            raise ModelNotFound(f"the model {model!r} does not exist", param="model",
+            raise ModelNotFound(f"the model {model!r} does not exist; served models: "
+                                + ", ".join(repr(m) for m in sorted(known)), param="model",
                                 code="model_not_found")  # fmt: skip
         if strip_agentic_context(body):
             raw = json.dumps(body, separators=(",", ":")).encode()

@@ -249,7 +249,10 @@ class _Endpoints:
         s = self.state
         if parsed.model is not None and parsed.model != s.config.model_name:
             raise InvalidRequest(
-                f"The model `{parsed.model}` does not exist.", status_code=404, param="model"
+                f"The model `{parsed.model}` does not exist; this server serves "
+                f"`{s.config.model_name}`.",
+                status_code=404,
+                param="model",
             )
         if (parsed.prompt is None) == (parsed.messages is None):
             raise InvalidRequest("give exactly one of prompt or messages", param="prompt")

@@ -72,7 +72,10 @@ class ExtraEndpoints:
         model = body.get("model")
         if model is not None and model != self.state.config.model_name:
             raise InvalidRequest(
-                f"The model `{model}` does not exist.", status_code=404, param="model"
+                f"The model `{model}` does not exist; this server serves "
+                f"`{self.state.config.model_name}`.",
+                status_code=404,
+                param="model",
             )
 
     async def detokenize(self, request: Request) -> Response:

@@ -71,7 +71,11 @@ class PreparedRequest:
 
 def _check_model(model: str | None, rules: RequestRules) -> None:
     if model is not None and model != rules.model_name:
-        raise InvalidRequest(f"The model `{model}` does not exist.", status_code=404, param="model")
+        raise InvalidRequest(
+            f"The model `{model}` does not exist; this server serves `{rules.model_name}`.",
+            status_code=404,
+            param="model",
+        )
 
 
 def _priority(body_priority: int, headers: Mapping[str, str], rules: RequestRules) -> int:

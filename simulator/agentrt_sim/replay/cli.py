@@ -91,9 +91,11 @@ def _handler(args: argparse.Namespace) -> int:
     except AgentrtError as exc:  # bad trace, bad options, unusable server
         print(f"agentrt bench: error: {exc}", file=sys.stderr)
         return 2
-    except BrokenPipeError:  # `agentrt bench replay ... | head`
-        sys.stderr.close()
-        return 0
+    except BrokenPipeError:  # `agentrt bench replay ... | head`: quiet (agentrt.cli.output)
+        from agentrt.cli.output import EXIT_CLOSED_PIPE, silence_stdout
+
+        silence_stdout()
+        return EXIT_CLOSED_PIPE
 
 
 def _progress(enabled: bool) -> Any:
