@@ -100,7 +100,13 @@ async def _admitted_while_gated(isolation: dict[str, object]) -> tuple[int, int,
                 await anyio.sleep(0.01)
             for index in range(6):
                 group.start_soon(send, BOB, f"bob-{index}", f"bob call {index} " * 8)
-            while state.active + dispatcher.queued() < 7:  # noqa: ASYNC110
+            while dispatcher.queued() + state.active < 7:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
+            # Submissions wake the engine's admission task; run one round here so the
+            # decision is complete whenever that task last ran, then let admitted calls
+            # reach the backend.
+            app.engine.calls.dispatch()
+            while dispatcher.queued() + state.active < 7:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
             held, queued = state.active, dispatcher.queued()
             isolation_state = dispatcher.snapshot(0.0)["isolation"]
