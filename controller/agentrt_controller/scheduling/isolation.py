@@ -83,8 +83,9 @@ class IsolationConfig:
     #: >= 0, finite): its share stays reserved across its tool waits and think times.
     reservation_s: float = 2.0
     #: Fraction of a backend's window, in (0, 1], that the tenants above their fair share
-    #: may hold together while some active tenant is within its share; ``None`` = no bound
-    #: beyond max-min fairness.
+    #: may hold together while some active tenant is within its share (1 = all that the
+    #: tenants within their share leave); ``None`` = plain max-min over the demands, the
+    #: tenants within their share not served first.
     surplus_share: float | None = 1.0
     #: A tenant with calls queued this long without a break is above its share (seconds,
     #: >= 0, finite).
@@ -136,7 +137,9 @@ class TenantIsolation:
 
     The driver (the Dispatcher) reports every call that arrives (:meth:`on_submit`), is
     admitted (:meth:`on_admit`) and leaves a backend (:meth:`on_release`: finished, failed or
-    requeued), and asks :meth:`allows` before admitting a call of a tenant to a backend.
+    requeued), records the queues before each decision (:meth:`observe`), and asks
+    :meth:`allows` before admitting a call of a tenant to a backend. State is kept per tenant
+    for the policy's life (tenants come from the controller's key file, a bounded set).
     """
 
     def __init__(self, config: IsolationConfig, weight_of: Callable[[str], float]) -> None:
@@ -151,9 +154,8 @@ class TenantIsolation:
         self._calls: dict[str, tuple[str, str]] = {}
         #: Last time a call of the tenant arrived or left a backend (seconds).
         self._last_activity_s: dict[str, float] = {}
-        #: Per tenant: the largest demand (queued + in flight) since ``_peak_at_s``, and when
-        #: that peak was set (seconds); it falls back to the current demand ``reservation_s``
-        #: after the peak.
+        #: Per tenant: its largest recent demand (queued + in flight) and when it was set
+        #: (seconds); :meth:`demand` ignores it ``reservation_s`` after that.
         self._peak: dict[str, tuple[int, float]] = {}
         #: Since when each tenant has had calls queued without a break (seconds).
         self._backlogged_since: dict[str, float] = {}
