@@ -353,3 +353,33 @@ def test_recent_service_marks_the_tenant_above_its_share_when_nothing_queues() -
     isolation.on_admit("w-1", "well", BACKEND, 1.0)
     isolation.on_release("w-1", 1.0, service_s=3.5)
     assert isolation.above_share(1.0, {"greedy", "well"}) == set()
+
+
+def test_caps_are_per_backend_and_route_the_call_where_its_tenant_has_room() -> None:
+    dispatcher = _dispatcher(window=4, surplus_share=0.25)
+    for index in range(12):
+        dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
+    flights: dict[str, list[Call]] = {"e0": [], "e1": []}
+
+    def admit(now: float) -> list[tuple[str | None, str]]:
+        views = [BackendView(backend_id=b, in_flight=len(c)) for b, c in flights.items()]
+        out = []
+        for admission in dispatcher.admit(now, views):
+            flights[admission.backend_id].append(admission.call)
+            out.append((admission.call.tenant, admission.backend_id))
+        return out
+
+    assert len(admit(0.0)) == 8  # alone: both windows
+    for backend, calls in flights.items():  # e0 keeps one greedy call, e1 none
+        for call in calls[: 3 if backend == "e0" else 4]:
+            dispatcher.on_finish(call, backend, 0.1, 6.0)
+        del calls[: 3 if backend == "e0" else 4]
+    dispatcher.submit(make_call("w", tenant="well"), 6.0)
+    admitted = admit(6.0)
+    # Greedy (backlogged 6 s) may hold one call per backend while well is active: its next
+    # call can only go to e1; well's call goes wherever the router sends it.
+    assert sorted(t for t, _ in admitted) == ["greedy", "well"]
+    assert ("greedy", "e1") in admitted
+    assert dispatcher.isolation is not None
+    assert [dispatcher.isolation.in_flight("greedy", b) for b in ("e0", "e1")] == [1, 1]
+    assert admit(6.1) == []
