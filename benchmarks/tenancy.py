@@ -262,8 +262,9 @@ def markdown(rows: Sequence[dict[str, Any]], args: argparse.Namespace, wall_s: f
         "`agentrt_sim/rates.py`); 8 slots: R = 0.05, "
         f"{SCENARIOS[8][1]:.0f} s (0.2/s offered; 0.26/s completed at "
         "0.3/s offered in docs/controller.md, less with a tenant whose fresh ids defeat "
-        f"retention). Medians over seeds {list(args.seeds)}; {wall_s / 60:.1f} min of "
-        "simulation on this machine.",
+        f"retention). Medians over seeds {list(args.seeds)} (of the per-seed ratios for the "
+        "ratio columns: with two seeds, the larger one); "
+        f"{wall_s / 60:.1f} min of simulation on this machine.",
         "",
         "`fair` = `well`'s charged service ÷ min(its charged service alone, half of all charged "
         "service): 100 % = it got its max-min fair share.",
