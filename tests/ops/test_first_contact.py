@@ -27,6 +27,7 @@ import agentrt
 from agentrt import EndpointUnavailable, LLMCallError, Runtime, RuntimeConfig
 from agentrt.cli.output import EXIT_CLOSED_PIPE
 from agentrt.journal.urls import make_store
+from agentrt.protocol import EVENTS_PREFIX
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
@@ -122,6 +123,12 @@ async def test_nothing_listening_names_the_url() -> None:
         with pytest.raises(EndpointUnavailable) as caught:
             await agentrt.chat(HI, runtime=rt)
     assert f"cannot connect to {url}: is the server running?" in str(caught.value)
+    required = RuntimeConfig(base_url=url, controller="required", event_timeout_s=5)
+    with pytest.raises(EndpointUnavailable) as probe:
+        async with Runtime(required):
+            pass
+    events = url.removesuffix("/v1") + EVENTS_PREFIX
+    assert f"controller required but cannot connect to {events}: is the server" in str(probe.value)
 
 
 async def test_a_base_url_without_v1_suggests_it() -> None:

@@ -28,7 +28,7 @@ import httpx
 from pydantic import BaseModel
 
 from agentrt._version import __version__
-from agentrt.errors import EndpointUnavailable, ProtocolError
+from agentrt.errors import EndpointUnavailable, ProtocolError, unreachable_message
 from agentrt.protocol import (
     EVENTS_PREFIX,
     ProgramEnd,
@@ -107,7 +107,7 @@ class ControllerLink:
                 )
         except (httpx.HTTPError, TimeoutError, OSError) as exc:
             self.state = "unreachable"
-            return self._probe_failed(f"controller at {self._base} unreachable: {exc!r}")
+            return self._probe_failed(unreachable_message(self._base, exc))
         if response.status_code in (404, 405):
             self.state = "absent"
             return self._probe_failed(f"{self._base} has no agentrt program endpoints")
