@@ -124,6 +124,16 @@ def register(subparsers: Any) -> None:
         "--breaker", metavar="JSON", help="circuit breaker, e.g. '{\"cooldown_s\": 5}'"
     )
     serve.add_argument("--backend-timeout-s", type=float, help="backend read timeout (600)")
+    serve.add_argument(
+        "--backend-stall-s",
+        type=float,
+        help="abort a stream whose backend sent nothing for this long (30)",
+    )
+    serve.add_argument(
+        "--shutdown-grace-s",
+        type=float,
+        help="on SIGTERM, time for calls in flight to finish before they are aborted (30)",
+    )
     serve.add_argument("--max-retries", type=int, help="retries on other backends (2)")
     serve.add_argument(
         "--program-idle-timeout-s", type=float, help="idle programs leave the table (600)"
@@ -237,7 +247,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 _OVERRIDES = (
     "host", "port", "backends", "policy", "admission_window", "scheduling", "admission", "cost",
     "router", "routing", "retention", "retention_options", "max_body_bytes", "scrape_interval_s",
-    "breaker", "backend_timeout_s", "max_retries",
+    "breaker", "backend_timeout_s", "backend_stall_s", "shutdown_grace_s", "max_retries",
     "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
     "max_concurrency", "api_key", "api_key_file", "max_programs", "max_predicted_wait_s",
     "fair_share", "tenant_isolation",

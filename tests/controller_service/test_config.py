@@ -50,7 +50,6 @@ def test_json_file_and_environment_lists(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"AGENTRT_CONTROLLER_POLICYY": "plas"}, "unknown environment variable"),
         ({"AGENTRT_CONTROLLER_PORT": "eighty"}, "must be a number"),
         ({"AGENTRT_CONTROLLER_PORT": "70000"}, "port"),
         ({"AGENTRT_CONTROLLER_ADMISSION_WINDOW": "0"}, "admission_window"),
@@ -63,6 +62,54 @@ def test_json_file_and_environment_lists(tmp_path: Path) -> None:
 def test_bad_environment_is_rejected(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_config(None, env)
+
+
+def test_unknown_variables_are_ignored_with_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = {
+        "AGENTRT_CONTROLLER_POLICYY": "plas",
+        "AGENTRT_CONTROLLER_VERSION": "1",
+        "AGENTRT_CONTROLLER_POLICY": "atlas",
+    }
+    with caplog.at_level("WARNING", logger="agentrt_controller.service.config"):
+        config = load_config(None, env)
+    assert config.policy == "atlas"
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "AGENTRT_CONTROLLER_POLICYY" in warnings[0]
+    assert "AGENTRT_CONTROLLER_VERSION" in warnings[0]
+
+
+def test_kubernetes_service_links_are_ignored_even_with_a_port_flag(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    env = {
+        "AGENTRT_CONTROLLER_SERVICE_HOST": "10.0.0.1",
+        "AGENTRT_CONTROLLER_SERVICE_PORT": "8000",
+        "AGENTRT_CONTROLLER_SERVICE_PORT_HTTP": "8000",
+        "AGENTRT_CONTROLLER_PORT": "tcp://10.0.0.1:8000",
+        "AGENTRT_CONTROLLER_PORT_8000_TCP": "tcp://10.0.0.1:8000",
+        "AGENTRT_CONTROLLER_PORT_8000_TCP_PROTO": "tcp",
+        "AGENTRT_CONTROLLER_PORT_8000_TCP_PORT": "8000",
+        "AGENTRT_CONTROLLER_PORT_8000_TCP_ADDR": "10.0.0.1",
+    }
+    with caplog.at_level("WARNING", logger="agentrt_controller.service.config"):
+        assert load_config(None, env).port == 8080
+        assert load_config(None, env, {"port": 9300}).port == 9300
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_lifecycle_settings() -> None:
+    env = {"AGENTRT_CONTROLLER_BACKEND_STALL_S": "none", "AGENTRT_CONTROLLER_SHUTDOWN_GRACE_S": "5"}
+    config = load_config(None, env)
+    assert config.backend_stall_s is None
+    assert config.shutdown_grace_s == 5.0
+    assert load_config(None, {}).backend_stall_s == 30.0
+    with pytest.raises(ConfigError, match="backend_stall_s"):
+        load_config(None, {"AGENTRT_CONTROLLER_BACKEND_STALL_S": "0"})
+    with pytest.raises(ConfigError, match="shutdown_grace_s"):
+        load_config(None, {}, {"shutdown_grace_s": -1})
 
 
 def test_unknown_file_key_is_rejected(tmp_path: Path) -> None:

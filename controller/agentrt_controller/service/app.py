@@ -93,6 +93,8 @@ class ControllerApp:
             config, list(backends), metrics=self.metrics, cost=cost, clock=clock
         )
         self.engine.backend_keys.update(backend_keys)
+        #: Set on SIGTERM (service/server.py): readiness answers 503 while calls drain.
+        self.draining = False
         self._admin_token = config.admin_token.encode() if config.admin_token else None
         tracing = CallTracing(tracer_provider)
         self._generation: dict[str, CompletionsEndpoint | PassthroughEndpoint] = {
@@ -105,7 +107,9 @@ class ControllerApp:
         self.metrics.on_collect(self.engine.collect_metrics)
         self._starlette = Starlette(
             routes=[
-                Route("/health", self._health, methods=["GET"]),
+                Route("/health", self._readiness, methods=["GET"]),
+                Route("/readyz", self._readiness, methods=["GET"]),
+                Route("/livez", self._liveness, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 *event_routes(self.engine),
@@ -185,11 +189,16 @@ class ControllerApp:
 
     # --- plain endpoints ---------------------------------------------------------------------
 
-    async def _health(self, request: Request) -> Response:
-        healthy = self.engine.healthy()
+    async def _liveness(self, request: Request) -> Response:
+        """``/livez``: 200 while the process serves (no backend is asked)."""
+        return JSONResponse({"status": "ok", "version": __version__})
+
+    async def _readiness(self, request: Request) -> Response:
+        """``/readyz`` and ``/health``: 503 without a healthy backend and while draining."""
+        healthy = self.engine.healthy() and not self.draining
         return JSONResponse(
             {
-                "status": "ok" if healthy else "degraded",
+                "status": "draining" if self.draining else "ok" if healthy else "degraded",
                 "version": __version__,
                 "backends": self.engine.backend_health(),
             },

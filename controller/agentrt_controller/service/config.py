@@ -4,13 +4,19 @@ Every key of :class:`ControllerConfig` can be set in a file (same names; ``backe
 of URL strings or tables ``{url, kind, id, priority, options}``), as an environment variable
 ``AGENTRT_CONTROLLER_<KEY>`` (``BACKENDS`` is whitespace-separated; ``SCHEDULING``, ``COST``,
 ``ADMISSION``, ``BREAKER``, ``ROUTING`` and ``RETENTION_OPTIONS`` are JSON objects), or on
-the command line. Unknown keys — in the file or as an ``AGENTRT_CONTROLLER_*`` variable — are
-errors, never silently ignored.
+the command line. Unknown keys in the file and unknown CLI options are errors. An
+``AGENTRT_CONTROLLER_*`` variable that names no key is ignored with one warning naming all of
+them (a container platform sets variables of its own under that prefix); Kubernetes'
+service-link variables of a Service named ``agentrt-controller`` (``..._SERVICE_HOST``,
+``..._SERVICE_PORT``, ``..._PORT=tcp://10.0.0.1:8000``, ``..._PORT_8000_TCP...``) are
+recognised and ignored without one.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -86,6 +92,14 @@ class ControllerConfig:
     admin_token: str | None = None
     #: Longest wait for a backend's answer to start or continue (seconds); ``None`` = forever.
     backend_timeout_s: float | None = 600.0
+    #: A backend that sends no byte of a started stream for this long is stalled (seconds;
+    #: ``None`` = only ``backend_timeout_s``): its call is aborted, and retried elsewhere when
+    #: nothing reached the client yet, else failed with an error event (docs/controller.md,
+    #: "Lifecycle").
+    backend_stall_s: float | None = 30.0
+    #: On SIGTERM, how long calls in flight may take to finish after the controller stopped
+    #: accepting connections (seconds); the rest are then aborted upstream.
+    shutdown_grace_s: float = 30.0
     #: Longest wait to connect to a backend (seconds).
     connect_timeout_s: float = 5.0
     #: Attempts on other backends after a backend could not be reached (before streaming).
@@ -161,6 +175,10 @@ class ControllerConfig:
                 raise ConfigError(f"{name} must be > 0 seconds")
         if self.backend_timeout_s is not None and not self.backend_timeout_s > 0:
             raise ConfigError("backend_timeout_s must be > 0 seconds or unset")
+        if self.backend_stall_s is not None and not self.backend_stall_s > 0:
+            raise ConfigError("backend_stall_s must be > 0 seconds or unset")
+        if not self.shutdown_grace_s >= 0:
+            raise ConfigError("shutdown_grace_s must be >= 0 seconds")
         if self.max_retries < 0 or self.retry_after_s < 0:
             raise ConfigError("max_retries and retry_after_s must be >= 0")
         ids = [b.backend_id for b in self.backends]
@@ -185,6 +203,20 @@ class ControllerConfig:
 
 
 _FIELDS = {f.name: f for f in fields(ControllerConfig)}
+
+_log = logging.getLogger(__name__)
+
+#: The value Kubernetes gives ``<SERVICE>_PORT`` for a Service: ``tcp://10.0.0.1:8000``.
+_SERVICE_LINK_URL = re.compile(r"(tcp|udp|sctp)://[^\s]+:\d+")
+
+
+def _is_service_link(key: str, value: str) -> bool:
+    """Whether ``AGENTRT_CONTROLLER_<KEY>=value`` is one of the variables Kubernetes injects
+    for a Service named ``agentrt-controller`` (no config key starts with ``service_`` or
+    ``port_``)."""
+    if key == "port":
+        return _SERVICE_LINK_URL.fullmatch(value.strip()) is not None
+    return key.startswith(("service_", "port_"))
 
 
 _OPTIONAL_STRINGS = ("admin_token", "api_key", "api_keys", "api_key_file", "cache_salt_secret")
@@ -253,7 +285,8 @@ def _coerce(name: str, value: Any) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a table / JSON object")
         return value
-    if name == "backend_timeout_s" and (value is None or value in ("", "none")):
+    optional_seconds = name in ("backend_timeout_s", "backend_stall_s")
+    if optional_seconds and (value is None or value in ("", "none")):
         return None
     kind = _FIELDS[name].type
     try:
@@ -293,7 +326,8 @@ def load_config(
     """Merge defaults, ``file``, ``env`` (``AGENTRT_CONTROLLER_*``; ``..._CONFIG`` names a file
     when ``file`` is None) and ``overrides`` (CLI flags; ``None`` values are skipped).
 
-    Raises :class:`ConfigError` for unknown keys and invalid values.
+    Raises :class:`ConfigError` for unknown file keys and options and for invalid values;
+    unknown ``AGENTRT_CONTROLLER_*`` variables are logged once and ignored.
     """
     env = env or {}
     values: dict[str, Any] = {}
@@ -303,13 +337,22 @@ def load_config(
             if key not in _FIELDS:
                 raise ConfigError(f"unknown controller config key {key!r} in {path}")
             values[key] = _coerce(key, value)
+    unknown: list[str] = []
     for var, value in env.items():
         if not var.startswith(ENV_PREFIX) or var == ENV_PREFIX + "CONFIG":
             continue
         key = var[len(ENV_PREFIX) :].lower()
+        if _is_service_link(key, value):
+            continue
         if key not in _FIELDS:
-            raise ConfigError(f"unknown environment variable {var}")
+            unknown.append(var)
+            continue
         values[key] = _coerce(key, value)
+    if unknown:
+        _log.warning(
+            "ignoring environment variables that name no controller setting: %s",
+            ", ".join(sorted(unknown)),
+        )
     for key, value in (overrides or {}).items():
         if value is None:
             continue

@@ -3,14 +3,23 @@
 Both serve the :class:`ControllerApp` behind :class:`~agentrt_controller.service.hardening.
 HardenedApp` on uvicorn's h11 protocol with a request-head timeout, the header size limit and
 the connection limit of the config (docs/security.md, "Hardened HTTP surface").
+
+The CLI's server binds its socket before anything is printed (a port in use is a
+:class:`ConfigError`, and the start-up line never appears) and drains on SIGTERM or SIGINT
+(docs/controller.md, "Lifecycle"): the listening socket is closed at once (new connections are
+refused), ``/readyz`` answers 503, calls in flight get ``shutdown_grace_s`` to finish, the rest
+are then cancelled (which closes their backend connections, so the engine frees them), and the
+process exits normally.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from types import FrameType
 from typing import Any
 
 import anyio
@@ -41,6 +50,38 @@ class _EmbeddedServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+class _DrainingServer(uvicorn.Server):
+    """uvicorn for the CLI: prints ``banner`` once serving; SIGTERM / SIGINT drain the app.
+
+    uvicorn's own signal handling re-raises the signal after its shutdown, so the process
+    would die of it; a drained controller exits normally instead.
+    """
+
+    def __init__(self, config: uvicorn.Config, app: ControllerApp, banner: str) -> None:
+        super().__init__(config)
+        self._app = app
+        self._banner = banner
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and self._banner:
+            print(self._banner, file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        handled = (signal.SIGTERM, signal.SIGINT)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._app.draining = True  # /readyz answers 503 from now on
+        super().handle_exit(sig, frame)
 
 
 #: Headers the controller forwards to backends or parses: their values must be ASCII.
@@ -127,6 +168,22 @@ def _uvicorn_config(app: ControllerApp, sock_port: int) -> uvicorn.Config:
     )
 
 
+def _bound_socket(config: ControllerConfig) -> socket.socket:
+    """A TCP socket bound to the config's address; :class:`ConfigError` when it cannot be."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio disables Nagle (TCP_NODELAY) only on sockets whose
+    # proto says TCP; with proto 0 every response would wait for the client's delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
+    return sock
+
+
 @contextlib.asynccontextmanager
 async def serve_controller(
     config: ControllerConfig,
@@ -144,17 +201,7 @@ async def serve_controller(
     app = ControllerApp(config, backends=backends, tracer_provider=tracer_provider, cost=cost)
     if on_app is not None:
         on_app(app)
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio disables Nagle (TCP_NODELAY) only on sockets whose
-    # proto says TCP; with proto 0 every response would wait for the client's delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((config.host, config.port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
+    sock = _bound_socket(config)
     port = sock.getsockname()[1]
     server = _EmbeddedServer(_uvicorn_config(app, port))
     stopped = anyio.Event()
@@ -185,9 +232,26 @@ async def serve_controller(
 
 
 def run_controller(config: ControllerConfig, banner: str = "") -> None:
-    """Serve until interrupted (the ``agentrt controller serve`` command); ``banner`` is
-    printed to stderr once the configuration has been validated."""
+    """Serve until SIGTERM / SIGINT, then drain (the ``agentrt controller serve`` command).
+
+    ``banner`` is printed to stderr once the socket is bound and the app has started. Raises
+    :class:`ConfigError` for an invalid configuration or an address that cannot be bound.
+    """
     app = ControllerApp(config)
-    if banner:
-        print(banner, file=sys.stderr, flush=True)
-    uvicorn.run(hardened(app), host=config.host, port=config.port, **_uvicorn_options(config))
+    sock = _bound_socket(config)
+    try:
+        server = _DrainingServer(
+            uvicorn.Config(
+                hardened(app),
+                host=config.host,
+                port=sock.getsockname()[1],
+                # uvicorn types it int; it only passes it to asyncio.timeout (float seconds).
+                timeout_graceful_shutdown=config.shutdown_grace_s,  # type: ignore[arg-type]
+                **_uvicorn_options(config),
+            ),
+            app,
+            banner,
+        )
+        server.run(sockets=[sock])
+    finally:
+        sock.close()

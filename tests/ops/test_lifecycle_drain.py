@@ -1,0 +1,213 @@
+"""SIGTERM drains ``agentrt controller serve`` (docs/controller.md, "Lifecycle").
+
+A controller subprocess in front of an in-process emulator: with 20 streams in flight, SIGTERM
+closes the listening socket at once (a new connection is refused), every stream still ends
+with ``[DONE]``, and the process exits 0. With a grace period shorter than the calls, they
+are cut and the emulator sees its clients leave (it counts them as aborted). The probes and
+the start-up line are checked here too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Mapping
+
+import anyio
+import httpx
+import pytest
+from anyio.abc import Process
+
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+STREAMS = 20
+#: Tokens per streamed call: ~3 s at the emulator's default speed with 20 in its batch.
+TOKENS = 300
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def refused(port: int) -> bool:
+    """Whether a TCP connection to ``127.0.0.1:port`` is refused."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+@contextlib.asynccontextmanager
+async def controller_process(
+    backends: list[str], *options: str, env: Mapping[str, str] | None = None
+) -> AsyncIterator[tuple[Process, str]]:
+    """``agentrt controller serve`` in front of ``backends``; yields the process and its URL
+    once it printed its start-up line and ``/readyz`` answers 200. Killed on exit if alive."""
+    port = free_port()
+    command = [sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(port),
+               "--scrape-interval-s", "0.2", *options]  # fmt: skip
+    for url in backends:
+        command += ["--backend", f"{url},kind=emulator"]
+    process = await anyio.open_process(command, env=env, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert process.stderr is not None
+        seen = b""
+        with anyio.fail_after(20):
+            while b"agentrt controller on" not in seen:
+                chunk = await process.stderr.receive()
+                seen += chunk
+            async with httpx.AsyncClient() as http:
+                while (await http.get(url + "/readyz")).status_code != 200:  # noqa: ASYNC110 - over HTTP, no event to await
+                    await anyio.sleep(0.05)
+        yield process, url
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with anyio.move_on_after(5):
+            await process.wait()
+        await process.aclose()
+
+
+async def stream(http: httpx.AsyncClient, url: str, tokens: int, started: anyio.Event) -> int:
+    """One streamed chat call; sets ``started`` at its first event; returns the content chunks
+    it saw before ``[DONE]`` (raises when the stream ends without it)."""
+    body = {"model": DEFAULT_MODEL_NAME, "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": tokens, "ignore_eos": True, "stream": True}  # fmt: skip
+    chunks = 0
+    async with http.stream("POST", url + "/v1/chat/completions", json=body) as answer:
+        assert answer.status_code == 200
+        async for line in answer.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            started.set()
+            if line == "data: [DONE]":
+                return chunks
+            event = json.loads(line[6:])
+            assert "error" not in event, event
+            if event["choices"] and event["choices"][0]["delta"].get("content"):
+                chunks += 1
+    raise AssertionError("the stream ended without [DONE]")
+
+
+async def test_sigterm_lets_twenty_streams_finish_and_refuses_new_connections() -> None:
+    async with (
+        serve_engine(EmulatorConfig()) as engine,
+        controller_process([engine.base_url], "--shutdown-grace-s", "20") as (process, url),
+        httpx.AsyncClient(timeout=30, limits=httpx.Limits(max_connections=50)) as http,
+    ):
+        results: list[int] = []
+        starts = [anyio.Event() for _ in range(STREAMS)]
+
+        async def one(started: anyio.Event) -> None:
+            results.append(await stream(http, url, TOKENS, started))
+
+        port = int(url.rsplit(":", 1)[1])
+        async with anyio.create_task_group() as group:
+            for started in starts:
+                group.start_soon(one, started)
+            with anyio.fail_after(10):
+                for started in starts:
+                    await started.wait()
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(5):
+                while not refused(port):  # noqa: ASYNC110 - the socket has no event to await
+                    await anyio.sleep(0.02)
+            assert engine.state.driver.metrics.aborted == 0
+        with anyio.fail_after(20):
+            assert await process.wait() == 0
+    assert len(results) == STREAMS
+    assert all(chunks >= TOKENS - 1 for chunks in results), results
+
+
+async def test_calls_longer_than_the_grace_period_are_aborted_upstream() -> None:
+    async with (
+        serve_engine(EmulatorConfig()) as engine,
+        controller_process([engine.base_url], "--shutdown-grace-s", "0.5") as (process, url),
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        failures: list[BaseException] = []
+        starts = [anyio.Event() for _ in range(4)]
+
+        async def one(started: anyio.Event) -> None:
+            try:
+                await stream(http, url, 20_000, started)  # minutes at the emulator's speed
+            except (httpx.HTTPError, AssertionError) as exc:
+                failures.append(exc)
+
+        async with anyio.create_task_group() as group:
+            for started in starts:
+                group.start_soon(one, started)
+            with anyio.fail_after(10):
+                for started in starts:
+                    await started.wait()
+            process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(10):
+            assert await process.wait() == 0
+        assert len(failures) == len(starts)
+        with anyio.fail_after(5):  # the emulator notices each client leaving
+            while engine.state.driver.metrics.aborted < len(starts):  # noqa: ASYNC110 - a counter
+                await anyio.sleep(0.02)
+
+
+async def test_livez_and_readyz_and_readiness_while_draining() -> None:
+    apps: list[ControllerApp] = []
+    async with serve_engine(EmulatorConfig()) as engine:
+        config = ControllerConfig(
+            port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),), scrape_interval_s=0.2
+        )
+        async with (
+            serve_controller(config, on_app=apps.append) as url,
+            httpx.AsyncClient() as http,
+        ):
+            with anyio.fail_after(10):
+                while (await http.get(url + "/readyz")).status_code != 200:  # noqa: ASYNC110 - over HTTP, no event to await
+                    await anyio.sleep(0.05)
+            assert (await http.get(url + "/health")).status_code == 200
+            apps[0].draining = True
+            for path in ("/readyz", "/health"):
+                answer = await http.get(url + path)
+                assert answer.status_code == 503
+                assert answer.json()["status"] == "draining"
+            assert (await http.get(url + "/livez")).json()["status"] == "ok"
+
+
+async def test_livez_answers_without_a_healthy_backend() -> None:
+    dead = f"http://127.0.0.1:{free_port()}"
+    config = ControllerConfig(port=0, backends=(BackendSpec(dead),), scrape_interval_s=0.2)
+    async with serve_controller(config) as url, httpx.AsyncClient() as http:
+        with anyio.fail_after(10):
+            while (await http.get(url + "/readyz")).status_code != 503:  # noqa: ASYNC110 - over HTTP, no event to await
+                await anyio.sleep(0.05)
+        assert (await http.get(url + "/livez")).status_code == 200
+
+
+def test_a_port_in_use_is_an_error_before_any_listening_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [sys.executable, "-m", "agentrt.cli", "controller", "serve",
+                   "--port", str(port), "--backend", "http://127.0.0.1:9"]  # fmt: skip
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "agentrt controller on" not in done.stderr + done.stdout
