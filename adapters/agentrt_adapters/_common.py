@@ -10,7 +10,12 @@ from typing import Any, Literal
 import anyio
 import openai
 
-from agentrt.errors import DeadlineExceeded, EndpointUnavailable, LLMCallError
+from agentrt.errors import (
+    DeadlineExceeded,
+    EndpointUnavailable,
+    LLMCallError,
+    unreachable_message,
+)
 from agentrt.program.context import Frame
 from agentrt.program.program import Program
 
@@ -60,7 +65,7 @@ def llm_errors(frame: Frame | None) -> Iterator[None]:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, DeadlineExceeded):
             raise DeadlineExceeded(str(cause)) from exc
-        raise EndpointUnavailable(f"LLM endpoint unreachable: {exc}") from exc
+        raise EndpointUnavailable(unreachable_message(str(exc.request.url), exc)) from exc
     except openai.APIStatusError as exc:
         raise LLMCallError(
             f"LLM call failed with HTTP {exc.status_code}: {exc.message}",

@@ -190,3 +190,14 @@ def test_output_into_a_closed_pipe_ends_quietly(arguments: list[str], tmp_path: 
         status = child.wait(timeout=30)
     assert status in (0, EXIT_CLOSED_PIPE), errors
     assert "Traceback" not in errors and "BrokenPipe" not in errors, errors
+
+
+async def test_the_langchain_adapter_names_the_url_too() -> None:
+    pytest.importorskip("langchain_openai")
+    from agentrt_adapters.langchain import chat_model
+
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    async with Runtime(config(url, model="m")) as rt, rt.program("p"):
+        with pytest.raises(EndpointUnavailable) as caught:
+            await chat_model(rt, max_retries=0).ainvoke("hi")
+    assert f"cannot connect to {url}/chat/completions: is the server running?" in str(caught.value)
