@@ -28,6 +28,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--base-url",
+        metavar="URL",
         help="OpenAI-compatible endpoint ending in /v1, e.g. http://127.0.0.1:8080/v1 "
         "(default: an embedded engine emulator)",
     )

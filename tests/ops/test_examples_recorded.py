@@ -150,3 +150,19 @@ async def test_every_example_runs_with_only_a_base_url(kind: str, tmp_path: Path
         programs = {c.headers[HEADER_PROGRAM_ID.lower()] for c in calls}
         assert all(p.startswith("p-") for p in programs), (script, programs)
         assert "(embedded emulator" not in out, script
+
+
+async def test_every_example_says_in_its_help_where_the_model_comes_from() -> None:
+    helps: dict[str, str] = {}
+
+    async def one(script: str) -> None:
+        done = await anyio.run_process([sys.executable, str(EXAMPLES / script), "--help"])
+        helps[script] = " ".join(done.stdout.decode().split())
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            for script in RUNS:
+                group.start_soon(one, script)
+    for script, text in helps.items():
+        assert "default: the one the server serves, from GET <base-url>/models" in text, script
+        assert "--base-url URL OpenAI-compatible endpoint ending in /v1" in text, script
