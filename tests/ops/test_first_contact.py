@@ -201,3 +201,36 @@ async def test_the_langchain_adapter_names_the_url_too() -> None:
         with pytest.raises(EndpointUnavailable) as caught:
             await chat_model(rt, max_retries=0).ainvoke("hi")
     assert f"cannot connect to {url}/chat/completions: is the server running?" in str(caught.value)
+
+
+async def test_the_model_is_asked_once_and_a_failure_is_not_kept() -> None:
+    asked: list[str] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/models":
+            asked.append(request.url.path)
+            if len(asked) == 1:
+                return httpx.Response(503, json={"error": {"message": "warming up"}})
+            return httpx.Response(200, json={"object": "list", "data": [{"id": "only"}]})
+        body = {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "only",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "ok"},
+                }
+            ],
+        }
+        return httpx.Response(200, json=body)
+
+    transport = httpx.MockTransport(server)
+    async with Runtime(config("http://model.test/v1", http_transport=transport)) as rt:
+        with pytest.raises(LLMCallError, match=r"http://model.test/v1/models answered HTTP 503"):
+            await agentrt.chat(HI, runtime=rt)
+        for _ in range(3):
+            assert (await agentrt.chat(HI, runtime=rt)).model == "only"
+    assert len(asked) == 2
