@@ -10,6 +10,7 @@ path and headers of every request it forwarded.
 from __future__ import annotations
 
 import contextlib
+import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -166,3 +167,17 @@ async def test_every_example_says_in_its_help_where_the_model_comes_from() -> No
     for script, text in helps.items():
         assert "default: the one the server serves, from GET <base-url>/models" in text, script
         assert "--base-url URL OpenAI-compatible endpoint ending in /v1" in text, script
+
+
+async def test_an_example_pointed_at_nothing_says_where_and_what_to_check() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    with anyio.fail_after(30):
+        done = await anyio.run_process(
+            [sys.executable, str(EXAMPLES / "react_agent.py"), "--base-url", url], check=False
+        )
+    err = done.stderr.decode()
+    assert done.returncode == 1, err
+    assert f"error: cannot connect to {url}: is the server running?" in err
+    assert "Traceback" not in err, err
