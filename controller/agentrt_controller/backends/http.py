@@ -103,6 +103,7 @@ class HttpBackend:
         self._client = http.client
         self._transport = http.transport
         self._extensions = {"timeout": http.timeout.as_dict()}
+        self._stream_extensions = {"timeout": http.stream_timeout.as_dict()}
         self._probe_timeout = httpx.Timeout(config.probe_timeout_s)
         self._aux_timeout = httpx.Timeout(config.aux_timeout_s)
         self._urls: dict[str, httpx.URL] = {}  # parsed once per path: URL parsing is not free
@@ -141,8 +142,10 @@ class HttpBackend:
         url = self._urls.get(request.path)
         if url is None:
             url = self._urls[request.path] = httpx.URL(self.url + request.path)
+        # A stream's read timeout is the stall limit: a silent backend is given up sooner.
+        extensions = self._stream_extensions if request.stream else self._extensions
         http_request = httpx.Request(
-            "POST", url, content=body, headers=headers, extensions=self._extensions
+            "POST", url, content=body, headers=headers, extensions=extensions
         )
         try:
             response = await self._transport.handle_async_request(http_request)
@@ -153,6 +156,11 @@ class HttpBackend:
         except BROKEN_BEFORE_STATUS as exc:
             raise BackendUnavailable(
                 f"backend {self.backend_id} closed before answering: {exc!r}",
+                connect_failed=False,
+            ) from exc
+        except httpx.ReadTimeout as exc:  # nothing reached the client: retryable
+            raise BackendUnavailable(
+                f"backend {self.backend_id} sent no answer in time (stalled): {exc!r}",
                 connect_failed=False,
             ) from exc
         except httpx.HTTPError as exc:

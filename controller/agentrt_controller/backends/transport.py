@@ -58,20 +58,29 @@ class HttpPool:
     transport: httpx.AsyncBaseTransport
     #: Timeout applied to generation requests (read = the backend's longest silence).
     timeout: httpx.Timeout
+    #: Timeout applied to streamed generation requests: read = the longest silence of a
+    #: stream before it counts as stalled (``stall_s``, when shorter than the read timeout).
+    stream_timeout: httpx.Timeout
 
     @classmethod
     def create(
         cls,
         *,
         read_timeout_s: float | None = 600.0,
+        stall_s: float | None = None,
         connect_timeout_s: float = 5.0,
         kind: str = "fast",
         shards: int = 8,
         max_connections: int = 1024,
     ) -> HttpPool:
         """``kind``: ``fast`` (:class:`~agentrt_controller.backends.fasthttp.FastHTTPTransport`) or
-        ``httpx`` (httpx's own transport, in ``shards`` pools: :class:`ShardedTransport`)."""
+        ``httpx`` (httpx's own transport, in ``shards`` pools: :class:`ShardedTransport`).
+        ``stall_s``: a stream's longest silence (seconds; ``None`` = ``read_timeout_s``)."""
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
+        stream_read_s = read_timeout_s
+        if stall_s is not None:
+            stream_read_s = stall_s if read_timeout_s is None else min(stall_s, read_timeout_s)
+        stream_timeout = httpx.Timeout(stream_read_s, connect=connect_timeout_s)
         transport: httpx.AsyncBaseTransport
         if kind == "fast":
             transport = FastHTTPTransport(max_connections)
@@ -81,7 +90,7 @@ class HttpPool:
             raise ConfigError(f"unknown HTTP transport {kind!r}; valid: fast, httpx")
         # trust_env=False: never route backend traffic through an environment proxy.
         client = httpx.AsyncClient(timeout=timeout, transport=transport, trust_env=False)
-        return cls(client, transport, timeout)
+        return cls(client, transport, timeout, stream_timeout)
 
     async def aclose(self) -> None:
         await self.client.aclose()  # closes the transport too

@@ -78,6 +78,7 @@ class ControllerApp:
         self.metrics = ServiceMetrics()
         self.http = HttpPool.create(
             read_timeout_s=config.backend_timeout_s,
+            stall_s=config.backend_stall_s,
             connect_timeout_s=config.connect_timeout_s,
             kind=config.http_transport,
             shards=config.http_pool_shards,

@@ -40,7 +40,7 @@ from agentrt.protocol import (
     ToolWaitEnd,
     ToolWaitStart,
 )
-from agentrt_controller.backends.api import Backend, BackendError
+from agentrt_controller.backends.api import Backend, BackendDisconnected, BackendError
 from agentrt_controller.backends.breaker import BreakerConfig
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
@@ -256,8 +256,16 @@ class ControllerEngine:
             backend_id = admission.backend_id
             backend = self.pool.states[backend_id].backend
             try:
-                response = await backend.send(request_for(admission, backend.capabilities))
-                return Forwarded(admission, await BackendAnswer.start(stream, response), retries)
+                # The pool aborts the block when this backend fails meanwhile (pool.py).
+                with self.pool.abortable(backend_id):
+                    response = await backend.send(request_for(admission, backend.capabilities))
+                    return Forwarded(
+                        admission, await BackendAnswer.start(stream, response), retries
+                    )
+                raise BackendDisconnected(  # only reached when the pool aborted the block
+                    f"backend {backend_id} failed (health probe or circuit) before its answer "
+                    "started"
+                )
             except BackendError as exc:
                 failure = exc
                 if not self.retry.retryable(failure):

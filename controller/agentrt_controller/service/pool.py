@@ -11,6 +11,12 @@ trips it at once. A backend takes calls (``healthy``) only while its last probe 
 circuit is closed and it is not draining. So a dead backend stops getting calls within one
 probe interval (refused connections: at the first call that hits it).
 
+A backend that goes out of routing because it failed (probe or circuit, not removal) aborts
+its calls still waiting for an answer to start: each runs in a cancel scope registered with
+:meth:`BackendPool.abortable`, which the pool cancels, so a stalled server (SIGSTOP, a hung
+GPU) does not hold them for the read timeout; the engine retries them elsewhere
+(docs/controller.md, "Lifecycle").
+
 Removal drains: the backend leaves routing at once, its in-flight calls finish, and when the
 last one is released it is dropped, its probe loop stops and it is closed.
 
@@ -20,8 +26,9 @@ admitted to a backend, :meth:`BackendPool.release` when it leaves it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -69,6 +76,8 @@ class BackendState:
     features_detected: bool = False
     #: Cancels its probe loop.
     probe_scope: anyio.CancelScope | None = None
+    #: Calls sent to it whose answer has not started (:meth:`BackendPool.abortable`).
+    abortable: set[anyio.CancelScope] = field(default_factory=set)
 
     def status(self) -> str:
         """``up``, ``down`` (probe failed), ``open`` / ``half_open`` (circuit) or ``draining``."""
@@ -217,7 +226,28 @@ class BackendPool:
                 "up" if healthy else f"out ({state.status()}: {why})",
             )  # fmt: skip
             state.healthy = healthy
+            if not healthy and not state.draining:
+                for scope in state.abortable:
+                    scope.cancel()
             self._on_change()
+
+    @contextlib.contextmanager
+    def abortable(self, backend_id: str) -> Iterator[anyio.CancelScope]:
+        """A cancel scope the pool cancels when ``backend_id`` fails (probe or circuit) while
+        the block runs; check ``cancelled_caught`` after the block. Cancelled at once when the
+        backend is already out of routing for a failure."""
+        scope = anyio.CancelScope()
+        state = self.states.get(backend_id)
+        if state is not None and not state.healthy and not state.draining:
+            scope.cancel()
+        with scope:
+            if state is not None:
+                state.abortable.add(scope)
+            try:
+                yield scope
+            finally:
+                if state is not None:
+                    state.abortable.discard(scope)
 
     # --- facts from calls --------------------------------------------------------------------
 
