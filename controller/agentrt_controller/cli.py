@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -263,9 +264,10 @@ def _serve(args: argparse.Namespace) -> int:
         config = load_config(args.config, os.environ, overrides)
         if not config.backends:
             raise ConfigError("no backend: pass --backend URL (or AGENTRT_CONTROLLER_BACKENDS)")
-        run_controller(
-            config, banner(config)
-        )  # builds (and so validates) everything before binding
+        banner(config)  # reads the key file: a bad one is an error before binding
+        # The line names the bound port (--port 0 picks one); run_controller builds (and so
+        # validates) everything before binding.
+        run_controller(config, lambda port: banner(dataclasses.replace(config, port=port)))
     except ConfigError as exc:
         print(f"agentrt controller: {exc}", file=sys.stderr)
         return 2

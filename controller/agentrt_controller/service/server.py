@@ -59,15 +59,18 @@ class _DrainingServer(uvicorn.Server):
     would die of it; a drained controller exits normally instead.
     """
 
-    def __init__(self, config: uvicorn.Config, app: ControllerApp, banner: str) -> None:
+    def __init__(
+        self, config: uvicorn.Config, app: ControllerApp, banner: Callable[[int], str]
+    ) -> None:
         super().__init__(config)
         self._app = app
         self._banner = banner
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        if self.started and self._banner:
-            print(self._banner, file=sys.stderr, flush=True)
+        line = self._banner(self.config.port) if self.started else ""
+        if line:
+            print(line, file=sys.stderr, flush=True)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -231,11 +234,12 @@ async def serve_controller(
         sock.close()
 
 
-def run_controller(config: ControllerConfig, banner: str = "") -> None:
+def run_controller(config: ControllerConfig, banner: str | Callable[[int], str] = "") -> None:
     """Serve until SIGTERM / SIGINT, then drain (the ``agentrt controller serve`` command).
 
-    ``banner`` is printed to stderr once the socket is bound and the app has started. Raises
-    :class:`ConfigError` for an invalid configuration or an address that cannot be bound.
+    ``banner`` (a line, or a function of the bound port) is printed to stderr once the socket
+    is bound and the app has started. Raises :class:`ConfigError` for an invalid configuration
+    or an address that cannot be bound.
     """
     app = ControllerApp(config)
     sock = _bound_socket(config)
@@ -250,7 +254,7 @@ def run_controller(config: ControllerConfig, banner: str = "") -> None:
                 **_uvicorn_options(config),
             ),
             app,
-            banner,
+            banner if callable(banner) else lambda _port: banner,
         )
         server.run(sockets=[sock])
     finally:
