@@ -184,6 +184,12 @@ async def test_livez_and_readyz_and_readiness_while_draining() -> None:
             assert (await http.get(url + "/livez")).json()["status"] == "ok"
 
 
+async def test_the_emulator_answers_the_probes_too() -> None:
+    async with serve_engine(EmulatorConfig()) as engine, httpx.AsyncClient() as http:
+        for path in ("/livez", "/readyz", "/health"):
+            assert (await http.get(engine.base_url + path)).status_code == 200
+
+
 async def test_livez_answers_without_a_healthy_backend() -> None:
     dead = f"http://127.0.0.1:{free_port()}"
     config = ControllerConfig(port=0, backends=(BackendSpec(dead),), scrape_interval_s=0.2)

@@ -412,6 +412,10 @@ def build_app(state: EmulatorState) -> HardenedApp:
         Route("/detokenize", _answers_errors(extras.detokenize), methods=post),
         Route("/v1/models", endpoints.models, methods=["GET"]),
         Route("/health", endpoints.health, methods=["GET"]),
+        # Kubernetes-style probe names (docs/controller.md, "Lifecycle"): the emulator has no
+        # dependency, so liveness and readiness are its /health.
+        Route("/livez", endpoints.health, methods=["GET"]),
+        Route("/readyz", endpoints.health, methods=["GET"]),
         Route("/version", endpoints.version, methods=["GET"]),
         Route("/tokenize", _answers_errors(endpoints.tokenize), methods=post),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
