@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import httpx
@@ -23,7 +24,8 @@ from anyio.abc import Process
 
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
-from agentrt_emulator.server import DEFAULT_MODEL_NAME
+from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from tests.backends.servers import serve_app
 from tests.ops.test_lifecycle_drain import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -130,3 +132,47 @@ async def test_a_stopped_backend_s_calls_are_retried_or_failed_in_time() -> None
         assert "backend first" in message
         assert at - stopped_at < STALL_S + SLACK_S
     assert sum(1 for message, _ in stream_ends if message == "done") == 2
+
+
+async def silent_backend(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Answers its probes, never a generation request: a stalled server behind a live port."""
+    if scope["type"] != "http":
+        return
+    if scope["method"] == "POST":
+        await anyio.sleep_forever()
+    body = b'{"object": "list", "data": [{"id": "%s", "object": "model"}]}' % (
+        DEFAULT_MODEL_NAME.encode()
+    )
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+async def test_a_stream_whose_backend_never_answers_is_retried_after_the_stall_limit() -> None:
+    async with (
+        serve_app(silent_backend) as silent_url,
+        serve_engine(EmulatorConfig()) as engine,
+    ):
+        config = ControllerConfig(
+            port=0,
+            backends=(BackendSpec(silent_url, kind="openai", backend_id="silent"),
+                      BackendSpec(engine.base_url, kind="emulator", backend_id="live")),
+            router="round_robin",
+            admission_window=None,
+            scrape_interval_s=0.2,
+            backend_stall_s=0.5,
+        )  # fmt: skip
+        async with serve_controller(config) as url, httpx.AsyncClient(timeout=30) as http:
+            ends: list[str] = []
+
+            async def streamed() -> None:
+                request = body(20, stream=True)
+                async with http.stream("POST", url + "/v1/chat/completions", json=request) as r:
+                    assert r.status_code == 200
+                    ends.extend([line async for line in r.aiter_lines() if line][-1:])
+
+            with anyio.fail_after(20):
+                async with anyio.create_task_group() as group:
+                    for _ in range(4):
+                        group.start_soon(streamed)
+    assert ends == ["data: [DONE]"] * 4

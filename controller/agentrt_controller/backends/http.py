@@ -158,7 +158,11 @@ class HttpBackend:
                 f"backend {self.backend_id} closed before answering: {exc!r}",
                 connect_failed=False,
             ) from exc
-        except httpx.ReadTimeout as exc:  # nothing reached the client: retryable
+        except httpx.ReadTimeout as exc:
+            if not request.stream:  # a whole answer's head comes last: slow, not stalled
+                raise BackendError(f"backend {self.backend_id} failed: {exc!r}") from exc
+            # A stream's head comes at once: silence for the stall limit means stalled, and
+            # nothing reached the client yet, so another backend may answer.
             raise BackendUnavailable(
                 f"backend {self.backend_id} sent no answer in time (stalled): {exc!r}",
                 connect_failed=False,
