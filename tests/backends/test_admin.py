@@ -87,7 +87,7 @@ async def test_removal_drains_in_flight_calls_while_new_calls_go_to_an_added_bac
     assert [b["backend_id"] for b in listing_after] == ["q"]
     # Gauges forget a removed backend (counters keep its history).
     assert 'agentrt_controller_backend_up{backend="b0"}' not in metrics
-    assert 'agentrt_controller_in_flight{backend="b0"}' not in metrics
+    assert 'agentrt_controller_in_flight_calls{backend="b0"}' not in metrics
     assert 'agentrt_controller_backend_up{backend="q"} 1' in metrics
     assert after == "chatcmpl-quick"
 

@@ -93,8 +93,8 @@ async def test_programs_show_active_calls_and_queues_while_they_wait() -> None:
     assert states == ["queued", "queued", "running"]
     assert queues["policy"] == "atlas" and queues["queued"] == 2
     assert 'agentrt_controller_queue_length{level="0"} 2' in metrics
-    assert 'agentrt_controller_in_flight{backend="' in metrics
-    assert "agentrt_controller_programs 1" in metrics
+    assert 'agentrt_controller_in_flight_calls{backend="' in metrics
+    assert "agentrt_controller_live_programs 1.0" in metrics
 
 
 async def test_each_call_gets_a_span_joined_to_the_client_trace() -> None:

@@ -68,7 +68,7 @@ async def test_a_missing_or_wrong_key_is_401_and_health_stays_open() -> None:
         assert error["type"] == "authentication_error" and error["code"] == "invalid_api_key"
     assert "missing API key" in missing.json()["error"]["message"]
     assert right.status_code == 200 and health.status_code == 200
-    assert 'agentrt_controller_tenant_refusals_total{tenant="",status="401"} 4' in metrics
+    assert 'agentrt_controller_tenant_refusals_total{status="401",tenant=""} 4' in metrics
     assert 'agentrt_controller_tenant_calls_total{tenant="alice"} 1' in metrics
 
 
@@ -169,7 +169,7 @@ async def test_tenant_b_cannot_see_charge_end_or_tool_wait_tenant_as_program() -
     assert after["attained_service_s"] == attained and after["calls_finished"] == 1
     assert after["tool_waits"] == []
     assert mine.status_code == 200
-    assert 'agentrt_controller_tenant_refusals_total{tenant="bob",status="404"} 5' in metrics
+    assert 'agentrt_controller_tenant_refusals_total{status="404",tenant="bob"} 5' in metrics
     assert app.engine.dispatcher.table.programs_of("alice") == 1
 
 

@@ -125,7 +125,7 @@ async def test_in_flight_quota_rejects_with_retry_after_or_queues(tmp_path: Path
     assert refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "in_flight_quota"
     assert [answers[n].status_code for n in ("alice-1", "bob-1", "bob-2")] == [200, 200, 200]
-    assert 'agentrt_controller_tenant_refusals_total{tenant="alice",status="429"} 1' in metrics
+    assert 'agentrt_controller_tenant_refusals_total{status="429",tenant="alice"} 1' in metrics
 
 
 async def test_tokens_per_minute_and_program_quotas(tmp_path: Path) -> None:
@@ -157,7 +157,7 @@ async def test_tokens_per_minute_and_program_quotas(tmp_path: Path) -> None:
     assert [s.status_code for s in starts] == [200, 429]
     assert starts[1].json()["error"]["code"] == "programs_quota"
     assert "retry-after" in starts[1].headers
-    assert 'agentrt_controller_tenant_tokens_total{tenant="alice",kind="output"} 100' in metrics
+    assert 'agentrt_controller_tenant_tokens_total{kind="output",tenant="alice"} 100' in metrics
 
 
 async def test_program_wall_time_quota(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ from agentrt_controller.service.hardening import internal_error_response
 from agentrt_controller.service.incoming import Receive, Scope, Send
 from agentrt_controller.service.metrics import ServiceMetrics
 from agentrt_controller.service.passthrough import PASSTHROUGH_PATHS, PassthroughEndpoint
+from agentrt_controller.service.prometheus import CONTENT_TYPE
 from agentrt_controller.service.proxy import CompletionsEndpoint, send_error
 from agentrt_controller.service.tenants import ADMIN_STATE, TENANT_STATE, Unauthorized
 from agentrt_controller.service.tracing import CallTracing
@@ -207,9 +208,7 @@ class ControllerApp:
         )
 
     async def _metrics(self, request: Request) -> Response:
-        return Response(
-            self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
-        )
+        return Response(self.metrics.render(), headers={"content-type": CONTENT_TYPE})
 
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": self.engine.models()})

@@ -221,7 +221,7 @@ class ControllerEngine:
             raise
         if victim is not None:
             self.metrics.evictions.inc()
-            self._end_program(victim)
+            self._end_program(victim, evicted=True)
 
     @contextlib.contextmanager
     def deadline(self, call: Call) -> Iterator[None]:
@@ -431,8 +431,12 @@ class ControllerEngine:
             if self.retention is not None:
                 self.retention.on_program_end(key)
 
-    def _end_program(self, key: ProgramKey) -> None:
-        self.dispatcher.on_program_end(key, self.clock())
+    def _end_program(self, key: ProgramKey, *, evicted: bool = False) -> None:
+        now = self.clock()
+        entry = self.dispatcher.table.get(key)
+        if entry is not None and not evicted:
+            self.metrics.program_e2e.observe(max(0.0, now - entry.created_s))
+        self.dispatcher.on_program_end(key, now)
         if self.retention is not None:
             self.retention.on_program_end(key)
 

@@ -6,14 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from agentrt_controller.scheduling.dispatcher import Dispatcher
-from agentrt_controller.service.metrics import ServiceMetrics
+from agentrt_controller.service.metrics import BACKEND_STATES, ServiceMetrics
 from agentrt_controller.service.pool import BackendPool
 from agentrt_controller.service.retention import RetentionDriver
 
 __all__ = ["collect_metrics", "queues_snapshot"]
-
-#: ``agentrt_controller_backend_circuit_state`` values by backend status.
-_CIRCUIT_CODES = {"half_open": 1.0, "open": 2.0, "draining": 3.0}
 
 
 def queues_snapshot(
@@ -64,7 +61,11 @@ def collect_metrics(
     metrics.in_flight.replace({(b,): float(s.in_flight) for b, s in states.items()})
     metrics.backend_up.replace({(b,): float(s.healthy) for b, s in states.items()})
     metrics.backend_circuit.replace(
-        {(b,): _CIRCUIT_CODES.get(s.status(), 0.0) for b, s in states.items()}
+        {
+            (b, state): float(s.status() == state)
+            for b, s in states.items()
+            for state in BACKEND_STATES
+        }
     )
     metrics.backend_waiting.replace(
         {

@@ -1,16 +1,25 @@
-"""The controller's own Prometheus metrics (names in docs/controller.md)."""
+"""The controller's own Prometheus metrics (every name, type and label in docs/metrics.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
+from agentrt import __version__
 from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.prometheus import Registry
 
 __all__ = ["ServiceMetrics"]
 
 _WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+#: Call latencies (E2E, time to first token), seconds: vLLM's own range, milliseconds to minutes.
+_CALL_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+#: Whole programs, seconds: an agent program runs from seconds to an hour.
+_PROGRAM_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+#: The states a backend can be in (the ``state`` label of ``backend_state``): taking calls
+#: (``up``), its health probe failing (``down``), its circuit ``open`` or ``half_open``, or
+#: being removed (``draining``).
+BACKEND_STATES = ("up", "down", "half_open", "open", "draining")
 
 
 class ServiceMetrics:
@@ -19,6 +28,10 @@ class ServiceMetrics:
     def __init__(self) -> None:
         r = self.registry = Registry()
         p = "agentrt_controller_"
+        r.info(
+            "agentrt_build_info", "The running agentrt component and its version",
+            {"component": "controller", "version": __version__},
+        )  # fmt: skip
         self.requests = r.counter(
             p + "requests_total", "HTTP answers to OpenAI calls by endpoint and status",
             ("endpoint", "status"),
@@ -29,6 +42,22 @@ class ServiceMetrics:
         self.queue_wait = r.histogram(
             p + "queue_wait_seconds", "Time a call spent in the controller's queues (seconds)",
             _WAIT_BUCKETS,
+        )  # fmt: skip
+        self.call_e2e = r.histogram(
+            p + "call_e2e_seconds",
+            "Generation calls from arrival at the controller to the answer's last byte (seconds)",
+            _CALL_BUCKETS, ("endpoint",),
+        )  # fmt: skip
+        self.ttft = r.histogram(
+            p + "time_to_first_token_seconds",
+            "Streamed calls from arrival at the controller to their first token event (seconds)",
+            _CALL_BUCKETS, ("endpoint",),
+        )  # fmt: skip
+        self.program_e2e = r.histogram(
+            p + "program_e2e_seconds",
+            "Programs from their first call or start event to their end (seconds); evicted "
+            "programs are not counted",
+            _PROGRAM_BUCKETS,
         )  # fmt: skip
         self.service_charged = r.counter(
             p + "service_charged_seconds_total", "Service charged by the cost model (seconds)"
@@ -59,17 +88,19 @@ class ServiceMetrics:
         self.queue_length = r.gauge(
             p + "queue_length", "Calls queued in the controller by queue level", ("level",)
         )
-        self.promotions = r.gauge(
-            p + "promotions", "Anti-starvation promotions so far (from the scheduler)"
+        self.promotions = r.counter(
+            p + "promotions_total", "Anti-starvation promotions (from the scheduler)"
         )
+        self._promotions_seen = 0.0
         self.in_flight = r.gauge(
-            p + "in_flight", "Calls admitted to a backend and not finished", ("backend",)
+            p + "in_flight_calls", "Calls admitted to a backend and not finished", ("backend",)
         )
         self.backend_up = r.gauge(p + "backend_up", "1 when the backend is healthy", ("backend",))
         self.backend_circuit = r.gauge(
-            p + "backend_circuit_state",
-            "Circuit breaker: 0 closed, 1 half-open, 2 open, 3 draining",
-            ("backend",),
+            p + "backend_state",
+            "1 for the backend's current state (up, down, half_open, open, draining), 0 for the "
+            "others",
+            ("backend", "state"),
         )
         self.backend_failures = r.counter(
             p + "backend_failures_total",
@@ -80,7 +111,7 @@ class ServiceMetrics:
             p + "backend_num_requests_waiting", "Scraped vllm:num_requests_waiting",
             ("backend",),
         )  # fmt: skip
-        self.programs = r.gauge(p + "programs", "Live programs in the process table")
+        self.programs = r.gauge(p + "live_programs", "Live programs in the process table")
         # Per tenant (label ``tenant``; ``""`` for a request whose key matched no tenant).
         self.tenant_calls = r.counter(
             p + "tenant_calls_total", "Generation calls accepted, by tenant", ("tenant",)
@@ -101,7 +132,7 @@ class ServiceMetrics:
             ("tenant", "status"),
         )
         self.tenant_programs = r.gauge(
-            p + "tenant_programs", "Live programs in the process table by tenant", ("tenant",)
+            p + "tenant_live_programs", "Live programs in the process table by tenant", ("tenant",)
         )
         self.evictions = r.counter(
             p + "program_evictions_total", "Idle programs evicted because the table was full"
@@ -123,8 +154,9 @@ class ServiceMetrics:
             lengths[(str(queue.get("level", 0)),)] = float(length)
         self.queue_length.replace(lengths)
         promotions = snapshot.get("promotions")
-        if isinstance(promotions, int | float):
-            self.promotions.set(float(promotions))
+        if isinstance(promotions, int | float) and promotions > self._promotions_seen:
+            self.promotions.inc(float(promotions) - self._promotions_seen)
+            self._promotions_seen = float(promotions)
 
     def render(self) -> str:
         return self.registry.render()

@@ -1,176 +1,133 @@
-"""A minimal Prometheus registry for the controller's own ``/metrics`` (text format 0.0.4).
+"""The controller's own ``/metrics`` registry, on ``prometheus_client`` (docs/metrics.md).
 
-Counters, gauges and histograms with fixed label names; no global registry: the service owns
-one :class:`Registry`. Gauges that mirror live state are filled by a collect callback at
-scrape time instead of being updated on every call.
+One :class:`Registry` per service, never the library's global ``REGISTRY`` (STYLE rule 3). It is
+a :class:`prometheus_client.CollectorRegistry`, so ``generate_latest(registry)`` and
+``registry.collect()`` work on it like on any other (the OTLP bridge reads it that way). Gauges
+that mirror live state are filled by :meth:`Registry.on_collect` callbacks, run right before
+every collection instead of being updated on every call.
+
+The wrappers keep the call sites short (``counter.inc(1.0, backend)``: label values by position,
+in the order the metric declared its label names) and give tests :meth:`Counter.value`.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+import prometheus_client
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import CollectorRegistry
 
 from agentrt.errors import ConfigError
 
-__all__ = ["Counter", "Gauge", "Histogram", "Registry"]
+__all__ = ["CONTENT_TYPE", "Counter", "Gauge", "Histogram", "Registry"]
 
-_M = TypeVar("_M", bound="_Metric")
+#: The text exposition format's content type (0.0.4), as Prometheus scrapes it.
+CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
 
 LabelValues = tuple[str, ...]
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+def _sample_value(metric: prometheus_client.metrics.MetricWrapperBase, suffix: str,
+                  labels: LabelValues, names: Sequence[str]) -> float:  # fmt: skip
+    wanted = dict(zip(names, labels, strict=True))
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name.endswith(suffix) and sample.labels == wanted:
+                return float(sample.value)
+    return 0.0
 
 
-def _labels(names: Sequence[str], values: LabelValues, extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
+class Counter:
+    """A monotonically increasing total (its name ends ``_total``)."""
 
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == int(value) and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value)
-
-
-class _Metric:
-    kind = ""
-
-    def __init__(self, name: str, help_text: str, labels: Sequence[str] = ()) -> None:
-        self.name = name
-        self.help_text = help_text
+    def __init__(self, registry: CollectorRegistry, name: str, help_text: str,
+                 labels: Sequence[str]) -> None:  # fmt: skip
+        if not name.endswith("_total"):
+            raise ConfigError(f"counter {name} must end in _total")
         self.label_names = tuple(labels)
-
-    def header(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help_text}", f"# TYPE {self.name} {self.kind}"]
-
-    def render(self) -> list[str]:
-        raise NotImplementedError
-
-
-class Counter(_Metric):
-    """A monotonically increasing total."""
-
-    kind = "counter"
-
-    def __init__(self, name: str, help_text: str, labels: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labels)
-        self._values: dict[LabelValues, float] = {}
+        self._metric = prometheus_client.Counter(
+            name, help_text, self.label_names, registry=registry
+        )
 
     def inc(self, amount: float = 1.0, *labels: str) -> None:
-        self._values[labels] = self._values.get(labels, 0.0) + amount
+        (self._metric.labels(*labels) if labels else self._metric).inc(amount)
 
     def value(self, *labels: str) -> float:
-        return self._values.get(labels, 0.0)
-
-    def render(self) -> list[str]:
-        lines = self.header()
-        for values, total in sorted(self._values.items()):
-            lines.append(f"{self.name}{_labels(self.label_names, values)} {_number(total)}")
-        return lines
+        return _sample_value(self._metric, "_total", labels, self.label_names)
 
 
-class Gauge(_Metric):
+class Gauge:
     """A value that goes up and down; :meth:`replace` swaps all series at once."""
 
-    kind = "gauge"
-
-    def __init__(self, name: str, help_text: str, labels: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labels)
-        self._values: dict[LabelValues, float] = {}
+    def __init__(self, registry: CollectorRegistry, name: str, help_text: str,
+                 labels: Sequence[str]) -> None:  # fmt: skip
+        self.label_names = tuple(labels)
+        self._metric = prometheus_client.Gauge(name, help_text, self.label_names, registry=registry)
 
     def set(self, value: float, *labels: str) -> None:
-        self._values[labels] = value
+        (self._metric.labels(*labels) if labels else self._metric).set(value)
 
     def replace(self, values: dict[LabelValues, float]) -> None:
-        self._values = dict(values)
+        self._metric.clear()
+        for labels, value in values.items():
+            self.set(value, *labels)
 
     def value(self, *labels: str) -> float:
-        return self._values.get(labels, 0.0)
-
-    def render(self) -> list[str]:
-        lines = self.header()
-        for values, value in sorted(self._values.items()):
-            lines.append(f"{self.name}{_labels(self.label_names, values)} {_number(value)}")
-        return lines
+        return _sample_value(self._metric, "", labels, self.label_names)
 
 
-class Histogram(_Metric):
+class Histogram:
     """Cumulative buckets (upper bounds in the metric's unit), sum and count."""
 
-    kind = "histogram"
-
-    def __init__(
-        self, name: str, help_text: str, buckets: Sequence[float], labels: Sequence[str] = ()
-    ) -> None:
-        super().__init__(name, help_text, labels)
-        self.bounds = tuple(sorted(buckets))
-        self._series: dict[LabelValues, tuple[list[int], list[float]]] = {}
+    def __init__(self, registry: CollectorRegistry, name: str, help_text: str,
+                 buckets: Sequence[float], labels: Sequence[str]) -> None:  # fmt: skip
+        self.label_names = tuple(labels)
+        self._metric = prometheus_client.Histogram(
+            name, help_text, self.label_names, registry=registry, buckets=tuple(buckets)
+        )
 
     def observe(self, value: float, *labels: str) -> None:
-        series = self._series.get(labels)
-        if series is None:
-            series = ([0] * (len(self.bounds) + 1), [0.0])
-            self._series[labels] = series
-        series[0][bisect.bisect_left(self.bounds, value)] += 1
-        series[1][0] += value
+        (self._metric.labels(*labels) if labels else self._metric).observe(value)
 
     def count(self, *labels: str) -> int:
-        series = self._series.get(labels)
-        return sum(series[0]) if series else 0
-
-    def render(self) -> list[str]:
-        lines = self.header()
-        for values, (counts, total) in sorted(self._series.items()):
-            cumulative = 0
-            for bound, count in zip((*self.bounds, math.inf), counts, strict=True):
-                cumulative += count
-                le = _labels(self.label_names, values, f'le="{_number(bound)}"')
-                lines.append(f"{self.name}_bucket{le} {cumulative}")
-            plain = _labels(self.label_names, values)
-            lines.append(f"{self.name}_sum{plain} {_number(total[0])}")
-            lines.append(f"{self.name}_count{plain} {cumulative}")
-        return lines
+        return int(_sample_value(self._metric, "_count", labels, self.label_names))
 
 
-class Registry:
-    """The metrics of one service; ``collectors`` refresh gauges right before rendering."""
+class Registry(CollectorRegistry):
+    """The metrics of one service; ``on_collect`` callbacks refresh gauges before each
+    collection (a scrape, or the OTLP bridge's read)."""
 
     def __init__(self) -> None:
-        self._metrics: list[_Metric] = []
-        self._collectors: list[Callable[[], None]] = []
+        super().__init__(auto_describe=True)
+        self._refreshers: list[Callable[[], None]] = []
+        self._refresh_lock = threading.Lock()
 
     def counter(self, name: str, help_text: str, labels: Sequence[str] = ()) -> Counter:
-        return self._add(Counter(name, help_text, labels))
+        return Counter(self, name, help_text, labels)
 
     def gauge(self, name: str, help_text: str, labels: Sequence[str] = ()) -> Gauge:
-        return self._add(Gauge(name, help_text, labels))
+        return Gauge(self, name, help_text, labels)
 
     def histogram(
         self, name: str, help_text: str, buckets: Sequence[float], labels: Sequence[str] = ()
     ) -> Histogram:
-        return self._add(Histogram(name, help_text, buckets, labels))
+        return Histogram(self, name, help_text, buckets, labels)
 
-    def on_collect(self, collector: Callable[[], None]) -> None:
-        self._collectors.append(collector)
+    def info(self, name: str, help_text: str, labels: dict[str, str]) -> None:
+        """A constant ``1`` with identifying labels (``agentrt_build_info``)."""
+        gauge = prometheus_client.Gauge(name, help_text, tuple(labels), registry=self)
+        gauge.labels(**labels).set(1)
 
-    def _add(self, metric: _M) -> _M:
-        if any(m.name == metric.name for m in self._metrics):
-            raise ConfigError(f"metric {metric.name} registered twice")
-        self._metrics.append(metric)
-        return metric
+    def on_collect(self, refresher: Callable[[], None]) -> None:
+        self._refreshers.append(refresher)
+
+    def collect(self) -> Iterable[Metric]:
+        with self._refresh_lock:
+            for refresh in self._refreshers:
+                refresh()
+        yield from super().collect()
 
     def render(self) -> str:
-        for collect in self._collectors:
-            collect()
-        lines: list[str] = []
-        for metric in self._metrics:
-            lines.extend(metric.render())
-        return "\n".join(lines) + "\n"
+        return prometheus_client.generate_latest(self).decode()

@@ -190,6 +190,8 @@ class CompletionsEndpoint:
         finally:
             span.end()
             self.engine.call_ended(pending)
+            elapsed_s = self.engine.clock() - parsed.call.arrival_s
+            self.engine.metrics.call_e2e.observe(max(0.0, elapsed_s), self.operation)
 
     async def _admit_and_forward(
         self,
@@ -321,9 +323,14 @@ class CompletionsEndpoint:
         exchange.started = True
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         try:
+            first_token = True
             async for data in answer.chunks():
                 out, new_chunks = scanner.feed(data)
                 self.engine.tokens(parsed.call, new_chunks)
+                if first_token and new_chunks:
+                    first_token = False
+                    ttft_s = self.engine.clock() - parsed.call.arrival_s
+                    self.engine.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
                 usage.streamed_chunks = scanner.chunks
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
