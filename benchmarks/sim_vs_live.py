@@ -309,11 +309,11 @@ def engine_health(metrics: Mapping[str, float]) -> dict[str, float | None]:
 
     return {
         "lag_mean_s": ratio(
-            "agentrt:engine_delivery_lag_seconds_sum", "agentrt:engine_delivery_lag_seconds_count"
+            "agentrt_engine_delivery_lag_seconds_sum", "agentrt_engine_delivery_lag_seconds_count"
         ),
-        "schedule_resets": metrics.get("agentrt:engine_schedule_resets_total"),
-        "dropped_model_s": metrics.get("agentrt:engine_dropped_model_seconds_total"),
-        "busy_model_s": metrics.get("agentrt:engine_busy_model_seconds_total"),
+        "schedule_resets": metrics.get("agentrt_engine_schedule_resets_total"),
+        "dropped_model_s": metrics.get("agentrt_engine_dropped_model_seconds_total"),
+        "busy_model_s": metrics.get("agentrt_engine_busy_model_seconds_total"),
         "engine_ttft_mean_s": ratio(
             "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
         ),

@@ -129,9 +129,9 @@ def test_both_sides_get_the_same_engine_and_explicit_controller_flags() -> None:
 def test_metrics_parser_reads_the_emulators_health() -> None:
     text = (
         "# HELP x\n"
-        'agentrt:engine_delivery_lag_seconds_sum{model_name="m"} 0.5\n'
-        'agentrt:engine_delivery_lag_seconds_count{model_name="m"} 1000\n'
-        'agentrt:engine_schedule_resets_total{model_name="m"} 0.0\n'
+        'agentrt_engine_delivery_lag_seconds_sum{model_name="m"} 0.5\n'
+        'agentrt_engine_delivery_lag_seconds_count{model_name="m"} 1000\n'
+        'agentrt_engine_schedule_resets_total{model_name="m"} 0.0\n'
     )
     health = svl.engine_health(svl.parse_metrics(text))
     assert health["lag_mean_s"] == pytest.approx(0.0005)

@@ -133,7 +133,7 @@ def test_the_emulator_reports_its_batch_size_and_vllm_does_not() -> None:
     assert vllm.load_from_metrics(text).max_num_seqs == 2  # the emulator as kind=vllm
     real_vllm = "vllm:num_requests_running 3\nvllm:num_requests_waiting 0\n"
     assert vllm.load_from_metrics(real_vllm).max_num_seqs is None  # vLLM publishes none
-    assert "agentrt:engine_max_num_seqs" not in ServerMetrics("m").render(core.stats())
+    assert "agentrt_engine_max_num_seqs" not in ServerMetrics("m").render(core.stats())
 
 
 @pytest.mark.anyio

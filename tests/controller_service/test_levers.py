@@ -61,7 +61,7 @@ async def test_default_window_holds_calls_beyond_a_reported_batch_of_two() -> No
     target_waiting (2), keeps the 6 further calls in the controller's queues."""
     state = FakeState(
         gate=anyio.Event(),
-        metrics_text="vllm:num_requests_waiting 0\nagentrt:engine_max_num_seqs 2\n",
+        metrics_text="vllm:num_requests_waiting 0\nagentrt_engine_max_num_seqs 2\n",
     )
     async with running(state, scrape_interval_s=0.05) as svc, anyio.create_task_group() as group:
         admission = svc.app.engine.dispatcher.admission

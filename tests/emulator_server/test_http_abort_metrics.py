@@ -69,7 +69,7 @@ async def test_stream_disconnect_aborts_the_request() -> None:
         await stream.close()
         await wait_metric(engine, "vllm:num_requests_running", 0)
         text = await scrape(engine)
-        assert metric(text, "agentrt:engine_aborted_requests_total") == 1
+        assert metric(text, "agentrt_engine_aborted_requests_total") == 1
         assert metric(text, "vllm:kv_cache_usage_perc") == 0
         assert engine.state.core.has_unfinished() is False
 
@@ -83,7 +83,7 @@ async def test_non_streaming_disconnect_aborts_the_request() -> None:
             await wait_metric(engine, "vllm:num_requests_running", 1)
             tg.cancel_scope.cancel()  # the client gives up: its connection closes
         await wait_metric(engine, "vllm:num_requests_running", 0)
-        assert metric(await scrape(engine), "agentrt:engine_aborted_requests_total") == 1
+        assert metric(await scrape(engine), "agentrt_engine_aborted_requests_total") == 1
 
 
 async def test_waiting_request_disconnect_leaves_the_queue() -> None:

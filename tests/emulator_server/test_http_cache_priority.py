@@ -96,7 +96,7 @@ async def test_pin_round_trip_and_expiry() -> None:
             listed = (await http.get("/agentrt/engine/v1/pins")).json()
             assert [p["pin_id"] for p in listed["pins"]] == ["prog-1"]
             assert listed["pinned_blocks"] == body["blocks"]
-            assert metric(await scrape(engine), "agentrt:engine_pinned_blocks") == body["blocks"]
+            assert metric(await scrape(engine), "agentrt_engine_pinned_blocks") == body["blocks"]
             assert (await http.delete("/agentrt/engine/v1/pins/prog-1")).status_code == 200
             assert (await http.delete("/agentrt/engine/v1/pins/prog-1")).status_code == 404
             short = await http.post(
@@ -213,4 +213,4 @@ async def test_memory_pressure_preempts_and_every_request_still_finishes() -> No
         assert usages == [300] * 4
         text = await scrape(engine)
         assert metric(text, "vllm:num_preemptions_total") > 0
-        assert metric(text, "agentrt:engine_recomputed_prompt_tokens_total") > 0
+        assert metric(text, "agentrt_engine_recomputed_prompt_tokens_total") > 0

@@ -144,5 +144,5 @@ def test_no_internal_errors_were_counted(stack: Stack) -> None:
         engine = http.get(stack.engine_url + "/metrics").text
     assert "# TYPE agentrt_controller_http_internal_errors_total counter" in controller
     assert "agentrt_controller_http_internal_errors_total{" not in controller
-    assert "# TYPE agentrt:engine_internal_errors_total counter" in engine
-    assert "agentrt:engine_internal_errors_total{" not in engine
+    assert "# TYPE agentrt_engine_internal_errors_total counter" in engine
+    assert "agentrt_engine_internal_errors_total{" not in engine

@@ -226,5 +226,5 @@ def test_an_emulator_crash_is_a_500_logged_once_and_counted(
         stack,
         stack.engine_url,
         lambda http: http.post(stack.engine_url + "/tokenize", json={"prompt": "hello-body"}),
-        f'agentrt:engine_internal_errors_total{{model_name="{MODEL}",route="/tokenize"}} 1',
+        f'agentrt_engine_internal_errors_total{{model_name="{MODEL}",route="/tokenize"}} 1',
     )

@@ -171,9 +171,9 @@ class BackendLoad:
     #: Recent prefix-cache hit rate in [0, 1] as the server reports it (SGLang's
     #: ``sglang:cache_hit_rate``); vLLM gives the counters above instead.
     prefix_cache_hit_rate: float | None = None
-    #: KV blocks held by retention pins (the emulator's ``agentrt:engine_pinned_blocks``).
+    #: KV blocks held by retention pins (the emulator's ``agentrt_engine_pinned_blocks``).
     pinned_blocks: int | None = None
-    #: The engine's batch size (the emulator's ``agentrt:engine_max_num_seqs``; vLLM publishes
+    #: The engine's batch size (the emulator's ``agentrt_engine_max_num_seqs``; vLLM publishes
     #: none), which bounds the adaptive admission window.
     max_num_seqs: int | None = None
 

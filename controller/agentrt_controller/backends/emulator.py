@@ -11,8 +11,8 @@ Everything of the ``vllm`` kind — the emulator speaks vLLM's API, metric names
 * ``unpin`` → ``DELETE /agentrt/engine/v1/pins/{pin_id}`` (404 = already gone → ``False``).
 
 TTLs are in the emulator's *model* seconds (equal to wall seconds at ``--time-scale 1``).
-The scrape adds ``agentrt:engine_pinned_blocks`` to the load (the batch size
-``agentrt:engine_max_num_seqs``, which bounds the adaptive admission window, is read by the
+The scrape adds ``agentrt_engine_pinned_blocks`` to the load (the batch size
+``agentrt_engine_max_num_seqs``, which bounds the adaptive admission window, is read by the
 ``vllm`` kind already).
 
 :class:`DetectedBackend` is what a backend configured **without a kind** becomes
@@ -67,14 +67,14 @@ class EmulatorBackend(VllmBackend):
 
     def load_from_metrics(self, text: str) -> BackendLoad:
         load = super().load_from_metrics(text)
-        pinned = sum_samples(text, ("agentrt:engine_pinned_blocks",))
+        pinned = sum_samples(text, ("agentrt_engine_pinned_blocks",))
         return BackendLoad(
             num_running=load.num_running,
             num_waiting=load.num_waiting,
             kv_cache_usage=load.kv_cache_usage,
             prefix_cache_queries=load.prefix_cache_queries,
             prefix_cache_hits=load.prefix_cache_hits,
-            pinned_blocks=count_or_none(pinned.get("agentrt:engine_pinned_blocks")),
+            pinned_blocks=count_or_none(pinned.get("agentrt_engine_pinned_blocks")),
             max_num_seqs=load.max_num_seqs,
         )
 

@@ -243,7 +243,7 @@ _VLLM_COUNTS = (
     "vllm:prefix_cache_hits_total",
     # Our emulator's batch size (no vLLM metric says it): bounds the adaptive window, also
     # when the emulator is configured as kind=vllm.
-    "agentrt:engine_max_num_seqs",
+    "agentrt_engine_max_num_seqs",
 )
 _VLLM_FRACTIONS = (
     "vllm:kv_cache_usage_perc",
@@ -308,7 +308,7 @@ class VllmBackend(HttpBackend):
             kv_cache_usage=fraction_or_none(usage),
             prefix_cache_queries=counter_or_none(counts.get("vllm:prefix_cache_queries_total")),
             prefix_cache_hits=counter_or_none(counts.get("vllm:prefix_cache_hits_total")),
-            max_num_seqs=count_or_none(counts.get("agentrt:engine_max_num_seqs")),
+            max_num_seqs=count_or_none(counts.get("agentrt_engine_max_num_seqs")),
         )
 
     async def _model_id(self) -> str | None:

@@ -130,7 +130,7 @@ class BackendView:
     #: driver's clock); ``None`` = unknown. Adaptive admission reacts once per new scrape.
     metrics_at_s: float | None = None
     #: The backend's batch size (most requests it runs at once: vLLM's ``--max-num-seqs``)
-    #: when it reports one (our emulator's ``agentrt:engine_max_num_seqs``, the simulator's
+    #: when it reports one (our emulator's ``agentrt_engine_max_num_seqs``, the simulator's
     #: engines); ``None`` = unknown (vLLM exposes no such metric). Bounds the adaptive window.
     max_num_seqs: int | None = None
 

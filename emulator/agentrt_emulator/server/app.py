@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
+import prometheus_client
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentrt import __version__
@@ -271,7 +272,7 @@ class _Endpoints:
 
     async def metrics(self, request: Request) -> Response:
         text = self.state.driver.metrics.render(self.state.core.stats())
-        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(text, headers={"content-type": prometheus_client.CONTENT_TYPE_LATEST})
 
     async def engine_state(self, request: Request) -> Response:
         stats = self.state.core.stats()
@@ -387,7 +388,7 @@ def http_limits(config: EmulatorConfig) -> HttpLimits:
 def build_app(state: EmulatorState) -> HardenedApp:
     """The ASGI app behind the hardening middleware (docs/security.md); its lifespan runs the
     engine loop in a task group. Unhandled errors are answered 500, logged once and counted
-    in ``agentrt:engine_internal_errors_total{route}``."""
+    in ``agentrt_engine_internal_errors_total{route}``."""
     endpoints = _Endpoints(state)
     extras = ExtraEndpoints(state)
 

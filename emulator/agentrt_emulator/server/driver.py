@@ -17,10 +17,10 @@ millisecond of overhead per step would cost 10 ms of model time per step at ``--
 10`` — on decode steps of ~10 ms, latencies doubled. A step only starts at "now" after the
 engine was idle (no work, or blocked by pins), or when the loop has fallen more than
 ``max_lag_wall_s`` behind its schedule (CPU starvation): it then gives up the missed time
-(counted in ``agentrt:engine_schedule_resets_total`` and
-``agentrt:engine_dropped_model_seconds_total``) rather than replaying it in a burst. The lag
+(counted in ``agentrt_engine_schedule_resets_total`` and
+``agentrt_engine_dropped_model_seconds_total``) rather than replaying it in a burst. The lag
 with which each step's tokens are delivered (wall time past the step's modelled end, in model
-seconds) is observed in ``agentrt:engine_delivery_lag_seconds``: near zero means the emulator
+seconds) is observed in ``agentrt_engine_delivery_lag_seconds``: near zero means the emulator
 kept up and its latencies are the model's.
 """
 
@@ -77,6 +77,8 @@ class _Tracked:
     num_tokens: int = 0
     scheduled: bool = False
     finished: bool = False
+    #: Model time its first output token was delivered (``None`` before).
+    first_token_s: float | None = None
 
 
 class RequestGroup:
@@ -233,6 +235,9 @@ class EngineDriver:
         # the loop lags (a request that arrived during the lag joined a step whose modelled
         # start is before its arrival; counting from the step's end would hide the lag).
         delivered_s = max(end_s, self.now_s())
+        if result.num_steps:
+            computed = sum(p.num_computed_tokens for p in result.progress)
+            self.metrics.iteration_tokens.observe(computed / result.num_steps)
         for progress in result.progress:
             tracked = self._tracked.get(progress.request_id)
             if tracked is None:
@@ -241,11 +246,15 @@ class EngineDriver:
                 tracked.scheduled = True
                 self.metrics.queue_time.observe(max(0.0, start_s - tracked.arrival_s))
             if progress.first_token:
+                tracked.first_token_s = delivered_s
                 self.metrics.ttft.observe(delivered_s - tracked.arrival_s)
             tracked.num_tokens += progress.new_tokens
             if progress.finished:
                 tracked.finished = True
                 self.metrics.e2e.observe(delivered_s - tracked.arrival_s)
+                if tracked.first_token_s is not None and tracked.num_tokens > 1:
+                    decode_s = delivered_s - tracked.first_token_s
+                    self.metrics.tpot.observe(decode_s / (tracked.num_tokens - 1))
                 reason = tracked.finish_reason
                 self.metrics.success[reason] = self.metrics.success.get(reason, 0) + 1
             if progress.new_tokens or progress.finished:

@@ -1,17 +1,31 @@
-"""Prometheus text exposition (format 0.0.4) with vLLM's metric names.
+"""The emulator's ``/metrics``: vLLM's metric set under vLLM's names, and our own.
 
-Gauges and token counters come from :meth:`EngineCore.stats` at scrape time; the latency
-histograms are observed by the engine loop. **All latencies are in model seconds** (equal to
-wall seconds at ``--time-scale 1``), so metrics describe the modelled GPU, not the speed-up.
+vLLM's metrics keep vLLM's ``vllm:`` names, types and ``model_name`` label, so dashboards and
+the controller's scraper read the emulator exactly like a vLLM server; the emulator's own
+metrics are ``agentrt_engine_*`` (docs/metrics.md). Exposition goes through
+``prometheus_client`` with one registry per server (:meth:`ServerMetrics.registry`), whose
+collector reads :meth:`EngineCore.stats` at scrape time; the latency histograms are observed
+by the engine loop. **All latencies are in model seconds** (equal to wall seconds at
+``--time-scale 1``), so metrics describe the modelled GPU, not the speed-up.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import prometheus_client
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from agentrt import __version__
 from agentrt_emulator.core.types import EngineStats
 
 __all__ = ["Histogram", "ServerMetrics"]
@@ -20,6 +34,11 @@ __all__ = ["Histogram", "ServerMetrics"]
 _TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5,
                  5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
 _LAG_BUCKETS = (0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+#: vLLM's time-per-output-token buckets (seconds).
+_TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+                 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
+#: Tokens per engine iteration (vLLM's ``vllm:iteration_tokens_total`` buckets).
+_ITERATION_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 _LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 
@@ -42,12 +61,6 @@ class Histogram:
         self.count += 1
 
 
-def _fmt(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf"
-    return repr(float(value))
-
-
 @dataclass(slots=True)
 class ServerMetrics:
     """Server-side observations; rendered together with the engine's stats."""
@@ -56,12 +69,16 @@ class ServerMetrics:
     e2e: Histogram = field(default_factory=lambda: Histogram(_LATENCY_BUCKETS))
     queue_time: Histogram = field(default_factory=lambda: Histogram(_LATENCY_BUCKETS))
     ttft: Histogram = field(default_factory=lambda: Histogram(_TTFT_BUCKETS))
+    #: Per finished request with more than one output token: (E2E − TTFT) / (tokens − 1).
+    tpot: Histogram = field(default_factory=lambda: Histogram(_TPOT_BUCKETS))
+    #: Tokens computed per engine iteration (prefill chunks and decode tokens of the batch).
+    iteration_tokens: Histogram = field(default_factory=lambda: Histogram(_ITERATION_BUCKETS))
     #: Finished requests by finish reason (``vllm:request_success_total``).
     success: dict[str, int] = field(default_factory=dict)
     #: Requests aborted (client gone) before they finished.
     aborted: int = 0
     #: The engine's batch size (``--max-num-seqs``), published as
-    #: ``agentrt:engine_max_num_seqs`` so a controller can bound its admission window by it
+    #: ``agentrt_engine_max_num_seqs`` so a controller can bound its admission window by it
     #: (vLLM has no such metric); ``None`` = not published.
     max_num_seqs: int | None = None
     #: Per engine step, how late its tokens were delivered: wall time past the step's
@@ -80,149 +97,113 @@ class ServerMetrics:
         """Count one request that failed with an unhandled error on ``route``."""
         self.internal_errors[route] = self.internal_errors.get(route, 0) + 1
 
+    def registry(self, stats: Callable[[], EngineStats]) -> CollectorRegistry:
+        """A registry whose collector renders these metrics with the engine's ``stats()``."""
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_EngineCollector(self, stats))
+        return registry
+
     def render(self, stats: EngineStats) -> str:
-        """The ``/metrics`` body."""
-        label = 'model_name="' + _escape(self.model_name) + '"'
-        lines: list[str] = []
+        """The ``/metrics`` body for one ``stats`` reading."""
+        return prometheus_client.generate_latest(self.registry(lambda: stats)).decode()
 
-        def sample(name: str, kind: str, help_text: str, value: float) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-            lines.append(f"{name}{{{label}}} {_fmt(value)}")
 
-        sample(
-            "vllm:num_requests_running",
-            "gauge",
-            "Number of requests in model execution batches.",
-            stats.num_running,
-        )
-        sample(
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Number of requests waiting to be processed.",
-            stats.num_waiting,
-        )
-        sample(
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "KV-cache usage. 1 means 100 percent usage.",
-            stats.kv_cache_usage,
-        )
-        sample(
-            "vllm:prefix_cache_queries_total",
-            "counter",
-            "Prefix cache queries, in terms of number of queried tokens.",
-            stats.prefix_cache_queries,
-        )
-        sample(
-            "vllm:prefix_cache_hits_total",
-            "counter",
-            "Prefix cache hits, in terms of number of cached tokens.",
-            stats.prefix_cache_hits,
-        )
-        sample(
-            "vllm:num_preemptions_total",
-            "counter",
-            "Cumulative number of preemptions from the engine.",
-            stats.num_preemptions,
-        )
-        sample(
-            "vllm:prompt_tokens_total",
-            "counter",
-            "Number of prefill tokens processed.",
-            stats.prompt_tokens,
-        )
-        sample(
-            "vllm:generation_tokens_total",
-            "counter",
-            "Number of generation tokens processed.",
-            stats.generation_tokens,
-        )
-        sample(
-            "agentrt:engine_pinned_blocks",
-            "gauge",
-            "KV blocks held by retention pins.",
-            stats.pinned_blocks,
-        )
-        sample(
-            "agentrt:engine_recomputed_prompt_tokens_total",
-            "counter",
-            "Prompt tokens computed again after preemption or eviction.",
-            stats.recomputed_prompt_tokens,
-        )
-        if self.max_num_seqs is not None:
-            sample(
-                "agentrt:engine_max_num_seqs",
-                "gauge",
-                "Most requests the engine runs at once (--max-num-seqs).",
-                self.max_num_seqs,
-            )
-        sample(
-            "agentrt:engine_aborted_requests_total",
-            "counter",
-            "Requests aborted before they finished.",
-            self.aborted,
-        )
-        sample(
-            "agentrt:engine_busy_model_seconds_total",
-            "counter",
-            "Model seconds of engine steps run.",
-            self.busy_model_s,
-        )
-        sample(
-            "agentrt:engine_schedule_resets_total",
-            "counter",
-            "Times the engine loop fell too far behind its model-time schedule and restarted it.",
-            self.schedule_resets,
-        )
-        sample(
-            "agentrt:engine_dropped_model_seconds_total",
-            "counter",
-            "Model seconds of schedule given up by those restarts.",
-            self.dropped_model_s,
-        )
-        lines.append(
-            "# HELP agentrt:engine_internal_errors_total Requests answered 500 because of an "
-            "unhandled error, by route (see the log)."
-        )
-        lines.append("# TYPE agentrt:engine_internal_errors_total counter")
-        for route in sorted(self.internal_errors):
-            lines.append(
-                f'agentrt:engine_internal_errors_total{{{label},route="{_escape(route)}"}} '
-                f"{_fmt(self.internal_errors[route])}"
-            )
-        lines.append("# HELP vllm:request_success_total Count of successfully processed requests.")
-        lines.append("# TYPE vllm:request_success_total counter")
-        for reason in sorted(self.success):
-            lines.append(
-                f'vllm:request_success_total{{{label},finished_reason="{reason}"}} '
-                f"{_fmt(self.success[reason])}"
-            )
+class _EngineCollector(Collector):
+    """The metric families of one emulated engine, read at collection time."""
+
+    def __init__(self, metrics: ServerMetrics, stats: Callable[[], EngineStats]) -> None:
+        self._metrics = metrics
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        m, stats = self._metrics, self._stats()
+        model = ["model_name"]
+        key = [m.model_name]
+
+        def gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, help_text, labels=model)
+            family.add_metric(key, float(value))
+            return family
+
+        def counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, help_text, labels=model)
+            family.add_metric(key, float(value))
+            return family
+
+        yield gauge("vllm:num_requests_running", "Number of requests in model execution "
+                    "batches.", stats.num_running)  # fmt: skip
+        yield gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                    stats.num_waiting)  # fmt: skip
+        yield gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                    stats.kv_cache_usage)  # fmt: skip
+        yield counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number "
+                      "of queried tokens.", stats.prefix_cache_queries)  # fmt: skip
+        yield counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of "
+                      "cached tokens.", stats.prefix_cache_hits)  # fmt: skip
+        yield counter("vllm:num_preemptions", "Cumulative number of preemptions from the "
+                      "engine.", stats.num_preemptions)  # fmt: skip
+        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
+                      stats.prompt_tokens)  # fmt: skip
+        yield counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                      stats.generation_tokens)  # fmt: skip
+        success = CounterMetricFamily("vllm:request_success", "Count of successfully "
+                                      "processed requests.",
+                                      labels=["model_name", "finished_reason"])  # fmt: skip
+        for reason in sorted(m.success):
+            success.add_metric([m.model_name, reason], float(m.success[reason]))
+        yield success
         for name, help_text, hist in (
             ("vllm:e2e_request_latency_seconds",
-             "Histogram of e2e request latency in seconds.", self.e2e),
+             "Histogram of e2e request latency in seconds.", m.e2e),
             ("vllm:request_queue_time_seconds",
-             "Histogram of time spent in WAITING phase for request.", self.queue_time),
+             "Histogram of time spent in WAITING phase for request.", m.queue_time),
             ("vllm:time_to_first_token_seconds",
-             "Histogram of time to first token in seconds.", self.ttft),
-            ("agentrt:engine_delivery_lag_seconds",
+             "Histogram of time to first token in seconds.", m.ttft),
+            ("vllm:time_per_output_token_seconds",
+             "Histogram of time per output token in seconds.", m.tpot),
+            ("vllm:iteration_tokens_total",
+             "Histogram of number of tokens per engine_step.", m.iteration_tokens),
+            ("agentrt_engine_delivery_lag_seconds",
              "Per engine step, model seconds its tokens were delivered after its modelled end.",
-             self.delivery_lag),
+             m.delivery_lag),
         ):  # fmt: skip
-            lines.extend(_histogram_lines(name, help_text, hist, label))
-        return "\n".join(lines) + "\n"
+            yield _histogram(name, help_text, hist, model, key)
+        yield gauge("agentrt_engine_pinned_blocks", "KV blocks held by retention pins.",
+                    stats.pinned_blocks)  # fmt: skip
+        yield counter("agentrt_engine_recomputed_prompt_tokens", "Prompt tokens computed "
+                      "again after preemption or eviction.",
+                      stats.recomputed_prompt_tokens)  # fmt: skip
+        if m.max_num_seqs is not None:
+            yield gauge("agentrt_engine_max_num_seqs", "Most requests the engine runs at once "
+                        "(--max-num-seqs).", m.max_num_seqs)  # fmt: skip
+        yield counter("agentrt_engine_aborted_requests", "Requests aborted before they "
+                      "finished.", m.aborted)  # fmt: skip
+        yield counter("agentrt_engine_busy_model_seconds", "Model seconds of engine steps run.",
+                      m.busy_model_s)  # fmt: skip
+        yield counter("agentrt_engine_schedule_resets", "Times the engine loop fell too far "
+                      "behind its model-time schedule and restarted it.",
+                      m.schedule_resets)  # fmt: skip
+        yield counter("agentrt_engine_dropped_model_seconds", "Model seconds of schedule given "
+                      "up by those restarts.", m.dropped_model_s)  # fmt: skip
+        errors = CounterMetricFamily("agentrt_engine_internal_errors", "Requests answered 500 "
+                                     "because of an unhandled error, by route (see the log).",
+                                     labels=["model_name", "route"])  # fmt: skip
+        for route in sorted(m.internal_errors):
+            errors.add_metric([m.model_name, route], float(m.internal_errors[route]))
+        yield errors
+        info = GaugeMetricFamily("agentrt_build_info", "The running agentrt component and its "
+                                 "version", labels=["component", "version"])  # fmt: skip
+        info.add_metric(["emulator", __version__], 1.0)
+        yield info
 
 
-def _histogram_lines(name: str, help_text: str, hist: Histogram, label: str) -> list[str]:
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+def _histogram(name: str, help_text: str, hist: Histogram, labels: list[str],
+               key: list[str]) -> HistogramMetricFamily:  # fmt: skip
+    family = HistogramMetricFamily(name, help_text, labels=labels)
+    buckets: list[tuple[str, float]] = []
     cumulative = 0
     for bound, count in zip([*hist.bounds, math.inf], hist.counts, strict=True):
         cumulative += count
-        lines.append(f'{name}_bucket{{{label},le="{_fmt(bound)}"}} {cumulative}')
-    lines.append(f"{name}_sum{{{label}}} {_fmt(hist.total)}")
-    lines.append(f"{name}_count{{{label}}} {hist.count}")
-    return lines
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        buckets.append(("+Inf" if math.isinf(bound) else repr(float(bound)), float(cumulative)))
+    family.add_metric(key, buckets, hist.total)
+    return family
