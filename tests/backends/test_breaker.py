@@ -11,7 +11,8 @@ CLOSED, OPEN, HALF = BreakerState.CLOSED, BreakerState.OPEN, BreakerState.HALF_O
 
 
 def _run(breaker: CircuitBreaker, events: list[tuple[float, str]]) -> list[BreakerState]:
-    """Feed ``(now_s, event)``: ``ok``/``fail`` calls, ``probe+``/``probe-``, ``trip``."""
+    """Feed ``(now_s, event)``: ``ok``/``fail`` calls, ``probe+``/``probe-``, ``probe?`` (a
+    probe that ran out of time), ``trip``."""
     states = []
     for now, event in events:
         if event == "ok":
@@ -22,6 +23,8 @@ def _run(breaker: CircuitBreaker, events: list[tuple[float, str]]) -> list[Break
             breaker.record_probe(True, now)
         elif event == "probe-":
             breaker.record_probe(False, now)
+        elif event == "probe?":
+            breaker.record_probe(False, now, "health probe timed out", timed_out=True)
         elif event == "trip":
             breaker.trip(now, "refused")
         states.append(breaker.state)
@@ -46,6 +49,16 @@ def _run(breaker: CircuitBreaker, events: list[tuple[float, str]]) -> list[Break
         # A failed health probe or a refused connection opens at once.
         (BreakerConfig(), [(0, "probe-")], [OPEN]),
         (BreakerConfig(), [(0, "trip")], [OPEN]),
+        # A probe that only ran out of time opens after probe_timeouts of them in a row; an
+        # answered probe in between resets the run.
+        (BreakerConfig(probe_timeouts=3),
+         [(0, "probe?"), (1, "probe?"), (2, "probe+"), (3, "probe?"), (4, "probe?"), (5, "probe?")],
+         [CLOSED, CLOSED, CLOSED, CLOSED, CLOSED, OPEN]),
+        (BreakerConfig(probe_timeouts=1), [(0, "probe?")], [OPEN]),
+        # Half-open: a trial that times out fails like any other.
+        (BreakerConfig(cooldown_s=1, success_threshold=2),
+         [(0, "trip"), (1, "probe+"), (1.5, "probe?")],
+         [OPEN, HALF, OPEN]),
         # Open: probes inside the cool-down are ignored; after it, a good probe closes.
         (BreakerConfig(cooldown_s=5),
          [(0, "trip"), (2, "probe+"), (4.9, "probe+"), (5, "probe+")],
@@ -109,6 +122,7 @@ def test_cooldown_backoff_is_capped() -> None:
         {"window": 2.5},
         {"window": "3"},
         {"error_rate": True},
+        {"probe_timeouts": 0},
     ],
 )
 def test_bad_breaker_options_are_config_errors(options: dict[str, object]) -> None:

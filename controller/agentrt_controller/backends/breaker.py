@@ -21,7 +21,10 @@ backend. States::
 Calls are never sent to a half-open backend: the trial is the health probe, so a backend that
 comes back is tested with a cheap GET, not with a user's call. ``trip`` opens the circuit at once
 — the pool uses it for evidence that needs no statistics (a failed health probe, a refused
-connection).
+connection). A health probe that merely *runs out of time* is weaker evidence (a busy host, a
+long garbage-collection pause): only ``probe_timeouts`` of them in a row open a closed circuit,
+as Kubernetes waits for ``failureThreshold`` failed probes; a probe that answers "unhealthy" or
+cannot connect opens it at once.
 """
 
 from __future__ import annotations
@@ -34,6 +37,15 @@ from typing import Any
 from agentrt.errors import ConfigError
 
 __all__ = ["BreakerConfig", "BreakerState", "CircuitBreaker"]
+
+
+_INTEGER_FIELDS = (
+    "failure_threshold",
+    "window",
+    "min_calls",
+    "success_threshold",
+    "probe_timeouts",
+)
 
 
 class BreakerState(enum.Enum):
@@ -62,9 +74,12 @@ class BreakerConfig:
     backoff: float = 2.0
     #: Upper bound of the cool-down after repeated failed trials (seconds).
     max_cooldown_s: float = 30.0
+    #: Health probes in a row that run out of time before a closed circuit opens (a probe
+    #: that fails outright opens it at once).
+    probe_timeouts: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("failure_threshold", "window", "min_calls", "success_threshold"):
+        for name in _INTEGER_FIELDS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"breaker {name} must be an integer >= 1, got {value!r}")
@@ -86,8 +101,7 @@ class BreakerConfig:
             raise ConfigError(f"unknown breaker options {sorted(unknown)}; known: {sorted(known)}")
         values: dict[str, Any] = {}
         for key, value in data.items():
-            wanted = int if key in ("failure_threshold", "window", "min_calls",
-                                    "success_threshold") else float  # fmt: skip
+            wanted = int if key in _INTEGER_FIELDS else float
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"breaker {key} must be a number, got {value!r}")
             if wanted is int and value != int(value):
@@ -111,6 +125,7 @@ class CircuitBreaker:
         #: Times the circuit opened since start.
         self.opened_total = 0
         self._consecutive_failures = 0
+        self._consecutive_probe_timeouts = 0
         self._trial_successes = 0
         self._outcomes: deque[bool] = deque(maxlen=self.config.window)
 
@@ -162,11 +177,25 @@ class CircuitBreaker:
 
     # --- health probes ---------------------------------------------------------------------
 
-    def record_probe(self, ok: bool, now_s: float, reason: str = "health probe failed") -> None:
-        """A health probe's verdict. Closed: a failure trips. Open: ignored until the cool-down
-        passed, then the circuit is half-open and this probe is a trial."""
+    def record_probe(
+        self,
+        ok: bool,
+        now_s: float,
+        reason: str = "health probe failed",
+        *,
+        timed_out: bool = False,
+    ) -> None:
+        """A health probe's verdict. Closed: a failure trips, a time-out (``timed_out``) only
+        the ``probe_timeouts``-th in a row. Open: ignored until the cool-down passed, then the
+        circuit is half-open and this probe is a trial (any failure, a time-out too, fails it)."""
         if self.state is BreakerState.CLOSED:
-            if not ok:
+            if ok:
+                self._consecutive_probe_timeouts = 0
+            elif timed_out:
+                self._consecutive_probe_timeouts += 1
+                if self._consecutive_probe_timeouts >= self.config.probe_timeouts:
+                    self._open(now_s, f"{reason} {self._consecutive_probe_timeouts} times in a row")
+            else:
                 self._open(now_s, reason)
             return
         if self.state is BreakerState.OPEN:
@@ -199,6 +228,7 @@ class CircuitBreaker:
         self.cooldown_s = self.config.cooldown_s
         self.reason = ""
         self._consecutive_failures = 0
+        self._consecutive_probe_timeouts = 0
         self._trial_successes = 0
         self._outcomes.clear()
 

@@ -58,6 +58,9 @@ class BackendState:
     healthy: bool = True
     #: Last health-probe verdict (optimistic until the first probe).
     probe_ok: bool = True
+    #: The last health probe ran out of time (the next one follows at once: the time-out
+    #: already waited an interval).
+    probe_timed_out: bool = False
     #: Removed: no new calls; dropped when :attr:`in_flight` reaches 0.
     draining: bool = False
     #: Last scrape; all-``None`` when unknown.
@@ -169,7 +172,8 @@ class BackendPool:
             backend_id = state.backend.backend_id
             # The membership check covers a removal that happened before this task ran.
             while self.states.get(backend_id) is state:
-                await anyio.sleep(self.interval_s)
+                if not state.probe_timed_out:
+                    await anyio.sleep(self.interval_s)
                 if self.states.get(backend_id) is not state:
                     return
                 await self._probe_safely(state)
@@ -188,11 +192,17 @@ class BackendPool:
         ok = False  # stays False when the probe runs out of time
         with anyio.move_on_after(self.interval_s) as limit:
             ok = await backend.health()
-        reason = "health probe timed out" if limit.cancelled_caught else "health probe failed"
+        timed_out = state.probe_timed_out = limit.cancelled_caught
+        reason = "health probe timed out" if timed_out else "health probe failed"
         now = self._clock()
         was_closed = state.breaker.allows_calls()
+        state.breaker.record_probe(ok, now, reason, timed_out=timed_out)
+        if not ok and timed_out and state.breaker.allows_calls():
+            # A slow answer, not yet enough of them in a row to call the backend out
+            # (BreakerConfig.probe_timeouts): keep routing to it on what we last knew.
+            _log.info("backend %s: %s (still in routing)", state.backend.backend_id, reason)
+            return
         state.probe_ok = ok
-        state.breaker.record_probe(ok, now, reason)
         if not ok:
             state.load = BackendLoad()
             state.last_error = reason
