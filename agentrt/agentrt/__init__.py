@@ -27,6 +27,7 @@ from agentrt.errors import (
     ProtocolError,
     ToolArgumentsInvalid,
     ToolError,
+    ToolFailed,
     ToolTimeout,
     UnknownOutcome,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "Tool",
     "ToolArgumentsInvalid",
     "ToolError",
+    "ToolFailed",
     "ToolResult",
     "ToolTimeout",
     "UnknownOutcome",

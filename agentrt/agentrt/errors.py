@@ -13,7 +13,8 @@ at the boundary with ``raise OurError(...) from exc``.
     │   └── EndpointUnavailable       the controller / server could not be reached
     ├── ToolError                     a tool failed
     │   ├── ToolArgumentsInvalid      the model's arguments did not validate
-    │   └── ToolTimeout               the tool ran past its own timeout
+    │   ├── ToolTimeout               the tool ran past its own timeout
+    │   └── ToolFailed                the tool raised; its error went back to the model
     ├── JournalError                  the intent journal failed
     │   ├── JournalUnavailable        the store cannot be reached: side effects fail closed
     │   ├── SchemaVersionError        the store's schema is newer / corrupt
@@ -51,6 +52,7 @@ __all__ = [
     "SchemaVersionError",
     "ToolArgumentsInvalid",
     "ToolError",
+    "ToolFailed",
     "ToolTimeout",
     "UnknownOutcome",
 ]
@@ -95,6 +97,12 @@ class ToolArgumentsInvalid(ToolError, ValueError):
 
 class ToolTimeout(ToolError, TimeoutError):
     """A tool ran past its own timeout."""
+
+
+class ToolFailed(ToolError):
+    """A tool raised an exception that is handed back to the model as the call's result
+    (``@tool(on_error="return")``, ``RuntimeConfig.tool_on_error``; docs/sdk.md). The
+    tool's own exception is the ``__cause__``."""
 
 
 class JournalError(AgentrtError):

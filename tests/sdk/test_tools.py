@@ -264,3 +264,126 @@ async def test_tool_error_goes_back_to_the_model(server: FakeServer, state: Fake
     async with Runtime(cfg(server)) as rt, rt.program("x"):
         (result,) = await agentrt.execute_tool_calls([tool_call("fragile", "{}")], [fragile])
     assert result.content == "Error: disk full"
+
+
+# ----------------------------------------------------------------- a tool that raises
+
+
+def _failing_turns(name: str) -> Iterator[dict[str, Any]]:
+    """The model calls ``name`` once, then answers."""
+    return iter(
+        [
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [tool_call(name, '{"city": "Oslo"}')],
+            },
+            {"role": "assistant", "content": "The service is down; try later."},
+        ]
+    )
+
+
+def _weather(**options: Any) -> agentrt.Tool[str]:
+    @tool(name="weather", **options)
+    async def weather(city: str) -> str:
+        """Today's weather in a city."""
+        raise ConnectionError(f"weather service unreachable for {city}")
+
+    return weather
+
+
+async def test_an_exception_from_a_read_only_tool_goes_back_to_the_model(
+    server: FakeServer, state: FakeState
+) -> None:
+    turns = _failing_turns("weather")
+    state.reply = lambda body: next(turns)
+    async with Runtime(cfg(server)) as rt, rt.program("weather") as prog:
+        result = await agentrt.react("Weather in Oslo?", [_weather()])
+    assert result.stop_reason == "answer" and result.answer == "The service is down; try later."
+    (failed,) = result.tool_results
+    assert isinstance(failed.error, agentrt.ToolFailed)
+    assert isinstance(failed.error.__cause__, ConnectionError)
+    # What the model read in its second call: the exception's class and message.
+    tool_msg = state.requests[1].body["messages"][-1]
+    assert tool_msg == {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "Error: tool weather failed: ConnectionError: weather service unreachable "
+        "for Oslo",
+    }
+    assert [(n.kind, n.status) for n in prog.nodes.values()] == [
+        ("llm", "ok"),
+        ("tool", "error"),
+        ("llm", "ok"),
+    ]
+    assert prog.status == "ok"
+
+
+async def test_on_error_raise_ends_the_program_per_tool_or_per_runtime(
+    server: FakeServer, state: FakeState
+) -> None:
+    turns = _failing_turns("weather")
+    state.reply = lambda body: next(turns)
+    async with Runtime(cfg(server)) as rt:
+        with pytest.raises(ConnectionError, match="unreachable"):
+            async with rt.program("strict tool") as prog:
+                await agentrt.react("Weather?", [_weather(on_error="raise")])
+    assert prog.status == "error" and len(state.requests) == 1
+    # Runtime-wide "raise"; a tool saying "return" still returns.
+    async with Runtime(cfg(server, tool_on_error="raise")) as rt, rt.program("strict rt"):
+        with pytest.raises(ConnectionError):
+            await _weather()(city="Oslo")
+        (returned,) = await agentrt.execute_tool_calls(
+            [tool_call("weather", '{"city": "Bergen"}')], [_weather(on_error="return")]
+        )
+    assert returned.content.endswith("ConnectionError: weather service unreachable for Bergen")
+    # A direct call of a returning tool raises the ToolFailed (there is no model to read it).
+    async with Runtime(cfg(server)) as rt, rt.program("direct"):
+        with pytest.raises(agentrt.ToolFailed) as caught:
+            await _weather()(city="Oslo")
+    assert isinstance(caught.value.__cause__, ConnectionError)
+
+
+def test_error_modes_are_validated_and_side_effects_raise_by_default() -> None:
+    with pytest.raises(ConfigError, match="on_error"):
+        _weather(on_error="ignore")
+    with pytest.raises(ConfigError, match="tool_on_error"):
+        RuntimeConfig(base_url="http://127.0.0.1:9/v1", tool_on_error="ignore")  # type: ignore[arg-type]
+    assert _weather().error_mode("return") == "return"
+    assert _weather().error_mode("raise") == "raise"
+    assert _weather(side_effect=True).error_mode("return") == "raise"
+    assert _weather(side_effect=True, on_error="return").error_mode("raise") == "return"
+
+
+async def test_side_effect_errors_keep_the_journal_semantics(
+    server: FakeServer, state: FakeState, tmp_path: Any
+) -> None:
+    attempts: list[str] = []
+
+    @tool(side_effect=True)
+    async def charge(amount: int, key: IdempotencyKey) -> str:
+        """Charge a card."""
+        attempts.append(key)
+        raise ConnectionError("card network timed out after sending")
+
+    @tool(name="charge", side_effect=True, on_error="return")
+    async def charge_returning(amount: int, key: IdempotencyKey) -> str:
+        """Charge a card."""
+        attempts.append(key)
+        raise UnknownOutcome("sent, no answer", key=key)
+
+    journal = str(tmp_path / "journal.sqlite")
+    async with Runtime(cfg(server, journal=journal)) as rt:
+        # Default for a side effect: the exception ends the program (the row is FAILED).
+        with pytest.raises(ConnectionError):
+            async with rt.program("pay", program_id="pay-err-1"):
+                await agentrt.execute_tool_calls([tool_call("charge", '{"amount": 5}')], [charge])
+        # An unknown outcome is never handed to the model, even by a tool that returns errors;
+        # the re-run surfaces it instead of charging again.
+        for _ in range(2):
+            with pytest.raises(UnknownOutcome):
+                async with rt.program("pay", program_id="pay-err-2"):
+                    await agentrt.execute_tool_calls(
+                        [tool_call("charge", '{"amount": 5}')], [charge_returning]
+                    )
+    assert len(attempts) == 2  # once per program: the re-run of pay-err-2 did not run it

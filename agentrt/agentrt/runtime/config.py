@@ -13,13 +13,19 @@ from opentelemetry.trace import TracerProvider
 from agentrt.errors import ConfigError
 from agentrt.protocol import CallTags
 
-__all__ = ["ControllerMode", "RuntimeConfig"]
+__all__ = ["ControllerMode", "RuntimeConfig", "ToolErrorMode"]
 
 #: ``auto``: probe the controller's session endpoint at start; use it when there, work without
 #: it when the server is a plain OpenAI-compatible one (404), go to ``fallback_base_url`` when
 #: it is unreachable. ``required``: fail at start (and on any event error) without it.
 #: ``off``: never talk to a controller.
 ControllerMode = Literal["auto", "required", "off"]
+
+#: What an exception a tool raises (other than a ``ToolError``, a ``JournalError`` or the
+#: program's deadline) does. ``return``: it becomes an error result (``ToolFailed``) that goes
+#: back to the model, which may fix its call or go on without it — as the OpenAI Agents SDK and
+#: LangGraph's ``ToolNode`` do by default. ``raise``: it propagates and ends the program.
+ToolErrorMode = Literal["return", "raise"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +68,8 @@ class RuntimeConfig:
     #: After a connection failure, how long (seconds) calls stay on the fallback before the
     #: primary endpoint is tried again.
     fallback_hold_s: float = 30.0
-    #: OpenTelemetry providers (never the global ones); None = no-op.
+    #: OpenTelemetry providers; None = the globally configured one if any, else no-op
+    #: (docs/tracing.md, "Which providers the SDK uses").
     tracer_provider: TracerProvider | None = None
     meter_provider: MeterProvider | None = None
     #: Record prompts, completions and tool arguments/results in spans.
@@ -81,6 +88,10 @@ class RuntimeConfig:
     max_connections: int = 1000
     #: Default timeout (seconds) of a tool that declares none; None = only the deadline.
     tool_timeout_s: float | None = None
+    #: What an exception from a read-only tool does when the tool says nothing
+    #: (``@tool(on_error=...)``): ``return`` it to the model, or ``raise`` it. Side-effecting
+    #: tools are not affected: they raise unless they opt in themselves (docs/sdk.md, Tools).
+    tool_on_error: ToolErrorMode = "return"
     #: The HTTP transport under the tagging layer (e.g. ``httpx.MockTransport`` in tests and
     #: benchmarks); None = a real connection pool of ``max_connections``. Not closed by the
     #: runtime when given.
@@ -114,6 +125,8 @@ class RuntimeConfig:
             isinstance(self.tool_timeout_s, int | float) and self.tool_timeout_s > 0
         ):
             problems.append("tool_timeout_s must be a positive number of seconds or None")
+        if self.tool_on_error not in ("return", "raise"):
+            problems.append(f"tool_on_error must be return or raise, got {self.tool_on_error!r}")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             problems.append("max_retries must be an integer >= 0")
         if not isinstance(self.max_connections, int) or self.max_connections < 1:

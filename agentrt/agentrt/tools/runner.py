@@ -3,8 +3,12 @@ timeout, and — with a journal — durable execution (docs/journal.md).
 
 Failures a model can react to (``ToolError`` and its subclasses: bad arguments, timeouts, a
 tool's own ``ToolError``) become a :class:`ToolResult` with ``error`` set, whose message goes
-back to the model. Anything else — a bug in a tool, a journal error such as
-``UnknownOutcome``, the program's deadline — propagates.
+back to the model. Any other exception the tool's function raises does too, as a
+``ToolFailed`` (the exception its cause), unless the tool's error mode is ``raise``
+(``Tool.error_mode``: ``@tool(on_error=...)``, else ``RuntimeConfig.tool_on_error`` for a
+read-only tool, else ``raise`` for a side effect). Never returned, always propagated: a journal
+error such as ``UnknownOutcome`` (an effect that may have happened is surfaced, never retried
+blindly), the program's deadline, cancellation, and failures outside the tool's function.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from agentrt.errors import (
+    DeadlineExceeded,
+    JournalError,
     JournalUnavailable,
     ResultNotSerializable,
     ToolArgumentsInvalid,
     ToolError,
+    ToolFailed,
     ToolTimeout,
 )
 from agentrt.journal.api import StepSpec
@@ -133,8 +140,10 @@ async def _run_in(
                 value, executed = await _execute(frame, tool, node, parsed)
             except ToolError as exc:
                 failure = exc
-                span.set_attribute("error.type", type(exc).__qualname__)
-                span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
+                # A returned ToolFailed is labelled with the tool's own exception class.
+                error_type = type(exc.__cause__ if isinstance(exc, ToolFailed) else exc)
+                span.set_attribute("error.type", error_type.__qualname__)
+                span.set_status(Status(StatusCode.ERROR, error_type.__qualname__))
                 return ToolResult(tool_call_id, tool.name, None, exc, node.id)
         if rt.config.capture_content:
             span.set_attribute("gen_ai.tool.call.result", json.dumps(value)[:65536])
@@ -172,6 +181,7 @@ async def _execute(
     nested = frame.nested(node)
 
     executed = False
+    returns_errors = tool.error_mode(rt.config.tool_on_error) == "return"
 
     async def execute(key: str) -> Any:
         nonlocal executed
@@ -179,6 +189,14 @@ async def _execute(
         token = CURRENT_FRAME.set(nested)
         try:
             result = await tool.invoke(arguments, key)
+        except (ToolError, JournalError, DeadlineExceeded):
+            raise
+        except Exception as exc:
+            # Raised inside ``execute``, so the journal records the step FAILED (an ordinary
+            # exception), and the model gets the message.
+            if returns_errors:
+                raise ToolFailed(_failure_message(tool.name, exc)) from exc
+            raise
         finally:
             CURRENT_FRAME.reset(token)
         try:
@@ -219,6 +237,13 @@ async def _execute(
         if journal is not None:
             await journal.record_tool_duration(tool.name, duration)
     return value, executed
+
+
+def _failure_message(name: str, exc: Exception) -> str:
+    """What the model reads for an exception of tool ``name``: its class and message."""
+    detail = str(exc)[:2000]
+    kind = type(exc).__name__
+    return f"tool {name} failed: {kind}: {detail}" if detail else f"tool {name} failed: {kind}"
 
 
 def _as_json_input(arguments: str | Mapping[str, Any] | BaseModel | None) -> Any:

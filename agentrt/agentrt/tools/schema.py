@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from agentrt.errors import ConfigError, ToolArgumentsInvalid
 from agentrt.journal.api import ReconcileResult
+from agentrt.runtime.config import ToolErrorMode
 
 __all__ = ["IdempotencyKey", "Tool", "tool"]
 
@@ -43,6 +44,7 @@ class Tool(Generic[R]):
         idempotent: bool = False,
         reconcile: Reconcile | None = None,
         timeout_s: float | None = None,
+        on_error: ToolErrorMode | None = None,
     ) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ConfigError(f"@tool needs an async function, got {fn!r}")
@@ -62,6 +64,11 @@ class Tool(Generic[R]):
         self.timeout_s = timeout_s
         if timeout_s is not None and not timeout_s > 0:
             raise ConfigError("timeout_s must be > 0 seconds or None")
+        if on_error not in (None, "return", "raise"):
+            raise ConfigError(f"on_error must be 'return', 'raise' or None, got {on_error!r}")
+        #: What an exception the function raises does (see :meth:`error_mode`); None = the
+        #: runtime's ``tool_on_error`` for a read-only tool, ``raise`` for a side effect.
+        self.on_error: ToolErrorMode | None = on_error
         self.key_param: str | None = None
         self.args_model: type[BaseModel] = self._build_model(arg_docs)
         schema = self.args_model.model_json_schema()
@@ -90,6 +97,14 @@ class Tool(Generic[R]):
             __config__=ConfigDict(extra="forbid"),
             **fields,
         )
+
+    def error_mode(self, runtime_default: ToolErrorMode) -> ToolErrorMode:
+        """What an exception from the function does: ``return`` (a ``ToolFailed`` result for
+        the model) or ``raise``. A side-effecting tool raises unless it says ``return``
+        itself: the runtime-wide default never decides for a side effect."""
+        if self.on_error is not None:
+            return self.on_error
+        return "raise" if self.side_effect else runtime_default
 
     def openai_schema(self) -> dict[str, Any]:
         """The ``tools=[...]`` entry for the chat completions API."""
@@ -135,7 +150,7 @@ class Tool(Generic[R]):
         return result.value
 
     def __repr__(self) -> str:
-        return f"Tool({self.name!r}, side_effect={self.side_effect})"
+        return f"Tool({self.name!r}, side_effect={self.side_effect}, on_error={self.on_error!r})"
 
 
 @overload
@@ -151,6 +166,7 @@ def tool(
     idempotent: bool = False,
     reconcile: Reconcile | None = None,
     timeout_s: float | None = None,
+    on_error: ToolErrorMode | None = None,
 ) -> Callable[[Callable[..., Awaitable[R]]], Tool[R]]: ...
 
 
@@ -164,13 +180,17 @@ def tool(
     idempotent: bool = False,
     reconcile: Reconcile | None = None,
     timeout_s: float | None = None,
+    on_error: ToolErrorMode | None = None,
 ) -> Tool[R] | Callable[[Callable[..., Awaitable[R]]], Tool[R]]:
     """Make an async function a :class:`Tool` — ``@tool`` or ``@tool(side_effect=True, ...)``.
 
     ``side_effect``: run through the journal with an intent recorded first (fails closed
     without a journal); ``idempotent``: re-running an unknown outcome is harmless;
     ``reconcile(key)``: asks the outside world about an unknown outcome; ``timeout_s``: per call
-    (``ToolTimeout``). Raises ``ConfigError`` for a sync function or an unusable signature.
+    (``ToolTimeout``); ``on_error``: ``return`` an exception the function raises to the model
+    (as a ``ToolFailed`` result) or ``raise`` it — None: ``RuntimeConfig.tool_on_error`` for a
+    read-only tool, ``raise`` for a side effect. Raises ``ConfigError`` for a sync function or
+    an unusable signature.
     """
 
     def wrap(f: Callable[..., Awaitable[R]]) -> Tool[R]:
@@ -182,6 +202,7 @@ def tool(
             idempotent=idempotent,
             reconcile=reconcile,
             timeout_s=timeout_s,
+            on_error=on_error,
         )
 
     return wrap(fn) if fn is not None else wrap
