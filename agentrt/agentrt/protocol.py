@@ -103,7 +103,9 @@ class CallTags:
     timeout_ms: int | None = None
     #: Scheduling hint for the call (``latency`` or ``throughput``). Reserved.
     objective: Objective = "latency"
-    #: W3C trace context of the caller's span, if any.
+    #: The W3C ``traceparent`` header as received (or to send), if any. The SDK leaves it
+    #: None and writes ``traceparent`` / ``tracestate`` / ``baggage`` through the
+    #: OpenTelemetry propagator instead (docs/tracing.md).
     traceparent: str | None = field(default=None)
 
     def __post_init__(self) -> None:

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 import pytest
+from opentelemetry import propagate, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -80,11 +81,13 @@ async def test_span_tree_and_genai_attributes(server: FakeServer, state: FakeSta
     assert dict(nested.attributes or {})["agentrt.node.id"] == "main:2"
     assert prog.nodes["main:2"].parent_ids == ("main:1",)  # nested call hangs off the tool
     # Each request carries its own span as the W3C parent.
-    first = CallTags.from_headers(state.requests[0].headers)
-    assert first is not None and first.traceparent == (
-        f"00-{chat.context.trace_id:032x}-{chat.context.span_id:016x}"
-        f"-{int(chat.context.trace_flags):02x}"
+    sent = trace.get_current_span(propagate.extract(state.requests[0].headers)).get_span_context()
+    assert (sent.trace_id, sent.span_id, sent.trace_flags) == (
+        chat.context.trace_id,
+        chat.context.span_id,
+        chat.context.trace_flags,
     )
+    assert CallTags.from_headers(state.requests[0].headers) is not None
     assert root.context.trace_id == chat.context.trace_id
 
     data = reader.get_metrics_data()
@@ -228,3 +231,127 @@ async def test_spans_record_parent_node_ids(server: FakeServer) -> None:
     }
     assert prog.graph is not None
     assert parents == {n.id: n.parent_ids for n in prog.graph.nodes.values()}
+
+
+# --- providers and propagation (docs/tracing.md) ----------------------------------------------
+
+#: Run in a fresh interpreter: the global providers can be set once per process. Prints one
+#: JSON line: span names the global and the explicit exporter saw, and metric names the global
+#: meter provider (set after the runtime was built) collected.
+_GLOBAL_PROVIDER_SCRIPT = """
+import asyncio, json, sys
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import agentrt
+
+def provider():
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return tracer_provider, exporter
+
+global_provider, global_spans = provider()
+trace.set_tracer_provider(global_provider)  # what Logfire or opentelemetry-instrument do
+explicit_provider, explicit_spans = provider()
+reader = InMemoryMetricReader()
+
+async def main(base_url):
+    config = agentrt.RuntimeConfig(base_url=base_url, model="m1", controller="off")
+    async with agentrt.Runtime(config) as rt:
+        # Set after the runtime was built: the API's proxy meter provider still delivers.
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        async with rt.program("global"):
+            await agentrt.chat([{"role": "user", "content": "hi"}])
+    explicit = agentrt.RuntimeConfig(
+        base_url=base_url, model="m1", controller="off", tracer_provider=explicit_provider
+    )
+    async with agentrt.Runtime(explicit) as rt, rt.program("explicit"):
+        await agentrt.chat([{"role": "user", "content": "hi"}])
+
+asyncio.run(main(sys.argv[1]))
+data = reader.get_metrics_data()
+print(json.dumps({
+    "global": [s.name for s in global_spans.get_finished_spans()],
+    "explicit": [s.name for s in explicit_spans.get_finished_spans()],
+    "metrics": sorted(m.name for rm in data.resource_metrics for sm in rm.scope_metrics
+                      for m in sm.metrics),
+}))
+"""
+
+
+def test_a_global_provider_receives_spans_and_an_explicit_one_wins(server: FakeServer) -> None:
+    """With no provider passed, the runtime uses the globally configured tracer provider (set
+    before it is built) and meter provider (even one set later); an explicit provider takes
+    every span of its runtime and leaves the global one none."""
+    import json
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _GLOBAL_PROVIDER_SCRIPT, server.base_url],
+        capture_output=True,
+        text=True,
+        timeout=25,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["global"] == ["chat m1", "invoke_workflow global"]
+    assert seen["explicit"] == ["chat m1", "invoke_workflow explicit"]
+    assert {"gen_ai.client.operation.duration", "agentrt.program.duration"} <= set(seen["metrics"])
+
+
+def _caller_context() -> tuple[Any, Any]:
+    """A caller's context: a remote parent with a ``tracestate`` and one baggage entry (what
+    an instrumented web framework would hand to the agent); returns (context, parent ids)."""
+    from opentelemetry import baggage
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    parent = SpanContext(
+        trace_id=0x0AF7651916CD43DD8448EB211C80319C,
+        span_id=0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState([("vendor", "opaque-value")]),
+    )
+    context = trace.set_span_in_context(NonRecordingSpan(parent))
+    return baggage.set_baggage("tenant.tier", "gold", context), parent
+
+
+@pytest.mark.parametrize("with_provider", [True, False], ids=["explicit-provider", "no-provider"])
+async def test_tracestate_and_baggage_reach_the_server(
+    server: FakeServer, state: FakeState, with_provider: bool
+) -> None:
+    """The caller's ``tracestate`` and ``baggage`` reach the server with the call; the
+    ``traceparent`` names the call's own span (with a provider) or the caller's span (without
+    one: nothing of the caller's trace is lost)."""
+    from opentelemetry import context as otel_context
+
+    tracer_provider, exporter, _, _ = providers()
+    config = RuntimeConfig(
+        base_url=server.base_url,
+        model="m1",
+        controller="off",
+        tracer_provider=tracer_provider if with_provider else None,
+    )
+    caller, parent = _caller_context()
+    token = otel_context.attach(caller)
+    try:
+        async with Runtime(config) as rt, rt.program("agent"):
+            await agentrt.chat([{"role": "user", "content": "hi"}])
+    finally:
+        otel_context.detach(token)
+    headers = state.requests[0].headers
+    assert headers["tracestate"] == "vendor=opaque-value"
+    assert headers["baggage"] == "tenant.tier=gold"
+    sent = trace.get_current_span(propagate.extract(headers)).get_span_context()
+    assert sent.trace_id == parent.trace_id
+    if with_provider:
+        chat = next(s for s in exporter.get_finished_spans() if s.name == "chat m1")
+        assert sent.span_id == chat.context.span_id != parent.span_id
+    else:
+        assert sent.span_id == parent.span_id
+    tracer_provider.shutdown()

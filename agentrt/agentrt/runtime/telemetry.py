@@ -1,9 +1,22 @@
 """OpenTelemetry instruments of one runtime (the OpenTelemetry GenAI semantic conventions).
 
-Providers are passed in explicitly (never the global ones); without them every instrument is a
-no-op. Span names and attributes follow the GenAI conventions (development status):
+Which providers a runtime uses (docs/tracing.md, "Which providers the SDK uses"):
+
+1. the ones passed in ``RuntimeConfig(tracer_provider=..., meter_provider=...)``, always;
+2. otherwise the globally configured ones (``opentelemetry.trace.set_tracer_provider`` /
+   ``metrics.set_meter_provider``, as Logfire, Langfuse and ``opentelemetry-instrument`` do).
+   A global tracer provider counts when it is set before the runtime is built; the global
+   meter provider is the API's proxy, so one set later still receives the SDK's metrics;
+3. otherwise none: every instrument is a no-op.
+
+Nothing is ever installed globally. Trace context (``traceparent``, ``tracestate``,
+``baggage``) goes on the wire through the globally configured propagator
+(``opentelemetry.propagate``; W3C trace context + baggage unless ``OTEL_PROPAGATORS`` says
+otherwise), never formatted by hand.
+
+Span names and attributes follow the GenAI conventions (development status):
 ``invoke_workflow {name}`` per program, ``chat {model}`` per LLM call, ``execute_tool {name}``
-per tool call, plus our ``agentrt.*`` ids (docs/sdk.md).
+per tool call, plus our ``agentrt.*`` ids (docs/sdk.md, docs/tracing.md).
 
 Only ``opentelemetry-api`` is a dependency of the SDK. :func:`make_telemetry`, for users who
 want the SDK to export, needs the OpenTelemetry SDK (``pip install 'agentrt[otel]'``) and, for
@@ -12,11 +25,19 @@ OTLP, its exporter (``pip install 'agentrt[otlp]'``); it is imported only there.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from opentelemetry.metrics import Histogram, MeterProvider, NoOpMeterProvider
-from opentelemetry.trace import NoOpTracerProvider, Span, Tracer, TracerProvider
+from opentelemetry import metrics, propagate, trace
+from opentelemetry.metrics import Histogram, MeterProvider
+from opentelemetry.trace import (
+    NoOpTracerProvider,
+    ProxyTracerProvider,
+    Span,
+    Tracer,
+    TracerProvider,
+)
 
 from agentrt.errors import ConfigError
 
@@ -32,8 +53,9 @@ __all__ = [
     "ATTR_THREAD_ID",
     "Instruments",
     "Telemetry",
+    "global_tracer_provider",
+    "inject_trace_context",
     "make_telemetry",
-    "traceparent_of",
 ]
 
 ATTR_SESSION_ID = "agentrt.session.id"
@@ -72,10 +94,13 @@ class Instruments:
     def __init__(
         self, tracer_provider: TracerProvider | None, meter_provider: MeterProvider | None
     ) -> None:
+        tp = tracer_provider if tracer_provider is not None else global_tracer_provider()
         #: False without a tracer provider: callers skip building span attributes.
-        self.tracing = tracer_provider is not None
-        tp = tracer_provider if tracer_provider is not None else NoOpTracerProvider()
-        mp = meter_provider if meter_provider is not None else NoOpMeterProvider()
+        self.tracing = tp is not None
+        if tp is None:
+            tp = NoOpTracerProvider()
+        # The global meter provider is a proxy until one is set: no-op until then.
+        mp = meter_provider if meter_provider is not None else metrics.get_meter_provider()
         self.tracer: Tracer = tp.get_tracer("agentrt")
         meter = mp.get_meter("agentrt")
         #: GenAI: duration of one client operation (LLM call), seconds.
@@ -149,12 +174,22 @@ class _ChatAttrs:
     output_tokens: dict[str, Any]
 
 
-def traceparent_of(span: Span) -> str | None:
-    """W3C ``traceparent`` of ``span`` (None for an invalid / no-op span)."""
-    ctx = span.get_span_context()
-    if not ctx.is_valid:
+def global_tracer_provider() -> TracerProvider | None:
+    """The globally configured tracer provider; None when none was set (the API's default
+    proxy, or an explicit no-op provider)."""
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, ProxyTracerProvider | NoOpTracerProvider):
         return None
-    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+    return provider
+
+
+def inject_trace_context(carrier: MutableMapping[str, str], span: Span) -> None:
+    """Write the trace context of ``span`` into ``carrier`` (HTTP headers) through the global
+    propagator: ``traceparent`` and ``tracestate`` of ``span`` and the current context's
+    ``baggage``. An invalid (no-op) ``span`` leaves the current span in charge, so a caller's
+    own span still reaches the server; with neither, only baggage (if any) is written."""
+    context = trace.set_span_in_context(span) if span.get_span_context().is_valid else None
+    propagate.inject(carrier, context=context)
 
 
 @dataclass(slots=True)

@@ -1,16 +1,17 @@
 """``TaggingTransport``: the call tags (``agentrt.protocol.CallTags``) on every LLM request.
 
 An LLM call carries its program, thread, node, parents, attempt, objective, budget and the
-W3C ``traceparent`` of its span (docs/protocol.md); any other request carries the session id.
+W3C trace context of its span (``traceparent``, ``tracestate``, and the caller's ``baggage``,
+written by the OpenTelemetry propagator; docs/protocol.md, docs/tracing.md); any other request
+carries the session id.
 """
 
 from __future__ import annotations
 
 import httpx
-from opentelemetry import trace
 
 from agentrt.protocol import HEADER_SESSION_ID, CallTags
-from agentrt.runtime.telemetry import traceparent_of
+from agentrt.runtime.telemetry import inject_trace_context
 from agentrt.runtime.transports.target import target_of
 
 __all__ = ["TaggingTransport"]
@@ -39,10 +40,10 @@ class TaggingTransport(httpx.AsyncBaseTransport):
             attempt=max(1, node.attempts),
             timeout_ms=target.timeout_ms,
             objective="throughput" if node.objective == "throughput" else "latency",
-            traceparent=traceparent_of(target.span) or traceparent_of(trace.get_current_span()),
         )
         for name, value in tags.to_headers().items():  # faster than Headers.update
             headers[name] = value
+        inject_trace_context(headers, target.span)
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
