@@ -21,7 +21,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agentrt import Program, Runtime, RuntimeConfig
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
-from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from agentrt_emulator.server import (
+    DEFAULT_MODEL_NAME,
+    EmulatorConfig,
+    RunningEmulator,
+    serve_engine,
+)
 
 #: The scripted model's calls take ~ms at this speed-up; the tests wait on tools, not on it.
 TIME_SCALE = 200.0
@@ -34,6 +39,9 @@ class Stack:
     url: str
     runtime: Runtime
     http: httpx.AsyncClient
+    #: The emulated engine behind the controller (``engine.state.driver.metrics.aborted``
+    #: counts the requests whose client left).
+    engine: RunningEmulator
 
     async def programs(self) -> list[dict[str, Any]]:
         """The controller's process table entries."""
@@ -55,9 +63,13 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def running_stack(**runtime_options: Any) -> AsyncIterator[Stack]:
-    """The stack; ``runtime_options`` are more ``RuntimeConfig`` fields."""
-    emulator = EmulatorConfig(time_scale=TIME_SCALE)
+async def running_stack(
+    *, time_scale: float = TIME_SCALE, **runtime_options: Any
+) -> AsyncIterator[Stack]:
+    """The stack; ``time_scale``: the emulator's speed-up (1.0: a modelled GPU's real speed,
+    for calls that must still run when something happens); ``runtime_options`` are more
+    ``RuntimeConfig`` fields."""
+    emulator = EmulatorConfig(time_scale=time_scale)
     async with serve_engine(emulator) as engine:
         config = ControllerConfig(
             port=0, backends=(BackendSpec(engine.base_url),), scrape_interval_s=0.2
@@ -70,7 +82,7 @@ async def running_stack(**runtime_options: Any) -> AsyncIterator[Stack]:
                 **runtime_options,
             )
             async with Runtime(runtime_config) as rt, httpx.AsyncClient(timeout=10) as http:
-                yield Stack(url, rt, http)
+                yield Stack(url, rt, http, engine)
 
 
 def blocking_lookup(released: anyio.Event) -> Callable[[str], Awaitable[str]]:
