@@ -18,12 +18,14 @@ __all__ = ["AgentRun", "StopReason", "available"]
 _NEEDS: dict[str, tuple[str, ...]] = {
     "langchain": ("langchain", "langchain_core", "langchain_openai", "langgraph"),
     "autogen": ("autogen_core", "autogen_agentchat", "autogen_ext"),
+    "openai_agents": ("agents",),
+    "pydantic_ai": ("pydantic_ai",),
 }
 
 
 def available() -> dict[str, bool]:
-    """``{"langchain": bool, "autogen": bool}``: whether each adapter's packages are installed
-    (without importing them)."""
+    """``{adapter: bool}`` (``langchain``, ``autogen``, ``openai_agents``, ``pydantic_ai``...):
+    whether each adapter's packages are installed (without importing them)."""
     return {
         name: all(find_spec(p) is not None for p in packages) for name, packages in _NEEDS.items()
     }

@@ -11,7 +11,7 @@ import agentrt_adapters
 def test_importing_the_package_imports_no_framework() -> None:
     code = (
         "import sys, agentrt_adapters; "
-        "names = ('langchain_core', 'langgraph', 'autogen_core'); "
+        "names = ('langchain_core', 'langgraph', 'autogen_core', 'agents', 'pydantic_ai'); "
         "print([m for m in names if m in sys.modules])"
     )
     done = subprocess.run(
@@ -22,9 +22,17 @@ def test_importing_the_package_imports_no_framework() -> None:
 
 def test_available_reports_the_installed_extras() -> None:
     found = agentrt_adapters.available()
-    assert set(found) == {"langchain", "autogen"}
+    assert {"langchain", "autogen", "openai_agents", "pydantic_ai"} <= set(found)
+    modules = {
+        "langchain": "langgraph",
+        "autogen": "autogen_agentchat",
+        "openai_agents": "agents",
+        "pydantic_ai": "pydantic_ai",
+    }
     for name, ok in found.items():
-        module = {"langchain": "langgraph", "autogen": "autogen_agentchat"}[name]
+        if name not in modules:  # another adapter's entry, checked by its own test
+            continue
+        module = modules[name]
         try:
             __import__(module)
             importable = True
