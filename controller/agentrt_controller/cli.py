@@ -258,6 +258,7 @@ _OVERRIDES = (
 def _serve(args: argparse.Namespace) -> int:
     from agentrt.errors import ConfigError
     from agentrt_controller.service import load_config, run_controller
+    from agentrt_controller.service.otel import build_telemetry, export_plan
 
     overrides = {name: getattr(args, name) for name in _OVERRIDES}
     try:
@@ -265,9 +266,15 @@ def _serve(args: argparse.Namespace) -> int:
         if not config.backends:
             raise ConfigError("no backend: pass --backend URL (or AGENTRT_CONTROLLER_BACKENDS)")
         banner(config)  # reads the key file: a bad one is an error before binding
+        # Spans and metrics over OTLP when the standard OTEL_* variables ask (docs/tracing.md).
+        telemetry = build_telemetry(export_plan(os.environ))
         # The line names the bound port (--port 0 picks one); run_controller builds (and so
         # validates) everything before binding.
-        run_controller(config, lambda port: banner(dataclasses.replace(config, port=port)))
+        run_controller(
+            config,
+            lambda port: banner(dataclasses.replace(config, port=port)),
+            telemetry=telemetry,
+        )
     except ConfigError as exc:
         print(f"agentrt controller: {exc}", file=sys.stderr)
         return 2

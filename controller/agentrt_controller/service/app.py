@@ -44,6 +44,7 @@ from agentrt_controller.service.events import event_routes
 from agentrt_controller.service.hardening import internal_error_response
 from agentrt_controller.service.incoming import Receive, Scope, Send
 from agentrt_controller.service.metrics import ServiceMetrics
+from agentrt_controller.service.otlp_metrics import MetricsPush
 from agentrt_controller.service.passthrough import PASSTHROUGH_PATHS, PassthroughEndpoint
 from agentrt_controller.service.prometheus import CONTENT_TYPE
 from agentrt_controller.service.proxy import CompletionsEndpoint, send_error
@@ -62,7 +63,8 @@ class ControllerApp:
     """The controller: an ASGI app. Raises :class:`~agentrt.errors.ConfigError` on bad config.
 
     ``backends`` replaces the ones named in ``config.backends`` (tests pass fakes);
-    ``tracer_provider`` enables spans; ``cost`` replaces the configured cost model;
+    ``tracer_provider`` enables spans; ``metrics_push`` exports the metrics over OpenTelemetry
+    while the app runs (service/otel.py); ``cost`` replaces the configured cost model;
     ``clock`` is the monotonic clock in seconds that every policy decision uses.
     """
 
@@ -72,10 +74,12 @@ class ControllerApp:
         *,
         backends: Sequence[Backend] | None = None,
         tracer_provider: TracerProvider | None = None,
+        metrics_push: MetricsPush | None = None,
         cost: CostFunction | None = None,
         clock: Clock = MONOTONIC,
     ) -> None:
         self.config = config
+        self._metrics_push = metrics_push
         self.metrics = ServiceMetrics()
         self.http = HttpPool.create(
             read_timeout_s=config.backend_timeout_s,
@@ -142,6 +146,8 @@ class ControllerApp:
     async def _lifespan(self, _app: Any) -> AsyncIterator[None]:
         async with self.http.client, anyio.create_task_group() as group:
             await group.start(self.engine.run)
+            if self._metrics_push is not None:
+                await group.start(self._metrics_push.run, self.metrics.registry)
             yield
             group.cancel_scope.cancel()
         await self.engine.aclose()

@@ -75,7 +75,9 @@ class IncomingCall:
     stream: bool
     client_wants_usage: bool
     untagged: bool
-    traceparent: str | None
+    #: The request's headers (lower-case names), for the trace propagator (``traceparent``,
+    #: ``tracestate``, ``baggage``; service/tracing.py). Holds credentials: never logged.
+    headers: dict[str, str]
     forward_headers: dict[str, str]
     #: The ``cache_salt`` the controller sends for the call's tenant (also in :attr:`body`,
     #: not in :attr:`raw_body`); ``None`` = none.
@@ -263,7 +265,7 @@ def parse_call(
         stream=stream,
         client_wants_usage=wants_usage,
         untagged=tags is None and foreign is None,
-        traceparent=headers.get("traceparent"),
+        headers=headers,
         forward_headers=forward,
         cache_salt=cache_salt,
     )

@@ -25,6 +25,7 @@ import json
 from dataclasses import dataclass
 
 import anyio
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from agentrt_controller.backends.api import BackendCapabilities, BackendError, BackendRequest
@@ -176,9 +177,10 @@ class CompletionsEndpoint:
     async def _handle(
         self, parsed: IncomingCall, pending: PendingCall, send: Send, exchange: _Exchange
     ) -> None:
-        span = self.tracing.start(self.operation, parsed.model, parsed.traceparent)
+        trace_parent = self.tracing.incoming(parsed.headers)
+        span = self.tracing.start(self.operation, parsed.model, trace_parent)
         try:
-            await self._admit_and_forward(parsed, pending, send, span, exchange)
+            await self._admit_and_forward(parsed, pending, send, span, trace_parent, exchange)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             span.set_status(Status(StatusCode.ERROR, error.message))
@@ -199,10 +201,11 @@ class CompletionsEndpoint:
         pending: PendingCall,
         send: Send,
         span: Span,
+        trace_parent: Context,
         exchange: _Exchange,
     ) -> None:
         call = parsed.call
-        outgoing = self.tracing.outgoing_headers(span, parsed.traceparent)
+        outgoing = self.tracing.outgoing_headers(span, trace_parent)
 
         def request_for(admission: Admission, capabilities: BackendCapabilities) -> BackendRequest:
             backend_id = admission.backend_id

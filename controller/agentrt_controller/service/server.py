@@ -38,6 +38,7 @@ from agentrt_controller.service.hardening import (
     HttpLimits,
 )
 from agentrt_controller.service.incoming import Scope
+from agentrt_controller.service.otel import ControllerTelemetry
 
 __all__ = ["run_controller", "serve_controller"]
 
@@ -90,7 +91,7 @@ class _DrainingServer(uvicorn.Server):
 #: Headers the controller forwards to backends or parses: their values must be ASCII.
 _FORWARDED_OR_PARSED = frozenset(
     {"authorization", "x-request-id", "openai-organization", "openai-project", "traceparent",
-     "tracestate"}
+     "tracestate", "baggage"}
 )  # fmt: skip
 _NUMERIC_HEADERS = frozenset({"x-agentrt-timeout-ms", "x-agentrt-attempt"})
 _GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
@@ -234,14 +235,36 @@ async def serve_controller(
         sock.close()
 
 
-def run_controller(config: ControllerConfig, banner: str | Callable[[int], str] = "") -> None:
+def run_controller(
+    config: ControllerConfig,
+    banner: str | Callable[[int], str] = "",
+    *,
+    telemetry: ControllerTelemetry | None = None,
+) -> None:
     """Serve until SIGTERM / SIGINT, then drain (the ``agentrt controller serve`` command).
 
     ``banner`` (a line, or a function of the bound port) is printed to stderr once the socket
-    is bound and the app has started. Raises :class:`ConfigError` for an invalid configuration
-    or an address that cannot be bound.
+    is bound and the app has started. ``telemetry`` (service/otel.py) exports spans and
+    metrics; it is shut down (queued spans flushed) when the server has stopped. Raises
+    :class:`ConfigError` for an invalid configuration or an address that cannot be bound.
     """
-    app = ControllerApp(config)
+    try:
+        _run(config, banner, telemetry)
+    finally:
+        if telemetry is not None:
+            telemetry.shutdown()
+
+
+def _run(
+    config: ControllerConfig,
+    banner: str | Callable[[int], str],
+    telemetry: ControllerTelemetry | None,
+) -> None:
+    app = ControllerApp(
+        config,
+        tracer_provider=telemetry.tracer_provider if telemetry is not None else None,
+        metrics_push=telemetry.metrics if telemetry is not None else None,
+    )
     sock = _bound_socket(config)
     try:
         server = _DrainingServer(

@@ -1,22 +1,26 @@
-"""One OpenTelemetry span per proxied call, joined to the client's trace via ``traceparent``.
+"""One OpenTelemetry span per proxied call, joined to the client's trace (docs/tracing.md).
 
-The tracer provider is passed in explicitly (no global provider is read or set). Without one,
-a no-op tracer is used and the client's ``traceparent`` is forwarded unchanged. Prompt and
-completion contents are never recorded (docs/controller.md, "Traces").
+The incoming trace context is read from the request's headers by the globally configured
+propagator (``opentelemetry.propagate``: W3C ``traceparent`` / ``tracestate`` and ``baggage``
+unless ``OTEL_PROPAGATORS`` names others), and the backend request gets it back the same way:
+with a tracer provider, our span is the backend's parent (it inherits the client's
+``tracestate``); without one, the client's context goes on unchanged. Either way the caller's
+``tracestate`` and ``baggage`` reach the backend.
+
+The tracer provider is passed in explicitly: the CLI builds one from the standard ``OTEL_*``
+variables (:mod:`agentrt_controller.service.otel`); an embedding program passes its own. Prompt
+and completion contents are never recorded (docs/controller.md, "Traces").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from opentelemetry import trace
+from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, TracerProvider
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = ["CallTracing"]
-
-_PROPAGATOR = TraceContextTextMapPropagator()
 
 
 class CallTracing:
@@ -28,13 +32,17 @@ class CallTracing:
         if provider is not None:
             self._tracer = provider.get_tracer("agentrt.controller")
 
-    def start(self, operation: str, model: str, traceparent: str | None) -> Span:
-        """A span ``"{operation} {model}"`` whose parent is the incoming ``traceparent``."""
+    @staticmethod
+    def incoming(headers: Mapping[str, str]) -> Context:
+        """The trace context (parent span, baggage) the client sent in ``headers`` (lower-case
+        names); an empty context when it sent none, or none the propagator accepts."""
+        return propagate.extract(headers, context=Context())
+
+    def start(self, operation: str, model: str, parent: Context) -> Span:
+        """A server span ``"{operation} {model}"``, a child of ``parent``'s span if it has
+        one (else the root of a new trace); the invalid span when tracing is off."""
         if not self.enabled:
             return trace.INVALID_SPAN
-        parent: Context | None = None
-        if traceparent:
-            parent = _PROPAGATOR.extract({"traceparent": traceparent})
         return self._tracer.start_span(
             f"{operation} {model}",
             context=parent,
@@ -46,10 +54,10 @@ class CallTracing:
             },
         )
 
-    def outgoing_headers(self, span: Span, traceparent: str | None) -> Mapping[str, str]:
-        """Trace headers for the backend request: our span as parent, else the client's."""
-        if not self.enabled:
-            return {"traceparent": traceparent} if traceparent else {}
+    def outgoing_headers(self, span: Span, parent: Context) -> dict[str, str]:
+        """Trace headers for the backend request: ``parent`` with ``span`` as the current span
+        (the client's own span when ``span`` is the invalid one), and ``parent``'s baggage."""
+        context = trace.set_span_in_context(span, parent) if self.enabled else parent
         carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
+        propagate.inject(carrier, context=context)
         return carrier
