@@ -25,6 +25,7 @@ examples:
       --admission-window 32 --plot out/
   agentrt bench sim --trace-in programs.jsonl --policy fcfs,srpt
   agentrt bench sim --tenants well:mixed@0.5,greedy:mixed@1.5:rotate --tenancy off,on
+  agentrt bench sim --workload mixed --replicas 1,2,4,8 --shard program,call
   agentrt bench sweep --workload chatbot --rates 0.5,1,2,4 --policy fcfs,plas --plot out/
   agentrt bench fig2 --json"""
 
@@ -312,6 +313,35 @@ def _add_policy_args(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="scheduler parameter, e.g. starvation_beta=3 (repeatable; JSON values)",
     )
+    replicas = parser.add_argument_group(
+        "controller replicas",
+        "Several controller processes over the same engines, each with its own process table, "
+        "queues, router and admission window, behind a balancer (docs/simulator.md, "
+        "'Controller replicas'). A list compares them; one replica ignores --shard and "
+        "--replica-window.",
+    )
+    replicas.add_argument(
+        "--replicas",
+        default="1",
+        metavar="N[,N...]",
+        help="controller replicas, integers >= 1, comma-separated (default: %(default)s)",
+    )
+    replicas.add_argument(
+        "--shard",
+        default="program",
+        metavar="program|call[,...]",
+        help="how the balancer spreads requests: program = consistent hash of the program id "
+        "(every request of a program meets one replica), call = round robin per request "
+        "(default: %(default)s)",
+    )
+    replicas.add_argument(
+        "--replica-window",
+        default="shared",
+        metavar="shared|split[,...]",
+        help="each replica's adaptive window is bounded by the engine's whole batch (shared) or "
+        "by its share, max_num_seqs // N (split); both follow the engine's shared waiting queue "
+        "(default: %(default)s)",
+    )
 
 
 def _default_rates() -> dict[str, float]:
@@ -352,6 +382,47 @@ def _cost(args: argparse.Namespace) -> Any:
     if args.cost == ["roofline"]:
         return None  # the simulator charges the engine profile's roofline
     return controller_cost_function(_options(args.cost)) if args.cost else default_cost_function()
+
+
+def _replica_values(args: argparse.Namespace) -> list[tuple[int, str, str]]:
+    """``--replicas`` x ``--shard`` x ``--replica-window`` as (replicas, shard, window); one
+    replica appears once (sharding and window shares mean nothing there)."""
+    from agentrt.errors import ConfigError
+    from agentrt_controller.replicas import SHARD_MODES
+    from agentrt_sim.registry import REPLICA_WINDOWS
+
+    def items(text: str) -> list[str]:
+        return [part.strip().lower() for part in text.split(",") if part.strip()]
+
+    counts: list[int] = []
+    for item in items(args.replicas):
+        try:
+            count = int(item)
+        except ValueError:
+            count = 0
+        if count < 1:
+            raise ConfigError(f"--replicas takes integers >= 1, got {args.replicas!r}")
+        counts.append(count)
+    shards, windows = items(args.shard), items(args.replica_window)
+    if not counts or not shards or not windows:
+        raise ConfigError("--replicas, --shard and --replica-window need at least one value")
+    for shard in shards:
+        if shard not in SHARD_MODES:
+            raise ConfigError(f"--shard takes {' or '.join(SHARD_MODES)}, got {shard!r}")
+    for window in windows:
+        if window not in REPLICA_WINDOWS:
+            raise ConfigError(
+                f"--replica-window takes {' or '.join(REPLICA_WINDOWS)}, got {window!r}"
+            )
+    values: list[tuple[int, str, str]] = []
+    for count in counts:
+        combos = (
+            [(1, "program", "shared")]
+            if count == 1
+            else [(count, shard, window) for shard in shards for window in windows]
+        )
+        values += [c for c in combos if c not in values]
+    return values
 
 
 def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[Any]]:
@@ -414,11 +485,15 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
             tenancy=tenancy,
             tenant_weights=weights,
             isolation=isolation,
+            replicas=replicas,
+            shard=shard,
+            replica_window=replica_window,
         )
         for p in policies
         for tenancy, isolation in _tenancy_values(
             getattr(args, "tenancy", "off"), _options(getattr(args, "isolation_option", []))
         )
+        for replicas, shard, replica_window in _replica_values(args)
     ]
     return bench, specs
 

@@ -107,6 +107,10 @@ class RunRecord:
     tenant_service_s: dict[str, float] = field(default_factory=dict)
     #: Programs of each tenant (``""`` = none) that arrived but had not finished.
     tenant_unfinished: dict[str, int] = field(default_factory=dict)
+    #: LLM calls submitted to each controller replica (one entry per replica).
+    replica_calls: list[int] = field(default_factory=lambda: [0])
+    #: Finished programs whose requests reached more than one replica.
+    programs_on_several_replicas: int = 0
 
 
 def critical_path(run: ProgramRun) -> tuple[float, float, float, float]:

@@ -13,6 +13,10 @@
   tenants (the factory's ``tenancy=``, :class:`~agentrt_controller.scheduling.tenancy.
   TenancyConfig`; docs/tenancy.md) with ``PolicySpec.tenant_weights``, and
   ``PolicySpec.isolation`` sets its per-tenant in-flight caps (``IsolationConfig`` fields).
+* Controller replicas: ``PolicySpec.replicas`` dispatchers, each built fresh from the same
+  names (its own process table, queues, router and admission state), spread by
+  ``PolicySpec.shard`` (:class:`~agentrt_controller.replicas.ReplicaBalancer`). One retention
+  policy object serves them all (its learned tool-duration history is pooled).
 * Retention policies: the table :data:`RETENTION` below; a new policy is one entry (a
   zero-argument factory). ``--retention on`` means the first non-``off`` entry.
 
@@ -29,6 +33,7 @@ from typing import Any
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
 from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.replicas import SHARD_MODES
 from agentrt_controller.retention import RetentionPolicy, TtlRetentionPolicy
 from agentrt_controller.routing.factory import ROUTER_NAMES, build_router
 from agentrt_controller.scheduling.dispatcher import Dispatcher
@@ -41,6 +46,7 @@ from agentrt_sim.sim import Policies
 
 __all__ = [
     "PREFIX_ROUTERS",
+    "REPLICA_WINDOWS",
     "RETENTION",
     "ROUTER_NAMES",
     "SCHEDULER_NAMES",
@@ -61,6 +67,10 @@ RETENTION: Mapping[str, Callable[[], RetentionPolicy]] = {
     # return probability and KV pressure (docs/routing.md, "KV retention").
     "ttl": TtlRetentionPolicy,
 }
+
+#: How replicas share an engine's batch in their admission: ``shared`` = each sees the whole
+#: batch (the window follows the shared waiting queue), ``split`` = each its share.
+REPLICA_WINDOWS = ("shared", "split")
 
 #: Idle timeout of the process table (seconds): the simulator ends every program explicitly,
 #: so this only matters for programs cut off by ``stop_s``.
@@ -100,6 +110,14 @@ class PolicySpec:
     #: ``reservation_s``, ``surplus_share``); ``None`` = ``TenancyConfig``'s default (the
     #: controller's).
     isolation: Mapping[str, Any] | None = None
+    #: Controller replicas over the same engines (>= 1; docs/simulator.md, "Controller
+    #: replicas").
+    replicas: int = 1
+    #: How the balancer spreads requests over replicas: ``program`` or ``call``.
+    shard: str = "program"
+    #: :data:`REPLICA_WINDOWS`: each replica's admission sees the engine's whole batch
+    #: (``shared``) or its share of it (``split``).
+    replica_window: str = "shared"
 
 
 def parse_window(text: str) -> int | str | None:
@@ -164,10 +182,33 @@ def describe_tenancy(spec: PolicySpec) -> str:
 
 
 def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> Policies:
-    """Fresh policy objects for one run of ``spec``.
+    """Fresh policy objects for one run of ``spec`` (a dispatcher per replica).
 
     Raises :class:`ConfigError` for unknown names or bad parameters.
     """
+    replicas = spec.replicas
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+        raise ConfigError(f"controller replicas must be an integer >= 1, got {replicas!r}")
+    if spec.shard not in SHARD_MODES:
+        raise ConfigError(f"unknown shard mode {spec.shard!r}; valid: {', '.join(SHARD_MODES)}")
+    if spec.replica_window not in REPLICA_WINDOWS:
+        raise ConfigError(
+            f"unknown replica window {spec.replica_window!r}; valid: {', '.join(REPLICA_WINDOWS)}"
+        )
+    dispatchers = [_dispatcher(spec) for _ in range(replicas)]
+    return Policies(
+        dispatcher=dispatchers[0],
+        retention=RETENTION[resolve_retention(spec.retention)](),
+        cost_model=cost_model,
+        block_hashes=spec.router.strip().lower() in PREFIX_ROUTERS,
+        replicas=tuple(dispatchers[1:]),
+        shard=spec.shard,
+        split_window=spec.replica_window == "split",
+    )
+
+
+def _dispatcher(spec: PolicySpec) -> Dispatcher:
+    """One controller's dispatcher for ``spec``: scheduler, admission and router, fresh."""
     scheduler = build_scheduler(
         spec.policy,
         dict(spec.scheduler_options) or None,
@@ -179,11 +220,5 @@ def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> 
         admission = build_admission("adaptive", dict(spec.admission_options))
     else:
         admission = build_admission("fixed", {"window": spec.admission_window})
-    retention = RETENTION[resolve_retention(spec.retention)]()
     router = build_router(spec.router, dict(spec.router_options) or None)
-    return Policies(
-        dispatcher=Dispatcher(scheduler, router, admission),
-        retention=retention,
-        cost_model=cost_model,
-        block_hashes=spec.router.strip().lower() in PREFIX_ROUTERS,
-    )
+    return Dispatcher(scheduler, router, admission)

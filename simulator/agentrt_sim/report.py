@@ -42,6 +42,15 @@ def _window(value: Any) -> str:
     return "unlimited" if value is None else str(value)
 
 
+def _replicas(result: Mapping[str, Any]) -> str:
+    """`` x4 by program`` (split window: ``, split``) for several controller replicas."""
+    count = int(result.get("replicas", 1))
+    if count <= 1:
+        return ""
+    split = ", split" if result.get("replica_window") == "split" else ""
+    return f" x{count} by {result.get('shard', 'program')}{split}"
+
+
 def print_sim_table(results: Sequence[Mapping[str, Any]], title: str) -> None:
     """One row per configuration."""
     from rich.table import Table
@@ -69,7 +78,7 @@ def print_sim_table(results: Sequence[Mapping[str, Any]], title: str) -> None:
         table.add_column(name, justify="left" if name in ("policy", "router") else "right")
     for r in results:
         table.add_row(
-            r["policy"] + ("+tenancy" if r.get("tenancy") else ""),
+            r["policy"] + ("+tenancy" if r.get("tenancy") else "") + _replicas(r),
             r["router"],
             r["retention"],
             _window(r["admission_window"]),

@@ -110,7 +110,12 @@ def label(spec: PolicySpec) -> str:
     """A short human-readable name of a configuration."""
     window = "unlimited" if spec.admission_window is None else str(spec.admission_window)
     text = f"{spec.policy}/{spec.router}/retention={spec.retention}/window={window}"
-    return text + f"/tenancy={describe_tenancy(spec)}" if spec.tenancy else text
+    if spec.tenancy:
+        text += f"/tenancy={describe_tenancy(spec)}"
+    if spec.replicas > 1:
+        text += f"/replicas={spec.replicas}/shard={spec.shard}"
+        text += "/split-window" if spec.replica_window == "split" else ""
+    return text
 
 
 def run_one(
@@ -142,10 +147,16 @@ def run_one(
         "profile": bench.profile,
         "warmup_s": config.warmup_s,
         "tenancy": spec.tenancy,
+        "replicas": spec.replicas,
+        "shard": spec.shard,
+        "replica_window": spec.replica_window,
         **({"tenancy_mode": describe_tenancy(spec)} if spec.tenancy else {}),
         **({"tenant_loads": format_tenants(bench.tenants)} if bench.tenants else {}),
         **metrics,
     }
+    if spec.replicas > 1:
+        summary["replica_calls"] = list(record.replica_calls)
+        summary["programs_on_several_replicas"] = record.programs_on_several_replicas
     return RunOutcome(summary, record)
 
 

@@ -25,6 +25,18 @@ so the controller sees one-call programs while the client still runs the whole D
 charged to each tenant's calls finishing inside the measurement window is recorded
 (``RunRecord.tenant_service_s``).
 
+**Controller replicas.** ``Policies.replicas`` adds further dispatchers, each with its own
+process table, queues, router (prefix index) and admission state, over the same engines: what
+N controller processes behind a load balancer would hold. A
+:class:`~agentrt_controller.replicas.ReplicaBalancer` sends every request to one replica:
+by program (consistent hash of the program id: a program's calls, tool events and retention
+all meet one process-table entry) or by call (round robin over every request: a program's
+calls, its start / end and its tool events land on different replicas). A call's tokens and
+finish are reported to the replica that admitted it (its stream runs there). Each replica's
+admission sees the engines' scraped gauges (``num_waiting``, shared by all) and its *own*
+calls in flight; with ``Policies.split_window`` the batch size it sees is its share,
+``max_num_seqs // N`` (at least 1). Replicas admit in turn, the first one rotating per instant.
+
 **Speed.** An idle engine steps with ``max_steps`` large and a horizon up to the next event,
 so the engine fuses identical pure-decode iterations; a simulated hour costs roughly one
 Python step per external event instead of one per decode iteration.
@@ -40,6 +52,7 @@ from typing import Any
 
 from agentrt.errors import InvalidRequest
 from agentrt_controller.keys import DEFAULT_SESSION, ProgramKey
+from agentrt_controller.replicas import ReplicaBalancer
 from agentrt_controller.retention import RetentionPolicy
 from agentrt_controller.scheduling.api import BackendView, Call
 from agentrt_controller.scheduling.dispatcher import Dispatcher
@@ -93,6 +106,15 @@ class Policies:
     #: Fill ``Call.block_hashes`` (prefix hash chains at the engines' block size) for
     #: prefix-aware routers; costs hashing every prompt's new blocks once.
     block_hashes: bool = False
+    #: Further controller replicas (fresh dispatchers of the same configuration); replica 0
+    #: is ``dispatcher``. Empty = one controller.
+    replicas: tuple[Dispatcher, ...] = ()
+    #: How the balancer spreads requests over replicas: ``program`` or ``call``
+    #: (:data:`agentrt_controller.replicas.SHARD_MODES`).
+    shard: str = "program"
+    #: Each replica's admission sees its share of an engine's batch (``max_num_seqs // N``,
+    #: at least 1) instead of the whole batch.
+    split_window: bool = False
 
 
 ProgressFn = Callable[[float], None]
@@ -105,17 +127,24 @@ class Simulation:
         profile = get_profile(config.profile)
         self.config = config
         self.dispatcher = policies.dispatcher
+        #: Every controller replica's dispatcher; ``dispatchers[0] is dispatcher``.
+        self.dispatchers = [policies.dispatcher, *policies.replicas]
+        self.balancer = ReplicaBalancer(len(self.dispatchers), policies.shard)
+        self._split_window = policies.split_window and len(self.dispatchers) > 1
         self.cost = policies.cost_model or roofline_cost_model(profile)
         self.engines = [
             EngineSlot(i, EngineCore(config.engine, profile)) for i in range(config.engines)
         ]
+        #: Per replica, per engine: the calls that replica admitted there and has not seen
+        #: finish (what its own ``BackendView.in_flight`` counts).
+        self._replica_in_flight = [[0] * config.engines for _ in self.dispatchers]
         self.waits = WaitHandler(self, policies.retention)
         self._hash_block_size = config.engine.block_size if policies.block_hashes else None
         self.plans = plans
         self.now_s = 0.0
         self.calls: dict[str, CallRun] = {}
         self.tokens = TokenSpace()
-        self.record = RunRecord()
+        self.record = RunRecord(replica_calls=[0] * len(self.dispatchers))
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._released: list[tuple[str, int, ProgramRun, int]] = []
@@ -163,8 +192,16 @@ class Simulation:
                     self.engines[payload].wake_s = math.inf
             if self._released:
                 self._submit_released(now)
-            if self.dispatcher.queued():
-                self._admit(now)
+            dispatchers = self.dispatchers
+            if len(dispatchers) == 1:
+                if self.dispatcher.queued():
+                    self._admit(now, 0)
+            else:
+                first = batches % len(dispatchers)  # no replica always admits first
+                for offset in range(len(dispatchers)):
+                    replica = (first + offset) % len(dispatchers)
+                    if dispatchers[replica].queued():
+                        self._admit(now, replica)
             for slot in self.engines:
                 if not slot.busy:
                     self._step(slot, now)
@@ -191,12 +228,24 @@ class Simulation:
             run.key = ProgramKey(
                 session_id=DEFAULT_SESSION, program_id=program.program_id, tenant=program.tenant
             )
+        if self.balancer.by_program:
+            run.replica = self.balancer.pick(program.program_id)
         self._live += 1
         tenant = "" if program.tenant is None else program.tenant
         self._live_by_tenant[tenant] = self._live_by_tenant.get(tenant, 0) + 1
-        self.dispatcher.on_program_start(run.key, now, name=program.kind)
+        self.replica_of(run).on_program_start(run.key, now, name=program.kind)
         for node in plan.roots:
             self.release(run, node, now)
+
+    def replica_of(self, run: ProgramRun) -> Dispatcher:
+        """The replica that gets a program-level request of ``run`` (its start or end, a tool
+        wait, a retention mark): its home replica when sharded by program, else the next in
+        turn."""
+        if run.replica >= 0:
+            return self.dispatchers[run.replica]
+        replica = self.balancer.pick(run.plan.program.program_id)
+        run.replica_mask |= 1 << replica
+        return self.dispatchers[replica]
 
     def release(self, run: ProgramRun, node: int, now: float) -> None:
         """All parents of ``node`` finished: send the call, or start the wait."""
@@ -221,7 +270,9 @@ class Simulation:
     def _program_end(self, run: ProgramRun, now: float) -> None:
         program = run.plan.program
         self.waits.program_end(run, now)
-        self.dispatcher.on_program_end(run.key, now)
+        self.replica_of(run).on_program_end(run.key, now)
+        if run.replica_mask & (run.replica_mask - 1):  # more than one bit: split over replicas
+            self.record.programs_on_several_replicas += 1
         self._live -= 1
         self._live_by_tenant["" if program.tenant is None else program.tenant] -= 1
         wait_s, exec_s, tool_s, think_s = critical_path(run)
@@ -253,7 +304,9 @@ class Simulation:
     def _submit_released(self, now: float) -> None:
         released = self._released
         released.sort(key=lambda item: (item[0], item[1]))
-        submit = self.dispatcher.submit
+        dispatchers = self.dispatchers
+        balancer = self.balancer
+        replica_calls = self.record.replica_calls
         calls = self.calls
         for program_id, _, run, node in released:
             program = run.plan.program
@@ -279,11 +332,22 @@ class Simulation:
                 call_run.prompt, call_run.output, call.block_hashes = run.tokens.prompt_and_output(
                     node
                 )
-            submit(call, now)
+            # The balancer sees the call's own program id (a rotating client's fresh ids).
+            replica = run.replica
+            if replica < 0 or program.rotate_call_ids:
+                replica = balancer.pick(call.program_id)
+            call_run.replica = replica
+            run.replica_mask |= 1 << replica
+            replica_calls[replica] += 1
+            dispatchers[replica].submit(call, now)
         released.clear()
 
-    def _views(self, now: float) -> list[BackendView]:
+    def _views(self, now: float, replica: int) -> list[BackendView]:
+        """What ``replica`` sees of the engines: the scraped gauges (shared), its own calls
+        in flight, and the batch size (its share of it under ``split_window``)."""
         interval = self.config.scrape_interval_s
+        in_flight = self._replica_in_flight[replica]
+        share = len(self.dispatchers) if self._split_window else 1
         views = []
         for slot in self.engines:
             if now - slot.metrics_at_s >= interval:
@@ -295,20 +359,21 @@ class Simulation:
             views.append(
                 BackendView(
                     backend_id=slot.backend_id,
-                    in_flight=slot.in_flight,
+                    in_flight=in_flight[slot.index],
                     num_running=slot.num_running,
                     num_waiting=slot.num_waiting,
                     kv_cache_usage=slot.kv_cache_usage,
                     supports_priority=slot.supports_priority,
                     metrics_at_s=slot.metrics_at_s,
-                    max_num_seqs=slot.core.config.max_num_seqs,
+                    max_num_seqs=max(1, slot.core.config.max_num_seqs // share),
                 )
             )
         return views
 
-    def _admit(self, now: float) -> None:
+    def _admit(self, now: float, replica: int) -> None:
         by_id = {slot.backend_id: slot for slot in self.engines}
-        for admission in self.dispatcher.admit(now, self._views(now)):
+        in_flight = self._replica_in_flight[replica]
+        for admission in self.dispatchers[replica].admit(now, self._views(now, replica)):
             slot = by_id[admission.backend_id]
             run = self.calls[admission.call.call_id]
             program = run.program
@@ -317,6 +382,7 @@ class Simulation:
             run.engine = slot.index
             run.admitted_s = now
             slot.in_flight += 1
+            in_flight[slot.index] += 1
             try:
                 slot.core.add_request(
                     EngineRequest(
@@ -354,7 +420,7 @@ class Simulation:
         slot.busy = False
         calls = self.calls
         duration = result.duration_s
-        on_tokens = self.dispatcher.on_tokens
+        dispatchers = self.dispatchers
         finished: list[tuple[CallRun, int]] = []
         for item in result.progress:
             run = calls[item.request_id]
@@ -365,7 +431,7 @@ class Simulation:
             if item.new_tokens:
                 if item.first_token:
                     run.first_token_s = now
-                on_tokens(run.call, item.new_tokens, now)
+                dispatchers[run.replica].on_tokens(run.call, item.new_tokens, now)
                 if item.finished:
                     finished.append((run, item.num_cached_tokens))
         if result.preempted:
@@ -383,15 +449,17 @@ class Simulation:
         prompt_len = program.plan.prompt_len[node]
         del self.calls[run.call.call_id]
         slot.in_flight -= 1
+        self._replica_in_flight[run.replica][slot.index] -= 1
         service_s = 0.0 if rejected else self.cost(prompt_len - cached, spec.output_tokens)
         # The router's index learns the chain over prompt + output: what the next call extends.
         run.call.block_hashes = program.tokens.finish_call(
             node, run.prompt, run.output, run.call.block_hashes
         )
-        self.dispatcher.on_finish(run.call, slot.backend_id, service_s, now)
+        dispatcher = self.dispatchers[run.replica]
+        dispatcher.on_finish(run.call, slot.backend_id, service_s, now)
         tenant = program.plan.program.tenant
         if program.plan.program.rotate_call_ids:  # the call was its own one-call program
-            self.dispatcher.on_program_end(run.call.program_key, now)
+            dispatcher.on_program_end(run.call.program_key, now)
         if self.config.warmup_s <= now < self.config.window_end_s:
             charged = self.record.tenant_service_s
             name = "" if tenant is None else tenant

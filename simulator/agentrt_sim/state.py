@@ -36,6 +36,8 @@ class ProgramRun:
         "prompt_tokens",
         "rejected_calls",
         "release_s",
+        "replica",
+        "replica_mask",
         "thread_engine",
         "tokens",
         "ttft_s",
@@ -54,6 +56,11 @@ class ProgramRun:
         self.tokens = tokens
         #: The program's key in the controller's process table, router and retention policy.
         self.key = ProgramKey.untagged(plan.program.program_id)
+        #: The controller replica all its requests go to when sharded by program; -1 = none
+        #: (sharded by call).
+        self.replica = -1
+        #: Bit r set: replica r got one of its requests.
+        self.replica_mask = 0
         count = len(plan.program.nodes)
         #: Parents not finished yet, per node.
         self.missing_parents = list(plan.num_parents)
@@ -97,6 +104,7 @@ class CallRun:
         "output",
         "program",
         "prompt",
+        "replica",
         "started",
     )
 
@@ -112,6 +120,8 @@ class CallRun:
         #: Sum of the durations of the engine steps the call was part of (seconds).
         self.exec_s = 0.0
         self.started = False
+        #: The controller replica that queued and admitted it (and hears its tokens).
+        self.replica = 0
         self.prompt: list[int] = []
         self.output: list[int] = []
 

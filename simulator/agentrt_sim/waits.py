@@ -48,7 +48,7 @@ class WaitHandler:
         assert isinstance(spec, WaitNode)
         program_id = run.plan.program.program_id
         predicted = self._predict(spec.name)
-        sim.dispatcher.on_tool_wait_start(
+        sim.replica_of(run).on_tool_wait_start(
             run.key,
             now,
             thread_id=spec.thread_id,
@@ -88,7 +88,7 @@ class WaitHandler:
                 )
                 self.pins_placed += 1
             run.pins[spec.thread_id] = (slot.index, pin_id, until)
-            sim.dispatcher.set_retention(run.key, max(p[2] for p in run.pins.values()))
+            sim.replica_of(run).set_retention(run.key, max(p[2] for p in run.pins.values()))
         sim.wait_ends_at(now + spec.duration_s, run, node)
 
     def done(self, run: ProgramRun, node: int, now: float) -> None:
@@ -99,7 +99,7 @@ class WaitHandler:
         duration = now - run.release_s[node]
         count, total = self._history.get(spec.name, (0, 0.0))
         self._history[spec.name] = (count + 1, total + duration)
-        sim.dispatcher.on_tool_wait_end(
+        sim.replica_of(run).on_tool_wait_end(
             run.key, now, thread_id=spec.thread_id, node_id=spec.node_id
         )
         self.retention.on_wait_end(run.key, spec.thread_id, spec.node_id, duration, now)
@@ -133,4 +133,4 @@ class WaitHandler:
         sim.engines[pin[0]].core.unpin(pin[1])
         remaining = [p[2] for p in run.pins.values() if p[1] != pin[1]]
         until = max(remaining) if remaining else -math.inf
-        sim.dispatcher.set_retention(run.key, until if until > now else None)
+        sim.replica_of(run).set_retention(run.key, until if until > now else None)
