@@ -1,0 +1,290 @@
+"""The OpenAI Agents SDK adapter with the real ``openai-agents`` package, against the engine
+emulator through the controller: the Responses model (the SDK's default, through the
+controller's ``/v1/responses``) and the Chat Completions model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("agents")
+
+from adapters_stack import (
+    add,
+    blocking_lookup,
+    check_first_tool_wait,
+    check_llm_tool_llm,
+    release_when_seen,
+    running_stack,
+    tool_waiting,
+    tools_waiting,
+)
+from agents import Agent, ModelSettings, function_tool
+from openai.types.responses import ResponseTextDeltaEvent
+
+from agentrt import DeadlineExceeded, IdempotencyKey, LLMCallError, tool
+from agentrt.errors import AgentrtError
+from agentrt_adapters.openai_agents import (
+    ModelAPI,
+    function_tools,
+    run_agent,
+    run_config,
+    run_in_program,
+    stream_in_program,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+APIS: list[ModelAPI] = ["responses", "chat_completions"]
+
+
+def tool_then_answer(**extra_body: Any) -> ModelSettings:
+    """Settings that make the scripted model call a tool in its first turn (``required``; the
+    SDK resets the choice after a tool ran) and answer, briefly, in the next."""
+    body = {"agentrt_tool_call": False, "agentrt_output_tokens": 8, **extra_body}
+    return ModelSettings(tool_choice="required", max_tokens=256, extra_body=body)
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_agent_runs_through_the_controller_and_shows_its_tool_wait(api: ModelAPI) -> None:
+    released = anyio.Event()
+    seen: dict[str, Any] = {}
+    program_id = f"p-oa-{api[:4]}"
+    async with running_stack() as stack:
+        agent = Agent(
+            name="archivist",
+            instructions="Answer from the archive.",
+            tools=function_tools([blocking_lookup(released)]),
+            model_settings=tool_then_answer(),
+        )
+        async with (
+            anyio.create_task_group() as group,
+            stack.runtime.program("oa-agent", program_id=program_id) as program,
+        ):
+            group.start_soon(
+                release_when_seen, stack, tool_waiting(program_id, "lookup"), released, seen
+            )
+            run = await run_agent(
+                stack.runtime, agent, "What does it say?", api=api, new_program=False
+            )
+            entry = await stack.wait_for_entry(lambda e: e["program_id"] == program_id)
+        after = await stack.programs()
+    # While the tool ran, the process table showed the wait, the first call already charged.
+    check_first_tool_wait(seen["entry"], name="oa-agent", session_id=stack.runtime.session_id)
+    assert seen["entry"]["tool_waits"][0]["tool_name"] == "lookup"
+    # Both calls arrived tagged with the program and its thread.
+    assert entry["calls_finished"] == 2 and entry["threads"] == {"main": 2}
+    assert all(e["program_id"] != program_id for e in after)
+    nodes = check_llm_tool_llm(program)
+    assert nodes[1]["parent_ids"] == ["main:0"] and nodes[2]["parent_ids"] == ["main:1"]
+    assert run.stop_reason == "answer" and run.answer and run.program is program
+    assert program.phase_s["tool"] > 0
+
+
+# The scripted model is deterministic: with these seeds its first answer calls both tools.
+@pytest.mark.parametrize(("api", "seed"), [("responses", 0), ("chat_completions", 8)])
+async def test_parallel_tool_calls_wait_in_two_threads_at_once(api: ModelAPI, seed: int) -> None:
+    both_seen = anyio.Event()
+
+    async def lookup(topic: str) -> str:
+        """Look a topic up in the archive.
+
+        Args:
+            topic: what to look up
+        """
+        await both_seen.wait()
+        return topic
+
+    async def fetch(url: str) -> str:
+        """Fetch a page.
+
+        Args:
+            url: the page's address
+        """
+        await both_seen.wait()
+        return url
+
+    seen: dict[str, Any] = {}
+    agent = Agent(
+        name="both",
+        instructions="Use both tools.",
+        tools=function_tools([lookup, fetch]),
+        model_settings=tool_then_answer(seed=seed).resolve(ModelSettings(parallel_tool_calls=True)),
+    )
+    async with running_stack() as stack, anyio.create_task_group() as group:
+        group.start_soon(release_when_seen, stack, tools_waiting("p-oa-par", 2), both_seen, seen)
+        run = await run_agent(
+            stack.runtime, agent, "Look up agentrt and fetch its page.", api=api,
+            program_id="p-oa-par",
+        )  # fmt: skip
+    assert sorted(w["thread_id"] for w in seen["entry"]["tool_waits"]) == ["main", "main.0"]
+    assert sorted(w["tool_name"] for w in seen["entry"]["tool_waits"]) == ["fetch", "lookup"]
+    nodes = list(run.program.nodes.values())
+    first, tools, last = nodes[0], nodes[1:3], nodes[3]
+    assert [n.kind for n in nodes] == ["llm", "tool", "tool", "llm"]
+    assert sorted(n.thread_id for n in tools) == ["main", "main.0"]
+    assert all(n.parent_ids == (first.id,) and n.tool_call_id for n in tools)
+    # The next model call depends on both tool runs (the threads joined).
+    assert sorted(last.parent_ids) == sorted(n.id for n in tools) and last.thread_id == "main"
+
+
+async def test_streamed_run_is_tagged_and_delivers_text_deltas() -> None:
+    async with running_stack() as stack:
+        agent = Agent(
+            name="writer",
+            instructions="Be brief.",
+            model_settings=ModelSettings(max_tokens=64, extra_body={"agentrt_output_tokens": 12}),
+        )
+        deltas: list[str] = []
+        async with stack.runtime.program("oa-stream", program_id="p-oa-stream") as program:
+            async with stream_in_program(agent, "Say something.") as result:
+                async for event in result.stream_events():
+                    if event.type == "raw_response_event" and isinstance(
+                        event.data, ResponseTextDeltaEvent
+                    ):
+                        deltas.append(event.data.delta)
+            entry = await stack.wait_for_entry(lambda e: e["program_id"] == "p-oa-stream")
+    assert len([d for d in deltas if d]) > 1
+    assert result.final_output == "".join(deltas)
+    assert entry["calls_finished"] == 1 and entry["threads"] == {"main": 1}
+    assert [(n.kind, n.status) for n in program.nodes.values()] == [("llm", "ok")]
+
+
+async def test_a_handoff_continues_the_thread_and_its_target_reports_its_tools() -> None:
+    specialist = Agent(
+        name="specialist",
+        instructions="Add numbers with the tool.",
+        # The SDK's own function tool, not reported by us: run_agent reports the tools of
+        # every agent the run can hand off to.
+        tools=[function_tool(add)],
+        model_settings=tool_then_answer(),
+    )
+    triage = Agent(
+        name="triage",
+        instructions="Hand arithmetic to the specialist.",
+        handoffs=[specialist],
+        model_settings=ModelSettings(tool_choice="required", max_tokens=64),
+    )
+    async with running_stack() as stack:
+        run = await run_agent(stack.runtime, triage, "Add 2 and 3.", program_id="p-oa-handoff")
+    kinds = [(n.kind, n.name, n.thread_id) for n in run.program.nodes.values()]
+    model = stack.runtime.config.model
+    assert kinds == [
+        ("llm", model, "main"),  # triage: the handoff
+        ("llm", model, "main"),  # specialist: calls add
+        ("tool", "add", "main"),
+        ("llm", model, "main"),  # specialist: answers
+    ]
+    assert run.stop_reason == "answer" and run.raw.last_agent.name == "specialist"
+
+
+async def test_an_agent_used_as_a_tool_is_a_tool_node_its_calls_chain_off() -> None:
+    researcher = Agent(
+        name="researcher",
+        instructions="Add numbers with the tool.",
+        tools=function_tools([add]),
+        model_settings=tool_then_answer(),
+    )
+    lead = Agent(
+        name="lead",
+        instructions="Ask the researcher.",
+        tools=[researcher.as_tool("research", "Ask the researcher a question.")],
+        model_settings=tool_then_answer(),
+    )
+    async with running_stack() as stack:
+        run = await run_agent(stack.runtime, lead, "Add 2 and 3.", program_id="p-oa-sub")
+    nodes = list(run.program.nodes.values())
+    shape = [(n.kind, n.name if n.kind == "tool" else "", n.parent_ids) for n in nodes]
+    assert shape == [
+        ("llm", "", ()),
+        ("tool", "research", ("main:0",)),
+        ("llm", "", ("main:1",)),  # the researcher's calls and tool chain off its tool node
+        ("tool", "add", ("main:2",)),
+        ("llm", "", ("main:3",)),
+        ("llm", "", ("main:1",)),  # the lead answers after the research tool
+    ]
+    assert all(n.status == "ok" and n.thread_id == "main" for n in nodes)
+
+
+async def test_the_deadline_cancels_the_streamed_call_upstream() -> None:
+    agent = Agent(
+        name="rambler",
+        instructions="Go on.",
+        model_settings=ModelSettings(max_tokens=4000, extra_body={"agentrt_output_tokens": 4000}),
+    )
+    # At the modelled GPU's own speed, 4000 tokens take far longer than the budget.
+    async with running_stack(time_scale=1.0) as stack:
+        with pytest.raises(DeadlineExceeded):
+            async with (
+                stack.runtime.program("oa-late", timeout_s=0.5) as program,
+                stream_in_program(agent, "Tell me everything.") as result,
+            ):
+                async for _ in result.stream_events():
+                    pass
+        with anyio.fail_after(10):
+            while stack.engine.state.driver.metrics.aborted < 1:  # noqa: ASYNC110 - a counter
+                await anyio.sleep(0.02)
+    assert program.status == "deadline_exceeded"
+    assert [(n.kind, n.status) for n in program.nodes.values()] == [("llm", "cancelled")]
+
+
+async def test_the_deadline_cancels_a_call_in_flight_upstream() -> None:
+    agent = Agent(
+        name="rambler",
+        instructions="Go on.",
+        model_settings=ModelSettings(max_tokens=4000, extra_body={"agentrt_output_tokens": 4000}),
+    )
+    async with running_stack(time_scale=1.0) as stack:
+        with pytest.raises(DeadlineExceeded):
+            await run_agent(stack.runtime, agent, "Tell me everything.", timeout_s=0.5)
+        with anyio.fail_after(10):
+            while stack.engine.state.driver.metrics.aborted < 1:  # noqa: ASYNC110 - a counter
+                await anyio.sleep(0.02)
+
+
+async def test_a_journaled_side_effect_is_replayed_on_a_rerun(tmp_path: Path) -> None:
+    target, keys = tmp_path / "log.txt", []
+
+    @tool(side_effect=True)
+    async def append_line(text: str, key: IdempotencyKey) -> str:
+        """Append a line to the team's log.
+
+        Args:
+            text: the line
+        """
+        keys.append(key)
+        with target.open("a") as handle:
+            handle.write("line\n")
+        return "appended"
+
+    agent = Agent(
+        name="writer",
+        instructions="Log it.",
+        tools=function_tools([append_line]),
+        model_settings=tool_then_answer(),
+    )
+    statuses = []
+    async with running_stack(journal=str(tmp_path / "journal.sqlite")) as stack:
+        for _ in range(2):
+            run = await run_agent(stack.runtime, agent, "Log it.", program_id="p-oa-dur")
+            statuses.append([(n.kind, n.status) for n in run.program.nodes.values()])
+    assert target.read_text() == "line\n" and len(keys) == 1
+    assert statuses == [
+        [("llm", "ok"), ("tool", "ok"), ("llm", "ok")],
+        [("llm", "ok"), ("tool", "replayed"), ("llm", "ok")],
+    ]
+    tool_node = next(n for n in run.program.nodes.values() if n.kind == "tool")
+    assert tool_node.tool_call_id  # the model's call id reached the SDK's node
+
+
+async def test_errors_are_agentrt_errors() -> None:
+    agent = Agent(name="plain", instructions="Hi.")
+    async with running_stack(max_retries=0) as stack:
+        with pytest.raises(LLMCallError) as caught:
+            await run_agent(stack.runtime, agent, "hello", model="no-such-model")
+        with pytest.raises(AgentrtError, match="needs a current program"):
+            await run_in_program(agent, "hello", config=run_config(stack.runtime))
+    assert caught.value.status_code == 404

@@ -1,0 +1,274 @@
+"""The Pydantic AI adapter with the real ``pydantic-ai-slim[openai]`` package, against the engine
+emulator through the controller: ``OpenAIChatModel`` (Chat Completions) and
+``OpenAIResponsesModel`` (through the controller's ``/v1/responses``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytest.importorskip("pydantic_ai")
+
+from adapters_stack import (
+    add,
+    blocking_lookup,
+    check_first_tool_wait,
+    check_llm_tool_llm,
+    release_when_seen,
+    running_stack,
+    tool_waiting,
+    tools_waiting,
+)
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.settings import ModelSettings
+
+from agentrt import DeadlineExceeded, IdempotencyKey, LLMCallError, tool
+from agentrt.errors import AgentrtError
+from agentrt_adapters.pydantic_ai import (
+    AgentrtCapability,
+    ModelAPI,
+    chat_model,
+    pydantic_tools,
+    run_agent,
+    run_in_program,
+    stream_in_program,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+APIS: list[ModelAPI] = ["chat_completions", "responses"]
+
+
+def tool_then_answer(**extra_body: Any) -> Callable[[RunContext[Any]], ModelSettings]:
+    """Per-request settings that make the scripted model call a tool in the run's first request
+    and answer, briefly, in the next (the emulator's ``agentrt_tool_call`` hint)."""
+
+    def settings(ctx: RunContext[Any]) -> ModelSettings:
+        body = {"agentrt_tool_call": ctx.run_step <= 1, "agentrt_output_tokens": 8, **extra_body}
+        return {"max_tokens": 256, "parallel_tool_calls": True, "extra_body": body}
+
+    return settings
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_agent_runs_through_the_controller_and_shows_its_tool_wait(api: ModelAPI) -> None:
+    released = anyio.Event()
+    seen: dict[str, Any] = {}
+    program_id = f"p-pai-{api[:4]}"
+    agent = Agent(
+        name="archivist",
+        instructions="Answer from the archive.",
+        tools=[blocking_lookup(released)],
+        model_settings=tool_then_answer(),
+    )
+    async with running_stack() as stack:
+        async with (
+            anyio.create_task_group() as group,
+            stack.runtime.program("pai-agent", program_id=program_id) as program,
+        ):
+            group.start_soon(
+                release_when_seen, stack, tool_waiting(program_id, "lookup"), released, seen
+            )
+            run = await run_agent(
+                stack.runtime, agent, "What does it say?", api=api, new_program=False
+            )
+            entry = await stack.wait_for_entry(lambda e: e["program_id"] == program_id)
+        after = await stack.programs()
+    check_first_tool_wait(seen["entry"], name="pai-agent", session_id=stack.runtime.session_id)
+    assert seen["entry"]["tool_waits"][0]["tool_name"] == "lookup"
+    # Both requests arrived tagged with the program and its thread.
+    assert entry["calls_finished"] == 2 and entry["threads"] == {"main": 2}
+    assert all(e["program_id"] != program_id for e in after)
+    nodes = check_llm_tool_llm(program)
+    assert nodes[1]["parent_ids"] == ["main:0"] and nodes[2]["parent_ids"] == ["main:1"]
+    assert run.stop_reason == "answer" and run.answer and run.program is program
+
+
+# The scripted model is deterministic: with these seeds its first answer calls both tools.
+@pytest.mark.parametrize(("api", "seed"), [("chat_completions", 1), ("responses", 17)])
+async def test_parallel_tool_calls_wait_in_two_threads_at_once(api: ModelAPI, seed: int) -> None:
+    both_seen = anyio.Event()
+
+    async def lookup(topic: str) -> str:
+        """Look a topic up in the archive.
+
+        Args:
+            topic: what to look up
+        """
+        await both_seen.wait()
+        return topic
+
+    async def fetch(url: str) -> str:
+        """Fetch a page.
+
+        Args:
+            url: the page's address
+        """
+        await both_seen.wait()
+        return url
+
+    seen: dict[str, Any] = {}
+    agent = Agent(
+        name="both",
+        instructions="Use both tools.",
+        tools=[lookup, fetch],
+        model_settings=tool_then_answer(seed=seed),
+    )
+    async with running_stack() as stack, anyio.create_task_group() as group:
+        group.start_soon(release_when_seen, stack, tools_waiting("p-pai-par", 2), both_seen, seen)
+        run = await run_agent(
+            stack.runtime, agent, "Look up agentrt and fetch its page.", api=api,
+            program_id="p-pai-par",
+        )  # fmt: skip
+    assert sorted(w["thread_id"] for w in seen["entry"]["tool_waits"]) == ["main", "main.0"]
+    assert sorted(w["tool_name"] for w in seen["entry"]["tool_waits"]) == ["fetch", "lookup"]
+    nodes = list(run.program.nodes.values())
+    first, tools, last = nodes[0], nodes[1:3], nodes[3]
+    assert [n.kind for n in nodes] == ["llm", "tool", "tool", "llm"]
+    assert sorted(n.thread_id for n in tools) == ["main", "main.0"]
+    assert all(n.parent_ids == (first.id,) and n.tool_call_id for n in tools)
+    assert sorted(last.parent_ids) == sorted(n.id for n in tools) and last.thread_id == "main"
+
+
+async def test_run_stream_reports_its_tool_and_streams_the_answer() -> None:
+    released = anyio.Event()
+    seen: dict[str, Any] = {}
+    agent = Agent(
+        name="streamer",
+        instructions="Answer from the archive.",
+        tools=[blocking_lookup(released)],
+        model_settings=tool_then_answer(agentrt_output_tokens=16),
+    )
+    async with running_stack() as stack:
+        model = chat_model(stack.runtime)
+        deltas: list[str] = []
+        async with (
+            anyio.create_task_group() as group,
+            stack.runtime.program("pai-stream", program_id="p-pai-stream") as program,
+        ):
+            group.start_soon(
+                release_when_seen, stack, tool_waiting("p-pai-stream", "lookup"), released, seen
+            )
+            async with stream_in_program(agent, "Look it up.", model=model) as result:
+                async for delta in result.stream_text(delta=True, debounce_by=None):
+                    deltas.append(delta)
+            entry = await stack.wait_for_entry(lambda e: e["program_id"] == "p-pai-stream")
+    assert seen["entry"]["tool_waits"][0]["tool_name"] == "lookup"
+    assert len([d for d in deltas if d]) > 1
+    assert entry["calls_finished"] == 2 and entry["threads"] == {"main": 2}
+    check_llm_tool_llm(program)
+
+
+async def test_a_sub_agent_run_from_a_tool_chains_off_the_tool_node() -> None:
+    # The sub-agent carries the capability itself; run_agent adds one to the lead's run.
+    researcher = Agent(
+        name="researcher",
+        instructions="Add numbers with the tool.",
+        tools=[add],
+        model_settings=tool_then_answer(),
+        capabilities=[AgentrtCapability()],
+    )
+
+    async def research(ctx: RunContext[Any], question: str) -> str:
+        """Ask the researcher.
+
+        Args:
+            question: what to find out
+        """
+        result = await researcher.run(question, model=ctx.model, usage=ctx.usage)
+        return str(result.output)
+
+    lead = Agent(
+        name="lead",
+        instructions="Ask the researcher.",
+        tools=[research],
+        model_settings=tool_then_answer(),
+        capabilities=[AgentrtCapability()],  # and given to the run again: reported once
+    )
+    async with running_stack() as stack:
+        run = await run_agent(stack.runtime, lead, "Add 2 and 3.", program_id="p-pai-sub")
+    nodes = list(run.program.nodes.values())
+    shape = [(n.kind, n.name if n.kind == "tool" else "", n.parent_ids) for n in nodes]
+    assert shape == [
+        ("llm", "", ()),
+        ("tool", "research", ("main:0",)),
+        ("llm", "", ("main:1",)),  # the researcher's requests and tool chain off the tool
+        ("tool", "add", ("main:2",)),
+        ("llm", "", ("main:3",)),
+        ("llm", "", ("main:1",)),  # the lead answers after its tool
+    ]
+    assert all(n.status == "ok" and n.thread_id == "main" for n in nodes)
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_the_deadline_cancels_the_call_in_flight_upstream(streamed: bool) -> None:
+    agent = Agent(
+        name="rambler",
+        instructions="Go on.",
+        model_settings={"max_tokens": 4000, "extra_body": {"agentrt_output_tokens": 4000}},
+    )
+    # At the modelled GPU's own speed, 4000 tokens take far longer than the budget.
+    async with running_stack(time_scale=1.0) as stack:
+        model = chat_model(stack.runtime)
+        with pytest.raises(DeadlineExceeded):
+            async with stack.runtime.program("pai-late", timeout_s=0.5) as program:
+                if streamed:
+                    async with stream_in_program(agent, "Tell me.", model=model) as result:
+                        async for _ in result.stream_text(delta=True, debounce_by=None):
+                            pass
+                else:
+                    await run_in_program(agent, "Tell me.", model=model)
+        with anyio.fail_after(10):
+            while stack.engine.state.driver.metrics.aborted < 1:  # noqa: ASYNC110 - a counter
+                await anyio.sleep(0.02)
+    assert program.status == "deadline_exceeded"
+    assert [(n.kind, n.status) for n in program.nodes.values()] == [("llm", "cancelled")]
+
+
+async def test_a_journaled_side_effect_is_replayed_on_a_rerun(tmp_path: Path) -> None:
+    target, keys = tmp_path / "log.txt", []
+
+    @tool(side_effect=True)
+    async def append_line(text: str, key: IdempotencyKey) -> str:
+        """Append a line to the team's log.
+
+        Args:
+            text: the line
+        """
+        keys.append(key)
+        with target.open("a") as handle:
+            handle.write("line\n")
+        return "appended"
+
+    agent = Agent(
+        name="writer",
+        instructions="Log it.",
+        tools=pydantic_tools([append_line]),
+        model_settings=tool_then_answer(),
+    )
+    statuses = []
+    async with running_stack(journal=str(tmp_path / "journal.sqlite")) as stack:
+        for _ in range(2):
+            run = await run_agent(stack.runtime, agent, "Log it.", program_id="p-pai-dur")
+            statuses.append([(n.kind, n.status) for n in run.program.nodes.values()])
+    assert target.read_text() == "line\n" and len(keys) == 1
+    assert statuses == [
+        [("llm", "ok"), ("tool", "ok"), ("llm", "ok")],
+        [("llm", "ok"), ("tool", "replayed"), ("llm", "ok")],
+    ]
+    tool_node = next(n for n in run.program.nodes.values() if n.kind == "tool")
+    assert tool_node.tool_call_id  # the model's call id reached the SDK's node
+
+
+async def test_errors_are_agentrt_errors() -> None:
+    agent = Agent(name="plain", instructions="Hi.")
+    async with running_stack(max_retries=0) as stack:
+        with pytest.raises(LLMCallError) as caught:
+            await run_agent(stack.runtime, agent, "hello", model="no-such-model")
+        with pytest.raises(AgentrtError, match="needs a current program"):
+            await run_in_program(agent, "hello", model=chat_model(stack.runtime))
+    assert caught.value.status_code == 404
