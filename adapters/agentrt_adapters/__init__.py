@@ -18,6 +18,7 @@ __all__ = ["AgentRun", "StopReason", "available"]
 _NEEDS: dict[str, tuple[str, ...]] = {
     "langchain": ("langchain", "langchain_core", "langchain_openai", "langgraph"),
     "autogen": ("autogen_core", "autogen_agentchat", "autogen_ext"),
+    "agent_framework": ("agent_framework", "agent_framework_openai"),
     "openai_agents": ("agents",),
     "pydantic_ai": ("pydantic_ai",),
 }

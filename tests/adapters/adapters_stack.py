@@ -68,18 +68,16 @@ async def running_stack(
 ) -> AsyncIterator[Stack]:
     """The stack; ``time_scale``: the emulator's speed-up (1.0: a modelled GPU's real speed,
     for calls that must still run when something happens); ``runtime_options`` are more
-    ``RuntimeConfig`` fields."""
+    ``RuntimeConfig`` fields (``model`` defaults to the emulator's; None: discovered)."""
     emulator = EmulatorConfig(time_scale=time_scale)
     async with serve_engine(emulator) as engine:
         config = ControllerConfig(
             port=0, backends=(BackendSpec(engine.base_url),), scrape_interval_s=0.2
         )
         async with serve_controller(config) as url:
+            runtime_options.setdefault("model", DEFAULT_MODEL_NAME)
             runtime_config = RuntimeConfig(
-                base_url=url + "/v1",
-                model=DEFAULT_MODEL_NAME,
-                controller="required",
-                **runtime_options,
+                base_url=url + "/v1", controller="required", **runtime_options
             )
             async with Runtime(runtime_config) as rt, httpx.AsyncClient(timeout=10) as http:
                 yield Stack(url, rt, http, engine)

@@ -38,6 +38,9 @@ RUNS: dict[str, list[str]] = {
     "mcts_puzzle.py": ["--iterations", "2", "--n", "2", "--depth", "2"],
     "langgraph_react.py": ["--max-llm-calls", "3"],
     "autogen_assistant.py": ["--max-tool-iterations", "1"],
+    "openai_agents_assistant.py": ["--max-turns", "3"],
+    "pydantic_ai_assistant.py": ["--max-requests", "3"],
+    "agent_framework_assistant.py": ["--max-tool-iterations", "1"],
 }
 
 #: Paths of LLM calls (chat completions, completions, the Responses API).
