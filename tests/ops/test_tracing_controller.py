@@ -258,3 +258,15 @@ def test_a_bad_otel_variable_stops_serve_before_it_binds(
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
     assert "agentrt controller on" not in done.stderr
+
+
+@pytest.mark.parametrize("header", ["tracestate", "baggage"])
+async def test_a_non_ascii_trace_header_is_a_400(header: str) -> None:
+    """Trace headers are forwarded, so like every forwarded header they must be ASCII
+    (docs/security.md); the call never reaches the backend."""
+    state = FakeState()
+    async with running(state) as svc:
+        answer = await svc.chat(headers={header: "team=b\u00e9ta".encode("latin-1")})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == header
+    assert state.headers == []
