@@ -7,6 +7,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
 from opentelemetry.sdk.resources import Resource
 
+import agentrt
 from agentrt.errors import ConfigError
 from agentrt_controller.service.otel import ExportPlan, build_telemetry, export_plan
 from agentrt_controller.service.otlp_metrics import registry_metrics
@@ -140,3 +141,31 @@ def test_the_registry_becomes_otel_metrics_with_the_same_names_and_values() -> N
     assert list(bars.explicit_bounds) == [0.1, 1.0]
     assert list(bars.bucket_counts) == [1, 2, 1]  # per bucket, not Prometheus' cumulative
     assert (bars.count, bars.sum) == (4, pytest.approx(6.25))
+
+
+@pytest.mark.parametrize(
+    ("environ", "service_name"),
+    [
+        ({}, "agentrt-controller"),
+        ({"OTEL_SERVICE_NAME": "ctl-eu"}, "ctl-eu"),
+        ({"OTEL_RESOURCE_ATTRIBUTES": "service.name=ctl-us,team=infra"}, "ctl-us"),
+    ],
+)
+def test_the_resource_names_the_controller_unless_the_environment_does(
+    monkeypatch: pytest.MonkeyPatch, environ: dict[str, str], service_name: str
+) -> None:
+    """``Resource.create`` reads the variables itself; the default name fills in only when
+    neither names the service."""
+    for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    telemetry = build_telemetry(ExportPlan(traces=("console",), metrics=("console",)))
+    assert telemetry is not None
+    try:
+        assert telemetry.tracer_provider is not None and telemetry.metrics is not None
+        for resource in (telemetry.tracer_provider.resource, telemetry.metrics.resource):
+            assert resource.attributes["service.name"] == service_name
+            assert resource.attributes["service.version"] == agentrt.__version__
+    finally:
+        telemetry.shutdown()
