@@ -117,8 +117,12 @@ class PipelineRouter:
                     f"scorer {weighted.name!r} returned {len(scores)} scores "
                     f"for {len(backends)} backends"
                 )
-            for i, value in enumerate(scores):
-                totals[i] += weighted.weight * clamp_score(value)
+            weight = weighted.weight
+            # ``0 <= v <= 1`` is false for NaN and out-of-range scores: only those pay the call.
+            totals = [
+                total + weight * (v if 0 <= v <= 1 else clamp_score(v))
+                for total, v in zip(totals, scores, strict=True)
+            ]
         return [Scored(b, t) for b, t in zip(backends, totals, strict=True)]
 
     def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:

@@ -13,8 +13,19 @@ Approximations, and how they are bounded:
   evicted first — set it to the engine's KV blocks to mimic its LRU;
 * the engine may hold what we did not record (other clients): we never claim those.
 
-Memory is O(recorded elements) bounded by ``capacity_blocks`` per backend; expired elements are
-purged as new ones arrive.
+Memory is O(recorded elements): at most ``capacity_blocks`` per backend (default
+:data:`DEFAULT_CAPACITY_BLOCKS`; ``None`` = no cap, only the TTL bounds it) plus
+``popularity_capacity`` program counts; expired elements are purged as new ones arrive.
+:meth:`PrefixIndex.size` reports the elements held; about 90 bytes each (measured in
+docs/benchmarks.md, "Decision cost at many backends").
+
+**Match by bisection.** Every recorded chain is recorded from its head, all its elements with
+the same (non-decreasing) time and the head touched last. So on each backend, for any chain,
+the elements present and fresh form a *prefix* of it: an element is never more recent than
+its predecessor, in time or in LRU order, and eviction (LRU or TTL) takes a successor before
+its predecessor. :meth:`PrefixIndex.match` therefore bisects the chain — O(log n) lookups per
+backend instead of walking the matched run, which a prompt's shared head (a system prompt held
+by every backend) would make O(backends × head) per routing decision.
 
 **Per salt.** Chains are salted (:func:`~agentrt_controller.routing.hashing.request_block_hashes`
 takes the body's ``cache_salt``, which the controller sets per tenant or cache group), so the
@@ -42,10 +53,14 @@ from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import Call
 
-__all__ = ["SHARED_HEAD_BLOCKS", "PrefixIndex"]
+__all__ = ["DEFAULT_CAPACITY_BLOCKS", "SHARED_HEAD_BLOCKS", "PrefixIndex"]
 
 #: Chain elements per call whose program counts are tracked (16-token blocks: 8,192 tokens).
 SHARED_HEAD_BLOCKS = 512
+#: Elements remembered per backend by default: 65,536 blocks of 16 tokens = 1M tokens, more
+#: than one 80 GB GPU holds for an 8B model (the simulator's A100 profile: 27,804 blocks), so
+#: the cap only forgets what the engine has surely evicted; about 6 MB per backend.
+DEFAULT_CAPACITY_BLOCKS = 65_536
 
 
 class PrefixIndex:
@@ -55,7 +70,7 @@ class PrefixIndex:
         self,
         *,
         ttl_s: float = 600.0,
-        capacity_blocks: int | None = None,
+        capacity_blocks: int | None = DEFAULT_CAPACITY_BLOCKS,
         shared_programs: int = 3,
         popularity_capacity: int = 200_000,
     ) -> None:
@@ -110,18 +125,25 @@ class PrefixIndex:
             programs.popitem(last=False)
 
     def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
-        """How many leading elements of ``hashes`` ``backend_id`` holds (fresh ones only)."""
+        """How many leading elements of ``hashes`` ``backend_id`` holds (fresh ones only):
+        a bisection (module docstring, "Match by bisection")."""
         blocks = self._blocks.get(backend_id)
-        if not blocks:
+        if not blocks or not hashes:
             return 0
         oldest = now_s - self.ttl_s
-        count = 0
-        for h in hashes:
-            seen = blocks.get(h)
-            if seen is None or seen < oldest:
-                break
-            count += 1
-        return count
+        get = blocks.get
+        seen = get(hashes[0])
+        if seen is None or seen < oldest:
+            return 0
+        low, high = 1, len(hashes)  # hashes[:low] held; hashes[high:] not (or unknown)
+        while low < high:
+            middle = (low + high + 1) // 2
+            seen = get(hashes[middle - 1])
+            if seen is not None and not seen < oldest:  # the walk's test, NaN included
+                low = middle
+            else:
+                high = middle - 1
+        return low
 
     def insert(self, backend_id: str, hashes: Sequence[int], now_s: float) -> None:
         """Record ``hashes`` as cached on ``backend_id`` now (touching each)."""

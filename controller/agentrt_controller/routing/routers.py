@@ -32,7 +32,7 @@ from agentrt_controller.routing.filters import (
 )
 from agentrt_controller.routing.pickers import ArgmaxPicker
 from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer
-from agentrt_controller.routing.prefix_index import PrefixIndex
+from agentrt_controller.routing.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
 from agentrt_controller.routing.scorers import AffinityScorer, LoadScorer, PrefixCostScorer
 
 __all__ = [
@@ -91,8 +91,9 @@ class PrefixParams:
     queued_tokens_per_call: float = 128.0
     #: Index entries not used for this long count as evicted (seconds).
     block_ttl_s: float = 600.0
-    #: Chain elements remembered per backend (e.g. its KV blocks); ``None`` = unbounded.
-    capacity_blocks: int | None = None
+    #: Chain elements remembered per backend, least recently used forgotten first (e.g. its
+    #: KV blocks); ``None`` = no cap (only ``block_ttl_s`` bounds the index).
+    capacity_blocks: int | None = DEFAULT_CAPACITY_BLOCKS
     #: A prefix used by at least this many programs counts as shared (a system prompt).
     shared_programs: int = 3
     #: Share of a missing shared prefix's prefill that counts (it is paid once), in [0, 1].

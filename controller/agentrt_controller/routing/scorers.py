@@ -93,17 +93,26 @@ class PrefixCostScorer:
         """``cost_b`` per backend (seconds), aligned with ``backends``."""
         hashes = call.block_hashes
         a, q = self.prefill_s_per_token, self.queued_s_per_call
-        shared = self.index.shared_prefix(hashes) if hashes else 0
+        prompt = call.prompt_tokens
         relief = 1.0 - self.shared_weight
+        if not hashes:  # nothing to match: the prompt is uncached everywhere
+            return [a * max(0, prompt) + q * backend_load(b) for b in backends]
+        shared = self.index.shared_prefix(hashes)
+        shared_cached = cached_prompt_tokens(call, shared)
+        match = self.index.match
+        # The prefill part depends on the backend only through its match, and most backends
+        # share a few match values (none, the shared head): computed once per value.
+        prefill_of: dict[int, float] = {}
         out = []
         for b in backends:
-            matched = self.index.match(b.backend_id, hashes, now_s)
-            cached = cached_prompt_tokens(call, matched)
-            missing_shared = 0
-            if shared > matched:
-                missing_shared = cached_prompt_tokens(call, shared) - cached
-            uncached = max(0, call.prompt_tokens - cached) - relief * missing_shared
-            out.append(a * max(0.0, uncached) + q * backend_load(b))
+            matched = match(b.backend_id, hashes, now_s)
+            prefill = prefill_of.get(matched)
+            if prefill is None:
+                cached = cached_prompt_tokens(call, matched)
+                missing_shared = shared_cached - cached if shared > matched else 0
+                uncached = max(0, prompt - cached) - relief * missing_shared
+                prefill = prefill_of[matched] = a * max(0.0, uncached)
+            out.append(prefill + q * (b.in_flight + (b.num_waiting or 0)))
         return out
 
     def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:

@@ -108,10 +108,18 @@ class Dispatcher:
         each one."""
         views = {b.backend_id: b for b in backends}
         admissions: list[Admission] = []
+        has_room = self.admission.has_room
+        # The backends with room, in ``backends`` order. Asked once per backend; after that
+        # only the backend that got the last call changed, so only it is asked again (an
+        # admission policy answers the same for the same view at the same ``now_s``: it reacts
+        # once per metrics sample) — O(backends) per round, not per admitted call.
+        room: list[BackendView] | None = None
         while self.queued():
-            candidates = [b for b in views.values() if self.admission.has_room(b, now_s)]
-            if not candidates:
+            if room is None:
+                room = [b for b in views.values() if has_room(b, now_s)]
+            if not room:
                 break
+            candidates = room
             lane = self.lane if self.lane is not None and self.lane.queued() else None
             if lane is not None:
                 call = lane.pop(now_s)
@@ -122,10 +130,15 @@ class Dispatcher:
             if call is None:
                 break
             retained = call.retained_backend
-            held = [b for b in candidates if b.backend_id == retained]
+            held = [b for b in candidates if b.backend_id == retained] if retained else []
             backend_id = self.router.route(call, held or candidates, now_s)
             chosen = views[backend_id]
-            views[backend_id] = replace(chosen, in_flight=chosen.in_flight + 1)
+            updated = views[backend_id] = replace(chosen, in_flight=chosen.in_flight + 1)
+            position = next(i for i, b in enumerate(room) if b.backend_id == backend_id)
+            if has_room(updated, now_s):
+                room[position] = updated
+            else:
+                del room[position]
             policy = self._policy_of(call)
             priority = policy.backend_priority(call) if chosen.supports_priority else None
             self.table.bind(call, backend_id, now_s)
