@@ -26,6 +26,7 @@ from agentrt_adapters._steps import ToolStep
 
 __all__ = [
     "AGENTRT_TOOL",
+    "SYNC_REFUSED",
     "AgentrtCallbackHandler",
     "AgentrtChatOpenAI",
     "agentrt_config",
@@ -158,6 +159,14 @@ def _namespace(metadata: dict[str, Any] | None) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+#: Why a sync call is refused (see :meth:`AgentrtChatOpenAI._generate`).
+SYNC_REFUSED = (
+    "agentrt's LangChain model is async only: a sync invoke / stream / batch would send the "
+    "call outside the program's event loop, untagged and unrecorded. Use ainvoke / astream / "
+    "abatch (graph.ainvoke / graph.astream for a LangGraph graph)."
+)
+
+
 class AgentrtChatOpenAI(ChatOpenAI):
     """``ChatOpenAI`` placed on the program's threads by an :class:`AgentrtCallbackHandler`.
 
@@ -165,7 +174,33 @@ class AgentrtChatOpenAI(ChatOpenAI):
     tagged (with the current program, or an ad-hoc one outside any program); with one, it
     runs on the thread of the LangGraph task that makes it. openai errors become agentrt's
     (``LLMCallError``, ``EndpointUnavailable``, ``DeadlineExceeded``).
+
+    Async only: the sync entry points (``invoke``, ``stream``, ``batch``, and a graph's sync
+    ``invoke`` / ``stream`` that call them) raise ``AgentrtError`` before anything is sent.
+    Tagging them is not safe: the runtime's transports, the program's DAG and its controller
+    events belong to the event loop the program runs on. A sync call runs either on that
+    loop's thread — it would block the loop, and waiting there for the async transport would
+    deadlock — or on a worker thread LangChain / LangGraph starts, which has no way into the
+    loop and would change the program's nodes and chains from a second thread.
     """
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        raise AgentrtError(SYNC_REFUSED)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: Any = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        raise AgentrtError(SYNC_REFUSED)
 
     async def _agenerate(
         self,

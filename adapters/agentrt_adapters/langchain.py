@@ -19,8 +19,10 @@ Needs the ``langchain`` extra (``pip install 'agentrt-adapters[langchain]'``). T
 The code lives in ``agentrt_adapters._lc_core`` (handler, model) and
 ``agentrt_adapters._lc_agents``.
 
-Async only: ``ainvoke`` / ``astream``. The sync entry points of LangChain would bypass the
-runtime's event loop and are not tagged.
+Async only: ``ainvoke`` / ``astream`` / ``abatch``. The model's sync entry points (``invoke``,
+``stream``, ``batch``, a graph's sync ``invoke`` / ``stream``) raise ``AgentrtError`` before
+sending anything: they would run outside the program's event loop (see
+:class:`AgentrtChatOpenAI`), so they could be neither tagged nor recorded safely.
 """
 
 from __future__ import annotations

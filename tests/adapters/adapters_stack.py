@@ -83,6 +83,23 @@ async def running_stack(
                 yield Stack(url, rt, http, engine)
 
 
+class HeaderLog(httpx.AsyncBaseTransport):
+    """A transport for ``RuntimeConfig.http_transport`` (under the runtime's stack): keeps the
+    headers of every LLM request the runtime sends, after tagging."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.llm_headers: list[httpx.Headers] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/chat/completions"):
+            self.llm_headers.append(request.headers.copy())
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 def blocking_lookup(released: anyio.Event) -> Callable[[str], Awaitable[str]]:
     """A ``lookup`` tool that answers only once ``released`` is set (so the test can see its
     wait in the process table first)."""

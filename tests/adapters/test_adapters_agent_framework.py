@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 pytest.importorskip("agent_framework")
 pytest.importorskip("agent_framework_openai")
 
 from adapters_stack import (
+    HeaderLog,
     add,
     blocking_lookup,
     check_first_tool_wait,
@@ -64,22 +64,6 @@ class ToolFirstClient(AgentrtChatClient):
         extra = {**(request.get("extra_body") or {}), "agentrt_tool_call": not has_result}
         request["extra_body"] = extra
         return request
-
-
-class HeaderLog(httpx.AsyncBaseTransport):
-    """The transport under the runtime's stack: keeps the headers of every LLM request."""
-
-    def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
-        self.llm_headers: list[httpx.Headers] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.url.path.endswith("/chat/completions"):
-            self.llm_headers.append(request.headers.copy())
-        return await self.inner.handle_async_request(request)
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def test_agent_runs_through_the_controller_tagged_and_shows_its_tool_wait() -> None:

@@ -13,6 +13,7 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
 from adapters_stack import (
+    HeaderLog,
     add,
     agent_spans,
     blocking_lookup,
@@ -33,6 +34,7 @@ from langgraph.types import Send
 
 from agentrt import ConfigError, DeadlineExceeded, LLMCallError, Runtime, RuntimeConfig
 from agentrt.errors import AgentrtError
+from agentrt.protocol import HEADER_PROGRAM_ID
 from agentrt_adapters.langchain import (
     AgentrtCallbackHandler,
     AgentrtChatOpenAI,
@@ -142,6 +144,32 @@ async def test_chat_model_streams_and_calls_outside_langgraph() -> None:
     assert usage and usage[-1]["output_tokens"] > 0
     nodes = list(program.nodes.values())
     assert [n.kind for n in nodes] == ["llm", "llm"] and nodes[1].parent_ids == (nodes[0].id,)
+
+
+async def test_sync_calls_are_refused_before_anything_is_sent() -> None:
+    log = HeaderLog()
+    async with running_stack(http_transport=log) as stack:
+        llm = chat_model(stack.runtime, max_tokens=8)
+        graph = create_agent(llm, tools=[add])
+        inputs = {"messages": [{"role": "user", "content": "hi"}]}
+        async with stack.runtime.program("sync", program_id="p-lc-sync") as program:
+            with pytest.raises(AgentrtError, match=r"async only.*Use ainvoke / astream"):
+                llm.invoke("On the event loop's thread.")
+            with pytest.raises(AgentrtError, match="async only"):
+                list(llm.stream("Streamed."))
+            with pytest.raises(AgentrtError, match="async only"):
+                llm.batch(["one", "two"])
+            # A worker thread (the context copied into it), and a graph's sync invoke there.
+            with pytest.raises(AgentrtError, match="async only"):
+                await anyio.to_thread.run_sync(llm.invoke, "From a worker thread.")
+            with pytest.raises(AgentrtError, match="async only"):
+                await anyio.to_thread.run_sync(graph.invoke, inputs)
+            answer = await llm.ainvoke("The async call works.")
+    await log.aclose()
+    assert answer.content
+    assert [n.kind for n in program.nodes.values()] == ["llm"]
+    (sent,) = log.llm_headers  # only the async call reached the server, tagged
+    assert sent[HEADER_PROGRAM_ID] == "p-lc-sync"
 
 
 class _MapState(TypedDict):
