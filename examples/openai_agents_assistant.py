@@ -59,7 +59,7 @@ async def main() -> int:
     agent = Agent(
         name="assistant",
         instructions="You are a careful assistant. Use tools when they help.",
-        tools=function_tools([_stack.slow_search, calculator]),
+        tools=function_tools([calculator, _stack.slow_search]),
         model_settings=ModelSettings(max_tokens=256),
     )
 

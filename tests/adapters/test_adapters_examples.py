@@ -46,3 +46,28 @@ async def test_example_runs_against_a_server_given_by_url(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     assert "  tool wait: slow_search (thread main, node main:1)" in out, out
     assert "(embedded emulator" not in out
+
+
+# The scripted model is deterministic: the Agents SDK example's first turn calls both of its
+# tools at once (slow_search in a thread of its own), Pydantic AI's calls slow_search alone.
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    ("script", "node"),
+    [("openai_agents_assistant.py", "main.0:0"), ("pydantic_ai_assistant.py", "main:1")],
+)
+def test_agents_sdk_and_pydantic_ai_examples_show_their_tool_wait(
+    script: str, node: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("agents")
+    pytest.importorskip("pydantic_ai")
+    command = [sys.executable, "-W", "error", str(EXAMPLES / script), "--time-scale", "200"]
+    done = subprocess.run(
+        command, cwd=tmp_path, capture_output=True, text=True, timeout=80, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    assert ": ok," in out and "(answer)" in out, out
+    assert "process table: program p-" in out, out
+    thread = node.split(":")[0]
+    assert f"  tool wait: slow_search (thread {thread}, node {node})" in out, out
+    assert f"tool slow_search ({node}) ok" in out, out
