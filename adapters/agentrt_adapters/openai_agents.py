@@ -27,14 +27,15 @@ cancels the run: the call in flight has its HTTP stream closed, so the server ab
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from typing import Any, Literal
 
 import anyio
 from agents import (
     Agent,
+    AgentsException,
     MaxTurnsExceeded,
     Model,
     ModelProvider,
@@ -45,6 +46,7 @@ from agents import (
 )
 from agents.result import RunResult, RunResultStreaming
 
+from agentrt.errors import AgentrtError
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
 from agentrt_adapters._common import AgentRun, llm_errors
@@ -144,7 +146,7 @@ async def run_in_program(
     propagates. Raises ``AgentrtError`` outside a program."""
     frame = require_frame("run_in_program")
     prepared = reported_agent(agent)
-    with agent_lanes(frame), llm_errors(frame):
+    with agent_lanes(frame), llm_errors(frame), _tool_errors():
         return await Runner.run(
             prepared,
             input,
@@ -170,7 +172,7 @@ async def stream_in_program(
     the run outlives the block. Arguments as for :func:`run_in_program`."""
     frame = require_frame("stream_in_program")
     prepared = reported_agent(agent)
-    with agent_lanes(frame), llm_errors(frame):
+    with agent_lanes(frame), llm_errors(frame), _tool_errors():
         # The SDK runs the agent in a task of its own, created here: it inherits the lanes
         # and the program's frame from this context.
         result = Runner.run_streamed(
@@ -190,6 +192,19 @@ async def stream_in_program(
                 task.cancel()
                 with anyio.CancelScope(shield=True):
                     await asyncio.gather(task, return_exceptions=True)
+
+
+@contextmanager
+def _tool_errors() -> Iterator[None]:
+    """An agentrt error that ended a tool (a ``JournalError`` such as ``UnknownOutcome``)
+    reaches the caller as itself: the SDK wraps a tool's exception in its ``UserError``."""
+    try:
+        yield
+    except AgentsException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, AgentrtError):
+            raise cause.with_traceback(cause.__traceback__) from cause.__cause__
+        raise
 
 
 async def run_agent(

@@ -26,7 +26,7 @@ from agents import Agent, ModelSettings, function_tool
 from openai.types.responses import ResponseTextDeltaEvent
 
 from agentrt import DeadlineExceeded, IdempotencyKey, LLMCallError, tool
-from agentrt.errors import AgentrtError
+from agentrt.errors import AgentrtError, JournalUnavailable
 from agentrt_adapters.openai_agents import (
     ModelAPI,
     function_tools,
@@ -278,6 +278,36 @@ async def test_a_journaled_side_effect_is_replayed_on_a_rerun(tmp_path: Path) ->
     ]
     tool_node = next(n for n in run.program.nodes.values() if n.kind == "tool")
     assert tool_node.tool_call_id  # the model's call id reached the SDK's node
+
+
+async def test_a_side_effect_without_a_journal_ends_the_run_with_the_journal_error() -> None:
+    keys: list[str] = []
+
+    @tool(side_effect=True)
+    async def append_line(text: str, key: IdempotencyKey) -> str:
+        """Append a line to the team's log.
+
+        Args:
+            text: the line
+        """
+        keys.append(key)
+        return "appended"
+
+    agent = Agent(
+        name="writer",
+        instructions="Log it.",
+        tools=function_tools([append_line]),
+        model_settings=tool_then_answer(),
+    )
+    async with running_stack() as stack, stack.runtime.program("no-journal") as program:
+        # Not handed to the model (it might call the effect again): the run ends.
+        with pytest.raises(JournalUnavailable):
+            await run_agent(stack.runtime, agent, "Log it.", new_program=False)
+    assert keys == []
+    assert [(n.kind, n.status) for n in program.nodes.values()] == [
+        ("llm", "ok"),
+        ("tool", "error"),
+    ]
 
 
 async def test_errors_are_agentrt_errors() -> None:

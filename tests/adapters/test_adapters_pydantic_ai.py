@@ -27,7 +27,7 @@ from pydantic_ai import Agent, RunContext
 from pydantic_ai.settings import ModelSettings
 
 from agentrt import DeadlineExceeded, IdempotencyKey, LLMCallError, tool
-from agentrt.errors import AgentrtError
+from agentrt.errors import AgentrtError, JournalUnavailable
 from agentrt_adapters.pydantic_ai import (
     AgentrtCapability,
     ModelAPI,
@@ -262,6 +262,36 @@ async def test_a_journaled_side_effect_is_replayed_on_a_rerun(tmp_path: Path) ->
     ]
     tool_node = next(n for n in run.program.nodes.values() if n.kind == "tool")
     assert tool_node.tool_call_id  # the model's call id reached the SDK's node
+
+
+async def test_a_side_effect_without_a_journal_ends_the_run_with_the_journal_error() -> None:
+    keys: list[str] = []
+
+    @tool(side_effect=True)
+    async def append_line(text: str, key: IdempotencyKey) -> str:
+        """Append a line to the team's log.
+
+        Args:
+            text: the line
+        """
+        keys.append(key)
+        return "appended"
+
+    agent = Agent(
+        name="writer",
+        instructions="Log it.",
+        tools=pydantic_tools([append_line]),
+        model_settings=tool_then_answer(),
+    )
+    async with running_stack() as stack, stack.runtime.program("no-journal") as program:
+        # Not handed to the model (it might call the effect again): the run ends.
+        with pytest.raises(JournalUnavailable):
+            await run_agent(stack.runtime, agent, "Log it.", new_program=False)
+    assert keys == []
+    assert [(n.kind, n.status) for n in program.nodes.values()] == [
+        ("llm", "ok"),
+        ("tool", "error"),
+    ]
 
 
 async def test_errors_are_agentrt_errors() -> None:
