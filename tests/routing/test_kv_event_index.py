@@ -232,3 +232,40 @@ def test_memory_estimate_is_close_to_what_python_allocates() -> None:
     estimate = index.memory_bytes()
     assert estimate == count * BYTES_PER_BLOCK
     assert used / 2 <= estimate <= used * 2, (used, estimate)
+
+
+def test_the_prefix_router_trusts_synced_kv_events_and_falls_back_to_the_estimate() -> None:
+    from agentrt_controller.routing import build_router
+    from agentrt_controller.routing.scorers import PrefixCostScorer, exact_index_of
+    from agentrt_controller.scheduling.api import BackendView, Call
+
+    router = build_router("prefix")
+    exact = exact_index_of(router)
+    assert exact is not None
+    tokens = list(range(64))
+    call = Call("c1", "p1", prompt_tokens=64, block_hashes=(1, 2, 3, 4))
+    call.token_block_hashes = token_block_hashes(tokens, BS)
+    call.token_block_size = BS
+    backends = [BackendView("a", 0), BackendView("b", 0)]
+    # The estimate remembers the prompt on "a" (an earlier call went there) ...
+    router.on_finish(Call("c0", "p0", block_hashes=(1, 2, 3, 4)), "a", 0.0)
+    assert router.route(call, backends, 1.0) == "a"
+    # ... but the KV events say "a" evicted it and "b" holds it (another client sent it).
+    for backend in ("a", "b"):
+        exact.replay_done(backend)
+    exact.apply("b", batch(0, stored(tokens, list(range(1, 17)))))
+    call2 = Call("c2", "p2", prompt_tokens=64, block_hashes=(1, 2, 3, 4))
+    call2.token_block_hashes, call2.token_block_size = call.token_block_hashes, BS
+    assert router.route(call2, backends, 2.0) == "b"
+    # Both unsynced ("a" and "b" lost their streams): the estimate decides again — it has
+    # the prompt on both now (c1 went to "a", c2 to "b"), and "a" wins the tie by id.
+    scorer = router.scorers[0].scorer
+    assert isinstance(scorer, PrefixCostScorer)
+    before = dict(scorer.lookups)
+    exact.disconnected("a")
+    exact.disconnected("b")
+    call3 = Call("c3", "p3", prompt_tokens=64, block_hashes=(1, 2, 3, 4))
+    call3.token_block_hashes, call3.token_block_size = call.token_block_hashes, BS
+    assert router.route(call3, backends, 3.0) == "a"
+    assert scorer.lookups["estimate"] - before["estimate"] == 2
+    assert scorer.lookups["exact"] == before["exact"]

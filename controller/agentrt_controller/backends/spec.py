@@ -11,9 +11,11 @@ a configuration names none, the controller asks the server once at start-up whet
 engine emulator, else uses ``vllm`` — :attr:`BackendSpec.detect_kind`), ``id``
 (defaults to ``host:port``), ``priority`` (``on``/``off``: send the scheduler's priority in
 the request body — only for servers started with priority scheduling, vLLM rejects it
-otherwise; ``auto`` (vllm, emulator): ask the server with one probe request). Other keys are
-kind options (docs/backends.md), validated by the kind. Unknown keys and values are rejected
-(no silently ignored switches).
+otherwise; ``auto`` (vllm, emulator): ask the server with one probe request), ``kv_events``
+/ ``kv_replay`` / ``kv_topic`` (where the server publishes vLLM's KV-cache events and answers
+replays: ``tcp://host:port``; the exact prefix index, docs/backends.md "KV-cache events").
+Other keys are kind options (docs/backends.md), validated by the kind. Unknown keys and values
+are rejected (no silently ignored switches).
 """
 
 from __future__ import annotations
@@ -24,8 +26,12 @@ from urllib.parse import urlsplit
 
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
+from agentrt_controller.backends.kv_events import check_zmq_endpoint
 
 __all__ = ["BackendSpec"]
+
+#: The keys of a backend's KV-event endpoints (fields of :class:`BackendSpec`).
+_KV_KEYS = ("kv_events", "kv_replay", "kv_topic")
 
 _BOOL = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False, "0": False,
          "no": False}  # fmt: skip
@@ -70,8 +76,22 @@ class BackendSpec:
     #: and runs it as ``emulator`` when it identifies as our engine emulator, else as
     #: :attr:`kind` (``vllm``). ``False`` (the constructor's default): :attr:`kind` as given.
     detect_kind: bool = False
+    #: vLLM's KV-event PUB endpoint (``tcp://host:port``); ``None`` = no KV events.
+    kv_events: str | None = None
+    #: vLLM's KV-event replay (ROUTER) endpoint; ``None`` = gaps cannot be replayed.
+    kv_replay: str | None = None
+    #: vLLM's KV-event topic (``""``: every message).
+    kv_topic: str = ""
 
     def __post_init__(self) -> None:
+        if self.kv_events is not None:
+            check_zmq_endpoint("kv_events", self.kv_events)
+        if self.kv_replay is not None:
+            if self.kv_events is None:
+                raise ConfigError("backend option kv_replay needs kv_events")
+            check_zmq_endpoint("kv_replay", self.kv_replay)
+        if self.kv_topic and self.kv_events is None:
+            raise ConfigError("backend option kv_topic needs kv_events")
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"backend URL must be http(s)://host[:port], got {self.url!r}")
@@ -101,6 +121,8 @@ class BackendSpec:
                 kwargs["backend_id"] = value
             elif key == "priority":
                 kwargs["priority"] = _parse_priority(value)
+            elif key in _KV_KEYS:
+                kwargs[key] = value
             else:
                 options[key] = value
         return cls(url=url, options=options, detect_kind="kind" not in kwargs, **kwargs)
@@ -108,7 +130,7 @@ class BackendSpec:
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> BackendSpec:
         """Build from a config-file table: ``{url, kind?, id?, priority?, options?}``."""
-        unknown = set(data) - {"url", "kind", "id", "priority", "options"}
+        unknown = set(data) - {"url", "kind", "id", "priority", "options", *_KV_KEYS}
         if unknown:
             raise ConfigError(f"unknown backend keys {sorted(unknown)}")
         if not isinstance(data.get("url"), str):
@@ -123,4 +145,5 @@ class BackendSpec:
             priority=_parse_priority(data.get("priority", defaults.PRIORITY)),
             options={str(k): str(v) for k, v in options.items()},
             detect_kind="kind" not in data,
+            **{key: str(data[key]) for key in _KV_KEYS if data.get(key) is not None},
         )

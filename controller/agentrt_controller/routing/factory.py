@@ -36,6 +36,7 @@ from agentrt_controller.routing.filters import (
     KvPressureFilter,
     RetainedFilter,
 )
+from agentrt_controller.routing.kv_index import ExactPrefixIndex
 from agentrt_controller.routing.pickers import ArgmaxPicker, WeightedRandomPicker
 from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer
 from agentrt_controller.routing.prefix_index import PrefixIndex
@@ -116,6 +117,8 @@ class _Shared:
         self._affinity_spec = _table(spec.get("affinity", {}), "affinity")
         self.index: PrefixIndex | None = None
         self.affinity: ProgramAffinity | None = None
+        #: Fed by vLLM's KV events when backends publish them (prefix_cost scorers share it).
+        self.exact = ExactPrefixIndex()
 
     def get_index(self) -> PrefixIndex:
         if self.index is None:
@@ -194,6 +197,7 @@ def _prefix_cost(spec: dict[str, Any], shared: _Shared, what: str) -> Scorer:
         prefill_s_per_token=prefill,
         queued_s_per_call=queued * prefill,
         shared_weight=_number(spec, "shared_weight", 0.1, what),
+        exact=shared.exact,
     )
 
 

@@ -220,9 +220,12 @@ class ExactPrefixIndex:
     def match(self, backend_id: str, chain: Sequence[int], block_size: int) -> int | None:
         """Leading elements of ``chain`` (our token chain with ``block_size`` tokens per
         block) cached on ``backend_id``; ``None`` when the index cannot say — the backend
-        is unsynced, has published nothing yet, or uses another block size."""
+        is unsynced or uses another block size (one that never stored a block caches
+        nothing: 0)."""
         state = self._backends.get(backend_id)
-        if state is None or not state.synced or state.block_size != block_size:
+        if state is None or not state.synced:
+            return None
+        if state.block_size is not None and state.block_size != block_size:
             return None
         present = state.present
         count = 0

@@ -30,6 +30,7 @@ from agentrt_controller.routing.filters import (
     HealthyFilter,
     KvPressureFilter,
 )
+from agentrt_controller.routing.kv_index import ExactPrefixIndex
 from agentrt_controller.routing.pickers import ArgmaxPicker
 from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer
 from agentrt_controller.routing.prefix_index import DEFAULT_CAPACITY_BLOCKS, PrefixIndex
@@ -133,6 +134,8 @@ def prefix_router(params: PrefixParams | None = None) -> PipelineRouter:
         prefill_s_per_token=params.prefill_s_per_token,
         queued_s_per_call=params.queued_tokens_per_call * params.prefill_s_per_token,
         shared_weight=params.shared_weight,
+        # Empty until a driver feeds it KV events: every lookup is the estimate's until then.
+        exact=ExactPrefixIndex(),
     )
     return PipelineRouter(
         "prefix",

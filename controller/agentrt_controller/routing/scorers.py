@@ -13,10 +13,17 @@ from collections.abc import Sequence
 from agentrt.errors import ConfigError
 from agentrt_controller.routing.affinity import ProgramAffinity
 from agentrt_controller.routing.api import backend_load
+from agentrt_controller.routing.kv_index import ExactPrefixIndex
 from agentrt_controller.routing.prefix_index import PrefixIndex
 from agentrt_controller.scheduling.api import BackendView, Call
 
-__all__ = ["AffinityScorer", "LoadScorer", "PrefixCostScorer", "cached_prompt_tokens"]
+__all__ = [
+    "AffinityScorer",
+    "LoadScorer",
+    "PrefixCostScorer",
+    "cached_prompt_tokens",
+    "exact_index_of",
+]
 
 
 def _positive(name: str, value: float) -> float:
@@ -72,6 +79,11 @@ class PrefixCostScorer:
     ``s0 = prefill_s_per_token × 16`` (one block) so that near-zero costs do not blow up
     ratios. ``queued_s_per_call`` says what one more outstanding call on an engine costs a
     new call there, in prefill-seconds (docs/routing.md discusses its choice).
+
+    ``exact``: the index fed by vLLM's KV events (:meth:`exact_costs`). For a backend it is
+    synced for, and a call with a token chain (``Call.token_block_hashes``), the cached tokens
+    are exact — matched blocks × block size — instead of the estimate's share of the prompt;
+    elsewhere the estimate stands (:attr:`lookups` counts both).
     """
 
     def __init__(
@@ -81,8 +93,12 @@ class PrefixCostScorer:
         prefill_s_per_token: float,
         queued_s_per_call: float,
         shared_weight: float = 0.1,
+        exact: ExactPrefixIndex | None = None,
     ) -> None:
         self.index = index
+        self.exact = exact
+        #: Per-backend cache lookups answered by the ``exact`` index and by the estimate.
+        self.lookups = {"exact": 0, "estimate": 0}
         self.prefill_s_per_token = _positive("prefill_s_per_token", prefill_s_per_token)
         self.queued_s_per_call = _positive("queued_s_per_call", queued_s_per_call)
         self.shared_weight = _positive("shared_weight", shared_weight)
@@ -115,8 +131,51 @@ class PrefixCostScorer:
             out.append(prefill + q * (b.in_flight + (b.num_waiting or 0)))
         return out
 
+    def exact_cached(self, call: Call, backend_id: str) -> int | None:
+        """Prompt tokens cached on ``backend_id`` by its KV events; ``None`` = the exact
+        index cannot say (no index, no token chain, backend unsynced)."""
+        if self.exact is None or not call.token_block_hashes:
+            return None
+        size = call.token_block_size
+        blocks = self.exact.match(backend_id, call.token_block_hashes, size)
+        if blocks is None:
+            return None
+        return min(max(call.prompt_tokens, len(call.token_block_hashes) * size), blocks * size)
+
+    def exact_costs(
+        self, call: Call, backends: Sequence[BackendView], costs: Sequence[float]
+    ) -> list[float]:
+        """``costs`` (:meth:`costs`, from the estimate) with the prefill part of every backend
+        the exact index answers for recomputed from its cached tokens (seconds)."""
+        out = list(costs)
+        hashes = call.block_hashes
+        shared: int | None = None
+        a, relief = self.prefill_s_per_token, 1.0 - self.shared_weight
+        for i, b in enumerate(backends):
+            cached = self.exact_cached(call, b.backend_id)
+            if cached is None:
+                self.lookups["estimate"] += 1
+                continue
+            self.lookups["exact"] += 1
+            if shared is None:
+                head = self.index.shared_prefix(hashes) if hashes else 0
+                shared = cached_prompt_tokens(call, head)
+            uncached = max(0, call.prompt_tokens - cached) - relief * max(0, shared - cached)
+            out[i] = a * max(0.0, uncached) + self.queued_s_per_call * backend_load(b)
+        return out
+
     def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
-        costs = self.costs(call, backends, now_s)
+        costs = self.exact_costs(call, backends, self.costs(call, backends, now_s))
         soft = self.prefill_s_per_token * 16 or 1e-9
         best = min(costs) + soft
         return [best / (cost + soft) for cost in costs]
+
+
+def exact_index_of(router: object) -> ExactPrefixIndex | None:
+    """The exact prefix index a router's ``prefix_cost`` scorer reads (``None``: none), for
+    the driver that feeds it vLLM's KV events."""
+    for weighted in getattr(router, "scorers", ()):
+        scorer = getattr(weighted, "scorer", None)
+        if isinstance(scorer, PrefixCostScorer) and scorer.exact is not None:
+            return scorer.exact
+    return None

@@ -73,6 +73,13 @@ class Call:
     #: never from a client header); ``None`` = no tenant (the simulator). Part of
     #: :attr:`program_key`.
     tenant: str | None = field(default=None, kw_only=True)
+    #: The prompt's chain over the server's own token ids, ``token_block_size`` tokens per
+    #: element (:func:`~agentrt_controller.routing.hashing.token_block_hashes`, salted by the
+    #: request's ``cache_salt``), for the exact prefix index fed by vLLM's KV events; empty
+    #: when the driver has no token ids (the router then uses :attr:`block_hashes`).
+    token_block_hashes: tuple[int, ...] = field(default=(), kw_only=True)
+    #: Tokens per element of :attr:`token_block_hashes` (0 = no chain).
+    token_block_size: int = field(default=0, kw_only=True)
 
     # --- written by the scheduler -------------------------------------------------------
     #: Program-level priority when the call was enqueued (seconds of service; lower = sooner).
