@@ -150,8 +150,8 @@ def test_every_alert_has_a_unit_test_that_fires_it() -> None:
                         "AgentrtProcessTableEvicting"}  # fmt: skip
 
 
-@pytest.mark.anyio
-async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported() -> None:
+async def live_expositions() -> tuple[str, str]:
+    """The ``/metrics`` texts of a controller and the emulator behind it, after a few calls."""
     async with serve_engine(EmulatorConfig()) as engine:
         config = ControllerConfig(
             port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),), scrape_interval_s=0.2
@@ -161,8 +161,43 @@ async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported() -> N
                 while (await http.get(controller + "/readyz")).status_code != 200:  # noqa: ASYNC110 - over HTTP, no event to await
                     await anyio.sleep(0.05)
             await drive_calls(http, controller)
-            exported = exported_names((await http.get(controller + "/metrics")).text)
-            exported |= exported_names((await http.get(engine.base_url + "/metrics")).text)
+            return (
+                (await http.get(controller + "/metrics")).text,
+                (await http.get(engine.base_url + "/metrics")).text,
+            )
+
+
+def families(exposition: str) -> set[str]:
+    """The metric families of a ``/metrics`` text (``# TYPE`` lines, ``_created`` left out)."""
+    return {
+        line.split()[2]
+        for line in exposition.splitlines()
+        if line.startswith("# TYPE ") and not line.split()[2].endswith("_created")
+    }
+
+
+def documented(doc: str) -> set[str]:
+    """The metric names in the first column of the table under ``doc``'s "Metrics" heading."""
+    text = (ROOT / "docs" / doc).read_text()
+    section = re.split(r"^## Metrics.*$", text, maxsplit=1, flags=re.MULTILINE)[1]
+    section = section.split("\n## ", 1)[0]
+    names: set[str] = set()
+    for row in re.findall(r"^\| (`[^|]+)\|", section, re.MULTILINE):
+        names |= {re.sub(r"\{.*", "", name) for name in re.findall(r"`([^`]+)`", row)}
+    return names
+
+
+@pytest.mark.anyio
+async def test_the_metrics_tables_in_the_docs_match_the_live_expositions() -> None:
+    controller, engine = await live_expositions()
+    assert documented("controller.md") == families(controller)
+    assert documented("engine-emulator.md") == families(engine)
+
+
+@pytest.mark.anyio
+async def test_every_metric_the_dashboard_and_the_alerts_name_is_exported() -> None:
+    controller, engine = await live_expositions()
+    exported = exported_names(controller) | exported_names(engine)
     assert "agentrt_controller_call_e2e_seconds_bucket" in exported
     assert "vllm:kv_cache_usage_perc" in exported
     expressions = {**dashboard_expressions(), **alert_expressions()}

@@ -1,4 +1,5 @@
-"""The controller's own Prometheus metrics (every name, type and label in docs/metrics.md)."""
+"""The controller's own Prometheus metrics: every name, type and label is in docs/controller.md
+("Metrics")."""
 
 from __future__ import annotations
 

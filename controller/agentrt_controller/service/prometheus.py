@@ -1,4 +1,5 @@
-"""The controller's own ``/metrics`` registry, on ``prometheus_client`` (docs/metrics.md).
+"""The controller's own ``/metrics`` registry, on ``prometheus_client`` (names: docs/controller.md,
+"Metrics").
 
 One :class:`Registry` per service, never the library's global ``REGISTRY`` (STYLE rule 3). It is
 a :class:`prometheus_client.CollectorRegistry`, so ``generate_latest(registry)`` and

@@ -2,7 +2,7 @@
 
 vLLM's metrics keep vLLM's ``vllm:`` names, types and ``model_name`` label, so dashboards and
 the controller's scraper read the emulator exactly like a vLLM server; the emulator's own
-metrics are ``agentrt_engine_*`` (docs/metrics.md). Exposition goes through
+metrics are ``agentrt_engine_*`` (docs/engine-emulator.md, "Metrics"). Exposition goes through
 ``prometheus_client`` with one registry per server (:meth:`ServerMetrics.registry`), whose
 collector reads :meth:`EngineCore.stats` at scrape time; the latency histograms are observed
 by the engine loop. **All latencies are in model seconds** (equal to wall seconds at
