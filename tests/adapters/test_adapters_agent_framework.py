@@ -77,6 +77,12 @@ async def test_agent_runs_through_the_controller_tagged_and_shows_its_tool_wait(
             name="assistant",
             tools=[blocking_lookup(released)],
         )
+        # A first run of another program gives the tool a history: a predicted duration.
+        warm = anyio.Event()
+        warm.set()
+        warm_agent = Agent(ToolFirstClient(stack.runtime), "", tools=[blocking_lookup(warm)])
+        await run_agent(warm_agent, "warm up", runtime=stack.runtime, options={"max_tokens": 32})
+        log.llm_headers.clear()
         async with anyio.create_task_group() as group:
             group.start_soon(
                 release_when_seen, stack, tool_waiting("p-af-react", "lookup"), released, seen
@@ -92,7 +98,7 @@ async def test_agent_runs_through_the_controller_tagged_and_shows_its_tool_wait(
     await log.aclose()
     check_first_tool_wait(seen["entry"], name="assistant", session_id=stack.runtime.session_id)
     (wait,) = seen["entry"]["tool_waits"]
-    assert wait["tool_name"] == "lookup"
+    assert wait["tool_name"] == "lookup" and wait["predicted_duration_s"] is not None
     assert all(e["program_id"] != "p-af-react" for e in after)
     nodes = check_llm_tool_llm(program)
     assert nodes[2]["parent_ids"] == ["main:1"]
@@ -170,6 +176,35 @@ async def test_parallel_tool_calls_wait_in_two_threads_at_once() -> None:
     last = list(program.nodes.values())[-1]
     # The answer's call depends on both tool runs (the threads joined).
     assert last.kind == "llm" and sorted(last.parent_ids) == sorted(n.id for n in tools)
+
+
+async def test_a_sub_agent_used_as_a_tool_chains_off_its_tool_node() -> None:
+    async with running_stack() as stack:
+        researcher = Agent(
+            ToolFirstClient(stack.runtime),
+            "Answer briefly.",
+            name="researcher",
+            description="Looks things up.",
+            tools=[add],
+        )
+        lead = Agent(
+            ToolFirstClient(stack.runtime),
+            "Delegate to the researcher.",
+            name="lead",
+            tools=[researcher.as_tool()],
+        )
+        _, program = await run_agent(lead, "Find out.", runtime=stack.runtime)
+    nodes = {n.id: n for n in program.nodes.values()}
+    delegated = nodes["main:1"]
+    assert delegated.kind == "tool" and delegated.name == "researcher"
+    # Inside the tool: the sub-agent's model call, its own tool and its answer, chained off it.
+    inner = [n for n in nodes.values() if n.id not in ("main:0", "main:1")][:3]
+    assert [(n.kind, n.name) for n in inner][1] == ("tool", "add")
+    assert inner[0].kind == "llm" and inner[0].parent_ids == ("main:1",)
+    assert inner[1].parent_ids == (inner[0].id,) and inner[2].parent_ids == (inner[1].id,)
+    last = list(nodes.values())[-1]
+    assert last.kind == "llm" and last.parent_ids == ("main:1",)
+    assert all(n.status == "ok" for n in nodes.values())
 
 
 async def test_the_program_deadline_cancels_the_model_call_upstream() -> None:
