@@ -15,11 +15,14 @@ pytest.importorskip("pydantic_ai")
 
 from adapters_stack import (
     add,
+    agent_spans,
     blocking_lookup,
     check_first_tool_wait,
     check_llm_tool_llm,
+    recording_tracer,
     release_when_seen,
     running_stack,
+    span_tree,
     tool_waiting,
     tools_waiting,
 )
@@ -229,6 +232,29 @@ async def test_the_deadline_cancels_the_call_in_flight_upstream(streamed: bool) 
     assert [(n.kind, n.status) for n in program.nodes.values()] == [("llm", "cancelled")]
 
 
+async def test_the_deadline_cancels_a_hanging_tool_and_closes_its_wait() -> None:
+    async def hang(topic: str) -> str:
+        """Never answers.
+
+        Args:
+            topic: anything
+        """
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    agent = Agent(
+        name="hanger", instructions="Look it up.", tools=[hang], model_settings=tool_then_answer()
+    )
+    async with running_stack() as stack:
+        with pytest.raises(DeadlineExceeded):
+            async with stack.runtime.program("hang", program_id="p-pai-hang", timeout_s=1.0) as p:
+                await run_agent(stack.runtime, agent, "Look it up.", new_program=False)
+        after = await stack.programs()
+    assert p.status == "deadline_exceeded"
+    assert [(n.kind, n.status) for n in p.nodes.values()] == [("llm", "ok"), ("tool", "cancelled")]
+    assert all(e["program_id"] != "p-pai-hang" for e in after)
+
+
 async def test_a_journaled_side_effect_is_replayed_on_a_rerun(tmp_path: Path) -> None:
     target, keys = tmp_path / "log.txt", []
 
@@ -292,6 +318,26 @@ async def test_a_side_effect_without_a_journal_ends_the_run_with_the_journal_err
         ("llm", "ok"),
         ("tool", "error"),
     ]
+
+
+async def test_spans_form_one_tree_under_the_program_span() -> None:
+    async def lookup(topic: str) -> str:
+        """Look a topic up.
+
+        Args:
+            topic: anything
+        """
+        return topic
+
+    agent = Agent(
+        name="traced", instructions="Look it up.", tools=[lookup], model_settings=tool_then_answer()
+    )
+    provider, exporter = recording_tracer()
+    async with running_stack(tracer_provider=provider) as stack:
+        await run_agent(stack.runtime, agent, "Look it up.")
+    assert span_tree(exporter) == agent_spans(stack.runtime.config.model, "traced")
+    tool_span = exporter.get_finished_spans()[1]
+    assert tool_span.attributes is not None and tool_span.attributes["gen_ai.tool.call.id"]
 
 
 async def test_errors_are_agentrt_errors() -> None:
