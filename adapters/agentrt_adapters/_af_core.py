@@ -1,6 +1,6 @@
-"""The Agent Framework adapter's core: where a unit of work runs (threads), the tagged chat
-client, and the function middleware that reports tool runs. Public names:
-``agentrt_adapters.agent_framework``."""
+"""The Agent Framework adapter's core: the tagged chat client, the function middleware that
+reports tool runs, and the run scope that gives parallel work threads (placement is the shared
+rule of ``agentrt_adapters._placement``). Public names: ``agentrt_adapters.agent_framework``."""
 
 from __future__ import annotations
 
@@ -106,9 +106,10 @@ class AgentrtChatClient(OpenAIChatCompletionClient):
     send time; an ad-hoc program outside any) and becomes an ``llm`` node. Its function
     middleware (:class:`ToolNodes`, first in line) makes every tool run a ``tool`` node with
     tool-wait events. ``model``: default ``RuntimeConfig.model``, else the one the server
-    serves (asked once, on the first call). ``middleware`` and the other keyword arguments
-    are ``OpenAIChatCompletionClient``'s. openai errors become agentrt's (``LLMCallError``,
-    ``EndpointUnavailable``, ``DeadlineExceeded``).
+    serves (asked once, on the first call; the framework's ``OPENAI_CHAT_COMPLETION_MODEL`` /
+    ``OPENAI_MODEL`` environment variables, when set, come before that). ``middleware`` and
+    the other keyword arguments are ``OpenAIChatCompletionClient``'s. openai errors become
+    agentrt's (``LLMCallError``, ``EndpointUnavailable``, ``DeadlineExceeded``).
     """
 
     def __init__(
