@@ -104,12 +104,16 @@ class AgentrtModelProvider(ModelProvider):
         self.runtime = runtime
         self.default_model = default_model
         self.api: ModelAPI = api
+        #: One model (and client) per model name, built on first use: the SDK asks every turn.
+        self._models: dict[str, Model] = {}
 
     def get_model(self, model_name: str | None) -> Model:
-        name = model_name or self.default_model
-        if self.api == "chat_completions":
-            return chat_completions_model(self.runtime, name)
-        return responses_model(self.runtime, name)
+        name = configured_model(self.runtime, model_name or self.default_model)
+        model = self._models.get(name)
+        if model is None:
+            build = chat_completions_model if self.api == "chat_completions" else responses_model
+            model = self._models[name] = build(self.runtime, name)
+        return model
 
 
 def run_config(
