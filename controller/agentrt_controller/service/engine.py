@@ -40,7 +40,12 @@ from agentrt.protocol import (
     ToolWaitEnd,
     ToolWaitStart,
 )
-from agentrt_controller.backends.api import Backend, BackendDisconnected, BackendError
+from agentrt_controller.backends.api import (
+    Backend,
+    BackendDisconnected,
+    BackendError,
+    BackendUnavailable,
+)
 from agentrt_controller.backends.breaker import BreakerConfig
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
@@ -53,6 +58,7 @@ from agentrt_controller.service.clock import MONOTONIC, Clock
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.errors import DeadlinePassed, ServiceError, UpstreamFailed
 from agentrt_controller.service.introspection import collect_metrics, queues_snapshot
+from agentrt_controller.service.kv_events import KvEventsFeed
 from agentrt_controller.service.metrics import ServiceMetrics
 from agentrt_controller.service.policies import build_cost, build_dispatcher, build_retention
 from agentrt_controller.service.pool import BackendPool
@@ -131,6 +137,14 @@ class ControllerEngine:
         self.retry = RetryPolicy(config.max_retries)
         #: Fill ``Call.block_hashes`` (message-boundary chains) for a prefix-aware router.
         self._hashes = uses_block_hashes(self.dispatcher.router)
+        #: vLLM's KV events for the exact prefix index (backends with ``kv_events``); ``None``
+        #: = none configured (the estimate alone).
+        self.kv_events = KvEventsFeed.build(
+            config.backends, self.dispatcher.router, api_key_of=self.backend_api_key,
+            on_change=self.wake,
+        )  # fmt: skip
+        if self.kv_events is not None:
+            self.kv_events.register_metrics(self.metrics.registry)
         self.sessions = SessionRegistry()
         self._wake_event = anyio.Event()
 
@@ -145,6 +159,8 @@ class ControllerEngine:
             if self.retention is not None:
                 await group.start(self.retention.run)
             await group.start(self.pool.run)
+            if self.kv_events is not None:
+                await group.start(self.kv_events.run)
             self.expire_programs()
             group.start_soon(self._expiry_loop)
             task_status.started()
@@ -249,6 +265,8 @@ class ControllerEngine:
                 self.metrics.tenant_refusals.inc(1.0, pending.tenant.name, str(error.status_code))
                 raise
             pending.quota_entered = True
+        if self.kv_events is not None and not call.token_block_hashes:
+            await self.kv_events.fill_token_chain(call, pending.body)
         self.calls.submit(pending)
         retries = 0
         while True:
@@ -259,9 +277,14 @@ class ControllerEngine:
                 # The pool aborts the block when this backend fails meanwhile (pool.py).
                 with self.pool.abortable(backend_id):
                     response = await backend.send(request_for(admission, backend.capabilities))
-                    return Forwarded(
-                        admission, await BackendAnswer.start(stream, response), retries
-                    )
+                    answer = await BackendAnswer.start(stream, response)
+                    status = response.status_code
+                    if self.retry.retryable_status(status) and self.retry.may_retry(retries):
+                        await answer.aclose()  # nothing of it reached the client: try another
+                        raise BackendUnavailable(
+                            f"backend {backend_id} answered HTTP {status}", connect_failed=False
+                        )
+                    return Forwarded(admission, answer, retries)
                 raise BackendDisconnected(  # only reached when the pool aborted the block
                     f"backend {backend_id} failed (health probe or circuit) before its answer "
                     "started"

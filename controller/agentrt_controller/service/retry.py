@@ -2,7 +2,9 @@
 
 A failure before anything reached the client leaves the call retryable: the backend refused
 the connection or timed out before answering (:class:`BackendUnavailable`), or it broke the
-connection before the answer started (:class:`BackendDisconnected`). The call then keeps its
+connection before the answer started (:class:`BackendDisconnected`), or it answered with a
+server error status (:data:`RETRYABLE_STATUSES`: 500, 502, 503, 504 — an engine that died behind
+its API server, an overloaded one, a gateway in front of a dead one). The call then keeps its
 place in the queues and the dispatcher chooses again, at most ``max_retries`` times. Any other
 :class:`BackendError` (a malformed answer, say) is final. A refused connection proves the
 backend down; any other retryable failure is settled by one health probe (a dead server fails
@@ -16,7 +18,12 @@ from dataclasses import dataclass
 
 from agentrt_controller.backends.api import BackendDisconnected, BackendError, BackendUnavailable
 
-__all__ = ["RetryPolicy"]
+__all__ = ["RETRYABLE_STATUSES", "RetryPolicy"]
+
+#: Backend answer statuses that leave a call retryable on another backend while nothing of the
+#: answer reached the client (501 and 505 are permanent: another backend of the same kind
+#: would answer the same). A 5xx that is the last try is passed to the client as it came.
+RETRYABLE_STATUSES = frozenset({500, 502, 503, 504})
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +37,11 @@ class RetryPolicy:
     def retryable(failure: BackendError) -> bool:
         """Nothing reached the client: another backend may still answer."""
         return isinstance(failure, BackendUnavailable | BackendDisconnected)
+
+    @staticmethod
+    def retryable_status(status_code: int) -> bool:
+        """A backend's answer with this HTTP status may be tried on another backend."""
+        return status_code in RETRYABLE_STATUSES
 
     def may_retry(self, retries: int) -> bool:
         """``retries`` retries were made so far: is one more allowed?"""
