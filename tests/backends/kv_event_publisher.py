@@ -1,9 +1,11 @@
 """A fake vLLM KV-event publisher on loopback ZMQ, speaking vLLM's framing: a PUB socket
 sending ``[topic, seq (8 bytes big-endian), msgpack batch]`` and a ROUTER replay socket that
-answers ``[b"", start_seq]`` with every buffered batch from ``start_seq`` then the end marker
-``-1``. Payloads are msgspec msgpack of tagged structs shaped like vLLM's (the batch an array,
-each event a map with a ``"type"`` tag). For tests only: it can drop a batch on the live
-stream (it stays in the replay buffer), stop answering replays, and restart (numbering from 0).
+answers ``[b"", start_seq]`` with ``[b"", topic, seq, payload]`` per buffered batch from
+``start_seq``, then the end marker ``[b"", b"", -1, b""]`` (vLLM 0.32; ``replay_topic =
+False``: the older form without the topic frame). Payloads are msgspec msgpack of tagged
+structs shaped like vLLM's (the batch an array, each event a map with a ``"type"`` tag). For
+tests only: it can drop a batch on the live stream (it stays in the replay buffer), stop
+answering replays, and restart (numbering from 0).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class FakeKvPublisher:
         #: Replays answered so far; set ``answer_replays = False`` to ignore them.
         self.replays = 0
         self.answer_replays = True
+        #: vLLM 0.32 puts the topic in replay answers; older releases did not.
+        self.replay_topic = True
 
     @property
     def events_url(self) -> str:
@@ -136,8 +140,10 @@ class FakeKvPublisher:
                 client, _, start = frames
                 first = int.from_bytes(start, "big")
                 self.replays += 1
+                head = [client, b""] + ([self.topic] if self.replay_topic else [])
                 for seq, payload in list(self.buffer):
                     if seq >= first:
-                        await router.send_multipart([client, b"", seq.to_bytes(8, "big"), payload])
+                        await router.send_multipart([*head, seq.to_bytes(8, "big"), payload])
                 end = (-1).to_bytes(8, "big", signed=True)
-                await router.send_multipart([client, b"", end, b""])
+                await router.send_multipart([client, b"", *([b""] if self.replay_topic else []),
+                                             end, b""])  # fmt: skip

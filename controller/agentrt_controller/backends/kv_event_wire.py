@@ -11,8 +11,9 @@ data_parallel_rank?]`` (older vLLM: a map with those keys); each event is a map 
 an array whose first element is the tag, fields in declaration order.
 
 The replay socket (ZMQ ROUTER) takes ``[b"", start_seq (8 bytes, big-endian)]`` from a DEALER
-and answers ``[b"", seq, payload]`` per buffered batch with ``seq >= start_seq``, then
-``[b"", -1 (8 bytes, big-endian, signed), b""]``.
+and answers ``[b"", topic, seq, payload]`` per buffered batch with ``seq >= start_seq``, then
+``[b"", b"", -1 (8 bytes, big-endian, signed), b""]`` (vLLM 0.32; older releases send the
+same without the topic frame).
 
 Anything else is a :class:`KvEventDecodeError` (a :class:`~agentrt_controller.backends.api.
 BackendError`): the subscriber counts it and treats the batch as missing (a gap, resynced).

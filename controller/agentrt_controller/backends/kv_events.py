@@ -242,15 +242,17 @@ class KvEventSubscriber:
             dealer.close(linger=0)
 
     def _replayed(self, frames: list[bytes]) -> bool:
-        """Apply one replay message; ``True`` at the end marker."""
-        if len(frames) != 3:
+        """Apply one replay message; ``True`` at the end marker. vLLM sends ``[b"", topic,
+        seq, payload]`` (older releases ``[b"", seq, payload]``)."""
+        if len(frames) not in (3, 4) or frames[0]:
             self.stats.decode_errors += 1
             return False
+        seq_frame, payload = frames[-2], frames[-1]
         try:
-            seq = decode_seq(frames[1])
+            seq = decode_seq(seq_frame)
             if seq == END_OF_REPLAY:
                 return True
-            batch = decode_batch(seq, frames[2])
+            batch = decode_batch(seq, payload)
         except KvEventDecodeError as exc:
             self.stats.decode_errors += 1
             _log.warning("backend %s: replayed KV event dropped: %s", self.backend_id, exc)
