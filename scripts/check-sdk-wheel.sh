@@ -39,7 +39,8 @@ cd "$work" # nothing from the checkout on sys.path
 if ! "$venv_python" -c 'import agentrt, agentrt.journal' 2>"$work/import.err"; then
   fail "import agentrt, agentrt.journal: $(tail -n 1 "$work/import.err")"
 fi
-for package in agentrt_controller agentrt_emulator agentrt_sim agentrt_adapters agentrt_demo; do
+for package in agentrt_serving agentrt_controller agentrt_emulator agentrt_sim agentrt_adapters \
+  agentrt_demo; do
   if "$venv_python" -c "import $package" 2>/dev/null; then
     fail "$package is importable with only the SDK installed"
   fi

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: member folder -> (distribution, import package, the ``agentrt`` commands it provides).
 MEMBERS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "agentrt": ("agentrt", "agentrt", ("journal",)),
+    "serving": ("agentrt-serving", "agentrt_serving", ()),
     "controller": ("agentrt-controller", "agentrt_controller", ("controller",)),
     "emulator": ("agentrt-emulator", "agentrt_emulator", ("engine",)),
     "simulator": ("agentrt-sim", "agentrt_sim", ("bench", "trace")),
@@ -485,6 +486,24 @@ def test_the_sdk_imports_no_other_member() -> None:
         for name in _other_member_names(path)
     )
     assert not wrong, "the SDK imports other members:\n" + "\n".join(wrong)
+
+
+def test_the_serving_package_imports_no_other_member() -> None:
+    """agentrt_serving (the hardened HTTP surface) sits below both servers: it imports neither
+    of them, nor the SDK, so that neither server's wheel drags in the other."""
+    serving = ROOT / "serving" / "agentrt_serving"
+    ours = OTHER_PACKAGES - {"agentrt_serving"} | {"agentrt"}
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in _graph(serving).items()
+        for target in targets
+        if target.split(".", 1)[0] in ours
+    )
+    assert not wrong, "agentrt_serving imports other members:\n" + "\n".join(wrong)
+    for folder in ("controller", "emulator"):
+        dependencies = _project(folder)["dependencies"]
+        assert isinstance(dependencies, list)
+        assert "agentrt-serving" in {Requirement(line).name for line in dependencies}, folder
 
 
 def test_the_member_name_finder(tmp_path: Path) -> None:

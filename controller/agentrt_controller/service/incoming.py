@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from agentrt_controller.service.errors import (
 )
 from agentrt_controller.service.identity import foreign_identity, strip_agentic_context
 from agentrt_controller.service.responses_api import prompt_chars
+from agentrt_serving.asgi import Receive, Scope, Send
 
 __all__ = [
     "Api",
@@ -40,11 +41,6 @@ Api = Literal["chat", "completion", "responses"]
 #: prompt takes tens of milliseconds, which would stall every other call on the event loop.
 #: Smaller ones are decoded inline (a thread hop costs more than decoding them).
 THREAD_DECODE_BYTES = 1024 * 1024
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 #: Client headers passed on to the backend (everything else stays here). The client's
 #: ``Authorization`` is the tenant's key: it reaches a backend only with

@@ -1,8 +1,10 @@
 """Running the controller: embedded on a free loopback port, or as the CLI's server.
 
-Both serve the :class:`ControllerApp` behind :class:`~agentrt_controller.service.hardening.
-HardenedApp` on uvicorn's h11 protocol with a request-head timeout, the header size limit and
-the connection limit of the config (docs/security.md, "Hardened HTTP surface").
+Both serve the :class:`ControllerApp` behind :class:`~agentrt_serving.hardening.HardenedApp`
+(the hardened HTTP surface the controller shares with the engine emulator) on uvicorn's h11
+protocol with a request-head timeout, the header size limit and the connection limit of the
+config (docs/security.md, "Hardened HTTP surface"); every answer the guard makes itself is in
+the controller's OpenAI error envelope.
 
 The CLI's server binds its socket before anything is printed (a port in use is a
 :class:`ConfigError`, and the start-up line never appears) and drains on SIGTERM or SIGINT
@@ -15,14 +17,13 @@ process exits normally.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import FrameType
-from typing import Any
 
-import anyio
 import uvicorn
 from opentelemetry.trace import TracerProvider
 
@@ -32,25 +33,22 @@ from agentrt_controller.service.app import ControllerApp
 from agentrt_controller.service.charging import CostFunction
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.errors import error_body
-from agentrt_controller.service.hardening import (
-    HardenedApp,
-    HeadTimeoutH11Protocol,
-    HttpLimits,
-)
-from agentrt_controller.service.incoming import Scope
 from agentrt_controller.service.otel import ControllerTelemetry
+from agentrt_serving.asgi import Scope
+from agentrt_serving.hardening import HardenedApp, HttpLimits
+from agentrt_serving.uvicorn_server import (
+    EmbeddedServer,
+    listening_socket,
+    running,
+    uvicorn_config,
+)
 
 __all__ = ["run_controller", "serve_controller"]
 
-_STARTUP_TIMEOUT_S = 30.0
-
-
-class _EmbeddedServer(uvicorn.Server):
-    """uvicorn without its signal handlers: the host program keeps its own."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
+# In-flight requests get this long when an embedded controller stops (seconds).
+_EMBEDDED_GRACE_S = 1.0
+# The guard's crash records keep the logger name they had when the guard lived here.
+_HARDENING_LOG = logging.getLogger("agentrt_controller.service.hardening")
 
 
 class _DrainingServer(uvicorn.Server):
@@ -119,16 +117,6 @@ def _route_of(scope: Scope) -> str:
     return path if path in _GENERATION_PATHS else "unmatched"
 
 
-def http_limits(config: ControllerConfig) -> HttpLimits:
-    """The HTTP limits of ``config`` (the rest are :class:`HttpLimits` defaults)."""
-    return HttpLimits(
-        max_body_bytes=config.max_body_bytes,
-        max_header_bytes=config.max_header_bytes,
-        header_timeout_s=config.header_timeout_s,
-        max_concurrency=config.max_concurrency,
-    )
-
-
 def hardened(app: ControllerApp) -> HardenedApp:
     """``app`` behind the hardening middleware; crashes count in
     ``agentrt_controller_http_internal_errors_total{route}``."""
@@ -139,53 +127,33 @@ def hardened(app: ControllerApp) -> HardenedApp:
     )
     return HardenedApp(
         app,
-        limits=http_limits(app.config),
+        limits=HttpLimits.from_config(app.config),
         ascii_only=_ascii_only,
         numeric=_NUMERIC_HEADERS,
         error_body=_error_body,
         on_internal_error=lambda route: crashes.inc(1.0, route),
         route_of=_route_of,
+        logger=_HARDENING_LOG,
     )
 
 
-def _uvicorn_options(config: ControllerConfig) -> dict[str, Any]:
-    return {
-        "log_level": config.log_level,
-        "access_log": False,
-        "lifespan": "on",
-        # h11 explicitly: its head size limit and the head timeout below apply to it.
-        "http": HeadTimeoutH11Protocol,
-        "h11_max_incomplete_event_size": config.max_header_bytes,
-        "timeout_keep_alive": config.header_timeout_s,
-        "limit_concurrency": config.max_concurrency,
-    }
-
-
-def _uvicorn_config(app: ControllerApp, sock_port: int) -> uvicorn.Config:
+def _uvicorn_config(app: ControllerApp, port: int, graceful_shutdown_s: float) -> uvicorn.Config:
     config = app.config
-    return uvicorn.Config(
+    return uvicorn_config(
         hardened(app),
         host=config.host,
-        port=sock_port,
-        timeout_graceful_shutdown=1,
-        **_uvicorn_options(config),
+        port=port,
+        log_level=config.log_level,
+        graceful_shutdown_s=graceful_shutdown_s,
     )
 
 
 def _bound_socket(config: ControllerConfig) -> socket.socket:
-    """A TCP socket bound to the config's address; :class:`ConfigError` when it cannot be."""
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    # IPPROTO_TCP explicitly: asyncio disables Nagle (TCP_NODELAY) only on sockets whose
-    # proto says TCP; with proto 0 every response would wait for the client's delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    """A socket listening on the config's address; :class:`ConfigError` when it cannot be."""
     try:
-        sock.bind((config.host, config.port))
+        return listening_socket(config.host, config.port)
     except OSError as exc:
-        sock.close()
         raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc}") from exc
-    return sock
 
 
 @contextlib.asynccontextmanager
@@ -207,32 +175,14 @@ async def serve_controller(
         on_app(app)
     sock = _bound_socket(config)
     port = sock.getsockname()[1]
-    server = _EmbeddedServer(_uvicorn_config(app, port))
-    stopped = anyio.Event()
+    server = EmbeddedServer(_uvicorn_config(app, port, _EMBEDDED_GRACE_S))
 
-    async def run() -> None:
-        try:
-            await server.serve([sock])
-        finally:
-            stopped.set()
+    def not_started() -> ConfigError:
+        return ConfigError("the controller did not start (see its log)")
 
-    try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(run)
-            with anyio.move_on_after(_STARTUP_TIMEOUT_S):
-                # uvicorn offers a flag, not an event, for "listening".
-                while not server.started and not stopped.is_set():  # noqa: ASYNC110
-                    await anyio.sleep(0.005)
-            if not server.started:
-                server.should_exit = True
-                raise ConfigError("the controller did not start (see its log)")
-            host = f"[{config.host}]" if ":" in config.host else config.host
-            try:
-                yield f"http://{host}:{port}"
-            finally:
-                server.should_exit = True
-    finally:
-        sock.close()
+    async with running(server, sock, not_started=not_started):
+        host = f"[{config.host}]" if ":" in config.host else config.host
+        yield f"http://{host}:{port}"
 
 
 def run_controller(
@@ -268,14 +218,7 @@ def _run(
     sock = _bound_socket(config)
     try:
         server = _DrainingServer(
-            uvicorn.Config(
-                hardened(app),
-                host=config.host,
-                port=sock.getsockname()[1],
-                # uvicorn types it int; it only passes it to asyncio.timeout (float seconds).
-                timeout_graceful_shutdown=config.shutdown_grace_s,  # type: ignore[arg-type]
-                **_uvicorn_options(config),
-            ),
+            _uvicorn_config(app, sock.getsockname()[1], config.shutdown_grace_s),
             app,
             banner if callable(banner) else lambda _port: banner,
         )

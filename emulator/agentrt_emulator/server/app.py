@@ -37,12 +37,6 @@ from agentrt_emulator.server.config import EmulatorConfig
 from agentrt_emulator.server.driver import ChoiceEvent, EngineDriver, RequestGroup
 from agentrt_emulator.server.errors import error_body, error_response, from_validation_error
 from agentrt_emulator.server.extras import ExtraEndpoints
-from agentrt_emulator.server.hardening import (
-    INTERNAL_ERROR_MESSAGE,
-    HardenedApp,
-    HttpLimits,
-    Scope,
-)
 from agentrt_emulator.server.metrics import ServerMetrics
 from agentrt_emulator.server.pins import PinInfo, pin_routes
 from agentrt_emulator.server.prepare import (
@@ -57,10 +51,14 @@ from agentrt_emulator.server.responses_api import ResponsesEndpoint
 from agentrt_emulator.server.streaming import EventStreamResponse, watch_disconnect
 from agentrt_emulator.server.wire import ChatRequest, CompletionRequest, TokenizeRequest
 from agentrt_emulator.tokenizer import Tokenizer
+from agentrt_serving.asgi import Scope
+from agentrt_serving.hardening import INTERNAL_ERROR_MESSAGE, HardenedApp, HttpLimits
 
 __all__ = ["EmulatorState", "build_app", "build_state"]
 
 _log = logging.getLogger(__name__)
+# The guard's crash records keep the logger name they had when the guard lived here.
+_HARDENING_LOG = logging.getLogger("agentrt_emulator.server.hardening")
 # Bodies at least this large (bytes) are tokenized in a worker thread.
 _THREAD_BYTES = 1024 * 1024
 _HEADER_REQUEST_ID = "x-request-id"
@@ -375,20 +373,11 @@ def _route_of(scope: Scope) -> str:
     return template if isinstance(template, str) else "unmatched"
 
 
-def http_limits(config: EmulatorConfig) -> HttpLimits:
-    """The HTTP limits of ``config`` (the rest are :class:`HttpLimits` defaults)."""
-    return HttpLimits(
-        max_body_bytes=config.max_body_bytes,
-        max_header_bytes=config.max_header_bytes,
-        header_timeout_s=config.header_timeout_s,
-        max_concurrency=config.max_concurrency,
-    )
-
-
 def build_app(state: EmulatorState) -> HardenedApp:
-    """The ASGI app behind the hardening middleware (docs/security.md); its lifespan runs the
-    engine loop in a task group. Unhandled errors are answered 500, logged once and counted
-    in ``agentrt_engine_internal_errors_total{route}``."""
+    """The ASGI app behind the hardened HTTP surface shared with the controller
+    (:class:`agentrt_serving.hardening.HardenedApp`, docs/security.md), answering in vLLM's
+    error envelope; its lifespan runs the engine loop in a task group. Unhandled errors are
+    answered 500, logged once and counted in ``agentrt_engine_internal_errors_total{route}``."""
     endpoints = _Endpoints(state)
     extras = ExtraEndpoints(state)
 
@@ -435,10 +424,11 @@ def build_app(state: EmulatorState) -> HardenedApp:
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     return HardenedApp(
         app,
-        limits=http_limits(state.config),
+        limits=HttpLimits.from_config(state.config),
         ascii_only=_ascii_only,
         numeric=_NUMERIC_HEADERS,
         error_body=error_body,
         on_internal_error=state.driver.metrics.internal_error,
         route_of=_route_of,
+        logger=_HARDENING_LOG,
     )

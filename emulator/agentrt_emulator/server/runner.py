@@ -13,7 +13,8 @@ import anyio
 
 from agentrt_emulator.server.app import build_state
 from agentrt_emulator.server.config import EmulatorConfig
-from agentrt_emulator.server.embed import EmbeddedServer, bind_socket, uvicorn_config
+from agentrt_emulator.server.embed import bind_socket, uvicorn_config
+from agentrt_serving.uvicorn_server import EmbeddedServer
 
 __all__ = ["run_forever"]
 
@@ -22,7 +23,7 @@ async def run_forever(config: EmulatorConfig, host: str, port: int, log_level: s
     """Serve until SIGINT / SIGTERM. Raises ConfigError / EngineError before listening."""
     state = build_state(config)
     sock = bind_socket(host, port)
-    server = EmbeddedServer(uvicorn_config(state, log_level))
+    server = EmbeddedServer(uvicorn_config(state, log_level, host, sock.getsockname()[1]))
 
     async def stop_on_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

@@ -1,0 +1,18 @@
+"""agentrt's hardened HTTP surface, shared by the controller and the engine emulator.
+
+* :mod:`agentrt_serving.hardening` — :class:`~agentrt_serving.hardening.HardenedApp`, the ASGI
+  guard in front of a server's application (limits, input checks, the catch-all 500), and
+  :class:`~agentrt_serving.hardening.HttpLimits`;
+* :mod:`agentrt_serving.uvicorn_server` — uvicorn's h11 protocol with a request-head timeout,
+  the uvicorn settings that apply the limits, a listening socket and an embedded server run in
+  the caller's event loop;
+* :mod:`agentrt_serving.asgi` — the ASGI callable types.
+
+Each server keeps its own error envelope (the controller OpenAI's, the emulator vLLM's): it
+passes an ``error_body`` builder to :class:`~agentrt_serving.hardening.HardenedApp`. This
+distribution imports no other agentrt member. See docs/security.md, "Hardened HTTP surface".
+"""
+
+from agentrt_serving.hardening import INTERNAL_ERROR_MESSAGE, HardenedApp, HttpLimits
+
+__all__ = ["INTERNAL_ERROR_MESSAGE", "HardenedApp", "HttpLimits"]

@@ -1,0 +1,338 @@
+"""The hardened HTTP surface's ASGI guard: limits and input checks in front of a server's
+application, and a catch-all that answers any unhandled exception with a 500 in the server's own
+error envelope (docs/security.md, "Hardened HTTP surface").
+
+:class:`HardenedApp` — ASGI middleware, per request::
+
+      headers over max_header_bytes ──► 431
+      checked headers (non-ASCII, over-long integers) ──► 400
+      body: declared or streamed length over the limit ──► 413, too slow ──► 408
+      JSON body: lone surrogate, nesting deeper than max_json_depth, integer of 2**63 or
+                 more in magnitude, non-finite number ──► 400
+      the app raises ──► 500 (logged once at error level, counted per route)
+
+Every answer it makes itself is shaped by the server's ``error_body`` builder (the controller:
+OpenAI's envelope; the emulator: vLLM's). The body checks cost a few byte scans in the common
+case: a body is parsed (and walked) only when a scan finds something that could break a rule;
+bodies over ``thread_bytes`` are scanned in a worker thread so a large body does not stall the
+event loop. The request-head timeout and the connection limit are uvicorn's part
+(:mod:`agentrt_serving.uvicorn_server`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import anyio
+import anyio.to_thread
+
+from agentrt_serving.asgi import App, Message, Receive, Scope, Send
+
+__all__ = [
+    "INTERNAL_ERROR_MESSAGE",
+    "MAX_INT_MAGNITUDE",
+    "BadInput",
+    "ErrorBody",
+    "HardenedApp",
+    "HttpLimits",
+    "ServerLimits",
+    "check_headers",
+    "check_json_body",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Largest integer magnitude accepted anywhere in a JSON body or a numeric header: int64.
+MAX_INT_MAGNITUDE = 2**63 - 1
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Byte patterns of a lone surrogate's two spellings: escaped (a valid pair is fine, a lone one
+# is not) and UTF-8-encoded (json.loads lets it through). Separate patterns: a literal prefix
+# makes each search fast (a few GB/s), an alternation would not.
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_ENCODED_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """Limits of one HTTP server (both servers use the same defaults)."""
+
+    #: Largest request body, bytes: 413 as soon as the declared or read length passes it.
+    max_body_bytes: int = 16 * 1024 * 1024
+    #: Largest request head (request line + headers), bytes (h11's incomplete-event limit).
+    max_header_bytes: int = 64 * 1024
+    #: Seconds a connection has to deliver a complete request head; idle keep-alive
+    #: connections are closed after the same time.
+    header_timeout_s: float = 10.0
+    #: Seconds a client has to deliver a whole request body (408 after).
+    body_timeout_s: float = 60.0
+    #: Connections + requests served at once (uvicorn's ``limit_concurrency``; 503 beyond).
+    max_concurrency: int = 4096
+    #: Deepest nesting of arrays / objects in a JSON body.
+    max_json_depth: int = 64
+    #: Bodies at least this large (bytes) are checked in a worker thread.
+    thread_bytes: int = 1024 * 1024
+
+    @classmethod
+    def from_config(cls, config: ServerLimits) -> HttpLimits:
+        """The limits a server's config sets (the rest are the defaults above)."""
+        return cls(
+            max_body_bytes=config.max_body_bytes,
+            max_header_bytes=config.max_header_bytes,
+            header_timeout_s=config.header_timeout_s,
+            max_concurrency=config.max_concurrency,
+        )
+
+
+class ServerLimits(Protocol):
+    """The HTTP limits a server's config sets (the controller's and the emulator's do)."""
+
+    @property
+    def max_body_bytes(self) -> int: ...
+    @property
+    def max_header_bytes(self) -> int: ...
+    @property
+    def header_timeout_s(self) -> float: ...
+    @property
+    def max_concurrency(self) -> int: ...
+
+
+class BadInput(Exception):
+    """A request the middleware refuses: ``status`` (400, 408, 413, 431), a message and the
+    offending ``param`` (header name or JSON path), if any."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+
+
+def check_headers(
+    headers: Iterable[tuple[bytes, bytes]],
+    ascii_only: Callable[[str], bool],
+    numeric: frozenset[str],
+) -> None:
+    """Raise :class:`BadInput` (400) for a header named by ``ascii_only`` whose value is not
+    ASCII, or a ``numeric`` header holding an integer beyond int64 (names lower-case)."""
+    for raw_name, raw_value in headers:
+        name = raw_name.decode("latin-1").lower()
+        if not ascii_only(name):
+            continue
+        if not raw_value.isascii():
+            raise BadInput(400, f"header {name} must be ASCII", param=name)
+        if name in numeric:
+            value = raw_value.decode("ascii")
+            if _INTEGER.fullmatch(value) and abs(int(value)) > MAX_INT_MAGNITUDE:
+                raise BadInput(400, f"header {name} is out of range (|n| < 2**63)", param=name)
+
+
+def check_json_body(body: bytes, max_depth: int) -> None:
+    """Raise :class:`BadInput` (400) if the JSON ``body`` holds a lone surrogate, nests
+    deeper than ``max_depth``, holds an integer beyond int64 or a non-finite number. A body
+    that is not JSON at all passes: the endpoint answers that in its own words.
+
+    Numbers are checked while parsing (json's hooks run for numbers only); the parsed body
+    is walked only when a byte scan finds a surrogate or more brackets than ``max_depth``.
+    """
+    try:
+        value = json.loads(
+            body, parse_int=_checked_int, parse_float=_checked_float, parse_constant=_no_constant
+        )
+    except RecursionError:
+        raise BadInput(400, f"JSON nested deeper than {max_depth} levels") from None
+    except ValueError:
+        return
+    deep = body.count(b"[") + body.count(b"{") > max_depth
+    if (
+        deep
+        or _ESCAPED_SURROGATE.search(body)
+        or (b"\xed" in body and _ENCODED_SURROGATE.search(body))
+    ):
+        _walk(value, max_depth)
+
+
+def _checked_int(text: str) -> int:
+    value = int(text)
+    if len(text) > 18 and abs(value) > MAX_INT_MAGNITUDE:
+        raise BadInput(400, f"integer out of range (|n| < 2**63): {text[:24]}...")
+    return value
+
+
+def _checked_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadInput(400, f"number out of range: {text[:24]}")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise BadInput(400, f"{text} is not a JSON number")
+
+
+def _walk(root: Any, max_depth: int) -> None:
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(root, 0, ())]
+    while stack:
+        value, depth, path = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii() and _SURROGATE.search(value):
+                raise BadInput(400, "string holds a lone UTF-16 surrogate", _param(path))
+        elif isinstance(value, dict | list):
+            if depth >= max_depth:
+                raise BadInput(400, f"JSON nested deeper than {max_depth} levels")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and not key.isascii() and _SURROGATE.search(key):
+                    raise BadInput(400, "key holds a lone UTF-16 surrogate", _param(path))
+                stack.append((item, depth + 1, (*path, key)))
+
+
+def _param(path: tuple[str | int, ...]) -> str | None:
+    return ".".join(str(part) for part in path) or None
+
+
+#: ``error_body(status, message, param)`` — the server's error envelope as bytes.
+ErrorBody = Callable[[int, str, str | None], bytes]
+#: What a 500 says (the details are in the server's log, never in the answer).
+INTERNAL_ERROR_MESSAGE = "internal server error (see the server log)"
+
+
+class HardenedApp:
+    """ASGI middleware in front of ``app`` (see the module docstring).
+
+    ``ascii_only(name)`` says which headers must be ASCII (those the server forwards or
+    parses); ``numeric`` names integer headers; ``error_body`` shapes every answer made here;
+    ``on_internal_error(route)`` counts a crash; ``route_of(scope)`` names a route with a
+    bounded set of labels (a template, never a raw path); ``logger`` receives the one error
+    record per crash (default: this module's).
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        limits: HttpLimits,
+        ascii_only: Callable[[str], bool],
+        numeric: frozenset[str],
+        error_body: ErrorBody,
+        on_internal_error: Callable[[str], None],
+        route_of: Callable[[Scope], str],
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.app = app
+        self.limits = limits
+        self._ascii_only = ascii_only
+        self._numeric = numeric
+        self._error_body = error_body
+        self._on_internal_error = on_internal_error
+        self._route_of = route_of
+        self._log = logger or _log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            try:
+                head_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+                if head_bytes > self.limits.max_header_bytes:
+                    # h11 enforces its limit only on a head still incomplete in its buffer;
+                    # one that arrived in a single read is measured here.
+                    limit = self.limits.max_header_bytes
+                    raise BadInput(431, f"request headers over {limit} bytes")
+                check_headers(scope["headers"], self._ascii_only, self._numeric)
+                if scope["method"] in _BODY_METHODS:
+                    receive = await self._checked_body(scope, receive)
+            except BadInput as bad:
+                await self._answer(send, bad.status, bad.message, bad.param)
+                return
+            await self.app(scope, receive, tracked_send)
+        except Exception as exc:  # the catch-all: anything the app did not answer itself
+            route = self._route_of(scope)
+            # Once, at error level; the request body is never logged (it holds prompts).
+            self._log.error(
+                "unhandled %s answering %s %s",
+                type(exc).__name__,
+                scope.get("method"),
+                route,
+                exc_info=exc,
+            )
+            self._on_internal_error(route)
+            if not started:  # else a framework answered (Starlette: with its handler) and re-raised
+                await self._answer(send, 500, INTERNAL_ERROR_MESSAGE)
+
+    async def _checked_body(self, scope: Scope, receive: Receive) -> Receive:
+        """Read the whole body under the limits and check it; a receive that replays it."""
+        limit = self.limits.max_body_bytes
+        for name, value in scope["headers"]:
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                raise BadInput(413, f"request body over {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        more = True
+        disconnected: Message | None = None
+        with anyio.move_on_after(self.limits.body_timeout_s) as timer:
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    disconnected = message
+                    break
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise BadInput(413, f"request body over {limit} bytes")
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+        if timer.cancelled_caught:
+            raise BadInput(408, f"request body not received within {self.limits.body_timeout_s} s")
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if disconnected is None and body:
+            if len(body) >= self.limits.thread_bytes:
+                await anyio.to_thread.run_sync(check_json_body, body, self.limits.max_json_depth)
+            else:
+                check_json_body(body, self.limits.max_json_depth)
+        return _replay(body, receive, disconnected)
+
+    async def _answer(
+        self, send: Send, status: int, message: str, param: str | None = None
+    ) -> None:
+        body = self._error_body(status, message, param)
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        if status in (408, 413):  # the rest of the body is not read: the connection must go
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def _replay(body: bytes, receive: Receive, disconnected: Message | None) -> Receive:
+    """A receive that first returns ``body`` whole, then defers to ``receive`` (which reports
+    the disconnect); a client that left while sending is reported gone at once."""
+    pending: Message | None = disconnected or {
+        "type": "http.request",
+        "body": body,
+        "more_body": False,
+    }
+
+    async def replayed() -> Message:
+        nonlocal pending
+        if pending is not None:
+            message, pending = pending, None
+            return message
+        return await receive()
+
+    return replayed

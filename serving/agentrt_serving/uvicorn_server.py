@@ -1,0 +1,182 @@
+"""uvicorn for a hardened server: the h11 protocol with a request-head timeout, the settings
+that apply :class:`~agentrt_serving.hardening.HttpLimits`, a listening socket, and an embedded
+server run in the caller's event loop (docs/security.md, "Hardened HTTP surface").
+
+* :class:`HeadTimeoutH11Protocol` — uvicorn's h11 protocol with a **request-head timeout**: a
+  connection must deliver a whole request line + headers within ``timeout_keep_alive``
+  seconds of connecting (or of its first byte after a finished request), else it is closed.
+  uvicorn itself only times out *idle* keep-alive connections, so a client trickling one
+  header byte at a time held its connection forever (slow loris).
+* :func:`uvicorn_config` — h11 explicitly (its head size limit applies to it), the head
+  timeout, the connection limit, no access log, the app's lifespan on.
+* :func:`listening_socket` and :func:`running` — bind before anything is printed, then serve
+  on that socket until the ``async with`` block exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import anyio
+import h11
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from agentrt_serving.hardening import HardenedApp
+
+__all__ = [
+    "EmbeddedServer",
+    "HeadTimeoutH11Protocol",
+    "listening_socket",
+    "running",
+    "uvicorn_config",
+]
+
+#: Pending connections the listening socket queues (uvicorn's default backlog).
+_BACKLOG = 2048
+
+
+class HeadTimeoutH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, closing a connection whose request head is not complete within
+    ``timeout_keep_alive`` seconds (of connecting, or of the first byte of the next request
+    on a kept-alive connection)."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self._head_timer is None and self.conn.their_state is h11.IDLE:
+            self._arm_head_timer()
+        super().data_received(data)
+        if self.conn.their_state is not h11.IDLE:  # the head is complete
+            self._disarm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        self._disarm_head_timer()  # uvicorn's keep-alive timer takes over
+        super().on_response_complete()
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
+
+
+def uvicorn_config(
+    app: HardenedApp,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    graceful_shutdown_s: float,
+) -> uvicorn.Config:
+    """uvicorn's settings for ``app`` under its limits: h11 with the request-head timeout
+    (``header_timeout_s``, also the idle keep-alive timeout), h11's head size limit
+    (``max_header_bytes``), the connection limit (``max_concurrency``; 503 beyond), no access
+    log (it would name every path), lifespan on. ``host`` / ``port`` are what uvicorn reports
+    (the server serves on the socket it is given); in-flight requests get
+    ``graceful_shutdown_s`` seconds when the server stops."""
+    limits = app.limits
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        lifespan="on",
+        http=HeadTimeoutH11Protocol,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+        # Annotated int by uvicorn; used as loop.call_later's delay and asyncio.timeout's
+        # (float seconds both).
+        timeout_keep_alive=limits.header_timeout_s,  # type: ignore[arg-type]
+        timeout_graceful_shutdown=graceful_shutdown_s,  # type: ignore[arg-type]
+        limit_concurrency=limits.max_concurrency,
+    )
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``(host, port)`` (port 0: a free one the OS picks); connections
+    queue from now on, before the server serves. Raises :class:`OSError` when it cannot be
+    bound (the caller words it in its own error)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP explicitly: asyncio disables Nagle (TCP_NODELAY) only on accepted sockets
+    # whose proto says TCP; with proto 0 every response body would wait for the client's
+    # delayed ACK of the headers (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted sockets inherit it on Linux, too.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves the host program's signal handlers alone."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+@contextlib.asynccontextmanager
+async def running(
+    server: uvicorn.Server,
+    sock: socket.socket,
+    *,
+    not_started: Callable[[], Exception],
+    startup_timeout_s: float = 30.0,
+) -> AsyncIterator[None]:
+    """Serve ``server`` on ``sock`` in a task of this event loop for the ``async with`` block,
+    then stop it (in-flight requests get its graceful-shutdown time) and close ``sock``.
+
+    Raises ``not_started()`` when the server stopped, or had not started within
+    ``startup_timeout_s`` seconds, before the block was entered.
+    """
+    stopped = anyio.Event()
+
+    async def run() -> None:
+        try:
+            await server.serve([sock])
+        finally:
+            stopped.set()
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            with anyio.move_on_after(startup_timeout_s):
+                # uvicorn offers a flag, not an event, for "listening".
+                while not server.started and not stopped.is_set():  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+            if not server.started:
+                server.should_exit = True
+                raise not_started()
+            try:
+                yield
+            finally:
+                server.should_exit = True
+    finally:
+        sock.close()
