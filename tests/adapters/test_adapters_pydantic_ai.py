@@ -91,6 +91,36 @@ async def test_agent_runs_through_the_controller_and_shows_its_tool_wait(api: Mo
     assert run.stop_reason == "answer" and run.answer and run.program is program
 
 
+async def test_a_tools_next_wait_carries_the_duration_predicted_from_its_last_run() -> None:
+    def archivist(gate: anyio.Event) -> Agent[Any, Any]:
+        return Agent(
+            name="archivist",
+            instructions="Answer from the archive.",
+            tools=[blocking_lookup(gate)],
+            model_settings=tool_then_answer(),
+        )
+
+    async def hold(gate: anyio.Event, program_id: str, hold_s: float) -> None:
+        await stack.wait_for_entry(tool_waiting(program_id, "lookup"))  # the tool runs
+        await anyio.sleep(hold_s)
+        gate.set()
+
+    first, second, seen = anyio.Event(), anyio.Event(), dict[str, Any]()
+    async with running_stack() as stack:
+        async with anyio.create_task_group() as group:
+            group.start_soon(hold, first, "p-pai-pred-1", 0.3)
+            await run_agent(
+                stack.runtime, archivist(first), "Look it up.", program_id="p-pai-pred-1"
+            )
+        async with anyio.create_task_group() as group:
+            waiting = tool_waiting("p-pai-pred-2", "lookup")
+            group.start_soon(release_when_seen, stack, waiting, second, seen)
+            await run_agent(stack.runtime, archivist(second), "Again.", program_id="p-pai-pred-2")
+    (wait,) = seen["entry"]["tool_waits"]
+    # The tool's first run took over 0.3 s; the controller was told so when the second began.
+    assert wait["predicted_duration_s"] >= 0.3
+
+
 # The scripted model is deterministic: with these seeds its first answer calls both tools.
 @pytest.mark.parametrize(("api", "seed"), [("chat_completions", 1), ("responses", 17)])
 async def test_parallel_tool_calls_wait_in_two_threads_at_once(api: ModelAPI, seed: int) -> None:
