@@ -269,13 +269,31 @@ def measure(
     }
 
 
+def combine(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One row from several runs of :func:`measure`: the median of each figure."""
+    row: dict[str, Any] = {"runs": len(runs)}
+    for key, value in runs[0].items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            row[key] = statistics.median(r[key] for r in runs)
+        else:
+            row[key] = value
+    return row
+
+
 def _quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+def markdown(
+    rows: list[dict[str, Any]],
+    args: argparse.Namespace,
+    baseline: list[dict[str, Any]] | None = None,
+) -> str:
+    """The docs section; ``baseline``: rows of the same benchmark on earlier code, shown as
+    "before" columns (same backend counts)."""
     base = rows[0]
+    before = {r["backends"]: r for r in baseline or []}
     lines = [
         HEADING,
         "",
@@ -290,8 +308,10 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "routed among all backends); **steady** = a standing queue of "
         f"{args.queue} calls, one slot free on one backend, one call submitted and one "
         "admitted. CPU µs per decision (`submit` + `admit`), median (p90) over "
-        f"{args.reps} rounds; index memory = bytes allocated in `routing/prefix_index.py` and "
-        "still live after the warm-up (`tracemalloc`), with its elements (all backends).",
+        f"{args.reps} rounds, then the median over {rows[0].get('runs', 1)} runs (seeds; "
+        "backend counts interleaved); index memory = bytes allocated in "
+        "`routing/prefix_index.py` and still live after the warm-up (`tracemalloc`), with its "
+        "elements (all backends).",
         "",
     ]
     header = [
@@ -318,6 +338,26 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         for r in rows
     ]
     lines += _report.table(header, body)
+    if before:
+        lines += [
+            "",
+            f"Before the changes described below ({args.baseline_label}), same run settings:",
+            "",
+        ]
+        lines += _report.table(
+            ["backends", "drain µs before → now", "steady µs before → now", "÷ 4 backends, drain"],
+            [
+                [
+                    str(r["backends"]),
+                    f"{before[r['backends']]['drain_us']:.1f} → {r['drain_us']:.1f}",
+                    f"{before[r['backends']]['steady_us']:.1f} → {r['steady_us']:.1f}",
+                    f"{before[r['backends']]['drain_us'] / baseline[0]['drain_us']:.2f} → "
+                    f"{r['drain_us'] / base['drain_us']:.2f}",
+                ]
+                for r in rows
+                if r["backends"] in before and baseline
+            ],
+        )
     lines += [
         "",
         "Reproduce: `.venv/bin/python benchmarks/decision_cost.py --write-docs` (`--quick` for "
@@ -336,6 +376,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=200, help="timed rounds per scenario")
     parser.add_argument("--queue", type=int, default=500, help="standing queue (steady)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--runs", type=int, default=3, help="whole runs (seeds seed..seed+runs-1); medians"
+    )
+    parser.add_argument(
+        "--baseline", metavar="FILE", help="--json output of a run on earlier code: 'before' rows"
+    )
+    parser.add_argument(
+        "--baseline-label", default="earlier code", help="what the baseline ran (for the docs)"
+    )
     _report.add_date_option(parser)
     _report.add_output_options(parser, "rows")
     args = parser.parse_args(argv)
@@ -345,19 +394,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_json:
         rows = json.loads(Path(args.from_json).read_text())["rows"]
     else:
-        rows = [
-            measure(
-                n,
-                programs=args.programs,
-                warmup_rounds=args.warmup_rounds,
-                batch=args.batch,
-                reps=args.reps,
-                queue=args.queue,
-                seed=args.seed,
-            )
-            for n in counts
-        ]
-    return _report.publish(args, markdown(rows, args), {"rows": rows}, ROOT / "docs", HEADING)
+        runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+        for run in range(args.runs):  # backend counts interleaved: the machine's load drifts
+            for n in counts:
+                runs[n].append(
+                    measure(
+                        n,
+                        programs=args.programs,
+                        warmup_rounds=args.warmup_rounds,
+                        batch=args.batch,
+                        reps=args.reps,
+                        queue=args.queue,
+                        seed=args.seed + run,
+                    )
+                )
+        rows = [combine(runs[n]) for n in counts]
+    baseline = json.loads(Path(args.baseline).read_text())["rows"] if args.baseline else None
+    section = markdown(rows, args, baseline)
+    return _report.publish(args, section, {"rows": rows}, ROOT / "docs", HEADING)
 
 
 if __name__ == "__main__":
