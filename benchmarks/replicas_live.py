@@ -1,0 +1,384 @@
+"""Controller replicas behind HAProxy, live on loopback (docs/benchmarks.md, "Controller
+replicas (live, HAProxy)"; docs/replicas.md).
+
+Debian's ``haproxy`` with the shipped ``deploy/haproxy/haproxy.cfg`` (only its ``bind``
+addresses and ``server`` lines replaced, as ``tests/ops/test_haproxy_replicas.py`` does) in
+front of 1, 2 or 3 ``agentrt controller serve`` processes, all sharing two emulated engines
+(``agentrt engine serve --time-scale X``). ``agentrt bench replay`` sends one mixed trace
+through HAProxy as real SDK programs (program ids from the trace: HAProxy shards by them).
+
+Reported per configuration, the median of ``--reps`` runs: programs completed / failed,
+program E2E mean and p95 (model seconds), calls answered by each replica (the sum of its
+``agentrt_controller_requests_total``) and each replica's CPU seconds per call (user + system
+from ``/proc/<pid>/stat``). The **kill** configuration runs three replicas and SIGKILLs the
+first one ``--kill-after`` wall seconds into the replay; it reports the calls HAProxy retried
+on another replica (its log's retry count) and the streams cut (a replica gone mid-answer:
+termination state ``S?``, status 200), and the programs that failed because of them.
+
+Run (from the repository root)::
+
+    .venv/bin/python benchmarks/replicas_live.py --quick       # smoke: ~2 minutes
+    .venv/bin/python benchmarks/replicas_live.py --reps 3      # the documented run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.ops.test_haproxy_replicas import (  # noqa: E402 - the substitution the test checks
+    FRONTEND,
+    HAPROXY_CONFIG,
+    STATS,
+    haproxy_config,
+)
+
+AGENTRT = str(Path(sys.executable).with_name("agentrt"))
+#: Wall seconds each replica's idle CPU is measured for before a replay.
+IDLE_S = 4.0
+_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})? (\S+)$")
+#: An HAProxy httplog line: status, termination state, then the connection counts ending in
+#: the retries (``+`` when redispatched to another server).
+_LOG = re.compile(r"\] \S+ \S+/(\S+) \S+ (\d{3}) \d+ \S+ \S+ (\S{4}) \S+/\S+/\S+/\S+/\+?(\d+) ")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What one run replays and on what."""
+
+    #: Trace: the mixed workload, arrivals per model second, duration (model s), seed.
+    rate_per_s: float = 0.5
+    duration_s: float = 120.0
+    seed: int = 1
+    max_programs: int = 30
+    #: The emulators run this many times faster than the modelled GPU.
+    time_scale: float = 10.0
+    #: Wall seconds into the replay at which the kill configuration SIGKILLs replica 1.
+    kill_after_s: float = 8.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def wait_until(check: Any, what: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what}: exited with status {proc.returncode}")
+        with contextlib.suppress(OSError):
+            if check():
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what}: not ready after {timeout_s:.0f} s")
+
+
+@contextlib.contextmanager
+def server(
+    argv: Sequence[str], ready: Any, what: str, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """A subprocess, yielded once ``ready()``; SIGTERM (then SIGKILL) on exit."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            wait_until(ready, what, proc, 60.0)
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+
+
+def requests_total(url: str) -> float:
+    """Sum of a controller's ``agentrt_controller_requests_total`` samples (its answered
+    OpenAI calls)."""
+    _, text = get(url + "/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match and match.group(1) == "agentrt_controller_requests_total":
+            total += float(match.group(2))
+    return total
+
+
+def haproxy_status(stats_url: str) -> dict[str, str]:
+    _, text = get(stats_url + "/stats;csv")
+    rows = text.splitlines()
+    if not rows:
+        return {}
+    columns = rows[0].removeprefix("# ").split(",")
+    status = {}
+    for row in rows[1:]:
+        values = dict(zip(columns, row.split(","), strict=False))
+        if values.get("pxname") == "agentrt_controllers" and values.get("svname", "").startswith(
+            "replica"
+        ):
+            status[values["svname"]] = values["status"]
+    return status
+
+
+def haproxy_log(log: Path) -> dict[str, int]:
+    """Calls retried on another replica and streams cut by a replica, from HAProxy's log."""
+    retried = cut = 0
+    for line in set(log.read_text(errors="replace").splitlines()):  # printed twice with -db
+        match = _LOG.search(line)
+        if not match:
+            continue
+        _, status, termination, retries = match.groups()
+        retried += int(retries) > 0
+        cut += status == "200" and termination[0] == "S"
+    return {"retried_calls": retried, "cut_streams": cut}
+
+
+def make_trace(setup: Setup, path: Path) -> None:
+    subprocess.run(
+        [
+            AGENTRT,
+            "bench",
+            "sim",
+            "--workload",
+            "mixed",
+            "--rate",
+            f"{setup.rate_per_s:g}",
+            "--duration",
+            f"{setup.duration_s:g}",
+            "--seed",
+            str(setup.seed),
+            "--trace-out",
+            str(path),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def run(setup: Setup, trace: Path, replicas: int, kill: bool, workdir: Path) -> dict[str, Any]:
+    """One replay through HAProxy in front of ``replicas`` controllers."""
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    with contextlib.ExitStack() as stack:
+        engines = []
+        for i in range(2):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            argv = [
+                AGENTRT, "engine", "serve", "--port", str(port),
+                "--time-scale", f"{setup.time_scale:g}", "--max-model-len", "131072",
+            ]  # fmt: skip
+            stack.enter_context(
+                server(
+                    argv,
+                    lambda u=url: get(u + "/health")[0] == 200,
+                    f"engine {i}",
+                    workdir / f"engine{i}.log",
+                )
+            )
+            engines.append(url)
+        controllers: list[tuple[subprocess.Popen[bytes], str]] = []
+        for i in range(replicas):
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            argv = [AGENTRT, "controller", "serve", "--port", str(port)]
+            for engine in engines:
+                argv += ["--backend", f"{engine},kind=emulator"]
+            proc = stack.enter_context(
+                server(
+                    argv,
+                    lambda u=url: get(u + "/readyz")[0] == 200,
+                    f"replica {i + 1}",
+                    workdir / f"replica{i + 1}.log",
+                )
+            )
+            controllers.append((proc, url))
+        lb_port, stats_port = free_port(), free_port()
+        config = workdir / "haproxy.cfg"
+        binds = {FRONTEND: f"127.0.0.1:{lb_port}", STATS: f"127.0.0.1:{stats_port}"}
+        addresses = [u.removeprefix("http://") for _, u in controllers]
+        config.write_text(haproxy_config(HAPROXY_CONFIG.read_text(), binds, addresses))
+        stats_url = f"http://127.0.0.1:{stats_port}"
+        log = workdir / "haproxy.log"
+        stack.enter_context(
+            server(
+                [haproxy, "-db", "-f", str(config)],
+                lambda: (
+                    set(haproxy_status(stats_url).values()) == {"UP"}
+                    and len(haproxy_status(stats_url)) == replicas
+                ),
+                "haproxy",
+                log,
+            )
+        )
+        # Each replica's idle CPU (probes and scrapes of the engines, HAProxy's checks): the
+        # rate over IDLE_S before the replay, taken out of its CPU per call.
+        idle_before = [cpu_s(p.pid) for p, _ in controllers]
+        time.sleep(IDLE_S)
+        cpu_before = [cpu_s(p.pid) for p, _ in controllers]
+        idle_rate = [
+            (after - before) / IDLE_S for before, after in zip(idle_before, cpu_before, strict=True)
+        ]
+        argv = [
+            AGENTRT, "bench", "replay", "--trace", str(trace),
+            "--base-url", f"http://127.0.0.1:{lb_port}/v1",
+            "--tokenize-url", engines[0], "--metrics-url", engines[0],
+            "--time-scale", f"{setup.time_scale:g}", "--max-programs", str(setup.max_programs),
+            "--json", "--no-progress",
+        ]  # fmt: skip
+        out_path, err_path = workdir / "replay.json", workdir / "replay.err"
+        started = time.monotonic()
+        victim_cpu = victim_calls = None
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            replay = subprocess.Popen(argv, stdout=out, stderr=err)
+            if kill:
+                try:
+                    replay.wait(timeout=setup.kill_after_s)
+                except subprocess.TimeoutExpired:
+                    victim, victim_url = controllers[0]
+                    victim_calls = requests_total(victim_url)
+                    victim_cpu = cpu_s(victim.pid) - cpu_before[0]
+                    os.kill(victim.pid, signal.SIGKILL)
+            replay.wait()
+        wall_s = time.monotonic() - started
+        if replay.returncode != 0:
+            raise RuntimeError(f"bench replay failed: {err_path.read_text()[-2000:]}")
+        per_replica = []
+        for i, (proc, url) in enumerate(controllers):
+            if proc.poll() is None:
+                calls, cpu = requests_total(url), cpu_s(proc.pid) - cpu_before[i]
+            else:
+                calls, cpu = victim_calls or 0.0, victim_cpu or 0.0
+            lived_s = wall_s if proc.poll() is None or not kill else setup.kill_after_s
+            busy = max(0.0, cpu - idle_rate[i] * lived_s)
+            per_replica.append(
+                {
+                    "calls": calls,
+                    "cpu_s": cpu,
+                    "idle_cpu_s_per_s": idle_rate[i],
+                    "cpu_ms_per_call": 1000 * busy / calls if calls else None,
+                }
+            )
+        status = haproxy_status(stats_url)
+    (summary,) = json.loads(out_path.read_text())
+    return {
+        "replicas": replicas,
+        "kill": kill,
+        "wall_s": wall_s,
+        "programs": setup.max_programs,
+        "programs_failed": summary["programs_failed"],
+        "programs_measured_completed": summary["programs_completed"],
+        "errors": (summary.get("errors") or [])[:3],
+        "e2e_mean_s": summary["e2e_latency_s"]["mean"],
+        "e2e_p95_s": summary["e2e_latency_s"]["p95"],
+        "per_replica": per_replica,
+        "haproxy_status_after": status,
+        **haproxy_log(log),
+        "load_1m": os.getloadavg()[0],
+    }
+
+
+def median(runs: Sequence[Mapping[str, Any]], key: str) -> float:
+    return statistics.median(float(r[key]) for r in runs)
+
+
+def markdown(results: Mapping[str, Sequence[Mapping[str, Any]]], setup: Setup) -> str:
+    lines = [
+        f"Trace: `bench sim --workload mixed --rate {setup.rate_per_s:g} --duration "
+        f"{setup.duration_s:g} --seed {setup.seed}`, first {setup.max_programs} programs, "
+        f"replayed at `--time-scale {setup.time_scale:g}`; two emulators; medians of "
+        f"{len(next(iter(results.values())))} runs.",
+        "",
+        "| configuration | programs done / failed | E2E mean / p95 (model s) | calls per replica | "
+        "busy CPU ms per call, per replica | retried by HAProxy | streams cut |",
+        "|---|---:|---:|---|---|---:|---:|",
+    ]
+    for name, runs in results.items():
+        done = [r["programs"] - r["programs_failed"] for r in runs]
+        failed = [r["programs_failed"] for r in runs]
+        calls = [
+            statistics.median(r["per_replica"][i]["calls"] for r in runs)
+            for i in range(len(runs[0]["per_replica"]))
+        ]
+        cpu = [
+            statistics.median(r["per_replica"][i]["cpu_ms_per_call"] or 0.0 for r in runs)
+            for i in range(len(runs[0]["per_replica"]))
+        ]
+        lines.append(
+            f"| {name} | {statistics.median(done):g} / {statistics.median(failed):g} | "
+            f"{median(runs, 'e2e_mean_s'):.1f} / {median(runs, 'e2e_p95_s'):.1f} | "
+            f"{' · '.join(f'{c:.0f}' for c in calls)} | "
+            f"{' · '.join(f'{c:.2f}' for c in cpu)} | "
+            f"{median(runs, 'retried_calls'):g} | {median(runs, 'cut_streams'):g} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one rep, 12 programs")
+    parser.add_argument("--kill-after", type=float, default=Setup.kill_after_s)
+    parser.add_argument("--json-out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    setup = Setup(kill_after_s=args.kill_after)
+    reps = args.reps
+    if args.quick:
+        setup, reps = Setup(max_programs=12, kill_after_s=4.0), 1
+    configurations = [("1 replica", 1, False), ("2 replicas", 2, False),
+                      ("3 replicas", 3, False), ("3 replicas, one SIGKILLed", 3, True)]  # fmt: skip
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in configurations}
+    with tempfile.TemporaryDirectory(prefix="agentrt-replicas-") as tmp:
+        trace = Path(tmp) / "trace.jsonl"
+        make_trace(setup, trace)
+        for rep in range(reps):
+            for name, count, kill in configurations:
+                workdir = Path(tmp) / f"{rep}-{count}-{kill}"
+                workdir.mkdir()
+                result = run(setup, trace, count, kill, workdir)
+                print(json.dumps({"configuration": name, "rep": rep, **result}), file=sys.stderr)
+                results[name].append(result)
+    if args.json_out:
+        args.json_out.write_text(json.dumps(results, indent=1))
+    print(markdown(results, setup))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
