@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,27 @@ def _dockerfile_env() -> dict[str, str]:
     return env
 
 
+def _image_members() -> set[str]:
+    """The workspace folders the image must build: the controller, the emulator and every
+    workspace distribution they depend on, transitively (from their ``pyproject.toml``)."""
+    folder_of = {
+        tomllib.loads(path.read_text())["project"]["name"]: path.parent.name
+        for path in ROOT.glob("*/pyproject.toml")
+    }
+    wanted, todo = set(), ["controller", "emulator"]
+    while todo:
+        folder = todo.pop()
+        if folder in wanted:
+            continue
+        wanted.add(folder)
+        project = tomllib.loads((ROOT / folder / "pyproject.toml").read_text())["project"]
+        for requirement in project.get("dependencies", []):
+            name = re.split(r"[\s\[<>=!~;]", requirement, maxsplit=1)[0]
+            if name in folder_of:
+                todo.append(folder_of[name])
+    return wanted
+
+
 def test_every_yaml_file_in_deploy_parses_and_the_kustomization_lists_every_manifest() -> None:
     files = sorted(DEPLOY.rglob("*.y*ml"))
     assert len(files) >= 10
@@ -123,6 +146,30 @@ def test_every_yaml_file_in_deploy_parses_and_the_kustomization_lists_every_mani
         ("ServiceMonitor", "agentrt-controller"),
         ("ServiceMonitor", "agentrt-engines"),
     }
+
+
+def test_kubectl_kustomize_renders_the_kit_with_its_labels_and_unchanged_selectors() -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("no kubectl on the PATH (its built-in kustomize renders the kit)")
+    done = subprocess.run(
+        [kubectl, "kustomize", str(KUBERNETES)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rendered = {
+        (doc["kind"], doc["metadata"]["name"]): doc
+        for doc in yaml.safe_load_all(done.stdout)
+        if doc is not None
+    }
+    assert set(rendered) == set(_manifests())
+    for doc in rendered.values():
+        assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "agentrt"
+    deployment = rendered[("Deployment", "agentrt-controller")]
+    assert deployment["spec"]["selector"] == _one("Deployment")["spec"]["selector"]
 
 
 def test_selectors_match_the_pod_labels_and_ports_match_by_name() -> None:
@@ -274,7 +321,11 @@ def test_the_dockerfile_is_multi_stage_non_root_and_copies_only_paths_that_exist
     assert exposed is not None
     assert int(exposed.group(1)) == _container()["ports"][0]["containerPort"]
     sources = re.findall(r"^COPY (?!--from)(\S+) ", dockerfile, re.MULTILINE)
-    assert sources == ["agentrt/", "controller/", "emulator/"]
+    members = _image_members()
+    assert sorted(source.rstrip("/") for source in sources) == sorted(members)
+    wheels = re.search(r"--wheel-dir /wheels\s+((?:\./\w+\s+)+)", dockerfile.replace("\\\n", " "))
+    assert wheels is not None
+    assert sorted(wheels.group(1).split()) == sorted(f"./{member}" for member in members)
     ignored = {
         line.strip()
         for line in (ROOT / ".dockerignore").read_text().splitlines()
