@@ -45,7 +45,7 @@ def test_timeline_draws_html_by_default_and_png_on_request(
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("hello\n", "line 1 is not JSON"),
+        ("hello\n", "line 1: not JSON"),
         ('{"resourceSpans": []}\n', "holds no spans"),
     ],
 )

@@ -81,10 +81,10 @@ def test_many_spans_are_split_over_lines_and_a_pretty_printed_file_is_read(tmp_p
     ("content", "message"),
     [
         ("", "empty"),
-        ("not json at all\n", "line 1 is not JSON"),
-        ('{"resourceSpans": []}\n{oops\n', "line 2 is not JSON"),
-        ('{"spans": []}\n', "line 1: not an OTLP-JSON trace request"),
-        ("[1, 2]\n", "line 1: not an OTLP-JSON trace request"),
+        ("not json at all\n", "line 1: not JSON"),
+        ('{"resourceSpans": []}\n{oops\n', "line 2: not JSON"),
+        ('{"spans": []}\n', "line 1: not an OTLP/JSON trace request"),
+        ("[1, 2]\n", "line 1: not an OTLP/JSON trace request"),
         (
             '{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "x"}]}]}]}\n',
             "missing field 'startTimeUnixNano'",

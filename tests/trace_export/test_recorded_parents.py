@@ -76,7 +76,12 @@ def serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Span], Progra
 
 def _without_parents(spans: list[Span]) -> list[Span]:
     return [
-        Span(s.name, s.start_ns, s.end_ns, {k: v for k, v in s.attributes.items() if k != _PARENTS})
+        Span(
+            s.name,
+            start_ns=s.start_ns,
+            end_ns=s.end_ns,
+            attributes={k: v for k, v in s.attributes.items() if k != _PARENTS},
+        )
         if _PARENTS in s.attributes
         else s
         for s in spans
