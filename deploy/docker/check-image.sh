@@ -39,7 +39,12 @@ if [[ -n ${PIP_CERT:-} ]]; then
   build+=(--build-arg PIP_CERT=/run/agentrt-build-ca.crt
           -v "$PIP_CERT:/run/agentrt-build-ca.crt:ro")
 fi
+previous=$(buildah images --quiet --no-trunc "$TAG" 2>/dev/null || true)
 buildah bud --quiet "${build[@]}" -f deploy/docker/Dockerfile -t "$TAG" . >/dev/null
+# A rebuild leaves the previous image untagged: remove it rather than let them pile up.
+if [[ -n $previous && $previous != $(buildah images --quiet --no-trunc "$TAG") ]]; then
+  buildah rmi "$previous" >/dev/null || true
+fi
 
 echo "==> checking $TAG"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
