@@ -164,26 +164,40 @@ async def test_parallel_tool_calls_wait_in_two_threads_at_once(api: ModelAPI, se
     assert sorted(last.parent_ids) == sorted(n.id for n in tools) and last.thread_id == "main"
 
 
-async def test_streamed_run_is_tagged_and_delivers_text_deltas() -> None:
-    async with running_stack() as stack:
-        agent = Agent(
-            name="writer",
-            instructions="Be brief.",
-            model_settings=ModelSettings(max_tokens=64, extra_body={"agentrt_output_tokens": 12}),
+@pytest.mark.parametrize("api", APIS)
+async def test_streamed_run_reports_its_tool_and_delivers_text_deltas(api: ModelAPI) -> None:
+    released = anyio.Event()
+    seen: dict[str, Any] = {}
+    program_id = f"p-oa-stream-{api[:4]}"
+    agent = Agent(
+        name="writer",
+        instructions="Look it up, then answer.",
+        tools=function_tools([blocking_lookup(released)]),
+        model_settings=tool_then_answer(agentrt_output_tokens=12),
+    )
+    deltas: list[str] = []
+    async with (
+        running_stack() as stack,
+        anyio.create_task_group() as group,
+        stack.runtime.program("oa-stream", program_id=program_id) as program,
+    ):
+        group.start_soon(
+            release_when_seen, stack, tool_waiting(program_id, "lookup"), released, seen
         )
-        deltas: list[str] = []
-        async with stack.runtime.program("oa-stream", program_id="p-oa-stream") as program:
-            async with stream_in_program(agent, "Say something.") as result:
-                async for event in result.stream_events():
-                    if event.type == "raw_response_event" and isinstance(
-                        event.data, ResponseTextDeltaEvent
-                    ):
-                        deltas.append(event.data.delta)
-            entry = await stack.wait_for_entry(lambda e: e["program_id"] == "p-oa-stream")
+        # The SDK runs the streamed agent in a task of its own: the tool still gets its
+        # node and wait, the calls their tags.
+        async with stream_in_program(agent, "Say something.", config=run_config(api=api)) as result:
+            async for event in result.stream_events():
+                if event.type == "raw_response_event" and isinstance(
+                    event.data, ResponseTextDeltaEvent
+                ):
+                    deltas.append(event.data.delta)
+        entry = await stack.wait_for_entry(lambda e: e["program_id"] == program_id)
+    check_first_tool_wait(seen["entry"], name="oa-stream", session_id=stack.runtime.session_id)
     assert len([d for d in deltas if d]) > 1
     assert result.final_output == "".join(deltas)
-    assert entry["calls_finished"] == 1 and entry["threads"] == {"main": 1}
-    assert [(n.kind, n.status) for n in program.nodes.values()] == [("llm", "ok")]
+    assert entry["calls_finished"] == 2 and entry["threads"] == {"main": 2}
+    check_llm_tool_llm(program)
 
 
 async def test_a_handoff_continues_the_thread_and_its_target_reports_its_tools() -> None:
