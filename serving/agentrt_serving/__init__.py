@@ -1,4 +1,5 @@
-"""agentrt's hardened HTTP surface, shared by the controller and the engine emulator.
+"""What agentrt's two servers, the controller and the engine emulator, share: the hardened HTTP
+surface, and the reading of an OpenAI Responses API request.
 
 * :mod:`agentrt_serving.hardening` — :class:`~agentrt_serving.hardening.HardenedApp`, the ASGI
   guard in front of a server's application (limits, input checks, the catch-all 500), and
@@ -6,7 +7,9 @@
 * :mod:`agentrt_serving.uvicorn_server` — uvicorn's h11 protocol with a request-head timeout,
   the uvicorn settings that apply the limits, a listening socket and an embedded server run in
   the caller's event loop;
-* :mod:`agentrt_serving.asgi` — the ASGI callable types.
+* :mod:`agentrt_serving.asgi` — the ASGI callable types;
+* :mod:`agentrt_serving.responses_chat` — an OpenAI Responses API request as the chat request
+  it amounts to (the emulator serves by it, the controller hashes and pins by it).
 
 Each server keeps its own error envelope (the controller OpenAI's, the emulator vLLM's): it
 passes an ``error_body`` builder to :class:`~agentrt_serving.hardening.HardenedApp`. This

@@ -1,9 +1,11 @@
 """``POST /v1/responses``: the OpenAI Responses API, enough for the OpenAI Agents SDK's default
 model (``OpenAIResponsesModel``) and the ``openai`` client's ``responses.create``.
 
-The request is read as the chat request it amounts to and goes through the chat path's rules
-and scripted model (:func:`~agentrt_emulator.server.prepare.prepare_chat`), as vLLM renders a
-Responses request through its chat template:
+The request is read as the chat request it amounts to (the mapping the controller shares,
+:mod:`agentrt_serving.responses_chat`, read strictly: what it cannot read is refused) and goes
+through the chat path's rules and scripted model
+(:func:`~agentrt_emulator.server.prepare.prepare_chat`), as vLLM renders a Responses request
+through its chat template:
 
 * ``input``: a string (one user message) or a list of items — messages (``role`` and
   ``content``: a string or ``input_text`` / ``output_text`` / ``refusal`` parts; ``type``
@@ -46,6 +48,7 @@ from agentrt_emulator.server.responses_events import ResponseState, sse_event
 from agentrt_emulator.server.streaming import EventStreamResponse, watch_disconnect
 from agentrt_emulator.server.wire import ChatRequest
 from agentrt_emulator.tokenizer import Tokenizer
+from agentrt_serving.responses_chat import chat_messages, chat_tools
 
 if TYPE_CHECKING:
     from agentrt_emulator.server.app import EmulatorState
@@ -77,77 +80,6 @@ def _bad(message: str, param: str) -> InvalidRequest:
     return InvalidRequest(message, param=param)
 
 
-def _content(content: Any, where: str) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    if not isinstance(content, list):
-        raise _bad(f"{where}.content must be a string or a list of parts", where)
-    texts = []
-    for index, part in enumerate(content):
-        kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind in ("input_text", "output_text", "text") and isinstance(part.get("text"), str):
-            texts.append(part["text"])
-        elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
-        else:
-            raise _bad(f"{where}.content.{index}: only text parts are supported", where)
-    return "".join(texts)
-
-
-def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    instructions = body.get("instructions")
-    if isinstance(instructions, str) and instructions:
-        messages.append({"role": "system", "content": instructions})
-    value = body.get("input")
-    if isinstance(value, str):
-        return [*messages, {"role": "user", "content": value}]
-    if not isinstance(value, list) or not value:
-        raise _bad("input must be a string or a non-empty list of items", "input")
-    for index, item in enumerate(value):
-        where = f"input.{index}"
-        if not isinstance(item, Mapping):
-            raise _bad(f"{where} must be an object", where)
-        kind = item.get("type", "message")
-        if kind == "message":
-            messages.append(
-                {"role": item.get("role"), "content": _content(item.get("content"), where)}
-            )
-        elif kind == "function_call":
-            call = {
-                "id": item.get("call_id"),
-                "type": "function",
-                "function": {"name": item.get("name"), "arguments": item.get("arguments", "")},
-            }
-            last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
-                last["tool_calls"].append(call)
-            else:
-                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "function_call_output":
-            output = item.get("output")
-            text = output if isinstance(output, str) else _content(output, where)
-            messages.append({"role": "tool", "tool_call_id": item.get("call_id"), "content": text})
-        elif kind != "reasoning":
-            raise _bad(f"{where}: input items of type {kind!r} are not supported", where)
-    return messages
-
-
-def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]] | None:
-    tools = body.get("tools")
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        raise _bad("tools must be a list", "tools")
-    out = []
-    for index, tool in enumerate(tools):
-        if not isinstance(tool, Mapping) or tool.get("type") != "function":
-            raise _bad(f"tools.{index}: only function tools are supported", "tools")
-        function = {k: tool[k] for k in ("name", "description", "parameters") if k in tool}
-        out.append({"type": "function", "function": function})
-    return out
-
-
 def _tool_choice(choice: Any) -> Any:
     if choice is None or isinstance(choice, str):
         return choice
@@ -172,7 +104,7 @@ def chat_body(body: Mapping[str, Any]) -> dict[str, Any]:
     for field in ("previous_response_id", "conversation"):
         if body.get(field) is not None:
             raise _bad(f"{field} is not supported: the engine emulator stores no responses", field)
-    chat: dict[str, Any] = {"messages": _messages(body)}
+    chat: dict[str, Any] = {"messages": chat_messages(body, _bad)}
     copied = (
         "model",
         "stream",
@@ -189,7 +121,7 @@ def chat_body(body: Mapping[str, Any]) -> dict[str, Any]:
     chat.update({k: body[k] for k in copied if body.get(k) is not None})
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
-    tools = _tools(body)
+    tools = chat_tools(body, _bad)
     if tools:
         chat["tools"] = tools
     if body.get("tool_choice") is not None:
