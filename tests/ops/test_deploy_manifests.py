@@ -183,6 +183,9 @@ def test_selectors_match_the_pod_labels_and_ports_match_by_name() -> None:
         assert selector and selector.items() <= pod_labels.items()
     port_names = {port["name"] for port in _container()["ports"]}
     assert {port["targetPort"] for port in service["spec"]["ports"]} <= port_names
+    # Several replicas behind one Service: a client's programs must not be split between them.
+    assert deployment["spec"]["replicas"] > 1
+    assert service["spec"]["sessionAffinity"] == "ClientIP"
     volumes = {volume["name"]: volume for volume in _pod_spec()["volumes"]}
     assert volumes["config"]["configMap"]["name"] == _one("ConfigMap")["metadata"]["name"]
     secret = _one("Secret", volumes["keys"]["secret"]["secretName"])
