@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,7 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentrt import Program, Runtime, RuntimeConfig
+from agentrt import IdempotencyKey, Program, Runtime, RuntimeConfig, Tool, tool
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.server import (
@@ -203,3 +204,57 @@ def recording_tracer() -> tuple[TracerProvider, InMemorySpanExporter]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     return provider, exporter
+
+
+def gated_pair(gate: anyio.Event) -> list[Callable[[str], Awaitable[str]]]:
+    """Two tools, ``lookup`` and ``fetch``, that answer only once ``gate`` is set (to see both
+    waiting at once when a model turn calls them together)."""
+
+    async def lookup(topic: str) -> str:
+        """Look a topic up in the archive.
+
+        Args:
+            topic: what to look up
+        """
+        await gate.wait()
+        return topic
+
+    async def fetch(url: str) -> str:
+        """Fetch a page.
+
+        Args:
+            url: the page's address
+        """
+        await gate.wait()
+        return url
+
+    return [lookup, fetch]
+
+
+async def hang(topic: str) -> str:
+    """Never answers.
+
+    Args:
+        topic: anything
+    """
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+def log_writer(target: Path, keys: list[str]) -> Tool[Any]:
+    """A side-effecting agentrt tool ``append_line``: appends a line to ``target`` and keeps the
+    idempotency key of every run that really happened in ``keys``."""
+
+    @tool(side_effect=True)
+    async def append_line(text: str, key: IdempotencyKey) -> str:
+        """Append a line to the team's log.
+
+        Args:
+            text: the line
+        """
+        keys.append(key)
+        with target.open("a") as handle:
+            handle.write("line\n")
+        return "appended"
+
+    return append_line

@@ -19,6 +19,9 @@ from adapters_stack import (
     blocking_lookup,
     check_first_tool_wait,
     check_llm_tool_llm,
+    gated_pair,
+    hang,
+    log_writer,
     recording_tracer,
     release_when_seen,
     running_stack,
@@ -29,7 +32,7 @@ from adapters_stack import (
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.settings import ModelSettings
 
-from agentrt import DeadlineExceeded, IdempotencyKey, LLMCallError, tool
+from agentrt import DeadlineExceeded, LLMCallError
 from agentrt.errors import AgentrtError, JournalUnavailable
 from agentrt_adapters.pydantic_ai import (
     AgentrtCapability,
@@ -125,30 +128,11 @@ async def test_a_tools_next_wait_carries_the_duration_predicted_from_its_last_ru
 @pytest.mark.parametrize(("api", "seed"), [("chat_completions", 1), ("responses", 17)])
 async def test_parallel_tool_calls_wait_in_two_threads_at_once(api: ModelAPI, seed: int) -> None:
     both_seen = anyio.Event()
-
-    async def lookup(topic: str) -> str:
-        """Look a topic up in the archive.
-
-        Args:
-            topic: what to look up
-        """
-        await both_seen.wait()
-        return topic
-
-    async def fetch(url: str) -> str:
-        """Fetch a page.
-
-        Args:
-            url: the page's address
-        """
-        await both_seen.wait()
-        return url
-
     seen: dict[str, Any] = {}
     agent = Agent(
         name="both",
         instructions="Use both tools.",
-        tools=[lookup, fetch],
+        tools=gated_pair(both_seen),
         model_settings=tool_then_answer(seed=seed),
     )
     async with running_stack() as stack, anyio.create_task_group() as group:
@@ -263,15 +247,6 @@ async def test_the_deadline_cancels_the_call_in_flight_upstream(streamed: bool) 
 
 
 async def test_the_deadline_cancels_a_hanging_tool_and_closes_its_wait() -> None:
-    async def hang(topic: str) -> str:
-        """Never answers.
-
-        Args:
-            topic: anything
-        """
-        await anyio.sleep_forever()
-        raise AssertionError("unreachable")
-
     agent = Agent(
         name="hanger", instructions="Look it up.", tools=[hang], model_settings=tool_then_answer()
     )
@@ -287,19 +262,7 @@ async def test_the_deadline_cancels_a_hanging_tool_and_closes_its_wait() -> None
 
 async def test_a_journaled_side_effect_is_replayed_on_a_rerun(tmp_path: Path) -> None:
     target, keys = tmp_path / "log.txt", []
-
-    @tool(side_effect=True)
-    async def append_line(text: str, key: IdempotencyKey) -> str:
-        """Append a line to the team's log.
-
-        Args:
-            text: the line
-        """
-        keys.append(key)
-        with target.open("a") as handle:
-            handle.write("line\n")
-        return "appended"
-
+    append_line = log_writer(target, keys)
     agent = Agent(
         name="writer",
         instructions="Log it.",
@@ -322,17 +285,7 @@ async def test_a_journaled_side_effect_is_replayed_on_a_rerun(tmp_path: Path) ->
 
 async def test_a_side_effect_without_a_journal_ends_the_run_with_the_journal_error() -> None:
     keys: list[str] = []
-
-    @tool(side_effect=True)
-    async def append_line(text: str, key: IdempotencyKey) -> str:
-        """Append a line to the team's log.
-
-        Args:
-            text: the line
-        """
-        keys.append(key)
-        return "appended"
-
+    append_line = log_writer(Path("/nonexistent/never-written"), keys)
     agent = Agent(
         name="writer",
         instructions="Log it.",
