@@ -9,7 +9,9 @@ non-root and drains within its termination grace; the container arguments parse 
 Deployment or the Dockerfile names a setting and loads; the ConfigMap's file is accepted by the
 controller's config loader and the Secret's key file by its key-file reader; the probe paths
 answer 200 on a running controller; the Dockerfile is multi-stage, non-root and copies only
-paths that exist; the OpenTelemetry Collector's pipelines name components it defines.
+paths that exist; the OpenTelemetry Collector's pipelines name components it defines; the
+example vLLM StatefulSet is the set of backends the ConfigMap names, started with the flags
+the controller relies on.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ import pytest
 import yaml
 
 from agentrt.cli import build_parser
+from agentrt_controller.backends.http import VllmBackend
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.cli import banner
+from agentrt_controller.scheduling.admission import AdaptiveWindowConfig
 from agentrt_controller.service import ControllerConfig, load_config, serve_controller
 from agentrt_controller.service.tenants import load_key_file
 from agentrt_emulator.server import EmulatorConfig, serve_engine
@@ -38,6 +42,8 @@ from agentrt_emulator.server import EmulatorConfig, serve_engine
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
+#: The example vLLM servers the controller's ConfigMap names.
+VLLM = KUBERNETES / "vllm"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 ENV_PREFIX = "AGENTRT_CONTROLLER_"
 
@@ -170,6 +176,12 @@ def test_kubectl_kustomize_renders_the_kit_with_its_labels_and_unchanged_selecto
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "agentrt"
     deployment = rendered[("Deployment", "agentrt-controller")]
     assert deployment["spec"]["selector"] == _one("Deployment")["spec"]["selector"]
+    engines = subprocess.run(
+        [kubectl, "kustomize", str(VLLM)], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert engines.returncode == 0, engines.stderr
+    kinds = {doc["kind"] for doc in yaml.safe_load_all(engines.stdout) if doc is not None}
+    assert kinds == {"Service", "StatefulSet"}
 
 
 def test_selectors_match_the_pod_labels_and_ports_match_by_name() -> None:
@@ -365,3 +377,55 @@ def test_the_dashboard_panels_use_the_datasource_variable_and_do_not_overlap() -
         if panel["type"] != "row":
             assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
             assert panel["targets"]
+
+
+def _vllm_example() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The example's headless Service and StatefulSet."""
+    listed = yaml.safe_load((VLLM / "kustomization.yaml").read_text())["resources"]
+    docs = {doc["kind"]: doc for name in listed for doc in _documents(VLLM / name)}
+    assert set(docs) == {"Service", "StatefulSet"}
+    return docs["Service"], docs["StatefulSet"]
+
+
+def _flags(args: list[str]) -> dict[str, str]:
+    """``--name=value`` and bare ``--name`` arguments as ``{name: value or ""}``."""
+    return {arg[2:].split("=", 1)[0]: arg.partition("=")[2] for arg in args if arg.startswith("--")}
+
+
+def test_the_vllm_example_is_what_the_controller_configmap_expects(tmp_path: Path) -> None:
+    service, statefulset = _vllm_example()
+    config = load_config(_configmap_file(tmp_path), env={})
+    # The ConfigMap's backends are the StatefulSet's pods behind its headless Service.
+    assert service["spec"]["clusterIP"] == "None"
+    assert statefulset["spec"]["serviceName"] == service["metadata"]["name"]
+    (port,) = service["spec"]["ports"]
+    pods = [
+        f"{statefulset['metadata']['name']}-{i}" for i in range(statefulset["spec"]["replicas"])
+    ]
+    expected = [f"http://{pod}.{service['metadata']['name']}:{port['port']}" for pod in pods]
+    assert [spec.url for spec in config.backends] == expected
+    assert {spec.kind for spec in config.backends} == {"vllm"}
+    pod = statefulset["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert (
+        statefulset["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    )
+    (container,) = pod["spec"]["containers"]
+    assert port["targetPort"] in {p["name"] for p in container["ports"]}
+    # The flags the controller relies on (docs/operations.md, "The vLLM flags that matter").
+    flags = _flags(container["args"])
+    assert ("scheduling-policy" in flags and flags["scheduling-policy"] == "priority") == all(
+        spec.priority for spec in config.backends
+    )
+    assert {"enable-prefix-caching", "enable-prompt-tokens-details"} <= set(flags)
+    assert int(flags["port"]) == container["ports"][0]["containerPort"]
+    # The window's cap: the batch plus the waiting target (vLLM does not publish its batch).
+    target = config.admission.get("target_waiting", AdaptiveWindowConfig().target_waiting)
+    assert config.admission["max_window"] == int(flags["max-num-seqs"]) + target
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"]["path"] == VllmBackend.health_path
+    # The engines' ServiceMonitor scrapes this Service.
+    (engines,) = _one("ServiceMonitor", "agentrt-engines")["spec"]["endpoints"]
+    monitor = _one("ServiceMonitor", "agentrt-engines")["spec"]["selector"]["matchLabels"]
+    assert monitor.items() <= service["metadata"]["labels"].items()
+    assert engines["port"] == port["name"]
