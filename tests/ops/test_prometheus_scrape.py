@@ -82,23 +82,24 @@ def scrape_config(controller: str, engine: str, rules: Path) -> dict[str, Any]:
 async def prometheus_server(
     binary: str, config: dict[str, Any], workdir: Path
 ) -> AsyncIterator[str]:
-    """``prometheus`` on a free loopback port with ``config``; yields its URL once ``/-/ready``
-    answers 200; stopped with SIGTERM (killed after 5 s) on exit."""
+    """``prometheus`` on a free loopback port with ``config``, its data and log in ``workdir``;
+    yields its URL once ``/-/ready`` answers 200; stopped with SIGTERM (killed after 5 s)."""
     config_file = workdir / "prometheus.yml"
     config_file.write_text(yaml.safe_dump(config))
     port = free_port()
     command = [binary, f"--config.file={config_file}", f"--storage.tsdb.path={workdir / 'data'}",
                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]  # fmt: skip
-    process = await anyio.open_process(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Its log goes to a file, not a pipe nobody reads while it runs (a full pipe would stall it).
+    log = workdir / "prometheus.log"
+    with log.open("wb") as sink:
+        process = await anyio.open_process(command, stdout=subprocess.DEVNULL, stderr=sink)
     url = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as http:
             with anyio.fail_after(15):
                 while True:
                     if process.returncode is not None:
-                        assert process.stderr is not None
-                        log = (await process.stderr.receive()).decode(errors="replace")
-                        raise AssertionError(f"prometheus exited: {log}")
+                        raise AssertionError(f"prometheus exited: {log.read_text()}")
                     with contextlib.suppress(httpx.TransportError):
                         if (await http.get(url + "/-/ready")).status_code == 200:
                             break
