@@ -3,6 +3,7 @@ Pydantic AI adapters (no framework import here)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentrt.errors import AgentrtError, ConfigError
@@ -10,7 +11,14 @@ from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.program.program import Program
 from agentrt.runtime.runtime import Runtime
 
-__all__ = ["answer_text", "configured_model", "current_program", "require_frame"]
+__all__ = [
+    "answer_text",
+    "configured_model",
+    "current_program",
+    "require_frame",
+    "run_as_program",
+    "served_model_name",
+]
 
 
 def require_frame(what: str) -> Frame:
@@ -42,3 +50,29 @@ def answer_text(output: Any) -> str | None:
         return None
     text = output if isinstance(output, str) else str(output)
     return text or None
+
+
+async def served_model_name(rt: Runtime, model: str | None) -> str:
+    """``model``, else ``RuntimeConfig.model``, else the model the server serves (asked once per
+    runtime; raises as ``agentrt.discover_model`` does)."""
+    return model or rt.config.model or await rt.served_model.get(rt.transport)
+
+
+async def run_as_program(
+    rt: Runtime,
+    body: Callable[[Program], Awaitable[Any]],
+    *,
+    new_program: bool,
+    name: str,
+    timeout_s: float | None,
+    program_id: str | None,
+) -> Any:
+    """``body(program)`` in a program of its own (``new_program``: named ``name``, an
+    ``invoke_agent`` span, ``timeout_s`` its budget in seconds, ``program_id`` default a fresh
+    one) or in the current program (``AgentrtError`` outside one). Returns what ``body`` does."""
+    if not new_program:
+        return await body(current_program("new_program=False"))
+    async with rt.program(
+        name, program_id=program_id, timeout_s=timeout_s, operation="invoke_agent"
+    ) as program:
+        return await body(program)

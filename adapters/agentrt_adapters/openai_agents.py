@@ -47,6 +47,7 @@ from agents import (
 from agents.result import RunResult, RunResultStreaming
 
 from agentrt.errors import AgentrtError
+from agentrt.program.program import Program
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
 from agentrt_adapters._common import AgentRun, llm_errors
@@ -57,7 +58,13 @@ from agentrt_adapters._oa_tools import (
     reported_agent,
 )
 from agentrt_adapters._placement import agent_lanes
-from agentrt_adapters._runs import answer_text, configured_model, current_program, require_frame
+from agentrt_adapters._runs import (
+    answer_text,
+    configured_model,
+    require_frame,
+    run_as_program,
+    served_model_name,
+)
 
 __all__ = [
     "AgentrtModelProvider",
@@ -236,28 +243,24 @@ async def run_agent(
     arguments. The answer is the run's final output as text.
     """
     rt = current_runtime(runtime)
-    chosen = model or rt.config.model or await rt.served_model.get(rt.transport)
-    config = run_config(rt, model=chosen, api=api)
+    config = run_config(rt, model=await served_model_name(rt, model), api=api)
     options = dict(run_options or {})
-    if not new_program:
-        return await _run_here(agent, input, max_turns, config, options)
-    label = name or agent.name or "openai-agent"
-    async with rt.program(
-        label, program_id=program_id, timeout_s=timeout_s, operation="invoke_agent"
-    ):
-        return await _run_here(agent, input, max_turns, config, options)
 
+    async def body(program: Program) -> AgentRun:
+        try:
+            result = await run_in_program(
+                agent, input, max_turns=max_turns, config=config, **options
+            )
+        except MaxTurnsExceeded as exc:
+            return AgentRun(program, None, "max_steps", raw=exc)
+        return AgentRun(program, answer_text(result.final_output), "answer", raw=result)
 
-async def _run_here(
-    agent: Agent[Any],
-    input: Any,
-    max_turns: int,
-    config: RunConfig,
-    options: dict[str, Any],
-) -> AgentRun:
-    program = current_program("run_agent(new_program=False)")
-    try:
-        result = await run_in_program(agent, input, max_turns=max_turns, config=config, **options)
-    except MaxTurnsExceeded as exc:
-        return AgentRun(program, None, "max_steps", raw=exc)
-    return AgentRun(program, answer_text(result.final_output), "answer", raw=result)
+    run: AgentRun = await run_as_program(
+        rt,
+        body,
+        new_program=new_program,
+        name=name or agent.name or "openai-agent",
+        timeout_s=timeout_s,
+        program_id=program_id,
+    )
+    return run

@@ -51,13 +51,20 @@ from pydantic_ai.usage import UsageLimits
 
 from agentrt.errors import LLMCallError
 from agentrt.program.context import CURRENT_FRAME, Frame
+from agentrt.program.program import Program
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
 from agentrt.tools.runner import run_tool
 from agentrt.tools.schema import Tool as AgentrtTool
 from agentrt_adapters._common import AgentRun, llm_errors
 from agentrt_adapters._placement import agent_lanes, observed_tool, placed_unit
-from agentrt_adapters._runs import answer_text, configured_model, current_program, require_frame
+from agentrt_adapters._runs import (
+    answer_text,
+    configured_model,
+    require_frame,
+    run_as_program,
+    served_model_name,
+)
 
 __all__ = [
     "AgentrtCapability",
@@ -241,27 +248,28 @@ async def run_agent(
     arguments. The answer is the run's output as text.
     """
     rt = current_runtime(runtime)
-    chosen = model or rt.config.model or await rt.served_model.get(rt.transport)
+    chosen = await served_model_name(rt, model)
     build: Callable[[Runtime, str], Model] = responses_model if api == "responses" else chat_model
     options = dict(run_options or {})
     options.setdefault("usage_limits", UsageLimits(request_limit=max_requests))
     options["model"] = build(rt, chosen)
-    if not new_program:
-        return await _run_here(agent, prompt, options)
-    label = name or agent.name or "pydantic-ai-agent"
-    async with rt.program(
-        label, program_id=program_id, timeout_s=timeout_s, operation="invoke_agent"
-    ):
-        return await _run_here(agent, prompt, options)
 
+    async def body(program: Program) -> AgentRun:
+        try:
+            result = await run_in_program(agent, prompt, **options)
+        except UsageLimitExceeded as exc:
+            return AgentRun(program, None, "max_steps", raw=exc)
+        return AgentRun(program, answer_text(result.output), "answer", raw=result)
 
-async def _run_here(agent: Agent[Any, Any], prompt: str, options: dict[str, Any]) -> AgentRun:
-    program = current_program("run_agent(new_program=False)")
-    try:
-        result = await run_in_program(agent, prompt, **options)
-    except UsageLimitExceeded as exc:
-        return AgentRun(program, None, "max_steps", raw=exc)
-    return AgentRun(program, answer_text(result.output), "answer", raw=result)
+    run: AgentRun = await run_as_program(
+        rt,
+        body,
+        new_program=new_program,
+        name=name or agent.name or "pydantic-ai-agent",
+        timeout_s=timeout_s,
+        program_id=program_id,
+    )
+    return run
 
 
 def _with_capability(run_options: dict[str, Any]) -> dict[str, Any]:
