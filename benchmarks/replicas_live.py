@@ -15,10 +15,16 @@ first one ``--kill-after`` wall seconds into the replay; it reports the calls HA
 on another replica (its log's retry count) and the streams cut (a replica gone mid-answer:
 termination state ``S?``, status 200), and the programs that failed because of them.
 
+``--shared-queue`` instead measures one shared engine's waiting queue with 1, 2 and 3
+in-process replicas (adaptive windows, the batch size known or hidden as on a stock vLLM, and
+no window), as ``tests/ops/test_replicas_shared_backend.py`` does (docs/replicas.md, "Shared
+backends").
+
 Run (from the repository root)::
 
-    .venv/bin/python benchmarks/replicas_live.py --quick       # smoke: ~2 minutes
-    .venv/bin/python benchmarks/replicas_live.py --reps 3      # the documented run
+    .venv/bin/python benchmarks/replicas_live.py --quick           # smoke: ~2 minutes
+    .venv/bin/python benchmarks/replicas_live.py --reps 3          # the documented run
+    .venv/bin/python benchmarks/replicas_live.py --shared-queue    # ~1 minute
 """
 
 from __future__ import annotations
@@ -350,13 +356,89 @@ def markdown(results: Mapping[str, Sequence[Mapping[str, Any]]], setup: Setup) -
     return "\n".join(lines)
 
 
+async def shared_queue_run(count: int, batch_size_known: bool, window: str) -> dict[str, Any]:
+    """Two or three in-process controllers flooding one in-process emulator (a batch of 8)
+    with 120 calls in all, as ``tests/ops/test_replicas_shared_backend.py`` does: the engine's
+    waiting queue sampled every 50 ms after the first fifth of the run."""
+    import anyio
+    import httpx
+
+    from agentrt_controller.backends.spec import BackendSpec
+    from agentrt_emulator.core.types import EngineConfig
+    from agentrt_emulator.server import EmulatorConfig, serve_engine
+    from tests.backends.servers import serve_app
+    from tests.ops.test_replicas_shared_backend import BATCH, flood, stock_vllm_view
+    from tests.ops.test_replicas_shared_backend import replicas as in_process_replicas
+
+    limits = httpx.Limits(max_connections=400)
+    waiting: list[int] = []
+    async with (
+        serve_engine(EmulatorConfig(engine=EngineConfig(max_num_seqs=BATCH))) as engine,
+        httpx.AsyncClient(timeout=120, limits=limits) as upstream,
+        serve_app(stock_vllm_view(engine.base_url, upstream)) as stock_url,
+    ):
+        backend = (
+            BackendSpec(engine.base_url, kind="emulator", backend_id="shared")
+            if batch_size_known
+            else BackendSpec(stock_url, kind="vllm", backend_id="shared")
+        )
+        admission = None if window == "unlimited" else window
+        async with (
+            in_process_replicas(count, backend, admission_window=admission) as urls,
+            httpx.AsyncClient(timeout=120, limits=limits) as http,
+        ):
+            done = anyio.Event()
+
+            async def sample() -> None:
+                while not done.is_set():
+                    waiting.append(engine.state.core.num_waiting)
+                    await anyio.sleep(0.05)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(sample)
+                await flood(http, urls, 120 // count)
+                done.set()
+    steady = sorted(waiting[len(waiting) // 5 :])
+    return {
+        "replicas": count,
+        "batch_size_known": batch_size_known,
+        "window": window,
+        "waiting_mean": statistics.mean(steady),
+        "waiting_p90": steady[int(0.9 * (len(steady) - 1))],
+        "waiting_max": steady[-1],
+    }
+
+
+def shared_queue() -> str:
+    """The table of docs/replicas.md, "Shared backends"."""
+    import anyio
+
+    runs = [(n, known, "adaptive") for known in (True, False) for n in (1, 2, 3)]
+    runs.append((2, True, "unlimited"))
+    lines = ["| replicas, batch size, window | engine waiting mean / p90 / max |", "|---|---|"]
+    for count, known, window in runs:
+        r = anyio.run(shared_queue_run, count, known, window)
+        label = f"{count}, {'known' if known else 'hidden'}, {window}"
+        lines.append(f"| {label} | {r['waiting_mean']:.2f} / {r['waiting_p90']} / "
+                     f"{r['waiting_max']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="one rep, 12 programs")
     parser.add_argument("--kill-after", type=float, default=Setup.kill_after_s)
     parser.add_argument("--json-out", type=Path, default=None)
+    parser.add_argument(
+        "--shared-queue",
+        action="store_true",
+        help="only the shared-backend measurement (in process, ~1 minute)",
+    )
     args = parser.parse_args(argv)
+    if args.shared_queue:
+        print(shared_queue())
+        return 0
     setup = Setup(kill_after_s=args.kill_after)
     reps = args.reps
     if args.quick:
