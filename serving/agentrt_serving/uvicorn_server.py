@@ -153,14 +153,20 @@ async def running(
     """Serve ``server`` on ``sock`` in a task of this event loop for the ``async with`` block,
     then stop it (in-flight requests get its graceful-shutdown time) and close ``sock``.
 
-    Raises ``not_started()`` when the server stopped, or had not started within
-    ``startup_timeout_s`` seconds, before the block was entered.
+    Raises ``not_started()`` when the server stopped (the app's lifespan startup failed, say),
+    or had not started within ``startup_timeout_s`` seconds, before the block was entered.
     """
     stopped = anyio.Event()
+    entered = False
 
     async def run() -> None:
         try:
             await server.serve([sock])
+        except SystemExit:
+            # uvicorn exits the process when the app's lifespan startup fails; embedded in
+            # another program, that is the caller's not_started() instead.
+            if server.started:
+                raise
         finally:
             stopped.set()
 
@@ -171,12 +177,15 @@ async def running(
                 # uvicorn offers a flag, not an event, for "listening".
                 while not server.started and not stopped.is_set():  # noqa: ASYNC110
                     await anyio.sleep(0.005)
-            if not server.started:
-                server.should_exit = True
-                raise not_started()
-            try:
-                yield
-            finally:
-                server.should_exit = True
+            if server.started:
+                entered = True
+                try:
+                    yield
+                finally:
+                    server.should_exit = True
+            else:
+                group.cancel_scope.cancel()
+        if not entered:  # raised here, not in the task group: the caller's error as is
+            raise not_started()
     finally:
         sock.close()
