@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The SDK wheel on its own: build agentrt's wheel, install only it into a fresh virtual
 # environment (its dependencies come from the configured package index), and check that
-#   - `import agentrt, agentrt.journal` works and no other agentrt member is importable;
+#   - `import agentrt, agentrt.journal, agentrt.otlp_json` works and no other agentrt member
+#     is importable;
 #   - none of the server / demo dependencies came along (starlette, uvicorn, matplotlib, rich,
 #     opentelemetry-sdk);
 #   - `agentrt controller serve` exits 2 with one line naming agentrt-controller;
@@ -36,8 +37,8 @@ fi
 install_s=$((SECONDS - start))
 cd "$work" # nothing from the checkout on sys.path
 
-if ! "$venv_python" -c 'import agentrt, agentrt.journal' 2>"$work/import.err"; then
-  fail "import agentrt, agentrt.journal: $(tail -n 1 "$work/import.err")"
+if ! "$venv_python" -c 'import agentrt, agentrt.journal, agentrt.otlp_json' 2>"$work/import.err"; then
+  fail "import agentrt, agentrt.journal, agentrt.otlp_json: $(tail -n 1 "$work/import.err")"
 fi
 for package in agentrt_serving agentrt_controller agentrt_emulator agentrt_sim agentrt_adapters \
   agentrt_demo; do
