@@ -358,10 +358,49 @@ def markdown(
                 if r["backends"] in before and baseline
             ],
         )
+    last = rows[-1]
+    slope = (last["drain_us"] - base["drain_us"]) / max(last["backends"] - base["backends"], 1)
     lines += [
         "",
-        "Reproduce: `.venv/bin/python benchmarks/decision_cost.py --write-docs` (`--quick` for "
-        "a smoke run).",
+        "**Not flat, and why.** Every stage of the router's pipeline looks at every candidate "
+        "backend — the healthy and KV-pressure filters, the prefix cost (a prefix-index match "
+        "and a cost per backend), the affinity score, clamping and weighting, the argmax "
+        "picker — and admission asks each backend for room once per `admit`. That is "
+        "O(backends) per decision by design (filter → scorer → picker over all candidates): "
+        f"≈ {slope:.1f} µs per backend per decision here (drain, slope from "
+        f"{base['backends']} to {last['backends']} backends), so a decision at "
+        f"{last['backends']} backends costs {last['drain_us'] / base['drain_us']:.1f}× one at "
+        f"{base['backends']}. Flat would mean not scoring every backend (e.g. only those "
+        "holding the call's chain head, its program's backend and the k least loaded from a "
+        "heap), which changes decisions whenever another backend would have won: not done. "
+        "What was changed, with the same decisions (`tests/routing/test_decision_equivalence.py`"
+        " drives the previous code and the new side by side): `PrefixIndex.match` bisects the "
+        "chain (what a backend holds of a chain is a prefix of it, docs/routing.md) instead of "
+        "walking the matched run — a system prompt held by every backend made that walk "
+        "O(backends × prompt blocks); the prefill cost is computed once per distinct match "
+        "value; clamped scores are summed in one pass; `Dispatcher.admit` asks the admission "
+        "policy about every backend once per `admit` and then only about the backend that got "
+        "the last call (before: about every backend before every admitted call, "
+        "O(backends × admitted)). At few backends the per-call work that does not depend on "
+        "them dominates: recording the chain on the chosen backend (`insert`, O(chain)) and "
+        "counting programs per head element (`note_program`, up to 512 elements).",
+        "",
+        "**Memory.** The index held "
+        f"{min(r['index_elements'] for r in rows):,}–{max(r['index_elements'] for r in rows):,}"
+        " elements over all backends here, "
+        f"{min(r['index_bytes'] / max(r['index_elements'], 1) for r in rows):.0f}–"
+        f"{max(r['index_bytes'] / max(r['index_elements'], 1) for r in rows):.0f} bytes each "
+        "(including the program counts of shared heads). It is bounded per backend by the TTL "
+        "(600 s) and by `capacity_blocks`, 65,536 elements by default (≈ 6–7 MB per backend at "
+        "the cap; it was uncapped before), plus at most 200,000 program counts "
+        "(`popularity_capacity`).",
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/decision_cost.py --runs "
+        f"{rows[0].get('runs', 1)} --programs {args.programs} --warmup-rounds "
+        f"{args.warmup_rounds} --batch {args.batch} --reps {args.reps} --queue {args.queue} "
+        "--write-docs` (`--quick` for a smoke run); the before rows: the same with `--json` "
+        "on a checkout of the earlier commit, passed as `--baseline FILE --baseline-label "
+        "...`.",
         "",
     ]
     return "\n".join(lines)
