@@ -11,7 +11,9 @@ Debian's ``haproxy`` runs on loopback with ``deploy/haproxy/haproxy.cfg`` as shi
   queued calls (no byte of their answer sent) are retried by HAProxy on the others and
   finish; the streams it was serving end for their clients, who retry them; every program
   finishes, and the dead replica's programs continue, from zero attained service, on the
-  others.
+  others;
+* a replica that hangs (SIGSTOP) fails its checks and leaves the ring; its programs' next
+  calls are served by the others.
 
 Skipped without ``haproxy`` on the ``PATH``, unless ``AGENTRT_REQUIRE_HAPROXY=1`` (``.ci/run``
 installs the package and sets it): then it fails.
@@ -24,6 +26,7 @@ import json
 import os
 import re
 import shutil
+import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -330,7 +333,7 @@ async def test_a_sigkilled_replica_s_programs_continue_on_the_others(tmp_path: P
             victim.kill()
             killed = {p for p in before if outcomes.finished[p] < steps}
         with anyio.fail_after(10):
-            while (await balancer.servers())["replica1"] == "UP":  # noqa: ASYNC110 - over HTTP
+            while not (await balancer.servers())["replica1"].startswith("DOWN"):  # noqa: ASYNC110
                 await anyio.sleep(0.1)
         # Once HAProxy took the victim out, each moved program has one home: two more calls
         # of each land on one survivor.
@@ -361,3 +364,42 @@ async def test_a_sigkilled_replica_s_programs_continue_on_the_others(tmp_path: P
     for program_id in untouched:
         homes = [t[program_id] for t in after if program_id in t]
         assert len(homes) == 1 and homes[0]["calls_finished"] == steps
+
+
+async def test_a_stopped_replica_leaves_the_ring_and_its_programs_move(tmp_path: Path) -> None:
+    """A replica that hangs (SIGSTOP) fails its checks (``timeout check``) and leaves the
+    ring; its programs' next calls are served by the others. (Calls it held when it stopped
+    wait for it — docs/replicas.md, "When a replica dies".)"""
+    programs = [f"s-{i:02d}" for i in range(12)]
+    haproxy_binary()  # skip (or fail) before starting anything
+    async with (
+        serve_engine(EmulatorConfig()) as first,
+        serve_engine(EmulatorConfig()) as second,
+        replicas(3, [first.base_url, second.base_url]) as fleet,
+        haproxy(fleet.urls, tmp_path) as balancer,
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+
+        async def call(program_id: str) -> None:
+            answer = await http.post(
+                balancer.url + "/v1/chat/completions", json=chat(4), headers=tags(program_id, "s")
+            )
+            assert answer.status_code == 200, answer.text
+
+        for program_id in programs:
+            await call(program_id)
+        stopped = set(await entries(http, fleet.urls[0]))
+        assert stopped, "no program hashed to the replica about to stop"
+        fleet.processes[0].send_signal(signal.SIGSTOP)
+        try:
+            with anyio.fail_after(20):
+                while not (await balancer.servers())["replica1"].startswith("DOWN"):  # noqa: ASYNC110
+                    await anyio.sleep(0.2)
+            for program_id in programs:
+                await call(program_id)
+            after = [await entries(http, url) for url in fleet.urls[1:]]
+        finally:
+            fleet.processes[0].send_signal(signal.SIGCONT)
+    for program_id in stopped:
+        homes = [t[program_id] for t in after if program_id in t]
+        assert len(homes) == 1 and homes[0]["calls_finished"] == 1, (program_id, homes)
