@@ -15,7 +15,9 @@ retention on, FCFS engines, the controller's cost model), on ``mixed`` near satu
 Extra rows at the largest replica count: ``split`` (each replica's adaptive window bounded by
 its share of the batch, ``max_num_seqs // N``, instead of the whole batch) and ``prio`` (the
 engine orders its queue by the controller's backend priority — vLLM's ``--scheduling-policy
-priority`` — compared with one replica on the same priority engine).
+priority`` — compared with one replica on the same priority engine), and ``prio, unlimited``
+(no admission window: every call goes to the engine at once, and the engine's priority queue
+orders the calls of all replicas on one scale — the fix the issue suggests).
 
 Per configuration and seed: mean program token latency, mean and p95 program E2E, completed
 and arrived programs/s; ratios to one replica are per seed (same programs), then the median.
@@ -75,10 +77,14 @@ class Config:
     shard: str = "program"
     replica_window: str = "shared"
     engine_policy: Literal["fcfs", "priority"] = "fcfs"
+    #: Admission window per replica and engine: ``"adaptive"`` (the default) or ``None``
+    #: (unlimited: every call goes to the engine, whose queue orders them).
+    window: str | None = "adaptive"
 
     @property
     def baseline(self) -> str:
-        """The one-replica row this one is compared with (same engine queue order)."""
+        """The one-replica row this one is compared with: the controller's default (adaptive
+        window), on an engine with the same queue order."""
         return "1, prio" if self.engine_policy == "priority" else "1"
 
 
@@ -96,6 +102,17 @@ def configs(counts: Sequence[int]) -> list[Config]:
             Config("1, prio", 1, engine_policy="priority"),
             Config(f"{top} by program, prio", top, engine_policy="priority"),
             Config(f"{top} by call, prio", top, "call", engine_policy="priority"),
+            Config("1, prio, unlimited", 1, engine_policy="priority", window=None),
+            Config(
+                f"{top} by program, prio, unlimited", top, engine_policy="priority", window=None
+            ),
+            Config(
+                f"{top} by call, prio, unlimited",
+                top,
+                "call",
+                engine_policy="priority",
+                window=None,
+            ),
         ]
     return out
 
@@ -116,7 +133,10 @@ def run_point(setting: Setting, config: Config, seed: int) -> dict[str, Any]:
         engine=engine,
     )
     spec = PolicySpec(
-        replicas=config.replicas, shard=config.shard, replica_window=config.replica_window
+        admission_window=config.window,
+        replicas=config.replicas,
+        shard=config.shard,
+        replica_window=config.replica_window,
     )
     started = time.process_time()
     (outcome,) = run_comparison(bench, [spec], cost_model=default_cost_function())
@@ -199,8 +219,12 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float
         "same programs, then the median (> 1 = larger than one replica). `split` = each "
         "replica's window bounded by its share of the batch (`max_num_seqs // N`); `prio` = "
         "the engine orders its queue by the controller's backend priority (vLLM "
-        "`--scheduling-policy priority`), compared with one replica on that engine (`1, "
-        f"prio`). {wall_s / 60:.1f} min of simulation CPU.",
+        "`--scheduling-policy priority`), compared with one replica on that engine and the "
+        "default adaptive window (`1, prio`); `unlimited` = no admission window (every call "
+        "goes to the engine at once and the engine's priority queue orders the calls of all "
+        "replicas on one scale). `programs split` = programs whose requests reached more "
+        f"than one replica. {wall_s / 60:.1f} min of simulation CPU; the simulation is "
+        "deterministic (the same command gives the same figures on any machine).",
         "",
     ]
     header = [
@@ -270,6 +294,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="all",
         help="'all', '256' or '8': which engine settings to run (default: %(default)s)",
     )
+    parser.add_argument(
+        "--only",
+        default=None,
+        metavar="LABEL[;LABEL...]",
+        help="run only these configurations (row labels, ';'-separated); with --merge, add "
+        "them to saved points",
+    )
+    parser.add_argument(
+        "--merge", metavar="FILE", default=None, help="--json output whose points to keep"
+    )
     _report.add_date_option(parser)
     _report.add_output_options(parser, "per-seed points")
     args = parser.parse_args(argv)
@@ -285,10 +319,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             settings = tuple(s for s in settings if s.name.split()[0] == args.settings)
         if args.quick:
             seeds, config_list = seeds[:1], configs([1, 2])
-        jobs = [(s, c, seed) for s in settings for c in config_list for seed in seeds]
+        chosen = set(args.only.split(";")) if args.only else None
+        jobs = [
+            (s, c, seed)
+            for s in settings
+            for c in config_list
+            for seed in seeds
+            if chosen is None or c.label in chosen
+        ]
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [pool.submit(run_point, *job) for job in jobs]
             points = [f.result() for f in futures]
+        if args.merge:
+            points = json.loads(Path(args.merge).read_text())["points"] + points
     rows = summarise(points, config_list)
     cpu = sum(p["cpu_s"] for p in points)
     saved = {"points": points}

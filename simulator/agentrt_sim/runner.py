@@ -157,6 +157,11 @@ def run_one(
     if spec.replicas > 1:
         summary["replica_calls"] = list(record.replica_calls)
         summary["programs_on_several_replicas"] = record.programs_on_several_replicas
+        # Entries left in the replicas' process tables when the run stopped (unfinished
+        # programs, and by call the fragments whose replica never saw the program end), and
+        # the calls the replicas' retained lanes served.
+        summary["process_table_entries_at_end"] = sum(len(d.table.keys()) for d in sim.dispatchers)
+        summary["retained_lane_calls"] = sum(d.lane_total for d in sim.dispatchers)
     return RunOutcome(summary, record)
 
 

@@ -175,6 +175,7 @@ def test_sharded_by_program_every_call_of_a_program_meets_one_replica(plans: lis
         assert ring.replica_for(program_id) == f"controller-{replica}"
     assert record.replica_calls == [sum(1 for r, _ in seen if r == i) for i in range(4)]
     assert all(n > 0 for n in record.replica_calls)
+    assert all(not d.table.keys() for d in sim.dispatchers)  # every program's end reached it
 
 
 def test_sharded_by_call_a_program_spreads_over_replicas(plans: list) -> None:  # type: ignore[type-arg]
@@ -185,6 +186,8 @@ def test_sharded_by_call_a_program_spreads_over_replicas(plans: list) -> None:  
     assert record.programs_on_several_replicas >= 0.8 * len(record.programs)
     calls = record.replica_calls
     assert max(calls) - min(calls) <= 0.05 * sum(calls) / 4  # round robin: even load
+    # a program's end reaches one replica: the others keep its fragment until the idle timeout
+    assert sum(len(d.table.keys()) for d in sim.dispatchers) > len(record.programs) // 2
 
 
 def test_split_window_gives_each_replica_its_share_of_the_batch(plans: list) -> None:  # type: ignore[type-arg]
@@ -225,6 +228,8 @@ def test_cli_compares_replica_counts_and_shard_modes(capsys: pytest.CaptureFixtu
     assert rows[1]["programs_on_several_replicas"] == 0
     assert rows[2]["programs_on_several_replicas"] > 0
     assert sum(rows[1]["replica_calls"]) == sum(rows[2]["replica_calls"]) > 0
+    assert rows[1]["retained_lane_calls"] >= 0 and "retained_lane_calls" not in rows[0]
+    assert rows[2]["process_table_entries_at_end"] > rows[1]["process_table_entries_at_end"]
 
 
 @pytest.mark.parametrize(
