@@ -259,6 +259,12 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float
     lines += _report.table(header, body)
     lines += ["", *goal_lines(rows), ""]
     lines += [
+        "Why the default settings lose token latency at 8 slots, why `prio, unlimited` does "
+        'not, and what sharding by call breaks: docs/simulator.md, §1.1 "Controller '
+        'replicas"; the live counterpart (HAProxy, a killed replica): docs/replicas.md.',
+        "",
+    ]
+    lines += [
         "Reproduce: `.venv/bin/python benchmarks/replicas.py --write-docs` (`--quick` for a "
         "smoke run); one configuration, e.g. `agentrt bench sim --workload mixed --rate 0.244 "
         "--duration 800 --warmup 200 --max-num-seqs 8 --replicas 1,2,4,8 --shard program,call "
@@ -274,8 +280,13 @@ def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         if "by program" not in r["config"] or "split" in r["config"]:
             continue
-        worst = max(abs(r["e2e_mean_s_ratio"] - 1), abs(r["e2e_p95_s_ratio"] - 1))
-        verdict = "met" if worst <= 0.05 else "NOT met"
+        ratios = (r["e2e_mean_s_ratio"], r["e2e_p95_s_ratio"])
+        if all(abs(x - 1) <= 0.05 for x in ratios):
+            verdict = "met"
+        elif all(x <= 1.05 for x in ratios):
+            verdict = "met: no worse, more than 5 % better on one"
+        else:
+            verdict = "NOT met"
         out.append(
             f"- {r['setting']}, {r['config']}: E2E mean {r['e2e_mean_s_ratio']:.3f}× and p95 "
             f"{r['e2e_p95_s_ratio']:.3f}× one replica (goal within 5 %: {verdict})."
