@@ -14,6 +14,7 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from agentrt_controller.routing.api import Scored, backend_load
 from agentrt_controller.routing.filters import HealthyFilter, KvPressureFilter
 from agentrt_controller.routing.pickers import ArgmaxPicker
 from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer, clamp_score
-from agentrt_controller.routing.prefix_index import PrefixIndex
+from agentrt_controller.routing.prefix_index import SHARED_HEAD_BLOCKS, PrefixIndex
 from agentrt_controller.routing.scorers import (
     AffinityScorer,
     PrefixCostScorer,
@@ -42,7 +43,19 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class LinearIndex(PrefixIndex):
-    """Matches by walking the chain (before bisection)."""
+    """Matches by walking the chain (before bisection); counts programs by comparing keys."""
+
+    def note_program(self, program: ProgramKey, hashes: Sequence[int]) -> None:
+        programs: Any = self._programs  # held ProgramKey objects before
+        for h in hashes[:SHARED_HEAD_BLOCKS]:
+            seen = programs.get(h)
+            if seen is None:
+                programs[h] = (1, program)
+            elif seen[1] != program:
+                programs[h] = (seen[0] + 1, program)
+                programs.move_to_end(h)
+        while len(programs) > self.popularity_capacity:
+            programs.popitem(last=False)
 
     def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
         blocks = self._blocks.get(backend_id)

@@ -95,8 +95,10 @@ class PrefixIndex:
         self.shared_programs = shared_programs
         self.popularity_capacity = popularity_capacity
         self._blocks: dict[str, OrderedDict[int, float]] = {}
-        #: element -> (programs that used it, approximately; the last of them)
-        self._programs: OrderedDict[int, tuple[int, ProgramKey]] = OrderedDict()
+        #: element -> (programs that used it, approximately; the last of them as a plain
+        #: tuple of the key's fields: compared in C, where a ProgramKey's ``==`` runs Python
+        #: code once per head element of every routed call)
+        self._programs: OrderedDict[int, tuple[int, tuple[str, str, str | None]]] = OrderedDict()
 
     def shared_prefix(self, hashes: Sequence[int]) -> int:
         """How many leading elements of ``hashes`` at least ``shared_programs`` programs used
@@ -114,12 +116,13 @@ class PrefixIndex:
     def note_program(self, program: ProgramKey, hashes: Sequence[int]) -> None:
         """``program`` used the chain ``hashes`` (its head counts toward sharing)."""
         programs = self._programs
+        key = (program.session_id, program.program_id, program.tenant)
         for h in hashes[:SHARED_HEAD_BLOCKS]:
             seen = programs.get(h)
             if seen is None:
-                programs[h] = (1, program)
-            elif seen[1] != program:
-                programs[h] = (seen[0] + 1, program)
+                programs[h] = (1, key)
+            elif seen[1] != key:
+                programs[h] = (seen[0] + 1, key)
                 programs.move_to_end(h)
         while len(programs) > self.popularity_capacity:
             programs.popitem(last=False)
@@ -127,23 +130,38 @@ class PrefixIndex:
     def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
         """How many leading elements of ``hashes`` ``backend_id`` holds (fresh ones only):
         a bisection (module docstring, "Match by bisection")."""
-        blocks = self._blocks.get(backend_id)
-        if not blocks or not hashes:
-            return 0
+        return self.match_all((backend_id,), hashes, now_s)[0]
+
+    def match_all(
+        self, backend_ids: Sequence[str], hashes: Sequence[int], now_s: float
+    ) -> list[int]:
+        """:meth:`match` for each of ``backend_ids``, aligned with them (one call per routing
+        decision: the per-backend part is a dictionary lookup when the backend lacks the
+        chain's head, a bisection otherwise)."""
+        if not hashes:
+            return [0] * len(backend_ids)
         oldest = now_s - self.ttl_s
-        get = blocks.get
-        seen = get(hashes[0])
-        if seen is None or seen < oldest:
-            return 0
-        low, high = 1, len(hashes)  # hashes[:low] held; hashes[high:] not (or unknown)
-        while low < high:
-            middle = (low + high + 1) // 2
-            seen = get(hashes[middle - 1])
-            if seen is not None and not seen < oldest:  # the walk's test, NaN included
-                low = middle
-            else:
-                high = middle - 1
-        return low
+        head = hashes[0]
+        length = len(hashes)
+        by_backend = self._blocks
+        out = []
+        for backend_id in backend_ids:
+            blocks = by_backend.get(backend_id)
+            seen = blocks.get(head) if blocks else None
+            if seen is None or seen < oldest:
+                out.append(0)
+                continue
+            get = blocks.get  # type: ignore[union-attr]  # seen is not None: blocks exist
+            low, high = 1, length  # hashes[:low] held; hashes[high:] not (or unknown)
+            while low < high:
+                middle = (low + high + 1) // 2
+                seen = get(hashes[middle - 1])
+                if seen is not None and not seen < oldest:  # the walk's test, NaN included
+                    low = middle
+                else:
+                    high = middle - 1
+            out.append(low)
+        return out
 
     def insert(self, backend_id: str, hashes: Sequence[int], now_s: float) -> None:
         """Record ``hashes`` as cached on ``backend_id`` now (touching each)."""

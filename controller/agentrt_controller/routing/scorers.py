@@ -115,13 +115,12 @@ class PrefixCostScorer:
             return [a * max(0, prompt) + q * backend_load(b) for b in backends]
         shared = self.index.shared_prefix(hashes)
         shared_cached = cached_prompt_tokens(call, shared)
-        match = self.index.match
+        matches = self.index.match_all([b.backend_id for b in backends], hashes, now_s)
         # The prefill part depends on the backend only through its match, and most backends
         # share a few match values (none, the shared head): computed once per value.
         prefill_of: dict[int, float] = {}
         out = []
-        for b in backends:
-            matched = match(b.backend_id, hashes, now_s)
+        for b, matched in zip(backends, matches, strict=True):
             prefill = prefill_of.get(matched)
             if prefill is None:
                 cached = cached_prompt_tokens(call, matched)
@@ -147,6 +146,11 @@ class PrefixCostScorer:
     ) -> list[float]:
         """``costs`` (:meth:`costs`, from the estimate) with the prefill part of every backend
         the exact index answers for recomputed from its cached tokens (seconds)."""
+        if self.exact is None or not call.token_block_hashes:
+            # No backend can answer (exact_cached says None for each): skip the per-backend
+            # loop, which costs every routing decision O(backends) for nothing.
+            self.lookups["estimate"] += len(backends)
+            return list(costs)
         out = list(costs)
         hashes = call.block_hashes
         shared: int | None = None
