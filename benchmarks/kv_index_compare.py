@@ -125,6 +125,9 @@ class Comparison:
         self.predicted = {"estimate": 0, "exact": 0}
         self.exact_right = {"estimate": 0, "exact": 0}
         self.unsynced_lookups = 0
+        self.served: dict[str, int] = {}
+        #: Calls the controller sent where the estimate's / the exact index's pick was.
+        self.served_as = {"estimate": 0, "exact": 0}
 
     def record(self) -> dict[str, Any]:
         calls = max(1, self.calls)
@@ -142,6 +145,8 @@ class Comparison:
             "hit_rate_estimate": self.predicted["estimate"] / tokens,
             "hit_rate_exact": self.predicted["exact"] / tokens,
             "calls_predicted_to_the_block": {k: v / calls for k, v in self.exact_right.items()},
+            "served": dict(sorted(self.served.items())),
+            "served_as_picked_by": dict(self.served_as),
         }
 
 
@@ -296,9 +301,11 @@ async def one_call(
             result.over += 1
         else:
             result.under += 1
-    if choose(scorer, affinity, call, views, estimate_costs, now) != choose(
-        scorer, affinity, call, views, exact_costs, now
-    ):
+    picks = {
+        "estimate": choose(scorer, affinity, call, views, estimate_costs, now),
+        "exact": choose(scorer, affinity, call, views, exact_costs, now),
+    }
+    if picks["estimate"] != picks["exact"]:
         result.changed += 1
     before = {b: s.admitted_total for b, s in engine.pool.states.items()}
     headers = {HEADER_PROGRAM_ID: f"bench-program-{program}", HEADER_NODE_ID: f"main:{turn}"}
@@ -312,6 +319,9 @@ async def one_call(
     result.prompt_tokens += int(usage["prompt_tokens"])
     result.actual_cached += cached
     if len(served) == 1:
+        result.served[served[0]] = result.served.get(served[0], 0) + 1
+        for name, pick in picks.items():
+            result.served_as[name] += pick == served[0]
         for name in ("estimate", "exact"):
             guess = predicted[served[0]][name]
             result.predicted[name] += guess

@@ -148,8 +148,9 @@ class KvEventsFeed:
 
     async def fill_token_chain(self, call: Call, body: Mapping[str, Any]) -> None:
         """Set ``call.token_block_hashes`` / ``token_block_size`` for the block size the
-        synced backends publish (several sizes: the most common is taken — backends of one
-        pool share it). Leaves them empty when no backend is synced or tokenizing fails."""
+        synced backends publish (several sizes: the smallest is taken — backends of one pool
+        share it) and ``call.prompt_tokens`` to the exact count. Leaves the call as it was
+        when no backend is synced or tokenizing fails."""
         sizes = self.index.block_sizes()
         if not sizes:
             return
@@ -177,6 +178,9 @@ class KvEventsFeed:
                 self._chains.move_to_end(key)
         call.token_block_hashes = token_block_hashes(tokens, size, salt=salt)
         call.token_block_size = size
+        # The server's own count: the body-size estimate can be far off (the prefix cost
+        # compares cached tokens with it, so an under-estimate would hide every difference).
+        call.prompt_tokens = len(tokens)
 
     async def _tokenize(self, payload: Mapping[str, Any]) -> list[int] | None:
         client = self._client
