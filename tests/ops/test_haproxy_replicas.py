@@ -2,7 +2,7 @@
 
 Debian's ``haproxy`` runs on loopback with ``deploy/haproxy/haproxy.cfg`` as shipped, only its
 ``bind`` address and ``server`` lines replaced by the test's ports, in front of three
-``agentrt controller serve`` subprocesses that share two in-process emulators:
+``agentrt controller serve`` subprocesses that share two emulator subprocesses:
 
 * every call and program event of a program reaches one replica (each replica's
   ``GET /agentrt/v1/programs`` is checked), different programs spread over the replicas, and
@@ -38,7 +38,10 @@ import httpx
 import pytest
 from anyio.abc import Process
 
-from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+import agentrt
+from agentrt import Runtime, RuntimeConfig
+from agentrt_emulator.server import DEFAULT_MODEL_NAME
+from tests.backends.servers import spawn_emulator
 from tests.ops.test_lifecycle_drain import controller_process, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -174,13 +177,15 @@ class Replicas:
 @contextlib.asynccontextmanager
 async def replicas(count: int, backends: Sequence[str], *options: str) -> AsyncIterator[Replicas]:
     """``count`` controller subprocesses in front of ``backends`` (started concurrently: each
-    takes seconds to import on a busy machine)."""
+    takes seconds to import on a busy machine), probing their backends every second (the
+    default): a replica whose probes all time out answers ``/readyz`` 503 and HAProxy moves
+    its programs, which a 0.2 s probe on a loaded test machine would do at random."""
     async with contextlib.AsyncExitStack() as stack:
         started: dict[int, tuple[Process, str]] = {}
 
         async def start(index: int) -> None:
             started[index] = await stack.enter_async_context(
-                controller_process(list(backends), *options)
+                controller_process(list(backends), "--scrape-interval-s", "1", *options)
             )
 
         async with anyio.create_task_group() as group:
@@ -208,9 +213,9 @@ async def test_haproxy_keeps_every_call_of_a_program_on_one_replica(tmp_path: Pa
     calls_per_program = 3
     haproxy_binary()  # skip (or fail) before starting anything
     async with (
-        serve_engine(EmulatorConfig()) as first,
-        serve_engine(EmulatorConfig()) as second,
-        replicas(3, [first.base_url, second.base_url]) as fleet,
+        spawn_emulator() as first,
+        spawn_emulator() as second,
+        replicas(3, [first.url, second.url]) as fleet,
         haproxy(fleet.urls, tmp_path) as balancer,
         httpx.AsyncClient(timeout=30) as http,
     ):
@@ -245,6 +250,39 @@ async def test_haproxy_keeps_every_call_of_a_program_on_one_replica(tmp_path: Pa
             for session in sessions:
                 group.start_soon(foreign_session, session)
         tables = [await entries(http, url) for url in fleet.urls]
+        # The SDK itself: its calls carry the header, its events (start, tool wait, end) name
+        # the program in their path only; all must meet one entry.
+        sdk_homes: dict[str, list[dict[str, Any]]] = {}
+        config = RuntimeConfig(
+            base_url=balancer.url + "/v1", model=DEFAULT_MODEL_NAME, controller="required"
+        )
+        async with Runtime(config) as rt:
+
+            async def sdk_program(program_id: str) -> None:
+                async with rt.program("sdk", program_id=program_id):
+                    await agentrt.chat([{"role": "user", "content": "hi"}], max_tokens=4)
+                    async with agentrt.wait("lookup", kind="tool", predicted_s=0.2):
+                        await anyio.sleep(0.2)
+                    await agentrt.chat([{"role": "user", "content": "again"}], max_tokens=4)
+                    sdk_homes[program_id] = [
+                        entry
+                        for url in fleet.urls
+                        if (entry := (await entries(http, url)).get(program_id)) is not None
+                    ]
+
+            async with anyio.create_task_group() as group:
+                for i in range(6):
+                    group.start_soon(sdk_program, f"sdk-{i}.x")
+            link = rt.link.stats
+    # Required mode raises on a refused event; every event of the six programs went out.
+    assert link.events_failed == 0 and link.events_skipped == 0
+    assert link.events_sent >= 6 * 4  # start, tool-start, tool-end, end
+    for program_id, homes in sdk_homes.items():
+        assert len(homes) == 1, f"{program_id} is on {len(homes)} replicas"
+        assert homes[0]["name"] == "sdk"  # the start event (by path) met the calls' entry
+        assert homes[0]["calls_finished"] == 2
+        assert homes[0]["tool_wait_s"] > 0  # so did the tool wait's events
+    assert len(sdk_homes) == 6
     for program_id in programs:
         homes = [t[program_id] for t in tables if program_id in t]
         assert len(homes) == 1, f"{program_id} is on {len(homes)} replicas"
@@ -279,9 +317,9 @@ async def test_a_sigkilled_replica_s_programs_continue_on_the_others(tmp_path: P
     # A window of one call per backend: each replica streams at most two calls and queues the
     # rest, so the victim holds calls that have not started when it dies.
     async with (
-        serve_engine(EmulatorConfig()) as first,
-        serve_engine(EmulatorConfig()) as second,
-        replicas(3, [first.base_url, second.base_url], "--admission-window", "1") as fleet,
+        spawn_emulator() as first,
+        spawn_emulator() as second,
+        replicas(3, [first.url, second.url], "--admission-window", "1") as fleet,
         haproxy(fleet.urls, tmp_path) as balancer,
         httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=100)) as http,
     ):
@@ -322,12 +360,17 @@ async def test_a_sigkilled_replica_s_programs_continue_on_the_others(tmp_path: P
         async with anyio.create_task_group() as group:
             for program_id in programs:
                 group.start_soon(program, program_id)
-            # Kill the victim while it streams some calls and queues others.
+            # Kill the victim while it streams some calls and queues others, once every
+            # program has reached its replica (an entry is made when a call arrives), so that
+            # the victim's table names all of its programs.
             with anyio.fail_after(30):
                 while True:
                     queues = (await http.get(victim_url + "/agentrt/v1/queues")).json()
-                    if queues["queued"] >= 1 and any(b["in_flight"] for b in queues["backends"]):
-                        break
+                    flowing = any(b["in_flight"] for b in queues["backends"])
+                    if queues["queued"] >= 1 and flowing:
+                        homes = [await entries(http, url) for url in fleet.urls]
+                        if set().union(*homes) >= set(programs):
+                            break
                     await anyio.sleep(0.02)
             before = await entries(http, victim_url)
             victim.kill()
@@ -360,7 +403,7 @@ async def test_a_sigkilled_replica_s_programs_continue_on_the_others(tmp_path: P
         # (and their attained service) are counted nowhere else.
         on_survivors = sum(t[program_id]["calls_finished"] for t in after if program_id in t)
         assert on_survivors <= steps + 2 - before[program_id]["calls_finished"]
-    untouched = set(programs) - set(before)
+    untouched = set(programs) - set(before)  # on a survivor from their first call
     for program_id in untouched:
         homes = [t[program_id] for t in after if program_id in t]
         assert len(homes) == 1 and homes[0]["calls_finished"] == steps
@@ -373,9 +416,9 @@ async def test_a_stopped_replica_leaves_the_ring_and_its_programs_move(tmp_path:
     programs = [f"s-{i:02d}" for i in range(12)]
     haproxy_binary()  # skip (or fail) before starting anything
     async with (
-        serve_engine(EmulatorConfig()) as first,
-        serve_engine(EmulatorConfig()) as second,
-        replicas(3, [first.base_url, second.base_url]) as fleet,
+        spawn_emulator() as first,
+        spawn_emulator() as second,
+        replicas(3, [first.url, second.url]) as fleet,
         haproxy(fleet.urls, tmp_path) as balancer,
         httpx.AsyncClient(timeout=30) as http,
     ):
