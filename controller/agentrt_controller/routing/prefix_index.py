@@ -16,7 +16,7 @@ Approximations, and how they are bounded:
 Memory is O(recorded elements): at most ``capacity_blocks`` per backend (default
 :data:`DEFAULT_CAPACITY_BLOCKS`; ``None`` = no cap, only the TTL bounds it) plus
 ``popularity_capacity`` program counts; expired elements are purged as new ones arrive.
-:meth:`PrefixIndex.size` reports the elements held; about 90 bytes each (measured in
+:meth:`PrefixIndex.size` reports the elements held; about 100 bytes each (measured in
 docs/benchmarks.md, "Decision cost at many backends").
 
 **Match by bisection.** Every recorded chain is recorded from its head, all its elements with
@@ -59,7 +59,7 @@ __all__ = ["DEFAULT_CAPACITY_BLOCKS", "SHARED_HEAD_BLOCKS", "PrefixIndex"]
 SHARED_HEAD_BLOCKS = 512
 #: Elements remembered per backend by default: 65,536 blocks of 16 tokens = 1M tokens, more
 #: than one 80 GB GPU holds for an 8B model (the simulator's A100 profile: 27,804 blocks), so
-#: the cap only forgets what the engine has surely evicted; about 6 MB per backend.
+#: the cap only forgets what the engine has surely evicted; about 6-7 MB per backend.
 DEFAULT_CAPACITY_BLOCKS = 65_536
 
 
