@@ -109,4 +109,12 @@ async def test_calls_follow_the_kv_events_and_fall_back_when_unsynced(
                 assert 'agentrt_kv_events_synced{backend="b"} 0.0' in metrics
                 assert 'agentrt_kv_events_synced{backend="a"} 1.0' in metrics
                 assert 'agentrt_kv_event_gaps_total{backend="b"} 1.0' in metrics
+                # Subscribers start with the controller: adding one later is refused, not
+                # silently routed without its events.
+                added = await http.post(
+                    url + "/agentrt/v1/backends",
+                    json={"spec": "http://127.0.0.1:9,kind=vllm,kv_events=tcp://127.0.0.1:9"},
+                )
+                assert added.status_code == 400, added.text
+                assert "kv_events" in added.text
             group.cancel_scope.cancel()

@@ -80,10 +80,14 @@ async def _spec(request: Request) -> BackendSpec:
         raise BadRequest("the body must be a JSON object")
     try:
         if set(data) == {"spec"} and isinstance(data["spec"], str):
-            return BackendSpec.parse(data["spec"])
-        return BackendSpec.from_mapping(data)
+            spec = BackendSpec.parse(data["spec"])
+        else:
+            spec = BackendSpec.from_mapping(data)
     except ConfigError as exc:
         raise BadRequest(str(exc), param="url") from exc
+    if spec.kv_events is not None:  # subscribers start with the controller only
+        raise BadRequest("kv_events is read at start-up only; configure it there", param="url")
+    return spec
 
 
 def admin_routes(
