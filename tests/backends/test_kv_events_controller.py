@@ -118,3 +118,25 @@ async def test_calls_follow_the_kv_events_and_fall_back_when_unsynced(
                 assert added.status_code == 400, added.text
                 assert "kv_events" in added.text
             group.cancel_scope.cancel()
+
+
+def test_kv_event_options_are_validated() -> None:
+    from agentrt.errors import ConfigError
+
+    spec = BackendSpec.parse(
+        "http://gpu1:8000,kind=vllm,kv_events=tcp://gpu1:5557,kv_replay=tcp://gpu1:5558,kv_topic=kv"
+    )
+    assert (spec.kv_events, spec.kv_replay, spec.kv_topic, spec.options) == (
+        "tcp://gpu1:5557", "tcp://gpu1:5558", "kv", {}
+    )  # fmt: skip
+    table = BackendSpec.from_mapping({"url": "http://gpu1:8000", "kv_events": "ipc:///tmp/kv"})
+    assert table.kv_events == "ipc:///tmp/kv" and table.kv_replay is None
+    for bad in (
+        "http://h:8000,kv_events=tcp://*:5557",  # vLLM's bind address, not one to connect to
+        "http://h:8000,kv_events=http://h:5557",
+        "http://h:8000,kv_events=tcp://h",
+        "http://h:8000,kv_replay=tcp://h:5558",  # a replay without events
+        "http://h:8000,kv_topic=kv",
+    ):
+        with pytest.raises(ConfigError):
+            BackendSpec.parse(bad)
