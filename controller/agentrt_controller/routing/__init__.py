@@ -4,7 +4,8 @@ scorer → picker pipeline of pure stages.
 * :mod:`.api` — the :class:`~.api.Router` protocol and the one-method stage protocols;
   :mod:`.pipeline` — the router that runs them and enforces their contracts;
 * :mod:`.filters`, :mod:`.scorers`, :mod:`.pickers` — the stages;
-* :mod:`.prefix_index` — the approximate per-backend prefix index; :mod:`.affinity` —
+* :mod:`.prefix_index` — the approximate per-backend prefix index; :mod:`.kv_index` — the
+  exact one, fed by vLLM's KV-cache events where a backend publishes them; :mod:`.affinity` —
   program bindings with a TTL; :mod:`.hashing` — how drivers fill ``Call.block_hashes``;
 * :mod:`.round_robin` — ``round_robin``; :mod:`.routers` — ``least_loaded``, ``autellix``,
   ``prefix``; :mod:`.factory` —
