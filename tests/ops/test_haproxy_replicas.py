@@ -42,7 +42,7 @@ import agentrt
 from agentrt import Runtime, RuntimeConfig
 from agentrt_emulator.server import DEFAULT_MODEL_NAME
 from tests.backends.servers import spawn_emulator
-from tests.ops.test_lifecycle_drain import controller_process, free_port
+from tests.ops.processes import controller_process, free_port, reap
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -150,11 +150,7 @@ async def haproxy(replicas: Sequence[str], workdir: Path) -> AsyncIterator[Balan
                 await anyio.sleep(0.1)
         yield balancer
     finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.move_on_after(5):
-            await process.wait()
-        await process.aclose()
+        await reap(process)
 
 
 def tags(program_id: str, session_id: str) -> dict[str, str]:

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from agentrt_emulator.server import EmulatorConfig, serve_engine
-from tests.ops.test_lifecycle_drain import controller_process
+from tests.ops.processes import controller_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

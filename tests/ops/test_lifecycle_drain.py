@@ -9,22 +9,20 @@ the start-up line are checked here too.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
 
 import anyio
 import httpx
 import pytest
-from anyio.abc import Process
 
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from tests.ops.processes import controller_process, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -36,13 +34,6 @@ STREAMS = 20
 TOKENS = 300
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def refused(port: int) -> bool:
     """Whether a TCP connection to ``127.0.0.1:port`` is refused."""
     try:
@@ -50,38 +41,6 @@ def refused(port: int) -> bool:
     except ConnectionRefusedError:
         return True
     return False
-
-
-@contextlib.asynccontextmanager
-async def controller_process(
-    backends: list[str], *options: str, env: Mapping[str, str] | None = None
-) -> AsyncIterator[tuple[Process, str]]:
-    """``agentrt controller serve`` in front of ``backends``; yields the process and its URL
-    once it printed its start-up line and ``/readyz`` answers 200. Killed on exit if alive."""
-    port = free_port()
-    command = [sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(port),
-               "--scrape-interval-s", "0.2", *options]  # fmt: skip
-    for url in backends:
-        command += ["--backend", f"{url},kind=emulator"]
-    process = await anyio.open_process(command, env=env, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert process.stderr is not None
-        seen = b""
-        with anyio.fail_after(20):
-            while b"agentrt controller on" not in seen:
-                chunk = await process.stderr.receive()
-                seen += chunk
-            async with httpx.AsyncClient() as http:
-                while (await http.get(url + "/readyz")).status_code != 200:  # noqa: ASYNC110 - over HTTP, no event to await
-                    await anyio.sleep(0.05)
-        yield process, url
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.move_on_after(5):
-            await process.wait()
-        await process.aclose()
 
 
 async def stream(http: httpx.AsyncClient, url: str, tokens: int, started: anyio.Event) -> int:

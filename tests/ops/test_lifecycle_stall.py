@@ -26,7 +26,7 @@ from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 from tests.backends.servers import serve_app
-from tests.ops.test_lifecycle_drain import free_port
+from tests.ops.processes import free_port, reap
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -57,10 +57,7 @@ async def emulator_process() -> AsyncIterator[tuple[Process, str]]:
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGCONT)  # a stopped process must not outlive the test
-            process.kill()
-        with anyio.move_on_after(5):
-            await process.wait()
-        await process.aclose()
+        await reap(process)
 
 
 def body(tokens: int, stream: bool) -> dict[str, object]:

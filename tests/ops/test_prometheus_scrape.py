@@ -31,7 +31,7 @@ import yaml
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
-from tests.ops.test_lifecycle_drain import free_port
+from tests.ops.processes import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 

@@ -8,20 +8,15 @@ OpenAI server that records every request's headers.
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import os
 import signal
-import socket
 import subprocess
-import sys
-from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 import anyio
 import httpx
 import pytest
-from anyio.abc import Process
 from backends.servers import serve_app
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -40,6 +35,7 @@ from starlette.routing import Route
 from agentrt.protocol import CallTags
 from tests.controller_service.conftest import chat_body, fake_backends, running
 from tests.controller_service.fake_openai import FakeState
+from tests.ops.processes import AGENTRT, controller_process
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -103,18 +99,6 @@ def otlp_receiver(received: Received) -> Starlette:
     )
 
 
-AGENTRT = (sys.executable, "-m", "agentrt.cli")
-
-
-AGENTRT = (sys.executable, "-m", "agentrt.cli")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def clean_env(**otel: str) -> dict[str, str]:
     """This process' environment without any ``OTEL_*`` or controller variable, plus
     ``otel``."""
@@ -122,34 +106,6 @@ def clean_env(**otel: str) -> dict[str, str]:
         k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTRT_CONTROLLER_"))
     }
     return {**env, **otel}
-
-
-@contextlib.asynccontextmanager
-async def controller_process(
-    backend: str, env: Mapping[str, str]
-) -> AsyncIterator[tuple[Process, str]]:
-    """``agentrt controller serve`` in front of ``backend``; yields once ``/readyz`` is 200."""
-    port = free_port()
-    command = [*AGENTRT, "controller", "serve", "--port", str(port), "--scrape-interval-s", "0.2"]
-    command += ["--backend", backend]
-    process = await anyio.open_process(command, env=env, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        assert process.stderr is not None
-        seen = b""
-        with anyio.fail_after(20):
-            while b"agentrt controller on" not in seen:
-                seen += await process.stderr.receive()
-            async with httpx.AsyncClient() as http:
-                while (await http.get(url + "/readyz")).status_code != 200:  # noqa: ASYNC110 - over HTTP
-                    await anyio.sleep(0.05)
-        yield process, url
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.move_on_after(5):
-            await process.wait()
-        await process.aclose()
 
 
 async def test_controller_serve_exports_spans_and_metrics_over_otlp() -> None:
@@ -167,7 +123,7 @@ async def test_controller_serve_exports_spans_and_metrics_over_otlp() -> None:
             OTEL_BSP_SCHEDULE_DELAY="50",
             OTEL_METRIC_EXPORT_INTERVAL="200",
         )
-        async with controller_process(urls[0], env) as (process, url):
+        async with controller_process([urls[0]], env=env, kind=None) as (process, url):
             tags = CallTags(session_id="s", program_id="p-traced", thread_id="main", node_id="n")
             async with httpx.AsyncClient(timeout=20) as http:
                 answer = await http.post(
