@@ -5,20 +5,18 @@ repeating it; and the one-call entry points run inside a program the caller open
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 pytest.importorskip("langgraph")
 pytest.importorskip("autogen_agentchat")
 
-from adapters_stack import add, running_stack
+from adapters_stack import add, log_writer, running_stack
 from autogen_agentchat.agents import AssistantAgent
 from langchain.agents import create_agent
 from test_adapters_autogen import ToolFirstClient
 from test_adapters_langchain import ToolFirstChatOpenAI
 
-from agentrt import IdempotencyKey, tool
 from agentrt.errors import JournalUnavailable
 from agentrt_adapters.autogen import agentrt_tools, run_agent, run_assistant_agent, run_in_program
 from agentrt_adapters.langchain import chat_model, langchain_tools, run_graph, run_react_agent
@@ -26,25 +24,9 @@ from agentrt_adapters.langchain import chat_model, langchain_tools, run_graph, r
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
 
-def _writer(target: Path, keys: list[str]) -> Any:
-    @tool(side_effect=True)
-    async def append_line(text: str, key: IdempotencyKey) -> str:
-        """Append a line to the team's log.
-
-        Args:
-            text: the line
-        """
-        keys.append(key)
-        with target.open("a") as handle:
-            handle.write("line\n")
-        return "appended"
-
-    return append_line
-
-
 async def test_langgraph_rerun_replays_a_journaled_side_effect(tmp_path: Path) -> None:
     target, keys = tmp_path / "log.txt", []
-    writer = langchain_tools([_writer(target, keys)])
+    writer = langchain_tools([log_writer(target, keys)])
     statuses = []
     async with running_stack(journal=str(tmp_path / "journal.sqlite")) as stack:
         llm = chat_model(stack.runtime, model_class=ToolFirstChatOpenAI, max_tokens=16)
@@ -62,7 +44,7 @@ async def test_langgraph_rerun_replays_a_journaled_side_effect(tmp_path: Path) -
 
 async def test_autogen_rerun_replays_a_journaled_side_effect(tmp_path: Path) -> None:
     target, keys = tmp_path / "log.txt", []
-    tools = agentrt_tools([_writer(target, keys)])
+    tools = agentrt_tools([log_writer(target, keys)])
     statuses = []
     async with running_stack(journal=str(tmp_path / "journal.sqlite")) as stack:
         client = ToolFirstClient(stack.runtime, max_tokens=16)
@@ -80,7 +62,7 @@ async def test_autogen_rerun_replays_a_journaled_side_effect(tmp_path: Path) -> 
 
 async def test_side_effect_tools_fail_closed_without_a_journal_and_end_the_run() -> None:
     keys: list[str] = []
-    writer = _writer(Path("/nonexistent/never-written"), keys)
+    writer = log_writer(Path("/nonexistent/never-written"), keys)
     inputs = {"messages": [{"role": "user", "content": "Log it."}]}
     async with running_stack() as stack:
         llm = chat_model(stack.runtime, model_class=ToolFirstChatOpenAI, max_tokens=16)
