@@ -15,11 +15,13 @@ from typing import Any
 
 import anyio
 import httpx
+import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentrt import IdempotencyKey, Program, Runtime, RuntimeConfig, Tool, tool
+from agentrt import DeadlineExceeded, IdempotencyKey, Program, Runtime, RuntimeConfig, Tool, tool
+from agentrt.errors import JournalUnavailable
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.server import (
@@ -258,3 +260,106 @@ def log_writer(target: Path, keys: list[str]) -> Tool[Any]:
         return "appended"
 
     return append_line
+
+
+async def lookup(topic: str) -> str:
+    """Look a topic up (answers the topic itself).
+
+    Args:
+        topic: anything
+    """
+    return topic
+
+
+async def wait_for_upstream_abort(stack: Stack) -> None:
+    """Wait (at most 10 s) until the emulator counted a request whose client left."""
+    with anyio.fail_after(10):
+        while stack.engine.state.driver.metrics.aborted < 1:  # noqa: ASYNC110 - a counter
+            await anyio.sleep(0.02)
+
+
+#: Runs one agent whose only tool is the given agentrt tool: ``(stack, tool, program_id)``,
+#: the program's id None meaning "inside the current program"; returns the run's program (or
+#: anything, when run inside the current program).
+ToolAgentRun = Callable[[Stack, Tool[Any], str | None], Awaitable[Any]]
+
+
+async def check_deadline_cancels_the_call_upstream(
+    run_in_program: Callable[[Stack], Awaitable[object]], name: str
+) -> None:
+    """Inside a program with a 0.5 s deadline, ``run_in_program`` starts a 4000-token answer
+    at the modelled GPU's own speed: the program ends ``deadline_exceeded``, its one LLM node
+    ``cancelled``, and the emulator sees the client leave."""
+    async with running_stack(time_scale=1.0) as stack:
+        with pytest.raises(DeadlineExceeded):
+            async with stack.runtime.program(name, timeout_s=0.5) as program:
+                await run_in_program(stack)
+        await wait_for_upstream_abort(stack)
+    assert program.status == "deadline_exceeded"
+    assert [(n.kind, n.status) for n in program.nodes.values()] == [("llm", "cancelled")]
+
+
+async def check_hanging_tool_is_cancelled(
+    run_in_program: Callable[[Stack], Awaitable[object]], program_id: str
+) -> None:
+    """Inside a program with a 1 s deadline, ``run_in_program`` runs an agent calling
+    :func:`hang`: the tool node is cancelled and the controller's table forgets the program."""
+    async with running_stack() as stack:
+        with pytest.raises(DeadlineExceeded):
+            async with stack.runtime.program("hang", program_id=program_id, timeout_s=1.0) as p:
+                await run_in_program(stack)
+        after = await stack.programs()
+    assert p.status == "deadline_exceeded"
+    assert [(n.kind, n.status) for n in p.nodes.values()] == [("llm", "ok"), ("tool", "cancelled")]
+    assert all(e["program_id"] != program_id for e in after)
+
+
+async def check_side_effect_replayed_on_rerun(
+    tmp_path: Path, run: ToolAgentRun, program_id: str
+) -> None:
+    """``run`` twice with the same program id and a journal: the side effect of
+    :func:`log_writer` happens once, the rerun's tool node is ``replayed``, and the model's
+    tool call id reached the node."""
+    target, keys = tmp_path / "log.txt", []
+    append_line = log_writer(target, keys)
+    statuses = []
+    async with running_stack(journal=str(tmp_path / "journal.sqlite")) as stack:
+        for _ in range(2):
+            program = await run(stack, append_line, program_id)
+            statuses.append([(n.kind, n.status) for n in program.nodes.values()])
+    assert target.read_text() == "line\n" and len(keys) == 1
+    assert statuses == [
+        [("llm", "ok"), ("tool", "ok"), ("llm", "ok")],
+        [("llm", "ok"), ("tool", "replayed"), ("llm", "ok")],
+    ]
+    tool_node = next(n for n in program.nodes.values() if n.kind == "tool")
+    assert tool_node.tool_call_id  # the model's call id reached the SDK's node
+
+
+async def check_side_effect_without_journal_fails(run: ToolAgentRun) -> None:
+    """``run`` inside a program with no journal: the side-effecting tool is not run, and the
+    run ends with ``JournalUnavailable`` (not handed to the model, which might call the effect
+    again); its tool node is ``error``."""
+    keys: list[str] = []
+    append_line = log_writer(Path("/nonexistent/never-written"), keys)
+    async with running_stack() as stack, stack.runtime.program("no-journal") as program:
+        with pytest.raises(JournalUnavailable):
+            await run(stack, append_line, None)
+    assert keys == []
+    assert [(n.kind, n.status) for n in program.nodes.values()] == [
+        ("llm", "ok"),
+        ("tool", "error"),
+    ]
+
+
+async def check_spans_form_one_tree(
+    run: Callable[[Stack], Awaitable[object]], agent_name: str
+) -> None:
+    """``run`` (an agent named ``agent_name`` calling :func:`lookup` once) under a recording
+    tracer: its spans form :func:`agent_spans`' tree, the tool span carrying the call id."""
+    provider, exporter = recording_tracer()
+    async with running_stack(tracer_provider=provider) as stack:
+        await run(stack)
+    assert span_tree(exporter) == agent_spans(stack.runtime.config.model, agent_name)
+    tool_span = exporter.get_finished_spans()[1]
+    assert tool_span.attributes is not None and tool_span.attributes["gen_ai.tool.call.id"]

@@ -13,26 +13,30 @@ import pytest
 pytest.importorskip("agents")
 
 from adapters_stack import (
+    Stack,
     add,
-    agent_spans,
     blocking_lookup,
+    check_deadline_cancels_the_call_upstream,
     check_first_tool_wait,
+    check_hanging_tool_is_cancelled,
     check_llm_tool_llm,
+    check_side_effect_replayed_on_rerun,
+    check_side_effect_without_journal_fails,
+    check_spans_form_one_tree,
     gated_pair,
     hang,
-    log_writer,
-    recording_tracer,
+    lookup,
     release_when_seen,
     running_stack,
-    span_tree,
     tool_waiting,
     tools_waiting,
+    wait_for_upstream_abort,
 )
 from agents import Agent, ModelSettings, function_tool
 from openai.types.responses import ResponseTextDeltaEvent
 
-from agentrt import DeadlineExceeded, LLMCallError
-from agentrt.errors import AgentrtError, JournalUnavailable
+from agentrt import DeadlineExceeded, LLMCallError, Program, Tool
+from agentrt.errors import AgentrtError
 from agentrt_adapters.openai_agents import (
     ModelAPI,
     function_tools,
@@ -240,40 +244,28 @@ async def test_an_agent_used_as_a_tool_is_a_tool_node_its_calls_chain_off() -> N
     assert all(n.status == "ok" and n.thread_id == "main" for n in nodes)
 
 
+RAMBLER = Agent(
+    name="rambler",
+    instructions="Go on.",
+    model_settings=ModelSettings(max_tokens=4000, extra_body={"agentrt_output_tokens": 4000}),
+)
+
+
 async def test_the_deadline_cancels_the_streamed_call_upstream() -> None:
-    agent = Agent(
-        name="rambler",
-        instructions="Go on.",
-        model_settings=ModelSettings(max_tokens=4000, extra_body={"agentrt_output_tokens": 4000}),
-    )
-    # At the modelled GPU's own speed, 4000 tokens take far longer than the budget.
-    async with running_stack(time_scale=1.0) as stack:
-        with pytest.raises(DeadlineExceeded):
-            async with (
-                stack.runtime.program("oa-late", timeout_s=0.5) as program,
-                stream_in_program(agent, "Tell me everything.") as result,
-            ):
-                async for _ in result.stream_events():
-                    pass
-        with anyio.fail_after(10):
-            while stack.engine.state.driver.metrics.aborted < 1:  # noqa: ASYNC110 - a counter
-                await anyio.sleep(0.02)
-    assert program.status == "deadline_exceeded"
-    assert [(n.kind, n.status) for n in program.nodes.values()] == [("llm", "cancelled")]
+    async def stream(_stack: Stack) -> None:
+        async with stream_in_program(RAMBLER, "Tell me everything.") as result:
+            async for _ in result.stream_events():
+                pass
+
+    await check_deadline_cancels_the_call_upstream(stream, "oa-late")
 
 
 async def test_the_deadline_cancels_a_call_in_flight_upstream() -> None:
-    agent = Agent(
-        name="rambler",
-        instructions="Go on.",
-        model_settings=ModelSettings(max_tokens=4000, extra_body={"agentrt_output_tokens": 4000}),
-    )
+    # At the modelled GPU's own speed, 4000 tokens take far longer than the budget.
     async with running_stack(time_scale=1.0) as stack:
         with pytest.raises(DeadlineExceeded):
-            await run_agent(stack.runtime, agent, "Tell me everything.", timeout_s=0.5)
-        with anyio.fail_after(10):
-            while stack.engine.state.driver.metrics.aborted < 1:  # noqa: ASYNC110 - a counter
-                await anyio.sleep(0.02)
+            await run_agent(stack.runtime, RAMBLER, "Tell me everything.", timeout_s=0.5)
+        await wait_for_upstream_abort(stack)
 
 
 async def test_the_deadline_cancels_a_hanging_tool_and_closes_its_wait() -> None:
@@ -283,80 +275,48 @@ async def test_the_deadline_cancels_a_hanging_tool_and_closes_its_wait() -> None
         tools=function_tools([hang]),
         model_settings=tool_then_answer(),
     )
-    async with running_stack() as stack:
-        with pytest.raises(DeadlineExceeded):
-            async with stack.runtime.program("hang", program_id="p-oa-hang", timeout_s=1.0) as p:
-                await run_agent(stack.runtime, agent, "Look it up.", new_program=False)
-        after = await stack.programs()
-    assert p.status == "deadline_exceeded"
-    assert [(n.kind, n.status) for n in p.nodes.values()] == [("llm", "ok"), ("tool", "cancelled")]
-    assert all(e["program_id"] != "p-oa-hang" for e in after)
+
+    async def run(stack: Stack) -> None:
+        await run_agent(stack.runtime, agent, "Look it up.", new_program=False)
+
+    await check_hanging_tool_is_cancelled(run, "p-oa-hang")
+
+
+async def run_writer(stack: Stack, writer: Tool[Any], program_id: str | None) -> Program:
+    """An agent logging with ``writer``, in a new program ``program_id`` (None: the current)."""
+    agent = Agent(
+        name="writer",
+        instructions="Log it.",
+        tools=function_tools([writer]),
+        model_settings=tool_then_answer(),
+    )
+    if program_id is None:
+        run = await run_agent(stack.runtime, agent, "Log it.", new_program=False)
+    else:
+        run = await run_agent(stack.runtime, agent, "Log it.", program_id=program_id)
+    return run.program
 
 
 async def test_a_journaled_side_effect_is_replayed_on_a_rerun(tmp_path: Path) -> None:
-    target, keys = tmp_path / "log.txt", []
-    append_line = log_writer(target, keys)
-    agent = Agent(
-        name="writer",
-        instructions="Log it.",
-        tools=function_tools([append_line]),
-        model_settings=tool_then_answer(),
-    )
-    statuses = []
-    async with running_stack(journal=str(tmp_path / "journal.sqlite")) as stack:
-        for _ in range(2):
-            run = await run_agent(stack.runtime, agent, "Log it.", program_id="p-oa-dur")
-            statuses.append([(n.kind, n.status) for n in run.program.nodes.values()])
-    assert target.read_text() == "line\n" and len(keys) == 1
-    assert statuses == [
-        [("llm", "ok"), ("tool", "ok"), ("llm", "ok")],
-        [("llm", "ok"), ("tool", "replayed"), ("llm", "ok")],
-    ]
-    tool_node = next(n for n in run.program.nodes.values() if n.kind == "tool")
-    assert tool_node.tool_call_id  # the model's call id reached the SDK's node
+    await check_side_effect_replayed_on_rerun(tmp_path, run_writer, "p-oa-dur")
 
 
 async def test_a_side_effect_without_a_journal_ends_the_run_with_the_journal_error() -> None:
-    keys: list[str] = []
-    append_line = log_writer(Path("/nonexistent/never-written"), keys)
-    agent = Agent(
-        name="writer",
-        instructions="Log it.",
-        tools=function_tools([append_line]),
-        model_settings=tool_then_answer(),
-    )
-    async with running_stack() as stack, stack.runtime.program("no-journal") as program:
-        # Not handed to the model (it might call the effect again): the run ends.
-        with pytest.raises(JournalUnavailable):
-            await run_agent(stack.runtime, agent, "Log it.", new_program=False)
-    assert keys == []
-    assert [(n.kind, n.status) for n in program.nodes.values()] == [
-        ("llm", "ok"),
-        ("tool", "error"),
-    ]
+    await check_side_effect_without_journal_fails(run_writer)
 
 
 async def test_spans_form_one_tree_under_the_program_span() -> None:
-    async def lookup(topic: str) -> str:
-        """Look a topic up.
-
-        Args:
-            topic: anything
-        """
-        return topic
-
     agent = Agent(
         name="traced",
         instructions="Look it up.",
         tools=function_tools([lookup]),
         model_settings=tool_then_answer(),
     )
-    provider, exporter = recording_tracer()
-    async with running_stack(tracer_provider=provider) as stack:
+
+    async def run(stack: Stack) -> None:
         await run_agent(stack.runtime, agent, "Look it up.")
-    assert span_tree(exporter) == agent_spans(stack.runtime.config.model, "traced")
-    tool_span = exporter.get_finished_spans()[1]
-    assert tool_span.attributes is not None and tool_span.attributes["gen_ai.tool.call.id"]
+
+    await check_spans_form_one_tree(run, "traced")
 
 
 async def test_errors_are_agentrt_errors() -> None:
