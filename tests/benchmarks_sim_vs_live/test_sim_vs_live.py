@@ -3,31 +3,16 @@ two sides' engine parameters, and one tiny live run (emulator + replay on loopba
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.benchmark_modules import load_benchmark
+
 pytestmark = pytest.mark.timeout(90)
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_sim_vs_live", ROOT / "benchmarks" / "sim_vs_live.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-svl = _load()
+svl = load_benchmark("sim_vs_live")
 
 HEALTHY = {"lag_mean_s": 0.0005, "schedule_resets": 0.0, "dropped_model_s": 0.0,
            "busy_model_s": 100.0, "load_1m_before": 0.4, "load_1m_after": 0.6}  # fmt: skip

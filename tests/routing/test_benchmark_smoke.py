@@ -3,33 +3,19 @@ no speed is asserted here; benchmarks/ measures)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.benchmark_modules import load_benchmark
+
 pytestmark = pytest.mark.timeout(300)  # a shared 2-core machine runs these several times slower
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        f"bench_{name}", ROOT / "benchmarks" / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # worker processes find run_point by module name
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_routing_benchmark_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    routing = _load("routing")
+    routing = load_benchmark("routing")
     plot = tmp_path / "routing.png"
     argv = [
         "--quick",
@@ -68,7 +54,7 @@ def test_routing_benchmark_smoke(capsys: pytest.CaptureFixture[str], tmp_path: P
 
 
 def test_sysprompt_workload_shares_a_3000_token_system_prompt() -> None:
-    routing = _load("routing")
+    routing = load_benchmark("routing")
     programs = routing.sysprompt_programs(2.0, 200.0, 1)
     assert programs and {p.system_prompt_id for p in programs} == {"sys3k"}
     assert {p.system_prompt_tokens for p in programs} == {3000}
@@ -78,7 +64,7 @@ def test_sysprompt_workload_shares_a_3000_token_system_prompt() -> None:
 
 
 def test_retention_benchmark_smoke(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    retention = _load("retention")
+    retention = load_benchmark("retention")
     argv = ["--quick", "--workloads", "react", "--rates", "0.5", "--jobs", "1", "--json"]
     assert retention.main(argv) == 0
     saved = json.loads(capsys.readouterr().out)
@@ -101,7 +87,7 @@ def test_retention_benchmark_smoke(capsys: pytest.CaptureFixture[str], tmp_path:
 def test_retention_benchmark_reproduces_the_old_settings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    retention = _load("retention")
+    retention = load_benchmark("retention")
     argv = ["--quick", "--workloads", "react", "--rates", "0.5", "--jobs", "1", "--json"]
     old = ["--window", "32", "--router", "round_robin", "--cost", "roofline"]
     assert retention.main([*argv, *old, "--configs", "fcfs/off,atlas/on"]) == 0
@@ -113,7 +99,7 @@ def test_retention_benchmark_reproduces_the_old_settings(
 
 
 def test_routing_goals_say_only_what_the_routers_run_can_say() -> None:
-    routing = _load("routing")
+    routing = load_benchmark("routing")
 
     def result(workload: str, **throughput: float) -> dict[str, Any]:
         routers = {name: {"throughput": value} for name, value in throughput.items()}

@@ -4,33 +4,16 @@ asserted: only that the rounds do what the report says they measure)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import random
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from agentrt_controller.routing.prefix_index import DEFAULT_CAPACITY_BLOCKS
+from tests.benchmark_modules import load_benchmark
 
 pytestmark = pytest.mark.timeout(120)
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_decision_cost", ROOT / "benchmarks" / "decision_cost.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+bench = load_benchmark("decision_cost")
 
 
 def test_a_programs_calls_extend_its_previous_prompt_and_share_the_kind_head() -> None:

@@ -3,30 +3,18 @@ runs are replaced by a model whose saturation is known, so the search itself is 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from tests.benchmark_modules import load_benchmark
+
 pytestmark = pytest.mark.timeout(300)  # a shared 2-core machine runs these several times slower
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_scheduling", ROOT / "benchmarks" / "scheduling.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class FakeRuns:
@@ -56,7 +44,7 @@ class FakeRuns:
 def test_probe_finds_the_capacity_by_ladder_then_bisection(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bench = _load()
+    bench = load_benchmark("scheduling")
     fake = FakeRuns(capacity=0.33, e2e_p95=300.0)
     monkeypatch.setattr(bench, "run_comparison", fake)
     found = bench.find_saturation("mcts", 600.0, 1, bench.Setup())
@@ -73,7 +61,7 @@ def test_probe_finds_the_capacity_by_ladder_then_bisection(
 def test_probe_with_short_programs_keeps_the_requested_window(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bench = _load()
+    bench = load_benchmark("scheduling")
     monkeypatch.setattr(bench, "run_comparison", FakeRuns(capacity=2.2, e2e_p95=5.0))
     found = bench.find_saturation("react", 600.0, 1, bench.Setup())
     assert 2.0 <= found.rate <= 2.2
@@ -84,7 +72,7 @@ def test_probe_with_short_programs_keeps_the_requested_window(
 def test_runs_charge_the_product_defaults_unless_told_otherwise(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    bench = _load()
+    bench = load_benchmark("scheduling")
     fake = FakeRuns(capacity=2.2, e2e_p95=5.0)
     monkeypatch.setattr(bench, "run_comparison", fake)
     bench.find_saturation("react", 600.0, 1, bench.Setup(max_num_seqs=8))
@@ -112,7 +100,7 @@ def test_runs_charge_the_product_defaults_unless_told_otherwise(
 
 
 def test_saturation_items_and_the_rates_table() -> None:
-    bench = _load()
+    bench = load_benchmark("scheduling")
     known = bench._known(["mixed@8=0.4", "react=2"], table=True)
     assert known["mixed", 8] == pytest.approx(0.4)
     assert known["react", None] == pytest.approx(2.0)
@@ -157,7 +145,7 @@ def bench_loads() -> tuple[float, ...]:
 def test_report_from_json_writes_table_ratios_and_plot(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = _load()
+    bench = load_benchmark("scheduling")
     saved = tmp_path / "rows.json"
     saved.write_text(json.dumps(_rows()))
     docs = tmp_path / "docs"
