@@ -1,5 +1,6 @@
 """Where a framework's tool run goes in the program, for adapters whose framework lets us wrap
-each tool execution (the OpenAI Agents SDK's ``FunctionTool``, Pydantic AI's capabilities).
+each tool execution (the OpenAI Agents SDK's ``FunctionTool``, Pydantic AI's capabilities, Agent
+Framework's middleware, AutoGen's tools).
 
 One :class:`~agentrt_adapters._lanes.Lanes` per agent run travels in :data:`ACTIVE_LANES`
 (set by the adapter's entry point, copied into the framework's tasks with the context). A tool

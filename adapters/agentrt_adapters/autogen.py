@@ -16,8 +16,7 @@ passed per call; instead:
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -28,13 +27,13 @@ from autogen_ext.models.openai import BaseOpenAIChatCompletionClient
 from pydantic import BaseModel
 
 from agentrt.errors import AgentrtError, ConfigError, JournalError
-from agentrt.program.context import CURRENT_FRAME, Frame
+from agentrt.program.context import CURRENT_FRAME
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
 from agentrt.tools.runner import run_tool
 from agentrt.tools.schema import Tool
 from agentrt_adapters._common import AgentRun, StopReason, llm_errors
-from agentrt_adapters._lanes import Lanes, Unit
+from agentrt_adapters._placement import agent_lanes, placed_unit
 from agentrt_adapters._steps import ToolStep
 
 __all__ = [
@@ -59,27 +58,8 @@ DEFAULT_MODEL_INFO: ModelInfo = {
     "multiple_system_messages": True,
 }
 
-#: The thread assignment of the program :func:`run_agent` runs (None outside one).
-_LANES: ContextVar[Lanes | None] = ContextVar("agentrt_autogen_lanes", default=None)
 #: Journal errors of agentrt tools in the current run: they end the run (see AgentrtTool).
 _FATAL: ContextVar[list[JournalError] | None] = ContextVar("agentrt_autogen_fatal", default=None)
-
-
-@contextmanager
-def _placed() -> Iterator[Frame | None]:
-    """Run one unit of work on its thread (when :func:`run_agent` assigns threads)."""
-    lanes = _LANES.get()
-    frame = CURRENT_FRAME.get()
-    if lanes is None or frame is None or frame.graph is not lanes.root.frame.graph:
-        yield frame
-        return
-    unit: Unit = lanes.begin_unit(lanes.root)
-    token = CURRENT_FRAME.set(unit.frame)
-    try:
-        yield unit.frame
-    finally:
-        CURRENT_FRAME.reset(token)
-        lanes.end_unit(unit)
 
 
 class AgentrtChatCompletionClient(BaseOpenAIChatCompletionClient):
@@ -120,7 +100,7 @@ class AgentrtChatCompletionClient(BaseOpenAIChatCompletionClient):
         extra_create_args: Mapping[str, Any] | None = None,
         cancellation_token: CancellationToken | None = None,
     ) -> CreateResult:
-        with _placed() as frame, llm_errors(frame):
+        with placed_unit() as frame, llm_errors(frame):
             result: CreateResult = await super().create(
                 messages,
                 tools=list(tools),
@@ -157,7 +137,7 @@ class AgentrtChatCompletionClient(BaseOpenAIChatCompletionClient):
         try:
             # The request is sent (and tagged) in the first step; placing only that step
             # keeps the context change inside one resumption of this generator.
-            with _placed() as frame, llm_errors(frame):
+            with placed_unit() as frame, llm_errors(frame):
                 try:
                     first = await anext(stream)
                 except StopAsyncIteration:
@@ -197,7 +177,7 @@ class ReportedTool(BaseTool[BaseModel, Any]):
         cancellation_token: CancellationToken,
         call_id: str | None = None,
     ) -> Any:
-        with _placed() as frame:
+        with placed_unit() as frame:
             if frame is None:
                 return await self.inner.run_json(args, cancellation_token, call_id)
             step = ToolStep(frame, self.name, tool_call_id=call_id or "")
@@ -241,7 +221,7 @@ class AgentrtTool(BaseTool[BaseModel, Any]):
         self, args: BaseModel | Mapping[str, Any], call_id: str, token: CancellationToken
     ) -> Any:
         try:
-            with _placed():
+            with placed_unit():
                 result = await run_tool(self.tool, args, tool_call_id=call_id)
         except JournalError as exc:
             # AutoGen would hand this to the model, which may call the tool again — a new step
@@ -311,17 +291,16 @@ async def run_in_program(agent: Any, task: str) -> Any:
     if frame is None:
         raise AgentrtError("run_in_program needs a current program (`async with rt.program()`)")
     fatal: list[JournalError] = []
-    lanes_token = _LANES.set(Lanes(frame))
     fatal_token = _FATAL.set(fatal)
     try:
-        result = await agent.run(task=task)
+        with agent_lanes(frame):
+            result = await agent.run(task=task)
     except BaseException:
         if fatal:
             raise fatal[0] from None
         raise
     finally:
         _FATAL.reset(fatal_token)
-        _LANES.reset(lanes_token)
     if fatal:
         raise fatal[0]
     return result
