@@ -10,13 +10,14 @@ from agentrt.errors import AgentrtError, ConfigError
 from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.program.program import Program
 from agentrt.runtime.runtime import Runtime
+from agentrt_adapters._common import AgentRun
 
 __all__ = [
     "answer_text",
     "configured_model",
     "current_program",
     "require_frame",
-    "run_as_program",
+    "run_agent_as_program",
     "served_model_name",
 ]
 
@@ -58,18 +59,32 @@ async def served_model_name(rt: Runtime, model: str | None) -> str:
     return model or rt.config.model or await rt.served_model.get(rt.transport)
 
 
-async def run_as_program(
+async def run_agent_as_program(
     rt: Runtime,
-    body: Callable[[Program], Awaitable[Any]],
+    run: Callable[[], Awaitable[Any]],
+    output: Callable[[Any], Any],
     *,
+    step_limit: type[BaseException],
     new_program: bool,
     name: str,
     timeout_s: float | None,
     program_id: str | None,
-) -> Any:
-    """``body(program)`` in a program of its own (``new_program``: named ``name``, an
-    ``invoke_agent`` span, ``timeout_s`` its budget in seconds, ``program_id`` default a fresh
-    one) or in the current program (``AgentrtError`` outside one). Returns what ``body`` does."""
+) -> AgentRun:
+    """Run a framework agent, ``await run()``, in a program of its own (``new_program``: named
+    ``name``, an ``invoke_agent`` span, ``timeout_s`` its budget in seconds, ``program_id``
+    default a fresh one) or in the current program (``AgentrtError`` outside one).
+
+    The answer is ``output(result)`` as text (:func:`answer_text`); ``step_limit``, the
+    framework's error for an agent stopped at its step limit, makes ``stop_reason="max_steps"``
+    (with the error as ``raw``)."""
+
+    async def body(program: Program) -> AgentRun:
+        try:
+            result = await run()
+        except step_limit as exc:
+            return AgentRun(program, None, "max_steps", raw=exc)
+        return AgentRun(program, answer_text(output(result)), "answer", raw=result)
+
     if not new_program:
         return await body(current_program("new_program=False"))
     async with rt.program(

@@ -47,7 +47,6 @@ from agents import (
 from agents.result import RunResult, RunResultStreaming
 
 from agentrt.errors import AgentrtError
-from agentrt.program.program import Program
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
 from agentrt_adapters._common import AgentRun, llm_errors
@@ -59,10 +58,9 @@ from agentrt_adapters._oa_tools import (
 )
 from agentrt_adapters._placement import agent_lanes
 from agentrt_adapters._runs import (
-    answer_text,
     configured_model,
     require_frame,
-    run_as_program,
+    run_agent_as_program,
     served_model_name,
 )
 
@@ -246,21 +244,13 @@ async def run_agent(
     config = run_config(rt, model=await served_model_name(rt, model), api=api)
     options = dict(run_options or {})
 
-    async def body(program: Program) -> AgentRun:
-        try:
-            result = await run_in_program(
-                agent, input, max_turns=max_turns, config=config, **options
-            )
-        except MaxTurnsExceeded as exc:
-            return AgentRun(program, None, "max_steps", raw=exc)
-        return AgentRun(program, answer_text(result.final_output), "answer", raw=result)
-
-    run: AgentRun = await run_as_program(
+    return await run_agent_as_program(
         rt,
-        body,
+        lambda: run_in_program(agent, input, max_turns=max_turns, config=config, **options),
+        lambda result: result.final_output,
+        step_limit=MaxTurnsExceeded,
         new_program=new_program,
         name=name or agent.name or "openai-agent",
         timeout_s=timeout_s,
         program_id=program_id,
     )
-    return run

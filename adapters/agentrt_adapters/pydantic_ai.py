@@ -51,7 +51,6 @@ from pydantic_ai.usage import UsageLimits
 
 from agentrt.errors import LLMCallError
 from agentrt.program.context import CURRENT_FRAME, Frame
-from agentrt.program.program import Program
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
 from agentrt.tools.runner import run_tool
@@ -59,10 +58,9 @@ from agentrt.tools.schema import Tool as AgentrtTool
 from agentrt_adapters._common import AgentRun, llm_errors
 from agentrt_adapters._placement import agent_lanes, observed_tool, placed_unit
 from agentrt_adapters._runs import (
-    answer_text,
     configured_model,
     require_frame,
-    run_as_program,
+    run_agent_as_program,
     served_model_name,
 )
 
@@ -254,22 +252,16 @@ async def run_agent(
     options.setdefault("usage_limits", UsageLimits(request_limit=max_requests))
     options["model"] = build(rt, chosen)
 
-    async def body(program: Program) -> AgentRun:
-        try:
-            result = await run_in_program(agent, prompt, **options)
-        except UsageLimitExceeded as exc:
-            return AgentRun(program, None, "max_steps", raw=exc)
-        return AgentRun(program, answer_text(result.output), "answer", raw=result)
-
-    run: AgentRun = await run_as_program(
+    return await run_agent_as_program(
         rt,
-        body,
+        lambda: run_in_program(agent, prompt, **options),
+        lambda result: result.output,
+        step_limit=UsageLimitExceeded,
         new_program=new_program,
         name=name or agent.name or "pydantic-ai-agent",
         timeout_s=timeout_s,
         program_id=program_id,
     )
-    return run
 
 
 def _with_capability(run_options: dict[str, Any]) -> dict[str, Any]:
