@@ -16,15 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anyio
-import httpx
 import pytest
 import yaml
 
-from agentrt_controller.backends.spec import BackendSpec
-from agentrt_controller.service import ControllerConfig, serve_controller
-from agentrt_emulator.server import EmulatorConfig, serve_engine
-from tests.ops.test_prometheus_scrape import PROMETHEUS_DIR, drive_calls, prometheus_tools
+from tests.ops.test_prometheus_scrape import PROMETHEUS_DIR, driven_stack, prometheus_tools
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -149,19 +144,11 @@ def test_every_alert_has_a_unit_test_that_fires_it() -> None:
 
 async def live_expositions() -> tuple[str, str]:
     """The ``/metrics`` texts of a controller and the emulator behind it, after a few calls."""
-    async with serve_engine(EmulatorConfig()) as engine:
-        config = ControllerConfig(
-            port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),), scrape_interval_s=0.2
+    async with driven_stack() as (http, controller, engine):
+        return (
+            (await http.get(controller + "/metrics")).text,
+            (await http.get(engine + "/metrics")).text,
         )
-        async with serve_controller(config) as controller, httpx.AsyncClient(timeout=20) as http:
-            with anyio.fail_after(10):
-                while (await http.get(controller + "/readyz")).status_code != 200:  # noqa: ASYNC110 - over HTTP, no event to await
-                    await anyio.sleep(0.05)
-            await drive_calls(http, controller)
-            return (
-                (await http.get(controller + "/metrics")).text,
-                (await http.get(engine.base_url + "/metrics")).text,
-            )
 
 
 def families(exposition: str) -> set[str]:

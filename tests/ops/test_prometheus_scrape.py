@@ -146,8 +146,11 @@ async def drive_calls(http: httpx.AsyncClient, controller: str) -> None:
         assert answer.status_code == 200, answer.text
 
 
-async def test_prometheus_scrapes_the_controller_and_the_emulator(tmp_path: Path) -> None:
-    tools = prometheus_tools()
+@contextlib.asynccontextmanager
+async def driven_stack() -> AsyncIterator[tuple[httpx.AsyncClient, str, str]]:
+    """An emulator and a controller in front of it, once the controller is ready (within 10 s)
+    and :func:`drive_calls` went through it; yields a client, the controller's URL and the
+    emulator's."""
     async with serve_engine(EmulatorConfig()) as engine:
         config = ControllerConfig(
             port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),), scrape_interval_s=0.2
@@ -157,58 +160,62 @@ async def test_prometheus_scrapes_the_controller_and_the_emulator(tmp_path: Path
                 while (await http.get(controller + "/readyz")).status_code != 200:  # noqa: ASYNC110 - over HTTP, no event to await
                     await anyio.sleep(0.05)
             await drive_calls(http, controller)
-            calls = PLAIN_CALLS + STREAMED_CALLS
-            scrape = scrape_config(
-                controller.removeprefix("http://"),
-                engine.base_url.removeprefix("http://").rstrip("/"),
-                PROMETHEUS_DIR / "alerts.rules.yml",
+            yield http, controller, engine.base_url
+
+
+async def test_prometheus_scrapes_the_controller_and_the_emulator(tmp_path: Path) -> None:
+    tools = prometheus_tools()
+    async with driven_stack() as (http, controller, engine):
+        calls = PLAIN_CALLS + STREAMED_CALLS
+        scrape = scrape_config(
+            controller.removeprefix("http://"),
+            engine.removeprefix("http://").rstrip("/"),
+            PROMETHEUS_DIR / "alerts.rules.yml",
+        )
+        async with prometheus_server(tools.prometheus, scrape, tmp_path) as prometheus:
+            # Until both targets were scraped after the calls (the first scrape comes within
+            # one 0.5 s interval) and every rule group ran once.
+            with anyio.fail_after(20):
+                while True:
+                    up = await values_by(http, prometheus, "up", "job")
+                    e2e = await values_by(
+                        http, prometheus,
+                        "sum by (job) (agentrt_controller_call_e2e_seconds_count)", "job",
+                    )  # fmt: skip
+                    groups = await rule_groups(http, prometheus)
+                    evaluated = all(
+                        rule["lastEvaluation"] > "0001-01-01T00:00:00Z"
+                        for group in groups
+                        for rule in group["rules"]
+                    )
+                    if len(up) == 2 and e2e and evaluated:
+                        break
+                    await anyio.sleep(0.2)
+            assert up == {CONTROLLER_JOB: 1.0, ENGINES_JOB: 1.0}
+            assert e2e == {CONTROLLER_JOB: float(calls)}
+            ttft = await values_by(
+                http, prometheus,
+                "sum(agentrt_controller_time_to_first_token_seconds_count)", "job",
+            )  # fmt: skip
+            assert ttft == {"": float(STREAMED_CALLS)}
+            build = await values_by(http, prometheus, "agentrt_build_info", "component")
+            assert build == {"controller": 1.0, "emulator": 1.0}
+            jobs = await values_by(http, prometheus, "agentrt_build_info", "job")
+            assert jobs == {CONTROLLER_JOB: 1.0, ENGINES_JOB: 1.0}
+            per_token = await values_by(
+                http, prometheus, "vllm:time_per_output_token_seconds_count", "job"
             )
-            async with prometheus_server(tools.prometheus, scrape, tmp_path) as prometheus:
-                # Until both targets were scraped after the calls (the first scrape comes within
-                # one 0.5 s interval) and every rule group ran once.
-                with anyio.fail_after(20):
-                    while True:
-                        up = await values_by(http, prometheus, "up", "job")
-                        e2e = await values_by(
-                            http, prometheus,
-                            "sum by (job) (agentrt_controller_call_e2e_seconds_count)", "job",
-                        )  # fmt: skip
-                        groups = await rule_groups(http, prometheus)
-                        evaluated = all(
-                            rule["lastEvaluation"] > "0001-01-01T00:00:00Z"
-                            for group in groups
-                            for rule in group["rules"]
-                        )
-                        if len(up) == 2 and e2e and evaluated:
-                            break
-                        await anyio.sleep(0.2)
-                assert up == {CONTROLLER_JOB: 1.0, ENGINES_JOB: 1.0}
-                assert e2e == {CONTROLLER_JOB: float(calls)}
-                ttft = await values_by(
-                    http, prometheus,
-                    "sum(agentrt_controller_time_to_first_token_seconds_count)", "job",
-                )  # fmt: skip
-                assert ttft == {"": float(STREAMED_CALLS)}
-                build = await values_by(http, prometheus, "agentrt_build_info", "component")
-                assert build == {"controller": 1.0, "emulator": 1.0}
-                jobs = await values_by(http, prometheus, "agentrt_build_info", "job")
-                assert jobs == {CONTROLLER_JOB: 1.0, ENGINES_JOB: 1.0}
-                per_token = await values_by(
-                    http, prometheus, "vllm:time_per_output_token_seconds_count", "job"
-                )
-                assert per_token == {ENGINES_JOB: float(calls)}
-                running = await values_by(http, prometheus, "vllm:num_requests_running", "job")
-                assert running == {ENGINES_JOB: 0.0}
-                backend = await values_by(
-                    http, prometheus, "agentrt_controller_backend_up", "backend"
-                )
-                assert list(backend.values()) == [1.0]
-                for group in groups:
-                    for rule in group["rules"]:
-                        assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
-                alerts = await query(http, prometheus, "ALERTS")
-                assert alerts == [], "a healthy stack raised alerts"
-                await check_dashboard_queries(http, prometheus)
+            assert per_token == {ENGINES_JOB: float(calls)}
+            running = await values_by(http, prometheus, "vllm:num_requests_running", "job")
+            assert running == {ENGINES_JOB: 0.0}
+            backend = await values_by(http, prometheus, "agentrt_controller_backend_up", "backend")
+            assert list(backend.values()) == [1.0]
+            for group in groups:
+                for rule in group["rules"]:
+                    assert rule["health"] == "ok", (rule["name"], rule.get("lastError"))
+            alerts = await query(http, prometheus, "ALERTS")
+            assert alerts == [], "a healthy stack raised alerts"
+            await check_dashboard_queries(http, prometheus)
 
 
 async def check_dashboard_queries(http: httpx.AsyncClient, prometheus: str) -> None:
