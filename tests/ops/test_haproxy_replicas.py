@@ -191,6 +191,21 @@ async def replicas(count: int, backends: Sequence[str], *options: str) -> AsyncI
         yield Replicas([p for p, _ in ordered], [u for _, u in ordered])
 
 
+@contextlib.asynccontextmanager
+async def balanced_fleet(workdir: Path, *options: str) -> AsyncIterator[tuple[Replicas, Balancer]]:
+    """Two emulator subprocesses, three controller replicas in front of both (``options``
+    passed to each) and HAProxy in front of the replicas (its files in ``workdir``); skips (or
+    fails) before starting anything when HAProxy is missing."""
+    haproxy_binary()
+    async with (
+        spawn_emulator() as first,
+        spawn_emulator() as second,
+        replicas(3, [first.url, second.url], *options) as fleet,
+        haproxy(fleet.urls, workdir) as balancer,
+    ):
+        yield fleet, balancer
+
+
 async def entries(http: httpx.AsyncClient, replica: str) -> dict[str, dict[str, Any]]:
     """``replica``'s process table: its entries by program id."""
     answer = await http.get(replica + PROGRAMS)
@@ -207,12 +222,8 @@ async def test_haproxy_keeps_every_call_of_a_program_on_one_replica(tmp_path: Pa
     programs = [f"p-{i:02d}" for i in range(24)] + ["team/a.b:7"]
     sessions = [f"chat-{i}" for i in range(9)]
     calls_per_program = 3
-    haproxy_binary()  # skip (or fail) before starting anything
     async with (
-        spawn_emulator() as first,
-        spawn_emulator() as second,
-        replicas(3, [first.url, second.url]) as fleet,
-        haproxy(fleet.urls, tmp_path) as balancer,
+        balanced_fleet(tmp_path) as (fleet, balancer),
         httpx.AsyncClient(timeout=30) as http,
     ):
 
@@ -309,14 +320,10 @@ async def test_a_sigkilled_replica_s_programs_continue_on_the_others(tmp_path: P
     steps, tokens = 5, 40
     programs = [f"k-{i:02d}" for i in range(18)]
     outcomes = Outcomes({p: 0 for p in programs}, [], [])
-    haproxy_binary()  # skip (or fail) before starting anything
     # A window of one call per backend: each replica streams at most two calls and queues the
     # rest, so the victim holds calls that have not started when it dies.
     async with (
-        spawn_emulator() as first,
-        spawn_emulator() as second,
-        replicas(3, [first.url, second.url], "--admission-window", "1") as fleet,
-        haproxy(fleet.urls, tmp_path) as balancer,
+        balanced_fleet(tmp_path, "--admission-window", "1") as (fleet, balancer),
         httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=100)) as http,
     ):
         victim, victim_url = fleet.processes[0], fleet.urls[0]
@@ -410,12 +417,8 @@ async def test_a_stopped_replica_leaves_the_ring_and_its_programs_move(tmp_path:
     ring; its programs' next calls are served by the others. (Calls it held when it stopped
     wait for it — docs/replicas.md, "When a replica dies".)"""
     programs = [f"s-{i:02d}" for i in range(12)]
-    haproxy_binary()  # skip (or fail) before starting anything
     async with (
-        spawn_emulator() as first,
-        spawn_emulator() as second,
-        replicas(3, [first.url, second.url]) as fleet,
-        haproxy(fleet.urls, tmp_path) as balancer,
+        balanced_fleet(tmp_path) as (fleet, balancer),
         httpx.AsyncClient(timeout=30) as http,
     ):
 
