@@ -119,6 +119,24 @@ def finish(where: Endpoint, telemetry: Telemetry | None, filler: str = "not real
     return 0
 
 
+#: The task of the framework assistant examples (tools: ``_stack.slow_search``, :func:`calculator`).
+ASSISTANT_TASK = (
+    "When did project Lighthouse launch? Search the archive first; if you need arithmetic, "
+    "use the calculator. Answer in one sentence."
+)
+
+
+async def calculator(expression: str) -> str:
+    """Evaluate an arithmetic expression.
+
+    Args:
+        expression: numbers with + - * / ** and parentheses, e.g. "(2 + 3) * 4"
+    """
+    # A demo tool of the framework examples (its docstring is what the model is told). Raises
+    # ValueError for anything but arithmetic: each example says how its framework handles that.
+    return str(evaluate(expression))
+
+
 _OPERATORS: dict[type, Any] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,

@@ -27,21 +27,6 @@ from agentrt import Runtime
 from agentrt_adapters import AgentRun
 from agentrt_adapters.agent_framework import run_chat_agent
 
-TASK = (
-    "When did project Lighthouse launch? Search the archive first; if you need arithmetic, "
-    "use the calculator. Answer in one sentence."
-)
-
-
-async def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression.
-
-    Args:
-        expression: numbers with + - * / ** and parentheses, e.g. "(2 + 3) * 4"
-    """
-    # Agent Framework hands a tool's exception back to the model as an error result.
-    return str(_common.evaluate(expression))
-
 
 async def main() -> int:
     p = _common.parser(__doc__.splitlines()[0])
@@ -51,8 +36,9 @@ async def main() -> int:
     async def agent(rt: Runtime) -> AgentRun:
         return await run_chat_agent(
             rt,
-            TASK,
-            [_stack.slow_search, calculator],
+            _common.ASSISTANT_TASK,
+            # Agent Framework hands a tool's exception back to the model as an error result.
+            [_stack.slow_search, _common.calculator],
             system="You are a careful assistant. Use tools when they help.",
             max_tool_iterations=args.max_tool_iterations,
             timeout_s=args.timeout_s,

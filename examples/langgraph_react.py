@@ -11,6 +11,7 @@ runs, the example samples the controller's process table and prints what it show
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -31,16 +32,12 @@ TASK = (
 )
 
 
+@functools.wraps(_common.calculator)  # the same tool for the model: name, description, arguments
 async def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression.
-
-    Args:
-        expression: numbers with + - * / ** and parentheses, e.g. "(2 + 3) * 4"
-    """
     # LangGraph's tool node stops the whole run on a tool exception (only bad arguments
     # go back to the model), so a tool's own failure is returned as text for the model.
     try:
-        return str(_common.evaluate(expression))
+        return await _common.calculator(expression)
     except ValueError as exc:
         return f"error: {exc}"
 

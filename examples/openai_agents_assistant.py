@@ -29,21 +29,6 @@ from agentrt import Runtime
 from agentrt_adapters import AgentRun
 from agentrt_adapters.openai_agents import function_tools, run_agent
 
-TASK = (
-    "When did project Lighthouse launch? Search the archive first; if you need arithmetic, "
-    "use the calculator. Answer in one sentence."
-)
-
-
-async def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression.
-
-    Args:
-        expression: numbers with + - * / ** and parentheses, e.g. "(2 + 3) * 4"
-    """
-    # The SDK hands a tool's exception back to the model as an error message.
-    return str(_common.evaluate(expression))
-
 
 async def main() -> int:
     p = _common.parser(__doc__.splitlines()[0])
@@ -59,7 +44,8 @@ async def main() -> int:
     agent = Agent(
         name="assistant",
         instructions="You are a careful assistant. Use tools when they help.",
-        tools=function_tools([calculator, _stack.slow_search]),
+        # The SDK hands a tool's exception back to the model as an error message.
+        tools=function_tools([_common.calculator, _stack.slow_search]),
         model_settings=ModelSettings(max_tokens=256),
     )
 
@@ -67,7 +53,7 @@ async def main() -> int:
         return await run_agent(
             rt,
             agent,
-            TASK,
+            _common.ASSISTANT_TASK,
             api=args.api,
             max_turns=args.max_turns,
             timeout_s=args.timeout_s,

@@ -13,6 +13,7 @@ runs, the example samples the controller's process table and prints what it show
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -28,20 +29,11 @@ from agentrt import Runtime
 from agentrt_adapters import AgentRun
 from agentrt_adapters.pydantic_ai import run_agent
 
-TASK = (
-    "When did project Lighthouse launch? Search the archive first; if you need arithmetic, "
-    "use the calculator. Answer in one sentence."
-)
 
-
+@functools.wraps(_common.calculator)  # the same tool for the model: name, description, arguments
 async def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression.
-
-    Args:
-        expression: numbers with + - * / ** and parentheses, e.g. "(2 + 3) * 4"
-    """
     try:
-        return str(_common.evaluate(expression))
+        return await _common.calculator(expression)
     except ValueError as exc:
         # Pydantic AI sends a ModelRetry back to the model (an uncaught error ends the run).
         raise ModelRetry(str(exc)) from exc
@@ -69,7 +61,7 @@ async def main() -> int:
         return await run_agent(
             rt,
             agent,
-            TASK,
+            _common.ASSISTANT_TASK,
             api=args.api,
             max_requests=args.max_requests,
             timeout_s=args.timeout_s,
