@@ -360,44 +360,18 @@ async def shared_queue_run(count: int, batch_size_known: bool, window: str) -> d
     """Two or three in-process controllers flooding one in-process emulator (a batch of 8)
     with 120 calls in all, as ``tests/ops/test_replicas_shared_backend.py`` does: the engine's
     waiting queue sampled every 50 ms after the first fifth of the run."""
-    import anyio
     import httpx
 
-    from agentrt_controller.backends.spec import BackendSpec
-    from agentrt_emulator.core.types import EngineConfig
-    from agentrt_emulator.server import EmulatorConfig, serve_engine
-    from tests.backends.servers import serve_app
-    from tests.ops.test_replicas_shared_backend import BATCH, flood, stock_vllm_view
+    from tests.ops.test_replicas_shared_backend import LIMITS, flood_sampling_waiting, shared_engine
     from tests.ops.test_replicas_shared_backend import replicas as in_process_replicas
 
-    limits = httpx.Limits(max_connections=400)
-    waiting: list[int] = []
+    admission = None if window == "unlimited" else window
     async with (
-        serve_engine(EmulatorConfig(engine=EngineConfig(max_num_seqs=BATCH))) as engine,
-        httpx.AsyncClient(timeout=120, limits=limits) as upstream,
-        serve_app(stock_vllm_view(engine.base_url, upstream)) as stock_url,
+        shared_engine(batch_size_known) as (engine, backend),
+        in_process_replicas(count, backend, admission_window=admission) as urls,
+        httpx.AsyncClient(timeout=120, limits=LIMITS) as http,
     ):
-        backend = (
-            BackendSpec(engine.base_url, kind="emulator", backend_id="shared")
-            if batch_size_known
-            else BackendSpec(stock_url, kind="vllm", backend_id="shared")
-        )
-        admission = None if window == "unlimited" else window
-        async with (
-            in_process_replicas(count, backend, admission_window=admission) as urls,
-            httpx.AsyncClient(timeout=120, limits=limits) as http,
-        ):
-            done = anyio.Event()
-
-            async def sample() -> None:
-                while not done.is_set():
-                    waiting.append(engine.state.core.num_waiting)
-                    await anyio.sleep(0.05)
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(sample)
-                await flood(http, urls, 120 // count)
-                done.set()
+        waiting = await flood_sampling_waiting(http, urls, 120 // count, engine)
     steady = sorted(waiting[len(waiting) // 5 :])
     return {
         "replicas": count,

@@ -26,7 +26,12 @@ import pytest
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 from agentrt_emulator.core.types import EngineConfig
-from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from agentrt_emulator.server import (
+    DEFAULT_MODEL_NAME,
+    EmulatorConfig,
+    RunningEmulator,
+    serve_engine,
+)
 from tests.backends.fake_vllm import FakeVllm, build_app
 from tests.backends.servers import serve_app
 
@@ -106,14 +111,20 @@ async def flood(http: httpx.AsyncClient, urls: Sequence[str], calls_each: int) -
                 group.start_soon(call, url, f"r{r}-p{i}")
 
 
-@pytest.mark.parametrize("batch_size_known", [True, False], ids=["emulator", "stock-vllm"])
-async def test_two_replicas_keep_a_shared_engine_s_queue_near_the_target(
+#: Connections of the clients flooding the replicas and of the stock-vLLM view's upstream.
+LIMITS = httpx.Limits(max_connections=400)
+
+
+@contextlib.asynccontextmanager
+async def shared_engine(
     batch_size_known: bool,
-) -> None:
-    limits = httpx.Limits(max_connections=400)
+) -> AsyncIterator[tuple[RunningEmulator, BackendSpec]]:
+    """An emulator with a batch of ``BATCH`` and the backend ``shared`` the replicas see it
+    as: the emulator itself when ``batch_size_known``, else :func:`stock_vllm_view` of it
+    (kind ``vllm``, its batch size hidden)."""
     async with (
         serve_engine(EmulatorConfig(engine=EngineConfig(max_num_seqs=BATCH))) as engine,
-        httpx.AsyncClient(timeout=120, limits=limits) as upstream,
+        httpx.AsyncClient(timeout=120, limits=LIMITS) as upstream,
         serve_app(stock_vllm_view(engine.base_url, upstream)) as stock_url,
     ):
         backend = (
@@ -121,23 +132,40 @@ async def test_two_replicas_keep_a_shared_engine_s_queue_near_the_target(
             if batch_size_known
             else BackendSpec(stock_url, kind="vllm", backend_id="shared")
         )
+        yield engine, backend
+
+
+async def flood_sampling_waiting(
+    http: httpx.AsyncClient, urls: Sequence[str], calls_each: int, engine: RunningEmulator
+) -> list[int]:
+    """:func:`flood` the replicas while sampling the engine's waiting queue every 50 ms;
+    returns the samples (calls), in order."""
+    waiting: list[int] = []
+    done = anyio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            waiting.append(engine.state.core.num_waiting)
+            await anyio.sleep(0.05)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(sample)
+        await flood(http, urls, calls_each)
+        done.set()
+    return waiting
+
+
+@pytest.mark.parametrize("batch_size_known", [True, False], ids=["emulator", "stock-vllm"])
+async def test_two_replicas_keep_a_shared_engine_s_queue_near_the_target(
+    batch_size_known: bool,
+) -> None:
+    async with shared_engine(batch_size_known) as (engine, backend):
         apps: list[ControllerApp] = []
         async with (
             replicas(2, backend, apps, admission_window="adaptive") as urls,
-            httpx.AsyncClient(timeout=120, limits=limits) as http,
+            httpx.AsyncClient(timeout=120, limits=LIMITS) as http,
         ):
-            waiting: list[int] = []
-            done = anyio.Event()
-
-            async def sample() -> None:
-                while not done.is_set():
-                    waiting.append(engine.state.core.num_waiting)
-                    await anyio.sleep(0.05)
-
-            async with anyio.create_task_group() as group:
-                group.start_soon(sample)
-                await flood(http, urls, CALLS_PER_REPLICA)
-                done.set()
+            waiting = await flood_sampling_waiting(http, urls, CALLS_PER_REPLICA, engine)
             in_flight_after = []
             for url in urls:
                 snapshot = (await http.get(url + "/agentrt/v1/queues")).json()
