@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import importlib.util
 import json
 import random
 import sys
@@ -54,23 +53,14 @@ from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_controller.service.app import ControllerApp
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks._vllm_launcher import load_launcher  # noqa: E402
+
 TOPIC = "kv"
 SYSTEM = "You are a careful agent. Tools:\n" + "\n".join(
     f"def tool_{i}(value_{i}, option_{i}=None):  # returns result_{i}" for i in range(24)
 )
-
-
-def load_launcher() -> ModuleType:
-    """scripts/vllm/server.py as a module (stdlib only)."""
-    name = "agentrt_vllm_launcher"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "vllm" / "server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def start_servers(launcher: ModuleType, count: int, kv_cache_mib: int) -> list[dict[str, Any]]:

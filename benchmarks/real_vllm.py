@@ -77,7 +77,6 @@ import contextlib
 import contextvars
 import dataclasses
 import datetime
-import importlib.util
 import json
 import math
 import os
@@ -92,7 +91,6 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import anyio
@@ -115,25 +113,13 @@ from benchmarks._real_vllm_pinning import (  # noqa: E402
     resolve_pinning,
 )
 from benchmarks._real_vllm_report import markdown  # noqa: E402
+from benchmarks._vllm_launcher import load_launcher  # noqa: E402
 
 IGNORE_EOS = {"ignore_eos": True}
 KINDS = ("react", "map_reduce", "mcts")
 SYSTEM = "You are a careful agent. Tools:\n" + "\n".join(
     f"def tool_{i}(value_{i}, option_{i}=None):  # returns result_{i}" for i in range(30)
 )
-
-
-def load_launcher() -> ModuleType:
-    """scripts/vllm/server.py as a module (stdlib only; see docs/real-vllm.md)."""
-    name = "agentrt_vllm_launcher"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / "vllm" / "server.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- the workload ----------------------------------------------------------------------------

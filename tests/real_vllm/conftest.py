@@ -24,9 +24,7 @@ AGENTRT_REQUIRE_VLLM=1 (set by .ci/run), which turns the skip into a failure.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -35,24 +33,12 @@ from typing import Any
 import httpx
 import pytest
 
-LAUNCHER_PATH = Path(__file__).resolve().parents[2] / "scripts" / "vllm" / "server.py"
-LAUNCHER_MODULE = "agentrt_vllm_launcher"
-
-
-def _load_launcher() -> ModuleType:
-    if LAUNCHER_MODULE in sys.modules:
-        return sys.modules[LAUNCHER_MODULE]
-    spec = importlib.util.spec_from_file_location(LAUNCHER_MODULE, LAUNCHER_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[LAUNCHER_MODULE] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+from benchmarks._vllm_launcher import load_launcher
 
 
 @pytest.fixture(scope="session")
 def vllm_launcher() -> ModuleType:
-    return _load_launcher()
+    return load_launcher()
 
 
 @pytest.fixture(scope="session")
