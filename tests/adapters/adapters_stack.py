@@ -363,3 +363,83 @@ async def check_spans_form_one_tree(
     assert span_tree(exporter) == agent_spans(stack.runtime.config.model, agent_name)
     tool_span = exporter.get_finished_spans()[1]
     assert tool_span.attributes is not None and tool_span.attributes["gen_ai.tool.call.id"]
+
+
+#: Runs an agent whose tool ``lookup`` is :func:`blocking_lookup` of the given gate.
+GatedRun = Callable[[Stack, anyio.Event], Awaitable[Any]]
+
+
+async def check_tool_wait_is_shown(run_in_program: GatedRun, name: str, program_id: str) -> Any:
+    """Inside program ``name`` / ``program_id``, ``run_in_program`` runs an agent whose tool
+    waits until the process table shows the wait: the wait was shown with the first call
+    charged, both calls arrived tagged, the nodes chain llm → tool → llm, and the run (returned
+    for more checks) answered in this program."""
+    released = anyio.Event()
+    seen: dict[str, Any] = {}
+    async with running_stack() as stack:
+        async with (
+            anyio.create_task_group() as group,
+            stack.runtime.program(name, program_id=program_id) as program,
+        ):
+            group.start_soon(
+                release_when_seen, stack, tool_waiting(program_id, "lookup"), released, seen
+            )
+            run = await run_in_program(stack, released)
+            entry = await stack.wait_for_entry(lambda e: e["program_id"] == program_id)
+        after = await stack.programs()
+    # While the tool ran, the process table showed the wait, the first call already charged.
+    check_first_tool_wait(seen["entry"], name=name, session_id=stack.runtime.session_id)
+    assert seen["entry"]["tool_waits"][0]["tool_name"] == "lookup"
+    # Both calls arrived tagged with the program and its thread.
+    assert entry["calls_finished"] == 2 and entry["threads"] == {"main": 2}
+    assert all(e["program_id"] != program_id for e in after)
+    nodes = check_llm_tool_llm(program)
+    assert nodes[1]["parent_ids"] == ["main:0"] and nodes[2]["parent_ids"] == ["main:1"]
+    assert run.stop_reason == "answer" and run.answer and run.program is program
+    return run
+
+
+async def check_tool_duration_is_predicted(
+    run: Callable[[Stack, anyio.Event, str, str], Awaitable[object]], prefix: str
+) -> None:
+    """``run(stack, gate, program_id, prompt)`` twice, an agent with the gated ``lookup``:
+    the first run's tool is held 0.3 s; the second's wait carries a predicted duration of at
+    least that (programs ``<prefix>-1`` and ``<prefix>-2``)."""
+    first, second, seen = anyio.Event(), anyio.Event(), dict[str, Any]()
+
+    async def hold(gate: anyio.Event, program_id: str, hold_s: float) -> None:
+        await stack.wait_for_entry(tool_waiting(program_id, "lookup"))  # the tool runs
+        await anyio.sleep(hold_s)
+        gate.set()
+
+    async with running_stack() as stack:
+        async with anyio.create_task_group() as group:
+            group.start_soon(hold, first, f"{prefix}-1", 0.3)
+            await run(stack, first, f"{prefix}-1", "Look it up.")
+        async with anyio.create_task_group() as group:
+            waiting = tool_waiting(f"{prefix}-2", "lookup")
+            group.start_soon(release_when_seen, stack, waiting, second, seen)
+            await run(stack, second, f"{prefix}-2", "Again.")
+    (wait,) = seen["entry"]["tool_waits"]
+    # The tool's first run took over 0.3 s; the controller was told so when the second began.
+    assert wait["predicted_duration_s"] >= 0.3
+
+
+async def check_parallel_tool_calls(run: GatedRun, program_id: str) -> None:
+    """``run`` (in program ``program_id``) runs an agent with :func:`gated_pair` whose model
+    calls both tools at once: both waited together in two threads, each chained off the first
+    call, and the next call joined both threads."""
+    both_seen = anyio.Event()
+    seen: dict[str, Any] = {}
+    async with running_stack() as stack, anyio.create_task_group() as group:
+        group.start_soon(release_when_seen, stack, tools_waiting(program_id, 2), both_seen, seen)
+        agent_run = await run(stack, both_seen)
+    assert sorted(w["thread_id"] for w in seen["entry"]["tool_waits"]) == ["main", "main.0"]
+    assert sorted(w["tool_name"] for w in seen["entry"]["tool_waits"]) == ["fetch", "lookup"]
+    nodes = list(agent_run.program.nodes.values())
+    first, tools, last = nodes[0], nodes[1:3], nodes[3]
+    assert [n.kind for n in nodes] == ["llm", "tool", "tool", "llm"]
+    assert sorted(n.thread_id for n in tools) == ["main", "main.0"]
+    assert all(n.parent_ids == (first.id,) and n.tool_call_id for n in tools)
+    # The next model call depends on both tool runs (the threads joined).
+    assert sorted(last.parent_ids) == sorted(n.id for n in tools) and last.thread_id == "main"

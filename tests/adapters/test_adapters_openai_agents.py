@@ -20,16 +20,18 @@ from adapters_stack import (
     check_first_tool_wait,
     check_hanging_tool_is_cancelled,
     check_llm_tool_llm,
+    check_parallel_tool_calls,
     check_side_effect_replayed_on_rerun,
     check_side_effect_without_journal_fails,
     check_spans_form_one_tree,
+    check_tool_duration_is_predicted,
+    check_tool_wait_is_shown,
     gated_pair,
     hang,
     lookup,
     release_when_seen,
     running_stack,
     tool_waiting,
-    tools_waiting,
     wait_for_upstream_abort,
 )
 from agents import Agent, ModelSettings, function_tool
@@ -37,6 +39,7 @@ from openai.types.responses import ResponseTextDeltaEvent
 
 from agentrt import DeadlineExceeded, LLMCallError, Program, Tool
 from agentrt.errors import AgentrtError
+from agentrt_adapters import AgentRun
 from agentrt_adapters.openai_agents import (
     ModelAPI,
     function_tools,
@@ -58,98 +61,52 @@ def tool_then_answer(**extra_body: Any) -> ModelSettings:
     return ModelSettings(tool_choice="required", max_tokens=256, extra_body=body)
 
 
+def archivist(gate: anyio.Event) -> Agent[Any]:
+    """An agent whose ``lookup`` tool answers once ``gate`` is set."""
+    return Agent(
+        name="archivist",
+        instructions="Answer from the archive.",
+        tools=function_tools([blocking_lookup(gate)]),
+        model_settings=tool_then_answer(),
+    )
+
+
 @pytest.mark.parametrize("api", APIS)
 async def test_agent_runs_through_the_controller_and_shows_its_tool_wait(api: ModelAPI) -> None:
-    released = anyio.Event()
-    seen: dict[str, Any] = {}
-    program_id = f"p-oa-{api[:4]}"
-    async with running_stack() as stack:
-        agent = Agent(
-            name="archivist",
-            instructions="Answer from the archive.",
-            tools=function_tools([blocking_lookup(released)]),
-            model_settings=tool_then_answer(),
+    async def run(stack: Stack, gate: anyio.Event) -> AgentRun:
+        agent = archivist(gate)
+        return await run_agent(
+            stack.runtime, agent, "What does it say?", api=api, new_program=False
         )
-        async with (
-            anyio.create_task_group() as group,
-            stack.runtime.program("oa-agent", program_id=program_id) as program,
-        ):
-            group.start_soon(
-                release_when_seen, stack, tool_waiting(program_id, "lookup"), released, seen
-            )
-            run = await run_agent(
-                stack.runtime, agent, "What does it say?", api=api, new_program=False
-            )
-            entry = await stack.wait_for_entry(lambda e: e["program_id"] == program_id)
-        after = await stack.programs()
-    # While the tool ran, the process table showed the wait, the first call already charged.
-    check_first_tool_wait(seen["entry"], name="oa-agent", session_id=stack.runtime.session_id)
-    assert seen["entry"]["tool_waits"][0]["tool_name"] == "lookup"
-    # Both calls arrived tagged with the program and its thread.
-    assert entry["calls_finished"] == 2 and entry["threads"] == {"main": 2}
-    assert all(e["program_id"] != program_id for e in after)
-    nodes = check_llm_tool_llm(program)
-    assert nodes[1]["parent_ids"] == ["main:0"] and nodes[2]["parent_ids"] == ["main:1"]
-    assert run.stop_reason == "answer" and run.answer and run.program is program
-    assert program.phase_s["tool"] > 0
+
+    run = await check_tool_wait_is_shown(run, "oa-agent", f"p-oa-{api[:4]}")
+    assert run.program.phase_s["tool"] > 0
 
 
 async def test_a_tools_next_wait_carries_the_duration_predicted_from_its_last_run() -> None:
-    def archivist(gate: anyio.Event) -> Agent[Any]:
-        return Agent(
-            name="archivist",
-            instructions="Answer from the archive.",
-            tools=function_tools([blocking_lookup(gate)]),
-            model_settings=tool_then_answer(),
-        )
+    async def run(stack: Stack, gate: anyio.Event, program_id: str, prompt: str) -> None:
+        await run_agent(stack.runtime, archivist(gate), prompt, program_id=program_id)
 
-    async def hold(gate: anyio.Event, program_id: str, hold_s: float) -> None:
-        await stack.wait_for_entry(tool_waiting(program_id, "lookup"))  # the tool runs
-        await anyio.sleep(hold_s)
-        gate.set()
-
-    first, second, seen = anyio.Event(), anyio.Event(), dict[str, Any]()
-    async with running_stack() as stack:
-        async with anyio.create_task_group() as group:
-            group.start_soon(hold, first, "p-oa-pred-1", 0.3)
-            await run_agent(
-                stack.runtime, archivist(first), "Look it up.", program_id="p-oa-pred-1"
-            )
-        async with anyio.create_task_group() as group:
-            waiting = tool_waiting("p-oa-pred-2", "lookup")
-            group.start_soon(release_when_seen, stack, waiting, second, seen)
-            await run_agent(stack.runtime, archivist(second), "Again.", program_id="p-oa-pred-2")
-    (wait,) = seen["entry"]["tool_waits"]
-    # The tool's first run took over 0.3 s; the controller was told so when the second began.
-    assert wait["predicted_duration_s"] >= 0.3
+    await check_tool_duration_is_predicted(run, "p-oa-pred")
 
 
 # The scripted model is deterministic: with these seeds its first answer calls both tools.
 @pytest.mark.parametrize(("api", "seed"), [("responses", 0), ("chat_completions", 8)])
 async def test_parallel_tool_calls_wait_in_two_threads_at_once(api: ModelAPI, seed: int) -> None:
-    both_seen = anyio.Event()
-    seen: dict[str, Any] = {}
-    agent = Agent(
-        name="both",
-        instructions="Use both tools.",
-        tools=function_tools(gated_pair(both_seen)),
-        model_settings=tool_then_answer(seed=seed).resolve(ModelSettings(parallel_tool_calls=True)),
-    )
-    async with running_stack() as stack, anyio.create_task_group() as group:
-        group.start_soon(release_when_seen, stack, tools_waiting("p-oa-par", 2), both_seen, seen)
-        run = await run_agent(
+    async def run(stack: Stack, gate: anyio.Event) -> AgentRun:
+        settings = tool_then_answer(seed=seed).resolve(ModelSettings(parallel_tool_calls=True))
+        agent = Agent(
+            name="both",
+            instructions="Use both tools.",
+            tools=function_tools(gated_pair(gate)),
+            model_settings=settings,
+        )
+        return await run_agent(
             stack.runtime, agent, "Look up agentrt and fetch its page.", api=api,
             program_id="p-oa-par",
         )  # fmt: skip
-    assert sorted(w["thread_id"] for w in seen["entry"]["tool_waits"]) == ["main", "main.0"]
-    assert sorted(w["tool_name"] for w in seen["entry"]["tool_waits"]) == ["fetch", "lookup"]
-    nodes = list(run.program.nodes.values())
-    first, tools, last = nodes[0], nodes[1:3], nodes[3]
-    assert [n.kind for n in nodes] == ["llm", "tool", "tool", "llm"]
-    assert sorted(n.thread_id for n in tools) == ["main", "main.0"]
-    assert all(n.parent_ids == (first.id,) and n.tool_call_id for n in tools)
-    # The next model call depends on both tool runs (the threads joined).
-    assert sorted(last.parent_ids) == sorted(n.id for n in tools) and last.thread_id == "main"
+
+    await check_parallel_tool_calls(run, "p-oa-par")
 
 
 @pytest.mark.parametrize("api", APIS)

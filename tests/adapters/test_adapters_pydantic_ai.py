@@ -18,25 +18,27 @@ from adapters_stack import (
     add,
     blocking_lookup,
     check_deadline_cancels_the_call_upstream,
-    check_first_tool_wait,
     check_hanging_tool_is_cancelled,
     check_llm_tool_llm,
+    check_parallel_tool_calls,
     check_side_effect_replayed_on_rerun,
     check_side_effect_without_journal_fails,
     check_spans_form_one_tree,
+    check_tool_duration_is_predicted,
+    check_tool_wait_is_shown,
     gated_pair,
     hang,
     lookup,
     release_when_seen,
     running_stack,
     tool_waiting,
-    tools_waiting,
 )
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.settings import ModelSettings
 
 from agentrt import LLMCallError, Program, Tool
 from agentrt.errors import AgentrtError
+from agentrt_adapters import AgentRun
 from agentrt_adapters.pydantic_ai import (
     AgentrtCapability,
     ModelAPI,
@@ -63,95 +65,50 @@ def tool_then_answer(**extra_body: Any) -> Callable[[RunContext[Any]], ModelSett
     return settings
 
 
-@pytest.mark.parametrize("api", APIS)
-async def test_agent_runs_through_the_controller_and_shows_its_tool_wait(api: ModelAPI) -> None:
-    released = anyio.Event()
-    seen: dict[str, Any] = {}
-    program_id = f"p-pai-{api[:4]}"
-    agent = Agent(
+def archivist(gate: anyio.Event) -> Agent[Any, Any]:
+    """An agent whose ``lookup`` tool answers once ``gate`` is set."""
+    return Agent(
         name="archivist",
         instructions="Answer from the archive.",
-        tools=[blocking_lookup(released)],
+        tools=[blocking_lookup(gate)],
         model_settings=tool_then_answer(),
     )
-    async with running_stack() as stack:
-        async with (
-            anyio.create_task_group() as group,
-            stack.runtime.program("pai-agent", program_id=program_id) as program,
-        ):
-            group.start_soon(
-                release_when_seen, stack, tool_waiting(program_id, "lookup"), released, seen
-            )
-            run = await run_agent(
-                stack.runtime, agent, "What does it say?", api=api, new_program=False
-            )
-            entry = await stack.wait_for_entry(lambda e: e["program_id"] == program_id)
-        after = await stack.programs()
-    check_first_tool_wait(seen["entry"], name="pai-agent", session_id=stack.runtime.session_id)
-    assert seen["entry"]["tool_waits"][0]["tool_name"] == "lookup"
-    # Both requests arrived tagged with the program and its thread.
-    assert entry["calls_finished"] == 2 and entry["threads"] == {"main": 2}
-    assert all(e["program_id"] != program_id for e in after)
-    nodes = check_llm_tool_llm(program)
-    assert nodes[1]["parent_ids"] == ["main:0"] and nodes[2]["parent_ids"] == ["main:1"]
-    assert run.stop_reason == "answer" and run.answer and run.program is program
+
+
+@pytest.mark.parametrize("api", APIS)
+async def test_agent_runs_through_the_controller_and_shows_its_tool_wait(api: ModelAPI) -> None:
+    async def run(stack: Stack, gate: anyio.Event) -> AgentRun:
+        agent = archivist(gate)
+        return await run_agent(
+            stack.runtime, agent, "What does it say?", api=api, new_program=False
+        )
+
+    await check_tool_wait_is_shown(run, "pai-agent", f"p-pai-{api[:4]}")
 
 
 async def test_a_tools_next_wait_carries_the_duration_predicted_from_its_last_run() -> None:
-    def archivist(gate: anyio.Event) -> Agent[Any, Any]:
-        return Agent(
-            name="archivist",
-            instructions="Answer from the archive.",
-            tools=[blocking_lookup(gate)],
-            model_settings=tool_then_answer(),
-        )
+    async def run(stack: Stack, gate: anyio.Event, program_id: str, prompt: str) -> None:
+        await run_agent(stack.runtime, archivist(gate), prompt, program_id=program_id)
 
-    async def hold(gate: anyio.Event, program_id: str, hold_s: float) -> None:
-        await stack.wait_for_entry(tool_waiting(program_id, "lookup"))  # the tool runs
-        await anyio.sleep(hold_s)
-        gate.set()
-
-    first, second, seen = anyio.Event(), anyio.Event(), dict[str, Any]()
-    async with running_stack() as stack:
-        async with anyio.create_task_group() as group:
-            group.start_soon(hold, first, "p-pai-pred-1", 0.3)
-            await run_agent(
-                stack.runtime, archivist(first), "Look it up.", program_id="p-pai-pred-1"
-            )
-        async with anyio.create_task_group() as group:
-            waiting = tool_waiting("p-pai-pred-2", "lookup")
-            group.start_soon(release_when_seen, stack, waiting, second, seen)
-            await run_agent(stack.runtime, archivist(second), "Again.", program_id="p-pai-pred-2")
-    (wait,) = seen["entry"]["tool_waits"]
-    # The tool's first run took over 0.3 s; the controller was told so when the second began.
-    assert wait["predicted_duration_s"] >= 0.3
+    await check_tool_duration_is_predicted(run, "p-pai-pred")
 
 
 # The scripted model is deterministic: with these seeds its first answer calls both tools.
 @pytest.mark.parametrize(("api", "seed"), [("chat_completions", 1), ("responses", 17)])
 async def test_parallel_tool_calls_wait_in_two_threads_at_once(api: ModelAPI, seed: int) -> None:
-    both_seen = anyio.Event()
-    seen: dict[str, Any] = {}
-    agent = Agent(
-        name="both",
-        instructions="Use both tools.",
-        tools=gated_pair(both_seen),
-        model_settings=tool_then_answer(seed=seed),
-    )
-    async with running_stack() as stack, anyio.create_task_group() as group:
-        group.start_soon(release_when_seen, stack, tools_waiting("p-pai-par", 2), both_seen, seen)
-        run = await run_agent(
+    async def run(stack: Stack, gate: anyio.Event) -> AgentRun:
+        agent = Agent(
+            name="both",
+            instructions="Use both tools.",
+            tools=gated_pair(gate),
+            model_settings=tool_then_answer(seed=seed),
+        )
+        return await run_agent(
             stack.runtime, agent, "Look up agentrt and fetch its page.", api=api,
             program_id="p-pai-par",
         )  # fmt: skip
-    assert sorted(w["thread_id"] for w in seen["entry"]["tool_waits"]) == ["main", "main.0"]
-    assert sorted(w["tool_name"] for w in seen["entry"]["tool_waits"]) == ["fetch", "lookup"]
-    nodes = list(run.program.nodes.values())
-    first, tools, last = nodes[0], nodes[1:3], nodes[3]
-    assert [n.kind for n in nodes] == ["llm", "tool", "tool", "llm"]
-    assert sorted(n.thread_id for n in tools) == ["main", "main.0"]
-    assert all(n.parent_ids == (first.id,) and n.tool_call_id for n in tools)
-    assert sorted(last.parent_ids) == sorted(n.id for n in tools) and last.thread_id == "main"
+
+    await check_parallel_tool_calls(run, "p-pai-par")
 
 
 async def test_run_stream_reports_its_tool_and_streams_the_answer() -> None:
