@@ -35,7 +35,6 @@ import os
 import platform
 import re
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _report  # noqa: E402
+from benchmarks._processes import cpu_s, free_port  # noqa: E402
 
 BODY = json.dumps(
     {
@@ -199,12 +199,6 @@ async def throughput(port: int, concurrency: int, seconds: float) -> float:
 # --- orchestration --------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -237,7 +231,7 @@ async def _wait_ready(port: int, path: bytes, timeout_s: float = 30.0) -> None:
 
 @contextlib.asynccontextmanager
 async def stack(policy: str, window: str) -> AsyncIterator[tuple[int, int, int]]:
-    backend_port, controller_port = _free_port(), _free_port()
+    backend_port, controller_port = free_port(), free_port()
     python = sys.executable
     with _process([python, __file__, "--serve-backend", str(backend_port)]):
         await _wait_ready(backend_port, b"/health")
@@ -255,12 +249,6 @@ async def stack(policy: str, window: str) -> AsyncIterator[tuple[int, int, int]]
             yield backend_port, controller_port, controller.pid
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -274,9 +262,9 @@ async def measure(policy: str, args: argparse.Namespace) -> dict[str, Any]:
             direct = await latencies(backend, args.calls)
             via = await latencies(controller, args.calls)
             direct_rate = await throughput(backend, args.concurrency, args.seconds)
-            cpu_before = _cpu_seconds(pid)
+            cpu_before = cpu_s(pid)
             via_rate = await throughput(controller, args.concurrency, args.seconds)
-            cpu_per_call = (_cpu_seconds(pid) - cpu_before) / (via_rate * args.seconds)
+            cpu_per_call = (cpu_s(pid) - cpu_before) / (via_rate * args.seconds)
             reps.append(
                 {
                     "direct_p50_ms": _pct(direct, 0.5) * 1e3,

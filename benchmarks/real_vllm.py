@@ -82,7 +82,6 @@ import math
 import os
 import random
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -103,6 +102,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _report  # noqa: E402
+from benchmarks._processes import free_port  # noqa: E402
 from benchmarks._real_vllm_pinning import (  # noqa: E402
     Pinning,
     affinity,
@@ -321,12 +321,6 @@ async def run_workload(
 
 
 # --- servers ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.contextmanager

@@ -36,7 +36,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._processes import cpu_s, free_port, stop  # noqa: E402
 from tests.ops.test_haproxy_replicas import (  # noqa: E402 - the substitution the test checks
     FRONTEND,
     HAPROXY_CONFIG,
@@ -80,19 +80,6 @@ class Setup:
     time_scale: float = 10.0
     #: Wall seconds into the replay at which the kill configuration SIGKILLs replica 1.
     kill_after_s: float = 8.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
@@ -126,13 +113,7 @@ def server(
             wait_until(ready, what, proc, 60.0)
             yield proc
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc)
 
 
 def requests_total(url: str) -> float:

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _report  # noqa: E402
+from benchmarks._processes import free_port  # noqa: E402
 
 GOAL_US = 100.0
 _BODY = json.dumps(
@@ -84,12 +85,6 @@ async def _serve(port: int) -> None:
     print("ready", flush=True)
     async with server:
         await server.serve_forever()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _measure(
@@ -311,7 +306,7 @@ def main() -> int:
     if args.serve:
         asyncio.run(_serve(args.serve))
         return 0
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, __file__, "--serve", str(port)], stdout=subprocess.PIPE, text=True
     )

@@ -40,7 +40,6 @@ import json
 import math
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -56,6 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _report  # noqa: E402
+from benchmarks._processes import cpu_s, free_port, stop  # noqa: E402
 
 HEADING = "## Simulator vs live stack"
 AGENTRT = str(Path(sys.executable).with_name("agentrt"))
@@ -204,13 +204,6 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
 # -- the live stack ----------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -226,12 +219,6 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60
     raise RuntimeError(f"{url}: not healthy after {timeout_s:.0f} s")
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a live process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @contextlib.contextmanager
 def _server(argv: Sequence[str], url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     with log.open("wb") as out:
@@ -240,12 +227,7 @@ def _server(argv: Sequence[str], url: str, log: Path) -> Iterator[subprocess.Pop
             _wait_healthy(url, proc)
             yield proc
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 def engine_argv(setup: Setup, port: int) -> list[str]:
@@ -323,7 +305,7 @@ def engine_health(metrics: Mapping[str, float]) -> dict[str, float | None]:
 def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str, Any]:
     """One live run of ``config`` on ``trace``: the replay's summary plus ``health``."""
     _, via_controller = CONFIGS[config]
-    engine_port = _free_port()
+    engine_port = free_port()
     engine_url = f"http://127.0.0.1:{engine_port}"
     load_before = os.getloadavg()[0]
     with contextlib.ExitStack() as stack:
@@ -332,7 +314,7 @@ def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str,
         )
         target, controller = engine_url, None
         if via_controller:
-            port = _free_port()
+            port = free_port()
             target = f"http://127.0.0.1:{port}"
             controller = stack.enter_context(
                 _server(
@@ -341,9 +323,9 @@ def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str,
                     workdir / "controller.log",
                 )
             )
-        cpu_before = {"engine": _cpu_s(engine.pid)}
+        cpu_before = {"engine": cpu_s(engine.pid)}
         if controller is not None:
-            cpu_before["controller"] = _cpu_s(controller.pid)
+            cpu_before["controller"] = cpu_s(controller.pid)
         argv = [
             AGENTRT, "bench", "replay", "--trace", str(trace),
             "--base-url", target + "/v1",
@@ -359,7 +341,7 @@ def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str,
         wall_s = time.monotonic() - started
         if replay.returncode != 0:
             raise RuntimeError(f"bench replay ({config}) failed: {err_path.read_text()[-2000:]}")
-        cpu = {name: _cpu_s(proc.pid) - cpu_before[name] for name, proc in
+        cpu = {name: cpu_s(proc.pid) - cpu_before[name] for name, proc in
                (("engine", engine), ("controller", controller)) if proc is not None}  # fmt: skip
         cpu["replay"] = usage.ru_utime + usage.ru_stime
         with urllib.request.urlopen(engine_url + "/metrics", timeout=10) as response:
