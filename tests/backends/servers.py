@@ -22,6 +22,16 @@ FAKE_VLLM = Path(__file__).with_name("fake_vllm.py")
 REPO = Path(__file__).resolve().parents[2]
 
 
+async def request_body(receive: Any) -> bytes:
+    """The whole body of an ASGI HTTP request, read from ``receive`` until its last part."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 @contextlib.asynccontextmanager
 async def serve_app(app: Any, port: int = 0) -> AsyncIterator[str]:
     """Run an ASGI app with uvicorn on a loopback port (0: a free one); yields its base URL."""

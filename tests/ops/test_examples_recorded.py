@@ -25,7 +25,7 @@ from agentrt.protocol import HEADER_NODE_ID, HEADER_PROGRAM_ID, HEADER_THREAD_ID
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.server import EmulatorConfig, serve_engine
-from tests.backends.servers import serve_app
+from tests.backends.servers import request_body, serve_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -65,12 +65,7 @@ class RecordingProxy:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         self.records.append(Recorded(scope["method"], scope["path"], headers))
         forwarded = {k: v for k, v in headers.items() if k not in ("host", "content-length")}

@@ -33,7 +33,7 @@ from agentrt_emulator.server import (
     serve_engine,
 )
 from tests.backends.fake_vllm import FakeVllm, build_app
-from tests.backends.servers import serve_app
+from tests.backends.servers import request_body, serve_app
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -50,12 +50,7 @@ def stock_vllm_view(upstream: str, http: httpx.AsyncClient) -> Any:
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await request_body(receive)
         headers = [(k.decode(), v.decode()) for k, v in scope["headers"]
                    if k.lower() not in (b"host", b"content-length")]  # fmt: skip
         answer = await http.request(
