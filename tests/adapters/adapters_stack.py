@@ -443,3 +443,20 @@ async def check_parallel_tool_calls(run: GatedRun, program_id: str) -> None:
     assert all(n.parent_ids == (first.id,) and n.tool_call_id for n in tools)
     # The next model call depends on both tool runs (the threads joined).
     assert sorted(last.parent_ids) == sorted(n.id for n in tools) and last.thread_id == "main"
+
+
+def check_sub_agent_chain(program: Program) -> None:
+    """A lead agent's tool ``research`` ran a sub-agent that called ``add``: the sub-agent's
+    calls and tool chain off the ``research`` node, the lead answers after that tool, all in
+    thread ``main`` and all ok."""
+    nodes = list(program.nodes.values())
+    shape = [(n.kind, n.name if n.kind == "tool" else "", n.parent_ids) for n in nodes]
+    assert shape == [
+        ("llm", "", ()),
+        ("tool", "research", ("main:0",)),
+        ("llm", "", ("main:1",)),  # the sub-agent's calls and tool chain off its tool node
+        ("tool", "add", ("main:2",)),
+        ("llm", "", ("main:3",)),
+        ("llm", "", ("main:1",)),  # the lead answers after the research tool
+    ]
+    assert all(n.status == "ok" and n.thread_id == "main" for n in nodes)
