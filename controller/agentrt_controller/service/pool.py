@@ -190,6 +190,8 @@ class BackendPool:
     async def _probe(self, state: BackendState) -> None:
         backend = state.backend
         ok = False  # stays False when the probe runs out of time
+        # Cleared first: a probe that raises must not leave the loop probing without a pause.
+        state.probe_timed_out = False
         with anyio.move_on_after(self.interval_s) as limit:
             ok = await backend.health()
         timed_out = state.probe_timed_out = limit.cancelled_caught
