@@ -16,12 +16,13 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 
-from agentrt.errors import AgentrtError, ConfigError
+from agentrt.errors import AgentrtError
 from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.runtime.chat import current_runtime
 from agentrt.runtime.runtime import Runtime
 from agentrt_adapters._common import llm_errors
 from agentrt_adapters._lanes import Lanes, Unit
+from agentrt_adapters._runs import configured_model
 from agentrt_adapters._steps import ToolStep
 
 __all__ = [
@@ -297,9 +298,7 @@ def chat_model(
     :class:`AgentrtChatOpenAI` to build instead. Raises ``ConfigError`` without a model.
     """
     rt = current_runtime(runtime)
-    model = model or rt.config.model
-    if not model:
-        raise ConfigError("no model: pass model= or set RuntimeConfig.model")
+    model = configured_model(rt, model)
     kwargs.setdefault("base_url", rt.config.base_url)
     kwargs.setdefault("api_key", rt.config.api_key)
     kwargs.setdefault("max_retries", rt.config.max_retries)

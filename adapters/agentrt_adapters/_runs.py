@@ -1,5 +1,5 @@
-"""Small pieces of running a framework agent as a program, shared by the OpenAI Agents SDK and
-Pydantic AI adapters (no framework import here)."""
+"""Small pieces of running a framework agent as a program, shared by the adapters (no framework
+import here)."""
 
 from __future__ import annotations
 

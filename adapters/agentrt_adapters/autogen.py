@@ -34,6 +34,7 @@ from agentrt.tools.runner import run_tool
 from agentrt.tools.schema import Tool
 from agentrt_adapters._common import AgentRun, StopReason, llm_errors
 from agentrt_adapters._placement import agent_lanes, placed_unit
+from agentrt_adapters._runs import configured_model, current_program
 from agentrt_adapters._steps import ToolStep
 
 __all__ = [
@@ -81,9 +82,7 @@ class AgentrtChatCompletionClient(BaseOpenAIChatCompletionClient):
         **create_args: Any,
     ) -> None:
         rt = current_runtime(runtime)
-        model = model or rt.config.model
-        if not model:
-            raise ConfigError("no model: pass model= or set RuntimeConfig.model")
+        model = configured_model(rt, model)
         super().__init__(
             client=rt.openai_client(),
             create_args={**create_args, "model": model},
@@ -353,9 +352,7 @@ async def run_assistant_agent(
             )
         else:
             result = await run_in_program(agent, task)
-            frame = CURRENT_FRAME.get()
-            assert frame is not None
-            program = frame.run
+            program = current_program("run_assistant_agent(new_program=False)")
     finally:
         await client.close()
     last = result.messages[-1] if result.messages else None
