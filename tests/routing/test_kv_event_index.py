@@ -236,11 +236,12 @@ def test_memory_estimate_is_close_to_what_python_allocates() -> None:
 
 def test_the_prefix_router_trusts_synced_kv_events_and_falls_back_to_the_estimate() -> None:
     from agentrt_controller.routing import build_router
-    from agentrt_controller.routing.scorers import PrefixCostScorer, exact_index_of
+    from agentrt_controller.routing.scorers import PrefixCostScorer, exact_scorer_of
     from agentrt_controller.scheduling.api import BackendView, Call
 
     router = build_router("prefix")
-    exact = exact_index_of(router)
+    found = exact_scorer_of(router)
+    exact = found.exact if found is not None else None
     assert exact is not None
     tokens = list(range(64))
     call = Call("c1", "p1", prompt_tokens=64, block_hashes=(1, 2, 3, 4))

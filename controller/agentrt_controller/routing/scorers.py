@@ -22,7 +22,7 @@ __all__ = [
     "LoadScorer",
     "PrefixCostScorer",
     "cached_prompt_tokens",
-    "exact_index_of",
+    "exact_scorer_of",
 ]
 
 
@@ -175,11 +175,11 @@ class PrefixCostScorer:
         return [best / (cost + soft) for cost in costs]
 
 
-def exact_index_of(router: object) -> ExactPrefixIndex | None:
-    """The exact prefix index a router's ``prefix_cost`` scorer reads (``None``: none), for
-    the driver that feeds it vLLM's KV events."""
+def exact_scorer_of(router: object) -> PrefixCostScorer | None:
+    """A router's ``prefix_cost`` scorer that reads an exact prefix index (``None``: none),
+    for the driver that feeds :attr:`PrefixCostScorer.exact` vLLM's KV events."""
     for weighted in getattr(router, "scorers", ()):
         scorer = getattr(weighted, "scorer", None)
         if isinstance(scorer, PrefixCostScorer) and scorer.exact is not None:
-            return scorer.exact
+            return scorer
     return None

@@ -34,7 +34,7 @@ from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.backends.tokens import tokenize_payload
 from agentrt_controller.routing.hashing import token_block_hashes
 from agentrt_controller.routing.kv_index import ExactPrefixIndex
-from agentrt_controller.routing.scorers import PrefixCostScorer
+from agentrt_controller.routing.scorers import PrefixCostScorer, exact_scorer_of
 from agentrt_controller.scheduling.api import Call
 
 __all__ = ["KvEventsFeed", "prompt_token_ids"]
@@ -125,10 +125,9 @@ class KvEventsFeed:
         """A feed when some backend has ``kv_events`` and ``router`` reads an exact index."""
         if not any(s.kv_events is not None for s in specs):
             return None
-        for weighted in getattr(router, "scorers", ()):
-            scorer = getattr(weighted, "scorer", None)
-            if isinstance(scorer, PrefixCostScorer) and scorer.exact is not None:
-                return cls(specs, scorer.exact, scorer=scorer, **kwargs)
+        scorer = exact_scorer_of(router)
+        if scorer is not None and scorer.exact is not None:
+            return cls(specs, scorer.exact, scorer=scorer, **kwargs)
         _log.warning("kv_events configured, but the router has no prefix_cost scorer: unused")
         return None
 
