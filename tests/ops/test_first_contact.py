@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from agentrt.protocol import EVENTS_PREFIX
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from tests.ops.processes import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -48,13 +48,6 @@ async def two_models() -> AsyncIterator[str]:
         config = ControllerConfig(port=0, backends=backends, scrape_interval_s=0.2)
         async with serve_controller(config) as url:
             yield url
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def config(base_url: str, **options: object) -> RuntimeConfig:
