@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import anyio
 import httpx
 import pytest
-from backends.servers import serve_app
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
@@ -33,6 +32,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentrt.protocol import CallTags
+from tests.backends.servers import serve_app
 from tests.controller_service.conftest import chat_body, fake_backends, running
 from tests.controller_service.fake_openai import FakeState
 from tests.ops.processes import AGENTRT, controller_process
