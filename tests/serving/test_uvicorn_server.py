@@ -5,6 +5,7 @@ that cannot start, and a port in use, are the caller's errors."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -74,6 +75,7 @@ def _hardened(app: EchoApp, crashes: list[str]) -> HardenedApp:
     )
 
 
+@contextlib.asynccontextmanager
 async def _serve(app: HardenedApp) -> AsyncIterator[str]:
     sock = listening_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -86,14 +88,16 @@ async def _serve(app: HardenedApp) -> AsyncIterator[str]:
 
 async def test_the_guard_answers_in_the_given_envelope(caplog: pytest.LogCaptureFixture) -> None:
     crashes: list[str] = []
-    async for url in _serve(_hardened(EchoApp(), crashes)):
-        async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-            ok = await http.post("/echo", content=b'{"n": 1}')
-            big_int = await http.post("/echo", content=b'{"n": [9223372036854775808]}')
-            header = await http.post("/echo", headers={"x-test-count": "9" * 20}, content=b"")
-            too_big = await http.post("/echo", content=b"x" * 2048)
-            with caplog.at_level(logging.ERROR, logger="tests.serving.guard"):
-                crash = await http.post("/crash", content=b"{}")
+    async with (
+        _serve(_hardened(EchoApp(), crashes)) as url,
+        httpx.AsyncClient(base_url=url, timeout=10) as http,
+    ):
+        ok = await http.post("/echo", content=b'{"n": 1}')
+        big_int = await http.post("/echo", content=b'{"n": [9223372036854775808]}')
+        header = await http.post("/echo", headers={"x-test-count": "9" * 20}, content=b"")
+        too_big = await http.post("/echo", content=b"x" * 2048)
+        with caplog.at_level(logging.ERROR, logger="tests.serving.guard"):
+            crash = await http.post("/crash", content=b"{}")
     assert (ok.status_code, ok.content) == (200, b'{"n": 1}')
     assert big_int.status_code == 400
     assert big_int.json()["fault"]["status"] == 400
@@ -111,7 +115,7 @@ async def test_the_guard_answers_in_the_given_envelope(caplog: pytest.LogCapture
 async def test_a_server_that_cannot_start_raises_the_callers_error() -> None:
     # uvicorn would exit the process (SystemExit) when the lifespan startup fails.
     with pytest.raises(NotStarted):
-        async for _url in _serve(_hardened(EchoApp(fail_startup=True), [])):
+        async with _serve(_hardened(EchoApp(fail_startup=True), [])):
             pytest.fail("the server started")
 
 
