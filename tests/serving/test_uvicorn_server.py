@@ -22,6 +22,7 @@ from agentrt_serving.uvicorn_server import (
     running,
     uvicorn_config,
 )
+from tests.backends.servers import request_body
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -48,12 +49,7 @@ class EchoApp:
                     return
         if scope["path"] == "/crash":
             raise RuntimeError("the app broke")
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
+        body = await request_body(receive)
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": body})
 
