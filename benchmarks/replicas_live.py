@@ -56,6 +56,7 @@ from tests.ops.test_haproxy_replicas import (  # noqa: E402 - the substitution t
     HAPROXY_CONFIG,
     STATS,
     haproxy_config,
+    replica_status,
 )
 
 AGENTRT = str(Path(sys.executable).with_name("agentrt"))
@@ -129,19 +130,9 @@ def requests_total(url: str) -> float:
 
 
 def haproxy_status(stats_url: str) -> dict[str, str]:
+    """HAProxy's status of each replica, by server name (none while its stats page is empty)."""
     _, text = get(stats_url + "/stats;csv")
-    rows = text.splitlines()
-    if not rows:
-        return {}
-    columns = rows[0].removeprefix("# ").split(",")
-    status = {}
-    for row in rows[1:]:
-        values = dict(zip(columns, row.split(","), strict=False))
-        if values.get("pxname") == "agentrt_controllers" and values.get("svname", "").startswith(
-            "replica"
-        ):
-            status[values["svname"]] = values["status"]
-    return status
+    return replica_status(text) if text else {}
 
 
 def haproxy_log(log: Path) -> dict[str, int]:

@@ -96,6 +96,22 @@ def haproxy_config(shipped: str, binds: dict[str, str], replicas: Sequence[str])
     return "\n".join(out) + "\n"
 
 
+def replica_status(stats_csv: str) -> dict[str, str]:
+    """HAProxy's status of each replica (``UP``, ``DOWN``, ...), by server name, from its
+    stats page as CSV (``/stats;csv``)."""
+    rows = stats_csv.splitlines()
+    columns = rows[0].removeprefix("# ").split(",")
+    status: dict[str, str] = {}
+    for row in rows[1:]:
+        values = dict(zip(columns, row.split(","), strict=False))
+        if values.get("pxname") == "agentrt_controllers" and values["svname"] not in (
+            "FRONTEND",
+            "BACKEND",
+        ):
+            status[values["svname"]] = values["status"]
+    return status
+
+
 @dataclass
 class Balancer:
     """A running HAProxy: its URL, its stats page's URL and its log (stdout and stderr)."""
@@ -108,17 +124,7 @@ class Balancer:
         """HAProxy's status of each replica (``UP``, ``DOWN``, ...), by server name."""
         async with httpx.AsyncClient(timeout=5) as http:
             answer = await http.get(self.stats_url + "/stats;csv")
-        rows = answer.text.splitlines()
-        columns = rows[0].removeprefix("# ").split(",")
-        status: dict[str, str] = {}
-        for row in rows[1:]:
-            values = dict(zip(columns, row.split(","), strict=False))
-            if values.get("pxname") == "agentrt_controllers" and values["svname"] not in (
-                "FRONTEND",
-                "BACKEND",
-            ):
-                status[values["svname"]] = values["status"]
-        return status
+        return replica_status(answer.text)
 
 
 @contextlib.asynccontextmanager
