@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._processes import cpu_s, free_port, stop  # noqa: E402
+from benchmarks._processes import cpu_s, free_port, server  # noqa: E402
 from tests.ops.test_haproxy_replicas import (  # noqa: E402 - the substitution the test checks
     FRONTEND,
     HAPROXY_CONFIG,
@@ -89,32 +89,6 @@ def get(url: str, timeout_s: float = 5.0) -> tuple[int, str]:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, ""
-
-
-def wait_until(check: Any, what: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what}: exited with status {proc.returncode}")
-        with contextlib.suppress(OSError):
-            if check():
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{what}: not ready after {timeout_s:.0f} s")
-
-
-@contextlib.contextmanager
-def server(
-    argv: Sequence[str], ready: Any, what: str, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    """A subprocess, yielded once ``ready()``; SIGTERM (then SIGKILL) on exit."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            wait_until(ready, what, proc, 60.0)
-            yield proc
-        finally:
-            stop(proc)
 
 
 def requests_total(url: str) -> float:

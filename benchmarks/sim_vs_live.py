@@ -46,7 +46,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _report  # noqa: E402
-from benchmarks._processes import cpu_s, free_port, stop  # noqa: E402
+from benchmarks._processes import cpu_s, free_port, server  # noqa: E402
 
 HEADING = "## Simulator vs live stack"
 AGENTRT = str(Path(sys.executable).with_name("agentrt"))
@@ -204,30 +204,16 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
 # -- the live stack ----------------------------------------------------------------------------
 
 
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url}: the server exited with status {proc.returncode}")
-        with (
-            contextlib.suppress(OSError),
-            urllib.request.urlopen(url + "/health", timeout=2) as response,
-        ):
-            if response.status == 200:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"{url}: not healthy after {timeout_s:.0f} s")
+def _healthy(url: str) -> bool:
+    with urllib.request.urlopen(url + "/health", timeout=2) as response:
+        return bool(response.status == 200)
 
 
-@contextlib.contextmanager
-def _server(argv: Sequence[str], url: str, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            _wait_healthy(url, proc)
-            yield proc
-        finally:
-            stop(proc)
+def _server(
+    argv: Sequence[str], url: str, log: Path
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """The server ``argv``, its output in ``log``, once ``url``'s ``/health`` answers 200."""
+    return server(argv, lambda: _healthy(url), url, log)
 
 
 def engine_argv(setup: Setup, port: int) -> list[str]:
