@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,14 +19,9 @@ import agentrt
 from agentrt import Runtime, RuntimeConfig
 from agentrt_emulator.core.types import EngineConfig
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from tests.ops.processes import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def _wait_healthy(url: str, proc: Process, log: Path) -> None:
@@ -50,7 +44,7 @@ async def test_sdk_program_through_cli_controller_in_front_of_two_emulators(
     engine = EngineConfig(scheduling_policy="priority", max_num_seqs=4)
     emulator = EmulatorConfig(engine=engine, time_scale=2.0)
     async with serve_engine(emulator) as first, serve_engine(emulator) as second:
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTRT_CONTROLLER_")}
         log = tmp_path / "controller.log"
