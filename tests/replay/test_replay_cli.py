@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
 from agentrt.cli import main
 from agentrt_emulator.server import EmulatorConfig, serve_engine_in_thread
+from tests.ops.processes import free_port
 
 from .helpers import TRACE
 
@@ -38,12 +38,6 @@ SIM_KEYS = {
     "recomputed_prompt_tokens",
     "sim_end_s",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def test_replay_json_against_the_emulator(capsys: pytest.CaptureFixture[str]) -> None:
@@ -80,7 +74,7 @@ def test_a_missing_trace_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_an_unreachable_server_is_exit_2_naming_the_url(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     assert main(["bench", "replay", "--trace", str(TRACE), "--base-url", url]) == 2
     err = capsys.readouterr().err
     assert "cannot reach" in err and url in err
