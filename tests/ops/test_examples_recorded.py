@@ -10,7 +10,6 @@ path and headers of every request it forwarded.
 from __future__ import annotations
 
 import contextlib
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.server import EmulatorConfig, serve_engine
 from tests.backends.servers import request_body, serve_app
+from tests.ops.processes import free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -168,9 +168,7 @@ async def test_every_example_says_in_its_help_where_the_model_comes_from() -> No
 
 
 async def test_an_example_pointed_at_nothing_says_where_and_what_to_check() -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     with anyio.fail_after(30):
         done = await anyio.run_process(
             [sys.executable, str(EXAMPLES / "react_agent.py"), "--base-url", url], check=False
