@@ -11,7 +11,8 @@ import agentrt_adapters
 def test_importing_the_package_imports_no_framework() -> None:
     code = (
         "import sys, agentrt_adapters; "
-        "names = ('langchain_core', 'langgraph', 'autogen_core', 'agents', 'pydantic_ai'); "
+        "names = ('langchain_core', 'langgraph', 'autogen_core', 'agents', 'pydantic_ai', "
+        "'agent_framework'); "
         "print([m for m in names if m in sys.modules])"
     )
     done = subprocess.run(
@@ -22,19 +23,19 @@ def test_importing_the_package_imports_no_framework() -> None:
 
 def test_available_reports_the_installed_extras() -> None:
     found = agentrt_adapters.available()
-    assert {"langchain", "autogen", "openai_agents", "pydantic_ai"} <= set(found)
+    # Each adapter and the modules whose import says whether its extra is installed.
     modules = {
-        "langchain": "langgraph",
-        "autogen": "autogen_agentchat",
-        "openai_agents": "agents",
-        "pydantic_ai": "pydantic_ai",
+        "langchain": ("langgraph",),
+        "autogen": ("autogen_agentchat",),
+        "agent_framework": ("agent_framework", "agent_framework_openai"),
+        "openai_agents": ("agents",),
+        "pydantic_ai": ("pydantic_ai",),
     }
+    assert set(found) == set(modules)
     for name, ok in found.items():
-        if name not in modules:  # another adapter's entry, checked by its own test
-            continue
-        module = modules[name]
         try:
-            __import__(module)
+            for module in modules[name]:
+                __import__(module)
             importable = True
         except ImportError:
             importable = False
