@@ -42,6 +42,8 @@ class FakeVllm:
     no_priority: bool = False
     #: Seconds every health check waits before answering (a hung server: set it high).
     health_delay_s: float = 0.0
+    #: Seconds every ``/metrics`` scrape waits before answering.
+    metrics_delay_s: float = 0.0
     #: Bodies received (in-process use).
     requests: list[dict[str, Any]] = field(default_factory=list)
 
@@ -81,6 +83,7 @@ def build_app(fake: FakeVllm) -> Starlette:
         return JSONResponse({"object": "list", "data": [{"id": fake.model, "object": "model"}]})
 
     async def metrics(request: Request) -> Response:
+        await anyio.sleep(fake.metrics_delay_s)
         return PlainTextResponse(fake.metrics)
 
     async def health(request: Request) -> Response:

@@ -230,3 +230,31 @@ async def test_a_backend_that_starts_after_the_controller_joins_after_its_cool_d
                         await anyio.sleep(0.02)
                 ids = {(await http.post(CHAT, json=_body())).json()["id"] for _ in range(4)}
     assert ids == {"chatcmpl-quick", "chatcmpl-late"}
+
+
+async def test_a_recovered_backend_reads_up_only_once_it_takes_calls_again() -> None:
+    # After the trial probe closes its circuit, the pool reads the backend's load and models
+    # again before routing to it; meanwhile it must not read "up" (a client or operator
+    # waiting for "up" would send calls that all go elsewhere).
+    late = FakeVllm(name="late", metrics_delay_s=0.6)
+    with socket.socket() as sock:  # a port nothing listens on yet
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with serve_app(build_app(FakeVllm(name="quick"))) as quick_url:
+        urls = [quick_url, f"http://127.0.0.1:{port}"]
+        async with _running(urls, scrape_interval_s=0.1, breaker={"cooldown_s": 0.2}) as (
+            _, app, http,
+        ):  # fmt: skip
+            state = app.engine.pool.states["b1"]
+            seen: list[tuple[str, bool]] = []
+            async with serve_app(build_app(late), port=port):
+                with anyio.fail_after(10):
+                    while not state.healthy:
+                        seen.append((state.status(), state.breaker.allows_calls()))
+                        await anyio.sleep(0.01)
+                assert state.status() == "up"
+                listing = (await http.get(ADMIN)).json()["backends"]
+    assert ("up", True) not in seen
+    # The window between the closed circuit and the first routed call was seen, as half_open.
+    assert ("half_open", True) in seen
+    assert {b["backend_id"]: b["state"] for b in listing}["b1"] == "up"

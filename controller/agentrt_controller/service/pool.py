@@ -83,12 +83,18 @@ class BackendState:
     abortable: set[anyio.CancelScope] = field(default_factory=set)
 
     def status(self) -> str:
-        """``up``, ``down`` (probe failed), ``open`` / ``half_open`` (circuit) or ``draining``."""
+        """``up``, ``down`` (probe failed), ``open`` / ``half_open`` (circuit) or ``draining``.
+
+        ``up`` means it takes calls (:attr:`healthy`): after the trial probe that closed its
+        circuit, a recovered backend stays ``half_open`` until its features, load and models
+        were read again and it is back in routing."""
         if self.draining:
             return "draining"
         if self.breaker.state is not BreakerState.CLOSED:
             return str(self.breaker.state.value)
-        return "up" if self.probe_ok else "down"
+        if not self.probe_ok:
+            return "down"
+        return "up" if self.healthy else "half_open"
 
     def describe(self, now_s: float) -> dict[str, Any]:
         """Plain-JSON description for the admin and introspection endpoints."""
