@@ -33,9 +33,8 @@ from agentrt.runtime.runtime import Runtime
 from agentrt.tools.runner import run_tool
 from agentrt.tools.schema import Tool
 from agentrt_adapters._common import AgentRun, StopReason, llm_errors
-from agentrt_adapters._placement import agent_lanes, placed_unit
+from agentrt_adapters._placement import agent_lanes, observed_tool, placed_unit
 from agentrt_adapters._runs import configured_model, current_program
-from agentrt_adapters._steps import ToolStep
 
 __all__ = [
     "DEFAULT_MODEL_INFO",
@@ -176,22 +175,8 @@ class ReportedTool(BaseTool[BaseModel, Any]):
         cancellation_token: CancellationToken,
         call_id: str | None = None,
     ) -> Any:
-        with placed_unit() as frame:
-            if frame is None:
-                return await self.inner.run_json(args, cancellation_token, call_id)
-            step = ToolStep(frame, self.name, tool_call_id=call_id or "")
-            node = await step.start()
-            try:
-                token = CURRENT_FRAME.set(frame.nested(node))
-                try:
-                    value = await self.inner.run_json(args, cancellation_token, call_id)
-                finally:
-                    CURRENT_FRAME.reset(token)
-            except BaseException as exc:
-                await step.finish(exc)
-                raise
-            await step.finish(None)
-            return value
+        async with observed_tool(self.name, tool_call_id=call_id or ""):
+            return await self.inner.run_json(args, cancellation_token, call_id)
 
 
 class AgentrtTool(BaseTool[BaseModel, Any]):

@@ -18,6 +18,7 @@ from adapters_stack import (
     blocking_lookup,
     check_first_tool_wait,
     check_llm_tool_llm,
+    check_sub_agent_chain,
     recording_tracer,
     release_when_seen,
     running_stack,
@@ -32,6 +33,7 @@ from autogen_agentchat.messages import (
     TextMessage,
     ToolCallExecutionEvent,
 )
+from autogen_agentchat.tools import AgentTool
 from autogen_core import CancellationToken
 from autogen_core.models import CreateResult, FunctionExecutionResultMessage, LLMMessage
 
@@ -255,3 +257,26 @@ async def test_spans_form_one_tree_under_the_program_span() -> None:
         await client.close()
     model = stack.runtime.config.model
     assert span_tree(exporter) == agent_spans(model, "traced")
+
+
+async def test_an_agent_used_as_a_tool_is_a_tool_node_its_calls_chain_off() -> None:
+    async with running_stack() as stack:
+        sub_client = ToolFirstClient(stack.runtime, max_tokens=16)
+        lead_client = ToolFirstClient(stack.runtime, max_tokens=16, parallel_tool_calls=False)
+        researcher = AssistantAgent(
+            "research",
+            model_client=sub_client,
+            tools=[*agentrt_tools([add])],
+            description="Ask the researcher a question.",
+            max_tool_iterations=2,
+        )
+        lead = AssistantAgent(
+            "lead",
+            model_client=lead_client,
+            tools=[*agentrt_tools([AgentTool(researcher, return_value_as_last_message=True)])],
+            max_tool_iterations=2,
+        )
+        _, program = await run_agent(lead, "Add 2 and 3.", runtime=stack.runtime)
+        await sub_client.close()
+        await lead_client.close()
+    check_sub_agent_chain(program)
