@@ -5,7 +5,7 @@ import math
 import pytest
 
 from agentrt.errors import ProtocolError
-from agentrt.protocol import HEADER_PROGRAM_ID, CallTags
+from agentrt.protocol import HEADER_PROGRAM_ID, HEADER_TRACEPARENT, CallTags
 
 
 def test_round_trip_through_headers() -> None:
@@ -18,10 +18,16 @@ def test_round_trip_through_headers() -> None:
         attempt=2,
         timeout_ms=1500,
         objective="throughput",
-        traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
     )
     headers = {k.lower(): v for k, v in tags.to_headers().items()}
     assert CallTags.from_headers(headers) == tags
+    # Trace context is the OpenTelemetry propagator's, not a tag: neither written nor parsed.
+    assert HEADER_TRACEPARENT not in headers
+    traced = {
+        **headers,
+        HEADER_TRACEPARENT: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    }
+    assert CallTags.from_headers(traced) == tags
     assert tags.deadline_s(10.0) == pytest.approx(11.5)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,6 +55,9 @@ HEADER_TIMEOUT_MS = "X-Agentrt-Timeout-Ms"
 #: ``latency`` (default) or ``throughput``: a hint, as Parrot deduces for map vs reduce calls.
 #: Reserved, like the parent ids and the attempt (see ``CallTags``).
 HEADER_OBJECTIVE = "X-Agentrt-Objective"
+#: The W3C Trace Context header every call also carries. Not a call tag: the SDK writes it
+#: (with ``tracestate`` and ``baggage``) and the controller reads it through OpenTelemetry's
+#: propagator, never through :class:`CallTags` (docs/tracing.md).
 HEADER_TRACEPARENT = "traceparent"
 #: Response header (optional, set by a controller or engine): milliseconds the call waited in
 #: queues before it started executing; the SDK splits LLM time into waiting and execution.
@@ -80,7 +83,8 @@ def _check_id(name: str, value: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CallTags:
-    """The tags carried by one LLM call. Ids are opaque strings chosen by the SDK.
+    """The tags carried by one LLM call. Ids are opaque strings chosen by the SDK. The trace
+    context headers the call also carries are not tags (see :data:`HEADER_TRACEPARENT`).
 
     ``parent_ids``, ``attempt`` and ``objective`` are reserved: carried and shown in
     introspection, not used by any policy yet (the controller parses them onto its ``Call``,
@@ -103,10 +107,6 @@ class CallTags:
     timeout_ms: int | None = None
     #: Scheduling hint for the call (``latency`` or ``throughput``). Reserved.
     objective: Objective = "latency"
-    #: The W3C ``traceparent`` header as received (or to send), if any. The SDK leaves it
-    #: None and writes ``traceparent`` / ``tracestate`` / ``baggage`` through the
-    #: OpenTelemetry propagator instead (docs/tracing.md).
-    traceparent: str | None = field(default=None)
 
     def __post_init__(self) -> None:
         _check_id("session id", self.session_id)
@@ -142,8 +142,6 @@ class CallTags:
             headers[HEADER_OBJECTIVE] = self.objective
         if self.timeout_ms is not None:
             headers[HEADER_TIMEOUT_MS] = str(self.timeout_ms)
-        if self.traceparent:
-            headers[HEADER_TRACEPARENT] = self.traceparent
         return headers
 
     @classmethod
@@ -178,7 +176,6 @@ class CallTags:
             attempt=attempt,
             timeout_ms=timeout_ms,
             objective=objective,  # type: ignore[arg-type]  # checked just above
-            traceparent=lowered.get(HEADER_TRACEPARENT) or None,
         )
 
     def deadline_s(self, now_s: float) -> float:

@@ -110,10 +110,10 @@ async def test_each_call_gets_a_span_joined_to_the_client_trace() -> None:
             import httpx
 
             async with httpx.AsyncClient() as http:
-                tags = CallTags(session_id="s", program_id="p", thread_id="main", node_id="n1",
-                                traceparent=parent)  # fmt: skip
+                tags = CallTags(session_id="s", program_id="p", thread_id="main", node_id="n1")
+                headers = {**tags.to_headers(), "traceparent": parent}
                 response = await http.post(
-                    url + "/v1/chat/completions", json=chat_body(), headers=tags.to_headers()
+                    url + "/v1/chat/completions", json=chat_body(), headers=headers
                 )
     assert response.status_code == 200
     (span,) = exporter.get_finished_spans()
