@@ -6,7 +6,7 @@ import contextlib
 import json
 import math
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,11 +101,15 @@ class RecordedEmulator:
 
 
 @contextlib.asynccontextmanager
-async def recording_emulator(time_scale: float = 20.0) -> AsyncIterator[RecordedEmulator]:
-    """An emulator on a free loopback port, every chat request recorded."""
+async def recording_emulator(
+    time_scale: float = 20.0, wrap: Callable[[Any], Any] | None = None
+) -> AsyncIterator[RecordedEmulator]:
+    """An emulator on a free loopback port, every chat request recorded; ``wrap(app)`` (an
+    ASGI middleware) sits between the recorder and the emulator."""
     config = EmulatorConfig(engine=EngineConfig(num_gpu_blocks=4096), time_scale=time_scale)
     state = build_state(config)
-    recorder = Recorder(build_app(state))
+    app = build_app(state)
+    recorder = Recorder(app if wrap is None else wrap(app))
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))

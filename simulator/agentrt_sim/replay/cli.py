@@ -78,6 +78,16 @@ def add_parser(commands: Any) -> None:
         default="auto",
         help="SDK controller mode: tool-wait events to a controller (default: %(default)s)",
     )
+    replay.add_argument(
+        "--max-retries",
+        type=int,
+        default=2,
+        metavar="N",
+        help="re-send a call up to N times when its stream was cut before [DONE], its "
+        "connection failed or a gateway answered 502/503/504 (backoff 0.1 s, doubling); "
+        "never after another error answer. 0 = a failed call ends its program "
+        "(default: %(default)s)",
+    )
     replay.add_argument("--json", action="store_true", help="print a JSON array (one object)")
     replay.add_argument("--no-progress", action="store_true", help="no progress on stderr")
     replay.set_defaults(handler=_handler)
@@ -135,6 +145,7 @@ def _run(args: argparse.Namespace) -> int:
         tokenize_url=args.tokenize_url,
         metrics_url=args.metrics_url,
         controller=args.controller,
+        max_retries=args.max_retries,
     )
     duration = max(max(p.arrival_s for p in programs), 1e-9)
     warmup = 0.1 * duration if args.warmup is None else args.warmup
@@ -190,5 +201,10 @@ def _print_table(summary: dict[str, Any], programs: int) -> None:
     row.update(policy="live", router="server", retention="-", admission_window="-")
     title = f"replay of {summary['workload']} ({programs} programs) at {summary['base_url']}"
     print_sim_table([row], title)
+    if summary["resends"]:
+        print(
+            f"calls re-sent after a cut stream, a failed connection or a 502/503/504: "
+            f"{summary['calls_resent']} ({summary['resends']} re-sends)"
+        )
     if summary["programs_failed"]:
         print(f"failed programs: {summary['programs_failed']}: {summary['errors']}")

@@ -30,8 +30,10 @@ class CallRecord:
     node_id: str
     #: The SDK thread the call ran in (what the server sees in ``X-Agentrt-Thread-Id``).
     sdk_thread_id: str
+    #: From its first send: ``span.release_s`` -> ``span.finish_s`` covers every attempt.
     span: NodeSpan
-    #: First streamed content token (wall seconds since start; NaN if none came).
+    #: First streamed content token of the attempt that answered (wall seconds since start;
+    #: NaN if none came): a cut attempt's tokens were thrown away with it.
     first_token_s: float = float("nan")
     #: Prompt tokens the trace implies, and what the builder expects the server to count.
     trace_prompt_tokens: int = 0
@@ -45,6 +47,9 @@ class CallRecord:
     #: ``X-Agentrt-Queue-Ms`` of the response: the controller's queueing (seconds; None = no
     #: such header, i.e. no controller).
     controller_queue_s: float | None = None
+    #: Times the call was re-sent after a cut stream, a refused connection or a gateway's
+    #: 502 / 503 / 504 (``agentrt_sim.replay.stream.resendable``); 0 = answered at once.
+    resent: int = 0
 
 
 @dataclass(slots=True)

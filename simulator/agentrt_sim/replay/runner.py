@@ -9,7 +9,11 @@ as a task of its thread that starts when all its parents have finished:
   (``agentrt_sim.replay.stream`` says why not the ``openai`` one; either way the
   server sees ``X-Agentrt-Program-Id`` / ``-Thread-Id`` / ``-Node-Id``), with the prompt from
   :class:`~agentrt_sim.replay.prompts.PromptBuilder`, ``max_tokens = output_tokens`` and,
-  where the server accepts it, ``ignore_eos`` (so it generates exactly that many tokens);
+  where the server accepts it, ``ignore_eos`` (so it generates exactly that many tokens).
+  A call whose stream was cut, whose connection failed or that a gateway answered 502 / 503
+  / 504 is re-sent up to ``max_retries`` times after a doubling backoff, as an agent
+  framework re-sends a failed call (the ``openai`` client's ``max_retries``); only a whole
+  answer is used, so nothing of a cut attempt reaches the program;
 * a wait node sleeps ``duration_s / time_scale`` inside ``agentrt.wait`` (``tool`` or
   ``human``), which reports it to a controller with its name and a predicted duration: the
   mean of that name's finished waits so far, as the simulator's SDK model predicts
@@ -30,7 +34,7 @@ import anyio
 import httpx
 
 import agentrt
-from agentrt.errors import ConfigError
+from agentrt.errors import ConfigError, LLMCallError
 from agentrt_sim.replay.prompts import PromptBuilder, TemplateCosts
 from agentrt_sim.replay.records import CallRecord, NodeSpan, ProgramResult, ReplayResult
 from agentrt_sim.replay.server import (
@@ -40,13 +44,24 @@ from agentrt_sim.replay.server import (
     discover_model,
     scrape_counters,
 )
-from agentrt_sim.replay.stream import stream_chat
+from agentrt_sim.replay.stream import StreamedChat, resendable, stream_chat
 from agentrt_sim.workloads.program import LLMNode, Node, Program, WaitNode
 
-__all__ = ["HEADER_REPLAY_NODE", "ReplayConfig", "ServerFacts", "probe", "replay"]
+__all__ = [
+    "HEADER_REPLAY_NODE",
+    "MAX_BACKOFF_S",
+    "ReplayConfig",
+    "ServerFacts",
+    "describe_error",
+    "probe",
+    "replay",
+]
 
 #: Request header naming the trace node a call replays (for correlating server-side logs).
 HEADER_REPLAY_NODE = "X-Agentrt-Replay-Node"
+
+#: Longest wait before a re-send (wall seconds).
+MAX_BACKOFF_S = 2.0
 
 #: ``progress(programs_done, programs_total)``.
 Progress = Callable[[int, int], None]
@@ -75,12 +90,22 @@ class ReplayConfig:
     controller: Literal["auto", "required", "off"] = "auto"
     #: Timeout of one call (wall seconds).
     request_timeout_s: float = 600.0
+    #: Re-sends of a call after a cut stream, a failed connection or a 502 / 503 / 504
+    #: (``agentrt_sim.replay.stream.resendable``); 0 = a failed call ends its program.
+    max_retries: int = 2
+    #: Wall seconds before the first re-send of a call; each further one waits twice as long
+    #: (at most :data:`MAX_BACKOFF_S`).
+    retry_backoff_s: float = 0.1
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
             raise ConfigError(f"--time-scale must be a number > 0, got {self.time_scale}")
         if not self.request_timeout_s > 0:
             raise ConfigError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.max_retries < 0:
+            raise ConfigError(f"--max-retries must be >= 0, got {self.max_retries}")
+        if not (self.retry_backoff_s >= 0 and math.isfinite(self.retry_backoff_s)):
+            raise ConfigError(f"retry_backoff_s must be >= 0, got {self.retry_backoff_s}")
         check_base_url(self.base_url)
 
 
@@ -135,7 +160,7 @@ class _ProgramRun:
         http: httpx.AsyncClient,
         program: Program,
         facts: ServerFacts,
-        scale: float,
+        config: ReplayConfig,
         zero_s: float,
         history: _WaitHistory,
     ) -> None:
@@ -143,7 +168,8 @@ class _ProgramRun:
         self._http = http
         self._url = facts.chat_url
         self._facts = facts
-        self._scale = scale
+        self._config = config
+        self._scale = config.time_scale
         self._zero_s = zero_s
         self._history = history
         self._builder = PromptBuilder(program, facts.costs)
@@ -172,7 +198,7 @@ class _ProgramRun:
                     self.result.threads["main"] = "main"
                     await self._thread(threads["main"])
         except Exception as exc:  # a failed program is a result; cancellation still propagates
-            self.result.error = f"{type(exc).__name__}: {exc}"
+            self.result.error = describe_error(exc)
             return self.result
         self.result.finish_s = max(span.finish_s for span in self.result.spans.values())
         return self.result
@@ -216,22 +242,49 @@ class _ProgramRun:
         if self._facts.ignore_eos:
             body["ignore_eos"] = True
 
-        def first_token() -> None:
-            record.first_token_s = self._now()
-
-        answer = await stream_chat(
-            self._http,
-            self._url,
-            body,
-            headers={HEADER_REPLAY_NODE: node.node_id},
-            on_first_token=first_token,
-        )
+        answer = await self._send(node.node_id, body, record)
         record.prompt_tokens = answer.prompt_tokens
         record.output_tokens = answer.completion_tokens
         record.cached_tokens = answer.cached_tokens
         record.controller_queue_s = answer.controller_queue_s
         generated = record.output_tokens if record.output_tokens is not None else node.output_tokens
         self._builder.record_output(node.node_id, answer.text, generated)
+
+    async def _send(self, node_id: str, body: dict[str, Any], record: CallRecord) -> StreamedChat:
+        """The call's answer, re-sent while :func:`resendable` says a re-send may help, at
+        most ``max_retries`` times; counts re-sends in ``record.resent``.
+
+        Raises the first :class:`LLMCallError` that is not resendable as it is, and one that
+        names the attempts when the last allowed attempt failed too.
+        """
+
+        def first_token() -> None:
+            record.first_token_s = self._now()
+
+        while True:
+            record.first_token_s = math.nan  # a cut attempt's first token is not the answer's
+            try:
+                return await stream_chat(
+                    self._http,
+                    self._url,
+                    body,
+                    headers={HEADER_REPLAY_NODE: node_id},
+                    on_first_token=first_token,
+                )
+            except LLMCallError as exc:
+                if not resendable(exc):
+                    raise
+                if record.resent >= self._config.max_retries:
+                    if not record.resent:
+                        raise
+                    raise LLMCallError(
+                        f"call {node_id} failed {record.resent + 1} times (--max-retries "
+                        f"{self._config.max_retries}); the last time: {exc}",
+                        status_code=exc.status_code,
+                    ) from exc
+            record.resent += 1
+            backoff_s = self._config.retry_backoff_s * 2 ** (record.resent - 1)
+            await anyio.sleep(min(backoff_s, MAX_BACKOFF_S))
 
     async def _wait(self, node: WaitNode) -> None:
         predicted = self._history.predict(node.name)
@@ -244,6 +297,26 @@ class _ProgramRun:
             await anyio.sleep_until(started + node.duration_s / self._scale)
         self._history.observe(node.name, anyio.current_time() - started)
         self._builder.record_wait(node.node_id)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``"<type>: <message>"`` of the error that failed a program: for an exception group
+    (a task group's), its first leaf error, with how many other errors it held."""
+    leaves: list[BaseException] = []
+
+    def collect(error: BaseException) -> None:
+        if isinstance(error, BaseExceptionGroup):
+            for inner in error.exceptions:
+                collect(inner)
+        else:
+            leaves.append(error)
+
+    collect(exc)
+    first = leaves[0]
+    text = f"{type(first).__name__}: {first}"
+    if len(leaves) > 1:
+        text += f" (and {len(leaves) - 1} more error{'s' if len(leaves) > 2 else ''})"
+    return text
 
 
 async def replay(
@@ -267,7 +340,9 @@ async def replay(
             model=facts.model,
             controller=config.controller,
             request_timeout_s=config.request_timeout_s,
-            max_retries=0,
+            # The replay re-sends its own streamed calls (``_ProgramRun._send``); this is the
+            # same bound for any call made through the runtime's ``openai`` client.
+            max_retries=config.max_retries,
         )
         before = await scrape_counters(http, metrics_root)
         history = _WaitHistory()
@@ -275,10 +350,7 @@ async def replay(
         async with agentrt.Runtime(runtime_config) as rt:
             client = rt.http_client(timeout=httpx.Timeout(config.request_timeout_s, connect=10.0))
             zero_s = anyio.current_time()
-            runs = [
-                _ProgramRun(rt, client, p, facts, config.time_scale, zero_s, history)
-                for p in programs
-            ]
+            runs = [_ProgramRun(rt, client, p, facts, config, zero_s, history) for p in programs]
 
             async def run_one(run: _ProgramRun) -> None:
                 nonlocal done

@@ -5,6 +5,17 @@ The replay posts JSON and reads the server-sent events itself instead of going t
 model construction cost about 30 ms of CPU per call (measured: 20 s for the 698 calls of a
 20-program mixed trace), which a replay at ``--time-scale 10`` multiplies into seconds of fake
 latency. The SDK's transport still tags every request (``rt.http_client()``, docs/sdk.md).
+
+Errors (all :class:`~agentrt.errors.LLMCallError`)::
+
+    LLMCallError            an error answer or error event (``status_code``), a malformed
+                            event, a timeout
+    ├── EndpointUnavailable the connection could not be opened
+    └── StreamCut           the connection broke, or the body ended, before ``[DONE]``
+
+:func:`resendable` says which of them a re-send may cure. The caller only ever sees a whole
+answer (:class:`StreamedChat`), never part of one, so re-sending a cut call is safe: it is
+what an agent framework does with any failed whole-answer call.
 """
 
 from __future__ import annotations
@@ -20,7 +31,26 @@ import httpx
 from agentrt.errors import EndpointUnavailable, LLMCallError
 from agentrt.protocol import HEADER_QUEUE_MS
 
-__all__ = ["StreamedChat", "stream_chat"]
+__all__ = ["RESENDABLE_STATUS", "StreamCut", "StreamedChat", "resendable", "stream_chat"]
+
+#: Error answers a re-send may cure: a gateway with no server up or a failed hop (HAProxy
+#: answers 503 while no replica is up, 502 / 504 for a server that failed or timed out).
+#: 4xx answers (the request's own fault, or a deliberate refusal such as 429) and 500 (a
+#: server bug that a re-send would repeat) are final.
+RESENDABLE_STATUS = frozenset({502, 503, 504})
+
+
+class StreamCut(LLMCallError):
+    """The answer's stream ended before ``[DONE]``: the connection closed or broke mid-answer
+    (a server or a controller replica died), or before the answer began."""
+
+
+def resendable(error: LLMCallError) -> bool:
+    """Whether re-sending the call that raised ``error`` may succeed: a cut stream, a
+    connection that could not be opened, or a gateway answer in :data:`RESENDABLE_STATUS`."""
+    if isinstance(error, StreamCut | EndpointUnavailable):
+        return True
+    return error.status_code in RESENDABLE_STATUS
 
 
 @dataclass(slots=True)
@@ -61,6 +91,15 @@ def _usage(result: StreamedChat, usage: Mapping[str, Any]) -> None:
         result.cached_tokens = int(details["cached_tokens"])
 
 
+def _stream_error(url: str, error: Any) -> LLMCallError:
+    message = error.get("message") if isinstance(error, Mapping) else error
+    code = error.get("code") if isinstance(error, Mapping) else None
+    return LLMCallError(
+        f"POST {url}: the server ended the stream with an error: {str(message)[:300]}",
+        status_code=code if isinstance(code, int) else None,
+    )
+
+
 async def stream_chat(
     http: httpx.AsyncClient,
     url: str,
@@ -72,12 +111,14 @@ async def stream_chat(
     """POST ``body`` (with ``stream: true``) to ``url``; ``on_first_token()`` runs when the
     first content arrives.
 
-    Raises :class:`EndpointUnavailable` when the server cannot be reached and
-    :class:`LLMCallError` (with ``status_code``) for an error answer or a broken stream.
+    Raises :class:`EndpointUnavailable` when the server cannot be reached, :class:`StreamCut`
+    when the connection breaks or the body ends before ``[DONE]``, and :class:`LLMCallError`
+    (with ``status_code``) for an error answer or error event, a malformed event or a timeout.
     """
     parts: list[str] = []
     result = StreamedChat("")
     first = True
+    done = False
     try:
         async with http.stream("POST", url, json=dict(body), headers=dict(headers)) as response:
             if response.status_code != 200:
@@ -92,11 +133,16 @@ async def stream_chat(
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
+                    done = True
                     # Read on to the end of the body rather than leaving here: a response
                     # closed unread takes its connection with it, and a new TCP connection
                     # per call cost ~1.5 ms of CPU on both sides (x --time-scale).
                     continue
                 event = json.loads(data)
+                if event.get("error"):
+                    # The server failed the call mid-stream (vLLM and the emulator send an
+                    # error event and end the body): its answer, not a cut connection.
+                    raise _stream_error(url, event["error"])
                 if event.get("usage"):
                     _usage(result, event["usage"])
                 for choice in event.get("choices") or ():
@@ -108,9 +154,17 @@ async def stream_chat(
                         parts.append(content)
     except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
         raise EndpointUnavailable(f"cannot reach {url}: {exc}") from exc
+    except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+        # ReadError / WriteError / CloseError: the connection broke (reset, or a kept-alive
+        # one the peer had closed); RemoteProtocolError: it closed mid-body.
+        raise StreamCut(
+            f"POST {url}: stream cut before [DONE] ({type(exc).__name__}: {exc})"
+        ) from exc
     except httpx.HTTPError as exc:
         raise LLMCallError(f"POST {url} failed: {type(exc).__name__}: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise LLMCallError(f"POST {url}: malformed stream event ({exc.msg})") from exc
+    if not done:
+        raise StreamCut(f"POST {url}: stream cut before [DONE] (the body ended without it)")
     result.text = "".join(parts)
     return result

@@ -17,6 +17,10 @@ same code. What the client can measure differs (docs/replay.md):
   ``evicted_prefix_tokens`` and ``engine_steps`` (engine internals no endpoint exposes);
   ``preemptions`` unless ``/metrics`` has ``vllm:num_preemptions_total``;
   ``controller_wait_s_mean`` unless responses carry ``X-Agentrt-Queue-Ms`` (a controller).
+* **re-sent calls**: ``calls_resent`` (calls sent more than once after a cut stream, a failed
+  connection or a gateway's 502 / 503 / 504) and ``resends`` (the extra sends), over every
+  program. A re-sent call's latency runs from its first send; its TTFT is the first token of
+  the attempt that answered.
 """
 
 from __future__ import annotations
@@ -127,6 +131,7 @@ def summarize_replay(
     run = RunRecord(programs=records, end_s=end_s, unfinished_programs=len(unfinished))
     summary = summarize(run, warmup_s=warmup_s, window_end_s=window_end_s)
     calls = [c for r in measured for c in r.calls.values()]
+    every_call = [c for r in result.programs for c in r.calls.values()]
     for key in _UNMEASURED:
         summary[key] = None
     summary["preemptions"] = _delta(result, "vllm:num_preemptions_total")
@@ -146,6 +151,10 @@ def summarize_replay(
             "prompt_tokens_expected": sum(c.expected_prompt_tokens for c in calls),
             "output_tokens_trace": sum(c.max_tokens for c in calls),
             "wall_s": result.wall_s,
+            # Over the whole run (warm-up and failed programs included): re-sends answer for
+            # the server's failures, not for the measured window.
+            "calls_resent": sum(1 for c in every_call if c.resent),
+            "resends": sum(c.resent for c in every_call),
         }
     )
     return summary
