@@ -12,8 +12,10 @@ program E2E mean and p95 (model seconds), calls answered by each replica (the su
 ``agentrt_controller_requests_total``) and each replica's CPU seconds per call (user + system
 from ``/proc/<pid>/stat``). The **kill** configuration runs three replicas and SIGKILLs the
 first one ``--kill-after`` wall seconds into the replay; it reports the calls HAProxy retried
-on another replica (its log's retry count) and the streams cut (a replica gone mid-answer:
-termination state ``S?``, status 200), and the programs that failed because of them.
+on another replica (its log's retry count), the streams cut (a replica gone mid-answer:
+termination state ``S?``, status 200), the calls the replay re-sent after a cut stream
+(``bench replay --max-retries``, default 2: its ``calls_resent``) and the programs that
+failed anyway.
 
 ``--shared-queue`` instead measures one shared engine's waiting queue with 1, 2 and 3
 in-process replicas (adaptive windows, the batch size known or hidden as on a stock vLLM, and
@@ -257,6 +259,8 @@ def run(setup: Setup, trace: Path, replicas: int, kill: bool, workdir: Path) -> 
         "programs_failed": summary["programs_failed"],
         "programs_measured_completed": summary["programs_completed"],
         "errors": (summary.get("errors") or [])[:3],
+        "calls_resent": summary["calls_resent"],
+        "resends": summary["resends"],
         "e2e_mean_s": summary["e2e_latency_s"]["mean"],
         "e2e_p95_s": summary["e2e_latency_s"]["p95"],
         "per_replica": per_replica,
@@ -278,8 +282,9 @@ def markdown(results: Mapping[str, Sequence[Mapping[str, Any]]], setup: Setup) -
         f"{len(next(iter(results.values())))} runs.",
         "",
         "| configuration | programs done / failed | E2E mean / p95 (model s) | calls per replica | "
-        "busy CPU ms per call, per replica | retried by HAProxy | streams cut |",
-        "|---|---:|---:|---|---|---:|---:|",
+        "busy CPU ms per call, per replica | retried by HAProxy | streams cut | "
+        "re-sent by the replay |",
+        "|---|---:|---:|---|---|---:|---:|---:|",
     ]
     for name, runs in results.items():
         done = [r["programs"] - r["programs_failed"] for r in runs]
@@ -297,7 +302,8 @@ def markdown(results: Mapping[str, Sequence[Mapping[str, Any]]], setup: Setup) -
             f"{median(runs, 'e2e_mean_s'):.1f} / {median(runs, 'e2e_p95_s'):.1f} | "
             f"{' · '.join(f'{c:.0f}' for c in calls)} | "
             f"{' · '.join(f'{c:.2f}' for c in cpu)} | "
-            f"{median(runs, 'retried_calls'):g} | {median(runs, 'cut_streams'):g} |"
+            f"{median(runs, 'retried_calls'):g} | {median(runs, 'cut_streams'):g} | "
+            f"{median(runs, 'calls_resent'):g} |"
         )
     return "\n".join(lines)
 

@@ -83,3 +83,16 @@ def test_an_unreachable_server_is_exit_2_naming_the_url(
 def test_a_base_url_without_v1_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "replay", "--trace", str(TRACE), "--base-url", "http://h:1"]) == 2
     assert "ending in /v1" in capsys.readouterr().err
+
+
+def test_a_negative_max_retries_is_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "replay", "--trace", str(TRACE), "--base-url", "http://h:1/v1"]
+    assert main([*argv, "--max-retries", "-1"]) == 2
+    assert "--max-retries must be >= 0" in capsys.readouterr().err
+
+
+def test_help_documents_max_retries(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "replay", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--max-retries N" in text and "cut before [DONE]" in text
