@@ -9,6 +9,7 @@ finished answer, or answers 503 / 400 itself, on the n-th attempt of a chosen tr
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -17,9 +18,11 @@ from typing import Any, Literal
 
 import pytest
 
-from agentrt.errors import ConfigError
+from agentrt.errors import ConfigError, EndpointUnavailable, LLMCallError
+from agentrt_controller.service.errors import UpstreamFailed
 from agentrt_sim.replay.records import ProgramResult, ReplayResult
 from agentrt_sim.replay.runner import HEADER_REPLAY_NODE, ReplayConfig, describe_error, replay
+from agentrt_sim.replay.stream import UPSTREAM_ERROR_TYPE, StreamCut, resendable
 from agentrt_sim.replay.summary import summarize_replay
 from agentrt_sim.workloads.program import LLMNode
 
@@ -31,8 +34,21 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 SCALE = 10.0
 
 #: What the middleware does to one attempt: pass it on, cut its stream after the first
-#: content, drop its ``[DONE]``, or answer this status itself.
-Fault = Literal["pass", "cut", "no-done"] | int
+#: content, drop its ``[DONE]``, answer a stream that ends in an error event (a controller's
+#: ``upstream_error``, or an engine's with code 500), or answer this status itself.
+Fault = Literal["pass", "cut", "no-done", "upstream-event", "engine-event"] | int
+
+_ERROR_EVENTS = {
+    # As agentrt_controller.service.proxy sends it when a backend fails mid-answer.
+    "upstream-event": {
+        "message": "backend b1 failed mid-answer: connection reset",
+        "type": UpstreamFailed.error_type,
+        "param": None,
+        "code": None,
+    },
+    # As the emulator (and vLLM) send an engine error mid-stream.
+    "engine-event": {"message": "engine died", "type": "InternalServerError", "code": 500},
+}
 
 #: A stream chunk carrying content (the emulator's JSON has a space after the colon).
 _CONTENT = re.compile(rb'"content": ?"[^"]')
@@ -68,6 +84,14 @@ class Faults:
             return
         if fault == "pass":
             await self.app(scope, receive, send)
+            return
+        if fault in _ERROR_EVENTS:
+            chunk = {"choices": [{"index": 0, "delta": {"content": "Partial"}}]}
+            events = [json.dumps(chunk), json.dumps({"error": _ERROR_EVENTS[fault]})]
+            body = b"".join(f"data: {event}\n\n".encode() for event in events)
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
             return
         cut = False
 
@@ -120,6 +144,7 @@ async def test_cut_streams_and_503s_are_resent_and_every_program_finishes() -> N
     plan: Plan = {
         ("chain-1", "c2"): ["cut"],
         ("fan-1", "m1"): ["cut", 503],
+        ("fan-1", "r"): ["upstream-event"],
         ("chain-2", "c0"): ["no-done"],
     }
     result, emulator = await _replay(plan)
@@ -151,7 +176,7 @@ async def test_cut_streams_and_503s_are_resent_and_every_program_finishes() -> N
     assert c2.first_token_s - c2.span.release_s >= resend - first_send
     summary = summarize_replay(result, scale=SCALE, warmup_s=0.0, window_end_s=2.0)
     assert summary["programs_failed"] == 0 and summary["programs_completed"] == 3
-    assert summary["calls_resent"] == 3 and summary["resends"] == 4
+    assert summary["calls_resent"] == 4 and summary["resends"] == 5
 
 
 @pytest.mark.parametrize("max_retries", [0, 2])
@@ -176,6 +201,14 @@ async def test_a_call_cut_every_time_fails_its_program_naming_the_cut(max_retrie
     assert summary["resends"] == max_retries
 
 
+async def test_an_engine_error_event_is_not_resent() -> None:
+    result, emulator = await _replay({("chain-2", "c0"): ["engine-event"]})
+    chain = _programs(result)["chain-2"]
+    assert chain.error is not None
+    assert chain.error.startswith("LLMCallError: POST ") and "engine died" in chain.error
+    assert chain.calls["c0"].resent == 0 and _sends(emulator)["chain-2", "c0"] == 1
+
+
 async def test_an_error_answer_is_not_resent_and_names_itself_not_the_task_group() -> None:
     # fan-1's m0 runs in a forked thread: its error reaches the program through two task
     # groups (agentrt.parallel's and the thread's own).
@@ -195,6 +228,29 @@ def test_describe_error_names_the_first_leaf_and_counts_the_others() -> None:
     assert describe_error(outer) == "ValueError: bad value (and 2 more errors)"
     assert describe_error(ExceptionGroup("g", [TimeoutError("late")])) == "TimeoutError: late"
     assert describe_error(RuntimeError("plain")) == "RuntimeError: plain"
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (StreamCut("cut"), True),
+        (EndpointUnavailable("refused"), True),
+        (LLMCallError("no replica up", status_code=503), True),
+        (LLMCallError("bad gateway", status_code=502), True),
+        (LLMCallError("deadline passed", status_code=504), False),
+        (LLMCallError("server bug", status_code=500), False),
+        (LLMCallError("too many", status_code=429), False),
+        (LLMCallError("bad request", status_code=400), False),
+        (LLMCallError("malformed event"), False),
+    ],
+)
+def test_what_is_resendable(error: LLMCallError, expected: bool) -> None:
+    assert resendable(error) is expected
+
+
+def test_the_upstream_error_type_is_the_controllers() -> None:
+    assert UpstreamFailed.error_type == UPSTREAM_ERROR_TYPE
+    assert UpstreamFailed.status_code == 502
 
 
 def test_negative_max_retries_is_a_config_error() -> None:

@@ -84,7 +84,7 @@ def add_parser(commands: Any) -> None:
         default=2,
         metavar="N",
         help="re-send a call up to N times when its stream was cut before [DONE], its "
-        "connection failed or a gateway answered 502/503/504 (backoff 0.1 s, doubling); "
+        "connection failed or a gateway answered 502/503 (backoff 0.1 s, doubling); "
         "never after another error answer. 0 = a failed call ends its program "
         "(default: %(default)s)",
     )
@@ -203,7 +203,7 @@ def _print_table(summary: dict[str, Any], programs: int) -> None:
     print_sim_table([row], title)
     if summary["resends"]:
         print(
-            f"calls re-sent after a cut stream, a failed connection or a 502/503/504: "
+            f"calls re-sent after a cut stream, a failed connection or a 502/503: "
             f"{summary['calls_resent']} ({summary['resends']} re-sends)"
         )
     if summary["programs_failed"]:

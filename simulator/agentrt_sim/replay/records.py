@@ -48,7 +48,7 @@ class CallRecord:
     #: such header, i.e. no controller).
     controller_queue_s: float | None = None
     #: Times the call was re-sent after a cut stream, a refused connection or a gateway's
-    #: 502 / 503 / 504 (``agentrt_sim.replay.stream.resendable``); 0 = answered at once.
+    #: 502 / 503 (``agentrt_sim.replay.stream.resendable``); 0 = answered at once.
     resent: int = 0
 
 

@@ -10,8 +10,8 @@ as a task of its thread that starts when all its parents have finished:
   server sees ``X-Agentrt-Program-Id`` / ``-Thread-Id`` / ``-Node-Id``), with the prompt from
   :class:`~agentrt_sim.replay.prompts.PromptBuilder`, ``max_tokens = output_tokens`` and,
   where the server accepts it, ``ignore_eos`` (so it generates exactly that many tokens).
-  A call whose stream was cut, whose connection failed or that a gateway answered 502 / 503
-  / 504 is re-sent up to ``max_retries`` times after a doubling backoff, as an agent
+  A call whose stream was cut, whose connection failed or that was answered 502 / 503 is
+  re-sent up to ``max_retries`` times after a doubling backoff, as an agent
   framework re-sends a failed call (the ``openai`` client's ``max_retries``); only a whole
   answer is used, so nothing of a cut attempt reaches the program;
 * a wait node sleeps ``duration_s / time_scale`` inside ``agentrt.wait`` (``tool`` or
@@ -90,7 +90,7 @@ class ReplayConfig:
     controller: Literal["auto", "required", "off"] = "auto"
     #: Timeout of one call (wall seconds).
     request_timeout_s: float = 600.0
-    #: Re-sends of a call after a cut stream, a failed connection or a 502 / 503 / 504
+    #: Re-sends of a call after a cut stream, a failed connection or a 502 / 503
     #: (``agentrt_sim.replay.stream.resendable``); 0 = a failed call ends its program.
     max_retries: int = 2
     #: Wall seconds before the first re-send of a call; each further one waits twice as long

@@ -31,13 +31,28 @@ import httpx
 from agentrt.errors import EndpointUnavailable, LLMCallError
 from agentrt.protocol import HEADER_QUEUE_MS
 
-__all__ = ["RESENDABLE_STATUS", "StreamCut", "StreamedChat", "resendable", "stream_chat"]
+__all__ = [
+    "RESENDABLE_STATUS",
+    "UPSTREAM_ERROR_TYPE",
+    "StreamCut",
+    "StreamedChat",
+    "resendable",
+    "stream_chat",
+]
 
-#: Error answers a re-send may cure: a gateway with no server up or a failed hop (HAProxy
-#: answers 503 while no replica is up, 502 / 504 for a server that failed or timed out).
-#: 4xx answers (the request's own fault, or a deliberate refusal such as 429) and 500 (a
-#: server bug that a re-send would repeat) are final.
-RESENDABLE_STATUS = frozenset({502, 503, 504})
+#: Error answers a re-send may cure: 503, no server up (HAProxy while no controller replica
+#: is up; a controller with no healthy backend), and 502, a failed hop (HAProxy's for a
+#: server that broke, a controller's for a backend that failed after its own retries). Final:
+#: 4xx (the request's own fault, or a deliberate refusal such as 429), 500 (a server bug that
+#: a re-send would repeat) and 504 (a timeout: HAProxy's after 11 minutes, a controller's when
+#: the call's deadline passed, which a re-send cannot undo).
+RESENDABLE_STATUS = frozenset({502, 503})
+
+#: The OpenAI error ``type`` of a controller's 502 (``UpstreamFailed`` in
+#: ``agentrt_controller.service.errors``), which a controller also sends as an error event
+#: when a backend fails mid-answer. Named here, not imported: importing the controller's
+#: service package costs the replay ~0.8 s of CPU at start (a test keeps the two equal).
+UPSTREAM_ERROR_TYPE = "upstream_error"
 
 
 class StreamCut(LLMCallError):
@@ -47,7 +62,8 @@ class StreamCut(LLMCallError):
 
 def resendable(error: LLMCallError) -> bool:
     """Whether re-sending the call that raised ``error`` may succeed: a cut stream, a
-    connection that could not be opened, or a gateway answer in :data:`RESENDABLE_STATUS`."""
+    connection that could not be opened, or an answer (or error event) whose status is in
+    :data:`RESENDABLE_STATUS`."""
     if isinstance(error, StreamCut | EndpointUnavailable):
         return True
     return error.status_code in RESENDABLE_STATUS
@@ -92,11 +108,18 @@ def _usage(result: StreamedChat, usage: Mapping[str, Any]) -> None:
 
 
 def _stream_error(url: str, error: Any) -> LLMCallError:
-    message = error.get("message") if isinstance(error, Mapping) else error
-    code = error.get("code") if isinstance(error, Mapping) else None
+    """The error event's :class:`LLMCallError`: its status is the event's integer ``code``
+    (vLLM's, the emulator's), or 502 for a controller's :data:`UPSTREAM_ERROR_TYPE` (a
+    backend failed mid-answer), else None."""
+    fields: Mapping[str, Any] = error if isinstance(error, Mapping) else {"message": error}
+    code = fields.get("code")
+    status = code if isinstance(code, int) else None
+    if status is None and fields.get("type") == UPSTREAM_ERROR_TYPE:
+        status = 502
     return LLMCallError(
-        f"POST {url}: the server ended the stream with an error: {str(message)[:300]}",
-        status_code=code if isinstance(code, int) else None,
+        f"POST {url}: the server ended the stream with an error: "
+        f"{str(fields.get('message'))[:300]}",
+        status_code=status,
     )
 
 

@@ -18,7 +18,7 @@ same code. What the client can measure differs (docs/replay.md):
   ``preemptions`` unless ``/metrics`` has ``vllm:num_preemptions_total``;
   ``controller_wait_s_mean`` unless responses carry ``X-Agentrt-Queue-Ms`` (a controller).
 * **re-sent calls**: ``calls_resent`` (calls sent more than once after a cut stream, a failed
-  connection or a gateway's 502 / 503 / 504) and ``resends`` (the extra sends), over every
+  connection or a gateway's 502 / 503) and ``resends`` (the extra sends), over every
   program. A re-sent call's latency runs from its first send; its TTFT is the first token of
   the attempt that answered.
 """
