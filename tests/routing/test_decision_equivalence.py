@@ -6,6 +6,11 @@ computes the prefill part once per match value, the pipeline sums clamped scores
 and :meth:`Dispatcher.admit` asks the admission policy again only about the backend that got
 the last call. The reference classes below are the previous code, verbatim in substance; both
 stacks are driven through the same random operations and must agree on every admission.
+
+The pruned path (:mod:`agentrt_controller.routing.pruning`: score each match level's
+least-loaded backend and the program's, not every backend) is driven against the same router
+scoring every candidate, at 4 / 16 / 64 / 256 backends, with load ties, unhealthy backends,
+the KV-pressure filter, stale and evicted index entries and the exact KV index synced and not.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.routing.affinity import ProgramAffinity
 from agentrt_controller.routing.api import Scored, backend_load
 from agentrt_controller.routing.filters import HealthyFilter, KvPressureFilter
+from agentrt_controller.routing.kv_index import ExactPrefixIndex
 from agentrt_controller.routing.pickers import ArgmaxPicker
 from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer, clamp_score
 from agentrt_controller.routing.prefix_index import SHARED_HEAD_BLOCKS, PrefixIndex
@@ -33,6 +39,7 @@ from agentrt_controller.routing.scorers import (
 )
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
 
@@ -144,6 +151,8 @@ def _stack(reference: bool, *, ttl_s: float, capacity: int | None) -> Dispatcher
         ],
         picker=ArgmaxPicker(),
         observers=[index, affinity],
+        prune=not reference,
+        prune_min_candidates=2,
     )
     scheduler = build_scheduler("plas", table=ProcessTable())
     dispatcher_cls = ReferenceDispatcher if reference else Dispatcher
@@ -264,3 +273,191 @@ def test_bisection_matches_the_walk_after_random_inserts(seed: int) -> None:
                 assert bisect.match(b, probe, now) == length
                 matched += length > 0
     assert matched > 1000  # the probes did hit recorded prefixes
+
+
+# -- the pruned path against scoring every candidate ------------------------------------------
+
+
+def _prefix_pipeline(
+    *, prune: bool, ttl_s: float, capacity: int | None, queued_tokens: float, affinity_w: float
+) -> PipelineRouter:
+    """``routers.prefix_router``'s composition with these parameters; pruned from 2
+    candidates on (so 4 backends take the pruned path too)."""
+    index = PrefixIndex(ttl_s=ttl_s, capacity_blocks=capacity, shared_programs=3)
+    affinity = ProgramAffinity(ttl_s=600.0)
+    cost = PrefixCostScorer(
+        index,
+        prefill_s_per_token=1e-4,
+        queued_s_per_call=queued_tokens * 1e-4,
+        exact=ExactPrefixIndex(),
+    )
+    return PipelineRouter(
+        "prefix",
+        filters=[("healthy", HealthyFilter()), ("kv_pressure", KvPressureFilter(0.95))],
+        scorers=[
+            WeightedScorer("prefix_cost", cost),
+            WeightedScorer("affinity", AffinityScorer(affinity), affinity_w),
+        ],
+        picker=ArgmaxPicker(),
+        observers=[index, affinity],
+        prune=prune,
+        prune_min_candidates=2,
+    )
+
+
+def _exact_of(router: PipelineRouter) -> ExactPrefixIndex:
+    scorer = router.scorers[0].scorer
+    assert isinstance(scorer, PrefixCostScorer) and scorer.exact is not None
+    return scorer.exact
+
+
+def _drive_pruned(seed: int, backends: int, *, exact: str, **params: Any) -> PipelineRouter:
+    """Random rounds of calls routed by a pruned and a full router; asserts the same choice
+    every time (and the same counters at the end); returns the pruned router."""
+    rng = random.Random(seed)
+    pruned, full = (_prefix_pipeline(prune=p, **params) for p in (True, False))
+    ids = [f"b{i:03d}" for i in range(backends)]
+    if exact == "synced":  # some backends' KV events are followed: those calls score in full
+        for backend in rng.sample(ids, max(1, backends // 8)):
+            for router in (pruned, full):
+                _exact_of(router).replay_done(backend)
+    system = [[rng.getrandbits(62) for _ in range(rng.randint(2, 40))] for _ in range(3)]
+    histories: dict[str, list[int]] = {}
+    now = 0.0
+    ttl = params["ttl_s"]
+    for round_ in range(60):
+        now += rng.choice([0.01, 0.5, 3.0, min(ttl, 900.0) * 0.7])  # sometimes: stale
+        unhealthy = rng.choice([0.0, 0.1, 0.5, 1.0])  # 1.0: the healthy filter is skipped
+        pressured = rng.choice([0.0, 0.2, 1.0])  # 1.0: the KV-pressure filter is skipped
+        candidates = CandidateSet(
+            BackendView(
+                backend_id=b,
+                in_flight=rng.choice([0, 0, 1, 2, 5]),  # few values: many equal loads
+                healthy=rng.random() >= unhealthy,
+                num_waiting=rng.choice([None, 0, 0, 1]),
+                kv_cache_usage=rng.choice([None, 0.99 if rng.random() < pressured else 0.5]),
+            )
+            for b in ids
+            if rng.random() < 0.9
+        )
+        for _ in range(rng.randint(1, 12)):
+            if not candidates:
+                break
+            program = f"p{rng.randrange(40)}"
+            history = histories.setdefault(program, [])
+            if len(history) > 60 or rng.random() < 0.03:
+                for router in (pruned, full):
+                    router.on_program_end(ProgramKey.untagged(program), now)
+                history.clear()
+            history += [rng.getrandbits(62) for _ in range(rng.randint(0, 5))]
+            chain = tuple(system[int(program[1:]) % 3] + history) if rng.random() < 0.9 else ()
+            call = Call(
+                call_id=f"{program}/{round_}",
+                program_id=program,
+                prompt_tokens=16 * len(chain) + rng.randint(0, 15),
+                block_hashes=chain,
+            )
+            if exact != "none" and chain:
+                call.token_block_hashes, call.token_block_size = chain, 16
+            want = full.route(replace(call), list(candidates), now)
+            got = pruned.route(call, candidates, now)
+            assert got == want, f"round {round_}, {call.call_id}"
+            chosen = candidates.get(got)
+            assert chosen is not None
+            if rng.random() < 0.3:  # no room left there
+                candidates.remove(got)
+            else:
+                candidates.update(replace(chosen, in_flight=chosen.in_flight + 1))
+            if rng.random() < 0.6:  # it finished, over a longer chain
+                for router in (pruned, full):
+                    router.on_finish(call, got, now)
+    assert pruned.routed_total == full.routed_total
+    assert pruned.filter_skips == full.filter_skips
+    for router in (pruned, full):
+        scorer = router.scorers[0].scorer
+        assert isinstance(scorer, PrefixCostScorer)
+    assert pruned.scorers[0].scorer.lookups == full.scorers[0].scorer.lookups  # type: ignore[attr-defined]
+    return pruned
+
+
+@pytest.mark.parametrize(
+    ("seed", "backends", "ttl_s", "capacity", "queued_tokens", "affinity_w", "exact"),
+    [
+        (11, 4, 600.0, None, 128.0, 0.2, "none"),
+        (12, 16, 600.0, 65_536, 128.0, 0.2, "unsynced"),
+        (13, 64, 5.0, None, 128.0, 0.2, "none"),  # entries go stale between rounds
+        (14, 64, 600.0, 60, 128.0, 0.2, "synced"),  # LRU eviction all the time
+        (15, 256, 600.0, None, 128.0, 0.2, "none"),
+        (16, 256, 30.0, 300, 128.0, 0.2, "unsynced"),
+        (17, 256, 600.0, None, 128.0, 0.2, "synced"),
+        (18, 64, 600.0, None, 0.0, 0.2, "none"),  # load is free: every load ties
+        (19, 64, 600.0, None, 1e-7, 0.2, "none"),  # loads within the picker's tolerance
+        (20, 16, math.inf, None, 128.0, 0.0, "none"),  # no affinity scorer in the sum
+        (21, 16, 600.0, None, 128.0, 1e-12, "none"),  # affinity within the tolerance
+    ],
+)
+def test_pruned_routing_decides_as_scoring_every_backend(
+    seed: int,
+    backends: int,
+    ttl_s: float,
+    capacity: int | None,
+    queued_tokens: float,
+    affinity_w: float,
+    exact: str,
+) -> None:
+    pruned = _drive_pruned(
+        seed,
+        backends,
+        exact=exact,
+        ttl_s=ttl_s,
+        capacity=capacity,
+        queued_tokens=queued_tokens,
+        affinity_w=affinity_w,
+    )
+    pruning = pruned.pruning
+    assert pruning is not None
+    assert pruning.pruned_total > 20  # the pruned path decided calls ...
+    if exact == "synced" or queued_tokens < 1 or 0 < affinity_w < 1e-9:
+        assert pruning.fallback_total > 0  # ... and these fell back where they must
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_match_levels_and_holders_agree_with_every_backends_match(seed: int) -> None:
+    """After ``purge_stale``, the holders are exactly who holds what, and ``match_levels`` is
+    exactly the set of every backend's match (0 included), under the TTL and LRU eviction."""
+    rng = random.Random(seed)
+    index = PrefixIndex(ttl_s=10.0, capacity_blocks=rng.choice([None, 40, 150]))
+    backends = [f"b{i}" for i in range(6)]
+    roots = [[rng.getrandbits(62) for _ in range(rng.randint(1, 20))] for _ in range(3)]
+    chains: list[tuple[int, ...]] = []
+    now = 0.0
+    for step in range(300):
+        now += rng.choice([0.0, 0.1, 1.0, 4.0])
+        base = list(rng.choice(chains)) if chains and rng.random() < 0.7 else rng.choice(roots)
+        chain = tuple(base[: rng.randint(1, len(base))] + [rng.getrandbits(62) for _ in range(3)])
+        chains.append(chain)
+        index.insert(rng.choice(backends), chain, now)
+        if step % 50 == 49:
+            index.forget_backend(rng.choice(backends))
+        index.purge_stale(now)
+        for probe in rng.sample(chains, min(10, len(chains))):
+            matches = {index.match(b, probe, now) for b in backends}
+            assert index.match_levels(probe) == sorted(matches | {0})
+            for h in probe:
+                holding = {b for b in backends if index.match(b, (h,), now) == 1}
+                assert set(index.holders(h)) == holding
+                assert index.holder_count(h) == len(holding)
+    assert index.size() == sum(len(index.elements(b)) for b in backends)
+
+
+def test_the_candidate_set_is_a_sequence_that_records_its_changes() -> None:
+    views = [BackendView("a", 0), BackendView("b", 1), BackendView("c", 2)]
+    candidates = CandidateSet(views)
+    assert list(candidates) == views and candidates[1] == views[1] and len(candidates) == 3
+    candidates.update(BackendView("b", 2))
+    candidates.remove("a")
+    assert [v.backend_id for v in candidates] == ["b", "c"]
+    assert candidates[0] == BackendView("b", 2) and candidates.get("a") is None
+    assert candidates.changes == ["b", "a"]
+    with pytest.raises(KeyError):
+        candidates.update(BackendView("zz", 0))

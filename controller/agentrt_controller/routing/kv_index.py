@@ -240,6 +240,10 @@ class ExactPrefixIndex:
         state = self._backends.get(backend_id)
         return state is not None and state.synced
 
+    def any_synced(self) -> bool:
+        """Whether :meth:`match` may answer for some backend (one is synced)."""
+        return any(s.synced for s in self._backends.values())
+
     def block_size(self, backend_id: str) -> int | None:
         """Tokens per block of ``backend_id`` (``None`` until a ``BlockStored`` told)."""
         state = self._backends.get(backend_id)

@@ -5,6 +5,12 @@ inference scheduler does): a filter may not empty the candidate set (its result 
 for that call, and counted), a scorer must return one score per candidate, scores are clamped to
 ``[0, 1]`` (NaN → 0) and multiplied by the scorer's weight, and the picker's answer must be one
 of the remaining candidates.
+
+**Pruning.** For the stages of the ``prefix`` router (healthy and KV-pressure filters, prefix
+cost and affinity scorers, argmax) and a round's
+:class:`~agentrt_controller.scheduling.candidates.CandidateSet` of many backends, the router
+scores only the backends that can win and reaches the decision scoring all of them would
+(:mod:`~agentrt_controller.routing.pruning`); ``prune=False`` turns that off.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing.api import Filter, Picker, RouteObserver, Scored, Scorer
 from agentrt_controller.routing.prefix_index import PrefixIndex
+from agentrt_controller.routing.pruning import PRUNE_MIN_CANDIDATES, PrefixPruning
 from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.candidates import CandidateSet
 
 __all__ = ["PipelineRouter", "WeightedScorer", "clamp_score", "uses_block_hashes"]
 
@@ -66,7 +74,12 @@ class PipelineRouter:
         scorers: Sequence[WeightedScorer] = (),
         picker: Picker,
         observers: Sequence[RouteObserver] = (),
+        prune: bool = True,
+        prune_min_candidates: int = PRUNE_MIN_CANDIDATES,
     ) -> None:
+        """``prune``: take the pruned path when the stages allow it (module docstring) and a
+        round has at least ``prune_min_candidates`` candidates (below, scoring all of them is
+        cheaper); the stages must not be changed after construction then."""
         names = [n for n, _ in filters] + [s.name for s in scorers]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -82,12 +95,31 @@ class PipelineRouter:
         self.filter_skips: dict[str, int] = {n: 0 for n, _ in filters}
         #: Whether a stage reads ``Call.block_hashes`` (drivers fill them only then).
         self.uses_block_hashes = any(isinstance(o, PrefixIndex) for o in self.observers)
+        #: The pruned path, ``None`` when off or the stages do not allow it.
+        self.pruning: PrefixPruning | None = None
+        self.prune_min_candidates = prune_min_candidates
+        if prune:
+            self.pruning = PrefixPruning.for_stages(
+                self.filters, [(s.scorer, s.weight) for s in self.scorers], picker
+            )
 
     def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
         """The chosen ``backend_id``. Raises ``ValueError`` when ``candidates`` is empty (the
         dispatcher never calls a router without one) or a stage breaks its contract."""
         if not candidates:
             raise ValueError("route() needs at least one candidate backend")
+        pruning = self.pruning
+        if (
+            pruning is not None
+            and isinstance(candidates, CandidateSet)
+            and len(candidates) >= self.prune_min_candidates
+        ):
+            pruned = pruning.route(call, candidates, now_s)
+            if pruned is not None:
+                for name in pruned.skipped:
+                    self.filter_skips[name] += 1
+                pruning.cost.lookups["estimate"] += pruned.estimate_lookups
+                return self._routed(call, pruned.chosen, now_s)
         remaining = list(candidates)
         for filter_name, stage in self.filters:
             narrowed = stage.filter(call, remaining, now_s)
@@ -101,6 +133,9 @@ class PipelineRouter:
             chosen = self.picker.pick(call, self._score(call, remaining, now_s), now_s)
             if all(b.backend_id != chosen for b in remaining):
                 raise ValueError(f"router {self.name!r}: picker chose unknown backend {chosen!r}")
+        return self._routed(call, chosen, now_s)
+
+    def _routed(self, call: Call, chosen: str, now_s: float) -> str:
         self.routed_total += 1
         for observer in self.observers:
             observer.on_routed(call, chosen, now_s)

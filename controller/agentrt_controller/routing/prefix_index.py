@@ -41,13 +41,25 @@ backend is paid once and then serves every program that shares it, unlike a prog
 history (:class:`~agentrt_controller.routing.scorers.PrefixCostScorer` discounts it). Pure:
 ``now_s``
 comes in.
+
+**Holders, for pruning.** The index also keeps, per element, the backends that hold it (the
+reverse of the per-backend maps, updated on every insert and eviction), and
+:meth:`PrefixIndex.purge_stale` drops every element past its TTL on every backend (amortised
+O(1) per element ever recorded: a heap of each backend's oldest entry). After it, an element's
+holders are exactly the backends holding it fresh, and — by the prefix property — the holders
+of a chain's elements shrink along the chain, so :meth:`PrefixIndex.match_levels` finds every
+distinct match length among all backends with O(levels × log chain) lookups, not one bisection
+per backend. The router's exact pruning (docs/routing.md, "Cost at many backends") is built on
+it.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
+from types import MappingProxyType
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
@@ -61,6 +73,8 @@ SHARED_HEAD_BLOCKS = 512
 #: than one 80 GB GPU holds for an 8B model (the simulator's A100 profile: 27,804 blocks), so
 #: the cap only forgets what the engine has surely evicted; about 6-7 MB per backend.
 DEFAULT_CAPACITY_BLOCKS = 65_536
+#: What a backend that holds nothing holds.
+_NOTHING: Mapping[int, float] = MappingProxyType({})
 
 
 class PrefixIndex:
@@ -99,6 +113,12 @@ class PrefixIndex:
         #: tuple of the key's fields: compared in C, where a ProgramKey's ``==`` runs Python
         #: code once per head element of every routed call)
         self._programs: OrderedDict[int, tuple[int, tuple[str, str, str | None]]] = OrderedDict()
+        #: element -> the backends holding it: one backend id, or a set when several (most
+        #: elements are one program's history, held by one backend: a plain id is smaller).
+        self._holders: dict[int, str | set[str]] = {}
+        #: (time of a backend's oldest entry, or earlier, backend id), a heap with stale
+        #: duplicates; every backend holding something has an entry at or before its oldest.
+        self._fronts: list[tuple[float, str]] = []
 
     def shared_prefix(self, hashes: Sequence[int]) -> int:
         """How many leading elements of ``hashes`` at least ``shared_programs`` programs used
@@ -170,16 +190,106 @@ class PrefixIndex:
         blocks = self._blocks.get(backend_id)
         if blocks is None:
             blocks = self._blocks[backend_id] = OrderedDict()
+        holders = self._holders
         # Walk backwards so the chain's head ends most recent: under LRU eviction a prefix
         # then outlives its extensions, as in the engine.
         for h in reversed(hashes):
+            if h not in blocks:
+                held = holders.get(h)
+                if held is None:
+                    holders[h] = backend_id
+                elif isinstance(held, str):
+                    holders[h] = {held, backend_id}
+                else:
+                    held.add(backend_id)
             blocks[h] = now_s
             blocks.move_to_end(h)
-        self._purge(blocks, now_s)
+        self._purge(backend_id, blocks, now_s)
+        if blocks and math.isfinite(self.ttl_s):
+            self._push_front(backend_id, blocks)
 
     def forget_backend(self, backend_id: str) -> None:
         """Drop everything recorded for a backend (it restarted or was removed)."""
-        self._blocks.pop(backend_id, None)
+        blocks = self._blocks.pop(backend_id, None)
+        for h in blocks or ():
+            self._drop_holder(h, backend_id)
+
+    # --- holders: what the router's pruning reads (module docstring, "Holders") -------------
+
+    def purge_stale(self, now_s: float) -> None:
+        """Drop every element not used for ``ttl_s`` seconds, on every backend (those count
+        as evicted already: :meth:`match` answers the same). Afterwards :meth:`holders`,
+        :meth:`holder_count` and :meth:`holds` speak of fresh elements only. ``now_s`` must not
+        go backwards (as for every method here)."""
+        if not math.isfinite(self.ttl_s):
+            return
+        oldest = now_s - self.ttl_s
+        fronts = self._fronts
+        while fronts and fronts[0][0] < oldest:
+            _, backend_id = heapq.heappop(fronts)
+            blocks = self._blocks.get(backend_id)
+            if blocks:
+                self._purge(backend_id, blocks, now_s)
+                if blocks:
+                    self._push_front(backend_id, blocks)
+
+    def holder_count(self, h: int) -> int:
+        """Backends holding element ``h`` (fresh ones only after :meth:`purge_stale`)."""
+        held = self._holders.get(h)
+        return 0 if held is None else 1 if isinstance(held, str) else len(held)
+
+    def holders(self, h: int) -> Collection[str]:
+        """The backends holding element ``h`` (fresh ones only after :meth:`purge_stale`);
+        read-only."""
+        held = self._holders.get(h)
+        return () if held is None else (held,) if isinstance(held, str) else held
+
+    def holds(self, backend_id: str, h: int) -> bool:
+        """Whether ``backend_id`` holds element ``h`` (fresh only after :meth:`purge_stale`)."""
+        return h in self.elements(backend_id)
+
+    def elements(self, backend_id: str) -> Mapping[int, float]:
+        """What ``backend_id`` holds: element -> last use (seconds), read-only (fresh only
+        after :meth:`purge_stale`)."""
+        return self._blocks.get(backend_id) or _NOTHING
+
+    def match_levels(self, hashes: Sequence[int]) -> list[int]:
+        """Every value :meth:`match` takes for ``hashes`` over all backends, 0 included,
+        ascending — call :meth:`purge_stale` first. The backends with match ``k`` (0 < k <
+        ``len(hashes)``) are those holding ``hashes[k - 1]`` but not ``hashes[k]``; with
+        match ``len(hashes)`` those holding its last element; with 0, all others. By the
+        prefix property the holder counts along the chain never grow, so the lengths where
+        they drop are found by bisection: O(levels × log len(hashes)) lookups."""
+        levels = [0]
+        length = len(hashes)
+        holders = self._holders
+
+        def count(h: int) -> int:
+            held = holders.get(h)
+            return 0 if held is None else 1 if held.__class__ is str else len(held)
+
+        first = count(hashes[0]) if length else 0
+        if first == 0:
+            return levels
+        last = count(hashes[length - 1])
+        # (lo, hi, count at lo, count at hi), chain positions 1-based: count at k is the
+        # holders of hashes[k - 1]; a drop between k and k + 1 makes k a level.
+        stack = [(1, length, first, last)]
+        while stack:
+            low, high, at_low, at_high = stack.pop()
+            if at_low == at_high:
+                continue
+            if high == low + 1:
+                levels.append(low)
+                continue
+            middle = (low + high) // 2
+            at_middle = count(hashes[middle - 1])
+            stack.append((middle, high, at_middle, at_high))
+            stack.append((low, middle, at_low, at_middle))
+        if last > 0:
+            levels.append(length)
+        levels.sort()
+        return levels
 
     def size(self, backend_id: str | None = None) -> int:
         """Elements recorded (for one backend, or in total)."""
@@ -201,11 +311,12 @@ class PrefixIndex:
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         """Nothing: cached prefixes outlive their program (others may share them)."""
 
-    def _purge(self, blocks: OrderedDict[int, float], now_s: float) -> None:
+    def _purge(self, backend_id: str, blocks: OrderedDict[int, float], now_s: float) -> None:
         capacity = self.capacity_blocks
         if capacity is not None:
             while len(blocks) > capacity:
-                blocks.popitem(last=False)
+                h, _ = blocks.popitem(last=False)
+                self._drop_holder(h, backend_id)
         if math.isfinite(self.ttl_s):
             oldest = now_s - self.ttl_s
             while blocks:
@@ -213,3 +324,25 @@ class PrefixIndex:
                 if seen >= oldest:
                     break
                 del blocks[h]
+                self._drop_holder(h, backend_id)
+
+    def _drop_holder(self, h: int, backend_id: str) -> None:
+        held = self._holders.get(h)
+        if held is None:
+            return
+        if isinstance(held, str):
+            if held == backend_id:
+                del self._holders[h]
+            return
+        held.discard(backend_id)
+        if len(held) == 1:
+            self._holders[h] = next(iter(held))
+
+    def _push_front(self, backend_id: str, blocks: OrderedDict[int, float]) -> None:
+        """Note ``backend_id``'s oldest entry; rebuild the heap when stale duplicates (one per
+        insert) outnumber the backends: O(backends) per O(backends) inserts."""
+        fronts = self._fronts
+        heapq.heappush(fronts, (next(iter(blocks.values())), backend_id))
+        if len(fronts) > 2 * len(self._blocks) + 64:
+            fronts[:] = [(next(iter(b.values())), i) for i, b in self._blocks.items() if b]
+            heapq.heapify(fronts)

@@ -109,12 +109,9 @@ class PrefixCostScorer:
         """``cost_b`` per backend (seconds), aligned with ``backends``."""
         hashes = call.block_hashes
         a, q = self.prefill_s_per_token, self.queued_s_per_call
-        prompt = call.prompt_tokens
-        relief = 1.0 - self.shared_weight
         if not hashes:  # nothing to match: the prompt is uncached everywhere
-            return [a * max(0, prompt) + q * backend_load(b) for b in backends]
-        shared = self.index.shared_prefix(hashes)
-        shared_cached = cached_prompt_tokens(call, shared)
+            return [a * max(0, call.prompt_tokens) + q * backend_load(b) for b in backends]
+        shared = self.shared_of(call)
         matches = self.index.match_all([b.backend_id for b in backends], hashes, now_s)
         # The prefill part depends on the backend only through its match, and most backends
         # share a few match values (none, the shared head): computed once per value.
@@ -123,12 +120,25 @@ class PrefixCostScorer:
         for b, matched in zip(backends, matches, strict=True):
             prefill = prefill_of.get(matched)
             if prefill is None:
-                cached = cached_prompt_tokens(call, matched)
-                missing_shared = shared_cached - cached if shared > matched else 0
-                uncached = max(0, prompt - cached) - relief * missing_shared
-                prefill = prefill_of[matched] = a * max(0.0, uncached)
+                prefill = prefill_of[matched] = self.prefill_s(call, matched, shared)
             out.append(prefill + q * (b.in_flight + (b.num_waiting or 0)))
         return out
+
+    def shared_of(self, call: Call) -> tuple[int, int]:
+        """(leading chain elements that count as shared, their prompt tokens) for a call with
+        a chain (:meth:`PrefixIndex.shared_prefix`)."""
+        shared = self.index.shared_prefix(call.block_hashes)
+        return shared, cached_prompt_tokens(call, shared)
+
+    def prefill_s(self, call: Call, matched: int, shared: tuple[int, int]) -> float:
+        """The prefill part of ``cost_b`` (seconds) on a backend matching ``matched`` leading
+        elements of the call's chain (not empty); ``shared``: :meth:`shared_of`. Never
+        grows with ``matched``. :meth:`costs` adds ``queued_s_per_call × load``."""
+        shared_elements, shared_cached = shared
+        cached = cached_prompt_tokens(call, matched)
+        missing_shared = shared_cached - cached if shared_elements > matched else 0
+        uncached = max(0, call.prompt_tokens - cached) - (1.0 - self.shared_weight) * missing_shared
+        return self.prefill_s_per_token * max(0.0, uncached)
 
     def exact_cached(self, call: Call, backend_id: str) -> int | None:
         """Prompt tokens cached on ``backend_id`` by its KV events; ``None`` = the exact
@@ -170,9 +180,15 @@ class PrefixCostScorer:
 
     def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
         costs = self.exact_costs(call, backends, self.costs(call, backends, now_s))
-        soft = self.prefill_s_per_token * 16 or 1e-9
+        soft = self.soft_s
         best = min(costs) + soft
         return [best / (cost + soft) for cost in costs]
+
+    @property
+    def soft_s(self) -> float:
+        """``s0`` of the score (seconds): one block's prefill, so near-zero costs do not blow
+        up ratios."""
+        return self.prefill_s_per_token * 16 or 1e-9
 
 
 def exact_scorer_of(router: object) -> PrefixCostScorer | None:

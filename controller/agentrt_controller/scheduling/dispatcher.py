@@ -46,6 +46,7 @@ from agentrt_controller.routing.api import Router
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 from agentrt_controller.scheduling.api import AdmissionPolicy, BackendView, Call, Scheduler
 from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
+from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.isolation import TenantIsolation
 from agentrt_controller.scheduling.tenancy import TenantFairScheduler, tenant_of
 
@@ -112,14 +113,15 @@ class Dispatcher:
         # The backends with room, in ``backends`` order. Asked once per backend; after that
         # only the backend that got the last call changed, so only it is asked again (an
         # admission policy answers the same for the same view at the same ``now_s``: it reacts
-        # once per metrics sample) — O(backends) per round, not per admitted call.
-        room: list[BackendView] | None = None
+        # once per metrics sample) — O(backends) per round, not per admitted call. The router
+        # sees the set change one backend at a time (a router may keep state derived from it).
+        room: CandidateSet | None = None
         while self.queued():
             if room is None:
-                room = [b for b in views.values() if has_room(b, now_s)]
+                room = CandidateSet(b for b in views.values() if has_room(b, now_s))
             if not room:
                 break
-            candidates = room
+            candidates: Sequence[BackendView] = room
             lane = self.lane if self.lane is not None and self.lane.queued() else None
             if lane is not None:
                 call = lane.pop(now_s)
@@ -134,11 +136,10 @@ class Dispatcher:
             backend_id = self.router.route(call, held or candidates, now_s)
             chosen = views[backend_id]
             updated = views[backend_id] = replace(chosen, in_flight=chosen.in_flight + 1)
-            position = next(i for i, b in enumerate(room) if b.backend_id == backend_id)
             if has_room(updated, now_s):
-                room[position] = updated
+                room.update(updated)
             else:
-                del room[position]
+                room.remove(backend_id)
             policy = self._policy_of(call)
             priority = policy.backend_priority(call) if chosen.supports_priority else None
             self.table.bind(call, backend_id, now_s)
@@ -148,8 +149,8 @@ class Dispatcher:
         return admissions
 
     def _pop_capped(
-        self, now_s: float, candidates: list[BackendView]
-    ) -> tuple[Call | None, list[BackendView]]:
+        self, now_s: float, candidates: Sequence[BackendView]
+    ) -> tuple[Call | None, Sequence[BackendView]]:
         """The tenancy scheduler's next call among the tenants some candidate allows
         (per-tenant caps), and the candidates that allow its tenant."""
         assert self._fair is not None and self.isolation is not None
