@@ -13,7 +13,9 @@ prefix index and program affinity). The state is what a busy controller holds:
 * a prefix index warmed by ``--warmup-rounds`` rounds of real decisions (every admitted call is
   finished, so its chain is recorded on the backend the router chose, as the service does);
 * scraped gauges per backend (KV usage between 0.2 and 0.9, waiting 0–2, a new sample per
-  round) and an adaptive window per backend, grown by the warm-up.
+  drain round) and an adaptive window per backend, grown by the warm-up;
+* the views handed to ``admit`` are built as ``BackendPool.views`` builds them: a backend's
+  view is the same object as in the previous round while nothing in it changed.
 
 Two decisions are timed, each round with calls of random live programs:
 
@@ -125,6 +127,8 @@ class Bench:
     ids: list[str] = field(init=False)
     in_flight: dict[str, int] = field(init=False)
     kv_usage: dict[str, float] = field(init=False)
+    #: Per backend: its last view (reused while unchanged, as the pool does).
+    last_views: dict[str, BackendView] = field(init=False, default_factory=dict)
     rng: random.Random = field(init=False)
     now_s: float = 0.0
     sample: int = 0
@@ -157,8 +161,13 @@ class Bench:
             if room_only is not None:
                 window = int(admission.window(backend))
                 in_flight = window - 1 if backend == room_only else window
-            out.append(
-                BackendView(
+            last = self.last_views.get(backend)
+            if (
+                last is None
+                or last.in_flight != in_flight
+                or last.metrics_at_s != float(self.sample)
+            ):
+                last = self.last_views[backend] = BackendView(
                     backend_id=backend,
                     in_flight=in_flight,
                     num_running=in_flight,
@@ -166,7 +175,7 @@ class Bench:
                     kv_cache_usage=self.kv_usage[backend],
                     metrics_at_s=float(self.sample),
                 )
-            )
+            out.append(last)
         return out
 
     def submit(self, n: int) -> list[Call]:

@@ -89,6 +89,9 @@ class Dispatcher:
         self.isolation: TenantIsolation | None = None
         if isinstance(scheduler, TenantFairScheduler) and scheduler.isolation is not None:
             self._fair, self.isolation = scheduler, scheduler.isolation
+        #: Per backend: the view the admission policy was last asked about, and its answer,
+        #: while that answer cannot change until the backend's view does (:meth:`_room_of`).
+        self._asked: dict[str, tuple[BackendView, bool]] = {}
 
     def submit(self, call: Call, now_s: float) -> None:
         if self.isolation is not None:
@@ -106,19 +109,20 @@ class Dispatcher:
 
     def admit(self, now_s: float, backends: Sequence[BackendView]) -> list[Admission]:
         """Pop queued calls (the retained lane first) while some backend has room; route
-        each one."""
-        views = {b.backend_id: b for b in backends}
+        each one. ``backends``: one view per backend id. A driver that passes the same view
+        object again for a backend where nothing changed saves asking the admission policy
+        about it again (:meth:`_room_of`)."""
         admissions: list[Admission] = []
-        has_room = self.admission.has_room
-        # The backends with room, in ``backends`` order. Asked once per backend; after that
-        # only the backend that got the last call changed, so only it is asked again (an
+        # The backends with room, in ``backends`` order. Asked once per backend (not even that
+        # for a view object asked about before, when its answer cannot have changed); after
+        # that only the backend that got the last call changed, so only it is asked again (an
         # admission policy answers the same for the same view at the same ``now_s``: it reacts
         # once per metrics sample) — O(backends) per round, not per admitted call. The router
         # sees the set change one backend at a time (a router may keep state derived from it).
         room: CandidateSet | None = None
         while self.queued():
             if room is None:
-                room = CandidateSet(b for b in views.values() if has_room(b, now_s))
+                room = CandidateSet(self._with_room(backends, now_s))
             if not room:
                 break
             candidates: Sequence[BackendView] = room
@@ -134,9 +138,11 @@ class Dispatcher:
             retained = call.retained_backend
             held = [b for b in candidates if b.backend_id == retained] if retained else []
             backend_id = self.router.route(call, held or candidates, now_s)
-            chosen = views[backend_id]
-            updated = views[backend_id] = replace(chosen, in_flight=chosen.in_flight + 1)
-            if has_room(updated, now_s):
+            chosen = room.get(backend_id)
+            if chosen is None:
+                raise ValueError(f"router {self.router.name!r} chose {backend_id!r}, no candidate")
+            updated = replace(chosen, in_flight=chosen.in_flight + 1)
+            if self._room_of(updated, now_s):
                 room.update(updated)
             else:
                 room.remove(backend_id)
@@ -147,6 +153,39 @@ class Dispatcher:
                 self.isolation.on_admit(call.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
         return admissions
+
+    def _with_room(self, backends: Sequence[BackendView], now_s: float) -> list[BackendView]:
+        """The backends the admission policy gives room, in ``backends`` order
+        (:meth:`_room_of` for each, inlined: this loop is O(backends) per admit)."""
+        asked, room_of = self._asked, self._room_of
+        out = []
+        for view in backends:
+            memo = asked.get(view.backend_id)
+            if memo is not None and memo[0] is view:
+                if memo[1]:
+                    out.append(view)
+            elif room_of(view, now_s):
+                out.append(view)
+        return out
+
+    def _room_of(self, view: BackendView, now_s: float) -> bool:
+        """``admission.has_room(view, now_s)``, remembered while the answer cannot change:
+        the admission policy is asked again about a backend only when its view is another
+        object, or when the policy's answer may depend on the time. Exact for the policies
+        whose answer is a function of the view and of state they change only when asked about
+        the backend (every ``has_room`` call goes through here, and the memo keeps the last
+        view asked): a fixed window, and the adaptive window for a view with a scrape time
+        (it reacts once per ``metrics_at_s``) or without a waiting count (it cannot react)."""
+        answer = self.admission.has_room(view, now_s)
+        admission = type(self.admission)
+        if admission is FixedWindowAdmission or (
+            admission is AdaptiveWindowAdmission
+            and (view.metrics_at_s is not None or view.num_waiting is None)
+        ):
+            self._asked[view.backend_id] = (view, answer)
+        else:
+            self._asked.pop(view.backend_id, None)
+        return answer
 
     def _pop_capped(
         self, now_s: float, candidates: Sequence[BackendView]

@@ -143,6 +143,8 @@ class BackendPool:
         self.interval_s = interval_s
         self.breaker_config = breaker or BreakerConfig()
         self.states: dict[str, BackendState] = {}
+        #: Per backend: the facts its last view was built from, and that view (:meth:`views`).
+        self._views: dict[str, tuple[tuple[object, ...], BackendView]] = {}
         for backend in backends:
             if backend.backend_id in self.states:
                 raise ConfigError(f"duplicate backend id {backend.backend_id!r}")
@@ -378,20 +380,46 @@ class BackendPool:
     # --- views -------------------------------------------------------------------------------
 
     def views(self) -> list[BackendView]:
-        return [
-            BackendView(
+        """One view per backend, for the dispatcher. A backend's view is the very object of
+        the previous call while nothing in it changed: the dispatcher then need not ask the
+        admission policy about it again (``Dispatcher.admit``), which keeps a decision among
+        many backends cheap (docs/routing.md, "Cost at many backends")."""
+        cache = self._views
+        out = []
+        for backend_id, state in self.states.items():
+            load = state.load
+            supports_priority = state.backend.capabilities.supports_priority
+            facts = (
+                state.in_flight,
+                state.healthy,
+                load.num_running,
+                load.num_waiting,
+                load.kv_cache_usage,
+                supports_priority,
+                state.load_at_s,
+                load.max_num_seqs,
+            )
+            cached = cache.get(backend_id)
+            if cached is not None and cached[0] == facts:
+                out.append(cached[1])
+                continue
+            view = BackendView(
                 backend_id=backend_id,
                 in_flight=state.in_flight,
                 healthy=state.healthy,
-                num_running=state.load.num_running,
-                num_waiting=state.load.num_waiting,
-                kv_cache_usage=state.load.kv_cache_usage,
-                supports_priority=state.backend.capabilities.supports_priority,
+                num_running=load.num_running,
+                num_waiting=load.num_waiting,
+                kv_cache_usage=load.kv_cache_usage,
+                supports_priority=supports_priority,
                 metrics_at_s=state.load_at_s,
-                max_num_seqs=state.load.max_num_seqs,
+                max_num_seqs=load.max_num_seqs,
             )
-            for backend_id, state in self.states.items()
-        ]
+            cache[backend_id] = (facts, view)
+            out.append(view)
+        if len(cache) > len(self.states):  # backends removed
+            for backend_id in set(cache) - set(self.states):
+                del cache[backend_id]
+        return out
 
     def any_healthy(self) -> bool:
         return any(state.healthy for state in self.states.values())

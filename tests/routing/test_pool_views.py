@@ -1,0 +1,81 @@
+"""``BackendPool.views`` hands the dispatcher the same view object while a backend is unchanged,
+so ``Dispatcher.admit`` asks the admission policy only about backends whose view changed
+(docs/routing.md, "Cost at many backends")."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from agentrt_controller.backends.api import BackendLoad
+from agentrt_controller.backends.fake import FakeBackend, FakeResponse
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.routing.routers import prefix_router
+from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
+from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.factory import build_scheduler
+from agentrt_controller.service.pool import BackendPool
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def _answer(request: object) -> FakeResponse:
+    raise AssertionError("no request is sent here")
+
+
+def _pool(n: int) -> BackendPool:
+    backends = [FakeBackend(f"b{i}", _answer) for i in range(n)]
+    return BackendPool(backends, on_change=lambda: None, clock=lambda: 0.0)
+
+
+def test_an_unchanged_backend_keeps_its_view_object_and_a_changed_one_gets_a_new_one() -> None:
+    pool = _pool(3)
+    first = pool.views()
+    again = pool.views()
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    pool.states["b1"].in_flight += 1
+    pool.states["b2"].load = BackendLoad(num_waiting=3, kv_cache_usage=0.5)
+    pool.states["b2"].load_at_s = 4.0
+    changed = pool.views()
+    assert changed[0] is first[0]
+    assert changed[1] is not first[1] and changed[1].in_flight == 1
+    assert (changed[2].num_waiting, changed[2].kv_cache_usage, changed[2].metrics_at_s) == (
+        3,
+        0.5,
+        4.0,
+    )
+    del pool.states["b0"]
+    assert [v.backend_id for v in pool.views()] == ["b1", "b2"]
+
+
+def test_the_dispatcher_asks_again_only_about_backends_whose_view_changed() -> None:
+    admission = AdaptiveWindowAdmission()
+    asked: list[str] = []
+    has_room = admission.has_room
+
+    def counting(backend: BackendView, now_s: float) -> bool:
+        asked.append(backend.backend_id)
+        return has_room(backend, now_s)
+
+    admission.has_room = counting  # type: ignore[method-assign]  # count the real policy
+    table = ProcessTable()
+    dispatcher = Dispatcher(build_scheduler("plas", table=table), prefix_router(), admission)
+    views = [BackendView(f"b{i:02d}", 0, num_waiting=0, metrics_at_s=1.0) for i in range(20)]
+    dispatcher.submit(Call("c1", "p1", prompt_tokens=16), 1.0)
+    (first,) = dispatcher.admit(1.0, views)
+    assert len(asked) == 21  # every backend, then the chosen one with one more call
+    # The driver's next views: the chosen backend's is new, every other one the same object.
+    views = [replace(v, in_flight=1) if v.backend_id == first.backend_id else v for v in views]
+    del asked[:]
+    dispatcher.submit(Call("c2", "p2", prompt_tokens=16), 1.5)
+    (second,) = dispatcher.admit(1.5, views)
+    assert asked == [first.backend_id, second.backend_id]
+    # Without a scrape time the adaptive window reacts on the clock: asked every time.
+    views = [replace(v, metrics_at_s=None) for v in views]
+    for now in (2.0, 2.5):
+        del asked[:]
+        dispatcher.submit(Call(f"c{now}", "p3", prompt_tokens=16), now)
+        dispatcher.admit(now, views)
+        assert len(asked) == 21
