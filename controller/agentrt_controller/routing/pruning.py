@@ -292,6 +292,10 @@ class PrefixPruning:
 
         if lower is not None and index.holder_count(lower) <= _FEW_HOLDERS:
             return _least_of(state, members, [b for b in index.holders(lower) if on_level(b)])
+        if lower is None and upper is not None:
+            head = index.holders(upper)
+            if len(head) >= len(members) and members.issubset(head):
+                return None  # every candidate holds the chain's head (a system prompt)
         for key in order[:_WALK_STEPS]:
             if on_level(key[1]):
                 return key[1]
