@@ -247,3 +247,19 @@ def test_cli_rejects_bad_replica_options(
     argv = ["bench", "sim", "--workload", "react", "--rate", "1", "--duration", "5"]
     assert main([*argv, "--replicas", "2", option, value, "--no-progress"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_counting_other_replicas_load_changes_nothing_for_one_replica(plans: list) -> None:  # type: ignore[type-arg]
+    """The simulator's gauges are exact: one controller sees no other load, and its run is the
+    default run; with 4 replicas each one's window now counts the others' calls, and the run
+    differs (docs/simulator.md, "Controller replicas")."""
+    counting = {"count_other_load": True}
+
+    def summary(replicas: int, options: dict[str, bool]) -> dict:  # type: ignore[type-arg]
+        spec = PolicySpec(replicas=replicas, admission_options=options)
+        return run_one(plans, BENCH, spec).summary
+
+    assert summary(1, counting) == summary(1, {})
+    four, four_counting = summary(4, {}), summary(4, counting)
+    assert four_counting["calls_completed"] == four["calls_completed"]  # every program ends
+    assert four_counting["e2e_latency_s"] != four["e2e_latency_s"]

@@ -29,6 +29,20 @@ own (FCFS) queue, where the controller's order and anti-starvation no longer app
 ``target_waiting`` and shrinks as soon as it is above.
 
 ``has_room``: the backend is healthy and ``in_flight < floor(window)``. Pure: no clock, no I/O.
+
+**Several controllers** (``count_other_load``, off by default). Controller replicas sharing a
+backend each steer their own window by the same waiting queue, and each counts only its own
+calls against it. With ``count_other_load`` a replica reads the others' requests from each new
+sample — ``other_load = max(0, num_running + num_waiting - in_flight)``, kept until the next
+sample (calls we admit after a scrape are not in its gauges) — and the window bounds the
+backend's *total* load: ``has_room`` is ``in_flight + other_load < floor(window)`` (or
+``in_flight < floor(min_window)``: every replica may always have that many calls), and the
+window grows when that total is what limits. The replicas' windows then add up to about the
+batch plus ``target_waiting``, with or without a reported batch size. Alone on a backend,
+``other_load`` is 0 and nothing changes — up to scrape staleness: a scrape that still counts
+our calls that have finished since reads as other load until the next one. What it does not
+restore is the order across replicas (docs/simulator.md, "Controller replicas": it bounds the
+load, not which replica's call takes a free slot).
 """
 
 from __future__ import annotations
@@ -62,6 +76,10 @@ class AdaptiveWindowConfig:
     decrease_factor: float = 0.5
     #: Without ``metrics_at_s``, react at most this often (seconds, > 0).
     update_interval_s: float = 1.0
+    #: Count other clients' requests (other controller replicas sharing the backend: the
+    #: scraped ``num_running + num_waiting`` minus our ``in_flight``) against the window, which
+    #: then bounds the backend's total load. See "Several controllers" above.
+    count_other_load: bool = False
 
     def __post_init__(self) -> None:
         if not self.min_window >= 1:
@@ -102,6 +120,9 @@ class _BackendWindow:
     window: float
     #: Sample time of the last update (``metrics_at_s``) or decision time without one.
     last_sample_s: float = -math.inf
+    #: Other clients' requests on the backend at the last sample (calls, >= 0); always 0
+    #: without ``count_other_load``.
+    other_load: int = 0
 
 
 class AdaptiveWindowAdmission:
@@ -116,7 +137,14 @@ class AdaptiveWindowAdmission:
 
     def has_room(self, backend: BackendView, now_s: float) -> bool:
         state = self._observe(backend, now_s)
-        return backend.healthy and backend.in_flight < math.floor(state.window)
+        if not backend.healthy:
+            return False
+        load = backend.in_flight + state.other_load
+        # With other clients counted, min_window still lets us have calls of our own (the
+        # window is never below it, so without them this is the window alone).
+        return load < math.floor(state.window) or backend.in_flight < math.floor(
+            self.config.min_window
+        )
 
     def bound(self, backend: BackendView) -> float:
         """The largest window for ``backend`` (calls): ``max_window``, or its batch size plus
@@ -154,10 +182,12 @@ class AdaptiveWindowAdmission:
             if now_s - state.last_sample_s < cfg.update_interval_s:
                 return state
             state.last_sample_s = now_s
+        if cfg.count_other_load and backend.num_running is not None:
+            state.other_load = max(0, backend.num_running + waiting - backend.in_flight)
         if waiting > cfg.target_waiting:
             excess = waiting - cfg.target_waiting
             shrunk = max(state.window * cfg.decrease_factor, state.window - excess)
             state.window = max(cfg.min_window, shrunk)
-        elif backend.in_flight >= math.floor(state.window):
+        elif backend.in_flight + state.other_load >= math.floor(state.window):
             state.window = min(bound, state.window + cfg.increase_step)
         return state
