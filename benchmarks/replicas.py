@@ -12,15 +12,21 @@ retention on, FCFS engines, the controller's cost model), on ``mixed`` near satu
 * one engine with 8 slots (``--max-num-seqs 8``, where the controller's order decides who
   runs: docs/scheduling.md) at 0.244 programs/s (its probed FCFS saturation, docs/scheduling.md).
 
-Extra rows at the largest replica count: ``split`` (each replica's adaptive window bounded by
-its share of the batch, ``max_num_seqs // N``, instead of the whole batch) and ``prio`` (the
-engine orders its queue by the controller's backend priority — vLLM's ``--scheduling-policy
-priority`` — compared with one replica on the same priority engine), and ``prio, unlimited``
-(no admission window: every call goes to the engine at once, and the engine's priority queue
-orders the calls of all replicas on one scale — the fix the issue suggests).
+Extra rows: ``others`` at 4 and 8 replicas (each replica's adaptive window counts the other
+replicas' requests, scraped ``num_running + num_waiting`` minus its own, against its window:
+``AdaptiveWindowConfig.count_other_load``); at the largest replica count ``split`` (each
+replica's adaptive window bounded by its share of the batch, ``max_num_seqs // N``, instead of
+the whole batch) and ``prio`` (the engine orders its queue by the controller's backend priority
+— vLLM's ``--scheduling-policy priority`` — compared with one replica on the same priority
+engine), and ``prio, unlimited`` (no admission window: every call goes to the engine at once,
+and the engine's priority queue orders the calls of all replicas on one scale — the fix the
+issue suggests), and ``prio, target 32`` (the priority engine, the adaptive window aiming at 32
+calls waiting in it instead of 2, compared with one replica with the same setting).
 
-Per configuration and seed: mean program token latency, mean and p95 program E2E, completed
-and arrived programs/s; ratios to one replica are per seed (same programs), then the median.
+The 8-slot setting runs seven seeds, the 256-slot one three: at 8 slots the per-seed ratios
+spread by several per cent, and a run costs a fifth of a 256-slot one. Per configuration and
+seed: mean program token latency, mean and p95 program E2E, completed and arrived programs/s;
+ratios to one replica are per seed (same programs), then the median and the per-seed range.
 
     .venv/bin/python benchmarks/replicas.py --write-docs
 """
@@ -41,6 +47,7 @@ from typing import Any, Literal
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from agentrt_controller import defaults  # noqa: E402
 from agentrt_emulator.core.types import EngineConfig  # noqa: E402
 from agentrt_sim.costs import default_cost_function  # noqa: E402
 from agentrt_sim.registry import PolicySpec  # noqa: E402
@@ -59,13 +66,15 @@ class Setting:
     rate_per_s: float
     duration_s: float
     warmup_s: float
+    #: Seeds run unless ``--seeds`` names others.
+    seeds: tuple[int, ...] = (1, 2, 3)
 
 
 SETTINGS = (
     Setting("256 slots", 256, 1.35, 400.0, 100.0),
-    Setting("8 slots", 8, 0.244, 800.0, 200.0),
+    Setting("8 slots", 8, 0.244, 800.0, 200.0, seeds=(1, 2, 3, 4, 5, 6, 7)),
 )
-QUICK_SETTINGS = (Setting("8 slots (quick)", 8, 0.244, 120.0, 30.0),)
+QUICK_SETTINGS = (Setting("8 slots (quick)", 8, 0.244, 120.0, 30.0, seeds=(1,)),)
 
 
 @dataclass(frozen=True)
@@ -80,21 +89,35 @@ class Config:
     #: Admission window per replica and engine: ``"adaptive"`` (the default) or ``None``
     #: (unlimited: every call goes to the engine, whose queue orders them).
     window: str | None = "adaptive"
+    #: Adaptive-window parameters over the controller's defaults (``AdaptiveWindowConfig``
+    #: fields), e.g. ``(("count_other_load", True),)``.
+    admission: tuple[tuple[str, Any], ...] = ()
+    #: Run at 8 slots only (at 256 nothing queues and no admission setting changes anything).
+    small_batch_only: bool = False
+    #: The one-replica row to compare with; ``None`` = the controller's default (adaptive
+    #: window) on an engine with the same queue order.
+    compare_with: str | None = None
 
     @property
     def baseline(self) -> str:
-        """The one-replica row this one is compared with: the controller's default (adaptive
-        window), on an engine with the same queue order."""
+        """The label of the one-replica row this one is compared with."""
+        if self.compare_with is not None:
+            return self.compare_with
         return "1, prio" if self.engine_policy == "priority" else "1"
 
 
 def configs(counts: Sequence[int]) -> list[Config]:
-    """1 replica, then per count > 1 by program and by call; at the largest count, the split
-    window and the priority engine (with its own one-replica baseline)."""
+    """1 replica, then per count > 1 by program and by call (and at 4 and 8 slots' 4 and 8
+    replicas, by program with the other replicas' load counted); at the largest count, the
+    split window and the priority engine (with its own one-replica baselines)."""
+    others = (("count_other_load", True),)
     out = [Config("1", 1)]
     for n in counts:
         if n > 1:
             out += [Config(f"{n} by program", n), Config(f"{n} by call", n, "call")]
+        if n in (4, 8):
+            label = f"{n} by program, others"
+            out.append(Config(label, n, admission=others, small_batch_only=True))
     top = max(counts)
     if top > 1:
         out += [
@@ -102,6 +125,22 @@ def configs(counts: Sequence[int]) -> list[Config]:
             Config("1, prio", 1, engine_policy="priority"),
             Config(f"{top} by program, prio", top, engine_policy="priority"),
             Config(f"{top} by call, prio", top, "call", engine_policy="priority"),
+            Config(
+                "1, prio, target 32",
+                1,
+                engine_policy="priority",
+                admission=(("target_waiting", 32),),
+                small_batch_only=True,
+                compare_with="1, prio, target 32",
+            ),
+            Config(
+                f"{top} by program, prio, target 32",
+                top,
+                engine_policy="priority",
+                admission=(("target_waiting", 32),),
+                small_batch_only=True,
+                compare_with="1, prio, target 32",
+            ),
             Config("1, prio, unlimited", 1, engine_policy="priority", window=None),
             Config(
                 f"{top} by program, prio, unlimited", top, engine_policy="priority", window=None
@@ -132,8 +171,10 @@ def run_point(setting: Setting, config: Config, seed: int) -> dict[str, Any]:
         seed=seed,
         engine=engine,
     )
+    admission = dict(defaults.ADMISSION) | dict(config.admission)
     spec = PolicySpec(
         admission_window=config.window,
+        admission_options=admission,
         replicas=config.replicas,
         shard=config.shard,
         replica_window=config.replica_window,
@@ -162,8 +203,8 @@ def run_point(setting: Setting, config: Config, seed: int) -> dict[str, Any]:
 _KEYS = ("token_mean_s", "e2e_mean_s", "e2e_p95_s", "completed_per_s", "arrived_per_s")
 
 
-def _ratio(rows: list[dict[str, Any]], row: dict[str, Any], key: str) -> float:
-    """Median over seeds of this configuration's ``key`` divided by its baseline's."""
+def _ratios(rows: list[dict[str, Any]], row: dict[str, Any], key: str) -> list[float]:
+    """Per seed, this configuration's ``key`` divided by its baseline's on the same seed."""
     ratios = []
     for point in row["points"]:
         base = next(
@@ -174,7 +215,7 @@ def _ratio(rows: list[dict[str, Any]], row: dict[str, Any], key: str) -> float:
             if p["seed"] == point["seed"]
         )
         ratios.append(point[key] / base[key] if base[key] else float("nan"))
-    return statistics.median(ratios)
+    return ratios
 
 
 def summarise(points: list[dict[str, Any]], config_list: list[Config]) -> list[dict[str, Any]]:
@@ -196,12 +237,17 @@ def summarise(points: list[dict[str, Any]], config_list: list[Config]) -> list[d
             rows.append(row)
     for row in rows:
         for key in ("token_mean_s", "e2e_mean_s", "e2e_p95_s", "completed_per_s"):
-            row[f"{key}_ratio"] = _ratio(rows, row, key)
+            ratios = _ratios(rows, row, key)
+            row[f"{key}_ratio"] = statistics.median(ratios)
+            row[f"{key}_ratio_range"] = (min(ratios), max(ratios))
     return rows
 
 
 def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float) -> str:
-    seeds = sorted({p["seed"] for r in rows for p in r["points"]})
+    by_setting: dict[str, set[int]] = {}
+    for r in rows:
+        by_setting.setdefault(r["setting"], set()).update(p["seed"] for p in r["points"])
+    seeds = "; ".join(f"{name}: {sorted(s)}" for name, s in by_setting.items())
     lines = [
         HEADING,
         "",
@@ -215,8 +261,14 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float
         "arrivals after a 100 s warm-up; 8 slots (`--max-num-seqs 8`) at 0.244 programs/s "
         "(its probed saturation, docs/scheduling.md), 800 s after 200 s. These windows are "
         "cut short to fit a 2-core machine (the scheduling benchmark uses 500 s after "
-        f"150 s). Medians over seeds {seeds}; ratios are per seed against one replica on the "
-        "same programs, then the median (> 1 = larger than one replica). `split` = each "
+        f"150 s). Medians over seeds ({seeds}); ratios are per seed against one replica on the "
+        "same programs, then the median, with the smallest and largest per-seed ratio in "
+        "brackets (> 1 = larger than one replica). `others` = each replica's adaptive window "
+        "counts the other replicas' requests on the engine (scraped running + waiting minus "
+        "its own calls in flight) against its window, which then bounds the engine's total "
+        "load (`count_other_load`; 8 slots only). `target 32` = the adaptive window aims at 32 "
+        "calls waiting in the (priority) engine instead of 2 (`target_waiting`), compared with "
+        "one replica with the same setting (8 slots only). `split` = each "
         "replica's window bounded by its share of the batch (`max_num_seqs // N`); `prio` = "
         "the engine orders its queue by the controller's backend priority (vLLM "
         "`--scheduling-policy priority`), compared with one replica on that engine and the "
@@ -248,9 +300,9 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float
             f"{r['e2e_mean_s']:.1f}",
             f"{r['e2e_p95_s']:.1f}",
             f"{r['completed_per_s']:.3f} / {r['arrived_per_s']:.3f}",
-            f"{r['token_mean_s_ratio']:.3f}",
-            f"{r['e2e_mean_s_ratio']:.3f}",
-            f"{r['e2e_p95_s_ratio']:.3f}",
+            _with_range(r, "token_mean_s"),
+            _with_range(r, "e2e_mean_s"),
+            _with_range(r, "e2e_p95_s"),
             f"{r['completed_per_s_ratio']:.3f}",
             f"{r['split_programs']:.0f}",
         ]
@@ -272,6 +324,13 @@ def markdown(rows: list[dict[str, Any]], args: argparse.Namespace, wall_s: float
         "",
     ]
     return "\n".join(lines)
+
+
+def _with_range(row: dict[str, Any], key: str) -> str:
+    """``median [min–max]`` of the per-seed ratios (the median alone with one seed)."""
+    low, high = row[f"{key}_ratio_range"]
+    median = f"{row[f'{key}_ratio']:.3f}"
+    return median if len(row["points"]) < 2 else f"{median} [{low:.2f}–{high:.2f}]"
 
 
 def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -296,7 +355,18 @@ def goal_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", default="1,2,3", help="comma-separated (default: %(default)s)")
+    parser.add_argument(
+        "--seeds",
+        default=None,
+        help="comma-separated, for every setting (default: 1-3 at 256 slots, 1-7 at 8 slots)",
+    )
+    parser.add_argument(
+        "--window",
+        default=None,
+        metavar="DURATION,WARMUP",
+        help="arrivals and warm-up (seconds) for every setting instead of its own; the setting "
+        "is then named with them (not for --write-docs, whose text names the default windows)",
+    )
     parser.add_argument(
         "--replicas", default="1,2,4,8", help="replica counts (default: %(default)s)"
     )
@@ -319,7 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _report.add_output_options(parser, "per-seed points")
     args = parser.parse_args(argv)
     args.plot = None
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds else None
+    if args.window and args.write_docs:
+        parser.error(
+            "--window measures outside the documented windows: use --json, not --write-docs"
+        )
     counts = sorted({int(n) for n in args.replicas.split(",") if n.strip()} | {1})
     config_list = configs(counts)
     if args.from_json:
@@ -328,15 +402,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings: tuple[Setting, ...] = QUICK_SETTINGS if args.quick else SETTINGS
         if args.settings != "all":
             settings = tuple(s for s in settings if s.name.split()[0] == args.settings)
+        if args.window:
+            duration_s, warmup_s = (float(x) for x in args.window.split(","))
+            settings = tuple(
+                replace(
+                    s,
+                    name=f"{s.name}, {duration_s:g} s after {warmup_s:g} s",
+                    duration_s=duration_s,
+                    warmup_s=warmup_s,
+                )
+                for s in settings
+            )
         if args.quick:
-            seeds, config_list = seeds[:1], configs([1, 2])
+            seeds, config_list = (seeds or [1])[:1], configs([1, 2])
         chosen = set(args.only.split(";")) if args.only else None
         jobs = [
             (s, c, seed)
             for s in settings
             for c in config_list
-            for seed in seeds
-            if chosen is None or c.label in chosen
+            for seed in (seeds or s.seeds)
+            if (chosen is None or c.label in chosen)
+            and not (c.small_batch_only and s.max_num_seqs > 8)
         ]
         with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             futures = [pool.submit(run_point, *job) for job in jobs]
