@@ -432,9 +432,12 @@ def test_pruned_routing_decides_as_scoring_every_backend(
 @pytest.mark.parametrize("seed", range(4))
 def test_match_levels_and_holders_agree_with_every_backends_match(seed: int) -> None:
     """After ``purge_stale``, the holders are exactly who holds what, and ``match_levels`` is
-    exactly the set of every backend's match (0 included), under the TTL and LRU eviction."""
+    exactly the set of every backend's match (0 included), under the TTL and LRU eviction —
+    also for an index that starts keeping holders late (its first ``purge_stale``)."""
     rng = random.Random(seed)
-    index = PrefixIndex(ttl_s=10.0, capacity_blocks=rng.choice([None, 40, 150]))
+    capacity = rng.choice([None, 40, 150])
+    index = PrefixIndex(ttl_s=10.0, capacity_blocks=capacity)
+    late = PrefixIndex(ttl_s=10.0, capacity_blocks=capacity)
     backends = [f"b{i}" for i in range(6)]
     roots = [[rng.getrandbits(62) for _ in range(rng.randint(1, 20))] for _ in range(3)]
     chains: list[tuple[int, ...]] = []
@@ -444,10 +447,16 @@ def test_match_levels_and_holders_agree_with_every_backends_match(seed: int) -> 
         base = list(rng.choice(chains)) if chains and rng.random() < 0.7 else rng.choice(roots)
         chain = tuple(base[: rng.randint(1, len(base))] + [rng.getrandbits(62) for _ in range(3)])
         chains.append(chain)
-        index.insert(rng.choice(backends), chain, now)
+        backend = rng.choice(backends)
+        index.insert(backend, chain, now)
+        late.insert(backend, chain, now)
         if step % 50 == 49:
-            index.forget_backend(rng.choice(backends))
+            gone = rng.choice(backends)
+            index.forget_backend(gone)
+            late.forget_backend(gone)
         index.purge_stale(now)
+        if step >= 150:
+            late.purge_stale(now)
         for probe in rng.sample(chains, min(10, len(chains))):
             matches = {index.match(b, probe, now) for b in backends}
             assert index.match_levels(probe) == sorted(matches | {0})
@@ -455,6 +464,8 @@ def test_match_levels_and_holders_agree_with_every_backends_match(seed: int) -> 
                 holding = {b for b in backends if index.match(b, (h,), now) == 1}
                 assert set(index.holders(h)) == holding
                 assert index.holder_count(h) == len(holding)
+                if step >= 150:
+                    assert set(late.holders(h)) == holding
     assert index.size() == sum(len(index.elements(b)) for b in backends)
 
 

@@ -43,7 +43,8 @@ history (:class:`~agentrt_controller.routing.scorers.PrefixCostScorer` discounts
 comes in.
 
 **Holders, for pruning.** The index also keeps, per element, the backends that hold it (the
-reverse of the per-backend maps, updated on every insert and eviction), and
+reverse of the per-backend maps, updated on every insert and eviction; kept from the first
+:meth:`PrefixIndex.purge_stale` on, so an index nobody prunes with pays nothing for them), and
 :meth:`PrefixIndex.purge_stale` drops every element past its TTL on every backend (amortised
 O(1) per element ever recorded: a heap of each backend's oldest entry). After it, an element's
 holders are exactly the backends holding it fresh, and — by the prefix property — the holders
@@ -114,8 +115,9 @@ class PrefixIndex:
         #: code once per head element of every routed call)
         self._programs: OrderedDict[int, tuple[int, tuple[str, str, str | None]]] = OrderedDict()
         #: element -> the backends holding it: one backend id, or a set when several (most
-        #: elements are one program's history, held by one backend: a plain id is smaller).
-        self._holders: dict[int, str | set[str]] = {}
+        #: elements are one program's history, held by one backend: a plain id is smaller);
+        #: ``None`` until :meth:`purge_stale` is first called (nobody reads them before).
+        self._holders: dict[int, str | set[str]] | None = None
         #: (time of a backend's oldest entry, or earlier, backend id), a heap with stale
         #: duplicates; every backend holding something has an entry at or before its oldest.
         self._fronts: list[tuple[float, str]] = []
@@ -192,20 +194,28 @@ class PrefixIndex:
             blocks = self._blocks[backend_id] = OrderedDict()
         holders = self._holders
         # Walk backwards so the chain's head ends most recent: under LRU eviction a prefix
-        # then outlives its extensions, as in the engine.
-        for h in reversed(hashes):
-            if h not in blocks:
-                held = holders.get(h)
-                if held is None:
-                    holders[h] = backend_id
-                elif isinstance(held, str):
-                    holders[h] = {held, backend_id}
-                else:
-                    held.add(backend_id)
+        # then outlives its extensions, as in the engine. While holders are kept, the tail
+        # the backend lacks (typically the few elements a call adds to its program's
+        # history) is walked first, noting new holders; the leading run it holds needs none.
+        held_run = len(hashes)
+        if holders is not None:
+            held_run = self.match_all((backend_id,), hashes, now_s)[0] if blocks else 0
+            for h in reversed(hashes[held_run:]):
+                if h not in blocks:
+                    held = holders.get(h)
+                    if held is None:
+                        holders[h] = backend_id
+                    elif isinstance(held, str):
+                        holders[h] = {held, backend_id}
+                    else:
+                        held.add(backend_id)
+                blocks[h] = now_s
+                blocks.move_to_end(h)
+        for h in reversed(hashes[:held_run]):
             blocks[h] = now_s
             blocks.move_to_end(h)
         self._purge(backend_id, blocks, now_s)
-        if blocks and math.isfinite(self.ttl_s):
+        if blocks and holders is not None and math.isfinite(self.ttl_s):
             self._push_front(backend_id, blocks)
 
     def forget_backend(self, backend_id: str) -> None:
@@ -220,7 +230,10 @@ class PrefixIndex:
         """Drop every element not used for ``ttl_s`` seconds, on every backend (those count
         as evicted already: :meth:`match` answers the same). Afterwards :meth:`holders`,
         :meth:`holder_count` and :meth:`holds` speak of fresh elements only. ``now_s`` must not
-        go backwards (as for every method here)."""
+        go backwards (as for every method here). The first call starts keeping the holders
+        (one pass over the index): until then an insert does not pay for them."""
+        if self._holders is None:
+            self._track_holders()
         if not math.isfinite(self.ttl_s):
             return
         oldest = now_s - self.ttl_s
@@ -234,14 +247,15 @@ class PrefixIndex:
                     self._push_front(backend_id, blocks)
 
     def holder_count(self, h: int) -> int:
-        """Backends holding element ``h`` (fresh ones only after :meth:`purge_stale`)."""
-        held = self._holders.get(h)
+        """Backends holding element ``h`` (fresh ones only after :meth:`purge_stale`; none
+        before its first call)."""
+        held = self._holders.get(h) if self._holders is not None else None
         return 0 if held is None else 1 if isinstance(held, str) else len(held)
 
     def holders(self, h: int) -> Collection[str]:
         """The backends holding element ``h`` (fresh ones only after :meth:`purge_stale`);
         read-only."""
-        held = self._holders.get(h)
+        held = self._holders.get(h) if self._holders is not None else None
         return () if held is None else (held,) if isinstance(held, str) else held
 
     def holds(self, backend_id: str, h: int) -> bool:
@@ -263,6 +277,8 @@ class PrefixIndex:
         levels = [0]
         length = len(hashes)
         holders = self._holders
+        if holders is None:
+            raise RuntimeError("match_levels() needs purge_stale() first")
 
         def count(h: int) -> int:
             held = holders.get(h)
@@ -327,16 +343,34 @@ class PrefixIndex:
                 self._drop_holder(h, backend_id)
 
     def _drop_holder(self, h: int, backend_id: str) -> None:
-        held = self._holders.get(h)
+        holders = self._holders
+        held = holders.get(h) if holders is not None else None
         if held is None:
             return
+        assert holders is not None
         if isinstance(held, str):
             if held == backend_id:
-                del self._holders[h]
+                del holders[h]
             return
         held.discard(backend_id)
         if len(held) == 1:
-            self._holders[h] = next(iter(held))
+            holders[h] = next(iter(held))
+
+    def _track_holders(self) -> None:
+        """Start keeping the holders and the heap of oldest entries, from what is held."""
+        holders: dict[int, str | set[str]] = {}
+        for backend_id, blocks in self._blocks.items():
+            for h in blocks:
+                held = holders.get(h)
+                if held is None:
+                    holders[h] = backend_id
+                elif isinstance(held, str):
+                    holders[h] = {held, backend_id}
+                else:
+                    held.add(backend_id)
+        self._holders = holders
+        self._fronts = [(next(iter(b.values())), i) for i, b in self._blocks.items() if b]
+        heapq.heapify(self._fronts)
 
     def _push_front(self, backend_id: str, blocks: OrderedDict[int, float]) -> None:
         """Note ``backend_id``'s oldest entry; rebuild the heap when stale duplicates (one per
