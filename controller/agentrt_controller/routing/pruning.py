@@ -55,10 +55,10 @@ from agentrt_controller.scheduling.candidates import CandidateSet
 
 __all__ = ["PRUNE_MIN_CANDIDATES", "PrefixPruning", "PrunedRoute"]
 
-#: Fewer candidates than this are scored in full: the pruned path's fixed cost (finding the
-#: match levels, the shared prefix, a few walks) is about that of scoring ~12 backends
-#: (measured with benchmarks/decision_cost.py's state).
-PRUNE_MIN_CANDIDATES = 12
+#: Fewer candidates than this are scored in full: the pruned path's fixed cost (the match
+#: levels, a few walks, the tie check) and the prefix index's holder upkeep it starts are
+#: about the cost of scoring ~30 backends (measured with benchmarks/decision_cost.py's state).
+PRUNE_MIN_CANDIDATES = 32
 #: Steps along a load order before a level's candidates are enumerated instead.
 _WALK_STEPS = 24
 #: A level with at most this many holders is read from its holders, not by walking.
