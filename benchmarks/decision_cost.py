@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from agentrt_controller.keys import ProgramKey  # noqa: E402
 from agentrt_controller.routing.pipeline import PipelineRouter  # noqa: E402
 from agentrt_controller.routing.prefix_index import PrefixIndex  # noqa: E402
+from agentrt_controller.routing.pruning import PRUNE_MIN_CANDIDATES  # noqa: E402
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission  # noqa: E402
 from agentrt_controller.scheduling.api import BackendView, Call  # noqa: E402
 from agentrt_controller.scheduling.dispatcher import Dispatcher  # noqa: E402
@@ -367,46 +368,75 @@ def markdown(
                 if r["backends"] in before and baseline
             ],
         )
+    holders_rows = [r for r in rows if r["backends"] >= PRUNE_MIN_CANDIDATES]
+    plain_rows = [r for r in rows if r["backends"] < PRUNE_MIN_CANDIDATES]
+
+    def per_element(row: dict[str, Any]) -> float:
+        return float(row["index_bytes"]) / max(int(row["index_elements"]), 1)
+
     last = rows[-1]
-    slope = (last["drain_us"] - base["drain_us"]) / max(last["backends"] - base["backends"], 1)
+    # The first backend count that takes the pruned path (the router scores every candidate
+    # below PRUNE_MIN_CANDIDATES): the slope from there on is what pruning leaves.
+    pruned = next((r for r in rows if r["backends"] >= PRUNE_MIN_CANDIDATES), base)
+    span = max(last["backends"] - pruned["backends"], 1)
+    drain_slope = (last["drain_us"] - pruned["drain_us"]) / span
+    steady_slope = (last["steady_us"] - pruned["steady_us"]) / span
     lines += [
         "",
-        "**Not flat, and why.** Every stage of the router's pipeline looks at every candidate "
-        "backend — the healthy and KV-pressure filters, the prefix cost (a prefix-index match "
-        "and a cost per backend), the affinity score, clamping and weighting, the argmax "
-        "picker — and admission asks each backend for room once per `admit`. That is "
-        "O(backends) per decision by design (filter → scorer → picker over all candidates): "
-        f"≈ {slope:.1f} µs per backend per decision here (drain, slope from "
-        f"{base['backends']} to {last['backends']} backends), so a decision at "
-        f"{last['backends']} backends costs {last['drain_us'] / base['drain_us']:.1f}× one at "
-        f"{base['backends']}. Flat would mean not scoring every backend (e.g. only those "
-        "holding the call's chain head, its program's backend and the k least loaded from a "
-        "heap), which changes decisions whenever another backend would have won: not done. "
-        "What was changed, with the same decisions (`tests/routing/test_decision_equivalence.py`"
-        " drives the previous code and the new side by side): `PrefixIndex.match` bisects the "
-        "chain (what a backend holds of a chain is a prefix of it, docs/routing.md) instead of "
-        "walking the matched run — a system prompt held by every backend made that walk "
-        "O(backends × prompt blocks), and one `match_all` call serves all backends; the "
-        "prefill cost is computed once per distinct match value; the exact index's "
-        "per-backend pass is skipped when the call carries no token chain; clamped scores are "
-        "summed in one pass; program counts of shared heads compare plain tuples, not "
-        "`ProgramKey` objects (whose `==` ran Python code per head element per call); "
-        "`Dispatcher.admit` asks the admission "
-        "policy about every backend once per `admit` and then only about the backend that got "
-        "the last call (before: about every backend before every admitted call, "
-        "O(backends × admitted)). At few backends the per-call work that does not depend on "
-        "them dominates: recording the chain on the chosen backend (`insert`, O(chain)) and "
-        "counting programs per head element (`note_program`, up to 512 elements).",
+        "**Nearly flat, and what is left.** The `prefix` router no longer scores every "
+        "candidate: it scores, for each distinct match length among the backends (found from "
+        "the prefix index's holders of the chain's elements by bisection), the least-loaded "
+        "candidate, plus the program's bound backend, and reaches the decision scoring all of "
+        'them would (docs/routing.md, "Cost at many backends"; '
+        "`tests/routing/test_decision_equivalence.py` drives the pruned and the full router "
+        "side by side); admission asks the policy only about backends whose view changed. "
+        f"A decision at {last['backends']} backends costs "
+        f"{last['drain_us'] / base['drain_us']:.2f}× one at {base['backends']} (drain) and "
+        f"{last['steady_us'] / base['steady_us']:.2f}× (steady). Of the "
+        f"{last['drain_us'] - base['drain_us']:.1f} µs a drain decision at {last['backends']} "
+        f"backends costs more than one at {base['backends']}, "
+        f"{pruned['drain_us'] - base['drain_us']:.1f} µs are the step to "
+        f"{pruned['backends']} backends. Below {PRUNE_MIN_CANDIDATES} candidates every "
+        "candidate is scored, which is cheaper there: the pruned path's fixed cost — the match "
+        "levels, a walk per level, the tie check — and the holders the prefix index keeps "
+        "from the first pruned decision on (an insert notes the holders of the elements new "
+        "to the backend: most of a chain in the steady rounds, where the call goes to a "
+        "random backend) cost about as much as scoring ~30 backends. "
+        f"From {pruned['backends']} to {last['backends']} backends the cost grows by "
+        f"{drain_slope:.2f} µs (drain) and {steady_slope:.2f} µs (steady) per backend per "
+        "decision. What remains O(backends): per `admit`, one pass over the views (a "
+        "dictionary lookup per backend; the admission policy is asked about each backend once "
+        "per new scrape, i.e. once per drain round here) and building the round's (load, id) "
+        "order of the candidates (O(backends log backends), shared by the round's "
+        f"{args.batch} decisions in a drain round; not built in the steady state here, where "
+        "one backend has room); per call, one set test of the candidates against the "
+        "holders of the chain's head (in C). Scored in full, as before: a call the exact KV "
+        "index can answer for some backend, other router stages, and a tie within the picker's "
+        "tolerance that the scored backends cannot settle. The per-call work that does not "
+        "depend on the backends is most of a decision: the scheduler, recording the chain on "
+        "the chosen backend (`insert`, O(chain), now also its holders) and counting programs "
+        "per head element "
+        "(`note_program`, up to 512 elements).",
         "",
         "**Memory.** The index held "
         f"{min(r['index_elements'] for r in rows):,}–{max(r['index_elements'] for r in rows):,}"
         " elements over all backends here, "
-        f"{min(r['index_bytes'] / max(r['index_elements'], 1) for r in rows):.0f}–"
-        f"{max(r['index_bytes'] / max(r['index_elements'], 1) for r in rows):.0f} bytes each "
-        "(including the program counts of shared heads). It is bounded per backend by the TTL "
-        "(600 s) and by `capacity_blocks`, 65,536 elements by default (≈ 6–7 MB per backend at "
-        "the cap; it was uncapped before), plus at most 200,000 program counts "
-        "(`popularity_capacity`).",
+        f"{min(per_element(r) for r in rows):.0f}–{max(per_element(r) for r in rows):.0f} "
+        "bytes each, including the program counts of shared heads"
+        + (
+            f"; {', '.join(f'{per_element(r):.0f}' for r in holders_rows)} bytes at "
+            f"{', '.join(str(r['backends']) for r in holders_rows)} backends, where the pruning "
+            "made it keep each element's holders (and a heap of each backend's oldest entry), "
+            f"against {', '.join(f'{per_element(r):.0f}' for r in plain_rows)} at "
+            f"{', '.join(str(r['backends']) for r in plain_rows)}, where it did not"
+            if holders_rows and plain_rows
+            else ""
+        )
+        + ". It is bounded per backend by the TTL (600 s) and by `capacity_blocks`, 65,536 "
+        "elements by default (≈ 6–7 MB per backend at the cap without holders; the holders add "
+        "one dictionary entry per distinct element: compare the bytes per element above), plus "
+        "at most 200,000 "
+        "program counts (`popularity_capacity`).",
         "",
         "Reproduce: `.venv/bin/python benchmarks/decision_cost.py --runs "
         f"{rows[0].get('runs', 1)} --programs {args.programs} --warmup-rounds "
