@@ -427,6 +427,11 @@ def test_pruned_routing_decides_as_scoring_every_backend(
     assert pruning.pruned_total > 20  # the pruned path decided calls ...
     if exact == "synced" or queued_tokens < 1 or 0 < affinity_w < 1e-9:
         assert pruning.fallback_total > 0  # ... and these fell back where they must
+    assert pruned.snapshot()["pruning"] == {
+        "min_candidates": 2,
+        "pruned_total": pruning.pruned_total,
+        "fallback_total": pruning.fallback_total,
+    }
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -177,4 +177,13 @@ class PipelineRouter:
             "picker": type(self.picker).__name__,
             "routed_total": self.routed_total,
             "filter_skips": dict(self.filter_skips),
+            "pruning": (
+                {
+                    "min_candidates": self.prune_min_candidates,
+                    "pruned_total": self.pruning.pruned_total,
+                    "fallback_total": self.pruning.fallback_total,
+                }
+                if self.pruning is not None
+                else None
+            ),
         }
