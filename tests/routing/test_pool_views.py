@@ -79,3 +79,15 @@ def test_the_dispatcher_asks_again_only_about_backends_whose_view_changed() -> N
         dispatcher.submit(Call(f"c{now}", "p3", prompt_tokens=16), now)
         dispatcher.admit(now, views)
         assert len(asked) == 21
+
+
+def test_the_dispatcher_forgets_answers_about_backends_the_driver_dropped() -> None:
+    dispatcher = Dispatcher(
+        build_scheduler("plas", table=ProcessTable()), prefix_router(), AdaptiveWindowAdmission()
+    )
+    for generation in range(3):  # a fleet replaced twice over
+        views = [BackendView(f"g{generation}-{i}", 0, metrics_at_s=1.0) for i in range(40)]
+        dispatcher.submit(Call(f"c{generation}", "p1", prompt_tokens=16), 1.0)
+        assert len(dispatcher.admit(1.0, views)) == 1
+    assert len(dispatcher._asked) <= 2 * 40 + 16
+    assert all(backend_id.startswith("g2-") for backend_id in dispatcher._asked)

@@ -166,6 +166,10 @@ class Dispatcher:
                     out.append(view)
             elif room_of(view, now_s):
                 out.append(view)
+        if len(asked) > 2 * len(backends) + 16:  # backends the driver no longer has
+            current = {view.backend_id for view in backends}
+            for backend_id in [b for b in asked if b not in current]:
+                del asked[backend_id]
         return out
 
     def _room_of(self, view: BackendView, now_s: float) -> bool:
