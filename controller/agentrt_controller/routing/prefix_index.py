@@ -202,13 +202,7 @@ class PrefixIndex:
             held_run = self.match_all((backend_id,), hashes, now_s)[0] if blocks else 0
             for h in reversed(hashes[held_run:]):
                 if h not in blocks:
-                    held = holders.get(h)
-                    if held is None:
-                        holders[h] = backend_id
-                    elif isinstance(held, str):
-                        holders[h] = {held, backend_id}
-                    else:
-                        held.add(backend_id)
+                    _add_holder(holders, h, backend_id)
                 blocks[h] = now_s
                 blocks.move_to_end(h)
         for h in reversed(hashes[:held_run]):
@@ -361,13 +355,7 @@ class PrefixIndex:
         holders: dict[int, str | set[str]] = {}
         for backend_id, blocks in self._blocks.items():
             for h in blocks:
-                held = holders.get(h)
-                if held is None:
-                    holders[h] = backend_id
-                elif isinstance(held, str):
-                    holders[h] = {held, backend_id}
-                else:
-                    held.add(backend_id)
+                _add_holder(holders, h, backend_id)
         self._holders = holders
         self._fronts = [(next(iter(b.values())), i) for i, b in self._blocks.items() if b]
         heapq.heapify(self._fronts)
@@ -380,3 +368,15 @@ class PrefixIndex:
         if len(fronts) > 2 * len(self._blocks) + 64:
             fronts[:] = [(next(iter(b.values())), i) for i, b in self._blocks.items() if b]
             heapq.heapify(fronts)
+
+
+def _add_holder(holders: dict[int, str | set[str]], h: int, backend_id: str) -> None:
+    """Note ``backend_id`` as a holder of element ``h`` (one holder is kept as its id, several
+    as a set: most elements have one)."""
+    held = holders.get(h)
+    if held is None:
+        holders[h] = backend_id
+    elif isinstance(held, str):
+        holders[h] = {held, backend_id}
+    else:
+        held.add(backend_id)
