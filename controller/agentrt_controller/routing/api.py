@@ -22,7 +22,16 @@ from typing import Protocol, runtime_checkable
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import BackendView, Call
 
-__all__ = ["Filter", "Picker", "RouteObserver", "Router", "Scored", "Scorer", "backend_load"]
+__all__ = [
+    "Filter",
+    "Picker",
+    "RouteObserver",
+    "Router",
+    "Scored",
+    "Scorer",
+    "backend_load",
+    "clamp_score",
+]
 
 
 class Router(Protocol):
@@ -38,6 +47,14 @@ class Router(Protocol):
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         """Forget a program's affinity."""
+
+
+def clamp_score(value: float) -> float:
+    """``value`` clamped to ``[0, 1]``; NaN counts as 0 (how a pipeline router bounds every
+    scorer's answer before weighting it)."""
+    if value != value:  # NaN
+        return 0.0
+    return 0.0 if value < 0 else 1.0 if value > 1 else float(value)
 
 
 def backend_load(view: BackendView) -> int:

@@ -19,6 +19,12 @@ class HealthyFilter:
     ) -> list[BackendView]:
         return [b for b in backends if b.healthy]
 
+    @staticmethod
+    def keeps(view: BackendView) -> bool:
+        """Whether :meth:`filter` keeps ``view`` (the test per backend, for the pruned
+        router: :mod:`.pruning`)."""
+        return bool(view.healthy)
+
 
 class KvPressureFilter:
     """Drops backends whose scraped KV usage is at or above ``max_usage`` (a fraction in
@@ -33,8 +39,12 @@ class KvPressureFilter:
     def filter(
         self, call: Call, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
-        limit = self.max_usage
-        return [b for b in backends if b.kv_cache_usage is None or b.kv_cache_usage < limit]
+        return [b for b in backends if self.keeps(b)]
+
+    def keeps(self, view: BackendView) -> bool:
+        """Whether :meth:`filter` keeps ``view``: its usage is unknown or below the limit."""
+        usage = view.kv_cache_usage
+        return usage is None or usage < self.max_usage
 
 
 class RetainedFilter:

@@ -22,7 +22,14 @@ from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.routing.api import Filter, Picker, RouteObserver, Scored, Scorer
+from agentrt_controller.routing.api import (
+    Filter,
+    Picker,
+    RouteObserver,
+    Scored,
+    Scorer,
+    clamp_score,
+)
 from agentrt_controller.routing.prefix_index import PrefixIndex
 from agentrt_controller.routing.pruning import PRUNE_MIN_CANDIDATES, PrefixPruning
 from agentrt_controller.scheduling.api import BackendView, Call
@@ -34,13 +41,6 @@ __all__ = ["PipelineRouter", "WeightedScorer", "clamp_score", "uses_block_hashes
 def uses_block_hashes(router: object) -> bool:
     """Whether ``router`` reads ``Call.block_hashes`` (so the driver should fill them)."""
     return isinstance(router, PipelineRouter) and router.uses_block_hashes
-
-
-def clamp_score(value: float) -> float:
-    """``value`` clamped to ``[0, 1]``; NaN counts as 0."""
-    if value != value:  # NaN
-        return 0.0
-    return 0.0 if value < 0 else 1.0 if value > 1 else float(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,7 @@ import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agentrt_controller.routing.api import Scored, backend_load
+from agentrt_controller.routing.api import Scored, backend_load, clamp_score
 from agentrt_controller.routing.filters import HealthyFilter, KvPressureFilter
 from agentrt_controller.routing.pickers import _TIE, ArgmaxPicker
 from agentrt_controller.routing.prefix_index import PrefixIndex
@@ -65,14 +65,6 @@ _WALK_STEPS = 24
 _FEW_HOLDERS = 4
 
 _Key = tuple[int, str]  # (load, backend id): the order that picks a level's candidate
-
-
-def _clamp(value: float) -> float:
-    """The pipeline's clamping (``pipeline.clamp_score``), repeated to avoid an import
-    cycle; ``0 <= v <= 1`` is false for NaN."""
-    if value != value:
-        return 0.0
-    return 0.0 if value < 0 else 1.0 if value > 1 else float(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +128,8 @@ class PrefixPruning:
             return None
         predicates: list[tuple[str, Callable[[BackendView], bool]]] = []
         for name, stage in filters:
-            if type(stage) is HealthyFilter:
-                predicates.append((name, _healthy))
-            elif type(stage) is KvPressureFilter:
-                predicates.append((name, _kv_below(stage.max_usage)))
+            if type(stage) is HealthyFilter or type(stage) is KvPressureFilter:
+                predicates.append((name, stage.keeps))
             else:
                 return None
         supported: list[tuple[PrefixCostScorer | AffinityScorer, float]] = []
@@ -242,7 +232,7 @@ class PrefixPruning:
             level = picked.get(v.backend_id)
             if level is not None and level != matched:  # the holders disagree: never expected
                 return None
-            costs.append(prefill(matched) + q * (v.in_flight + (v.num_waiting or 0)))
+            costs.append(prefill(matched) + q * backend_load(v))
         soft = cost.soft_s
         least = min(costs) + soft
         scorers = self.scorers
@@ -253,7 +243,7 @@ class PrefixPruning:
             value = 0.0
             for scorer, weight in scorers:
                 v = least / (cost_s + soft) if scorer is cost else 1.0 if is_bound else 0.0
-                value = value + weight * (v if 0 <= v <= 1 else _clamp(v))
+                value = value + weight * (v if 0 <= v <= 1 else clamp_score(v))
             return value
 
         scored = [
@@ -335,7 +325,7 @@ class PrefixPruning:
         for i, (_, keeps) in enumerate(self.filters):
             if keeps(view):
                 bits |= 1 << i
-        load = view.in_flight + (view.num_waiting or 0)  # backend_load
+        load = backend_load(view)
         state.facts[view.backend_id] = (bits, load)
         keys = state.order.get(bits)
         if keys is None:
@@ -361,18 +351,3 @@ def _least_of(state: _Round, members: set[str], backends: Iterable[str]) -> str 
     """The least (load, id) of ``backends`` that are remaining candidates (in ``members``)."""
     keys = [(state.facts[b][1], b) for b in backends if b in members]
     return min(keys)[1] if keys else None
-
-
-def _healthy(view: BackendView) -> bool:
-    """:class:`HealthyFilter`'s test."""
-    return bool(view.healthy)
-
-
-def _kv_below(limit: float) -> Callable[[BackendView], bool]:
-    """:class:`KvPressureFilter`'s test for ``max_usage = limit``."""
-
-    def keeps(view: BackendView) -> bool:
-        usage = view.kv_cache_usage
-        return usage is None or usage < limit
-
-    return keeps
