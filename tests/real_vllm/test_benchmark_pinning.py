@@ -4,7 +4,6 @@ started under ``taskset``. No vLLM needed."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -15,7 +14,7 @@ from types import ModuleType
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "_real_vllm_pinning.py"
+from tests.benchmark_modules import load_benchmark
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -28,12 +27,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("real_vllm_pinning", BENCHMARK)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("_real_vllm_pinning")
 
 
 @pytest.fixture
