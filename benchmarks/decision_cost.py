@@ -377,7 +377,7 @@ def markdown(
     last = rows[-1]
     # The first backend count that takes the pruned path (the router scores every candidate
     # below PRUNE_MIN_CANDIDATES): the slope from there on is what pruning leaves.
-    pruned = next((r for r in rows if r["backends"] >= PRUNE_MIN_CANDIDATES), base)
+    pruned = holders_rows[0] if holders_rows else base
     span = max(last["backends"] - pruned["backends"], 1)
     drain_slope = (last["drain_us"] - pruned["drain_us"]) / span
     steady_slope = (last["steady_us"] - pruned["steady_us"]) / span
