@@ -223,7 +223,7 @@ class PrefixIndex:
     def purge_stale(self, now_s: float) -> None:
         """Drop every element not used for ``ttl_s`` seconds, on every backend (those count
         as evicted already: :meth:`match` answers the same). Afterwards :meth:`holders`,
-        :meth:`holder_count` and :meth:`holds` speak of fresh elements only. ``now_s`` must not
+        :meth:`holder_count` and :meth:`elements` speak of fresh elements only. ``now_s`` must not
         go backwards (as for every method here). The first call starts keeping the holders
         (one pass over the index): until then an insert does not pay for them."""
         if self._holders is None:
@@ -252,10 +252,6 @@ class PrefixIndex:
         held = self._holders.get(h) if self._holders is not None else None
         return () if held is None else (held,) if isinstance(held, str) else held
 
-    def holds(self, backend_id: str, h: int) -> bool:
-        """Whether ``backend_id`` holds element ``h`` (fresh only after :meth:`purge_stale`)."""
-        return h in self.elements(backend_id)
-
     def elements(self, backend_id: str) -> Mapping[int, float]:
         """What ``backend_id`` holds: element -> last use (seconds), read-only (fresh only
         after :meth:`purge_stale`)."""
@@ -270,14 +266,9 @@ class PrefixIndex:
         they drop are found by bisection: O(levels × log len(hashes)) lookups."""
         levels = [0]
         length = len(hashes)
-        holders = self._holders
-        if holders is None:
+        if self._holders is None:
             raise RuntimeError("match_levels() needs purge_stale() first")
-
-        def count(h: int) -> int:
-            held = holders.get(h)
-            return 0 if held is None else 1 if held.__class__ is str else len(held)
-
+        count = self.holder_count
         first = count(hashes[0]) if length else 0
         if first == 0:
             return levels
@@ -357,8 +348,7 @@ class PrefixIndex:
             for h in blocks:
                 _add_holder(holders, h, backend_id)
         self._holders = holders
-        self._fronts = [(next(iter(b.values())), i) for i, b in self._blocks.items() if b]
-        heapq.heapify(self._fronts)
+        self._rebuild_fronts()
 
     def _push_front(self, backend_id: str, blocks: OrderedDict[int, float]) -> None:
         """Note ``backend_id``'s oldest entry; rebuild the heap when stale duplicates (one per
@@ -366,8 +356,14 @@ class PrefixIndex:
         fronts = self._fronts
         heapq.heappush(fronts, (next(iter(blocks.values())), backend_id))
         if len(fronts) > 2 * len(self._blocks) + 64:
-            fronts[:] = [(next(iter(b.values())), i) for i, b in self._blocks.items() if b]
-            heapq.heapify(fronts)
+            self._rebuild_fronts()
+
+    def _rebuild_fronts(self) -> None:
+        """The heap of oldest entries, one per backend holding something, without stale
+        duplicates; rebuilt in place (:meth:`purge_stale` holds the list while it pops)."""
+        fronts = self._fronts
+        fronts[:] = [(next(iter(b.values())), i) for i, b in self._blocks.items() if b]
+        heapq.heapify(fronts)
 
 
 def _add_holder(holders: dict[int, str | set[str]], h: int, backend_id: str) -> None:
