@@ -13,7 +13,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 
 import anyio
 import httpx
@@ -22,7 +21,7 @@ import pytest
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
-from tests.ops.processes import controller_process, free_port
+from tests.ops.processes import AGENTRT, controller_process, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
@@ -167,7 +166,7 @@ def test_a_port_in_use_is_an_error_before_any_listening_line() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        command = [sys.executable, "-m", "agentrt.cli", "controller", "serve",
+        command = [*AGENTRT, "controller", "serve",
                    "--port", str(port), "--backend", "http://127.0.0.1:9"]  # fmt: skip
         done = subprocess.run(
             command,

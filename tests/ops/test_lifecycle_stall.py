@@ -13,7 +13,6 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -26,7 +25,7 @@ from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 from tests.backends.servers import serve_app
-from tests.ops.processes import free_port, reap
+from tests.ops.processes import AGENTRT, free_port, reap
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -40,7 +39,7 @@ async def emulator_process() -> AsyncIterator[tuple[Process, str]]:
     """``agentrt engine serve`` on a free port; yields it and its base URL once healthy.
     Continued (if stopped) and killed on exit."""
     port = free_port()
-    command = [sys.executable, "-m", "agentrt.cli", "engine", "serve", "--port", str(port)]
+    command = [*AGENTRT, "engine", "serve", "--port", str(port)]
     process = await anyio.open_process(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
