@@ -211,10 +211,10 @@ async def run_writer(stack: Stack, writer: Tool[Any], program_id: str | None) ->
         tools=pydantic_tools([writer]),
         model_settings=tool_then_answer(),
     )
-    if program_id is None:
-        run = await run_agent(stack.runtime, agent, "Log it.", new_program=False)
-    else:
-        run = await run_agent(stack.runtime, agent, "Log it.", program_id=program_id)
+    new_program = program_id is not None
+    run = await run_agent(
+        stack.runtime, agent, "Log it.", program_id=program_id, new_program=new_program
+    )
     return run.program
 
 
