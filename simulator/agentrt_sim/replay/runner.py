@@ -169,7 +169,6 @@ class _ProgramRun:
         self._url = facts.chat_url
         self._facts = facts
         self._config = config
-        self._scale = config.time_scale
         self._zero_s = zero_s
         self._history = history
         self._builder = PromptBuilder(program, facts.costs)
@@ -181,7 +180,7 @@ class _ProgramRun:
 
     async def run(self) -> ProgramResult:
         program = self.result.program
-        await anyio.sleep_until(self._zero_s + program.arrival_s / self._scale)
+        await anyio.sleep_until(self._zero_s + program.arrival_s / self._config.time_scale)
         self.result.start_s = self._now()
         threads: dict[str, list[Node]] = {}
         for node in program.nodes:
@@ -294,7 +293,7 @@ class _ProgramRun:
             # Until a deadline, not for a duration: the wait's tool-start event to a
             # controller is part of the wait (its round trip would otherwise be added to
             # every wait, x time scale).
-            await anyio.sleep_until(started + node.duration_s / self._scale)
+            await anyio.sleep_until(started + node.duration_s / self._config.time_scale)
         self._history.observe(node.name, anyio.current_time() - started)
         self._builder.record_wait(node.node_id)
 
