@@ -111,6 +111,12 @@ def haproxy_status(stats_url: str) -> dict[str, str]:
     return replica_status(text) if text else {}
 
 
+def all_up(status: Mapping[str, str], replicas: int) -> bool:
+    """Whether HAProxy's ``status`` (:func:`haproxy_status`) lists ``replicas`` replicas, all
+    ``UP``."""
+    return len(status) == replicas and set(status.values()) == {"UP"}
+
+
 def haproxy_log(log: Path) -> dict[str, int]:
     """Calls retried on another replica and streams cut by a replica, from HAProxy's log."""
     retried = cut = 0
@@ -193,10 +199,7 @@ def run(setup: Setup, trace: Path, replicas: int, kill: bool, workdir: Path) -> 
         stack.enter_context(
             server(
                 [haproxy, "-db", "-f", str(config)],
-                lambda: (
-                    set(haproxy_status(stats_url).values()) == {"UP"}
-                    and len(haproxy_status(stats_url)) == replicas
-                ),
+                lambda: all_up(haproxy_status(stats_url), replicas),
                 "haproxy",
                 log,
             )
