@@ -57,6 +57,7 @@ from tests.ops.test_haproxy_replicas import (  # noqa: E402 - the substitution t
     FRONTEND,
     HAPROXY_CONFIG,
     STATS,
+    all_up,
     haproxy_config,
     replica_status,
 )
@@ -109,12 +110,6 @@ def haproxy_status(stats_url: str) -> dict[str, str]:
     """HAProxy's status of each replica, by server name (none while its stats page is empty)."""
     _, text = get(stats_url + "/stats;csv")
     return replica_status(text) if text else {}
-
-
-def all_up(status: Mapping[str, str], replicas: int) -> bool:
-    """Whether HAProxy's ``status`` (:func:`haproxy_status`) lists ``replicas`` replicas, all
-    ``UP``."""
-    return len(status) == replicas and set(status.values()) == {"UP"}
 
 
 def haproxy_log(log: Path) -> dict[str, int]:

@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import signal
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -112,6 +112,12 @@ def replica_status(stats_csv: str) -> dict[str, str]:
     return status
 
 
+def all_up(status: Mapping[str, str], count: int) -> bool:
+    """Whether HAProxy's ``status`` (:func:`replica_status`) lists ``count`` replicas, all
+    ``UP``."""
+    return len(status) == count and set(status.values()) == {"UP"}
+
+
 @dataclass
 class Balancer:
     """A running HAProxy: its URL, its stats page's URL and its log (stdout and stderr)."""
@@ -151,7 +157,7 @@ async def haproxy(replicas: Sequence[str], workdir: Path) -> AsyncIterator[Balan
                 assert process.returncode is None, log.read_text(errors="replace")
                 with contextlib.suppress(httpx.HTTPError):
                     status = await balancer.servers()
-                    if len(status) == len(replicas) and set(status.values()) == {"UP"}:
+                    if all_up(status, len(replicas)):
                         break
                 await anyio.sleep(0.1)
         yield balancer
