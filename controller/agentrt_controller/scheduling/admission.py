@@ -146,6 +146,13 @@ class AdaptiveWindowAdmission:
             self.config.min_window
         )
 
+    def answer_fixed_by_view(self, backend: BackendView) -> bool:
+        """For a view with a scrape time (the window reacts once per ``metrics_at_s``) or
+        without a waiting count (it cannot react): the window changes only when asked about
+        another view of the backend. Without a scrape time it reacts on the clock
+        (``update_interval_s``)."""
+        return backend.metrics_at_s is not None or backend.num_waiting is None
+
     def bound(self, backend: BackendView) -> float:
         """The largest window for ``backend`` (calls): ``max_window``, or its batch size plus
         ``target_waiting`` when smaller and known."""

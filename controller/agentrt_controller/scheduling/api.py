@@ -192,3 +192,9 @@ class AdmissionPolicy(Protocol):
     name: str
 
     def has_room(self, backend: BackendView, now_s: float) -> bool: ...
+
+    def answer_fixed_by_view(self, backend: BackendView) -> bool:
+        """Whether :meth:`has_room` answers the same for this very ``backend`` view, at any
+        later ``now_s``, as long as every question about that backend is about this view
+        (then a driver may remember the answer per view object). ``False`` is always safe."""
+        ...

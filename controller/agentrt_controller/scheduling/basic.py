@@ -119,3 +119,7 @@ class FixedWindowAdmission:
 
     def has_room(self, backend: BackendView, now_s: float) -> bool:
         return backend.healthy and (self.window is None or backend.in_flight < self.window)
+
+    def answer_fixed_by_view(self, backend: BackendView) -> bool:
+        """Always: the answer is a function of the view alone."""
+        return True

@@ -175,17 +175,12 @@ class Dispatcher:
     def _room_of(self, view: BackendView, now_s: float) -> bool:
         """``admission.has_room(view, now_s)``, remembered while the answer cannot change:
         the admission policy is asked again about a backend only when its view is another
-        object, or when the policy's answer may depend on the time. Exact for the policies
-        whose answer is a function of the view and of state they change only when asked about
-        the backend (every ``has_room`` call goes through here, and the memo keeps the last
-        view asked): a fixed window, and the adaptive window for a view with a scrape time
-        (it reacts once per ``metrics_at_s``) or without a waiting count (it cannot react)."""
-        answer = self.admission.has_room(view, now_s)
-        admission = type(self.admission)
-        if admission is FixedWindowAdmission or (
-            admission is AdaptiveWindowAdmission
-            and (view.metrics_at_s is not None or view.num_waiting is None)
-        ):
+        object, or when the policy says its answer for this view may change
+        (``AdmissionPolicy.answer_fixed_by_view``). Exact because every ``has_room`` call goes
+        through here and the memo keeps the last view asked."""
+        admission = self.admission
+        answer = admission.has_room(view, now_s)
+        if admission.answer_fixed_by_view(view):
             self._asked[view.backend_id] = (view, answer)
         else:
             self._asked.pop(view.backend_id, None)
