@@ -2,7 +2,7 @@
 the prefix index, at 4 / 16 / 64 / 256 backends.
 
 The policy objects are the controller's own, built as ``agentrt controller serve`` builds them
-with no policy flag (``agentrt_controller.service.policies.build_dispatcher`` on a default
+with no policy flag (``agentrt_controller.service.core.policies.build_dispatcher`` on a default
 ``ControllerConfig``: PLAS, the adaptive admission window, the ``prefix`` router with its
 prefix index and program affinity). The state is what a busy controller holds:
 
@@ -57,7 +57,7 @@ from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission  # n
 from agentrt_controller.scheduling.api import BackendView, Call  # noqa: E402
 from agentrt_controller.scheduling.dispatcher import Dispatcher  # noqa: E402
 from agentrt_controller.service.config import ControllerConfig  # noqa: E402
-from agentrt_controller.service.policies import build_dispatcher  # noqa: E402
+from agentrt_controller.service.core.policies import build_dispatcher  # noqa: E402
 from benchmarks import _report  # noqa: E402
 
 HEADING = "## Decision cost at many backends"

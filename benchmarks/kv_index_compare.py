@@ -50,7 +50,7 @@ from agentrt_controller.routing.hashing import request_block_hashes
 from agentrt_controller.routing.scorers import AffinityScorer, PrefixCostScorer
 from agentrt_controller.scheduling.api import BackendView, Call
 from agentrt_controller.service import ControllerConfig, serve_controller
-from agentrt_controller.service.app import ControllerApp
+from agentrt_controller.service.http.app import ControllerApp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

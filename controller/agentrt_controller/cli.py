@@ -221,7 +221,7 @@ def banner(config: ControllerConfig) -> str:
 
 def _tenants_text(config: ControllerConfig) -> str:
     """The tenancy phrase of the start-up line (reads the key file: raises ConfigError)."""
-    from agentrt_controller.service.tenants import build_directory
+    from agentrt_controller.service.core.tenants import build_directory
 
     directory = build_directory(
         key_file=config.api_key_file, key_list=config.api_keys, single_key=config.api_key
@@ -230,7 +230,7 @@ def _tenants_text(config: ControllerConfig) -> str:
 
 
 def _hash_key(args: argparse.Namespace) -> int:
-    from agentrt_controller.service.tenants import hash_key
+    from agentrt_controller.service.core.tenants import hash_key
 
     key = sys.stdin.readline().strip()
     if not key:
@@ -258,7 +258,7 @@ _OVERRIDES = (
 def _serve(args: argparse.Namespace) -> int:
     from agentrt.errors import ConfigError
     from agentrt_controller.service import load_config, run_controller
-    from agentrt_controller.service.otel import build_telemetry, export_plan
+    from agentrt_controller.service.telemetry.otel import build_telemetry, export_plan
 
     overrides = {name: getattr(args, name) for name in _OVERRIDES}
     try:

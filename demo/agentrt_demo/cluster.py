@@ -228,7 +228,7 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
     admission window, priority passthrough). Raises ``ConfigError`` for a choice the
     controller refuses (an unknown router, say)."""
     from agentrt_controller.service import load_config
-    from agentrt_controller.service.policies import build_dispatcher
+    from agentrt_controller.service.core.policies import build_dispatcher
 
     priority = ",priority=on" if settings.priority else ""
     overrides: dict[str, Any] = {

@@ -1,4 +1,5 @@
-"""The engine's retry policy (service/retry.py): which backend failures send a call elsewhere."""
+"""The engine's retry policy (service/core/retry.py): which backend failures send a call
+elsewhere."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from agentrt_controller.backends.api import (
     BackendUnavailable,
     PinError,
 )
-from agentrt_controller.service.retry import RetryPolicy
+from agentrt_controller.service.core.retry import RetryPolicy
 
 
 @pytest.mark.parametrize(

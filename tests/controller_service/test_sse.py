@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentrt_controller.service.sse import SseScanner
+from agentrt_controller.service.http.sse import SseScanner
 
 pytestmark = pytest.mark.timeout(10)
 

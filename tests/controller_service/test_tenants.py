@@ -21,7 +21,7 @@ from agentrt.errors import EndpointUnavailable
 from agentrt.protocol import EVENTS_PREFIX, CallTags
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
-from agentrt_controller.service.tenants import hash_key
+from agentrt_controller.service.core.tenants import hash_key
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 from tests.controller_service.conftest import chat_body, controller, fake_backends
 from tests.controller_service.fake_openai import FakeState

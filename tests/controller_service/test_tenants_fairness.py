@@ -135,8 +135,8 @@ def test_tenant_isolation_config_reaches_the_scheduler() -> None:
     = on with those parameters; a bad parameter is refused when the policies are built."""
     from agentrt.errors import ConfigError
     from agentrt_controller.service import load_config
-    from agentrt_controller.service.policies import build_dispatcher
-    from agentrt_controller.service.tenants import build_directory
+    from agentrt_controller.service.core.policies import build_dispatcher
+    from agentrt_controller.service.core.tenants import build_directory
 
     env = {"AGENTRT_CONTROLLER_API_KEYS": KEYS}
     tenants = build_directory(key_file=None, key_list=KEYS, single_key=None)

@@ -21,7 +21,7 @@ from agentrt.errors import ConfigError
 from agentrt.protocol import EVENTS_PREFIX, CallTags
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, load_config
-from agentrt_controller.service.tenants import build_directory, hash_key
+from agentrt_controller.service.core.tenants import build_directory, hash_key
 from tests.controller_service.conftest import chat_body, controller, fake_backends
 from tests.controller_service.fake_openai import FakeState
 

@@ -36,7 +36,7 @@ from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.cli import banner
 from agentrt_controller.scheduling.admission import AdaptiveWindowConfig
 from agentrt_controller.service import ControllerConfig, load_config, serve_controller
-from agentrt_controller.service.tenants import load_key_file
+from agentrt_controller.service.core.tenants import load_key_file
 from agentrt_emulator.server import EmulatorConfig, serve_engine
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ import anyio.to_thread
 import pytest
 
 from agentrt.protocol import CallTags
-from agentrt_controller.service import incoming
 from agentrt_controller.service.errors import BadRequest
-from agentrt_controller.service.identity import ForeignIdentity, foreign_identity
+from agentrt_controller.service.http import incoming
+from agentrt_controller.service.http.identity import ForeignIdentity, foreign_identity
 from tests.controller_service.conftest import running
 from tests.controller_service.fake_openai import FakeState
 

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from agentrt.protocol import CallTags
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
-from agentrt_controller.service.responses_api import chat_view
+from agentrt_controller.service.http.responses_api import chat_view
 from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 from tests.backends.servers import serve_app
 

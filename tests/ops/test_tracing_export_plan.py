@@ -9,9 +9,9 @@ from opentelemetry.sdk.resources import Resource
 
 import agentrt
 from agentrt.errors import ConfigError
-from agentrt_controller.service.otel import ExportPlan, build_telemetry, export_plan
-from agentrt_controller.service.otlp_metrics import registry_metrics
-from agentrt_controller.service.prometheus import Registry
+from agentrt_controller.service.telemetry.otel import ExportPlan, build_telemetry, export_plan
+from agentrt_controller.service.telemetry.otlp_metrics import registry_metrics
+from agentrt_controller.service.telemetry.prometheus import Registry
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -24,7 +24,7 @@ from opentelemetry.trace import TracerProvider
 from agentrt.protocol import HEADER_NODE_ID, HEADER_PROGRAM_ID, HEADER_SESSION_ID
 from agentrt_controller.backends import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
-from agentrt_controller.service.app import ControllerApp
+from agentrt_controller.service.http.app import ControllerApp
 
 T = TypeVar("T")
 

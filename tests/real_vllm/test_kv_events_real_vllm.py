@@ -21,7 +21,7 @@ import pytest
 from agentrt_controller.backends import BackendSpec
 from agentrt_controller.scheduling.api import Call
 from agentrt_controller.service import ControllerConfig, serve_controller
-from agentrt_controller.service.app import ControllerApp
+from agentrt_controller.service.http.app import ControllerApp
 
 from .controller_helpers import wait_until
 

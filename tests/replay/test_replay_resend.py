@@ -39,7 +39,7 @@ SCALE = 10.0
 Fault = Literal["pass", "cut", "no-done", "upstream-event", "engine-event"] | int
 
 _ERROR_EVENTS = {
-    # As agentrt_controller.service.proxy sends it when a backend fails mid-answer.
+    # As agentrt_controller.service.http.proxy sends it when a backend fails mid-answer.
     "upstream-event": {
         "message": "backend b1 failed mid-answer: connection reset",
         "type": UpstreamFailed.error_type,

@@ -16,7 +16,7 @@ from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 from agentrt_controller.scheduling.api import BackendView, Call
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
-from agentrt_controller.service.pool import BackendPool
+from agentrt_controller.service.core.pool import BackendPool
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -11,7 +11,7 @@ from agentrt_controller import defaults
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.service.config import ControllerConfig, load_config
-from agentrt_controller.service.policies import build_dispatcher
+from agentrt_controller.service.core.policies import build_dispatcher
 from agentrt_sim.cli import _bench_and_specs, register
 from agentrt_sim.registry import PolicySpec, build_policies
 

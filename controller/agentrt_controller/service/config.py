@@ -126,7 +126,7 @@ class ControllerConfig:
     #: Connections and requests served at once; more get HTTP 503 (uvicorn's
     #: ``limit_concurrency``).
     max_concurrency: int = 4096
-    # --- tenants (docs/security.md; service/tenants.py) ---------------------------------
+    # --- tenants (docs/security.md; service/core/tenants.py) ---------------------------------
     #: vLLM's ``--api-key``: one key for the one tenant ``default`` (never shown in a repr).
     api_key: str | None = field(default=None, repr=False)
     #: ``tenant=key,tenant=key`` (plain keys or ``sha256:<hex>`` hashes), e.g. from

@@ -4,7 +4,7 @@
 They take no decode slot worth queueing for, so they skip the queues, the process table and
 charging; but they need what a generation needs from the controller — a tenant's API key
 (when keys are configured), a healthy backend of the request's ``model`` (the least loaded;
-:meth:`~agentrt_controller.service.engine.ControllerEngine.backends_for_model`), the
+:meth:`~agentrt_controller.service.core.engine.ControllerEngine.backends_for_model`), the
 controller's own credential for that backend, and the same header filter (program tags and
 session headers stay here; a ``vllm_xargs.agentic_context`` is taken out of the body). A
 backend that cannot be reached is left for the next one; the answer, whatever its status, is
@@ -19,7 +19,8 @@ from __future__ import annotations
 import json
 
 from agentrt_controller.backends.api import BackendError, BackendRequest, BackendUnavailable
-from agentrt_controller.service.engine import ControllerEngine
+from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.errors import (
     BadRequest,
     ModelNotFound,
@@ -28,8 +29,8 @@ from agentrt_controller.service.errors import (
     UpstreamFailed,
     error_body,
 )
-from agentrt_controller.service.identity import strip_agentic_context
-from agentrt_controller.service.incoming import (
+from agentrt_controller.service.http.identity import strip_agentic_context
+from agentrt_controller.service.http.incoming import (
     ClientGone,
     Receive,
     Scope,
@@ -38,7 +39,6 @@ from agentrt_controller.service.incoming import (
     forwarded_headers,
     read_body,
 )
-from agentrt_controller.service.tenants import TENANT_STATE, Tenant, Unauthorized
 
 __all__ = ["PASSTHROUGH_PATHS", "PassthroughEndpoint"]
 

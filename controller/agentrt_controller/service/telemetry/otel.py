@@ -21,8 +21,8 @@ HTTP/protobuf ships with the controller: another ``OTEL_EXPORTER_OTLP_PROTOCOL``
 
 Metrics are the controller's Prometheus registry (the same names, labels and values as
 ``/metrics``), pushed every ``OTEL_METRIC_EXPORT_INTERVAL`` ms by
-:class:`~agentrt_controller.service.otlp_metrics.MetricsPush`. The providers are built for the
-CLI's process and handed to the app explicitly; nothing is installed globally.
+:class:`~agentrt_controller.service.telemetry.otlp_metrics.MetricsPush`. The providers are
+built for the CLI's process and handed to the app explicitly; nothing is installed globally.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from agentrt import __version__
 from agentrt.errors import ConfigError
-from agentrt_controller.service.otlp_metrics import MetricsPush
+from agentrt_controller.service.telemetry.otlp_metrics import MetricsPush
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.metrics.export import MetricExporter

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from agentrt_controller.scheduling.dispatcher import Dispatcher
-from agentrt_controller.service.metrics import BACKEND_STATES, ServiceMetrics
-from agentrt_controller.service.pool import BackendPool
-from agentrt_controller.service.retention import RetentionDriver
+from agentrt_controller.service.core.pool import BackendPool
+from agentrt_controller.service.core.retention import RetentionDriver
+from agentrt_controller.service.telemetry.metrics import BACKEND_STATES, ServiceMetrics
 
 __all__ = ["collect_metrics", "queues_snapshot"]
 

@@ -8,8 +8,8 @@ with a tracer provider, our span is the backend's parent (it inherits the client
 ``tracestate`` and ``baggage`` reach the backend.
 
 The tracer provider is passed in explicitly: the CLI builds one from the standard ``OTEL_*``
-variables (:mod:`agentrt_controller.service.otel`); an embedding program passes its own. Prompt
-and completion contents are never recorded (docs/controller.md, "Traces").
+variables (:mod:`agentrt_controller.service.telemetry.otel`); an embedding program passes its
+own. Prompt and completion contents are never recorded (docs/controller.md, "Traces").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ that Starlette answers an unhandled exception with.
 
 The guard itself — limits, input checks, the catch-all that logs and counts a crash — is
 :class:`agentrt_serving.hardening.HardenedApp`, shared with the engine emulator; the controller
-installs it with its own error envelope in :mod:`agentrt_controller.service.server`.
+installs it with its own error envelope in :mod:`agentrt_controller.service.http.server`.
 """
 
 from __future__ import annotations

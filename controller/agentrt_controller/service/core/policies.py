@@ -19,13 +19,13 @@ from agentrt_controller.scheduling.factory import build_admission as factory_adm
 from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
 from agentrt_controller.scheduling.isolation import IsolationConfig
 from agentrt_controller.scheduling.tenancy import TenancyConfig
-from agentrt_controller.service.charging import CostFunction
-from agentrt_controller.service.clock import Clock
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.metrics import ServiceMetrics
-from agentrt_controller.service.pool import BackendPool
-from agentrt_controller.service.retention import RetentionDriver
-from agentrt_controller.service.tenants import TenantDirectory
+from agentrt_controller.service.core.charging import CostFunction
+from agentrt_controller.service.core.clock import Clock
+from agentrt_controller.service.core.pool import BackendPool
+from agentrt_controller.service.core.retention import RetentionDriver
+from agentrt_controller.service.core.tenants import TenantDirectory
+from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
 __all__ = ["build_cost", "build_dispatcher", "build_retention", "fair_share_on"]
 

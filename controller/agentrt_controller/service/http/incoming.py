@@ -18,8 +18,8 @@ from agentrt_controller.service.errors import (
     DeadlinePassed,
     ModelNotFound,
 )
-from agentrt_controller.service.identity import foreign_identity, strip_agentic_context
-from agentrt_controller.service.responses_api import prompt_chars
+from agentrt_controller.service.http.identity import foreign_identity, strip_agentic_context
+from agentrt_controller.service.http.responses_api import prompt_chars
 from agentrt_serving.asgi import Receive, Scope, Send
 
 __all__ = [
@@ -72,7 +72,7 @@ class IncomingCall:
     client_wants_usage: bool
     untagged: bool
     #: The request's headers (lower-case names), for the trace propagator (``traceparent``,
-    #: ``tracestate``, ``baggage``; service/tracing.py). Holds credentials: never logged.
+    #: ``tracestate``, ``baggage``; service/telemetry/tracing.py). Holds credentials: never logged.
     headers: dict[str, str]
     forward_headers: dict[str, str]
     #: The ``cache_salt`` the controller sends for the call's tenant (also in :attr:`body`,
@@ -167,7 +167,7 @@ def parse_call(
     decoded (:func:`decode_body`); ``None`` = decode here. ``api`` names the body's shape.
 
     A call without our tags may name its program by another client's convention
-    (:mod:`agentrt_controller.service.identity`); it is then tagged, and a
+    (:mod:`agentrt_controller.service.http.identity`); it is then tagged, and a
     ``vllm_xargs.agentic_context`` is taken out of the body.
 
     Raises :class:`BadRequest`, :class:`ModelNotFound` (``model`` not in ``known_models``;

@@ -3,7 +3,7 @@
 Every admission decision is made by the pure :class:`~agentrt_controller.scheduling.dispatcher.
 Dispatcher` (docs/architecture.md, "Design rules", rule 1); this object feeds it facts with
 ``now_s`` from the engine's clock and carries its verdicts out. It is private to
-:class:`~agentrt_controller.service.engine.ControllerEngine` (the HTTP layer never sees it) and
+:class:`~agentrt_controller.service.core.engine.ControllerEngine` (the HTTP layer never sees it) and
 runs on the event loop's thread. A call's life here::
 
     submit(call) -> PendingCall           queued in the scheduler, the dispatch loop woken
@@ -28,12 +28,12 @@ import anyio
 from agentrt_controller.backends.api import BackendCapabilities, BackendRequest
 from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
-from agentrt_controller.service.answer import BackendAnswer
-from agentrt_controller.service.clock import Clock
+from agentrt_controller.service.core.answer import BackendAnswer
+from agentrt_controller.service.core.clock import Clock
+from agentrt_controller.service.core.pool import BackendPool
+from agentrt_controller.service.core.tenants import Tenant
 from agentrt_controller.service.errors import DeadlinePassed, NoBackend, ServiceError
-from agentrt_controller.service.metrics import ServiceMetrics
-from agentrt_controller.service.pool import BackendPool
-from agentrt_controller.service.tenants import Tenant
+from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
 __all__ = ["CallQueue", "Forwarded", "PendingCall", "RequestFor"]
 

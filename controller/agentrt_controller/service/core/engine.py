@@ -3,7 +3,7 @@
 :class:`ControllerEngine` owns everything a call and a program go through — the queues and the
 :class:`~agentrt_controller.scheduling.dispatcher.Dispatcher`, the backend pool (health, circuit
 breakers, in-flight counts), the retry policy, charging, program events, sessions and KV
-retention — and the one :data:`~agentrt_controller.service.clock.Clock` all of them read. The
+retention — and the one :data:`~agentrt_controller.service.core.clock.Clock` all of them read. The
 endpoints (``proxy``, ``events``, ``admin``, ``app``) only translate HTTP into calls of its
 methods and its results back into HTTP (docs/controller.md, "Inside the service")::
 
@@ -51,21 +51,21 @@ from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
 from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.dispatcher import Admission
-from agentrt_controller.service.answer import BackendAnswer
-from agentrt_controller.service.calls import CallQueue, Forwarded, PendingCall, RequestFor
-from agentrt_controller.service.charging import Charge, Charger, CostFunction, Usage
-from agentrt_controller.service.clock import MONOTONIC, Clock
 from agentrt_controller.service.config import ControllerConfig
+from agentrt_controller.service.core.answer import BackendAnswer
+from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingCall, RequestFor
+from agentrt_controller.service.core.charging import Charge, Charger, CostFunction, Usage
+from agentrt_controller.service.core.clock import MONOTONIC, Clock
+from agentrt_controller.service.core.kv_events import KvEventsFeed
+from agentrt_controller.service.core.policies import build_cost, build_dispatcher, build_retention
+from agentrt_controller.service.core.pool import BackendPool
+from agentrt_controller.service.core.quotas import ProgramNotFound, TenantQuotas, check_program
+from agentrt_controller.service.core.retry import RetryPolicy
+from agentrt_controller.service.core.sessions import SessionRegistry
+from agentrt_controller.service.core.tenants import Tenant, TenantDirectory, build_directory
 from agentrt_controller.service.errors import DeadlinePassed, ServiceError, UpstreamFailed
-from agentrt_controller.service.introspection import collect_metrics, queues_snapshot
-from agentrt_controller.service.kv_events import KvEventsFeed
-from agentrt_controller.service.metrics import ServiceMetrics
-from agentrt_controller.service.policies import build_cost, build_dispatcher, build_retention
-from agentrt_controller.service.pool import BackendPool
-from agentrt_controller.service.quotas import ProgramNotFound, TenantQuotas, check_program
-from agentrt_controller.service.retry import RetryPolicy
-from agentrt_controller.service.sessions import SessionRegistry
-from agentrt_controller.service.tenants import Tenant, TenantDirectory, build_directory
+from agentrt_controller.service.telemetry.introspection import collect_metrics, queues_snapshot
+from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
 __all__ = ["ControllerEngine", "Forwarded", "PendingCall", "RequestFor"]
 

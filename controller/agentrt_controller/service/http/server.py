@@ -29,11 +29,11 @@ from opentelemetry.trace import TracerProvider
 
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend
-from agentrt_controller.service.app import ControllerApp
-from agentrt_controller.service.charging import CostFunction
 from agentrt_controller.service.config import ControllerConfig
+from agentrt_controller.service.core.charging import CostFunction
 from agentrt_controller.service.errors import error_body
-from agentrt_controller.service.otel import ControllerTelemetry
+from agentrt_controller.service.http.app import ControllerApp
+from agentrt_controller.service.telemetry.otel import ControllerTelemetry
 from agentrt_serving.asgi import Scope
 from agentrt_serving.hardening import HardenedApp, HttpLimits
 from agentrt_serving.uvicorn_server import (
@@ -48,7 +48,7 @@ __all__ = ["run_controller", "serve_controller"]
 # In-flight requests get this long when an embedded controller stops (seconds).
 _EMBEDDED_GRACE_S = 1.0
 # The guard's crash records keep the logger name they had when the guard lived here.
-_HARDENING_LOG = logging.getLogger("agentrt_controller.service.hardening")
+_HARDENING_LOG = logging.getLogger("agentrt_controller.service.http.hardening")
 
 
 class _DrainingServer(uvicorn.Server):
@@ -194,7 +194,7 @@ def run_controller(
     """Serve until SIGTERM / SIGINT, then drain (the ``agentrt controller serve`` command).
 
     ``banner`` (a line, or a function of the bound port) is printed to stderr once the socket
-    is bound and the app has started. ``telemetry`` (service/otel.py) exports spans and
+    is bound and the app has started. ``telemetry`` (service/telemetry/otel.py) exports spans and
     metrics; it is shut down (queued spans flushed) when the server has stopped. Raises
     :class:`ConfigError` for an invalid configuration or an address that cannot be bound.
     """

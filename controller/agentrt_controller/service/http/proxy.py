@@ -1,6 +1,6 @@
 """The OpenAI-compatible call path: ``/v1/chat/completions``, ``/v1/completions`` and
 ``/v1/responses`` (the Responses API: same path through the core, its body read by
-:mod:`~agentrt_controller.service.responses_api`, its stream by the scanner's ``responses``
+:mod:`~agentrt_controller.service.http.responses_api`, its stream by the scanner's ``responses``
 dialect).
 
 Written as a raw ASGI endpoint so that it can (a) refuse an oversized body while reading it,
@@ -14,7 +14,7 @@ is ≤ 1 ms added at p50). Per call::
     end) → pass the answer through (stream: engine.tokens per chunk, pick up usage) →
     engine.settle: charged by the cost model, backend slot released.
 
-Everything but HTTP is the :class:`~agentrt_controller.service.engine.ControllerEngine`'s; a
+Everything but HTTP is the :class:`~agentrt_controller.service.core.engine.ControllerEngine`'s; a
 failure after the answer started is reported to the client here.
 """
 
@@ -31,12 +31,13 @@ from opentelemetry.trace import Span, Status, StatusCode
 from agentrt_controller.backends.api import BackendCapabilities, BackendError, BackendRequest
 from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.dispatcher import Admission
-from agentrt_controller.service.answer import BackendAnswer
-from agentrt_controller.service.calls import Forwarded, PendingCall
-from agentrt_controller.service.charging import Usage
-from agentrt_controller.service.engine import ControllerEngine
+from agentrt_controller.service.core.answer import BackendAnswer
+from agentrt_controller.service.core.calls import Forwarded, PendingCall
+from agentrt_controller.service.core.charging import Usage
+from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.errors import ServiceError, UpstreamFailed, error_body
-from agentrt_controller.service.incoming import (
+from agentrt_controller.service.http.incoming import (
     Api,
     ClientGone,
     IncomingCall,
@@ -47,10 +48,9 @@ from agentrt_controller.service.incoming import (
     parse_call,
     read_body,
 )
-from agentrt_controller.service.responses_api import RESPONSES_PATH, chat_view
-from agentrt_controller.service.sse import SseScanner, responses_usage
-from agentrt_controller.service.tenants import TENANT_STATE, Tenant, Unauthorized
-from agentrt_controller.service.tracing import CallTracing
+from agentrt_controller.service.http.responses_api import RESPONSES_PATH, chat_view
+from agentrt_controller.service.http.sse import SseScanner, responses_usage
+from agentrt_controller.service.telemetry.tracing import CallTracing
 
 __all__ = ["CompletionsEndpoint"]
 

@@ -39,7 +39,7 @@ from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend, BackendError, BackendLoad, DetectsFeatures
 from agentrt_controller.backends.breaker import BreakerConfig, BreakerState, CircuitBreaker
 from agentrt_controller.scheduling.api import BackendView
-from agentrt_controller.service.clock import Clock
+from agentrt_controller.service.core.clock import Clock
 
 __all__ = ["BackendPool", "BackendState"]
 

@@ -5,7 +5,7 @@
     app = ControllerApp(config)                 # validates config, builds policies
     uvicorn.run(app, ...)                       # or: async with serve_controller(config)
 
-No globals: the HTTP client, the :class:`~agentrt_controller.service.engine.ControllerEngine`
+No globals: the HTTP client, the :class:`~agentrt_controller.service.core.engine.ControllerEngine`
 (backends, dispatcher, retention, the clock), metrics and tracer provider belong to the
 :class:`ControllerApp`. Its ASGI lifespan runs the engine's loops in a task group and closes
 everything on shutdown. The endpoints translate HTTP to engine calls and back. The two OpenAI
@@ -35,21 +35,21 @@ from agentrt_controller.backends.factory import build_backend
 from agentrt_controller.backends.http import HttpBackend
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.backends.transport import HttpPool
-from agentrt_controller.service.admin import BACKENDS_PATH, admin_routes
-from agentrt_controller.service.charging import CostFunction
-from agentrt_controller.service.clock import MONOTONIC, Clock
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.engine import ControllerEngine
-from agentrt_controller.service.events import event_routes
-from agentrt_controller.service.hardening import internal_error_response
-from agentrt_controller.service.incoming import Receive, Scope, Send
-from agentrt_controller.service.metrics import ServiceMetrics
-from agentrt_controller.service.otlp_metrics import MetricsPush
-from agentrt_controller.service.passthrough import PASSTHROUGH_PATHS, PassthroughEndpoint
-from agentrt_controller.service.prometheus import CONTENT_TYPE
-from agentrt_controller.service.proxy import CompletionsEndpoint, send_error
-from agentrt_controller.service.tenants import ADMIN_STATE, TENANT_STATE, Unauthorized
-from agentrt_controller.service.tracing import CallTracing
+from agentrt_controller.service.core.charging import CostFunction
+from agentrt_controller.service.core.clock import MONOTONIC, Clock
+from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Unauthorized
+from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes
+from agentrt_controller.service.http.events import event_routes
+from agentrt_controller.service.http.hardening import internal_error_response
+from agentrt_controller.service.http.incoming import Receive, Scope, Send
+from agentrt_controller.service.http.passthrough import PASSTHROUGH_PATHS, PassthroughEndpoint
+from agentrt_controller.service.http.proxy import CompletionsEndpoint, send_error
+from agentrt_controller.service.telemetry.metrics import ServiceMetrics
+from agentrt_controller.service.telemetry.otlp_metrics import MetricsPush
+from agentrt_controller.service.telemetry.prometheus import CONTENT_TYPE
+from agentrt_controller.service.telemetry.tracing import CallTracing
 
 __all__ = ["ControllerApp"]
 
@@ -64,7 +64,7 @@ class ControllerApp:
 
     ``backends`` replaces the ones named in ``config.backends`` (tests pass fakes);
     ``tracer_provider`` enables spans; ``metrics_push`` exports the metrics over OpenTelemetry
-    while the app runs (service/otel.py); ``cost`` replaces the configured cost model;
+    while the app runs (service/telemetry/otel.py); ``cost`` replaces the configured cost model;
     ``clock`` is the monotonic clock in seconds that every policy decision uses.
     """
 
@@ -99,7 +99,7 @@ class ControllerApp:
             config, list(backends), metrics=self.metrics, cost=cost, clock=clock
         )
         self.engine.backend_keys.update(backend_keys)
-        #: Set on SIGTERM (service/server.py): readiness answers 503 while calls drain.
+        #: Set on SIGTERM (service/http/server.py): readiness answers 503 while calls drain.
         self.draining = False
         self._admin_token = config.admin_token.encode() if config.admin_token else None
         tracing = CallTracing(tracer_provider)

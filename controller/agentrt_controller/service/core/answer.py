@@ -2,7 +2,7 @@
 
 Nothing goes to the client before :meth:`BackendAnswer.start` returns, so a backend that dies
 before that point (:class:`~agentrt_controller.backends.api.BackendDisconnected`) leaves the call
-retryable on another backend (:mod:`agentrt_controller.service.retry`).
+retryable on another backend (:mod:`agentrt_controller.service.core.retry`).
 """
 
 from __future__ import annotations

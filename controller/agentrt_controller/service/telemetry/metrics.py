@@ -8,7 +8,7 @@ from typing import Any
 
 from agentrt import __version__
 from agentrt_controller.scheduling.dispatcher import Admission
-from agentrt_controller.service.prometheus import Registry
+from agentrt_controller.service.telemetry.prometheus import Registry
 
 __all__ = ["ServiceMetrics"]
 

@@ -1,12 +1,13 @@
 """Per-tenant quotas on calls: in-flight calls and tokens per minute (docs/security.md, "Quotas").
 
-:class:`TenantQuotas` is private to :class:`~agentrt_controller.service.engine.ControllerEngine`
-and runs on the event loop's thread. A call enters with :meth:`TenantQuotas.enter` before it is
-queued and leaves with :meth:`TenantQuotas.leave` when its HTTP exchange is over; the tokens
-it was charged go to :meth:`TenantQuotas.charge_tokens`. Over a quota, a tenant configured with
-``over_quota = "reject"`` gets :class:`QuotaExceeded` (HTTP 429 with ``Retry-After``); with
-``"queue"`` the call waits here until the tenant is under quota again (the call's deadline
-still applies: the engine's deadline scope cancels the wait).
+:class:`TenantQuotas` is private to
+:class:`~agentrt_controller.service.core.engine.ControllerEngine` and runs on the event loop's
+thread. A call enters with :meth:`TenantQuotas.enter` before it is queued and leaves with
+:meth:`TenantQuotas.leave` when its HTTP exchange is over; the tokens it was charged go to
+:meth:`TenantQuotas.charge_tokens`. Over a quota, a tenant configured with ``over_quota =
+"reject"`` gets :class:`QuotaExceeded` (HTTP 429 with ``Retry-After``); with ``"queue"`` the
+call waits here until the tenant is under quota again (the call's deadline still applies: the
+engine's deadline scope cancels the wait).
 
 Tokens per minute is a token bucket holding at most one minute's worth, refilled continuously;
 a call may enter while the bucket is above zero and its charge may take it below (the size of
@@ -22,9 +23,9 @@ import anyio
 
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
-from agentrt_controller.service.clock import Clock
+from agentrt_controller.service.core.clock import Clock
+from agentrt_controller.service.core.tenants import Tenant
 from agentrt_controller.service.errors import ServiceError
-from agentrt_controller.service.tenants import Tenant
 
 __all__ = ["ProgramNotFound", "QuotaExceeded", "TableFull", "TenantQuotas", "check_program"]
 

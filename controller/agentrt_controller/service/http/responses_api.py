@@ -1,8 +1,9 @@
 """What the controller reads of an OpenAI Responses API request (``POST /v1/responses``).
 
-The call path is the chat path's (:class:`~agentrt_controller.service.proxy.CompletionsEndpoint`
-with ``api="responses"``): program tags, scheduling, admission, routing, retention and
-charging alike; only the body's shape differs. This module maps it onto what the core knows:
+The call path is the chat path's
+(:class:`~agentrt_controller.service.http.proxy.CompletionsEndpoint` with ``api="responses"``):
+program tags, scheduling, admission, routing, retention and charging alike; only the body's
+shape differs. This module maps it onto what the core knows:
 
 * :func:`chat_view` — the request as chat ``messages`` and ``tools``, read as the emulator reads
   it (:mod:`agentrt_serving.responses_chat`, leniently: what cannot be read is left out, the
@@ -13,7 +14,7 @@ charging alike; only the body's shape differs. This module maps it onto what the
   answer's ``usage`` says).
 
 Usage of the answer (``input_tokens``, ``output_tokens``,
-``input_tokens_details.cached_tokens``) is read by :func:`~agentrt_controller.service.sse.
+``input_tokens_details.cached_tokens``) is read by :func:`~agentrt_controller.service.http.sse.
 responses_usage`, from ``response.completed`` in a stream. Pure functions, no I/O.
 """
 

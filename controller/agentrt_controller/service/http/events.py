@@ -1,7 +1,7 @@
 """Program-event endpoints (docs/protocol.md) and introspection, under ``EVENTS_PREFIX``.
 
 ``POST /sessions``, ``DELETE /sessions/{id}``, ``POST /programs/{pid}/start|end|tool-start|
-tool-end`` become one :class:`~agentrt_controller.service.engine.ControllerEngine` method each
+tool-end`` become one :class:`~agentrt_controller.service.core.engine.ControllerEngine` method each
 (which feeds the process table and retention); ``GET /programs`` and ``GET /queues`` show the
 process table and the queues as JSON. Each handler parses, calls the engine, answers.
 
@@ -31,10 +31,10 @@ from agentrt.protocol import (
     ToolWaitEnd,
     ToolWaitStart,
 )
-from agentrt_controller.service.endpoints import guarded, read_small_body
-from agentrt_controller.service.engine import ControllerEngine
+from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.errors import BadRequest
-from agentrt_controller.service.tenants import ADMIN_STATE, TENANT_STATE, Tenant, Unauthorized
+from agentrt_controller.service.http.endpoints import guarded, read_small_body
 
 __all__ = ["event_routes"]
 

@@ -2,7 +2,7 @@
 
 * ``GET /agentrt/v1/backends`` → ``{"backends": [...]}``: per backend its state (``up``,
   ``down``, ``open``, ``half_open``, ``draining``), circuit breaker, in-flight calls, load,
-  capabilities and models (:meth:`~agentrt_controller.service.pool.BackendState.describe`).
+  capabilities and models (:meth:`~agentrt_controller.service.core.pool.BackendState.describe`).
 * ``POST /agentrt/v1/backends`` with a backend table ``{"url", "kind"?, "id"?, "priority"?,
   "options"?}`` (the config file's form) or ``{"spec": "URL,kind=...,priority=on"}`` → 201 with
   the new backend, probed once (its ``state`` says whether it is up). 400 for a bad spec, 409
@@ -32,9 +32,9 @@ from agentrt.errors import ConfigError
 from agentrt.protocol import EVENTS_PREFIX
 from agentrt_controller.backends.api import Backend
 from agentrt_controller.backends.spec import BackendSpec
-from agentrt_controller.service.endpoints import guarded, read_small_body
-from agentrt_controller.service.engine import ControllerEngine
+from agentrt_controller.service.core.engine import ControllerEngine
 from agentrt_controller.service.errors import BadRequest, ServiceError
+from agentrt_controller.service.http.endpoints import guarded, read_small_body
 
 __all__ = ["BACKENDS_PATH", "admin_routes"]
 

@@ -1,0 +1,1 @@
+"""The controller's core behind one facade: queues, backends, retention, tenants, charging."""

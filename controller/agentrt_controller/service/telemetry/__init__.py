@@ -1,0 +1,2 @@
+"""What the controller reports: Prometheus metrics, OpenTelemetry spans and exports,
+introspection views."""
