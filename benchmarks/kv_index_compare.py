@@ -159,7 +159,7 @@ def choose(
 
 async def settle(app: ControllerApp, quiet_s: float = 0.3) -> None:
     """Wait until the KV-event streams have been quiet for ``quiet_s`` (events applied)."""
-    feed = app.engine.kv_events
+    feed = app.core.kv_events
     assert feed is not None
 
     def applied() -> int:
@@ -203,7 +203,7 @@ async def drive(args: argparse.Namespace, started: list[dict[str, Any]]) -> dict
         ControllerConfig(port=0, backends=specs, router="prefix"), on_app=apps.append
     ) as url:
         app = apps[0]
-        engine = app.engine
+        engine = app.core
         feed = engine.kv_events
         assert feed is not None
         router: Any = engine.dispatcher.router
@@ -257,7 +257,7 @@ async def one_call(
     turn: int,
     result: Comparison,
 ) -> str:
-    engine = app.engine
+    engine = app.core
     feed = engine.kv_events
     assert feed is not None
     now = engine.now()

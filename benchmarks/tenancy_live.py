@@ -185,7 +185,7 @@ async def _one_run(label: str, engine_url: str, args: argparse.Namespace) -> Run
                 finished = True
             elapsed = time.perf_counter() - started
             group.cancel_scope.cancel()
-        scheduler = apps[0].engine.dispatcher.scheduler.name
+        scheduler = apps[0].core.dispatcher.scheduler.name
     return Run(
         label,
         elapsed if finished else args.timeout_s,

@@ -55,7 +55,7 @@ async def test_removal_drains_in_flight_calls_while_new_calls_go_to_an_added_bac
         serve_app(build_app(quick)) as quick_url,
         _running([slow_url]) as (_, app, http),
     ):
-        pool = app.engine.pool
+        pool = app.core.pool
         streamed: list[httpx.Response] = []
 
         async def stream_call() -> None:
@@ -106,7 +106,7 @@ async def test_admin_api_rejects_bad_requests() -> None:
             "unknown id": await http.delete(ADMIN + "/nope"),
         }
         alive = await http.post(CHAT, json=_body())
-        assert list(app.engine.pool.states) == ["b0"]
+        assert list(app.core.pool.states) == ["b0"]
     expected = {
         "bad url": 400, "unknown kind": 400, "unknown option": 400, "unknown key": 400,
         "not an object": 400, "not json": 400, "duplicate id": 409, "unknown id": 404,
@@ -129,7 +129,7 @@ async def test_removing_an_idle_backend_drops_it_at_once_and_a_new_one_is_probed
     assert dead.json()["backend"]["healthy"] is False
     assert removed.status_code == 200 and removed.json() == {"backend_id": "dead", "removed": True}
     assert answer.json()["id"] == "chatcmpl-quick"
-    assert "dead" not in app.engine.pool.states
+    assert "dead" not in app.core.pool.states
 
 
 async def test_admin_token_guards_changes_and_the_listing() -> None:
@@ -160,7 +160,7 @@ async def test_without_a_token_only_loopback_clients_may_change_backends() -> No
         post = await http.post(ADMIN, json={"url": "http://127.0.0.1:1"})
         delete = await http.delete(ADMIN + "/f")
     assert (post.status_code, delete.status_code) == (403, 403)
-    assert "f" in app.engine.pool.states
+    assert "f" in app.core.pool.states
 
 
 async def _ok(request: BackendRequest) -> FakeResponse:
@@ -192,7 +192,7 @@ async def test_a_backend_answering_5xx_is_cut_off_then_probed_back_in() -> None:
         httpx.AsyncClient(base_url=url, timeout=10) as http,
     ):
         first = [await http.post(CHAT, json=body) for _ in range(6)]
-        state = apps[0].engine.pool.states["flaky"]
+        state = apps[0].core.pool.states["flaky"]
         opened = state.status()
         broken["on"] = False
         with anyio.fail_after(5):
@@ -222,7 +222,7 @@ async def test_a_backend_that_starts_after_the_controller_joins_after_its_cool_d
         async with _running(urls, scrape_interval_s=0.1, breaker={"cooldown_s": 0.2}) as (
             _, app, http,
         ):  # fmt: skip
-            state = app.engine.pool.states["b1"]
+            state = app.core.pool.states["b1"]
             assert state.status() == "open" and not state.healthy
             async with serve_app(build_app(late), port=port):
                 with anyio.fail_after(5):
@@ -245,7 +245,7 @@ async def test_a_recovered_backend_reads_up_only_once_it_takes_calls_again() -> 
         async with _running(urls, scrape_interval_s=0.1, breaker={"cooldown_s": 0.2}) as (
             _, app, http,
         ):  # fmt: skip
-            state = app.engine.pool.states["b1"]
+            state = app.core.pool.states["b1"]
             seen: list[tuple[str, bool]] = []
             async with serve_app(build_app(late), port=port):
                 with anyio.fail_after(10):

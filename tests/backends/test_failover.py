@@ -67,7 +67,7 @@ async def test_a_dead_backend_leaves_routing_within_one_health_interval() -> Non
         spawn_fake("--name", "b") as b,
         _controller(a.url, b.url) as (_, app),
     ):
-        pool = app.engine.pool
+        pool = app.core.pool
         assert pool.states["b0"].healthy and pool.states["b1"].healthy
         a.kill()
         killed_at = time.monotonic()
@@ -84,7 +84,7 @@ async def test_a_dead_backend_leaves_routing_within_one_health_interval() -> Non
 async def test_a_hung_backend_leaves_routing_after_probe_timeouts_probes_ran_out_of_time() -> None:
     hung = FakeVllm(name="h")
     async with serve_app(build_app(hung)) as url, _controller(url) as (_, app):
-        state = app.engine.pool.states["b0"]
+        state = app.core.pool.states["b0"]
         assert state.healthy
         hung.health_delay_s = 3600.0
         started = time.monotonic()
@@ -116,7 +116,7 @@ async def test_calls_not_yet_streaming_move_to_another_backend_when_theirs_dies(
             for i in range(8):  # round robin: half of them wait on "a"
                 group.start_soon(call, i % 2 == 0)
             with anyio.fail_after(10):
-                while app.engine.pool.states["b0"].in_flight < 4:  # noqa: ASYNC110
+                while app.core.pool.states["b0"].in_flight < 4:  # noqa: ASYNC110
                     await anyio.sleep(0.01)
             a.kill()
         metrics = (await http.get(url + "/metrics")).text
@@ -151,7 +151,7 @@ async def test_a_stream_in_flight_when_its_backend_dies_ends_with_a_clear_error(
                 if received == 3:
                     a.kill()
         await client.close()
-        state = app.engine.pool.states["b0"]
+        state = app.core.pool.states["b0"]
         assert state.in_flight == 0
         with anyio.fail_after(INTERVAL_S + 0.5):  # its next health probe takes it out
             while state.healthy:  # noqa: ASYNC110
@@ -188,7 +188,7 @@ async def test_garbage_metrics_mean_unknown_load_and_the_backend_still_serves() 
     assert listing[0]["state"] == "up"
     assert (load["num_running"], load["num_waiting"], load["kv_cache_usage"]) == (None,) * 3
     assert answer.status_code == 200
-    assert app.engine.metrics.internal_errors.value() == 0  # no probe round raised
+    assert app.core.metrics.internal_errors.value() == 0  # no probe round raised
 
 
 async def test_a_dying_emulator_fails_over_to_a_live_one() -> None:
@@ -198,7 +198,7 @@ async def test_a_dying_emulator_fails_over_to_a_live_one() -> None:
         spawn_emulator(*fast) as second,
         _controller(first.url, second.url, kind="emulator") as (url, app),
     ):
-        model = app.engine.pool.model_list()[0]["id"]
+        model = app.core.pool.model_list()[0]["id"]
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
 
         async def ask() -> str:
@@ -211,8 +211,8 @@ async def test_a_dying_emulator_fails_over_to_a_live_one() -> None:
         first.kill()
         answers = [await ask() for _ in range(6)]
         await client.close()
-        admitted_to_first = app.engine.pool.states["b0"].admitted_total
-        assert not app.engine.pool.states["b0"].healthy
+        admitted_to_first = app.core.pool.states["b0"].admitted_total
+        assert not app.core.pool.states["b0"].healthy
     assert all(answers)
     # At most one call reached the dead one (and was retried) before it left routing.
     assert admitted_to_first <= 3

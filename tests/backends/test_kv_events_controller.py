@@ -63,9 +63,9 @@ async def test_calls_follow_the_kv_events_and_fall_back_when_unsynced(
         apps: list[ControllerApp] = []
         config = ControllerConfig(port=0, backends=specs, router="prefix")
         async with serve_controller(config, on_app=apps.append) as url:
-            feed = apps[0].engine.kv_events
+            feed = apps[0].core.kv_events
             assert feed is not None
-            index, states = feed.index, apps[0].engine.pool.states
+            index, states = feed.index, apps[0].core.pool.states
             await eventually(lambda: index.is_synced("a") and index.is_synced("b"), "synced")
             async with httpx.AsyncClient(timeout=30.0) as http:
                 tokens = (

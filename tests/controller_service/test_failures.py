@@ -162,9 +162,9 @@ async def test_unreachable_backend_is_skipped_and_the_call_retried_elsewhere() -
         ]
         metrics = (await http.get(url + "/metrics")).text
     assert [a["id"] for a in answers] == ["second"] * 4
-    assert apps[0].engine.pool.states["first"].healthy is False
+    assert apps[0].core.pool.states["first"].healthy is False
     assert 'agentrt_controller_retries_total{backend="first"} 1' in metrics
-    assert apps[0].engine.pool.states["second"].in_flight == 0
+    assert apps[0].core.pool.states["second"].in_flight == 0
 
 
 async def test_no_healthy_backend_is_503_with_retry_after() -> None:
@@ -203,7 +203,7 @@ async def test_backend_failing_mid_stream_ends_the_stream_with_an_error_event() 
     events = [e for e in response.text.split("\n\n") if e]
     assert '"content": "a"' in events[0]
     assert json.loads(events[-1].removeprefix("data: "))["error"]["type"] == "upstream_error"
-    assert apps[0].engine.pool.states["b"].in_flight == 0
+    assert apps[0].core.pool.states["b"].in_flight == 0
 
 
 async def test_queued_call_past_its_deadline_gets_504_and_leaves_the_queue() -> None:
@@ -242,7 +242,7 @@ async def test_client_leaving_a_queued_call_removes_it() -> None:
                         await client.post(svc.url + CHAT, json=chat_body())
 
             group.start_soon(impatient)
-            while svc.app.engine.calls.queued() < 1:  # noqa: ASYNC110 - until it is queued
+            while svc.app.core.calls.queued() < 1:  # noqa: ASYNC110 - until it is queued
                 await anyio.sleep(0.01)
             impatient_scope.cancel()  # the client gives up: its connection closes
             for _ in range(1000):
@@ -270,7 +270,7 @@ async def test_client_leaving_a_stream_aborts_the_upstream_request() -> None:
             if state.aborted:
                 break
             await anyio.sleep(0.02)
-        in_flight = svc.app.engine.pool.states
+        in_flight = svc.app.core.pool.states
     assert state.aborted == 1
     assert all(s.in_flight == 0 for s in in_flight.values())
 
@@ -282,7 +282,7 @@ async def test_admitted_call_past_its_deadline_is_aborted_upstream_with_504() ->
         whole = await svc.chat(headers=headers)
         streamed = await svc.chat(headers=headers, stream=True)
         for _ in range(500):
-            if state.aborted and all(s.in_flight == 0 for s in svc.app.engine.pool.states.values()):
+            if state.aborted and all(s.in_flight == 0 for s in svc.app.core.pool.states.values()):
                 break
             await anyio.sleep(0.02)
     assert whole.status_code == 504
@@ -296,7 +296,7 @@ async def test_a_failing_dispatch_round_is_logged_and_the_loop_goes_on(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     async with running(FakeState()) as svc:
-        dispatcher = svc.app.engine.dispatcher
+        dispatcher = svc.app.core.dispatcher
         real_admit = dispatcher.admit
         failures = [1]
 
@@ -316,7 +316,7 @@ async def test_a_failing_dispatch_round_is_logged_and_the_loop_goes_on(
             group.start_soon(call)
             while failures:  # noqa: ASYNC110 - wait for the failing round
                 await anyio.sleep(0.01)
-            svc.app.engine.wake()  # the next arrival, finish or scrape would do the same
+            svc.app.core.wake()  # the next arrival, finish or scrape would do the same
         metrics = (await svc.http.get(svc.url + "/metrics")).text
     assert answers[0].status_code == 200
     assert "agentrt_controller_internal_errors_total 1" in metrics
@@ -332,7 +332,7 @@ async def test_full_queues_answer_503_overloaded() -> None:
         while state.active < 1:  # noqa: ASYNC110
             await anyio.sleep(0.01)
         group.start_soon(svc.chat)  # queued
-        while svc.app.engine.calls.queued() < 1:  # noqa: ASYNC110
+        while svc.app.core.calls.queued() < 1:  # noqa: ASYNC110
             await anyio.sleep(0.01)
         refused = await svc.chat()
         state.gate.set()  # type: ignore[union-attr]

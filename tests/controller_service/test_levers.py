@@ -42,11 +42,11 @@ async def test_window_holds_calls_at_the_controller() -> None:
 async def test_adaptive_window_reads_the_scraped_waiting_queue() -> None:
     state = FakeState(metrics_text="vllm:num_requests_waiting 9\nvllm:num_requests_running 3\n")
     async with running(state, admission_window="adaptive", scrape_interval_s=0.05) as svc:
-        assert isinstance(svc.app.engine.dispatcher.admission, AdaptiveWindowAdmission)
+        assert isinstance(svc.app.core.dispatcher.admission, AdaptiveWindowAdmission)
         with anyio.fail_after(10):
-            while svc.app.engine.pool.views()[0].num_waiting is None:  # noqa: ASYNC110
+            while svc.app.core.pool.views()[0].num_waiting is None:  # noqa: ASYNC110
                 await anyio.sleep(0.02)
-        (view,) = svc.app.engine.pool.views()
+        (view,) = svc.app.core.pool.views()
         assert (view.num_waiting, view.num_running) == (9, 3)
         assert view.metrics_at_s is not None
         assert (await svc.chat()).status_code == 200
@@ -64,10 +64,10 @@ async def test_default_window_holds_calls_beyond_a_reported_batch_of_two() -> No
         metrics_text="vllm:num_requests_waiting 0\nagentrt_engine_max_num_seqs 2\n",
     )
     async with running(state, scrape_interval_s=0.05) as svc, anyio.create_task_group() as group:
-        admission = svc.app.engine.dispatcher.admission
+        admission = svc.app.core.dispatcher.admission
         assert isinstance(admission, AdaptiveWindowAdmission)
         with anyio.fail_after(10):
-            while svc.app.engine.pool.views()[0].max_num_seqs is None:  # noqa: ASYNC110
+            while svc.app.core.pool.views()[0].max_num_seqs is None:  # noqa: ASYNC110
                 await anyio.sleep(0.02)
         for _ in range(10):
             group.start_soon(svc.chat)

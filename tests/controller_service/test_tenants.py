@@ -170,7 +170,7 @@ async def test_tenant_b_cannot_see_charge_end_or_tool_wait_tenant_as_program() -
     assert after["tool_waits"] == []
     assert mine.status_code == 200
     assert 'agentrt_controller_tenant_refusals_total{status="404",tenant="bob"} 5' in metrics
-    assert app.engine.dispatcher.table.programs_of("alice") == 1
+    assert app.core.dispatcher.table.programs_of("alice") == 1
 
 
 async def test_each_tenant_lists_its_own_programs_and_the_admin_all() -> None:
@@ -286,7 +286,7 @@ async def test_open_mode_has_one_default_tenant_and_forwards_the_body_unchanged(
     assert state.requests[0]["cache_salt"] == "client-salt"
     assert "authorization" not in state.headers[0]  # a key never goes on by default
     assert listing["entries"][0]["tenant"] == "default"
-    assert app.engine.tenants.open
+    assert app.core.tenants.open
 
 
 async def test_a_tenant_may_choose_a_salt_inside_its_own_namespace(tmp_path: Path) -> None:
@@ -325,7 +325,7 @@ async def test_an_sdk_program_runs_under_its_tenants_key() -> None:
             async with Runtime(runtime) as rt, rt.program("react") as program:
                 for step in range(3):
                     await agentrt.chat([{"role": "user", "content": f"step {step}"}], max_tokens=4)
-                table = seen[0].engine.dispatcher.table
+                table = seen[0].core.dispatcher.table
                 (key,) = table.keys()
                 entry = table.get(key)
             wrong = RuntimeConfig(

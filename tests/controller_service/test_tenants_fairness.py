@@ -52,14 +52,14 @@ async def _position_of_victims_second_call(fair_share: str) -> tuple[int, str]:
                 await anyio.sleep(0.01)
             for index in range(1, 6):
                 group.start_soon(send, BOB, f"rot-{index}", "b", f"attacker call {index} " * 8)
-            while app.engine.dispatcher.queued() < 5:  # noqa: ASYNC110
+            while app.core.dispatcher.queued() < 5:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
             group.start_soon(send, ALICE, "victim", "v2", "victim second call " * 8)
-            while app.engine.dispatcher.queued() < 6:  # noqa: ASYNC110
+            while app.core.dispatcher.queued() < 6:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
             state.gate.set()
         order = [r["messages"][0]["content"].split()[0] for r in state.requests]
-        policy = app.engine.dispatcher.scheduler.name
+        policy = app.core.dispatcher.scheduler.name
     return order.index("victim") + 1, policy
 
 
@@ -87,7 +87,7 @@ async def _admitted_while_gated(isolation: dict[str, object]) -> tuple[int, int,
             tags, body = _call(f"warm-{index}", "b", "bob warm-up call " * 12)
             assert (await http.post(chat, json=body, headers={**BOB, **tags})).status_code == 200
         state.gate = anyio.Event()
-        dispatcher = app.engine.dispatcher
+        dispatcher = app.core.dispatcher
         async with anyio.create_task_group() as group:
 
             async def send(auth: dict[str, str], program: str, text: str) -> None:
@@ -105,14 +105,14 @@ async def _admitted_while_gated(isolation: dict[str, object]) -> tuple[int, int,
             # Submissions wake the engine's admission task; run one round here so the
             # decision is complete whenever that task last ran, then let admitted calls
             # reach the backend.
-            app.engine.calls.dispatch()
+            app.core.calls.dispatch()
             while dispatcher.queued() + state.active < 7:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
             held, queued = state.active, dispatcher.queued()
             isolation_state = dispatcher.snapshot(0.0)["isolation"]
             cap = 0
             if dispatcher.isolation is not None and dispatcher._fair is not None:
-                now = app.engine.clock()
+                now = app.core.clock()
                 cap = dispatcher.isolation.caps(4, now, dispatcher._fair.queued_by_tenant())["bob"]
                 assert isolation_state["enabled"] is True
             state.gate.set()

@@ -187,7 +187,7 @@ async def test_the_process_table_cap_evicts_idle_programs_first_then_answers_503
         for pid in ("a", "b", "c"):  # idle programs: the oldest makes room
             start = await http.post(url + EV + f"/programs/{pid}/start", json={"session_id": "s"})
             assert start.status_code == 200
-        table_keys = app.engine.dispatcher.table.keys()
+        table_keys = app.core.dispatcher.table.keys()
         live = sorted(k.program_id for k in table_keys)
         state.gate = anyio.Event()
         answers: list[httpx.Response] = []
@@ -227,10 +227,10 @@ async def test_predicted_wait_durations_are_clamped() -> None:
         listing = (await http.get(url + EV + "/programs")).json()
     (entry,) = listing["entries"]
     assert entry["tool_waits"][0]["predicted_duration_s"] == 30.0
-    (key,) = app.engine.dispatcher.table.keys()
-    held = app.engine.dispatcher.table.get(key)
+    (key,) = app.core.dispatcher.table.keys()
+    held = app.core.dispatcher.table.get(key)
     assert held is not None and held.held_until_s() - held.created_s < 31
-    assert app.engine.max_predicted_wait_s() == 30.0
+    assert app.core.max_predicted_wait_s() == 30.0
     default = ControllerConfig(program_idle_timeout_s=120.0)
     assert (default.max_predicted_wait_s, default.program_idle_timeout_s) == (None, 120.0)
 

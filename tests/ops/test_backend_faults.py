@@ -99,7 +99,7 @@ async def test_a_backend_answering_5xx_under_load_is_retried_elsewhere_and_comes
             serve_controller(config, on_app=apps.append) as url,
             httpx.AsyncClient(timeout=30) as http,
         ):
-            pool = apps[0].engine.pool
+            pool = apps[0].core.pool
             answered_by: list[str] = []
 
             async def call(stream: bool) -> None:

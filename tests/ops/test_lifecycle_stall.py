@@ -80,7 +80,7 @@ async def test_a_stopped_backend_s_calls_are_retried_or_failed_in_time() -> None
             serve_controller(config, on_app=apps.append) as url,
             httpx.AsyncClient(timeout=30) as http,
         ):
-            pool = apps[0].engine.pool
+            pool = apps[0].core.pool
             with anyio.fail_after(10):
                 while not all(s.healthy for s in pool.states.values()):  # noqa: ASYNC110 - probes over HTTP
                     await anyio.sleep(0.05)

@@ -165,7 +165,7 @@ async def test_two_replicas_keep_a_shared_engine_s_queue_near_the_target(
             for url in urls:
                 snapshot = (await http.get(url + "/agentrt/v1/queues")).json()
                 in_flight_after.append(snapshot["backends"][0]["in_flight"])
-            batch_sizes = {app.engine.pool.states["shared"].load.max_num_seqs for app in apps}
+            batch_sizes = {app.core.pool.states["shared"].load.max_num_seqs for app in apps}
     assert batch_sizes == ({BATCH} if batch_size_known else {None})
     steady = waiting[len(waiting) // 5 :]  # past the first scrapes
     assert len(steady) >= 20, "the run was too short to say anything"

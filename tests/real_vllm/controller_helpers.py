@@ -51,7 +51,7 @@ class Controller:
 
     @property
     def backend_id(self) -> str:
-        (backend_id,) = self.app.engine.pool.states
+        (backend_id,) = self.app.core.pool.states
         return backend_id
 
     async def get(self, path: str) -> Any:

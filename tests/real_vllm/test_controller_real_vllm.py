@@ -202,7 +202,7 @@ async def test_scraped_waiting_queue_shrinks_the_adaptive_window(vllm_server: An
         admission=admission,
         scrape_interval_s=0.1,
     ) as controller:
-        engine = controller.app.engine
+        engine = controller.app.core
         backend_id = controller.backend_id
         window_of = getattr(engine.dispatcher.admission, "window")  # noqa: B009 (adaptive only)
         done = anyio.Event()

@@ -101,7 +101,7 @@ async def test_the_exact_index_follows_a_real_vllm(kv_server: KvServer) -> None:
     )
     settings = ControllerConfig(port=0, backends=(backend,), router="prefix")
     async with serve_controller(settings, on_app=apps.append) as url:
-        engine = apps[0].engine
+        engine = apps[0].core
         feed = engine.kv_events
         assert feed is not None
         index, backend_id = feed.index, backend.backend_id

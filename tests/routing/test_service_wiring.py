@@ -52,7 +52,7 @@ async def test_prefix_router_keeps_a_conversation_on_its_backend() -> None:
             body = chat_body(messages=_conversation(turns))
             response = await http.post(url + "/v1/chat/completions", json=body)
             assert response.status_code == 200
-        assert app.engine.dispatcher.router.name == "prefix"
+        assert app.core.dispatcher.router.name == "prefix"
     assert sorted((len(first.requests), len(second.requests))) == [0, 4]
 
 
@@ -158,9 +158,9 @@ async def test_retention_pins_on_the_emulator_and_releases_at_the_next_call_and_
 
             await _eventually(released)
             app = apps[0]
-            assert app.engine.dispatcher.lane_total == 1
-            assert app.engine.retention is not None
-            assert app.engine.retention.counts.get("unpins") == 1
+            assert app.core.dispatcher.lane_total == 1
+            assert app.core.retention is not None
+            assert app.core.retention.counts.get("unpins") == 1
 
             # Waiting again, then the program ends: the pin is released at once.
             wait["node_id"] = "t2"
@@ -169,7 +169,7 @@ async def test_retention_pins_on_the_emulator_and_releases_at_the_next_call_and_
             ended = await http.post(events + "/end", json={"session_id": SESSION})
             assert ended.status_code == 200
             await _eventually(released)
-            assert len(app.engine.retention.tracker) == 0
+            assert len(app.core.retention.tracker) == 0
             # A late tool event for the ended program retains nothing.
             wait["node_id"] = "t3"
             await http.post(events + "/tool-start", json=wait)
@@ -196,8 +196,8 @@ async def test_retention_rewarms_a_backend_without_pins_before_the_predicted_ret
                 "tool_name": "browse", "predicted_duration_s": 0.6}  # fmt: skip
         assert (await http.post(events + "/tool-start", json=wait)).status_code == 200
 
-        assert app.engine.retention is not None
-        retention = app.engine.retention
+        assert app.core.retention is not None
+        retention = app.core.retention
 
         async def rewarmed() -> bool:
             # The driver counts the re-warm once the backend has answered it: wait for both.
@@ -206,5 +206,5 @@ async def test_retention_rewarms_a_backend_without_pins_before_the_predicted_ret
         await _eventually(rewarmed)
         warm = backend.requests[1]
         assert warm["max_tokens"] == 1 and warm["messages"] == body["messages"]
-        assert app.engine.retention.counts.get("rewarms") == 1
-        assert app.engine.retention.counts.get("pins") is None  # a vLLM-like server cannot pin
+        assert app.core.retention.counts.get("rewarms") == 1
+        assert app.core.retention.counts.get("pins") is None  # a vLLM-like server cannot pin

@@ -207,7 +207,7 @@ def _crash_and_check(
 def test_a_controller_crash_is_an_openai_shaped_500_logged_once_and_counted(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stack.controller.engine, "models", _boom)
+    monkeypatch.setattr(stack.controller.core, "models", _boom)
     _crash_and_check(
         stack,
         stack.controller_url,

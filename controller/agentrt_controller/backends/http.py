@@ -113,7 +113,7 @@ class HttpBackend:
         #: The controller's own credential for this server (the backend's ``api_key`` option),
         #: sent as ``Authorization: Bearer`` on the controller's own requests — health probes,
         #: ``/metrics`` scrapes, model lists, feature probes, tokenizer and pin calls. Forwarded
-        #: calls carry it through the service (``ControllerEngine.backend_keys``).
+        #: calls carry it through the service (``ControllerCore.backend_keys``).
         self.credential: str | None = None
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:

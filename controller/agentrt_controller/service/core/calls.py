@@ -3,7 +3,7 @@
 Every admission decision is made by the pure :class:`~agentrt_controller.scheduling.dispatcher.
 Dispatcher` (docs/architecture.md, "Design rules", rule 1); this object feeds it facts with
 ``now_s`` from the engine's clock and carries its verdicts out. It is private to
-:class:`~agentrt_controller.service.core.engine.ControllerEngine` (the HTTP layer never sees it) and
+:class:`~agentrt_controller.service.core.facade.ControllerCore` (the HTTP layer never sees it) and
 runs on the event loop's thread. A call's life here::
 
     submit(call) -> PendingCall           queued in the scheduler, the dispatch loop woken

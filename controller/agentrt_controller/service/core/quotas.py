@@ -1,7 +1,7 @@
 """Per-tenant quotas on calls: in-flight calls and tokens per minute (docs/security.md, "Quotas").
 
 :class:`TenantQuotas` is private to
-:class:`~agentrt_controller.service.core.engine.ControllerEngine` and runs on the event loop's
+:class:`~agentrt_controller.service.core.facade.ControllerCore` and runs on the event loop's
 thread. A call enters with :meth:`TenantQuotas.enter` before it is queued and leaves with
 :meth:`TenantQuotas.leave` when its HTTP exchange is over; the tokens it was charged go to
 :meth:`TenantQuotas.charge_tokens`. Over a quota, a tenant configured with ``over_quota =

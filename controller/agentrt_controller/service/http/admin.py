@@ -32,7 +32,7 @@ from agentrt.errors import ConfigError
 from agentrt.protocol import EVENTS_PREFIX
 from agentrt_controller.backends.api import Backend
 from agentrt_controller.backends.spec import BackendSpec
-from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.errors import BadRequest, ServiceError
 from agentrt_controller.service.http.endpoints import guarded, read_small_body
 
@@ -91,26 +91,26 @@ async def _spec(request: Request) -> BackendSpec:
 
 
 def admin_routes(
-    engine: ControllerEngine, build: Callable[[BackendSpec], Backend], admin_token: str | None
+    core: ControllerCore, build: Callable[[BackendSpec], Backend], admin_token: str | None
 ) -> list[Route]:
-    """The Starlette routes of the backend admin API for ``engine``; ``build`` makes a backend
+    """The Starlette routes of the backend admin API for ``core``; ``build`` makes a backend
     from a spec (raising :class:`ConfigError` for unknown kinds and options)."""
 
     async def listing(request: Request) -> Response:
         _authorize(request, admin_token, "listing backends")
-        return JSONResponse({"backends": engine.describe_backends()})
+        return JSONResponse({"backends": core.describe_backends()})
 
     async def add(request: Request) -> Response:
         _authorize(request, admin_token)
         spec = await _spec(request)
-        if engine.has_backend(spec.backend_id):
+        if core.has_backend(spec.backend_id):
             raise Conflict(f"a backend with id {spec.backend_id!r} exists", param="id")
         try:
             backend = build(spec)
         except ConfigError as exc:
             raise BadRequest(str(exc)) from exc
         try:
-            described = await engine.add_backend(backend)
+            described = await core.add_backend(backend)
         except ConfigError as exc:  # added concurrently under the same id
             await backend.aclose()
             raise Conflict(str(exc), param="id") from exc
@@ -120,7 +120,7 @@ def admin_routes(
         _authorize(request, admin_token)
         backend_id = request.path_params["backend_id"]
         try:
-            draining = engine.remove_backend(backend_id)
+            draining = core.remove_backend(backend_id)
         except KeyError:
             raise NotFound(f"no backend {backend_id!r}", param="backend_id") from None
         if draining is None:

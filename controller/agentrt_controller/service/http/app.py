@@ -5,10 +5,10 @@
     app = ControllerApp(config)                 # validates config, builds policies
     uvicorn.run(app, ...)                       # or: async with serve_controller(config)
 
-No globals: the HTTP client, the :class:`~agentrt_controller.service.core.engine.ControllerEngine`
+No globals: the HTTP client, the :class:`~agentrt_controller.service.core.facade.ControllerCore`
 (backends, dispatcher, retention, the clock), metrics and tracer provider belong to the
-:class:`ControllerApp`. Its ASGI lifespan runs the engine's loops in a task group and closes
-everything on shutdown. The endpoints translate HTTP to engine calls and back. The two OpenAI
+:class:`ControllerApp`. Its ASGI lifespan runs the core's loops in a task group and closes
+everything on shutdown. The endpoints translate HTTP to calls of the core and back. The two OpenAI
 generation paths bypass Starlette's router (a dict lookup) to keep per-call overhead small;
 everything else is an ordinary Starlette app.
 """
@@ -38,7 +38,7 @@ from agentrt_controller.backends.transport import HttpPool
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.charging import CostFunction
 from agentrt_controller.service.core.clock import MONOTONIC, Clock
-from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Unauthorized
 from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes
 from agentrt_controller.service.http.events import event_routes
@@ -95,22 +95,22 @@ class ControllerApp:
         if not backends:
             raise ConfigError("the controller needs at least one backend")
         #: The controller's core behind one facade; the endpoints only talk to it.
-        self.engine = ControllerEngine(
+        self.core = ControllerCore(
             config, list(backends), metrics=self.metrics, cost=cost, clock=clock
         )
-        self.engine.backend_keys.update(backend_keys)
+        self.core.backend_keys.update(backend_keys)
         #: Set on SIGTERM (service/http/server.py): readiness answers 503 while calls drain.
         self.draining = False
         self._admin_token = config.admin_token.encode() if config.admin_token else None
         tracing = CallTracing(tracer_provider)
         self._generation: dict[str, CompletionsEndpoint | PassthroughEndpoint] = {
-            path: CompletionsEndpoint(path, self.engine, tracing) for path in _GENERATION_PATHS
+            path: CompletionsEndpoint(path, self.core, tracing) for path in _GENERATION_PATHS
         }
         # Routed but not scheduled (embeddings, vLLM's tokenizer endpoints).
         self._generation.update(
-            (path, PassthroughEndpoint(path, self.engine)) for path in PASSTHROUGH_PATHS
+            (path, PassthroughEndpoint(path, self.core)) for path in PASSTHROUGH_PATHS
         )
-        self.metrics.on_collect(self.engine.collect_metrics)
+        self.metrics.on_collect(self.core.collect_metrics)
         self._starlette = Starlette(
             routes=[
                 Route("/health", self._readiness, methods=["GET"]),
@@ -118,8 +118,8 @@ class ControllerApp:
                 Route("/livez", self._liveness, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
-                *event_routes(self.engine),
-                *admin_routes(self.engine, self._build_backend, config.admin_token),
+                *event_routes(self.core),
+                *admin_routes(self.core, self._build_backend, config.admin_token),
             ],
             lifespan=self._lifespan,
             # The OpenAI-shaped 500 (docs/security.md); the server's guard logs it once.
@@ -145,12 +145,12 @@ class ControllerApp:
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: Any) -> AsyncIterator[None]:
         async with self.http.client, anyio.create_task_group() as group:
-            await group.start(self.engine.run)
+            await group.start(self.core.run)
             if self._metrics_push is not None:
                 await group.start(self._metrics_push.run, self.metrics.registry)
             yield
             group.cancel_scope.cancel()
-        await self.engine.aclose()
+        await self.core.aclose()
 
     def _authenticate(self, scope: Scope) -> Unauthorized | None:
         """Put the caller's tenant (or the admin mark) in ``scope["state"]``; the refusal when
@@ -169,7 +169,7 @@ class ControllerApp:
             )
         if admin:
             state[ADMIN_STATE] = True
-        tenant = self.engine.tenants.authenticate(authorization)
+        tenant = self.core.tenants.authenticate(authorization)
         if tenant is not None:
             state[TENANT_STATE] = tenant
         if tenant is not None or admin:
@@ -193,7 +193,7 @@ class ControllerApp:
 
     def _build_backend(self, spec: BackendSpec) -> Backend:
         """A backend for the admin API's POST (shares the app's HTTP pool)."""
-        return self._build(spec, self.engine.backend_keys)
+        return self._build(spec, self.core.backend_keys)
 
     # --- plain endpoints ---------------------------------------------------------------------
 
@@ -203,12 +203,12 @@ class ControllerApp:
 
     async def _readiness(self, request: Request) -> Response:
         """``/readyz`` and ``/health``: 503 without a healthy backend and while draining."""
-        healthy = self.engine.healthy() and not self.draining
+        healthy = self.core.healthy() and not self.draining
         return JSONResponse(
             {
                 "status": "draining" if self.draining else "ok" if healthy else "degraded",
                 "version": __version__,
-                "backends": self.engine.backend_health(),
+                "backends": self.core.backend_health(),
             },
             status_code=200 if healthy else 503,
         )
@@ -217,4 +217,4 @@ class ControllerApp:
         return Response(self.metrics.render(), headers={"content-type": CONTENT_TYPE})
 
     async def _models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": self.engine.models()})
+        return JSONResponse({"object": "list", "data": self.core.models()})

@@ -1,9 +1,9 @@
 """Program-event endpoints (docs/protocol.md) and introspection, under ``EVENTS_PREFIX``.
 
 ``POST /sessions``, ``DELETE /sessions/{id}``, ``POST /programs/{pid}/start|end|tool-start|
-tool-end`` become one :class:`~agentrt_controller.service.core.engine.ControllerEngine` method each
+tool-end`` become one :class:`~agentrt_controller.service.core.facade.ControllerCore` method each
 (which feeds the process table and retention); ``GET /programs`` and ``GET /queues`` show the
-process table and the queues as JSON. Each handler parses, calls the engine, answers.
+process table and the queues as JSON. Each handler parses, calls the core, answers.
 
 ``GET /programs?limit=N&cursor=C`` pages through the caller's programs in creation order: at
 most :data:`MAX_PAGE` per page, ``next_cursor`` in the answer is the next page's ``cursor``
@@ -31,7 +31,7 @@ from agentrt.protocol import (
     ToolWaitEnd,
     ToolWaitStart,
 )
-from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.errors import BadRequest
 from agentrt_controller.service.http.endpoints import guarded, read_small_body
@@ -83,18 +83,18 @@ def _query_int(request: Request, name: str, default: int) -> int:
         raise BadRequest(f"{name} must be an integer", param=name) from None
 
 
-def event_routes(engine: ControllerEngine) -> list[Route]:
-    """The Starlette routes of the event and introspection API for ``engine``. Every handler
+def event_routes(core: ControllerCore) -> list[Route]:
+    """The Starlette routes of the event and introspection API for ``core``. Every handler
     acts for the tenant the app authenticated (``request.state``): ids name programs of that
     tenant only."""
 
     async def start_session(request: Request) -> Response:
-        answer = engine.start_session(_tenant(request), await _event(request, SessionStart))
+        answer = core.start_session(_tenant(request), await _event(request, SessionStart))
         return Response(answer.model_dump_json(), 200, media_type="application/json")
 
     async def end_session(request: Request) -> Response:
         session_id = _path_id(request, "session_id")
-        ended = engine.end_session(_tenant(request), session_id)
+        ended = core.end_session(_tenant(request), session_id)
         return JSONResponse({"session_id": session_id, "programs_ended": ended})
 
     async def program_event(request: Request) -> Response:
@@ -102,13 +102,13 @@ def event_routes(engine: ControllerEngine) -> list[Route]:
         kind = request.path_params["event"]
         tenant = _tenant(request)
         if kind == "start":
-            engine.start_program(tenant, program_id, await _event(request, ProgramStart))
+            core.start_program(tenant, program_id, await _event(request, ProgramStart))
         elif kind == "end":
-            engine.end_program(tenant, program_id, await _event(request, ProgramEnd))
+            core.end_program(tenant, program_id, await _event(request, ProgramEnd))
         elif kind == "tool-start":
-            engine.start_tool_wait(tenant, program_id, await _event(request, ToolWaitStart))
+            core.start_tool_wait(tenant, program_id, await _event(request, ToolWaitStart))
         elif kind == "tool-end":
-            engine.end_tool_wait(tenant, program_id, await _event(request, ToolWaitEnd))
+            core.end_tool_wait(tenant, program_id, await _event(request, ToolWaitEnd))
         else:
             return Response(status_code=404)
         return JSONResponse({"ok": True, "program_id": program_id, "event": kind})
@@ -120,17 +120,17 @@ def event_routes(engine: ControllerEngine) -> list[Route]:
         after = _query_int(request, "cursor", -1)
         admin = _state(request).get(ADMIN_STATE) is True
         tenant = None if admin else _tenant(request)
-        if tenant is not None and engine.tenants.open:
+        if tenant is not None and core.tenants.open:
             tenant = None  # open mode: one tenant, the whole table is its own
-        snapshot = engine.programs_snapshot(min(limit, MAX_PAGE), tenant=tenant, after=after)
+        snapshot = core.programs_snapshot(min(limit, MAX_PAGE), tenant=tenant, after=after)
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
 
     async def queues(request: Request) -> Response:
         # Backend URLs and every tenant's calls are the admin's; in open mode without an
         # admin token everyone is (as before tenants existed).
         admin = _state(request).get(ADMIN_STATE) is True
-        full = admin or (engine.tenants.open and engine.config.admin_token is None)
-        snapshot = engine.queues_snapshot(full=full)
+        full = admin or (core.tenants.open and core.config.admin_token is None)
+        snapshot = core.queues_snapshot(full=full)
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
 
     p = EVENTS_PREFIX

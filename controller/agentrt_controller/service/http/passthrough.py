@@ -4,7 +4,7 @@
 They take no decode slot worth queueing for, so they skip the queues, the process table and
 charging; but they need what a generation needs from the controller — a tenant's API key
 (when keys are configured), a healthy backend of the request's ``model`` (the least loaded;
-:meth:`~agentrt_controller.service.core.engine.ControllerEngine.backends_for_model`), the
+:meth:`~agentrt_controller.service.core.facade.ControllerCore.backends_for_model`), the
 controller's own credential for that backend, and the same header filter (program tags and
 session headers stay here; a ``vllm_xargs.agentic_context`` is taken out of the body). A
 backend that cannot be reached is left for the next one; the answer, whatever its status, is
@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 
 from agentrt_controller.backends.api import BackendError, BackendRequest, BackendUnavailable
-from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.errors import (
     BadRequest,
@@ -66,10 +66,10 @@ async def _send_error(send: Send, error: ServiceError) -> None:
 class PassthroughEndpoint:
     """ASGI app for one routed, unscheduled path of :data:`PASSTHROUGH_PATHS`."""
 
-    def __init__(self, path: str, engine: ControllerEngine) -> None:
+    def __init__(self, path: str, core: ControllerCore) -> None:
         self.path = path
         self.operation = PASSTHROUGH_PATHS[path]
-        self.engine = engine
+        self.core = core
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -85,25 +85,25 @@ class PassthroughEndpoint:
         except ClientGone:
             return
         except ServiceError as error:
-            self.engine.metrics.requests.inc(1.0, self.operation, str(error.status_code))
+            self.core.metrics.requests.inc(1.0, self.operation, str(error.status_code))
             await _send_error(send, error)
             return
-        self.engine.metrics.requests.inc(1.0, self.operation, str(status))
+        self.core.metrics.requests.inc(1.0, self.operation, str(status))
         await _send(send, status, body, headers)
 
     async def _answer(
         self, scope: Scope, receive: Receive
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        engine = self.engine
+        core = self.core
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        raw = await read_body(receive, headers, engine.config.max_body_bytes)
+        raw = await read_body(receive, headers, core.config.max_body_bytes)
         body = await decode_body(raw)
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise BadRequest("'model' must be a string", param="model")
-        known = engine.known_models()
+        known = core.known_models()
         if model is not None and known is not None and model not in known:
             raise ModelNotFound(f"the model {model!r} does not exist; served models: "
                                 + ", ".join(repr(m) for m in sorted(known)), param="model",
@@ -111,15 +111,15 @@ class PassthroughEndpoint:
         if strip_agentic_context(body):
             raw = json.dumps(body, separators=(",", ":")).encode()
         outgoing = forwarded_headers(
-            headers, authorization=engine.config.forward_client_authorization
+            headers, authorization=core.config.forward_client_authorization
         )
-        backends = engine.backends_for_model(model)
+        backends = core.backends_for_model(model)
         if not backends:
             raise NoBackend("no healthy backend serves this model", retry_after_s=1)
         failure: BackendError | None = None
         for backend in backends:
             sent = dict(outgoing)
-            key = engine.backend_api_key(backend.backend_id)
+            key = core.backend_api_key(backend.backend_id)
             if key is not None:  # the controller's own credential, never a tenant's
                 sent["authorization"] = f"Bearer {key}"
             request = BackendRequest(self.path, raw, body, stream=False, headers=sent)

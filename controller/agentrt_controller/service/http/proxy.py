@@ -8,13 +8,13 @@ Written as a raw ASGI endpoint so that it can (a) refuse an oversized body while
 streaming — and abort the upstream request, and (c) do little per-call work (the overhead goal
 is ≤ 1 ms added at p50). Per call::
 
-    read body (413) → parse JSON, model, tags (400/404) → Call → engine.accept →
-    engine.forward: queued, admitted (504 at the deadline, 503 without backends), sent with the
+    read body (413) → parse JSON, model, tags (400/404) → Call → core.accept →
+    core.forward: queued, admitted (504 at the deadline, 503 without backends), sent with the
     backend's ``priority``, retried elsewhere while nothing reached the client (502 at the
-    end) → pass the answer through (stream: engine.tokens per chunk, pick up usage) →
-    engine.settle: charged by the cost model, backend slot released.
+    end) → pass the answer through (stream: core.tokens per chunk, pick up usage) →
+    core.settle: charged by the cost model, backend slot released.
 
-Everything but HTTP is the :class:`~agentrt_controller.service.core.engine.ControllerEngine`'s; a
+Everything but HTTP is the :class:`~agentrt_controller.service.core.facade.ControllerCore`'s; a
 failure after the answer started is reported to the client here.
 """
 
@@ -34,7 +34,7 @@ from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.calls import Forwarded, PendingCall
 from agentrt_controller.service.core.charging import Usage
-from agentrt_controller.service.core.engine import ControllerEngine
+from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.errors import ServiceError, UpstreamFailed, error_body
 from agentrt_controller.service.http.incoming import (
@@ -100,14 +100,14 @@ class CompletionsEndpoint:
     """ASGI app for one OpenAI generation path (``/v1/chat/completions``,
     ``/v1/completions`` or ``/v1/responses``)."""
 
-    def __init__(self, path: str, engine: ControllerEngine, tracing: CallTracing) -> None:
+    def __init__(self, path: str, core: ControllerCore, tracing: CallTracing) -> None:
         self.path = path
         self.api = _api_of(path)
         self.operation = _OPERATIONS[self.api]
-        self.engine = engine
+        self.core = core
         self.tracing = tracing
         self._ids = itertools.count(1)
-        self._status = engine.metrics.requests
+        self._status = core.metrics.requests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -117,31 +117,31 @@ class CompletionsEndpoint:
         if not isinstance(tenant, Tenant):  # the admin token is no tenant's key
             await send_error(send, Unauthorized("calls need a tenant's API key"))
             return
-        engine = self.engine
+        core = self.core
 
         def salt_for(chosen: str | None) -> str:
-            return engine.tenants.cache_salt(tenant, chosen)
+            return core.tenants.cache_salt(tenant, chosen)
 
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            raw = await read_body(receive, headers, engine.config.max_body_bytes)
+            raw = await read_body(receive, headers, core.config.max_body_bytes)
             decoded = await decode_body(raw)
             parsed = parse_call(
                 raw,
                 headers,
                 f"c{next(self._ids)}",
-                engine.now(),
-                engine.known_models(),
+                core.now(),
+                core.known_models(),
                 tenant=tenant.name,
                 # Open mode (one tenant): the body goes unchanged, a client's salt included.
-                salt_for=None if engine.tenants.open else salt_for,
-                forward_authorization=engine.config.forward_client_authorization,
+                salt_for=None if core.tenants.open else salt_for,
+                forward_authorization=core.config.forward_client_authorization,
                 decoded=decoded,
                 api=self.api,
             )
             # The core reads prompts as chat messages (prefix hashes, retention's pins).
             seen = chat_view(parsed.body) if self.api == "responses" else parsed.body
-            pending = engine.accept(parsed.call, seen, tagged=not parsed.untagged, tenant=tenant)
+            pending = core.accept(parsed.call, seen, tagged=not parsed.untagged, tenant=tenant)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             await send_error(send, error)
@@ -168,7 +168,7 @@ class CompletionsEndpoint:
             message = await receive()
             if message["type"] == "http.disconnect":
                 if not exchange.completed:
-                    self.engine.metrics.client_disconnects.inc()
+                    self.core.metrics.client_disconnects.inc()
                     scope.cancel()
                 return
 
@@ -191,9 +191,9 @@ class CompletionsEndpoint:
                 await _stream_error(send, error)
         finally:
             span.end()
-            self.engine.call_ended(pending)
-            elapsed_s = self.engine.clock() - parsed.call.arrival_s
-            self.engine.metrics.call_e2e.observe(max(0.0, elapsed_s), self.operation)
+            self.core.call_ended(pending)
+            elapsed_s = self.core.clock() - parsed.call.arrival_s
+            self.core.metrics.call_e2e.observe(max(0.0, elapsed_s), self.operation)
 
     async def _admit_and_forward(
         self,
@@ -209,9 +209,9 @@ class CompletionsEndpoint:
 
         def request_for(admission: Admission, capabilities: BackendCapabilities) -> BackendRequest:
             backend_id = admission.backend_id
-            salted = self.engine.takes_cache_salt(backend_id)
+            salted = self.core.takes_cache_salt(backend_id)
             headers = {**parsed.forward_headers, **outgoing}
-            key = self.engine.backend_api_key(backend_id)
+            key = self.core.backend_api_key(backend_id)
             if key is not None:  # the controller's own credential, never a tenant's
                 headers["authorization"] = f"Bearer {key}"
             return BackendRequest(
@@ -228,8 +228,8 @@ class CompletionsEndpoint:
                 and capabilities.stream_usage,
             )
 
-        with self.engine.deadline(call):
-            forwarded = await self.engine.forward(pending, request_for, stream=parsed.stream)
+        with self.core.deadline(call):
+            forwarded = await self.core.forward(pending, request_for, stream=parsed.stream)
             priority = forwarded.admission.backend_priority
             span.set_attributes(
                 {
@@ -297,7 +297,7 @@ class CompletionsEndpoint:
         finally:
             with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
                 await answer.aclose()
-            charge = self.engine.settle(pending, forwarded, usage, ok=ok, reason=failure)
+            charge = self.core.settle(pending, forwarded, usage, ok=ok, reason=failure)
             span.set_attributes(
                 {
                     "gen_ai.usage.input_tokens": charge.prompt_tokens,
@@ -329,11 +329,11 @@ class CompletionsEndpoint:
             first_token = True
             async for data in answer.chunks():
                 out, new_chunks = scanner.feed(data)
-                self.engine.tokens(parsed.call, new_chunks)
+                self.core.tokens(parsed.call, new_chunks)
                 if first_token and new_chunks:
                     first_token = False
-                    ttft_s = self.engine.clock() - parsed.call.arrival_s
-                    self.engine.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
+                    ttft_s = self.core.clock() - parsed.call.arrival_s
+                    self.core.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
                 usage.streamed_chunks = scanner.chunks
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})

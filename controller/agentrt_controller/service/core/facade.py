@@ -1,18 +1,18 @@
 """The controller's one facade between the HTTP layer and its core.
 
-:class:`ControllerEngine` owns everything a call and a program go through — the queues and the
+:class:`ControllerCore` owns everything a call and a program go through — the queues and the
 :class:`~agentrt_controller.scheduling.dispatcher.Dispatcher`, the backend pool (health, circuit
 breakers, in-flight counts), the retry policy, charging, program events, sessions and KV
 retention — and the one :data:`~agentrt_controller.service.core.clock.Clock` all of them read. The
 endpoints (``proxy``, ``events``, ``admin``, ``app``) only translate HTTP into calls of its
 methods and its results back into HTTP (docs/controller.md, "Inside the service")::
 
-    pending = engine.accept(call, body, tagged=...)   # a parsed generation request
-    with engine.deadline(call):
-        forwarded = await engine.forward(pending, request_for, stream=...)  # queue .. retry
-        ... stream forwarded.answer to the client, engine.tokens(call, n) per chunk ...
-        charge = engine.settle(pending, forwarded, usage, ok=..., reason=...)
-    engine.call_ended(pending)                       # an untagged call was its own program
+    pending = core.accept(call, body, tagged=...)   # a parsed generation request
+    with core.deadline(call):
+        forwarded = await core.forward(pending, request_for, stream=...)  # queue .. retry
+        ... stream forwarded.answer to the client, core.tokens(call, n) per chunk ...
+        charge = core.settle(pending, forwarded, usage, ok=..., reason=...)
+    core.call_ended(pending)                       # an untagged call was its own program
 
 Program events are one method each (``start_program``, ``end_program``, ``start_tool_wait``,
 ``end_tool_wait``, ``start_session``, ``end_session``); the scheduler and retention hear of
@@ -67,14 +67,14 @@ from agentrt_controller.service.errors import DeadlinePassed, ServiceError, Upst
 from agentrt_controller.service.telemetry.introspection import collect_metrics, queues_snapshot
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
-__all__ = ["ControllerEngine", "Forwarded", "PendingCall", "RequestFor"]
+__all__ = ["ControllerCore", "Forwarded", "PendingCall", "RequestFor"]
 
 _log = logging.getLogger("agentrt.controller")
 #: Backend kinds that take ``cache_salt`` in a request body.
 _SALTED_KINDS = frozenset({"vllm", "emulator"})
 
 
-class ControllerEngine:
+class ControllerCore:
     """The controller's core behind one object (see the module docstring).
 
     ``backends`` must not be empty (checked by the app); ``cost`` replaces the configured cost
@@ -195,7 +195,7 @@ class ControllerEngine:
     # --- one call ----------------------------------------------------------------------------
 
     def now(self) -> float:
-        """The engine's clock (seconds)."""
+        """The core's clock (seconds)."""
         return self.clock()
 
     def known_models(self) -> set[str] | None:
