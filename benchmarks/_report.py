@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrt_sim.costs import CostFunction, default_cost_function
+from agentrt_controller.cost_model import CostFunction
+from agentrt_sim.costs import default_cost_model
 
 #: Cost models a run may charge: the controller's default (``defaults.COST``) or the engine
 #: profile's roofline (the simulator's own, what these benchmarks charged before).
@@ -28,7 +29,7 @@ COSTS = ("controller", "roofline")
 
 def cost_function(name: str) -> CostFunction | None:
     """The simulator's cost function for a :data:`COSTS` name (``None``: the roofline)."""
-    return None if name == "roofline" else default_cost_function()
+    return None if name == "roofline" else default_cost_model().service_s
 
 
 def add_cost_option(parser: argparse.ArgumentParser) -> None:

@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from agentrt_controller import defaults  # noqa: E402
 from agentrt_emulator.core.types import EngineConfig  # noqa: E402
-from agentrt_sim.costs import default_cost_function  # noqa: E402
+from agentrt_sim.costs import default_cost_model  # noqa: E402
 from agentrt_sim.registry import PolicySpec  # noqa: E402
 from agentrt_sim.runner import BenchConfig, run_comparison  # noqa: E402
 from benchmarks import _report  # noqa: E402
@@ -180,7 +180,7 @@ def run_point(setting: Setting, config: Config, seed: int) -> dict[str, Any]:
         replica_window=config.replica_window,
     )
     started = time.process_time()
-    (outcome,) = run_comparison(bench, [spec], cost_model=default_cost_function())
+    (outcome,) = run_comparison(bench, [spec], cost_model=default_cost_model().service_s)
     s = outcome.summary
     return {
         "setting": setting.name,

@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from agentrt_controller import defaults  # noqa: E402
+from agentrt_controller.cost_model import CostFunction  # noqa: E402
 from agentrt_emulator.core.types import EngineConfig  # noqa: E402
-from agentrt_sim.costs import CostFunction  # noqa: E402
 from agentrt_sim.rates import DEFAULT_RATES  # noqa: E402
 from agentrt_sim.registry import PolicySpec, parse_window  # noqa: E402
 from agentrt_sim.runner import BenchConfig, keeps_up, run_comparison  # noqa: E402

@@ -151,8 +151,8 @@ def make_traces(setup: Setup, directory: Path) -> dict[str, Path]:
 
 def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
     """The simulator's summary of ``config`` on ``trace`` (one run: it is deterministic)."""
+    from agentrt_controller.cost_model import CostModel
     from agentrt_emulator.core.types import EngineConfig
-    from agentrt_sim.costs import controller_cost_function
     from agentrt_sim.registry import PolicySpec
     from agentrt_sim.runner import BenchConfig, run_comparison
     from agentrt_sim.workloads.trace import load_trace
@@ -182,7 +182,7 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
         # What `controller serve --backend URL` runs: the shared defaults table, the
         # controller's default cost model (not the simulator's roofline default) and its
         # default probe period for the adaptive window's engine gauges.
-        spec, cost = PolicySpec(), controller_cost_function({})
+        spec, cost = PolicySpec(), CostModel.from_mapping({}).service_s
         bench = dataclasses.replace(bench, scrape_interval_s=1.0)
     else:
         spec = PolicySpec(
@@ -193,7 +193,7 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
             scheduler_options={},
             router_options={},
         )
-        cost = controller_cost_function({"profile": setup.profile})
+        cost = CostModel.from_profile(setup.profile).service_s
     started = time.perf_counter()
     (outcome,) = run_comparison(bench, [spec], programs=programs, cost_model=cost)
     summary = dict(outcome.summary)

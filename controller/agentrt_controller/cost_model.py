@@ -18,6 +18,8 @@ wall time, which includes the backend's own queueing — charging that would pun
 Nothing else is charged: not the time queued at the controller or in the backend, not network
 time, not tool time. The parameters are calibratable: pass them, take a hardware/model profile
 (:meth:`CostModel.from_profile`), or fit them to measurements (:meth:`CostModel.calibrate`).
+Parse a config table once (:meth:`CostModel.from_mapping`) and pass the model on: the
+controller's policy builders and charger and the simulator all read the same object.
 Pure arithmetic: no clock, no I/O.
 """
 
@@ -25,42 +27,20 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_serving.hardware import PROFILES
 
-__all__ = ["PROFILES", "CostModel", "CostSample", "HardwareProfile"]
+__all__ = ["CostFunction", "CostModel", "CostSample"]
 
-
-@dataclass(frozen=True, slots=True)
-class HardwareProfile:
-    """Roofline constants of one model on one accelerator (docs/engine-model.md)."""
-
-    #: Model parameters (count).
-    params: float
-    #: Bytes of weights read per decode step (bf16: 2 bytes per parameter).
-    weight_bytes: float
-    #: KV cache bytes per token (all layers, K and V).
-    kv_bytes_per_token: float
-    #: Peak dense bf16 throughput (FLOP/s).
-    peak_flops: float
-    #: HBM bandwidth (bytes/s).
-    hbm_bytes_per_s: float
-
-
-_LLAMA3_8B = {"params": 8.0e9, "weight_bytes": 16.0e9, "kv_bytes_per_token": 128 * 1024}
-
-#: Known profiles by name: ``<accelerator>-<model>``.
-PROFILES: Mapping[str, HardwareProfile] = {
-    # Llama-3.1-8B: 8.0e9 params, 16 GB bf16 weights, 32 layers x 8 KV heads x 128 dims x
-    # (K+V) x 2 bytes = 128 KiB of KV per token. A100-80GB: 312 TFLOP/s bf16, ~2.0 TB/s.
-    "a100-llama3-8b": HardwareProfile(**_LLAMA3_8B, peak_flops=312e12, hbm_bytes_per_s=2.0e12),
-    # H100 SXM: ~989 TFLOP/s bf16, 3.35 TB/s; H200: same compute, 4.8 TB/s.
-    "h100-llama3-8b": HardwareProfile(**_LLAMA3_8B, peak_flops=989e12, hbm_bytes_per_s=3.35e12),
-    "h200-llama3-8b": HardwareProfile(**_LLAMA3_8B, peak_flops=989e12, hbm_bytes_per_s=4.8e12),
-}
+#: What charges a finished call: ``(uncached_prompt_tokens, generated_tokens) -> seconds`` of
+#: service, >= 0. :meth:`CostModel.service_s` is one (its ``cached_prompt_tokens`` defaults to
+#: 0, so its first argument is then the uncached prompt); the controller's charger and the
+#: simulator both take this type, the simulator also its engine profile's roofline.
+CostFunction = Callable[[int, int], float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,12 +121,13 @@ class CostModel:
         nominal_context_tokens: int = 1024,
         per_call_s: float = 0.0,
     ) -> CostModel:
-        """Roofline estimate from a :data:`PROFILES` entry.
+        """Roofline estimate from a hardware profile (:data:`agentrt_serving.hardware.PROFILES`,
+        the same constants the engine emulator's step-time model reads).
 
         * prefill is compute-bound: ``a = 2 * params / (peak_flops * prefill_efficiency)``;
         * a decode step is bandwidth-bound: it reads the weights once and the KV of the whole
           batch, ``b = (weight_bytes + nominal_batch * nominal_context_tokens *
-          kv_bytes_per_token) / hbm_bytes_per_s``.
+          kv_bytes_per_token) / mem_bytes_per_s``.
 
         For ``a100-llama3-8b`` with the defaults: ``a ≈ 1.03e-4 s`` (about 9,750 prefill
         tokens/s) and ``b ≈ 9.1e-3 s`` per decode step (16 GB + 16 x 1024 x 128 KiB = 18.1 GB
@@ -162,7 +143,7 @@ class CostModel:
         kv_bytes = nominal_batch * nominal_context_tokens * hw.kv_bytes_per_token
         return cls(
             prefill_s_per_token=2 * hw.params / (hw.peak_flops * prefill_efficiency),
-            decode_s_per_token=(hw.weight_bytes + kv_bytes) / hw.hbm_bytes_per_s,
+            decode_s_per_token=(hw.weight_bytes + kv_bytes) / hw.mem_bytes_per_s,
             per_call_s=per_call_s,
         )
 

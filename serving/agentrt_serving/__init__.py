@@ -1,5 +1,5 @@
 """What agentrt's two servers, the controller and the engine emulator, share: the hardened HTTP
-surface, and the reading of an OpenAI Responses API request.
+surface, the reading of an OpenAI Responses API request, and the hardware profiles.
 
 * :mod:`agentrt_serving.hardening` — :class:`~agentrt_serving.hardening.HardenedApp`, the ASGI
   guard in front of a server's application (limits, input checks, the catch-all 500), and
@@ -9,7 +9,9 @@ surface, and the reading of an OpenAI Responses API request.
   the caller's event loop;
 * :mod:`agentrt_serving.asgi` — the ASGI callable types;
 * :mod:`agentrt_serving.responses_chat` — an OpenAI Responses API request as the chat request
-  it amounts to (the emulator serves by it, the controller hashes and pins by it).
+  it amounts to (the emulator serves by it, the controller hashes and pins by it);
+* :mod:`agentrt_serving.hardware` — :class:`~agentrt_serving.hardware.HardwareProfile` and the
+  named profiles (the emulator's step-time model and the controller's cost model read them).
 
 Each server keeps its own error envelope (the controller OpenAI's, the emulator vLLM's): it
 passes an ``error_body`` builder to :class:`~agentrt_serving.hardening.HardenedApp`. This

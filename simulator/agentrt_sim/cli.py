@@ -377,11 +377,13 @@ def _options(items: list[str]) -> dict[str, Any]:
 
 
 def _cost(args: argparse.Namespace) -> Any:
-    from agentrt_sim.costs import controller_cost_function, default_cost_function
+    from agentrt_controller.cost_model import CostModel
+    from agentrt_sim.costs import default_cost_model
 
     if args.cost == ["roofline"]:
         return None  # the simulator charges the engine profile's roofline
-    return controller_cost_function(_options(args.cost)) if args.cost else default_cost_function()
+    model = CostModel.from_mapping(_options(args.cost)) if args.cost else default_cost_model()
+    return model.service_s
 
 
 def _replica_values(args: argparse.Namespace) -> list[tuple[int, str, str]]:

@@ -1,17 +1,20 @@
 """The service charged for a finished call, and the clairvoyant estimates SRPT needs.
 
-**Cost-model hook.** :data:`CostFunction` is any callable ``(uncached_prompt_tokens,
-generated_tokens) -> seconds``. The simulator charges ``cost(prompt_len - cached_tokens,
-output_tokens)`` to the scheduler's ``on_finish`` — the same facts the real controller has
-(``usage.prompt_tokens`` / ``cached_tokens`` / ``completion_tokens``), never wall time, which
-includes the engine's own queueing (docs/scheduling.md, "What is charged as service"). The
-controller's calibratable cost model plugs in here.
+**Cost-model hook.** :data:`~agentrt_controller.cost_model.CostFunction` (the controller's
+type) is any callable ``(uncached_prompt_tokens, generated_tokens) -> seconds``. The simulator
+charges ``cost(prompt_len - cached_tokens, output_tokens)`` to the scheduler's ``on_finish`` —
+the same facts the real controller has (``usage.prompt_tokens`` / ``cached_tokens`` /
+``completion_tokens``), never wall time, which includes the engine's own queueing
+(docs/scheduling.md, "What is charged as service"). The controller's calibratable cost model
+plugs in here.
 
 **What ``agentrt bench sim`` charges by default** is the controller's default cost model
-(``agentrt_controller.defaults.COST``, through :func:`controller_cost_function`), so attained
-service means the same number in the simulator and in ``agentrt controller serve``.
+(``agentrt_controller.defaults.COST``, parsed once into a
+:class:`~agentrt_controller.cost_model.CostModel` whose ``service_s`` is the charge), so
+attained service means the same number in the simulator and in ``agentrt controller serve``.
 ``--cost roofline`` (and a :class:`~agentrt_sim.sim.Simulation` given no cost model) charges
-the engine profile's roofline instead (:func:`roofline_cost_model`, emulator/core/profiles.py)::
+the engine profile's roofline instead (:func:`roofline_cost_model`; the profile is an
+:class:`agentrt_serving.hardware.HardwareProfile`, the step time emulator/core/profiles.py's)::
 
     cost = uncached_prompt_tokens · prefill_s_per_token + generated_tokens · decode_step_s
     prefill_s_per_token = 2 · params / (peak_flops · efficiency)      (compute bound)
@@ -31,24 +34,18 @@ remaining work, not the critical path).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
-
-from agentrt_emulator.core.profiles import HardwareProfile, step_time_s
+from agentrt_controller.cost_model import CostFunction, CostModel
+from agentrt_emulator.core.profiles import step_time_s
+from agentrt_serving.hardware import HardwareProfile
 from agentrt_sim.plan import ProgramPlan
 from agentrt_sim.workloads.program import LLMNode
 
 __all__ = [
-    "CostFunction",
-    "controller_cost_function",
-    "default_cost_function",
+    "default_cost_model",
     "expected_uncached_tokens",
     "oracle_costs",
     "roofline_cost_model",
 ]
-
-#: ``(uncached_prompt_tokens, generated_tokens) -> seconds`` of service.
-CostFunction = Callable[[int, int], float]
 
 
 def roofline_cost_model(profile: HardwareProfile) -> CostFunction:
@@ -58,20 +55,6 @@ def roofline_cost_model(profile: HardwareProfile) -> CostFunction:
 
     def cost(uncached_prompt_tokens: int, generated_tokens: int) -> float:
         return uncached_prompt_tokens * prefill_s_per_token + generated_tokens * decode_step_s
-
-    return cost
-
-
-def controller_cost_function(params: Mapping[str, Any]) -> CostFunction:
-    """The controller's calibratable cost model (``agentrt_controller.cost_model.CostModel``) from a
-    config table, e.g. ``{"profile": "a100-llama3-8b"}`` or its three coefficients — the same
-    table the controller service takes. Raises :class:`~agentrt.errors.ConfigError`."""
-    from agentrt_controller.cost_model import CostModel
-
-    model = CostModel.from_mapping(params)
-
-    def cost(uncached_prompt_tokens: int, generated_tokens: int) -> float:
-        return model.service_s(uncached_prompt_tokens, generated_tokens)
 
     return cost
 
@@ -111,9 +94,10 @@ def oracle_costs(plan: ProgramPlan, cost: CostFunction) -> list[float]:
     ]
 
 
-def default_cost_function() -> CostFunction:
-    """What ``agentrt bench sim`` charges with no ``--cost``: the controller's default cost
-    model (``agentrt_controller.defaults.COST``), as ``agentrt controller serve`` charges."""
+def default_cost_model() -> CostModel:
+    """What ``agentrt bench sim`` charges with no ``--cost`` (its ``service_s``): the
+    controller's default cost model (``agentrt_controller.defaults.COST``), as ``agentrt
+    controller serve`` charges."""
     from agentrt_controller import defaults
 
-    return controller_cost_function(dict(defaults.COST))
+    return CostModel.from_mapping(defaults.COST)

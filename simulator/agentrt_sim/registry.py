@@ -32,6 +32,7 @@ from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
+from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.replicas import SHARD_MODES
 from agentrt_controller.retention import RetentionPolicy, TtlRetentionPolicy
@@ -40,7 +41,6 @@ from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import SCHEDULER_NAMES, build_admission, build_scheduler
 from agentrt_controller.scheduling.isolation import IsolationConfig
 from agentrt_controller.scheduling.tenancy import TenancyConfig
-from agentrt_sim.costs import CostFunction
 from agentrt_sim.retention import NoRetention
 from agentrt_sim.sim import Policies
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_controller.cost_model import CostFunction
 from agentrt_emulator.core.types import EngineConfig
-from agentrt_sim.costs import CostFunction
 from agentrt_sim.metrics import RunRecord, summarize
 from agentrt_sim.plan import ProgramPlan, compile_program
 from agentrt_sim.registry import PolicySpec, build_policies, describe_tenancy

@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentrt.errors import InvalidRequest
+from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.keys import DEFAULT_SESSION, ProgramKey
 from agentrt_controller.replicas import ReplicaBalancer
 from agentrt_controller.retention import RetentionPolicy
@@ -59,7 +60,7 @@ from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_emulator.core.engine import EngineCore
 from agentrt_emulator.core.profiles import get_profile
 from agentrt_emulator.core.types import EngineConfig, EngineRequest, EngineStats, StepResult
-from agentrt_sim.costs import CostFunction, oracle_costs, roofline_cost_model
+from agentrt_sim.costs import oracle_costs, roofline_cost_model
 from agentrt_sim.metrics import ProgramRecord, RunRecord, critical_path
 from agentrt_sim.plan import ProgramPlan
 from agentrt_sim.retention import NoRetention

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from agentrt.errors import ConfigError
-from agentrt_controller.cost_model import PROFILES, CostModel, CostSample
+from agentrt_controller.cost_model import CostModel, CostSample
+from agentrt_serving.hardware import PROFILES
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -134,17 +134,18 @@ def test_tenant_isolation_config_reaches_the_scheduler() -> None:
     """``tenant_isolation`` from the environment (a JSON object): empty = caps off, a table
     = on with those parameters; a bad parameter is refused when the policies are built."""
     from agentrt.errors import ConfigError
+    from agentrt_controller.cost_model import CostModel
     from agentrt_controller.service import load_config
     from agentrt_controller.service.core.policies import build_dispatcher
     from agentrt_controller.service.core.tenants import build_directory
 
     env = {"AGENTRT_CONTROLLER_API_KEYS": KEYS}
     tenants = build_directory(key_file=None, key_list=KEYS, single_key=None)
-    assert build_dispatcher(load_config(None, env, {}), tenants).isolation is None
+    assert build_dispatcher(load_config(None, env, {}), CostModel(), tenants).isolation is None
     on = {**env, "AGENTRT_CONTROLLER_TENANT_ISOLATION": '{"surplus_share": 0.5}'}
-    dispatcher = build_dispatcher(load_config(None, on, {}), tenants)
+    dispatcher = build_dispatcher(load_config(None, on, {}), CostModel(), tenants)
     assert dispatcher.isolation is not None
     assert dispatcher.isolation.config.surplus_share == 0.5
     bad = {**env, "AGENTRT_CONTROLLER_TENANT_ISOLATION": '{"surplus": 0.5}'}
     with pytest.raises(ConfigError, match="unknown isolation parameter"):
-        build_dispatcher(load_config(None, bad, {}), tenants)
+        build_dispatcher(load_config(None, bad, {}), CostModel(), tenants)

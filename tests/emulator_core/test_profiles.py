@@ -58,7 +58,7 @@ def test_mixed_step_costs_the_larger_bound_plus_overhead() -> None:
     # no double counting: the mixed step is far cheaper than both steps run one after another
     assert mixed < prefill_only + decode_only - p.step_overhead_s
     compute = 2 * p.params * (2048 + 32) / (p.peak_flops * p.efficiency)
-    memory = (p.weight_bytes + p.kv_bytes_per_token * (2048 + 32 * 2000)) / p.mem_bandwidth
+    memory = (p.weight_bytes + p.kv_bytes_per_token * (2048 + 32 * 2000)) / p.mem_bytes_per_s
     assert mixed == pytest.approx(p.step_overhead_s + max(compute, memory), rel=1e-12)
 
 

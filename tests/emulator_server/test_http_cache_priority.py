@@ -189,7 +189,7 @@ async def test_time_scale_runs_faster_than_the_modelled_gpu() -> None:
     model_s = metric(text, "vllm:e2e_request_latency_seconds_sum")
     profile = get_profile("a100-llama3-8b")
     # Every decode step reads all the weights once: a lower bound of the modelled time.
-    assert model_s >= tokens * profile.weight_bytes / profile.mem_bandwidth
+    assert model_s >= tokens * profile.weight_bytes / profile.mem_bytes_per_s
     assert wall_s < model_s / 5
 
 

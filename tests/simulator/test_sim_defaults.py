@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from agentrt_controller import defaults
+from agentrt_controller.cost_model import CostModel
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.service.config import ControllerConfig, load_config
@@ -42,7 +43,8 @@ def test_bench_sim_parses_to_the_controllers_defaults() -> None:
 
 
 def test_both_sides_build_the_same_policy_objects() -> None:
-    service = build_dispatcher(ControllerConfig())
+    config = ControllerConfig()
+    service = build_dispatcher(config, CostModel.from_mapping(config.cost))
     simulated = build_policies(PolicySpec()).dispatcher
     assert service.scheduler.name == simulated.scheduler.name == defaults.POLICY
     assert isinstance(service.admission, AdaptiveWindowAdmission)
@@ -80,7 +82,6 @@ def test_without_rate_each_workload_runs_at_its_table_rate(
 def test_bench_sim_charges_what_the_controller_charges_by_default(
     uncached: int, generated: int
 ) -> None:
-    from agentrt_controller.cost_model import CostModel
     from agentrt_sim.cli import _cost
 
     config = load_config(env={}, overrides={"backends": ["http://127.0.0.1:8000"]})

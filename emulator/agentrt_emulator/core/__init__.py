@@ -6,7 +6,7 @@ simulator (``simulator``) both pass ``now_s`` in and drive the same objects.
 """
 
 from agentrt_emulator.core.engine import EngineCore
-from agentrt_emulator.core.profiles import PROFILES, HardwareProfile, get_profile, step_time_s
+from agentrt_emulator.core.profiles import get_profile, step_time_s
 from agentrt_emulator.core.types import (
     EngineConfig,
     EngineRequest,
@@ -15,6 +15,7 @@ from agentrt_emulator.core.types import (
     SchedulingPolicy,
     StepResult,
 )
+from agentrt_serving.hardware import PROFILES, HardwareProfile
 
 __all__ = [
     "PROFILES",

@@ -31,10 +31,11 @@ from collections.abc import Sequence
 from agentrt.errors import ConfigError, InvalidRequest
 from agentrt_emulator.core.kv_cache import BlockPool, extend_hashes, salt_seed
 from agentrt_emulator.core.pins import PinTable
-from agentrt_emulator.core.profiles import HardwareProfile, num_gpu_blocks_for
+from agentrt_emulator.core.profiles import num_gpu_blocks_for
 from agentrt_emulator.core.queues import RequestState
 from agentrt_emulator.core.scheduler import Scheduler
 from agentrt_emulator.core.types import EngineConfig, EngineRequest, EngineStats, StepResult
+from agentrt_serving.hardware import HardwareProfile
 
 __all__ = ["EngineCore"]
 

@@ -12,9 +12,10 @@ step index, then position in the running list, allocation before cache registrat
 from __future__ import annotations
 
 from agentrt_emulator.core.kv_cache import BlockPool, extend_hashes
-from agentrt_emulator.core.profiles import HardwareProfile, step_time_s
+from agentrt_emulator.core.profiles import step_time_s
 from agentrt_emulator.core.queues import RequestState
 from agentrt_emulator.core.types import RequestProgress
+from agentrt_serving.hardware import HardwareProfile
 
 __all__ = ["plan_fused_decode", "run_fused_decode"]
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 
 from agentrt_emulator.core.fusion import plan_fused_decode, run_fused_decode
 from agentrt_emulator.core.kv_cache import BlockPool, extend_hashes
-from agentrt_emulator.core.profiles import HardwareProfile, step_time_s
+from agentrt_emulator.core.profiles import step_time_s
 from agentrt_emulator.core.queues import RequestState, WaitingQueue
 from agentrt_emulator.core.types import EngineConfig, RequestProgress, StepResult
+from agentrt_serving.hardware import HardwareProfile
 
 __all__ = ["Counters", "Scheduler"]
 

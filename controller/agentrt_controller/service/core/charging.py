@@ -12,16 +12,13 @@ Proxy wall time is never charged: it includes the backend's own queueing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.scheduling.api import Call
 
 __all__ = ["Charge", "Charger", "Usage"]
-
-#: ``(uncached_prompt_tokens, output_tokens) -> service seconds``.
-CostFunction = Callable[[int, int], float]
 
 
 def _int(value: Any) -> int | None:
@@ -76,7 +73,8 @@ class Charge:
 
 
 class Charger:
-    """Turns :class:`Usage` into a :class:`Charge` with ``cost`` (the cost model)."""
+    """Turns :class:`Usage` into a :class:`Charge` with ``cost`` (the cost model's
+    :meth:`~agentrt_controller.cost_model.CostModel.service_s`, unless replaced)."""
 
     def __init__(self, cost: CostFunction) -> None:
         self._cost = cost

@@ -47,6 +47,7 @@ from agentrt_controller.backends.api import (
     BackendUnavailable,
 )
 from agentrt_controller.backends.breaker import BreakerConfig
+from agentrt_controller.cost_model import CostFunction, CostModel
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
 from agentrt_controller.scheduling.api import Call
@@ -54,10 +55,10 @@ from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingCall, RequestFor
-from agentrt_controller.service.core.charging import Charge, Charger, CostFunction, Usage
+from agentrt_controller.service.core.charging import Charge, Charger, Usage
 from agentrt_controller.service.core.clock import MONOTONIC, Clock
 from agentrt_controller.service.core.kv_events import KvEventsFeed
-from agentrt_controller.service.core.policies import build_cost, build_dispatcher, build_retention
+from agentrt_controller.service.core.policies import build_dispatcher, build_retention
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.quotas import ProgramNotFound, TenantQuotas, check_program
 from agentrt_controller.service.core.retry import RetryPolicy
@@ -108,7 +109,9 @@ class ControllerCore:
         self.quotas = TenantQuotas(clock)
         #: The controller's own API key per backend id (never a tenant's key).
         self.backend_keys: dict[str, str] = {}
-        self.dispatcher = build_dispatcher(config, self.tenants)
+        # ``config.cost`` parsed once: the router's and retention's defaults and the charge.
+        cost_model = CostModel.from_mapping(config.cost)
+        self.dispatcher = build_dispatcher(config, cost_model, self.tenants)
         self.pool = BackendPool(
             backends,
             self.wake,
@@ -119,7 +122,7 @@ class ControllerCore:
         )
         #: KV retention during tool waits (``config.retention = "on"``); ``None`` = off.
         self.retention = (
-            build_retention(config, self.dispatcher, self.pool, clock, self.metrics)
+            build_retention(config, cost_model, self.dispatcher, self.pool, clock, self.metrics)
             if config.retention == "on"
             else None
         )
@@ -133,7 +136,7 @@ class ControllerCore:
             wake=self.wake,
             on_admitted=self._on_admitted,
         )
-        self.charger = Charger(cost if cost is not None else build_cost(config))
+        self.charger = Charger(cost if cost is not None else cost_model.service_s)
         self.retry = RetryPolicy(config.max_retries)
         #: Fill ``Call.block_hashes`` (message-boundary chains) for a prefix-aware router.
         self._hashes = uses_block_hashes(self.dispatcher.router)

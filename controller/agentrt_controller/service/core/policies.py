@@ -20,14 +20,13 @@ from agentrt_controller.scheduling.factory import build_scheduler as factory_sch
 from agentrt_controller.scheduling.isolation import IsolationConfig
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.core.charging import CostFunction
 from agentrt_controller.service.core.clock import Clock
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.retention import RetentionDriver
 from agentrt_controller.service.core.tenants import TenantDirectory
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
-__all__ = ["build_cost", "build_dispatcher", "build_retention", "fair_share_on"]
+__all__ = ["build_dispatcher", "build_retention", "fair_share_on"]
 
 
 def fair_share_on(config: ControllerConfig, tenants: TenantDirectory | None) -> bool:
@@ -54,12 +53,12 @@ def build_scheduler(config: ControllerConfig, tenants: TenantDirectory | None = 
     return factory_scheduler(config.policy, dict(config.scheduling), table=table, tenancy=tenancy)
 
 
-def build_router(config: ControllerConfig) -> Router:
+def build_router(config: ControllerConfig, cost_model: CostModel) -> Router:
     """The router named by ``config.router`` with ``config.routing``; the ``prefix`` router's
-    seconds per prefill token default to the configured cost model's."""
+    seconds per prefill token default to ``cost_model``'s (the configured cost model)."""
     params = dict(config.routing)
     if config.router.strip().lower() == "prefix" and "prefill_s_per_token" not in params:
-        params["prefill_s_per_token"] = CostModel.from_mapping(config.cost).prefill_s_per_token
+        params["prefill_s_per_token"] = cost_model.prefill_s_per_token
     return factory_router(config.router, params)
 
 
@@ -73,35 +72,27 @@ def build_admission(config: ControllerConfig) -> AdmissionPolicy:
 
 
 def build_dispatcher(
-    config: ControllerConfig, tenants: TenantDirectory | None = None
+    config: ControllerConfig, cost_model: CostModel, tenants: TenantDirectory | None = None
 ) -> Dispatcher:
+    """The dispatcher of ``config``; ``cost_model`` is ``config.cost`` parsed once by the
+    caller (:meth:`CostModel.from_mapping`), read by the router's defaults."""
     return Dispatcher(
-        build_scheduler(config, tenants), build_router(config), build_admission(config)
+        build_scheduler(config, tenants), build_router(config, cost_model), build_admission(config)
     )
-
-
-def build_cost(config: ControllerConfig) -> CostFunction:
-    """The cost model named by ``config.cost`` as ``(uncached_prompt, output) -> seconds``."""
-    model = CostModel.from_mapping(config.cost)
-
-    def cost(uncached_prompt_tokens: int, output_tokens: int) -> float:
-        return model.service_s(uncached_prompt_tokens, output_tokens)
-
-    return cost
 
 
 def build_retention(
     config: ControllerConfig,
+    cost_model: CostModel,
     dispatcher: Dispatcher,
     pool: BackendPool,
     clock: Clock,
     metrics: ServiceMetrics,
 ) -> RetentionDriver:
     """The retention driver (``config.retention == "on"``) for ``dispatcher`` and ``pool`` on
-    ``clock``: the policy's ``prefill_s_per_token`` defaults to the configured cost model's."""
+    ``clock``: the policy's ``prefill_s_per_token`` defaults to ``cost_model``'s (the
+    configured cost model, parsed once by the caller)."""
     options = dict(config.retention_options)
-    options.setdefault(
-        "prefill_s_per_token", CostModel.from_mapping(config.cost).prefill_s_per_token
-    )
+    options.setdefault("prefill_s_per_token", cost_model.prefill_s_per_token)
     policy = TtlRetentionPolicy(RetentionConfig.from_mapping(options))
     return RetentionDriver(policy, dispatcher, pool, clock, on_error=metrics.internal_errors.inc)

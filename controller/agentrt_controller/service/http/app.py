@@ -35,8 +35,8 @@ from agentrt_controller.backends.factory import build_backend
 from agentrt_controller.backends.http import HttpBackend
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.backends.transport import HttpPool
+from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.core.charging import CostFunction
 from agentrt_controller.service.core.clock import MONOTONIC, Clock
 from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Unauthorized

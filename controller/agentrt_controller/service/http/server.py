@@ -29,8 +29,8 @@ from opentelemetry.trace import TracerProvider
 
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend
+from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.core.charging import CostFunction
 from agentrt_controller.service.errors import error_body
 from agentrt_controller.service.http.app import ControllerApp
 from agentrt_controller.service.telemetry.otel import ControllerTelemetry
