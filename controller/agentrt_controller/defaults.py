@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from agentrt_controller.admission_window import AdmissionWindow, window_label
+
 __all__ = [
     "ADMISSION",
     "ADMISSION_WINDOW",
@@ -48,7 +50,7 @@ POLICY: Final = "plas"
 SCHEDULING: Final[Mapping[str, Any]] = MappingProxyType({})
 #: Per-backend admission window: ``"adaptive"`` (sized from the backend), ``N`` calls or
 #: ``None`` (unlimited).
-ADMISSION_WINDOW: Final[int | Literal["adaptive"] | None] = "adaptive"
+ADMISSION_WINDOW: Final[AdmissionWindow] = "adaptive"
 #: Parameters of the adaptive window over
 #: :class:`~agentrt_controller.scheduling.admission.AdaptiveWindowConfig`'s own defaults.
 ADMISSION: Final[Mapping[str, Any]] = MappingProxyType({})
@@ -70,13 +72,13 @@ ENGINE_POLICY: Final = "fcfs"
 def describe(
     *,
     policy: str,
-    admission_window: int | str | None,
+    admission_window: AdmissionWindow,
     router: str,
     retention: str,
     priority: str,
 ) -> str:
     """The one-line summary the controller's start-up line and the benchmarks print."""
-    window = "unlimited" if admission_window is None else str(admission_window)
+    window = window_label(admission_window)
     return (
         f"policy={policy} window={window} router={router} retention={retention} priority={priority}"
     )

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrt_controller import defaults as product
-from agentrt_demo.settings import POLICIES, AdmissionWindow, DemoSettings
+from agentrt_controller.admission_window import AdmissionWindow, parse_admission_window
+from agentrt_demo.settings import POLICIES, DemoSettings
 
 __all__ = ["register"]
 
@@ -156,10 +157,10 @@ def _demo(args: argparse.Namespace) -> int:
         "retention": None if args.retention is None else args.retention == "on",
     }
     try:
-        if args.window is not None:
-            overrides["admission_window"] = _window(args.window)
         settings = DemoSettings(
             **{k: v for k, v in overrides.items() if v is not None},
+            # Not among the overrides: its None (unlimited) is a choice, not "unset".
+            admission_window="default" if args.window is None else _window(args.window),
             direct=not args.no_direct,
             priority=args.priority == "on",
             frameworks=not args.no_frameworks,
@@ -179,14 +180,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _window(text: str) -> AdmissionWindow:
-    from agentrt.errors import ConfigError
-
-    if text in ("adaptive", "unlimited"):
-        return text  # type: ignore[return-value]
-    try:
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"--window must be N, adaptive or unlimited, got {text!r}") from None
+    """``--window``: ``N``, ``adaptive`` or ``unlimited`` (the controller's spellings)."""
+    return parse_admission_window(text, name="--window")
 
 
 def _timeline(args: argparse.Namespace) -> int:

@@ -227,6 +227,7 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
     --backend URL ...`` runs, plus the choices ``settings`` makes (policy, router, retention,
     admission window, priority passthrough). Raises ``ConfigError`` for a choice the
     controller refuses (an unknown router, say)."""
+    from agentrt_controller.cost_model import CostModel
     from agentrt_controller.service import load_config
     from agentrt_controller.service.core.policies import build_dispatcher
 
@@ -240,12 +241,13 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
         "policy": settings.policy,
         "router": settings.router,
         "retention": None if retention is None else ("on" if retention else "off"),
-        "admission_window": settings.admission_window,
+        "admission_window": settings.window_choice(),
     }
     chosen = {key: value for key, value in chosen.items() if value is not None}
     overrides.update(chosen)
     config = load_config(env={}, overrides=overrides)
-    build_dispatcher(config)  # ConfigError: a router or policy this controller does not know
+    # ConfigError: a cost table, router or policy this controller does not take.
+    build_dispatcher(config, CostModel.from_mapping(config.cost))
     policies = _policy_line(config)
     labels = [f"{key}={value}" for key, value in chosen.items()]
     if settings.priority:

@@ -199,7 +199,7 @@ def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict
             "arrival_rate_per_model_s": settings.arrival_rate,
             "max_num_seqs": settings.max_num_seqs,
             "num_gpu_blocks": settings.num_gpu_blocks,
-            "admission_window": settings.admission_window,
+            "admission_window": settings.window_choice(),
             "quick": settings.quick,
         },
         "phases": phases,

@@ -2,7 +2,8 @@
 
 The controller runs the product defaults (``agentrt_controller.defaults``: what ``agentrt
 controller serve --backend URL`` runs) unless a field below names a choice: ``None`` in
-``policy``, ``router``, ``retention`` and ``admission_window`` means "the controller's default".
+``policy``, ``router`` and ``retention`` means "the controller's default", and so does
+``"default"`` in ``admission_window`` (whose ``None`` is the controller's own: unlimited).
 
 Times that shape the workload (arrivals, tool durations) are in **model seconds**: the engines
 run ``time_scale`` times faster than the modelled GPU, and so do the arrivals and the tools, so
@@ -18,14 +19,12 @@ from pathlib import Path
 from typing import Literal
 
 from agentrt.errors import ConfigError
+from agentrt_controller.admission_window import AdmissionWindow, window_label
 
-__all__ = ["POLICIES", "AdmissionWindow", "DemoSettings", "ProgressMode"]
+__all__ = ["POLICIES", "DemoSettings", "ProgressMode"]
 
 #: Controller policies the demo offers (``srpt`` is simulator-only).
 POLICIES = ("atlas", "plas", "mlfq", "fcfs")
-
-#: A controller admission window per engine: calls, ``"adaptive"`` or ``"unlimited"``.
-AdmissionWindow = int | Literal["adaptive", "unlimited"]
 
 #: ``auto``: a live display on a terminal, plain lines otherwise; ``off``: nothing.
 ProgressMode = Literal["auto", "live", "plain", "off"]
@@ -67,9 +66,9 @@ class DemoSettings:
     max_num_seqs: int = 4
     #: KV cache size of each engine in 16-token blocks; None = the hardware profile's.
     num_gpu_blocks: int | None = 4096
-    #: Controller admission window per engine; None = the controller's default (adaptive,
-    #: at most the engine's batch plus two).
-    admission_window: AdmissionWindow | None = None
+    #: Controller admission window per engine (the controller's type: ``None`` = unlimited);
+    #: ``"default"`` = the controller's default (adaptive, at most the engine's batch plus two).
+    admission_window: AdmissionWindow | Literal["default"] = "default"
     #: Hard wall-clock bound of one phase (seconds): programs still running are cancelled
     #: and reported as unfinished, so the demo always ends.
     phase_budget_s: float = 50.0
@@ -100,10 +99,10 @@ class DemoSettings:
         if self.num_gpu_blocks is not None and self.num_gpu_blocks < 64:
             problems.append("num_gpu_blocks must be >= 64 or None")
         window = self.admission_window
-        if window not in (None, "adaptive", "unlimited") and (
+        if window not in (None, "adaptive", "default") and (
             isinstance(window, bool) or not isinstance(window, int) or window < 1
         ):
-            problems.append("admission_window must be >= 1, adaptive, unlimited or None")
+            problems.append("admission_window must be >= 1, adaptive, None (unlimited) or default")
         for name in ("phase_budget_s", "program_timeout_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be > 0 seconds")
@@ -125,6 +124,15 @@ class DemoSettings:
             arrival_rate=4.0,
             phase_budget_s=min(self.phase_budget_s, 40.0),
         )
+
+    def window_choice(self) -> int | str | None:
+        """The admission window as chosen, in the words the controller's config and the report
+        take: ``None`` = not chosen (the controller's default), ``"unlimited"``, ``"adaptive"``
+        or the number of calls."""
+        window = self.admission_window
+        if window == "default":
+            return None
+        return window if isinstance(window, int) else window_label(window)
 
     def wall_s(self, model_s: float) -> float:
         """Wall seconds of ``model_s`` model seconds."""

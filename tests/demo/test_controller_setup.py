@@ -47,7 +47,7 @@ def test_options_choose_other_settings() -> None:
     text = setup.describe()
     assert text.startswith("policy=atlas window=8 router=round_robin retention=off priority=on")
     assert "but policy=atlas, router=round_robin, retention=off, admission_window=8" in text
-    unlimited = controller_setup(DemoSettings(admission_window="unlimited"), URLS)
+    unlimited = controller_setup(DemoSettings(admission_window=None), URLS)
     assert "window=unlimited" in unlimited.describe()
 
 

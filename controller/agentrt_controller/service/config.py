@@ -21,19 +21,17 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
+from agentrt_controller.admission_window import AdmissionWindow
 from agentrt_controller.backends.breaker import BreakerConfig
 from agentrt_controller.backends.spec import BackendSpec
 
 __all__ = ["ENV_PREFIX", "AdmissionWindow", "ControllerConfig", "load_config"]
 
 ENV_PREFIX = "AGENTRT_CONTROLLER_"
-
-#: A per-backend in-flight window: calls, ``None`` = unlimited, or ``"adaptive"``.
-AdmissionWindow = int | None | Literal["adaptive"]
 
 
 @dataclass(frozen=True, slots=True)
