@@ -1,4 +1,4 @@
-"""The sharded transport uses its pools in turn and validates its sizes."""
+"""The round-robin pool transport uses its pools in turn and validates its sizes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from agentrt.errors import ConfigError
-from agentrt_controller.backends.transport import ShardedTransport
+from agentrt_controller.backends.transport import RoundRobinPoolTransport
 
 from .conftest import fake_backends
 from .fake_openai import FakeState
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(20)
 @pytest.mark.anyio
 async def test_requests_go_round_robin_over_the_pools() -> None:
     state = FakeState()
-    transport = ShardedTransport(shards=3, max_connections=6)
+    transport = RoundRobinPoolTransport(shards=3, max_connections=6)
     async with fake_backends(state) as (url,), httpx.AsyncClient(transport=transport) as client:
         for _ in range(6):
             assert (await client.get(url + "/health")).status_code == 200
@@ -29,4 +29,4 @@ async def test_requests_go_round_robin_over_the_pools() -> None:
 @pytest.mark.parametrize(("shards", "connections"), [(0, 8), (4, 0)])
 def test_bad_sizes_are_config_errors(shards: int, connections: int) -> None:
     with pytest.raises(ConfigError):
-        ShardedTransport(shards, connections)
+        RoundRobinPoolTransport(shards, connections)

@@ -18,11 +18,13 @@ import httpx
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.fasthttp import FastHTTPTransport
 
-__all__ = ["HttpPool", "ShardedTransport"]
+__all__ = ["HttpPool", "RoundRobinPoolTransport"]
 
 
-class ShardedTransport(httpx.AsyncBaseTransport):
-    """``shards`` independent :class:`httpx.AsyncHTTPTransport` pools, used in turn.
+class RoundRobinPoolTransport(httpx.AsyncBaseTransport):
+    """``shards`` independent :class:`httpx.AsyncHTTPTransport` pools, used in turn (round
+    robin, whatever the request: unlike the SDK's ``ShardedTransport``, which keeps a
+    program's calls on one pool behind an admission gate).
 
     ``max_connections`` is the total over all shards (each gets an equal share, at least 1).
     Requests are not retried by the transport: the controller decides about retries.
@@ -30,7 +32,7 @@ class ShardedTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, shards: int = 8, max_connections: int = 1024) -> None:
         if shards < 1 or max_connections < 1:
-            raise ConfigError("ShardedTransport needs shards >= 1 and max_connections >= 1")
+            raise ConfigError("the HTTP transport needs shards >= 1 and max_connections >= 1")
         per_shard = max(1, max_connections // shards)
         limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard)
         self._pools = [httpx.AsyncHTTPTransport(limits=limits, retries=0) for _ in range(shards)]
@@ -74,7 +76,7 @@ class HttpPool:
         max_connections: int = 1024,
     ) -> HttpPool:
         """``kind``: ``fast`` (:class:`~agentrt_controller.backends.fasthttp.FastHTTPTransport`) or
-        ``httpx`` (httpx's own transport, in ``shards`` pools: :class:`ShardedTransport`).
+        ``httpx`` (httpx's own transport, in ``shards`` pools: :class:`RoundRobinPoolTransport`).
         ``stall_s``: a stream's longest silence (seconds; ``None`` = ``read_timeout_s``)."""
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         stream_read_s = read_timeout_s
@@ -85,7 +87,7 @@ class HttpPool:
         if kind == "fast":
             transport = FastHTTPTransport(max_connections)
         elif kind == "httpx":
-            transport = ShardedTransport(shards, max_connections)
+            transport = RoundRobinPoolTransport(shards, max_connections)
         else:
             raise ConfigError(f"unknown HTTP transport {kind!r}; valid: fast, httpx")
         # trust_env=False: never route backend traffic through an environment proxy.
