@@ -32,6 +32,7 @@ from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
+from agentrt_controller.admission_window import AdmissionWindow
 from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.replicas import SHARD_MODES
@@ -93,7 +94,7 @@ class PolicySpec:
     #: Controller admission window per engine (calls); ``None`` = unlimited (the engine
     #: queues everything: FCFS-at-engine); ``"adaptive"`` = the adaptive window (sized from
     #: the engine's waiting queue, at most its batch size plus ``target_waiting``).
-    admission_window: int | str | None = defaults.ADMISSION_WINDOW
+    admission_window: AdmissionWindow = defaults.ADMISSION_WINDOW
     #: Scheduler parameters (``SchedulerConfig`` fields), e.g. ``{"starvation_beta": 3}``.
     #: The factory applies them over ``agentrt_controller.defaults.SCHEDULING``.
     scheduler_options: Mapping[str, Any] = field(default_factory=dict)
@@ -120,13 +121,13 @@ class PolicySpec:
     replica_window: str = "shared"
 
 
-def parse_window(text: str) -> int | str | None:
+def parse_window(text: str) -> AdmissionWindow:
     """``--admission-window`` value: ``N`` >= 1, ``unlimited`` or ``adaptive``."""
     value = text.strip().lower()
     if value in ("unlimited", "none", "inf"):
         return None
     if value == "adaptive":
-        return value
+        return "adaptive"
     try:
         window = int(value)
     except ValueError:
