@@ -7,8 +7,9 @@ import math
 import pytest
 
 from agentrt.errors import ConfigError
-from agentrt_emulator.core import PROFILES, EngineConfig, EngineCore, get_profile, step_time_s
+from agentrt_emulator.core import EngineConfig, EngineCore, get_profile, step_time_s
 from agentrt_emulator.core.profiles import num_gpu_blocks_for
+from agentrt_serving.hardware import PROFILES
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -15,15 +15,12 @@ from agentrt_emulator.core.types import (
     SchedulingPolicy,
     StepResult,
 )
-from agentrt_serving.hardware import PROFILES, HardwareProfile
 
 __all__ = [
-    "PROFILES",
     "EngineConfig",
     "EngineCore",
     "EngineRequest",
     "EngineStats",
-    "HardwareProfile",
     "RequestProgress",
     "SchedulingPolicy",
     "StepResult",
