@@ -139,7 +139,14 @@ class Simulation:
         #: Per replica, per engine: the calls that replica admitted there and has not seen
         #: finish (what its own ``BackendView.in_flight`` counts).
         self._replica_in_flight = [[0] * config.engines for _ in self.dispatchers]
-        self.waits = WaitHandler(self, policies.retention)
+        self.waits = WaitHandler(
+            self.engines,
+            policies.retention,
+            dispatchers=self.dispatchers,
+            replica_of=self.replica_of,
+            wait_ends_at=self.wait_ends_at,
+            node_finished=self.node_finished,
+        )
         self._hash_block_size = config.engine.block_size if policies.block_hashes else None
         self.plans = plans
         self.now_s = 0.0
@@ -327,7 +334,7 @@ class Simulation:
                 oracle_program_remaining_s=run.oracle_remaining_s,
                 tenant=program.tenant,
             )
-            self.waits.annotate(run, call, now)
+            call.retained_backend = self.waits.on_call(run, call.thread_id, now)
             call_run = calls[call.call_id] = CallRun(call, run, node, now)
             if self._hash_block_size is not None:  # the router needs the chain now
                 call_run.prompt, call_run.output, call.block_hashes = run.tokens.prompt_and_output(
@@ -378,6 +385,7 @@ class Simulation:
             slot = by_id[admission.backend_id]
             run = self.calls[admission.call.call_id]
             program = run.program
+            self.waits.call_admitted(program, admission.call.thread_id, now)
             if not run.prompt:  # built lazily: queued calls hold no token lists
                 run.prompt, run.output, _ = program.tokens.prompt_and_output(run.node)
             run.engine = slot.index
@@ -428,7 +436,6 @@ class Simulation:
             run.exec_s += duration
             if not run.started:
                 run.started = True
-                self.waits.call_started(run, slot, now)
             if item.new_tokens:
                 if item.first_token:
                     run.first_token_s = now

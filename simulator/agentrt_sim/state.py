@@ -31,7 +31,6 @@ class ProgramRun:
         "nodes_left",
         "oracle_remaining_s",
         "oracle_s",
-        "pins",
         "plan",
         "prompt_tokens",
         "rejected_calls",
@@ -75,8 +74,6 @@ class ProgramRun:
         self.calls_finished = 0
         #: Thread id -> index of the engine that served its last call.
         self.thread_engine: dict[str, int] = {}
-        #: Thread id -> (engine index, pin id, expiry seconds) of a live retention pin.
-        self.pins: dict[str, tuple[int, str, float]] = {}
         #: Whether the program counts in the metrics (arrived after the warm-up).
         self.measured = measured
         #: Per finished call: time to first token (seconds), cached and prompt tokens.

@@ -1,36 +1,68 @@
-"""Tool and think waits, and how the simulator realises retention decisions on its engines.
+"""Tool and think waits, and the simulator's executor of the controller's retention driver.
 
 A wait start is reported to the dispatcher (``on_tool_wait_start``, with the tool's predicted
 duration: the mean of that name's finished waits so far in this run, as the SDK predicts from
-history) and to the retention policy. A positive TTL becomes ``dispatcher.set_retention`` (the
-returning call goes to the engine that served the thread's last call, ahead of the scheduler's
-order: docs/simulator.md) and, when the decision says ``pin``, a native pin on that engine holding
-the prefix the thread's next call will extend. The pin is released when the thread's next
-call is first scheduled on an engine, when it expires, or at program end.
+history) and to the controller's own
+:class:`~agentrt_controller.retention.driver.RetentionDriver` — the object the controller
+service drives (docs/routing.md, "KV retention"). This module only carries out what it returns,
+on the engine cores: a ``pin`` holds the prefix the thread's next call extends
+(``EngineCore.pin``, the driver's pin id), an ``unpin`` releases it. The simulated engines have
+native pins, so the driver never asks them for a re-warm. The release points are therefore the
+controller's: the thread's next call *admitted*, the TTL's end (the engine expires its pin; the
+window ends), the program's end. Windows go to the dispatcher(s) that hold the program.
 """
 
 from __future__ import annotations
 
-import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
-from agentrt_controller.retention import RetentionPolicy, ToolWaitFacts
-from agentrt_controller.scheduling.api import Call
-from agentrt_sim.state import CallRun, EngineSlot, ProgramRun
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.retention import RetentionPolicy
+from agentrt_controller.retention.driver import (
+    BackendTraits,
+    RetentionAction,
+    RetentionDriver,
+    ThreadContext,
+    ToolWait,
+)
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_sim.state import EngineSlot, ProgramRun
 from agentrt_sim.workloads.program import WaitNode
-
-if TYPE_CHECKING:
-    from agentrt_sim.sim import Simulation
 
 __all__ = ["WaitHandler"]
 
+#: ``(program, wait node, now_s)``: what the simulation does next for a wait node.
+NodeHook = Callable[[ProgramRun, int, float], None]
+
 
 class WaitHandler:
-    """Wait events and retention pins for one :class:`~agentrt_sim.sim.Simulation`."""
+    """Wait events, and retention on the engines, for one simulation.
 
-    def __init__(self, sim: Simulation, retention: RetentionPolicy) -> None:
-        self._sim = sim
+    It gets what it needs of the simulation as callables (no reference back to it):
+    ``replica_of`` (the dispatcher receiving a program-level event), ``wait_ends_at`` (schedule
+    a wait's end: ``(time_s, run, node)``) and ``node_finished``.
+    """
+
+    def __init__(
+        self,
+        engines: Sequence[EngineSlot],
+        retention: RetentionPolicy,
+        *,
+        dispatchers: Sequence[Dispatcher],
+        replica_of: Callable[[ProgramRun], Dispatcher],
+        wait_ends_at: Callable[[float, ProgramRun, int], None],
+        node_finished: NodeHook,
+    ) -> None:
+        self._slots = list(engines)
+        self._engines = {slot.backend_id: slot for slot in engines}
+        self._dispatchers = dispatchers
+        self._replica_of = replica_of
+        self._wait_ends_at = wait_ends_at
+        self._node_finished = node_finished
         self.retention = retention
+        self.driver = RetentionDriver(retention, self._traits, self._set_window)
+        #: Programs that waited and have not ended (the driver names programs by key).
+        self._runs: dict[ProgramKey, ProgramRun] = {}
         #: Per wait name: (finished waits, their total duration in seconds).
         self._history: dict[str, tuple[int, float]] = {}
         #: Retention pins that were placed (count) and that held blocks (count).
@@ -43,12 +75,10 @@ class WaitHandler:
 
     def start(self, run: ProgramRun, node: int, now: float) -> None:
         """A wait node was released: report it, maybe retain, schedule its end."""
-        sim = self._sim
         spec = run.plan.program.nodes[node]
         assert isinstance(spec, WaitNode)
-        program_id = run.plan.program.program_id
         predicted = self._predict(spec.name)
-        sim.replica_of(run).on_tool_wait_start(
+        self._replica_of(run).on_tool_wait_start(
             run.key,
             now,
             thread_id=spec.thread_id,
@@ -57,80 +87,102 @@ class WaitHandler:
             predicted_duration_s=predicted,
             kind="tool" if spec.kind == "tool" else "human",
         )
+        self._runs[run.key] = run
         engine = run.thread_engine.get(spec.thread_id)
         prefix = run.tokens.pin_prefix(node)
-        slot = sim.engines[engine] if engine is not None else None
-        decision = self.retention.on_wait_start(
-            ToolWaitFacts(
-                program=run.key,
-                thread_id=spec.thread_id,
-                node_id=spec.node_id,
-                kind=spec.kind,
-                name=spec.name,
-                predicted_duration_s=predicted,
-                context_tokens=len(prefix) if prefix is not None else 0,
-                backend_id=slot.backend_id if slot is not None else None,
-                kv_cache_usage=slot.kv_cache_usage if slot is not None else None,
-                calls_finished=run.calls_finished,
-                program_kind=run.plan.program.kind,
-                kv_capacity_tokens=(
-                    slot.core.num_blocks * slot.core.config.block_size if slot is not None else None
-                ),
-            ),
-            now,
+        # The simulator knows the exact prefix the thread's next call extends (the driver's
+        # on_finish would only know the last call's).
+        context = (
+            ThreadContext(
+                self._slots[engine].backend_id,
+                len(prefix) if prefix is not None else 0,
+                payload=prefix,
+            )
+            if engine is not None
+            else None
         )
-        if decision.ttl_s > 0 and slot is not None and prefix is not None:
-            pin_id = f"{program_id}/{spec.thread_id}"
-            until = now + decision.ttl_s
-            if decision.pin:
-                self.pinned_blocks += slot.core.pin(
-                    pin_id, prefix, cache_salt=None, ttl_s=decision.ttl_s, now_s=now
-                )
-                self.pins_placed += 1
-            run.pins[spec.thread_id] = (slot.index, pin_id, until)
-            sim.replica_of(run).set_retention(run.key, max(p[2] for p in run.pins.values()))
-        sim.wait_ends_at(now + spec.duration_s, run, node)
+        wait = ToolWait(
+            program=run.key,
+            thread_id=spec.thread_id,
+            node_id=spec.node_id,
+            kind=spec.kind,
+            name=spec.name,
+            predicted_duration_s=predicted,
+            program_kind=run.plan.program.kind,
+            calls_finished=run.calls_finished,
+        )
+        self._carry_out(self.driver.on_tool_start(wait, now, context=context), now)
+        self._wait_ends_at(now + spec.duration_s, run, node)
 
     def done(self, run: ProgramRun, node: int, now: float) -> None:
         """A wait ended: report it, extend the program's context, release children."""
-        sim = self._sim
         spec = run.plan.program.nodes[node]
         assert isinstance(spec, WaitNode)
         duration = now - run.release_s[node]
         count, total = self._history.get(spec.name, (0, 0.0))
         self._history[spec.name] = (count + 1, total + duration)
-        sim.replica_of(run).on_tool_wait_end(
+        self._replica_of(run).on_tool_wait_end(
             run.key, now, thread_id=spec.thread_id, node_id=spec.node_id
         )
-        self.retention.on_wait_end(run.key, spec.thread_id, spec.node_id, duration, now)
+        self.driver.on_tool_end(run.key, spec.thread_id, spec.node_id, duration, now)
         run.tokens.finish_wait(node)
-        sim.node_finished(run, node, now)
+        self._node_finished(run, node, now)
 
-    def annotate(self, run: ProgramRun, call: Call, now: float) -> None:
-        """Tag a released call whose thread is retained with the engine holding its KV."""
-        self.retention.on_call_arrived(run.key, call.thread_id, now)
-        pin = run.pins.get(call.thread_id)
-        if pin is not None and pin[2] > now:
-            call.retained_backend = self._sim.engines[pin[0]].backend_id
+    def on_call(self, run: ProgramRun, thread_id: str, now: float) -> str | None:
+        """A released call of ``thread_id``: the engine holding its retained KV, or ``None``."""
+        return self.driver.on_call(run.key, thread_id, now)
 
-    def call_started(self, run: CallRun, slot: EngineSlot, now: float) -> None:
-        """A call was scheduled on an engine for the first time: its thread's pin is done."""
-        program = run.program
-        if program.pins:
-            pin = program.pins.pop(run.call.thread_id, None)
-            if pin is not None:
-                self._release(program, pin, now)
+    def call_admitted(self, run: ProgramRun, thread_id: str, now: float) -> None:
+        """A call of ``thread_id`` left the controller's queues: its thread's pin is done."""
+        self._carry_out(self.driver.on_admitted(run.key, thread_id, now), now)
 
     def program_end(self, run: ProgramRun, now: float) -> None:
         """Release every pin of an ended program (a TTL never outlives its program)."""
-        for pin in list(run.pins.values()):
-            self._release(run, pin, now)
-        run.pins.clear()
-        self.retention.on_program_end(run.key, now)
+        self._carry_out(self.driver.on_program_end(run.key, now), now)
+        self._runs.pop(run.key, None)
 
-    def _release(self, run: ProgramRun, pin: tuple[int, str, float], now: float) -> None:
-        sim = self._sim
-        sim.engines[pin[0]].core.unpin(pin[1])
-        remaining = [p[2] for p in run.pins.values() if p[1] != pin[1]]
-        until = max(remaining) if remaining else -math.inf
-        sim.replica_of(run).set_retention(run.key, until if until > now else None)
+    # --- the executor ----------------------------------------------------------------------
+
+    def _carry_out(self, actions: list[RetentionAction], now: float) -> None:
+        for action in actions:
+            core = self._engines[action.backend_id].core
+            retention = action.retention
+            if action.kind == "pin":
+                prefix = retention.payload
+                assert isinstance(prefix, list)
+                self.pinned_blocks += core.pin(
+                    action.pin_id,
+                    prefix,
+                    cache_salt=None,
+                    ttl_s=retention.until_s - now,
+                    now_s=now,
+                )
+                self.pins_placed += 1
+            elif action.kind == "unpin":
+                core.unpin(action.pin_id)
+            # "rewarm" is asked only of backends without pins; every simulated engine pins.
+
+    def _traits(self, backend_id: str) -> BackendTraits | None:
+        slot = self._engines.get(backend_id)
+        if slot is None:
+            return None
+        core = slot.core
+        return BackendTraits(
+            healthy=True,
+            kv_cache_usage=slot.kv_cache_usage,
+            in_flight=slot.in_flight,
+            pins=True,
+            kv_capacity_tokens=core.num_blocks * core.config.block_size,
+        )
+
+    def _set_window(self, program: ProgramKey, until_s: float | None) -> None:
+        run = self._runs.get(program)
+        if run is None:
+            return
+        if run.replica >= 0:
+            self._dispatchers[run.replica].set_retention(program, until_s)
+            return
+        # Sharded by call: every replica that holds the program's calls (no balancer pick).
+        for replica, dispatcher in enumerate(self._dispatchers):
+            if run.replica_mask >> replica & 1:
+                dispatcher.set_retention(program, until_s)

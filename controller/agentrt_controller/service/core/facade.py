@@ -218,7 +218,9 @@ class ControllerCore:
         if self._hashes:
             call.block_hashes = request_block_hashes(body)
         if tagged and self.retention is not None:
-            self.retention.on_call(call)
+            retained = self.retention.on_call(call)
+            if retained is not None:
+                call.retained_backend = retained
         return PendingCall(call, body, tagged, tenant=tenant)
 
     def _check_program(self, key: ProgramKey, tenant: Tenant) -> None:

@@ -22,7 +22,7 @@ from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.clock import Clock
 from agentrt_controller.service.core.pool import BackendPool
-from agentrt_controller.service.core.retention import RetentionDriver
+from agentrt_controller.service.core.retention import RetentionExecutor
 from agentrt_controller.service.core.tenants import TenantDirectory
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
@@ -88,11 +88,11 @@ def build_retention(
     pool: BackendPool,
     clock: Clock,
     metrics: ServiceMetrics,
-) -> RetentionDriver:
+) -> RetentionExecutor:
     """The retention driver (``config.retention == "on"``) for ``dispatcher`` and ``pool`` on
     ``clock``: the policy's ``prefill_s_per_token`` defaults to ``cost_model``'s (the
     configured cost model, parsed once by the caller)."""
     options = dict(config.retention_options)
     options.setdefault("prefill_s_per_token", cost_model.prefill_s_per_token)
     policy = TtlRetentionPolicy(RetentionConfig.from_mapping(options))
-    return RetentionDriver(policy, dispatcher, pool, clock, on_error=metrics.internal_errors.inc)
+    return RetentionExecutor(policy, dispatcher, pool, clock, on_error=metrics.internal_errors.inc)

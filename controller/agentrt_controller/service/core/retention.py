@@ -1,74 +1,81 @@
-"""KV retention in the controller service: tool events → the pure policy → backends.
+"""KV retention in the controller service: carries out the retention driver's actions on backends.
 
-The decision is :class:`agentrt_controller.retention.TtlRetentionPolicy`'s (the same object the
-simulator drives); this module carries it out (docs/routing.md, "KV retention"):
+The decisions are :class:`agentrt_controller.retention.driver.RetentionDriver`'s — the same object
+the simulator drives (docs/routing.md, "KV retention"): windows, pins, re-warms and the release
+points (the thread's next admission, TTL end, program end or idle expiry). This module feeds it
+the service's events with the controller's clock and performs what it returns:
 
-* **window** (every backend): ``Dispatcher.set_retention`` until the TTL and, on the thread's
-  next call, ``Call.retained_backend`` — the Dispatcher's retained lane admits it
-  first, to the backend that served the thread's last call;
-* **pin** on a backend with native pins (:class:`~agentrt_controller.backends.api.SupportsPins`: the
-  emulator, SGLang): ``pin(pin_id, messages=<the thread's last request messages>, ttl_s)`` —
-  the prefix the next call starts with (the last answer is not in it: the controller does not
-  parse answers, so the pin covers the context up to the last prompt);
-* **re-warm** on a backend without pins that reports load (vLLM): a ``max_tokens=1`` request
-  with those messages, ``rewarm_lead_s`` before the predicted return, only while the backend
-  has spare capacity (``in_flight < rewarm_max_in_flight`` and KV usage < 0.9).
+* **pin** (``SupportsPins``: the emulator, SGLang): ``pin(pin_id, messages=<the thread's last
+  request messages>, ttl_s)`` — the prefix the next call starts with (the last answer is not in
+  it: the controller does not parse answers, so the pin covers the context up to the last
+  prompt);
+* **unpin**: ``unpin(pin_id)``;
+* **re-warm** (a backend without pins that reports load, vLLM): a ``max_tokens=1`` request with
+  those messages.
 
-Releases: at the thread's next admission (unpin), when the TTL ends (the backend expires its
-pin itself; the window is cleared here), at program end or idle expiry (unpin every pin of the
-program — a TTL never holds memory for an ended program). Backend calls run in this object's
-own loop (:meth:`RetentionDriver.run`, in the engine's task group); the request path only
-enqueues, never awaits a backend. Failures are logged and counted, never raised into a call.
+Backend calls run in this object's own loop (:meth:`RetentionExecutor.run`, in the core's task
+group); the request path only enqueues, never awaits a backend. Failures are logged and counted,
+never raised into a call.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import anyio
 from anyio.abc import TaskStatus
 
 from agentrt.errors import AgentrtError
-from agentrt_controller.backends.api import Backend, BackendRequest, pins_of
+from agentrt_controller.backends.api import Backend, BackendLoad, BackendRequest, pins_of
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.retention import (
-    Retention,
-    RetentionTracker,
-    ToolWaitFacts,
-    TtlRetentionPolicy,
+from agentrt_controller.retention import RetentionTracker, TtlRetentionPolicy
+from agentrt_controller.retention.driver import (
+    BackendTraits,
+    RetentionAction,
+    RetentionDriver,
+    ThreadContext,
+    ToolWait,
 )
 from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 
-__all__ = ["RetentionDriver"]
+__all__ = ["RetentionExecutor"]
 
 _log = logging.getLogger("agentrt.controller")
 _MAX_ACTIONS = 10_000
 
+#: A request body as the service forwards it (JSON object; holds prompts: never logged).
+Body = Mapping[str, object]
+
+
+class _State(Protocol):
+    """What the executor reads of a pool's backend state."""
+
+    @property
+    def backend(self) -> Backend: ...
+
+    @property
+    def healthy(self) -> bool: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def load(self) -> BackendLoad: ...
+
 
 class _Pool(Protocol):
     @property
-    def states(self) -> Mapping[str, Any]: ...
+    def states(self) -> Mapping[str, _State]: ...
 
 
-@dataclass(slots=True)
-class _Context:
-    """What the controller knows of a thread's context after its last call (holds prompts:
-    never logged)."""
-
-    backend_id: str
-    body: Mapping[str, Any]
-    tokens: int
-
-
-class RetentionDriver:
-    """Retention for one controller (event-loop thread only)."""
+class RetentionExecutor:
+    """Retention for one controller (event-loop thread only): the driver on the controller's
+    clock, its actions on the pool's backends."""
 
     def __init__(
         self,
@@ -82,48 +89,49 @@ class RetentionDriver:
         on_error: Callable[[], None] = lambda: None,
     ) -> None:
         self.policy = policy
-        self.dispatcher = dispatcher
         self.pool = pool
         self.clock = clock
-        self.tracker = RetentionTracker(rewarm_lead_s=rewarm_lead_s)
-        self.rewarm_max_in_flight = rewarm_max_in_flight
+        self.driver = RetentionDriver(
+            policy,
+            self._traits,
+            dispatcher.set_retention,
+            rewarm_lead_s=rewarm_lead_s,
+            rewarm_max_in_flight=rewarm_max_in_flight,
+        )
         self._on_error = on_error
-        #: program -> thread -> the thread's last context.
-        self._contexts: dict[ProgramKey, dict[str, _Context]] = {}
-        #: Programs holding a retention (the dispatcher is told when it ends).
-        self._retained: set[ProgramKey] = set()
         #: Backend calls to make, in order (bounded: a flood drops, counted as ``dropped``).
-        self._actions: deque[tuple[str, Retention]] = deque()
+        self._actions: deque[RetentionAction] = deque()
         self._wake = anyio.Event()
-        #: Counters for introspection: decisions by reason, pins, unpins, re-warms, drops.
-        self.counts: dict[str, int] = {}
+        #: Backend calls made: pins, unpins, re-warms, errors, drops.
+        self._calls: dict[str, int] = {}
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Counters for introspection: the driver's decisions by reason, then pins, unpins,
+        re-warms, errors and drops."""
+        return {**self.driver.decisions, **self._calls}
+
+    @property
+    def tracker(self) -> RetentionTracker:
+        """The driver's live retentions (``len()`` = how many)."""
+        return self.driver.tracker
 
     # --- facts from the request path (synchronous, never await a backend) ------------------
 
-    def on_call(self, call: Call) -> None:
-        """A tagged call arrived: its thread came back; tag it if its context is retained."""
-        key = call.program_key
-        now = self.clock()
-        self.policy.on_call_arrived(key, call.thread_id, now)
-        retention = self.tracker.get(key, call.thread_id)
-        if retention is not None and retention.until_s > now:
-            call.retained_backend = retention.backend_id
+    def on_call(self, call: Call) -> str | None:
+        """A tagged call arrived (its thread came back): the backend holding its retained
+        context, or ``None``."""
+        return self.driver.on_call(call.program_key, call.thread_id, self.clock())
 
     def on_admitted(self, call: Call, backend_id: str) -> None:
         """The call left the queues: its thread's retention has done its job."""
-        key = call.program_key
-        released = self.tracker.release_thread(key, call.thread_id)
-        if released is not None:
-            self._release([released], key)
+        self._enqueue(self.driver.on_admitted(call.program_key, call.thread_id, self.clock()))
 
-    def on_finish(
-        self, call: Call, backend_id: str, body: Mapping[str, Any], prompt_tokens: int
-    ) -> None:
+    def on_finish(self, call: Call, backend_id: str, body: Body, prompt_tokens: int) -> None:
         """A tagged call was answered: remember its context (backend, request body, prompt
         tokens) for the thread's next wait."""
-        key = call.program_key
-        context = _Context(backend_id, body, prompt_tokens)
-        self._contexts.setdefault(key, {})[call.thread_id] = context
+        context = ThreadContext(backend_id, prompt_tokens, payload=body)
+        self.driver.on_finish(call.program_key, call.thread_id, context)
 
     def on_tool_start(
         self,
@@ -137,77 +145,36 @@ class RetentionDriver:
         program_kind: str = "",
     ) -> None:
         """A thread waits on a tool: decide, and carry the decision out."""
-        now = self.clock()
-        context = self._contexts.get(key, {}).get(thread_id)
-        state = self.pool.states.get(context.backend_id) if context is not None else None
-        facts = ToolWaitFacts(
+        wait = ToolWait(
             program=key,
             thread_id=thread_id,
             node_id=node_id,
             kind=kind,
             name=tool_name,
             predicted_duration_s=predicted_duration_s,
-            context_tokens=context.tokens if context is not None else 0,
-            backend_id=(
-                context.backend_id
-                if context is not None and state is not None and state.healthy
-                else None
-            ),
-            kv_cache_usage=state.load.kv_cache_usage if state is not None else None,
             program_kind=program_kind,
         )
-        decision = self.policy.on_wait_start(facts, now)
-        self._count(decision.reason)
-        if decision.ttl_s <= 0 or context is None or state is None:
-            return
-        retention, replaced = self.tracker.start(
-            key,
-            thread_id,
-            backend_id=context.backend_id,
-            ttl_s=decision.ttl_s,
-            now_s=now,
-            context_tokens=context.tokens,
-            predicted_return_s=predicted_duration_s,
-            payload=context.body,
-        )
-        if replaced is not None:
-            self._release([replaced], key, clear=False)
-        if retention is None:
-            return
-        self._retained.add(key)
-        self.dispatcher.set_retention(key, self.tracker.retained_until(key))
-        capabilities = state.backend.capabilities
-        if not decision.pin:
-            retention.rewarm_at_s = math.inf
-        elif capabilities.supports_pins and pins_of(state.backend) is not None:
-            retention.rewarm_at_s = math.inf  # a native pin, no re-warm
-            self._enqueue(("pin", retention))
-        elif not capabilities.scrapes_metrics:
-            retention.rewarm_at_s = math.inf  # no observable prefix cache to re-warm
-        self._wake.set()
+        self._enqueue(self.driver.on_tool_start(wait, self.clock()))
+        self._wake.set()  # the loop's next wake-up (expiry, re-warm) may be earlier now
 
     def on_tool_end(
         self, key: ProgramKey, *, thread_id: str, node_id: str, duration_s: float
     ) -> None:
         """The tool returned after ``duration_s`` seconds (learned per tool)."""
-        self.policy.on_wait_end(key, thread_id, node_id, duration_s, self.clock())
+        self.driver.on_tool_end(key, thread_id, node_id, duration_s, self.clock())
 
     def on_program_end(self, key: ProgramKey) -> None:
         """The program ended (or expired): release everything it holds, forget it."""
-        self._retained.add(key)
-        self._release(self.tracker.release_program(key), key)
-        self._retained.discard(key)
-        self.policy.on_program_end(key, self.clock())
-        self._contexts.pop(key, None)
+        self._enqueue(self.driver.on_program_end(key, self.clock()))
 
     def on_program_start(self, key: ProgramKey) -> None:
         """A program (id) starts (again): retention is allowed for it."""
-        self.tracker.forget_ended(key)
+        self.driver.on_program_start(key)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """JSON-able counters for introspection."""
         return {
-            "retained": len(self.tracker),
+            "retained": len(self.driver),
             "counts": dict(self.counts),
             "policy": self.policy.snapshot(),
         }
@@ -218,52 +185,53 @@ class RetentionDriver:
         """Carry out pins, unpins and re-warms; expire windows. Runs until cancelled."""
         task_status.started()
         while True:
-            now = self.clock()
-            for expired in self.tracker.expire(now):
-                self._clear(expired.program)
-            for due in self.tracker.due_rewarms(now):
-                self._enqueue(("rewarm", due))
-            while self._actions:
-                await self._perform(self._actions.popleft())
-            wait_s = min(self.tracker.next_expiry_s, self.tracker.next_rewarm_s) - self.clock()
+            await self.step()
+            wait_s = self.driver.next_wake_s - self.clock()
             with anyio.move_on_after(max(0.0, min(wait_s, 60.0))):
                 await self._wake.wait()
             self._wake = anyio.Event()
 
-    async def _perform(self, action: tuple[str, Retention]) -> None:
-        kind, retention = action
-        state = self.pool.states.get(retention.backend_id)
+    async def step(self) -> None:
+        """One pass of :meth:`run`: the driver's due work at the clock's now, then every
+        queued backend call (a test with a fake clock calls this instead of :meth:`run`)."""
+        self._enqueue(self.driver.tick(self.clock()))
+        while self._actions:
+            await self._perform(self._actions.popleft())
+
+    async def _perform(self, action: RetentionAction) -> None:
+        state = self.pool.states.get(action.backend_id)
         if state is None:
             return
+        retention = action.retention
         try:
-            if kind == "pin":
+            if action.kind == "pin":
                 pins = pins_of(state.backend)
-                if pins is not None and self._live(retention):
+                if pins is not None and self.driver.is_live(retention, self.clock()):
                     ttl = max(0.001, retention.until_s - self.clock())
-                    body = retention.payload if isinstance(retention.payload, Mapping) else {}
+                    body = _body(retention.payload)
                     await pins.pin(
                         retention.pin_id,
                         ttl_s=ttl,
-                        messages=body.get("messages"),
-                        tools=body.get("tools"),
-                        prompt=None if "messages" in body else body.get("prompt"),
-                        cache_salt=body.get("cache_salt"),
+                        messages=_list(body.get("messages")),
+                        tools=_list(body.get("tools")),
+                        prompt=None if "messages" in body else _str(body.get("prompt")),
+                        cache_salt=_str(body.get("cache_salt")),
                     )
                     self._count("pins")
-            elif kind == "unpin":
+            elif action.kind == "unpin":
                 pins = pins_of(state.backend)
                 if pins is not None:
                     await pins.unpin(retention.pin_id)
                     self._count("unpins")
-            elif kind == "rewarm" and self._has_room(state):
-                await self._rewarm(state.backend, retention)
+            else:
+                await self._rewarm(state.backend, _body(retention.payload))
         except (AgentrtError, OSError):  # a backend's refusal must not stop retention
             self._count("errors")
             self._on_error()
-            _log.warning("retention %s on %s failed", kind, retention.backend_id, exc_info=True)
+            _log.warning("retention %s on %s failed", action.kind, action.backend_id, exc_info=True)
 
-    async def _rewarm(self, backend: Backend, retention: Retention) -> None:
-        body = dict(retention.payload) if isinstance(retention.payload, Mapping) else {}
+    async def _rewarm(self, backend: Backend, payload: Body) -> None:
+        body = dict(payload)
         if "messages" not in body and "prompt" not in body:
             return
         body.update({"max_tokens": 1, "stream": False})
@@ -280,41 +248,37 @@ class RetentionDriver:
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _release(self, released: Sequence[Retention], key: ProgramKey, clear: bool = True) -> None:
-        for retention in released:
-            state = self.pool.states.get(retention.backend_id)
-            if state is not None and state.backend.capabilities.supports_pins:
-                self._enqueue(("unpin", retention))
-        if clear:
-            self._clear(key)
-
-    def _clear(self, key: ProgramKey) -> None:
-        """Tell the dispatcher how long the program stays retained (``None``: no longer)."""
-        if key not in self._retained:
-            return
-        until = self.tracker.retained_until(key)
-        self.dispatcher.set_retention(key, until)
-        if until is None:
-            self._retained.discard(key)
-
-    def _live(self, retention: Retention) -> bool:
-        current = self.tracker.get(retention.program, retention.thread_id)
-        return current is retention and retention.until_s > self.clock()
-
-    def _has_room(self, state: Any) -> bool:
-        usage = state.load.kv_cache_usage
-        return (
-            state.healthy
-            and state.in_flight < self.rewarm_max_in_flight
-            and (usage is None or usage < 0.9)
+    def _traits(self, backend_id: str) -> BackendTraits | None:
+        state = self.pool.states.get(backend_id)
+        if state is None:
+            return None
+        return BackendTraits(
+            healthy=state.healthy,
+            kv_cache_usage=state.load.kv_cache_usage,
+            in_flight=state.in_flight,
+            pins=pins_of(state.backend) is not None,
+            rewarm=state.backend.capabilities.scrapes_metrics,
         )
 
-    def _enqueue(self, action: tuple[str, Retention]) -> None:
-        if len(self._actions) >= _MAX_ACTIONS:
-            self._count("dropped")
-            return
-        self._actions.append(action)
-        self._wake.set()
+    def _enqueue(self, actions: list[RetentionAction]) -> None:
+        for action in actions:
+            if len(self._actions) >= _MAX_ACTIONS:
+                self._count("dropped")
+                continue
+            self._actions.append(action)
+            self._wake.set()
 
     def _count(self, name: str) -> None:
-        self.counts[name] = self.counts.get(name, 0) + 1
+        self._calls[name] = self._calls.get(name, 0) + 1
+
+
+def _body(payload: object) -> Body:
+    return payload if isinstance(payload, Mapping) else {}
+
+
+def _list(value: object) -> list[Mapping[str, object]] | None:
+    return value if isinstance(value, list) else None
+
+
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None

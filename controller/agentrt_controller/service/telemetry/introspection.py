@@ -7,14 +7,14 @@ from typing import Any
 
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.service.core.pool import BackendPool
-from agentrt_controller.service.core.retention import RetentionDriver
+from agentrt_controller.service.core.retention import RetentionExecutor
 from agentrt_controller.service.telemetry.metrics import BACKEND_STATES, ServiceMetrics
 
 __all__ = ["collect_metrics", "queues_snapshot"]
 
 
 def queues_snapshot(
-    dispatcher: Dispatcher, pool: BackendPool, retention: RetentionDriver | None, now_s: float
+    dispatcher: Dispatcher, pool: BackendPool, retention: RetentionExecutor | None, now_s: float
 ) -> dict[str, Any]:
     """The scheduler's queues, the policies' names, the retained lane, retention counters and
     each backend's load, as plain JSON."""

@@ -1,0 +1,330 @@
+"""The retention driver: one program thread's wait → the policy → what to do on which backend.
+
+The controller service and the simulator both drive this object (docs/routing.md, "KV
+retention"); each only *carries out* the :class:`RetentionAction` values it returns — the
+service with HTTP calls to its backends (``service/core/retention.py``), the simulator on its
+engine cores (``agentrt_sim/waits.py``). So a simulated retention figure says something about
+the controller's retention: same pin ids, same release points, same windows.
+
+What it does, per event (every method takes ``now_s``; nothing here awaits or reads a clock):
+
+* **context** — :meth:`RetentionDriver.on_finish` remembers, per program thread, the backend
+  that served its last call, that call's prompt length and a payload to pin or re-warm with;
+* **decision** — :meth:`RetentionDriver.on_tool_start` hands the policy a
+  :class:`~agentrt_controller.retention.api.ToolWaitFacts`; a positive TTL becomes a
+  :class:`~agentrt_controller.retention.tracker.Retention`, a **window**
+  (``set_window(program, until_s)``: the Dispatcher's retained lane) and, when the decision
+  says ``pin``, by the backend's declared capabilities (:class:`BackendTraits`):
+
+  - a native **pin** (``pins``): a ``pin`` action;
+  - a **re-warm** (no pins, but an observable prefix cache): a ``rewarm`` action
+    ``rewarm_lead_s`` before the predicted return, from :meth:`RetentionDriver.tick`, only while
+    the backend has room (``in_flight < rewarm_max_in_flight``, KV usage < 0.9);
+  - else the window only.
+* **release** — at the thread's next *admission* (:meth:`RetentionDriver.on_admitted`), when the
+  thread is retained anew (``replaced``), at program end or idle expiry
+  (:meth:`RetentionDriver.on_program_end`): an ``unpin`` on a backend with pins. At TTL end the
+  backend expires its pin itself: only the window changes. A TTL never outlives its program.
+
+Every method first ends the retentions whose TTL is over at ``now_s``, so a driver that calls
+:meth:`RetentionDriver.tick` late (the simulator, between events) sees the same windows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.retention.api import RetentionPolicy, ToolWaitFacts
+from agentrt_controller.retention.tracker import Retention, RetentionTracker
+
+__all__ = [
+    "ActionKind",
+    "BackendTraits",
+    "ReleaseReason",
+    "RetentionAction",
+    "RetentionDriver",
+    "ThreadContext",
+    "ToolWait",
+]
+
+ActionKind = Literal["pin", "unpin", "rewarm"]
+#: Why a retention ended: its thread's next call was admitted, the thread was retained anew,
+#: the program ended (or expired idle), its TTL ran out.
+ReleaseReason = Literal["admitted", "replaced", "program_end", "ttl"]
+
+#: A backend at or above this KV usage gets no re-warm (it would evict someone else's cache).
+_REWARM_MAX_USAGE = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class BackendTraits:
+    """What the driver needs to know of a backend now (its driver fills it from its pool or
+    engines)."""
+
+    #: Takes calls (a retention is only granted on a healthy backend).
+    healthy: bool = True
+    #: KV usage in [0, 1] at the last scrape; ``None`` = unknown.
+    kv_cache_usage: float | None = None
+    #: Calls admitted to it that have not finished (re-warms wait for room).
+    in_flight: int = 0
+    #: Holds native pins (our emulator, SGLang): a ``pin`` decision becomes a ``pin`` action.
+    pins: bool = False
+    #: Reports its prefix cache (scrapes metrics): without pins, a ``pin`` decision becomes a
+    #: re-warm before the predicted return; else the window only.
+    rewarm: bool = False
+    #: KV capacity (tokens); ``None`` = unknown (the policy's configured capacity then).
+    kv_capacity_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadContext:
+    """A thread's context after its last call (the payload holds prompts: never logged)."""
+
+    #: Backend that served the call (holds its KV).
+    backend_id: str
+    #: Context length the thread's next call extends (tokens).
+    tokens: int
+    #: What to pin or re-warm with (the controller: the request body; the simulator: the
+    #: prefix's token ids); ``None`` = nothing known.
+    payload: object = field(default=None, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolWait:
+    """A thread starts waiting on a tool or a human (the facts of the event, not of the
+    backend)."""
+
+    program: ProgramKey
+    thread_id: str
+    node_id: str
+    #: ``tool``, or ``think`` / ``human`` for a human's turn.
+    kind: str
+    #: Tool name (durations are learned per name).
+    name: str
+    #: The client's prediction (seconds); ``None`` = none.
+    predicted_duration_s: float | None
+    #: Program kind from the program-start event (``""`` = unknown).
+    program_kind: str = ""
+    #: Calls of the program finished so far; ``None`` = not counted (the controller).
+    calls_finished: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionAction:
+    """One thing to carry out on a backend."""
+
+    #: ``pin`` (hold the payload's prefix until ``retention.until_s``), ``unpin``
+    #: (``retention.pin_id``), ``rewarm`` (a 1-token request with the payload).
+    kind: ActionKind
+    #: The retention it is for: ``backend_id``, ``pin_id``, ``until_s``, ``payload``.
+    retention: Retention
+    #: For ``unpin``: why the retention ended; ``None`` otherwise.
+    reason: ReleaseReason | None = None
+
+    @property
+    def backend_id(self) -> str:
+        return self.retention.backend_id
+
+    @property
+    def pin_id(self) -> str:
+        return self.retention.pin_id
+
+
+#: The backend's traits by id; ``None`` = unknown (removed).
+TraitsLookup = Callable[[str], BackendTraits | None]
+#: Tell the scheduler a program is retained until ``until_s`` (``None`` = no longer).
+WindowSink = Callable[[ProgramKey, float | None], None]
+
+
+class RetentionDriver:
+    """Retention for one controller (or one simulated controller): pure and synchronous."""
+
+    def __init__(
+        self,
+        policy: RetentionPolicy,
+        backends: TraitsLookup,
+        set_window: WindowSink,
+        *,
+        rewarm_lead_s: float = 0.5,
+        rewarm_max_in_flight: int = 8,
+    ) -> None:
+        """``backends``: a backend's traits now; ``set_window``: the Dispatcher's
+        ``set_retention`` (or the simulator's replica's). ``rewarm_lead_s``: re-warm this long
+        before the predicted return (seconds)."""
+        self.policy = policy
+        self._backends = backends
+        self._set_window = set_window
+        self.tracker = RetentionTracker(rewarm_lead_s=rewarm_lead_s)
+        self.rewarm_max_in_flight = rewarm_max_in_flight
+        #: program -> thread -> the thread's last context.
+        self._contexts: dict[ProgramKey, dict[str, ThreadContext]] = {}
+        #: Programs holding a window (the scheduler is told when it ends).
+        self._windows: set[ProgramKey] = set()
+        #: Decisions by reason (``pin``, ``retain``, ``short_context``...).
+        self.decisions: dict[str, int] = {}
+
+    # --- events ---------------------------------------------------------------------------
+
+    def on_call(self, program: ProgramKey, thread_id: str, now_s: float) -> str | None:
+        """A thread's call arrived (it came back): the backend holding its retained context
+        (the call goes to the retained lane, to that backend), or ``None``."""
+        self.tick(now_s)
+        self.policy.on_call_arrived(program, thread_id, now_s)
+        retention = self.tracker.get(program, thread_id)
+        if retention is not None and retention.until_s > now_s:
+            return retention.backend_id
+        return None
+
+    def on_admitted(
+        self, program: ProgramKey, thread_id: str, now_s: float
+    ) -> list[RetentionAction]:
+        """The thread's call left the queues: its retention has done its job."""
+        actions = self.tick(now_s)
+        released = self.tracker.release_thread(program, thread_id)
+        if released is not None:
+            actions += self._release([released], "admitted")
+            self._update_window(program)
+        return actions
+
+    def on_finish(self, program: ProgramKey, thread_id: str, context: ThreadContext) -> None:
+        """The thread's call was answered: remember its context for the thread's next wait."""
+        self._contexts.setdefault(program, {})[thread_id] = context
+
+    def on_tool_start(
+        self, wait: ToolWait, now_s: float, *, context: ThreadContext | None = None
+    ) -> list[RetentionAction]:
+        """A thread waits: ask the policy, start the retention, return the ``pin`` (and the
+        ``unpin`` of a retention it replaces). ``context``: the thread's context when the
+        driver knows it better than :meth:`on_finish` did (the simulator knows the exact
+        prefix the wait extends); ``None`` = the last call's."""
+        actions = self.tick(now_s)
+        key, thread_id = wait.program, wait.thread_id
+        if context is None:
+            context = self._contexts.get(key, {}).get(thread_id)
+        traits = self._backends(context.backend_id) if context is not None else None
+        facts = ToolWaitFacts(
+            program=key,
+            thread_id=thread_id,
+            node_id=wait.node_id,
+            kind=wait.kind,
+            name=wait.name,
+            predicted_duration_s=wait.predicted_duration_s,
+            context_tokens=context.tokens if context is not None else 0,
+            backend_id=(
+                context.backend_id
+                if context is not None and traits is not None and traits.healthy
+                else None
+            ),
+            kv_cache_usage=traits.kv_cache_usage if traits is not None else None,
+            kv_capacity_tokens=traits.kv_capacity_tokens if traits is not None else None,
+            program_kind=wait.program_kind,
+            calls_finished=wait.calls_finished,
+        )
+        decision = self.policy.on_wait_start(facts, now_s)
+        self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
+        if decision.ttl_s <= 0 or context is None or traits is None:
+            return actions
+        retention, replaced = self.tracker.start(
+            key,
+            thread_id,
+            backend_id=context.backend_id,
+            ttl_s=decision.ttl_s,
+            now_s=now_s,
+            context_tokens=context.tokens,
+            predicted_return_s=wait.predicted_duration_s,
+            payload=context.payload,
+        )
+        if replaced is not None:
+            actions += self._release([replaced], "replaced")
+        if retention is None:
+            return actions
+        self._windows.add(key)
+        self._set_window(key, self.tracker.retained_until(key))
+        if not decision.pin:
+            retention.rewarm_at_s = math.inf
+        elif traits.pins:
+            retention.rewarm_at_s = math.inf  # a native pin, no re-warm
+            actions.append(RetentionAction("pin", retention))
+        elif not traits.rewarm:
+            retention.rewarm_at_s = math.inf  # no observable prefix cache to re-warm
+        return actions
+
+    def on_tool_end(
+        self, program: ProgramKey, thread_id: str, node_id: str, duration_s: float, now_s: float
+    ) -> None:
+        """The wait ended after ``duration_s`` seconds (the policy learns per tool)."""
+        self.policy.on_wait_end(program, thread_id, node_id, duration_s, now_s)
+
+    def on_program_start(self, program: ProgramKey) -> None:
+        """A program (id) starts (again): retention is allowed for it."""
+        self.tracker.forget_ended(program)
+
+    def on_program_end(self, program: ProgramKey, now_s: float) -> list[RetentionAction]:
+        """The program ended (or expired idle): release everything it holds, forget it."""
+        actions = self.tick(now_s)
+        actions += self._release(self.tracker.release_program(program), "program_end")
+        self._windows.add(program)
+        self._update_window(program)
+        self._windows.discard(program)
+        self.policy.on_program_end(program, now_s)
+        self._contexts.pop(program, None)
+        return actions
+
+    def tick(self, now_s: float) -> list[RetentionAction]:
+        """End the retentions whose TTL is over (the backend expires its pin itself: only
+        the window changes) and return the re-warms that are due and have room."""
+        for expired in self.tracker.expire(now_s):
+            self._update_window(expired.program)
+        actions: list[RetentionAction] = []
+        for due in self.tracker.due_rewarms(now_s):
+            traits = self._backends(due.backend_id)
+            if traits is not None and self._has_room(traits):
+                actions.append(RetentionAction("rewarm", due))
+        return actions
+
+    # --- for executors ---------------------------------------------------------------------
+
+    @property
+    def next_wake_s(self) -> float:
+        """When :meth:`tick` has something to do next (seconds); ``math.inf`` = nothing."""
+        return min(self.tracker.next_expiry_s, self.tracker.next_rewarm_s)
+
+    def is_live(self, retention: Retention, now_s: float) -> bool:
+        """Whether ``retention`` still holds at ``now_s`` (an executor that pins later checks
+        this first: the thread may have come back meanwhile)."""
+        current = self.tracker.get(retention.program, retention.thread_id)
+        return current is retention and retention.until_s > now_s
+
+    def __len__(self) -> int:
+        return len(self.tracker)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _release(self, released: list[Retention], reason: ReleaseReason) -> list[RetentionAction]:
+        actions = []
+        for retention in released:
+            traits = self._backends(retention.backend_id)
+            if traits is not None and traits.pins:
+                actions.append(RetentionAction("unpin", retention, reason))
+        return actions
+
+    def _update_window(self, program: ProgramKey) -> None:
+        """Tell the scheduler how long the program stays retained (``None``: no longer)."""
+        if program not in self._windows:
+            return
+        until = self.tracker.retained_until(program)
+        self._set_window(program, until)
+        if until is None:
+            self._windows.discard(program)
+
+    def _has_room(self, traits: BackendTraits) -> bool:
+        usage = traits.kv_cache_usage
+        return (
+            traits.healthy
+            and traits.in_flight < self.rewarm_max_in_flight
+            and (usage is None or usage < _REWARM_MAX_USAGE)
+        )
