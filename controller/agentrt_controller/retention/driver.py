@@ -44,6 +44,7 @@ from agentrt_controller.retention.tracker import Retention, RetentionTracker
 __all__ = [
     "ActionKind",
     "BackendTraits",
+    "ReleaseHook",
     "ReleaseReason",
     "RetentionAction",
     "RetentionDriver",
@@ -138,6 +139,8 @@ class RetentionAction:
 TraitsLookup = Callable[[str], BackendTraits | None]
 #: Tell the scheduler a program is retained until ``until_s`` (``None`` = no longer).
 WindowSink = Callable[[ProgramKey, float | None], None]
+#: Hears every retention that ends: why, and when (seconds; a TTL's end for ``ttl``).
+ReleaseHook = Callable[[Retention, ReleaseReason, float], None]
 
 
 class RetentionDriver:
@@ -166,6 +169,8 @@ class RetentionDriver:
         self._windows: set[ProgramKey] = set()
         #: Decisions by reason (``pin``, ``retain``, ``short_context``...).
         self.decisions: dict[str, int] = {}
+        #: Called for every retention that ends (introspection, tests); ``None`` = nobody.
+        self.on_release: ReleaseHook | None = None
 
     # --- events ---------------------------------------------------------------------------
 
@@ -186,7 +191,7 @@ class RetentionDriver:
         actions = self.tick(now_s)
         released = self.tracker.release_thread(program, thread_id)
         if released is not None:
-            actions += self._release([released], "admitted")
+            actions += self._release([released], "admitted", now_s)
             self._update_window(program)
         return actions
 
@@ -239,7 +244,7 @@ class RetentionDriver:
             payload=context.payload,
         )
         if replaced is not None:
-            actions += self._release([replaced], "replaced")
+            actions += self._release([replaced], "replaced", now_s)
         if retention is None:
             return actions
         self._windows.add(key)
@@ -266,7 +271,7 @@ class RetentionDriver:
     def on_program_end(self, program: ProgramKey, now_s: float) -> list[RetentionAction]:
         """The program ended (or expired idle): release everything it holds, forget it."""
         actions = self.tick(now_s)
-        actions += self._release(self.tracker.release_program(program), "program_end")
+        actions += self._release(self.tracker.release_program(program), "program_end", now_s)
         self._windows.add(program)
         self._update_window(program)
         self._windows.discard(program)
@@ -278,6 +283,8 @@ class RetentionDriver:
         """End the retentions whose TTL is over (the backend expires its pin itself: only
         the window changes) and return the re-warms that are due and have room."""
         for expired in self.tracker.expire(now_s):
+            if self.on_release is not None:
+                self.on_release(expired, "ttl", expired.until_s)
             self._update_window(expired.program)
         actions: list[RetentionAction] = []
         for due in self.tracker.due_rewarms(now_s):
@@ -304,9 +311,13 @@ class RetentionDriver:
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _release(self, released: list[Retention], reason: ReleaseReason) -> list[RetentionAction]:
+    def _release(
+        self, released: list[Retention], reason: ReleaseReason, now_s: float
+    ) -> list[RetentionAction]:
         actions = []
         for retention in released:
+            if self.on_release is not None:
+                self.on_release(retention, reason, now_s)
             traits = self._backends(retention.backend_id)
             if traits is not None and traits.pins:
                 actions.append(RetentionAction("unpin", retention, reason))
