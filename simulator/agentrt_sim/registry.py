@@ -1,14 +1,13 @@
 """Policy names → fresh policy objects for one simulated run: the single place names resolve.
 
-* Schedulers come from the controller's own factory
-  (:func:`agentrt_controller.scheduling.factory.build_scheduler`, with ``oracle=True`` because the
-  simulator fills the clairvoyant ``Call.oracle_*`` fields SRPT needs) — the simulator and the
-  controller service accept exactly the same scheduler names.
-* Admission: ``fixed`` windows (``--admission-window N`` or ``unlimited``) and ``adaptive``,
-  through :func:`agentrt_controller.scheduling.factory.build_admission`.
-* Routers come from :func:`agentrt_controller.routing.factory.build_router` (same names and
-  parameters as the controller service). Routers in :data:`PREFIX_ROUTERS` get
-  ``Call.block_hashes`` filled by the simulator.
+* Every policy object is built by the controller's own builder (:mod:`agentrt_controller.
+  policies`, the one ``agentrt controller serve`` uses): schedulers (with ``oracle=True``
+  because the simulator fills the clairvoyant ``Call.oracle_*`` fields SRPT needs), ``fixed``
+  (``--admission-window N`` or ``unlimited``) and ``adaptive`` admission, routers and the TTL
+  retention policy — same names, same parameters, and the same parameters derived from the
+  cost model (:attr:`PolicySpec.cost`: the ``prefix`` router's and retention's
+  ``prefill_s_per_token``). ``Call.block_hashes`` are filled when the router declares it reads
+  them (:func:`agentrt_controller.policies.needs_block_hashes`), as in the controller.
 * Tenancy: ``PolicySpec.tenancy`` puts the scheduler inside weighted fair shares between
   tenants (the factory's ``tenancy=``, :class:`~agentrt_controller.scheduling.tenancy.
   TenancyConfig`; docs/tenancy.md) with ``PolicySpec.tenant_weights``, and
@@ -18,7 +17,7 @@
   ``PolicySpec.shard`` (:class:`~agentrt_controller.replicas.ReplicaBalancer`). One retention
   policy object serves them all (its learned tool-duration history is pooled).
 * Retention policies: the table :data:`RETENTION` below; a new policy is one entry (a
-  zero-argument factory). ``--retention on`` means the first non-``off`` entry.
+  factory of the cost model). ``--retention on`` means the first non-``off`` entry.
 
 Unknown names raise :class:`~agentrt.errors.ConfigError` listing the valid ones
 (docs/architecture.md, design rule 2: never silently ignored).
@@ -33,20 +32,23 @@ from typing import Any
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
 from agentrt_controller.admission_window import AdmissionWindow
-from agentrt_controller.cost_model import CostFunction
-from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.cost_model import CostFunction, CostModel
+from agentrt_controller.policies import (
+    PolicyConfig,
+    build_dispatcher,
+    build_retention_policy,
+    needs_block_hashes,
+)
 from agentrt_controller.replicas import SHARD_MODES
-from agentrt_controller.retention import RetentionPolicy, TtlRetentionPolicy
-from agentrt_controller.routing.factory import ROUTER_NAMES, build_router
-from agentrt_controller.scheduling.dispatcher import Dispatcher
-from agentrt_controller.scheduling.factory import SCHEDULER_NAMES, build_admission, build_scheduler
+from agentrt_controller.retention import RetentionPolicy
+from agentrt_controller.routing.factory import ROUTER_NAMES
+from agentrt_controller.scheduling.factory import SCHEDULER_NAMES
 from agentrt_controller.scheduling.isolation import IsolationConfig
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_sim.retention import NoRetention
 from agentrt_sim.sim import Policies
 
 __all__ = [
-    "PREFIX_ROUTERS",
     "REPLICA_WINDOWS",
     "RETENTION",
     "ROUTER_NAMES",
@@ -58,15 +60,22 @@ __all__ = [
     "resolve_retention",
 ]
 
-#: Routers that read ``Call.block_hashes`` (a prefix index).
-PREFIX_ROUTERS = frozenset({"prefix", "pipeline"})
 
-#: Retention name → factory. ``off`` first; ``on`` resolves to the next entry.
-RETENTION: Mapping[str, Callable[[], RetentionPolicy]] = {
-    "off": NoRetention,
-    # agentrt_controller.retention.TtlRetentionPolicy: TTL from the tool's duration distribution,
-    # return probability and KV pressure (docs/routing.md, "KV retention").
-    "ttl": TtlRetentionPolicy,
+def _no_retention(cost: CostModel) -> RetentionPolicy:
+    return NoRetention()
+
+
+def _ttl_retention(cost: CostModel) -> RetentionPolicy:
+    # agentrt_controller.retention.TtlRetentionPolicy: TTL from the tool's duration
+    # distribution, return probability and KV pressure (docs/routing.md, "KV retention"),
+    # built as the controller builds it.
+    return build_retention_policy({}, cost)
+
+
+#: Retention name → factory (of the cost model). ``off`` first; ``on`` resolves to the next.
+RETENTION: Mapping[str, Callable[[CostModel], RetentionPolicy]] = {
+    "off": _no_retention,
+    "ttl": _ttl_retention,
 }
 
 #: How replicas share an engine's batch in their admission: ``shared`` = each sees the whole
@@ -111,6 +120,9 @@ class PolicySpec:
     #: ``reservation_s``, ``surplus_share``); ``None`` = ``TenancyConfig``'s default (the
     #: controller's).
     isolation: Mapping[str, Any] | None = None
+    #: The controller's cost model table (``CostModel.from_mapping``): where the router's and
+    #: retention's ``prefill_s_per_token`` come from, as in ``agentrt controller serve``.
+    cost: Mapping[str, Any] = field(default_factory=lambda: dict(defaults.COST))
     #: Controller replicas over the same engines (>= 1; docs/simulator.md, "Controller
     #: replicas").
     replicas: int = 1
@@ -196,30 +208,30 @@ def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> 
         raise ConfigError(
             f"unknown replica window {spec.replica_window!r}; valid: {', '.join(REPLICA_WINDOWS)}"
         )
-    dispatchers = [_dispatcher(spec) for _ in range(replicas)]
+    config = _policy_config(spec)
+    dispatchers = [build_dispatcher(config) for _ in range(replicas)]
     return Policies(
         dispatcher=dispatchers[0],
-        retention=RETENTION[resolve_retention(spec.retention)](),
+        retention=RETENTION[resolve_retention(spec.retention)](config.cost),
         cost_model=cost_model,
-        block_hashes=spec.router.strip().lower() in PREFIX_ROUTERS,
+        block_hashes=needs_block_hashes(dispatchers[0].router),
         replicas=tuple(dispatchers[1:]),
         shard=spec.shard,
         split_window=spec.replica_window == "split",
     )
 
 
-def _dispatcher(spec: PolicySpec) -> Dispatcher:
-    """One controller's dispatcher for ``spec``: scheduler, admission and router, fresh."""
-    scheduler = build_scheduler(
-        spec.policy,
-        dict(spec.scheduler_options) or None,
-        table=ProcessTable(idle_timeout_s=_IDLE_TIMEOUT_S),
-        oracle=True,
+def _policy_config(spec: PolicySpec) -> PolicyConfig:
+    """What each controller replica is built from (fresh objects per dispatcher)."""
+    return PolicyConfig(
+        policy=spec.policy,
+        scheduling=spec.scheduler_options,
+        router=spec.router,
+        routing=spec.router_options,
+        admission_window=spec.admission_window,
+        admission=spec.admission_options,
         tenancy=_tenancy(spec),
+        idle_timeout_s=_IDLE_TIMEOUT_S,
+        oracle=True,
+        cost=CostModel.from_mapping(spec.cost),
     )
-    if spec.admission_window == "adaptive":
-        admission = build_admission("adaptive", dict(spec.admission_options))
-    else:
-        admission = build_admission("fixed", {"window": spec.admission_window})
-    router = build_router(spec.router, dict(spec.router_options) or None)
-    return Dispatcher(scheduler, router, admission)

@@ -39,8 +39,9 @@ __all__ = ["PipelineRouter", "WeightedScorer", "clamp_score", "uses_block_hashes
 
 
 def uses_block_hashes(router: object) -> bool:
-    """Whether ``router`` reads ``Call.block_hashes`` (so the driver should fill them)."""
-    return isinstance(router, PipelineRouter) and router.uses_block_hashes
+    """Whether ``router`` reads ``Call.block_hashes`` (so the driver should fill them): what
+    the router declares in its ``uses_block_hashes`` attribute (``False`` when it has none)."""
+    return getattr(router, "uses_block_hashes", False) is True
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,22 +1,19 @@
-"""Builds the pure policy objects the service drives from its configuration.
+"""The controller service's policy objects, from its configuration.
 
-Schedulers and admission policies come from :mod:`agentrt_controller.scheduling.factory` (the same
-factory the simulator uses); routers are chosen by name here. Unknown names are
-:class:`ConfigError`, never a silent fallback (docs/architecture.md, "Design rules", rule 2).
+The objects themselves are built by :mod:`agentrt_controller.policies` — the builder the
+simulator uses too (same factories, same parameters derived from the cost model, block hashes
+decided by the router). This module only maps :class:`ControllerConfig` onto it (tenants from
+the key file, the service's checks) and wraps the retention policy in the service's executor.
+Unknown names are :class:`ConfigError`, never a silent fallback (docs/architecture.md,
+"Design rules", rule 2).
 """
 
 from __future__ import annotations
 
 from agentrt.errors import ConfigError
+from agentrt_controller import policies
 from agentrt_controller.cost_model import CostModel
-from agentrt_controller.process_table import ProcessTable
-from agentrt_controller.retention import RetentionConfig, TtlRetentionPolicy
-from agentrt_controller.routing.api import Router
-from agentrt_controller.routing.factory import build_router as factory_router
-from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
 from agentrt_controller.scheduling.dispatcher import Dispatcher
-from agentrt_controller.scheduling.factory import build_admission as factory_admission
-from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
 from agentrt_controller.scheduling.isolation import IsolationConfig
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_controller.service.config import ControllerConfig
@@ -26,7 +23,7 @@ from agentrt_controller.service.core.retention import RetentionExecutor
 from agentrt_controller.service.core.tenants import TenantDirectory
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
-__all__ = ["build_dispatcher", "build_retention", "fair_share_on"]
+__all__ = ["build_dispatcher", "build_retention", "fair_share_on", "policy_config"]
 
 
 def fair_share_on(config: ControllerConfig, tenants: TenantDirectory | None) -> bool:
@@ -37,11 +34,15 @@ def fair_share_on(config: ControllerConfig, tenants: TenantDirectory | None) -> 
     return config.fair_share == "on"
 
 
-def build_scheduler(config: ControllerConfig, tenants: TenantDirectory | None = None) -> Scheduler:
-    """The configured policy; inside weighted fair shares between tenants (weights from the
-    key file) when :func:`fair_share_on` (Autellix's PLAS / ATLAS then order each tenant's
-    own calls only: ``scheduling/tenancy.py``)."""
-    table = ProcessTable(idle_timeout_s=config.program_idle_timeout_s)
+def policy_config(
+    config: ControllerConfig, cost_model: CostModel, tenants: TenantDirectory | None = None
+) -> policies.PolicyConfig:
+    """The builder's view of ``config`` (``cost_model``: ``config.cost`` parsed once by the
+    caller): Autellix's PLAS / ATLAS inside weighted fair shares between tenants (weights from
+    the key file) when :func:`fair_share_on` (``scheduling/tenancy.py``). Raises
+    :class:`ConfigError` for admission options given without the adaptive window."""
+    if config.admission_window != "adaptive" and config.admission:
+        raise ConfigError("admission options apply to admission_window=adaptive only")
     tenancy = None
     if fair_share_on(config, tenants):
         tenancy = TenancyConfig(
@@ -50,25 +51,17 @@ def build_scheduler(config: ControllerConfig, tenants: TenantDirectory | None = 
             if config.tenant_isolation
             else IsolationConfig(enabled=False),
         )
-    return factory_scheduler(config.policy, dict(config.scheduling), table=table, tenancy=tenancy)
-
-
-def build_router(config: ControllerConfig, cost_model: CostModel) -> Router:
-    """The router named by ``config.router`` with ``config.routing``; the ``prefix`` router's
-    seconds per prefill token default to ``cost_model``'s (the configured cost model)."""
-    params = dict(config.routing)
-    if config.router.strip().lower() == "prefix" and "prefill_s_per_token" not in params:
-        params["prefill_s_per_token"] = cost_model.prefill_s_per_token
-    return factory_router(config.router, params)
-
-
-def build_admission(config: ControllerConfig) -> AdmissionPolicy:
-    window = config.admission_window
-    if window == "adaptive":
-        return factory_admission("adaptive", dict(config.admission))
-    if config.admission:
-        raise ConfigError("admission options apply to admission_window=adaptive only")
-    return factory_admission("fixed", {"window": window})
+    return policies.PolicyConfig(
+        policy=config.policy,
+        scheduling=config.scheduling,
+        router=config.router,
+        routing=config.routing,
+        admission_window=config.admission_window,
+        admission=config.admission,
+        tenancy=tenancy,
+        idle_timeout_s=config.program_idle_timeout_s,
+        cost=cost_model,
+    )
 
 
 def build_dispatcher(
@@ -76,9 +69,7 @@ def build_dispatcher(
 ) -> Dispatcher:
     """The dispatcher of ``config``; ``cost_model`` is ``config.cost`` parsed once by the
     caller (:meth:`CostModel.from_mapping`), read by the router's defaults."""
-    return Dispatcher(
-        build_scheduler(config, tenants), build_router(config, cost_model), build_admission(config)
-    )
+    return policies.build_dispatcher(policy_config(config, cost_model, tenants))
 
 
 def build_retention(
@@ -89,10 +80,8 @@ def build_retention(
     clock: Clock,
     metrics: ServiceMetrics,
 ) -> RetentionExecutor:
-    """The retention driver (``config.retention == "on"``) for ``dispatcher`` and ``pool`` on
-    ``clock``: the policy's ``prefill_s_per_token`` defaults to ``cost_model``'s (the
+    """The retention executor (``config.retention == "on"``) for ``dispatcher`` and ``pool``
+    on ``clock``: the policy's ``prefill_s_per_token`` defaults to ``cost_model``'s (the
     configured cost model, parsed once by the caller)."""
-    options = dict(config.retention_options)
-    options.setdefault("prefill_s_per_token", cost_model.prefill_s_per_token)
-    policy = TtlRetentionPolicy(RetentionConfig.from_mapping(options))
+    policy = policies.build_retention_policy(config.retention_options, cost_model)
     return RetentionExecutor(policy, dispatcher, pool, clock, on_error=metrics.internal_errors.inc)

@@ -1,0 +1,125 @@
+"""One builder of the pure policy objects, for the controller service and the simulator.
+
+``service/core/policies.py`` (``agentrt controller serve``) and ``agentrt_sim/registry.py``
+(``agentrt bench sim``) both build their scheduler, admission policy, router, dispatcher and
+retention policy here, from the same typed pieces (:class:`PolicyConfig`), so a simulated
+configuration is the controller's:
+
+* names resolve through the factories (:mod:`agentrt_controller.scheduling.factory`,
+  :mod:`agentrt_controller.routing.factory`); unknown names are
+  :class:`~agentrt.errors.ConfigError`, never a silent fallback (docs/architecture.md, rule 2);
+* **derived parameters** come from the cost model (:class:`~agentrt_controller.cost_model.
+  CostModel`, the one that charges service): the ``prefix`` router's and the retention
+  policy's ``prefill_s_per_token``, unless given explicitly;
+* **block hashes**: a driver fills ``Call.block_hashes`` when :func:`needs_block_hashes` says
+  its router reads them (the router declares it), in both drivers alike.
+
+Pure: no I/O, no clock, no service imports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from agentrt_controller import defaults
+from agentrt_controller.admission_window import AdmissionWindow
+from agentrt_controller.cost_model import CostModel
+from agentrt_controller.process_table import ProcessTable
+from agentrt_controller.retention import RetentionConfig, TtlRetentionPolicy
+from agentrt_controller.routing import uses_block_hashes
+from agentrt_controller.routing.api import Router
+from agentrt_controller.routing.factory import build_router as factory_router
+from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
+from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.factory import build_admission as factory_admission
+from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
+from agentrt_controller.scheduling.tenancy import TenancyConfig
+
+__all__ = [
+    "PolicyConfig",
+    "build_admission",
+    "build_dispatcher",
+    "build_retention_policy",
+    "build_router",
+    "build_scheduler",
+    "needs_block_hashes",
+]
+
+#: A parameter table as a config file gives it (values checked by the factories).
+Params = Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    """What one controller's dispatcher is built from (every default is the controller's)."""
+
+    #: Scheduler name (``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt``).
+    policy: str = defaults.POLICY
+    #: Scheduler parameters (``SchedulerConfig`` fields) over the factory's defaults.
+    scheduling: Params = field(default_factory=dict)
+    #: Router name (``agentrt_controller.routing.factory.ROUTER_NAMES``).
+    router: str = defaults.ROUTER
+    #: Router parameters (see :func:`agentrt_controller.routing.factory.build_router`).
+    routing: Params = field(default_factory=dict)
+    #: Admission window per backend (calls); ``None`` = unlimited; ``"adaptive"`` = the
+    #: adaptive window with :attr:`admission` parameters.
+    admission_window: AdmissionWindow = defaults.ADMISSION_WINDOW
+    #: Adaptive-window parameters (``AdaptiveWindowConfig`` fields); read only when
+    #: :attr:`admission_window` is ``"adaptive"``.
+    admission: Params = field(default_factory=dict)
+    #: Weighted fair shares between tenants around the scheduler; ``None`` = off.
+    tenancy: TenancyConfig | None = None
+    #: The process table forgets a program idle this long (seconds).
+    idle_timeout_s: float = 3600.0
+    #: The scheduler may read the clairvoyant ``Call.oracle_*`` fields (the simulator fills
+    #: them; SRPT needs them).
+    oracle: bool = False
+    #: The cost model that charges service: the source of the derived parameters.
+    cost: CostModel = field(default_factory=CostModel)
+
+
+def build_scheduler(config: PolicyConfig) -> Scheduler:
+    """The configured scheduler over a fresh process table (inside fair shares between
+    tenants when :attr:`PolicyConfig.tenancy`)."""
+    return factory_scheduler(
+        config.policy,
+        dict(config.scheduling) or None,
+        table=ProcessTable(idle_timeout_s=config.idle_timeout_s),
+        oracle=config.oracle,
+        tenancy=config.tenancy,
+    )
+
+
+def build_admission(config: PolicyConfig) -> AdmissionPolicy:
+    """A fixed window (``N`` calls or unlimited) or the adaptive window."""
+    if config.admission_window == "adaptive":
+        return factory_admission("adaptive", dict(config.admission))
+    return factory_admission("fixed", {"window": config.admission_window})
+
+
+def build_router(config: PolicyConfig) -> Router:
+    """The named router; the ``prefix`` router's seconds per prefill token default to the
+    cost model's."""
+    params = dict(config.routing)
+    if config.router.strip().lower() == "prefix":
+        params.setdefault("prefill_s_per_token", config.cost.prefill_s_per_token)
+    return factory_router(config.router, params or None)
+
+
+def build_dispatcher(config: PolicyConfig) -> Dispatcher:
+    """Scheduler, router and admission policy, fresh (they keep state)."""
+    return Dispatcher(build_scheduler(config), build_router(config), build_admission(config))
+
+
+def build_retention_policy(options: Params, cost: CostModel) -> TtlRetentionPolicy:
+    """The TTL retention policy with ``options`` (``RetentionConfig`` fields); its
+    ``prefill_s_per_token`` defaults to ``cost``'s."""
+    params = dict(options)
+    params.setdefault("prefill_s_per_token", cost.prefill_s_per_token)
+    return TtlRetentionPolicy(RetentionConfig.from_mapping(params))
+
+
+def needs_block_hashes(router: Router) -> bool:
+    """Whether a driver must fill ``Call.block_hashes`` for ``router`` (it declares it)."""
+    return uses_block_hashes(router)
