@@ -5,9 +5,10 @@ thread starts waiting (a tool, or a human between chat turns), the simulator han
 :class:`~agentrt_controller.retention.api.RetentionPolicy` a
 :class:`~agentrt_controller.retention.api.ToolWaitFacts` built the way the controller service
 builds it, and gets back a :class:`~agentrt_controller.retention.api.RetentionDecision`. A
-positive TTL is realised the way the controller realises it on our emulator
-(:mod:`agentrt_sim.waits`): a native pin of the thread's context on the engine that served its
-last call when the decision says ``pin``, released when the thread's next call is scheduled,
+positive TTL is realised by the controller's own retention driver
+(:class:`~agentrt_controller.retention.driver.RetentionDriver`, carried out by
+:mod:`agentrt_sim.waits`): a native pin of the thread's context on the engine that served its
+last call when the decision says ``pin``, released when the thread's next call is admitted,
 when the TTL runs out, or at program end; while a program is retained its calls carry
 ``Call.retained_backend`` (the engine holding their KV).
 

@@ -6,8 +6,11 @@ retention"): a pure policy and the bookkeeping around it.
 * :mod:`.policy` — :class:`TtlRetentionPolicy`: the TTL from the tool's duration distribution,
   the return probability and memory pressure (the decision rule is in its docstring);
 * :mod:`.durations`, :mod:`.returns` — what it learns from;
-* :mod:`.tracker` — live retentions of the controller service: release at TTL end, at the
-  thread's next call, at program end; re-warm times.
+* :mod:`.tracker` — live retentions: release at TTL end, at the thread's next call, at
+  program end; re-warm times;
+* :mod:`.driver` — :class:`RetentionDriver`: the retention the controller service and the
+  simulator both run (contexts, policy, tracker, windows, pin / re-warm / window, release
+  points), returning the :class:`RetentionAction` values each carries out.
 
 Nothing here awaits, does I/O or reads a clock. docs/routing.md ("KV retention") explains how
 each backend realises a retention.
@@ -19,15 +22,27 @@ from agentrt_controller.retention.api import (
     ToolWaitFacts,
     WaitInfo,
 )
+from agentrt_controller.retention.driver import (
+    BackendTraits,
+    RetentionAction,
+    RetentionDriver,
+    ThreadContext,
+    ToolWait,
+)
 from agentrt_controller.retention.policy import RetentionConfig, TtlRetentionPolicy
 from agentrt_controller.retention.tracker import Retention, RetentionTracker
 
 __all__ = [
+    "BackendTraits",
     "Retention",
+    "RetentionAction",
     "RetentionConfig",
     "RetentionDecision",
+    "RetentionDriver",
     "RetentionPolicy",
     "RetentionTracker",
+    "ThreadContext",
+    "ToolWait",
     "ToolWaitFacts",
     "TtlRetentionPolicy",
     "WaitInfo",

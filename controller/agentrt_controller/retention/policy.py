@@ -242,7 +242,7 @@ class TtlRetentionPolicy:
         self.returns.program_ended(program)
         self._open.pop(program, None)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """JSON-able counters for introspection."""
         return {
             "policy": self.name,

@@ -1,9 +1,9 @@
-"""Live retentions of a driver (the controller service): what is held where, until when.
+"""Live retentions of the retention driver (:mod:`.driver`): what is held where, until when.
 
 The policy decides; the tracker remembers each decision as a :class:`Retention` and tells the
 driver what to release and when to re-warm. It guarantees the memory contract of
 docs/routing.md ("KV retention"): a retention ends at the first of (its TTL, the thread's next
-call starting on its backend, the program's end) — :meth:`RetentionTracker.release_program`
+call admitted, the program's end) — :meth:`RetentionTracker.release_program`
 returns every retention of an ended program, and :meth:`RetentionTracker.start` refuses to
 retain for a program that has ended. Pure bookkeeping: no clock, no I/O; the driver performs
 pins / unpins / re-warms.
