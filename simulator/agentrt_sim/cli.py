@@ -386,6 +386,16 @@ def _cost(args: argparse.Namespace) -> Any:
     return model.service_s
 
 
+def _cost_table(args: argparse.Namespace) -> dict[str, object]:
+    """The cost model table the router's and retention's derived parameters come from: the
+    ``--cost`` table, else (no ``--cost``, or ``roofline``) the controller's default."""
+    from agentrt_controller import defaults
+
+    if args.cost and args.cost != ["roofline"]:
+        return _options(args.cost)
+    return dict(defaults.COST)
+
+
 def _replica_values(args: argparse.Namespace) -> list[tuple[int, str, str]]:
     """``--replicas`` x ``--shard`` x ``--replica-window`` as (replicas, shard, window); one
     replica appears once (sharding and window shares mean nothing there)."""
@@ -490,6 +500,7 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
             replicas=replicas,
             shard=shard,
             replica_window=replica_window,
+            cost=_cost_table(args),
         )
         for p in policies
         for tenancy, isolation in _tenancy_values(
