@@ -45,6 +45,7 @@ from agentrt_emulator.server.prepare import (
     chat_messages,
     prepare_chat,
     prepare_completion,
+    prepare_in_thread,
 )
 from agentrt_emulator.server.responses import Kind, ResponseBuilder, sse
 from agentrt_emulator.server.responses_api import ResponsesEndpoint
@@ -59,8 +60,6 @@ __all__ = ["EmulatorState", "build_app", "build_state"]
 _log = logging.getLogger(__name__)
 # The guard's crash records keep the logger name they had when the guard lived here.
 _HARDENING_LOG = logging.getLogger("agentrt_emulator.server.hardening")
-# Bodies at least this large (bytes) are tokenized in a worker thread.
-_THREAD_BYTES = 1024 * 1024
 _HEADER_REQUEST_ID = "x-request-id"
 # Status sent (to nobody) when the client left before a non-streamed answer was ready.
 _CLIENT_CLOSED = 499
@@ -78,6 +77,10 @@ class EmulatorState:
     rules: RequestRules
     #: Pins created over HTTP (see :mod:`agentrt_emulator.server.pins`).
     pins: dict[str, PinInfo] = field(default_factory=dict)
+    #: The worker thread that prepares large requests (:func:`prepare_in_thread`): one, so
+    #: that a burst of them waits here; starting a thread per request would block the event
+    #: loop until each new thread gets the GIL from the busy ones.
+    prepare_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
 
 
 def build_state(config: EmulatorConfig) -> EmulatorState:
@@ -154,18 +157,19 @@ class _Endpoints:
         parsed: ChatRequest | CompletionRequest,
         body: dict[str, Any],
     ) -> PreparedRequest:
-        """``prepare(...)``: tokenize the prompt and plan the outputs. A body of
-        ``_THREAD_BYTES`` or more is tokenized in a worker thread, with a tokenizer and
-        scripted model of its own (they keep caches, not thread-safe; results never depend
-        on those), so that a 16 MiB prompt does not stall the engine loop for seconds."""
+        """``prepare(...)``: tokenize the prompt and plan the outputs. A large request
+        (:func:`prepare_in_thread`: a 16 MiB prompt, 20,000 ``ignore_eos`` tokens) is prepared
+        in a worker thread, with a tokenizer and scripted model of its own (they keep caches,
+        not thread-safe; results never depend on those), so that it does not stall the engine
+        loop, the other streams and the health probes."""
         s = self.state
-        declared = request.headers.get("content-length", "")
-        if not (declared.isdigit() and int(declared) >= _THREAD_BYTES):
+        if not prepare_in_thread(parsed, request.headers, s.rules):
             return prepare(parsed, body, request.headers, s.rules, s.tokenizer, s.model)
         tokenizer = Tokenizer(s.tokenizer.vocab_size)
         model = ScriptedModel(tokenizer, s.config.seed)
         return await anyio.to_thread.run_sync(
-            lambda: prepare(parsed, body, request.headers, s.rules, tokenizer, model)
+            lambda: prepare(parsed, body, request.headers, s.rules, tokenizer, model),
+            limiter=s.prepare_limiter,
         )
 
     async def _generate(

@@ -14,7 +14,13 @@ from typing import Any
 
 from agentrt.errors import InvalidRequest
 from agentrt_emulator.core.types import SchedulingPolicy
-from agentrt_emulator.scripted_model import GenerationSpec, ScriptedModel, ScriptedOutput, ToolSpec
+from agentrt_emulator.scripted_model import (
+    DEFAULT_MEDIAN_TOKENS,
+    GenerationSpec,
+    ScriptedModel,
+    ScriptedOutput,
+    ToolSpec,
+)
 from agentrt_emulator.server.wire import ChatMessageIn, ChatRequest, CompletionRequest, ToolDef
 from agentrt_emulator.tokenizer import ChatMessage, Tokenizer
 
@@ -25,8 +31,10 @@ __all__ = [
     "PreparedRequest",
     "RequestRules",
     "chat_messages",
+    "planned_output_tokens",
     "prepare_chat",
     "prepare_completion",
+    "prepare_in_thread",
     "tool_specs",
 ]
 
@@ -34,6 +42,13 @@ __all__ = [
 HEADER_PRIORITY = "x-vllm-priority"
 #: Workload hint header, same meaning as the body field ``agentrt_output_tokens``.
 HEADER_OUTPUT_TOKENS = "x-agentrt-output-tokens"
+#: Requests with a body of this many bytes or more (the declared ``content-length``) are
+#: prepared in a worker thread (tokenizing a 16 MiB prompt takes seconds).
+THREAD_BODY_BYTES = 1024 * 1024
+#: Requests planning this many output tokens or more, all prompts and choices
+#: (:func:`planned_output_tokens`), are prepared in a worker thread: the scripted model plans
+#: every token ahead, a few microseconds each.
+THREAD_OUTPUT_TOKENS = 4096
 # Fields that change how the answer is delivered, not what it is.
 _DELIVERY_FIELDS = ("stream", "stream_options", "priority", "user", "cache_salt", "n")
 
@@ -67,6 +82,42 @@ class PreparedRequest:
     priority: int
     cache_salt: str | None
     n: int
+
+
+def planned_output_tokens(
+    request: ChatRequest | CompletionRequest, headers: Mapping[str, str], rules: RequestRules
+) -> int:
+    """About how many output tokens preparing ``request`` plans, all prompts and choices
+    (tokens). Read before any check: ``ignore_eos`` plans ``max_tokens`` (unset: the whole
+    context for a chat, 16 for a completion); otherwise the length hint (header or body) or the
+    scripted model's median answer, each at most ``max_tokens``."""
+    raw_hint = headers.get(HEADER_OUTPUT_TOKENS, "").strip()
+    hint = int(raw_hint) if raw_hint.isdigit() else request.agentrt_output_tokens
+    prompts = 1
+    if isinstance(request, ChatRequest):
+        limit = request.max_completion_tokens or request.max_tokens or rules.max_model_len
+    else:
+        limit = request.max_tokens or 16
+        prompt = request.prompt
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+            prompts = len(prompt)  # a batch: several prompts
+    per_choice = limit if request.ignore_eos else min(limit, hint or DEFAULT_MEDIAN_TOKENS)
+    return per_choice * request.n * prompts
+
+
+def prepare_in_thread(
+    request: ChatRequest | CompletionRequest, headers: Mapping[str, str], rules: RequestRules
+) -> bool:
+    """Whether ``request`` is to be prepared in a worker thread rather than on the event loop,
+    where its preparation would hold up every stream and probe of the server: a body of
+    :data:`THREAD_BODY_BYTES` or more, or :data:`THREAD_OUTPUT_TOKENS` planned output tokens or
+    more. (Four 20,000-token ``ignore_eos`` calls arriving together held the loop ~0.3 s on an
+    idle test machine, longer on a busy one: long enough for a controller probing every 0.2 s
+    to take the server out of routing.)"""
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) >= THREAD_BODY_BYTES:
+        return True
+    return planned_output_tokens(request, headers, rules) >= THREAD_OUTPUT_TOKENS
 
 
 def _check_model(model: str | None, rules: RequestRules) -> None:

@@ -43,7 +43,7 @@ from agentrt_emulator.core.types import EngineRequest
 from agentrt_emulator.scripted_model import ScriptedModel
 from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.errors import error_response, from_validation_error
-from agentrt_emulator.server.prepare import PreparedRequest, prepare_chat
+from agentrt_emulator.server.prepare import PreparedRequest, prepare_chat, prepare_in_thread
 from agentrt_emulator.server.responses_events import ResponseState, sse_event
 from agentrt_emulator.server.streaming import EventStreamResponse, watch_disconnect
 from agentrt_emulator.server.wire import ChatRequest
@@ -55,8 +55,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ResponsesEndpoint", "chat_body"]
 
-# Bodies at least this large (bytes) are prepared in a worker thread (as the chat path does).
-_THREAD_BYTES = 1024 * 1024
 _CLIENT_CLOSED = 499
 #: Fields copied from the request to the response object (with these defaults).
 _ECHOED: dict[str, Any] = {
@@ -211,14 +209,14 @@ class ResponsesEndpoint:
         s = self.state
         if parsed.n != 1:
             raise _bad("the Responses API has one output", "n")
-        declared = request.headers.get("content-length", "")
-        if not (declared.isdigit() and int(declared) >= _THREAD_BYTES):
+        if not prepare_in_thread(parsed, request.headers, s.rules):
             return prepare_chat(parsed, chat, request.headers, s.rules, s.tokenizer, s.model)
         # Caches of the tokenizer and the scripted model are not thread-safe: own copies.
         tokenizer = Tokenizer(s.tokenizer.vocab_size)
         model = ScriptedModel(tokenizer, s.config.seed)
         return await anyio.to_thread.run_sync(
-            lambda: prepare_chat(parsed, chat, request.headers, s.rules, tokenizer, model)
+            lambda: prepare_chat(parsed, chat, request.headers, s.rules, tokenizer, model),
+            limiter=s.prepare_limiter,
         )
 
 
