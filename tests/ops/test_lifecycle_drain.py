@@ -31,6 +31,13 @@ START_S = 30
 STREAMS = 20
 #: Tokens per streamed call: ~3 s at the emulator's default speed with 20 in its batch.
 TOKENS = 300
+#: Calls longer than any grace period: LONG_TOKENS tokens on an emulator running SLOW times
+#: the modelled GPU's speed take minutes. Few tokens on a slow clock, not many on the default
+#: one: the emulator plans every token of a call when it arrives, and four 20,000-token plans
+#: (with the garbage collection they set off) held the test process' event loop, where the
+#: emulator runs, long enough for the controller's 0.2 s probes to call it out (503).
+LONG_TOKENS = 1000
+SLOW = 0.05
 
 
 def refused(port: int) -> bool:
@@ -95,7 +102,7 @@ async def test_sigterm_lets_twenty_streams_finish_and_refuses_new_connections() 
 
 async def test_calls_longer_than_the_grace_period_are_aborted_upstream() -> None:
     async with (
-        serve_engine(EmulatorConfig()) as engine,
+        serve_engine(EmulatorConfig(time_scale=SLOW)) as engine,
         controller_process([engine.base_url], "--shutdown-grace-s", "0.5") as (process, url),
         httpx.AsyncClient(timeout=30) as http,
     ):
@@ -104,7 +111,7 @@ async def test_calls_longer_than_the_grace_period_are_aborted_upstream() -> None
 
         async def one(started: anyio.Event) -> None:
             try:
-                await stream(http, url, 20_000, started)  # minutes at the emulator's speed
+                await stream(http, url, LONG_TOKENS, started)
             except (httpx.HTTPError, AssertionError) as exc:
                 if not started.is_set():
                     raise  # failed before its first event: not the cut this test expects
