@@ -19,6 +19,10 @@ announced in :class:`BackendCapabilities` (docs/backends.md):
   chat template (vLLM, the emulator), cached; never on the request path by default.
 * :class:`DetectsFeatures` — ``detect_features()`` after the first successful health probe
   and after each recovery (e.g. vLLM's ``priority=auto``).
+* :class:`HoldsCredential` — the controller's own credential for the server (its ``api_key``
+  option), stored once, in the backend, which applies it to everything it sends: forwarded
+  calls, health probes, scrapes, model lists, pins. Only the KV-events feed's ``/tokenize``
+  (which goes around the backend) reads it.
 
 Errors (derived from :mod:`agentrt.errors`; httpx errors never cross this seam)::
 
@@ -50,11 +54,13 @@ __all__ = [
     "BackendResponse",
     "BackendUnavailable",
     "DetectsFeatures",
+    "HoldsCredential",
     "PinError",
     "PinResult",
     "PinsUnsupported",
     "SupportsPins",
     "SupportsTokenize",
+    "credential_of",
     "pins_of",
 ]
 
@@ -106,6 +112,10 @@ class BackendCapabilities:
     supports_pins: bool = False
     #: Implements :class:`SupportsTokenize` (exact token counts from the server).
     supports_tokenize: bool = False
+    #: Honours vLLM's ``cache_salt`` body field (vLLM and our emulator): the service sends a
+    #: tenant's salt only to such a backend (an OpenAI-compatible service or SGLang may
+    #: reject the field).
+    takes_cache_salt: bool = False
 
 
 @dataclass(slots=True)
@@ -280,6 +290,21 @@ class DetectsFeatures(Protocol):
 
     async def detect_features(self) -> None:
         """Probe and update :attr:`Backend.capabilities`. Never raises."""
+
+
+@runtime_checkable
+class HoldsCredential(Protocol):
+    """A backend that holds the controller's own credential for its server."""
+
+    #: Sent as ``Authorization: Bearer`` on every request the backend makes (replacing any
+    #: forwarded one: a tenant's key never reaches a backend that has its own); ``None`` =
+    #: none. Never logged.
+    credential: str | None
+
+
+def credential_of(backend: object) -> str | None:
+    """``backend``'s credential (:class:`HoldsCredential`); ``None`` when it holds none."""
+    return backend.credential if isinstance(backend, HoldsCredential) else None
 
 
 def pins_of(backend: object) -> SupportsPins | None:

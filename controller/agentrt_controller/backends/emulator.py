@@ -63,6 +63,7 @@ class EmulatorBackend(VllmBackend):
             scrapes_metrics=True,
             supports_tokenize=True,
             supports_pins=True,
+            takes_cache_salt=True,
         )
 
     def load_from_metrics(self, text: str) -> BackendLoad:

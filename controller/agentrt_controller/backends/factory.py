@@ -5,7 +5,8 @@ The kinds are listed here explicitly (no global registry); an unknown kind or op
 (docs/backends.md):
 
 =========  ===========================================================================
-all        ``probe_timeout_s`` (2), ``aux_timeout_s`` (10)
+all        ``probe_timeout_s`` (2), ``aux_timeout_s`` (10), ``api_key`` (the controller's own
+           credential for the server: the backend sends it on every request)
 vllm       ``token_cache_entries`` (4096); ``priority=auto`` allowed
 emulator   as vllm; pins are always on
 (none)     as vllm; detected at start-up: ``emulator`` when the server is our emulator, else
@@ -19,7 +20,7 @@ openai     —
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar
 
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend
@@ -40,6 +41,14 @@ __all__ = ["BACKEND_KINDS", "build_backend"]
 BackendFactory = Callable[[BackendSpec, HttpPool], Backend]
 
 _T = TypeVar("_T")
+
+
+class _Common(TypedDict):
+    """The options every HTTP kind takes (:class:`HttpBackendConfig`'s fields)."""
+
+    probe_timeout_s: float
+    aux_timeout_s: float
+    credential: str | None
 
 
 class _Options:
@@ -87,10 +96,11 @@ class _Options:
             )
         return value
 
-    def common(self) -> dict[str, Any]:
+    def common(self) -> _Common:
         return {
             "probe_timeout_s": self.number("probe_timeout_s", 2.0),
             "aux_timeout_s": self.number("aux_timeout_s", 10.0),
+            "credential": self.left.pop("api_key", None),
         }
 
     def done(self) -> None:

@@ -65,6 +65,7 @@ class FakeBackend:
         load: BackendLoad | None = None,
         models: list[dict[str, Any]] | None = None,
         pins: bool = False,
+        credential: str | None = None,
     ) -> None:
         self.backend_id = backend_id
         self.url = f"fake://{backend_id}"
@@ -79,12 +80,19 @@ class FakeBackend:
         self.load = load or BackendLoad()
         self.model_list = models if models is not None else [{"id": "fake-model"}]
         self.down = False
-        #: Every request sent, in order.
+        #: The controller's credential for this backend: every recorded request carries it as
+        #: ``Authorization: Bearer`` (like an HTTP backend's ``api_key`` option).
+        self.credential = credential
+        #: Every request sent, in order (as the server would see it).
         self.requests: list[BackendRequest] = []
 
     async def send(self, request: BackendRequest) -> FakeResponse:
         if self.down:
             raise BackendUnavailable(f"fake backend {self.backend_id} is down")
+        if self.credential is not None:
+            headers = {k: v for k, v in request.headers.items() if k != "authorization"}
+            headers["authorization"] = f"Bearer {self.credential}"
+            request = replace(request, headers=headers)
         self.requests.append(request)
         return await self.handler(request)
 

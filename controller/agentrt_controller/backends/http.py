@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -75,6 +75,9 @@ class HttpBackendConfig:
     probe_timeout_s: float = 2.0
     #: Bound on the other side requests: tokenize, pins, feature probes (seconds).
     aux_timeout_s: float = 10.0
+    #: The controller's own credential for this server (the spec's ``api_key`` option),
+    #: sent as ``Authorization: Bearer`` on every request; ``None`` = none.
+    credential: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,11 +113,14 @@ class HttpBackend:
         #: How the priority switch was configured (``"auto"`` resolves in detect_features).
         self.priority_mode: PriorityMode = config.send_priority
         self.capabilities = self._capabilities(config.send_priority is True)
-        #: The controller's own credential for this server (the backend's ``api_key`` option),
-        #: sent as ``Authorization: Bearer`` on the controller's own requests — health probes,
-        #: ``/metrics`` scrapes, model lists, feature probes, tokenizer and pin calls. Forwarded
-        #: calls carry it through the service (``ControllerCore.backend_keys``).
-        self.credential: str | None = None
+        #: The controller's own credential for this server (:class:`HoldsCredential`): sent
+        #: as ``Authorization: Bearer`` on forwarded calls (replacing a forwarded client
+        #: header) and on the controller's own requests — health probes, ``/metrics``
+        #: scrapes, model lists, feature probes, tokenizer and pin calls.
+        self.credential: str | None = config.credential
+        self._auth = (
+            None if config.credential is None else f"Bearer {config.credential}".encode("latin-1")
+        )
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
         # A generic server may not know stream_options: leave stream bodies as the client sent.
@@ -138,6 +144,9 @@ class HttpBackend:
         # Bytes, as received (the service decoded them as latin-1): httpx would encode str
         # values as ASCII and raise on anything else.
         headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()]
+        if self._auth is not None:  # the controller's own credential, never a tenant's key
+            headers = [h for h in headers if h[0] != b"authorization"]
+            headers.append((b"authorization", self._auth))
         headers.append((b"content-type", b"application/json"))
         url = self._urls.get(request.path)
         if url is None:
@@ -293,7 +302,10 @@ class VllmBackend(HttpBackend):
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
         return BackendCapabilities(
-            supports_priority=send_priority, scrapes_metrics=True, supports_tokenize=True
+            supports_priority=send_priority,
+            scrapes_metrics=True,
+            supports_tokenize=True,
+            takes_cache_salt=True,
         )
 
     def load_from_metrics(self, text: str) -> BackendLoad:

@@ -25,7 +25,6 @@ from typing import Any
 
 import anyio
 
-from agentrt_controller.backends.api import BackendCapabilities, BackendRequest
 from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
 from agentrt_controller.service.core.answer import BackendAnswer
@@ -35,7 +34,7 @@ from agentrt_controller.service.core.tenants import Tenant
 from agentrt_controller.service.errors import DeadlinePassed, NoBackend, ServiceError
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
-__all__ = ["CallQueue", "Forwarded", "PendingCall", "RequestFor"]
+__all__ = ["CallQueue", "Forwarded", "PendingCall"]
 
 
 @dataclass(slots=True, eq=False)
@@ -55,11 +54,6 @@ class PendingCall:
     decided: anyio.Event = field(default_factory=anyio.Event, repr=False)
     admission: Admission | None = None
     error: ServiceError | None = None
-
-
-#: Builds the request for the backend the call was admitted to (its capabilities decide,
-#: e.g., whether to ask for stream usage).
-RequestFor = Callable[[Admission, BackendCapabilities], BackendRequest]
 
 
 @dataclass(frozen=True, slots=True)

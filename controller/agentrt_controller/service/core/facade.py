@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -45,6 +45,7 @@ from agentrt_controller.backends.api import (
     BackendDisconnected,
     BackendError,
     BackendUnavailable,
+    credential_of,
 )
 from agentrt_controller.backends.breaker import BreakerConfig
 from agentrt_controller.cost_model import CostFunction, CostModel
@@ -54,13 +55,14 @@ from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.answer import BackendAnswer
-from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingCall, RequestFor
+from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingCall
 from agentrt_controller.service.core.charging import Charge, Charger, Usage
 from agentrt_controller.service.core.clock import MONOTONIC, Clock
 from agentrt_controller.service.core.kv_events import KvEventsFeed
 from agentrt_controller.service.core.policies import build_dispatcher, build_retention
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.quotas import ProgramNotFound, TenantQuotas, check_program
+from agentrt_controller.service.core.requests import GenerationRequest
 from agentrt_controller.service.core.retry import RetryPolicy
 from agentrt_controller.service.core.sessions import SessionRegistry
 from agentrt_controller.service.core.tenants import Tenant, TenantDirectory, build_directory
@@ -68,11 +70,12 @@ from agentrt_controller.service.errors import DeadlinePassed, ServiceError, Upst
 from agentrt_controller.service.telemetry.introspection import collect_metrics, queues_snapshot
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
-__all__ = ["ControllerCore", "Forwarded", "PendingCall", "RequestFor"]
+__all__ = ["ControllerCore", "Forwarded", "GenerationRequest", "PendingCall", "SaltFor"]
 
 _log = logging.getLogger("agentrt.controller")
-#: Backend kinds that take ``cache_salt`` in a request body.
-_SALTED_KINDS = frozenset({"vllm", "emulator"})
+
+#: ``(client's cache_salt or None) -> the cache_salt to send`` for one tenant.
+SaltFor = Callable[[str | None], str]
 
 
 class ControllerCore:
@@ -107,8 +110,6 @@ class ControllerCore:
             )
         )
         self.quotas = TenantQuotas(clock)
-        #: The controller's own API key per backend id (never a tenant's key).
-        self.backend_keys: dict[str, str] = {}
         # ``config.cost`` parsed once: the router's and retention's defaults and the charge.
         cost_model = CostModel.from_mapping(config.cost)
         self.dispatcher = build_dispatcher(config, cost_model, self.tenants)
@@ -143,7 +144,7 @@ class ControllerCore:
         #: vLLM's KV events for the exact prefix index (backends with ``kv_events``); ``None``
         #: = none configured (the estimate alone).
         self.kv_events = KvEventsFeed.build(
-            config.backends, self.dispatcher.router, api_key_of=self.backend_api_key,
+            config.backends, self.dispatcher.router, api_key_of=self._credential_of,
             on_change=self.wake,
         )  # fmt: skip
         if self.kv_events is not None:
@@ -201,6 +202,24 @@ class ControllerCore:
         """The core's clock (seconds)."""
         return self.clock()
 
+    def authenticate(self, authorization: str | None) -> Tenant | None:
+        """The tenant whose API key is the bearer token of an ``Authorization`` header value;
+        ``None`` when there is none (open mode: always the one tenant)."""
+        return self.tenants.authenticate(authorization)
+
+    def open_tenancy(self) -> bool:
+        """No API keys are configured: every caller is the one tenant, no quotas."""
+        return self.tenants.open
+
+    def salt_for(self, tenant: Tenant) -> SaltFor | None:
+        """How ``tenant``'s ``cache_salt`` is chosen (a client's own salt counts only where
+        the tenant may choose one); ``None`` in open mode (bodies go unchanged, a client's
+        salt included)."""
+        if self.tenants.open:
+            return None
+        tenants = self.tenants
+        return lambda chosen: tenants.cache_salt(tenant, chosen)
+
     def known_models(self) -> set[str] | None:
         """Model ids some live backend serves; ``None`` when none said (anything goes)."""
         return self.pool.known_model_ids()
@@ -255,12 +274,12 @@ class ControllerCore:
             self.metrics.deadline_drops.inc()
             raise DeadlinePassed("the call's deadline passed before its answer was complete")
 
-    async def forward(
-        self, pending: PendingCall, request_for: RequestFor, *, stream: bool
-    ) -> Forwarded:
-        """Queue the call, wait for its admission, send it and read until the client can be
-        answered (:class:`BackendAnswer`); a backend that fails before that is left for
-        another (:class:`RetryPolicy`). Raises :class:`NoBackend` (503), :class:`DeadlinePassed`
+    async def forward(self, pending: PendingCall, request: GenerationRequest) -> Forwarded:
+        """Queue the call, wait for its admission, send ``request`` as the admitted backend
+        takes it (:meth:`GenerationRequest.for_backend`: salt, stream usage, priority; the
+        backend adds its credential) and read until the client can be answered
+        (:class:`BackendAnswer`); a backend that fails before that is left for another
+        (:class:`RetryPolicy`). Raises :class:`NoBackend` (503), :class:`DeadlinePassed`
         (504) or :class:`UpstreamFailed` (502); on any raise the call is finished."""
         call = pending.call
         if pending.tenant is not None and not pending.quota_entered:
@@ -281,8 +300,9 @@ class ControllerCore:
             try:
                 # The pool aborts the block when this backend fails meanwhile (pool.py).
                 with self.pool.abortable(backend_id):
-                    response = await backend.send(request_for(admission, backend.capabilities))
-                    answer = await BackendAnswer.start(stream, response)
+                    sent = request.for_backend(backend.capabilities, admission.backend_priority)
+                    response = await backend.send(sent)
+                    answer = await BackendAnswer.start(request.stream, response)
                     status = response.status_code
                     if self.retry.retryable_status(status) and self.retry.may_retry(retries):
                         await answer.aclose()  # nothing of it reached the client: try another
@@ -486,16 +506,11 @@ class ControllerCore:
         now = self.clock()
         return [state.describe(now) for state in self.pool.states.values()]
 
-    def backend_api_key(self, backend_id: str) -> str | None:
-        """The controller's own credential for ``backend_id`` (its spec's ``api_key``
-        option), sent as ``Authorization: Bearer``; ``None`` = none."""
-        return self.backend_keys.get(backend_id)
-
-    def takes_cache_salt(self, backend_id: str) -> bool:
-        """Whether ``backend_id`` honours vLLM's ``cache_salt`` (vLLM and our emulator; an
-        OpenAI-compatible service or SGLang may reject the field)."""
+    def _credential_of(self, backend_id: str) -> str | None:
+        """The controller's own credential for ``backend_id``, as the backend holds it (for
+        the KV-events feed's ``/tokenize``, which goes around the backend)."""
         state = self.pool.states.get(backend_id)
-        return state is not None and state.backend.kind in _SALTED_KINDS
+        return None if state is None else credential_of(state.backend)
 
     def backends_for_model(self, model: str | None) -> list[Backend]:
         """Healthy backends that serve ``model`` (``None``, or a backend whose model list is

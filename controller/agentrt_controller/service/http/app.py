@@ -16,7 +16,6 @@ everything else is an ordinary Starlette app.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hmac
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -32,7 +31,6 @@ from agentrt import __version__
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend
 from agentrt_controller.backends.factory import build_backend
-from agentrt_controller.backends.http import HttpBackend
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.backends.transport import HttpPool
 from agentrt_controller.cost_model import CostFunction
@@ -44,6 +42,7 @@ from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes
 from agentrt_controller.service.http.events import event_routes
 from agentrt_controller.service.http.hardening import internal_error_response
 from agentrt_controller.service.http.incoming import Receive, Scope, Send
+from agentrt_controller.service.http.limits import RequestLimits
 from agentrt_controller.service.http.passthrough import PASSTHROUGH_PATHS, PassthroughEndpoint
 from agentrt_controller.service.http.proxy import CompletionsEndpoint, send_error
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
@@ -89,26 +88,30 @@ class ControllerApp:
             shards=config.http_pool_shards,
             max_connections=config.max_connections,
         )
-        backend_keys: dict[str, str] = {}
         if backends is None:
-            backends = [self._build(spec, backend_keys) for spec in config.backends]
+            backends = [self._build_backend(spec) for spec in config.backends]
         if not backends:
             raise ConfigError("the controller needs at least one backend")
         #: The controller's core behind one facade; the endpoints only talk to it.
         self.core = ControllerCore(
             config, list(backends), metrics=self.metrics, cost=cost, clock=clock
         )
-        self.core.backend_keys.update(backend_keys)
         #: Set on SIGTERM (service/http/server.py): readiness answers 503 while calls drain.
         self.draining = False
         self._admin_token = config.admin_token.encode() if config.admin_token else None
         tracing = CallTracing(tracer_provider)
+        limits = RequestLimits(
+            max_body_bytes=config.max_body_bytes,
+            forward_client_authorization=config.forward_client_authorization,
+        )
         self._generation: dict[str, CompletionsEndpoint | PassthroughEndpoint] = {
-            path: CompletionsEndpoint(path, self.core, tracing) for path in _GENERATION_PATHS
+            path: CompletionsEndpoint(path, self.core, tracing, metrics=self.metrics, limits=limits)
+            for path in _GENERATION_PATHS
         }
         # Routed but not scheduled (embeddings, vLLM's tokenizer endpoints).
         self._generation.update(
-            (path, PassthroughEndpoint(path, self.core)) for path in PASSTHROUGH_PATHS
+            (path, PassthroughEndpoint(path, self.core, metrics=self.metrics, limits=limits))
+            for path in PASSTHROUGH_PATHS
         )
         self.metrics.on_collect(self.core.collect_metrics)
         self._starlette = Starlette(
@@ -118,7 +121,7 @@ class ControllerApp:
                 Route("/livez", self._liveness, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
-                *event_routes(self.core),
+                *event_routes(self.core, admin_token_set=config.admin_token is not None),
                 *admin_routes(self.core, self._build_backend, config.admin_token),
             ],
             lifespan=self._lifespan,
@@ -169,7 +172,7 @@ class ControllerApp:
             )
         if admin:
             state[ADMIN_STATE] = True
-        tenant = self.core.tenants.authenticate(authorization)
+        tenant = self.core.authenticate(authorization)
         if tenant is not None:
             state[TENANT_STATE] = tenant
         if tenant is not None or admin:
@@ -178,22 +181,10 @@ class ControllerApp:
             return Unauthorized("missing API key: send Authorization: Bearer <key>")
         return Unauthorized("invalid API key")
 
-    def _build(self, spec: BackendSpec, keys: dict[str, str]) -> Backend:
-        """The backend of ``spec``; its ``api_key`` option (the controller's credential for
-        it) goes to ``keys`` instead of to the backend kind."""
-        api_key = spec.options.get("api_key")
-        if api_key is not None:
-            options = {k: v for k, v in spec.options.items() if k != "api_key"}
-            spec = dataclasses.replace(spec, options=options)
-            keys[spec.backend_id] = api_key
-        backend = build_backend(spec, self.http)
-        if api_key is not None and isinstance(backend, HttpBackend):
-            backend.credential = str(api_key)  # its probes and scrapes authenticate too
-        return backend
-
     def _build_backend(self, spec: BackendSpec) -> Backend:
-        """A backend for the admin API's POST (shares the app's HTTP pool)."""
-        return self._build(spec, self.core.backend_keys)
+        """The backend of ``spec`` on the app's HTTP pool (start-up and the admin API's POST);
+        its ``api_key`` option stays in the backend, which sends it itself."""
+        return build_backend(spec, self.http)
 
     # --- plain endpoints ---------------------------------------------------------------------
 

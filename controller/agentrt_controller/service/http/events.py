@@ -83,10 +83,11 @@ def _query_int(request: Request, name: str, default: int) -> int:
         raise BadRequest(f"{name} must be an integer", param=name) from None
 
 
-def event_routes(core: ControllerCore) -> list[Route]:
+def event_routes(core: ControllerCore, *, admin_token_set: bool) -> list[Route]:
     """The Starlette routes of the event and introspection API for ``core``. Every handler
     acts for the tenant the app authenticated (``request.state``): ids name programs of that
-    tenant only."""
+    tenant only. ``admin_token_set``: an admin token is configured (then only it sees every
+    call in ``GET /queues``)."""
 
     async def start_session(request: Request) -> Response:
         answer = core.start_session(_tenant(request), await _event(request, SessionStart))
@@ -120,7 +121,7 @@ def event_routes(core: ControllerCore) -> list[Route]:
         after = _query_int(request, "cursor", -1)
         admin = _state(request).get(ADMIN_STATE) is True
         tenant = None if admin else _tenant(request)
-        if tenant is not None and core.tenants.open:
+        if tenant is not None and core.open_tenancy():
             tenant = None  # open mode: one tenant, the whole table is its own
         snapshot = core.programs_snapshot(min(limit, MAX_PAGE), tenant=tenant, after=after)
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
@@ -129,7 +130,7 @@ def event_routes(core: ControllerCore) -> list[Route]:
         # Backend URLs and every tenant's calls are the admin's; in open mode without an
         # admin token everyone is (as before tenants existed).
         admin = _state(request).get(ADMIN_STATE) is True
-        full = admin or (core.tenants.open and core.config.admin_token is None)
+        full = admin or (core.open_tenancy() and not admin_token_set)
         snapshot = core.queues_snapshot(full=full)
         return Response(json.dumps(snapshot, default=str), media_type="application/json")
 

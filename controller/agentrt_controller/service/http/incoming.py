@@ -75,25 +75,9 @@ class IncomingCall:
     #: ``tracestate``, ``baggage``; service/telemetry/tracing.py). Holds credentials: never logged.
     headers: dict[str, str]
     forward_headers: dict[str, str]
-    #: The ``cache_salt`` the controller sends for the call's tenant (also in :attr:`body`,
-    #: not in :attr:`raw_body`); ``None`` = none.
+    #: The ``cache_salt`` the controller chose for the call's tenant (also in :attr:`body`,
+    #: not in :attr:`raw_body`; the core adds it where a backend takes it); ``None`` = none.
     cache_salt: str | None = None
-
-    def body_without_salt(self) -> dict[str, Any]:
-        """:attr:`body` without the controller's ``cache_salt`` (for backends that do not
-        take the field)."""
-        if self.cache_salt is None:
-            return self.body
-        return {k: v for k, v in self.body.items() if k != "cache_salt"}
-
-    def raw_body_with_salt(self) -> bytes:
-        """:attr:`raw_body` with ``"cache_salt"`` added as the last field (no re-encoding of
-        the prompt)."""
-        if self.cache_salt is None:
-            return self.raw_body
-        inner = self.raw_body.rstrip()[:-1].rstrip()  # a JSON object's bytes end with "}"
-        field = b'"cache_salt":' + json.dumps(self.cache_salt).encode()
-        return inner + (b"" if inner.endswith(b"{") else b",") + field + b"}"
 
     def __repr__(self) -> str:
         return f"IncomingCall(call_id={self.call.call_id!r}, model={self.model!r})"

@@ -5,10 +5,10 @@ They take no decode slot worth queueing for, so they skip the queues, the proces
 charging; but they need what a generation needs from the controller — a tenant's API key
 (when keys are configured), a healthy backend of the request's ``model`` (the least loaded;
 :meth:`~agentrt_controller.service.core.facade.ControllerCore.backends_for_model`), the
-controller's own credential for that backend, and the same header filter (program tags and
-session headers stay here; a ``vllm_xargs.agentic_context`` is taken out of the body). A
-backend that cannot be reached is left for the next one; the answer, whatever its status, is
-passed back as it came::
+controller's own credential for that backend (the backend adds it), and the same header
+filter (program tags and session headers stay here; a ``vllm_xargs.agentic_context`` is taken
+out of the body). A backend that cannot be reached is left for the next one; the answer,
+whatever its status, is passed back as it came::
 
     read body (413) → JSON object (400) → model known (404) → first reachable backend
     (503 without one, 502 when none answered) → status, content type and body unchanged
@@ -39,6 +39,8 @@ from agentrt_controller.service.http.incoming import (
     forwarded_headers,
     read_body,
 )
+from agentrt_controller.service.http.limits import RequestLimits
+from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
 __all__ = ["PASSTHROUGH_PATHS", "PassthroughEndpoint"]
 
@@ -64,12 +66,22 @@ async def _send_error(send: Send, error: ServiceError) -> None:
 
 
 class PassthroughEndpoint:
-    """ASGI app for one routed, unscheduled path of :data:`PASSTHROUGH_PATHS`."""
+    """ASGI app for one routed, unscheduled path of :data:`PASSTHROUGH_PATHS`: backends from
+    ``core``, counts on ``metrics``."""
 
-    def __init__(self, path: str, core: ControllerCore) -> None:
+    def __init__(
+        self,
+        path: str,
+        core: ControllerCore,
+        *,
+        metrics: ServiceMetrics,
+        limits: RequestLimits,
+    ) -> None:
         self.path = path
         self.operation = PASSTHROUGH_PATHS[path]
         self.core = core
+        self.metrics = metrics
+        self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -85,10 +97,10 @@ class PassthroughEndpoint:
         except ClientGone:
             return
         except ServiceError as error:
-            self.core.metrics.requests.inc(1.0, self.operation, str(error.status_code))
+            self.metrics.requests.inc(1.0, self.operation, str(error.status_code))
             await _send_error(send, error)
             return
-        self.core.metrics.requests.inc(1.0, self.operation, str(status))
+        self.metrics.requests.inc(1.0, self.operation, str(status))
         await _send(send, status, body, headers)
 
     async def _answer(
@@ -96,7 +108,7 @@ class PassthroughEndpoint:
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
         core = self.core
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        raw = await read_body(receive, headers, core.config.max_body_bytes)
+        raw = await read_body(receive, headers, self.limits.max_body_bytes)
         body = await decode_body(raw)
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
@@ -111,18 +123,15 @@ class PassthroughEndpoint:
         if strip_agentic_context(body):
             raw = json.dumps(body, separators=(",", ":")).encode()
         outgoing = forwarded_headers(
-            headers, authorization=core.config.forward_client_authorization
+            headers, authorization=self.limits.forward_client_authorization
         )
         backends = core.backends_for_model(model)
         if not backends:
             raise NoBackend("no healthy backend serves this model", retry_after_s=1)
         failure: BackendError | None = None
         for backend in backends:
-            sent = dict(outgoing)
-            key = core.backend_api_key(backend.backend_id)
-            if key is not None:  # the controller's own credential, never a tenant's
-                sent["authorization"] = f"Bearer {key}"
-            request = BackendRequest(self.path, raw, body, stream=False, headers=sent)
+            # The backend adds its own credential (never a tenant's key) when it sends.
+            request = BackendRequest(self.path, raw, body, stream=False, headers=outgoing)
             try:
                 response = await backend.send(request)
                 answer = await response.aread()

@@ -28,13 +28,16 @@ import anyio
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
-from agentrt_controller.backends.api import BackendCapabilities, BackendError, BackendRequest
+from agentrt_controller.backends.api import BackendError
 from agentrt_controller.scheduling.api import Call
-from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.core.answer import BackendAnswer
-from agentrt_controller.service.core.calls import Forwarded, PendingCall
 from agentrt_controller.service.core.charging import Usage
-from agentrt_controller.service.core.facade import ControllerCore
+from agentrt_controller.service.core.facade import (
+    ControllerCore,
+    Forwarded,
+    GenerationRequest,
+    PendingCall,
+)
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant, Unauthorized
 from agentrt_controller.service.errors import ServiceError, UpstreamFailed, error_body
 from agentrt_controller.service.http.incoming import (
@@ -48,8 +51,10 @@ from agentrt_controller.service.http.incoming import (
     parse_call,
     read_body,
 )
+from agentrt_controller.service.http.limits import RequestLimits
 from agentrt_controller.service.http.responses_api import RESPONSES_PATH, chat_view
 from agentrt_controller.service.http.sse import SseScanner, responses_usage
+from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 from agentrt_controller.service.telemetry.tracing import CallTracing
 
 __all__ = ["CompletionsEndpoint"]
@@ -98,16 +103,27 @@ _OPERATIONS: dict[Api, str] = {
 
 class CompletionsEndpoint:
     """ASGI app for one OpenAI generation path (``/v1/chat/completions``,
-    ``/v1/completions`` or ``/v1/responses``)."""
+    ``/v1/completions`` or ``/v1/responses``): talks to ``core`` through its methods only,
+    counts on ``metrics`` (the app's, which the core shares)."""
 
-    def __init__(self, path: str, core: ControllerCore, tracing: CallTracing) -> None:
+    def __init__(
+        self,
+        path: str,
+        core: ControllerCore,
+        tracing: CallTracing,
+        *,
+        metrics: ServiceMetrics,
+        limits: RequestLimits,
+    ) -> None:
         self.path = path
         self.api = _api_of(path)
         self.operation = _OPERATIONS[self.api]
         self.core = core
         self.tracing = tracing
+        self.metrics = metrics
+        self.limits = limits
         self._ids = itertools.count(1)
-        self._status = core.metrics.requests
+        self._status = metrics.requests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -118,13 +134,9 @@ class CompletionsEndpoint:
             await send_error(send, Unauthorized("calls need a tenant's API key"))
             return
         core = self.core
-
-        def salt_for(chosen: str | None) -> str:
-            return core.tenants.cache_salt(tenant, chosen)
-
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            raw = await read_body(receive, headers, core.config.max_body_bytes)
+            raw = await read_body(receive, headers, self.limits.max_body_bytes)
             decoded = await decode_body(raw)
             parsed = parse_call(
                 raw,
@@ -133,9 +145,8 @@ class CompletionsEndpoint:
                 core.now(),
                 core.known_models(),
                 tenant=tenant.name,
-                # Open mode (one tenant): the body goes unchanged, a client's salt included.
-                salt_for=None if core.tenants.open else salt_for,
-                forward_authorization=core.config.forward_client_authorization,
+                salt_for=core.salt_for(tenant),
+                forward_authorization=self.limits.forward_client_authorization,
                 decoded=decoded,
                 api=self.api,
             )
@@ -168,7 +179,7 @@ class CompletionsEndpoint:
             message = await receive()
             if message["type"] == "http.disconnect":
                 if not exchange.completed:
-                    self.core.metrics.client_disconnects.inc()
+                    self.metrics.client_disconnects.inc()
                     scope.cancel()
                 return
 
@@ -192,8 +203,8 @@ class CompletionsEndpoint:
         finally:
             span.end()
             self.core.call_ended(pending)
-            elapsed_s = self.core.clock() - parsed.call.arrival_s
-            self.core.metrics.call_e2e.observe(max(0.0, elapsed_s), self.operation)
+            elapsed_s = self.core.now() - parsed.call.arrival_s
+            self.metrics.call_e2e.observe(max(0.0, elapsed_s), self.operation)
 
     async def _admit_and_forward(
         self,
@@ -207,29 +218,20 @@ class CompletionsEndpoint:
         call = parsed.call
         outgoing = self.tracing.outgoing_headers(span, trace_parent)
 
-        def request_for(admission: Admission, capabilities: BackendCapabilities) -> BackendRequest:
-            backend_id = admission.backend_id
-            salted = self.core.takes_cache_salt(backend_id)
-            headers = {**parsed.forward_headers, **outgoing}
-            key = self.core.backend_api_key(backend_id)
-            if key is not None:  # the controller's own credential, never a tenant's
-                headers["authorization"] = f"Bearer {key}"
-            return BackendRequest(
-                path=self.path,
-                raw_body=parsed.raw_body_with_salt() if salted else parsed.raw_body,
-                body=parsed.body if salted else parsed.body_without_salt(),
-                stream=parsed.stream,
-                headers=headers,
-                priority=admission.backend_priority,
-                # The Responses API always reports usage (response.completed).
-                add_stream_usage=parsed.stream
-                and self.api != "responses"
-                and not parsed.client_wants_usage
-                and capabilities.stream_usage,
-            )
-
+        request = GenerationRequest(
+            path=self.path,
+            raw_body=parsed.raw_body,
+            body=parsed.body,
+            stream=parsed.stream,
+            headers={**parsed.forward_headers, **outgoing},
+            cache_salt=parsed.cache_salt,
+            # The Responses API always reports usage (response.completed).
+            want_stream_usage=parsed.stream
+            and self.api != "responses"
+            and not parsed.client_wants_usage,
+        )
         with self.core.deadline(call):
-            forwarded = await self.core.forward(pending, request_for, stream=parsed.stream)
+            forwarded = await self.core.forward(pending, request)
             priority = forwarded.admission.backend_priority
             span.set_attributes(
                 {
@@ -332,8 +334,8 @@ class CompletionsEndpoint:
                 self.core.tokens(parsed.call, new_chunks)
                 if first_token and new_chunks:
                     first_token = False
-                    ttft_s = self.core.clock() - parsed.call.arrival_s
-                    self.core.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
+                    ttft_s = self.core.now() - parsed.call.arrival_s
+                    self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
                 usage.streamed_chunks = scanner.chunks
                 if out:
                     await send({"type": "http.response.body", "body": out, "more_body": True})
