@@ -214,7 +214,7 @@ class Backend(Protocol):
     async def health(self) -> bool:
         """True when the backend answers its health check. Never raises."""
 
-    async def models(self) -> list[dict[str, Any]]:
+    async def models(self) -> list[dict[str, object]]:
         """The OpenAI ``/v1/models`` entries it serves. Raises :class:`BackendError`."""
 
     async def aclose(self) -> None:

@@ -137,7 +137,7 @@ class EmulatorBackend(VllmBackend):
         return True
 
 
-def identifies_as_emulator(status_code: int, answer: Any) -> bool:
+def identifies_as_emulator(status_code: int, answer: object) -> bool:
     """Whether a ``GET /agentrt/engine/v1/pins`` answer (status, parsed JSON or ``None``) is
     our emulator's pin listing: 200 with a ``pins`` list and an integer ``pinned_blocks``."""
     return (

@@ -33,7 +33,7 @@ class FakeResponse:
     closed: bool = False
 
     @classmethod
-    def json(cls, data: Any, status_code: int = 200) -> FakeResponse:
+    def json(cls, data: object, status_code: int = 200) -> FakeResponse:
         return cls(status_code=status_code, body=json.dumps(data).encode())
 
     async def aread(self) -> bytes:
@@ -104,7 +104,7 @@ class FakeBackend:
     async def health(self) -> bool:
         return not self.down
 
-    async def models(self) -> list[dict[str, Any]]:
+    async def models(self) -> list[dict[str, object]]:
         if self.down:
             raise BackendUnavailable(f"fake backend {self.backend_id} is down")
         return list(self.model_list)

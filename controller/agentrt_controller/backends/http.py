@@ -128,7 +128,7 @@ class HttpBackend:
             supports_priority=send_priority, scrapes_metrics=False, stream_usage=False
         )
 
-    def encode_priority(self, priority: int) -> dict[str, Any]:
+    def encode_priority(self, priority: int) -> dict[str, int]:
         """Body fields carrying the scheduler's ``priority`` (lower = sooner)."""
         return {"priority": priority}
 
@@ -225,7 +225,7 @@ class HttpBackend:
             return False
         return response.status_code == 200
 
-    async def models(self) -> list[dict[str, Any]]:
+    async def models(self) -> list[dict[str, object]]:
         response = await self._get("/v1/models")
         try:
             data = response.json()["data"]
@@ -329,7 +329,8 @@ class VllmBackend(HttpBackend):
                 models = await self.models()
             except BackendError:
                 return None
-            self._model = models[0]["id"] if models else None
+            model_id = models[0]["id"] if models else None
+            self._model = model_id if isinstance(model_id, str) else None
         return self._model
 
     async def count_tokens(

@@ -93,7 +93,7 @@ def decode_batch(seq: int, payload: bytes) -> KvEventBatch:
     )
 
 
-def _fields(seq: int, raw: Any) -> tuple[str, dict[str, Any]]:
+def _fields(seq: int, raw: object) -> tuple[str, dict[str, Any]]:
     if isinstance(raw, Mapping):
         fields = dict(raw)
         tag = fields.pop("type", None)
@@ -108,24 +108,24 @@ def _fields(seq: int, raw: Any) -> tuple[str, dict[str, Any]]:
     return tag, fields
 
 
-def _hashes(seq: int, value: Any) -> tuple[int | bytes, ...]:
+def _hashes(seq: int, value: object) -> tuple[int | bytes, ...]:
     if not isinstance(value, list) or not all(isinstance(h, int | bytes) for h in value):
         raise KvEventDecodeError(f"KV event batch {seq}: block_hashes must be ints or bytes")
     return tuple(value)
 
 
-def _optional_str(value: Any) -> str | None:
+def _optional_str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _extra_keys(value: Any) -> tuple[tuple[object, ...] | None, ...] | None:
+def _extra_keys(value: object) -> tuple[tuple[object, ...] | None, ...] | None:
     if not isinstance(value, list):
         return None
     return tuple(tuple(k) if isinstance(k, Sequence) and not isinstance(k, str) else None
                  for k in value)  # fmt: skip
 
 
-def _event(seq: int, raw: Any) -> KvEvent:
+def _event(seq: int, raw: object) -> KvEvent:
     tag, fields = _fields(seq, raw)
     if tag == "AllBlocksCleared":
         return AllBlocksCleared()

@@ -128,7 +128,7 @@ class SGLangBackend(HttpBackend):
             supports_pins=self._pins_enabled,
         )
 
-    def encode_priority(self, priority: int) -> dict[str, Any]:
+    def encode_priority(self, priority: int) -> dict[str, int]:
         if self.priority_order == "lower_first":
             return {"priority": priority}
         return {"priority": max(0, self.priority_top - priority)}
@@ -222,12 +222,12 @@ class SGLangBackend(HttpBackend):
                 del self._pins[pin_id]
 
 
-def _int_field(answer: Any, key: str) -> int | None:
+def _int_field(answer: object, key: str) -> int | None:
     value = answer.get(key) if isinstance(answer, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _partial(answer: Any) -> bool:
+def _partial(answer: object) -> bool:
     if not isinstance(answer, dict):
         return False
     if answer.get("partial") is True:

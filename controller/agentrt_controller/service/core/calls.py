@@ -7,18 +7,21 @@ Dispatcher` (docs/architecture.md, "Design rules", rule 1); this object feeds it
 runs on the event loop's thread. A call's life here::
 
     submit(call) -> PendingCall           queued in the scheduler, the dispatch loop woken
-    dispatch()                            one round: admitted calls get a backend (in flight)
+    dispatch()                            one round: expired calls out, admitted calls get a
+                                          backend (in flight)
     await admitted(pending) -> Admission  the verdict (or DeadlinePassed, or NoBackend)
     requeue(pending, backend_id, ...)     its backend could not answer: back in the queues
     finish(call, backend_id, service_s)   in-flight released, service charged, loop woken
 
-In-flight counts move only through :meth:`BackendPool.acquire` (in :meth:`dispatch`) and
-:meth:`BackendPool.release` (in :meth:`requeue` and :meth:`finish`).
+A call's deadline is enforced in one place, :meth:`expire` (with
+:class:`~agentrt_controller.service.core.deadlines.Deadlines`, which wakes it at the earliest
+deadline on the core's clock). In-flight counts move only through
+:meth:`BackendPool.acquire` (in :meth:`dispatch`) and :meth:`BackendPool.release` (in
+:meth:`requeue` and :meth:`finish`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +32,7 @@ from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
 from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.clock import Clock
+from agentrt_controller.service.core.deadlines import Deadlines
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.tenants import Tenant
 from agentrt_controller.service.errors import DeadlinePassed, NoBackend, ServiceError
@@ -98,13 +102,25 @@ class CallQueue:
         self._wake = wake
         self._on_admitted = on_admitted
         self._queued: dict[str, PendingCall] = {}
+        #: The calls' deadlines (the one place they are enforced, with :meth:`expire`).
+        self.deadlines = Deadlines(clock, on_expired=metrics.deadline_drops.inc)
 
-    def dispatch(self) -> None:
-        """One decision round: drop expired calls, admit what the backends have room for."""
-        now = self.clock()
+    def expire(self, now: float) -> None:
+        """Every call whose deadline is ``now`` or earlier ends: a queued one leaves the
+        queues (the dispatcher's ``drop_expired``) and its client gets
+        :class:`DeadlinePassed`; any other watched one is cancelled
+        (:meth:`Deadlines.cancel_due`)."""
+        dropped: set[str] = set()
         for call in self.dispatcher.drop_expired(now):
             self.metrics.deadline_drops.inc()
+            dropped.add(call.call_id)
             self._reject(call, DeadlinePassed("the call's deadline passed while it was queued"))
+        self.deadlines.cancel_due(now, dropped=dropped)
+
+    def dispatch(self) -> None:
+        """One decision round: expire what is due, admit what the backends have room for."""
+        now = self.clock()
+        self.expire(now)
         if self._queued and not self.pool.any_healthy():
             for waiting in list(self._queued.values()):
                 self._cancel(waiting, now)
@@ -139,17 +155,13 @@ class CallQueue:
         self._wake()
 
     async def admitted(self, pending: PendingCall) -> Admission:
-        """Wait for the call's admission. Raises :class:`DeadlinePassed` at its deadline,
-        :class:`NoBackend` when every backend went down. If the waiting task is cancelled
-        (client gone), the call leaves the queues — or, if it was just admitted, its slot is
-        released."""
+        """Wait for the call's admission. Raises :class:`DeadlinePassed` when :meth:`expire`
+        dropped it, :class:`NoBackend` when every backend went down. If the waiting task is
+        cancelled (client gone, deadline), the call leaves the queues — or, if it was just
+        admitted, its slot is released."""
         call = pending.call
         try:
-            if math.isinf(call.deadline_s):
-                await pending.decided.wait()
-            else:
-                with anyio.move_on_after(call.deadline_s - self.clock()):
-                    await pending.decided.wait()
+            await pending.decided.wait()
         except BaseException:
             if pending.admission is not None:
                 self.finish(call, pending.admission.backend_id, 0.0)
@@ -158,11 +170,8 @@ class CallQueue:
             raise
         if pending.admission is not None:
             return pending.admission
-        if pending.error is not None:
-            raise pending.error
-        self._cancel(pending, self.clock())
-        self.metrics.deadline_drops.inc()
-        raise DeadlinePassed("the call's deadline passed while it was queued")
+        assert pending.error is not None  # decided: admitted or refused
+        raise pending.error
 
     def requeue(
         self, pending: PendingCall, backend_id: str, backend_down: bool, reason: str

@@ -1,24 +1,46 @@
 """The controller's one facade between the HTTP layer and its core.
 
-:class:`ControllerCore` owns everything a call and a program go through — the queues and the
+:class:`ControllerCore` owns everything a call and a program go through — tenants and their
+quotas and cache salts, model lookup, the queues and the
 :class:`~agentrt_controller.scheduling.dispatcher.Dispatcher`, the backend pool (health, circuit
-breakers, in-flight counts), the retry policy, charging, program events, sessions and KV
-retention — and the one :data:`~agentrt_controller.service.core.clock.Clock` all of them read. The
-endpoints (``proxy``, ``events``, ``admin``, ``app``) only translate HTTP into calls of its
-methods and its results back into HTTP (docs/controller.md, "Inside the service")::
+breakers, in-flight counts), forwarding and its retry policy, charging, program events,
+sessions, KV retention, call deadlines — and the one
+:data:`~agentrt_controller.service.core.clock.Clock` all of them read. The endpoints (``proxy``,
+``passthrough``, ``events``, ``admin``, ``app``) only translate HTTP into calls of the methods
+below and their results back into HTTP; they never read the core's attributes
+(docs/controller.md, "Inside the service"). One generation call::
 
-    pending = core.accept(call, body, tagged=...)   # a parsed generation request
-    with core.deadline(call):
-        forwarded = await core.forward(pending, request_for, stream=...)  # queue .. retry
+    pending = core.accept(call, body, tagged=..., tenant=...)   # quotas, hashes, retention
+    with core.deadline(pending):                # the call's one deadline, on the core's clock
+        forwarded = await core.forward(pending, request)   # queue .. admit .. send .. retry
         ... stream forwarded.answer to the client, core.tokens(call, n) per chunk ...
         charge = core.settle(pending, forwarded, usage, ok=..., reason=...)
-    core.call_ended(pending)                       # an untagged call was its own program
+    core.call_ended(pending)                    # quota left; an untagged call's program ends
 
-Program events are one method each (``start_program``, ``end_program``, ``start_tool_wait``,
-``end_tool_wait``, ``start_session``, ``end_session``); the scheduler and retention hear of
-them here, in the order the papers' algorithms need (Autellix, arXiv 2502.13965: the
-program-level process table; Continuum, arXiv 2511.02230: the TTL decision when a tool call
-starts). Event loop thread only.
+``request`` is a :class:`GenerationRequest` (the parsed body, headers, stream flag); the core
+turns it into the admitted backend's request (salt where the backend declares
+``takes_cache_salt``, stream usage where it declares ``stream_usage``, the priority) and the
+backend adds its own credential.
+
+Public methods, by concern:
+
+* lifecycle — :meth:`run` (the core's loops: dispatch, deadlines, probes, retention, expiry),
+  :meth:`aclose`, :meth:`wake`, :meth:`now`;
+* tenants — :meth:`authenticate`, :meth:`open_tenancy`, :meth:`salt_for`;
+* one call — :meth:`known_models`, :meth:`accept`, :meth:`deadline`, :meth:`forward`,
+  :meth:`tokens`, :meth:`settle`, :meth:`call_ended`;
+* programs (one per event) — :meth:`start_session`, :meth:`end_session`,
+  :meth:`start_program`, :meth:`end_program`, :meth:`start_tool_wait`,
+  :meth:`end_tool_wait`, :meth:`max_predicted_wait_s`, :meth:`expire_programs`;
+* backends — :meth:`healthy`, :meth:`backend_health`, :meth:`models`,
+  :meth:`describe_backends`, :meth:`backends_for_model`, :meth:`has_backend`,
+  :meth:`add_backend`, :meth:`remove_backend`;
+* introspection — :meth:`programs_snapshot`, :meth:`queues_snapshot`,
+  :meth:`collect_metrics`.
+
+The scheduler and retention hear of program events here, in the order the papers' algorithms
+need (Autellix, arXiv 2502.13965: the program-level process table; Continuum, arXiv
+2511.02230: the TTL decision when a tool call starts). Event loop thread only.
 """
 
 from __future__ import annotations
@@ -57,7 +79,7 @@ from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingCall
 from agentrt_controller.service.core.charging import Charge, Charger, Usage
-from agentrt_controller.service.core.clock import MONOTONIC, Clock
+from agentrt_controller.service.core.clock import MONOTONIC, Clock, sleep_until
 from agentrt_controller.service.core.kv_events import KvEventsFeed
 from agentrt_controller.service.core.policies import build_dispatcher, build_retention
 from agentrt_controller.service.core.pool import BackendPool
@@ -66,7 +88,7 @@ from agentrt_controller.service.core.requests import GenerationRequest
 from agentrt_controller.service.core.retry import RetryPolicy
 from agentrt_controller.service.core.sessions import SessionRegistry
 from agentrt_controller.service.core.tenants import Tenant, TenantDirectory, build_directory
-from agentrt_controller.service.errors import DeadlinePassed, ServiceError, UpstreamFailed
+from agentrt_controller.service.errors import ServiceError, UpstreamFailed
 from agentrt_controller.service.telemetry.introspection import collect_metrics, queues_snapshot
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
@@ -160,6 +182,7 @@ class ControllerCore:
         task). Reports started after the first probe of every backend."""
         async with anyio.create_task_group() as group:
             group.start_soon(self._dispatch_loop)
+            await group.start(self.calls.deadlines.run, self._expire_calls)
             if self.retention is not None:
                 await group.start(self.retention.run)
             await group.start(self.pool.run)
@@ -187,9 +210,16 @@ class ControllerCore:
                 self.metrics.internal_errors.inc()
                 _log.exception("dispatch round failed")
 
+    def _expire_calls(self, now: float) -> None:
+        try:
+            self.calls.expire(now)
+        except Exception:  # a policy bug must not stop the deadline loop
+            self.metrics.internal_errors.inc()
+            _log.exception("deadline round failed")
+
     async def _expiry_loop(self) -> None:
         while True:
-            await anyio.sleep(self.config.scrape_interval_s)
+            await sleep_until(self.clock, self.clock() + self.config.scrape_interval_s)
             try:
                 self.expire_programs()
             except Exception:
@@ -264,15 +294,14 @@ class ControllerCore:
             self._end_program(victim, evicted=True)
 
     @contextlib.contextmanager
-    def deadline(self, call: Call) -> Iterator[None]:
-        """Cancel the block at the call's deadline and raise :class:`DeadlinePassed` (504)."""
-        remaining_s = call.deadline_s - self.clock()
-        at = math.inf if math.isinf(call.deadline_s) else anyio.current_time() + remaining_s
-        with anyio.CancelScope(deadline=at) as scope:
+    def deadline(self, pending: PendingCall) -> Iterator[None]:
+        """Hold the call's exchange (:meth:`forward` up to :meth:`settle`) under its one
+        deadline, ``call.deadline_s`` on the core's clock: queued, the call is dropped from
+        the queues; otherwise the block is cancelled (the upstream request aborted). Either
+        way :class:`DeadlinePassed` (504) is raised. The core's deadline loop enforces it
+        (service/core/deadlines.py)."""
+        with self.calls.deadlines.watch(pending.call):
             yield
-        if scope.cancelled_caught:
-            self.metrics.deadline_drops.inc()
-            raise DeadlinePassed("the call's deadline passed before its answer was complete")
 
     async def forward(self, pending: PendingCall, request: GenerationRequest) -> Forwarded:
         """Queue the call, wait for its admission, send ``request`` as the admitted backend
@@ -497,11 +526,11 @@ class ControllerCore:
         """Whether each backend takes calls, by id."""
         return {backend_id: state.healthy for backend_id, state in self.pool.states.items()}
 
-    def models(self) -> list[dict[str, Any]]:
+    def models(self) -> list[dict[str, object]]:
         """The union of the live backends' ``/v1/models`` entries."""
         return self.pool.model_list()
 
-    def describe_backends(self) -> list[dict[str, Any]]:
+    def describe_backends(self) -> list[dict[str, object]]:
         """Each backend's state for the admin listing."""
         now = self.clock()
         return [state.describe(now) for state in self.pool.states.values()]
@@ -528,13 +557,13 @@ class ControllerCore:
     def has_backend(self, backend_id: str) -> bool:
         return backend_id in self.pool.states
 
-    async def add_backend(self, backend: Backend) -> dict[str, Any]:
+    async def add_backend(self, backend: Backend) -> dict[str, object]:
         """Add a backend, probed once; returns its description. Raises
         :class:`~agentrt.errors.ConfigError` for an id in use."""
         state = await self.pool.add(backend)
         return state.describe(self.clock())
 
-    def remove_backend(self, backend_id: str) -> dict[str, Any] | None:
+    def remove_backend(self, backend_id: str) -> dict[str, object] | None:
         """Drain ``backend_id``: ``None`` when it was idle and is gone, else its description
         (``draining``). Raises :class:`KeyError` for an unknown id."""
         state = self.pool.remove(backend_id)
@@ -547,7 +576,7 @@ class ControllerCore:
 
     def programs_snapshot(
         self, limit: int, *, tenant: Tenant | None, after: int = -1
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """The process table as JSON: up to ``limit`` programs created after cursor ``after``
         (``next_cursor`` names the next page), those of ``tenant`` only (``None`` = every
         tenant's: the admin's view), and the session count."""
@@ -562,7 +591,7 @@ class ControllerCore:
             snapshot["sessions"] = len(self.sessions)
         return snapshot
 
-    def queues_snapshot(self, *, full: bool) -> dict[str, Any]:
+    def queues_snapshot(self, *, full: bool) -> dict[str, object]:
         """Queues, policies, retention and backends, as JSON; ``full=False`` (a tenant that is
         not the admin, with keys configured) leaves out every call, program and backend: the
         policy names and queue lengths remain."""

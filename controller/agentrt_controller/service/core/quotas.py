@@ -16,7 +16,6 @@ an answer is known only afterwards), so a tenant overshoots by at most one round
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import anyio
@@ -25,23 +24,10 @@ from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.service.core.clock import Clock
 from agentrt_controller.service.core.tenants import Tenant
-from agentrt_controller.service.errors import ServiceError
+from agentrt_controller.service.errors import ProgramNotFound, QuotaExceeded, TableFull
 
+# The errors live in the one tree (service/errors.py); named here too for old imports.
 __all__ = ["ProgramNotFound", "QuotaExceeded", "TableFull", "TenantQuotas", "check_program"]
-
-
-class QuotaExceeded(ServiceError):
-    """HTTP 429: the tenant is over one of its quotas; ``Retry-After`` says when to retry."""
-
-    status_code = 429
-    error_type = "rate_limit_error"
-
-    def __init__(self, message: str, *, code: str, retry_after_s: float) -> None:
-        super().__init__(message, code=code)
-        self.retry_after_s = max(1, math.ceil(retry_after_s))
-
-    def headers(self) -> dict[str, str]:
-        return {"retry-after": str(self.retry_after_s)}
 
 
 @dataclass(slots=True)
@@ -132,28 +118,6 @@ class TenantQuotas:
         ledger = self._ledger(tenant)
         self._refill(tenant, ledger)
         ledger.tokens -= tokens
-
-
-class ProgramNotFound(ServiceError):
-    """HTTP 404: no such program *of the caller's tenant* (another tenant's program with the
-    same ids answers the same: its existence is not revealed)."""
-
-    status_code = 404
-    error_type = "invalid_request_error"
-
-
-class TableFull(ServiceError):
-    """HTTP 503: the process table is at ``max_programs`` and no program in it is idle."""
-
-    status_code = 503
-    error_type = "service_unavailable"
-
-    def __init__(self, message: str, *, retry_after_s: int) -> None:
-        super().__init__(message, code="process_table_full")
-        self.retry_after_s = max(1, retry_after_s)
-
-    def headers(self) -> dict[str, str]:
-        return {"retry-after": str(self.retry_after_s)}
 
 
 def check_program(

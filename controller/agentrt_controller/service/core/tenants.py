@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentrt.errors import ConfigError
-from agentrt_controller.service.errors import ServiceError
+from agentrt_controller.service.errors import Unauthorized  # in the one tree; named here too
 
 __all__ = [
     "ADMIN_STATE",
@@ -69,19 +69,6 @@ DEFAULT_TENANT = "default"
 TENANT_STATE = "agentrt_tenant"
 #: Key of ``True`` in an ASGI scope's ``state`` when the caller showed the admin token.
 ADMIN_STATE = "agentrt_admin"
-
-
-class Unauthorized(ServiceError):
-    """HTTP 401 with ``WWW-Authenticate: Bearer``: no key, or a key of no tenant."""
-
-    status_code = 401
-    error_type = "authentication_error"
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, code="invalid_api_key")
-
-    def headers(self) -> dict[str, str]:
-        return {"www-authenticate": "Bearer"}
 
 
 _HASH = re.compile(r"^sha256:[0-9a-f]{64}$")

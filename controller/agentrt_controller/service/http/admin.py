@@ -33,7 +33,7 @@ from agentrt.protocol import EVENTS_PREFIX
 from agentrt_controller.backends.api import Backend
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service.core.facade import ControllerCore
-from agentrt_controller.service.errors import BadRequest, ServiceError
+from agentrt_controller.service.errors import BackendNotFound, BadRequest, Conflict, Forbidden
 from agentrt_controller.service.http.endpoints import guarded, read_small_body
 
 __all__ = ["BACKENDS_PATH", "admin_routes"]
@@ -41,21 +41,6 @@ __all__ = ["BACKENDS_PATH", "admin_routes"]
 BACKENDS_PATH = EVENTS_PREFIX + "/backends"
 _MAX_BODY_BYTES = 16 * 1024
 _LOOPBACK = ("127.", "::1", "::ffff:127.")
-
-
-class Forbidden(ServiceError):
-    status_code = 403
-    error_type = "permission_error"
-
-
-class NotFound(ServiceError):
-    status_code = 404
-    error_type = "invalid_request_error"
-
-
-class Conflict(ServiceError):
-    status_code = 409
-    error_type = "invalid_request_error"
 
 
 def _authorize(request: Request, token: str | None, what: str = "changing backends") -> None:
@@ -122,7 +107,7 @@ def admin_routes(
         try:
             draining = core.remove_backend(backend_id)
         except KeyError:
-            raise NotFound(f"no backend {backend_id!r}", param="backend_id") from None
+            raise BackendNotFound(f"no backend {backend_id!r}", param="backend_id") from None
         if draining is None:
             return JSONResponse({"backend_id": backend_id, "removed": True})
         return JSONResponse({"backend": draining}, status_code=202)

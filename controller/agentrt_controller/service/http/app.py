@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hmac
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 import anyio
 from opentelemetry.trace import TracerProvider
@@ -37,7 +36,8 @@ from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.clock import MONOTONIC, Clock
 from agentrt_controller.service.core.facade import ControllerCore
-from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Unauthorized
+from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE
+from agentrt_controller.service.errors import Unauthorized
 from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes
 from agentrt_controller.service.http.events import event_routes
 from agentrt_controller.service.http.hardening import internal_error_response
@@ -146,7 +146,7 @@ class ControllerApp:
         await self._starlette(scope, receive, send)
 
     @contextlib.asynccontextmanager
-    async def _lifespan(self, _app: Any) -> AsyncIterator[None]:
+    async def _lifespan(self, _app: object) -> AsyncIterator[None]:
         async with self.http.client, anyio.create_task_group() as group:
             await group.start(self.core.run)
             if self._metrics_push is not None:

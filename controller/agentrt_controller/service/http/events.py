@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -32,8 +32,8 @@ from agentrt.protocol import (
     ToolWaitStart,
 )
 from agentrt_controller.service.core.facade import ControllerCore
-from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant, Unauthorized
-from agentrt_controller.service.errors import BadRequest
+from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant
+from agentrt_controller.service.errors import BadRequest, Unauthorized
 from agentrt_controller.service.http.endpoints import guarded, read_small_body
 
 __all__ = ["event_routes"]
@@ -63,7 +63,7 @@ def _path_id(request: Request, name: str) -> str:
     return value
 
 
-def _state(request: Request) -> dict[str, Any]:
+def _state(request: Request) -> dict[str, object]:
     state = request.scope.get("state")
     return state if isinstance(state, dict) else {}
 

@@ -72,7 +72,7 @@ def _safe_id(value: str) -> str:
     return f"h-{digest}"
 
 
-def _text(context: Mapping[str, Any], key: str) -> str | None:
+def _text(context: Mapping[str, object], key: str) -> str | None:
     """A string-like identifier of ``context``; :class:`BadRequest` for any other value."""
     value = context.get(key)
     if value is None:

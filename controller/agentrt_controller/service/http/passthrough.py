@@ -20,12 +20,13 @@ import json
 
 from agentrt_controller.backends.api import BackendError, BackendRequest, BackendUnavailable
 from agentrt_controller.service.core.facade import ControllerCore
-from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant, Unauthorized
+from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_controller.service.errors import (
     BadRequest,
     ModelNotFound,
     NoBackend,
     ServiceError,
+    Unauthorized,
     UpstreamFailed,
     error_body,
 )

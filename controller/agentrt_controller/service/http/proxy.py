@@ -38,8 +38,8 @@ from agentrt_controller.service.core.facade import (
     GenerationRequest,
     PendingCall,
 )
-from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant, Unauthorized
-from agentrt_controller.service.errors import ServiceError, UpstreamFailed, error_body
+from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
+from agentrt_controller.service.errors import ServiceError, Unauthorized, UpstreamFailed, error_body
 from agentrt_controller.service.http.incoming import (
     Api,
     ClientGone,
@@ -230,7 +230,7 @@ class CompletionsEndpoint:
             and self.api != "responses"
             and not parsed.client_wants_usage,
         )
-        with self.core.deadline(call):
+        with self.core.deadline(pending):
             forwarded = await self.core.forward(pending, request)
             priority = forwarded.admission.backend_priority
             span.set_attributes(

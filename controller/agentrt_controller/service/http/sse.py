@@ -42,7 +42,7 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _DELTA_TYPE = re.compile(rb'"type":\s*"response\.[a-z_.]+\.delta"')
 
 
-def responses_usage(usage: Any) -> dict[str, Any] | None:
+def responses_usage(usage: object) -> dict[str, Any] | None:
     """A Responses API ``usage`` object (``input_tokens``, ``output_tokens``,
     ``input_tokens_details.cached_tokens``) in the chat dialect's keys; ``None`` when
     ``usage`` is not an object."""
