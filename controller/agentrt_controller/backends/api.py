@@ -252,8 +252,8 @@ class SupportsPins(Protocol):
         pin_id: str,
         *,
         ttl_s: float | None,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[Mapping[str, object]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
         prompt: str | None = None,
         token_ids: Sequence[int] | None = None,
         cache_salt: str | None = None,
@@ -274,8 +274,8 @@ class SupportsTokenize(Protocol):
     async def count_tokens(
         self,
         *,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[Mapping[str, object]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
         prompt: str | None = None,
         add_generation_prompt: bool = True,
     ) -> int:

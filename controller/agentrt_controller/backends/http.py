@@ -198,7 +198,7 @@ class HttpBackend:
     async def _get(self, path: str) -> httpx.Response:
         return await self._request("GET", path, self._probe_timeout)
 
-    async def _post_json(self, path: str, body: Mapping[str, Any]) -> Any:
+    async def _post_json(self, path: str, body: Mapping[str, object]) -> object:
         """POST a side request (not a generation); the parsed JSON answer of a 2xx.
 
         Raises :class:`BackendUnavailable` (unreachable) and :class:`BackendError` (non-2xx
@@ -336,8 +336,8 @@ class VllmBackend(HttpBackend):
     async def count_tokens(
         self,
         *,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[Mapping[str, object]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
         prompt: str | None = None,
         add_generation_prompt: bool = True,
     ) -> int:

@@ -34,7 +34,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import (
@@ -151,8 +151,8 @@ class SGLangBackend(HttpBackend):
         pin_id: str,
         *,
         ttl_s: float | None,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[Mapping[str, object]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
         prompt: str | None = None,
         token_ids: Sequence[int] | None = None,
         cache_salt: str | None = None,
@@ -191,7 +191,7 @@ class SGLangBackend(HttpBackend):
         await self._pin_call(UNPIN_PATH, {"token_ids": list(entry[0])})
         return True
 
-    async def _pin_call(self, path: str, body: Mapping[str, Any]) -> Any:
+    async def _pin_call(self, path: str, body: Mapping[str, object]) -> object:
         try:
             answer = await self._post_json(path, body)
         except BackendError as exc:

@@ -29,11 +29,11 @@ PostJson = Callable[[str, Mapping[str, Any]], Awaitable[Any]]
 def tokenize_payload(
     model: str | None,
     *,
-    messages: Sequence[Mapping[str, Any]] | None,
-    tools: Sequence[Mapping[str, Any]] | None,
+    messages: Sequence[Mapping[str, object]] | None,
+    tools: Sequence[Mapping[str, object]] | None,
     prompt: str | None,
     add_generation_prompt: bool,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The ``/tokenize`` body for one of ``messages`` (+ ``tools``) or ``prompt``.
 
     Raises :class:`ValueError` unless exactly one of them is given.
@@ -68,8 +68,8 @@ class TokenCounter:
         self,
         model: str | None,
         *,
-        messages: Sequence[Mapping[str, Any]] | None = None,
-        tools: Sequence[Mapping[str, Any]] | None = None,
+        messages: Sequence[Mapping[str, object]] | None = None,
+        tools: Sequence[Mapping[str, object]] | None = None,
         prompt: str | None = None,
         add_generation_prompt: bool = True,
     ) -> int:

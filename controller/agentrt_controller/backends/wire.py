@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
 
 import httpx
 
@@ -26,7 +25,7 @@ BROKEN_BEFORE_STATUS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteE
 _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.NetworkError)
 
 
-def encode_body(request: BackendRequest, extra: Mapping[str, Any]) -> bytes:
+def encode_body(request: BackendRequest, extra: Mapping[str, object]) -> bytes:
     """The request body with ``extra`` top-level fields set.
 
     Fast path: when only new keys are added to a body that does not have them, splice them
@@ -92,7 +91,7 @@ def _broken(exc: httpx.HTTPError, what: str) -> BackendError:
     return BackendError(f"backend broke off its {what}: {exc!r}")
 
 
-def json_answer(backend_id: str, path: str, response: httpx.Response) -> Any:
+def json_answer(backend_id: str, path: str, response: httpx.Response) -> object:
     if not 200 <= response.status_code < 300:
         message = _error_message(response)
         raise BackendError(

@@ -31,7 +31,6 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from agentrt_controller.service.errors import BadRequest
 
@@ -85,7 +84,7 @@ def _text(context: Mapping[str, object], key: str) -> str | None:
     return text
 
 
-def _agentic_context(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _agentic_context(body: Mapping[str, object]) -> Mapping[str, object] | None:
     xargs = body.get("vllm_xargs")
     if not isinstance(xargs, Mapping):
         return None
@@ -106,7 +105,9 @@ def _agentic_context(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return context
 
 
-def foreign_identity(body: Mapping[str, Any], headers: Mapping[str, str]) -> ForeignIdentity | None:
+def foreign_identity(
+    body: Mapping[str, object], headers: Mapping[str, str]
+) -> ForeignIdentity | None:
     """The program ``body`` and ``headers`` (lower-case names) name by another convention, or
     ``None``. Raises :class:`BadRequest` for a malformed ``agentic_context``."""
     context = _agentic_context(body)
@@ -132,7 +133,7 @@ def foreign_identity(body: Mapping[str, Any], headers: Mapping[str, str]) -> For
     return None
 
 
-def strip_agentic_context(body: dict[str, Any]) -> bool:
+def strip_agentic_context(body: dict[str, object]) -> bool:
     """Take ``vllm_xargs.agentic_context`` out of ``body`` (and ``vllm_xargs`` when nothing
     else is left in it); whether ``body`` changed."""
     xargs = body.get("vllm_xargs")

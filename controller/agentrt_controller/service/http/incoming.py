@@ -104,14 +104,14 @@ async def read_body(receive: Receive, headers: dict[str, str], limit: int) -> by
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _decode(raw: bytes) -> Any:
+def _decode(raw: bytes) -> object:
     try:
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise BadRequest(f"request body is not valid JSON: {str(exc)[:200]}") from exc
 
 
-async def decode_body(raw: bytes) -> Any:
+async def decode_body(raw: bytes) -> object:
     """The JSON value of ``raw`` (in a worker thread from :data:`THREAD_DECODE_BYTES` on).
     Raises :class:`BadRequest` for invalid JSON."""
     if len(raw) < THREAD_DECODE_BYTES:
@@ -140,7 +140,7 @@ def parse_call(
     tenant: str | None = None,
     salt_for: SaltFor | None = None,
     forward_authorization: bool = True,
-    decoded: Any = None,
+    decoded: object = None,
     api: Api = "chat",
 ) -> IncomingCall:
     """Validate one generation request and make its :class:`Call` (arrival ``now_s``) for

@@ -42,7 +42,7 @@ def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
-def prompt_chars(body: Mapping[str, Any]) -> int:
+def prompt_chars(body: Mapping[str, object]) -> int:
     """Characters of the prompt's text: instructions, message contents, function calls and
     their outputs, and the tools' JSON."""
     total = 0

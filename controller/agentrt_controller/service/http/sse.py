@@ -154,7 +154,7 @@ class SseScanner:
 _FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
 
-def _json(payload: bytes) -> Any:
+def _json(payload: bytes) -> object:
     try:
         return json.loads(payload)
     except ValueError:
