@@ -29,9 +29,9 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_controller.config_check import SECTION, check_fields, parse_section
 from agentrt_serving.hardware import PROFILES
 
 __all__ = ["CostFunction", "CostModel", "CostSample"]
@@ -55,8 +55,28 @@ class CostSample:
 
 
 @dataclass(frozen=True, slots=True)
+class _ProfileCost:
+    """The ``cost`` section in its ``profile`` form (:meth:`CostModel.from_profile`'s
+    arguments)."""
+
+    __pydantic_config__ = SECTION
+
+    profile: str
+    prefill_efficiency: float = 0.5
+    nominal_batch: int = 16
+    nominal_context_tokens: int = 1024
+    per_call_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+
+@dataclass(frozen=True, slots=True)
 class CostModel:
-    """``service_s = a * uncached_prompt_tokens + b * generated_tokens + c`` (module doc)."""
+    """``service_s = a * uncached_prompt_tokens + b * generated_tokens + c`` (module doc);
+    the ``cost`` config section."""
+
+    __pydantic_config__ = SECTION
 
     #: ``a``: seconds per uncached (prefilled) prompt token, >= 0.
     prefill_s_per_token: float = 1.0e-4
@@ -87,29 +107,20 @@ class CostModel:
         )
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> CostModel:
+    def from_mapping(cls, values: Mapping[str, object], path: str = "cost") -> CostModel:
         """From a config table: the three field names, or ``profile`` plus
-        :meth:`from_profile`'s keyword arguments. Unknown keys raise :class:`ConfigError`."""
-        params = dict(values)
-        if "profile" in params:
-            profile = params.pop("profile")
-            allowed = {
-                "prefill_efficiency",
-                "nominal_batch",
-                "nominal_context_tokens",
-                "per_call_s",
-            }
-            unknown = sorted(set(params) - allowed)
-            if unknown:
-                raise ConfigError(f"unknown cost parameter(s) {unknown} with a profile")
-            return cls.from_profile(str(profile), **params)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(params) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown cost parameter(s) {unknown}; valid: {sorted(known)} or 'profile'"
+        :meth:`from_profile`'s keyword arguments; ``path`` names the table in messages.
+        Unknown keys and bad values raise :class:`ConfigError`."""
+        if isinstance(values, Mapping) and "profile" in values:
+            spec = parse_section(_ProfileCost, values, path)
+            return cls.from_profile(
+                spec.profile,
+                prefill_efficiency=spec.prefill_efficiency,
+                nominal_batch=spec.nominal_batch,
+                nominal_context_tokens=spec.nominal_context_tokens,
+                per_call_s=spec.per_call_s,
             )
-        return cls(**params)
+        return parse_section(cls, values, path)
 
     @classmethod
     def from_profile(

@@ -30,7 +30,9 @@ from agentrt_controller.retention import RetentionConfig, TtlRetentionPolicy
 from agentrt_controller.routing import uses_block_hashes
 from agentrt_controller.routing.api import Router
 from agentrt_controller.routing.factory import build_router as factory_router
+from agentrt_controller.scheduling.admission import AdaptiveWindowConfig
 from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
+from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_admission as factory_admission
 from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
@@ -56,8 +58,9 @@ class PolicyConfig:
 
     #: Scheduler name (``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt``).
     policy: str = defaults.POLICY
-    #: Scheduler parameters (``SchedulerConfig`` fields) over the factory's defaults.
-    scheduling: Params = field(default_factory=dict)
+    #: Scheduler parameters: a ``SchedulerConfig`` or a table of its fields over the
+    #: factory's defaults.
+    scheduling: SchedulerConfig | Params = field(default_factory=dict)
     #: Router name (``agentrt_controller.routing.factory.ROUTER_NAMES``).
     router: str = defaults.ROUTER
     #: Router parameters (see :func:`agentrt_controller.routing.factory.build_router`).
@@ -65,9 +68,9 @@ class PolicyConfig:
     #: Admission window per backend (calls); ``None`` = unlimited; ``"adaptive"`` = the
     #: adaptive window with :attr:`admission` parameters.
     admission_window: AdmissionWindow = defaults.ADMISSION_WINDOW
-    #: Adaptive-window parameters (``AdaptiveWindowConfig`` fields); read only when
-    #: :attr:`admission_window` is ``"adaptive"``.
-    admission: Params = field(default_factory=dict)
+    #: Adaptive-window parameters (an ``AdaptiveWindowConfig`` or a table of its fields); read
+    #: only when :attr:`admission_window` is ``"adaptive"``.
+    admission: AdaptiveWindowConfig | Params = field(default_factory=dict)
     #: Weighted fair shares between tenants around the scheduler; ``None`` = off.
     tenancy: TenancyConfig | None = None
     #: The process table forgets a program idle this long (seconds).
@@ -82,9 +85,10 @@ class PolicyConfig:
 def build_scheduler(config: PolicyConfig) -> Scheduler:
     """The configured scheduler over a fresh process table (inside fair shares between
     tenants when :attr:`PolicyConfig.tenancy`)."""
+    scheduling = config.scheduling
     return factory_scheduler(
         config.policy,
-        dict(config.scheduling) or None,
+        scheduling if isinstance(scheduling, SchedulerConfig) else dict(scheduling) or None,
         table=ProcessTable(idle_timeout_s=config.idle_timeout_s),
         oracle=config.oracle,
         tenancy=config.tenancy,
@@ -94,7 +98,9 @@ def build_scheduler(config: PolicyConfig) -> Scheduler:
 def build_admission(config: PolicyConfig) -> AdmissionPolicy:
     """A fixed window (``N`` calls or unlimited) or the adaptive window."""
     if config.admission_window == "adaptive":
-        return factory_admission("adaptive", dict(config.admission))
+        admission = config.admission
+        typed = isinstance(admission, AdaptiveWindowConfig)
+        return factory_admission("adaptive", admission if typed else dict(admission))
     return factory_admission("fixed", {"window": config.admission_window})
 
 
@@ -112,9 +118,13 @@ def build_dispatcher(config: PolicyConfig) -> Dispatcher:
     return Dispatcher(build_scheduler(config), build_router(config), build_admission(config))
 
 
-def build_retention_policy(options: Params, cost: CostModel) -> TtlRetentionPolicy:
-    """The TTL retention policy with ``options`` (``RetentionConfig`` fields); its
-    ``prefill_s_per_token`` defaults to ``cost``'s."""
+def build_retention_policy(
+    options: RetentionConfig | Params, cost: CostModel
+) -> TtlRetentionPolicy:
+    """The TTL retention policy with ``options`` (a ``RetentionConfig``, taken as it is, or a
+    table of its fields, whose ``prefill_s_per_token`` defaults to ``cost``'s)."""
+    if isinstance(options, RetentionConfig):
+        return TtlRetentionPolicy(options)
     params = dict(options)
     params.setdefault("prefill_s_per_token", cost.prefill_s_per_token)
     return TtlRetentionPolicy(RetentionConfig.from_mapping(params))

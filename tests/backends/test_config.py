@@ -9,6 +9,7 @@ import pytest
 
 from agentrt.errors import ConfigError
 from agentrt_controller.backends import BackendSpec, build_backend
+from agentrt_controller.backends.breaker import BreakerConfig
 from agentrt_controller.backends.emulator import EmulatorBackend
 from agentrt_controller.backends.sglang import SGLangBackend
 from agentrt_controller.backends.transport import HttpPool
@@ -67,7 +68,7 @@ def test_breaker_and_admin_token_from_the_environment() -> None:
             "AGENTRT_CONTROLLER_ADMIN_TOKEN": "long-enough-token",
         }
     )
-    assert dict(config.breaker) == {"failure_threshold": 3, "cooldown_s": 2.5}
+    assert config.breaker == BreakerConfig(failure_threshold=3, cooldown_s=2.5)
     assert config.admin_token == "long-enough-token"
     assert config.backends[0].priority == "auto"
     assert load_config(env={"AGENTRT_CONTROLLER_ADMIN_TOKEN": ""}).admin_token is None

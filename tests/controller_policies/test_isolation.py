@@ -54,7 +54,7 @@ def _fill(isolation: TenantIsolation, tenant: str, calls: int, now_s: float = 0.
         ({"backlog_s": -0.5}, "backlog_s"),
         ({"backlog_s": "5"}, "backlog_s"),
         ({"enabled": "yes"}, "enabled"),
-        ({"window": 4}, "unknown isolation parameter"),
+        ({"window": 4}, "tenant_isolation.window: unknown key"),
     ],
 )
 def test_bad_config_is_refused(values: dict[str, object], message: str) -> None:
@@ -69,7 +69,7 @@ def test_tenancy_config_takes_a_table_or_a_flag() -> None:
     assert TenancyConfig.from_mapping({"isolation": True}).isolation.enabled is True
     with pytest.raises(ConfigError, match="isolation"):
         TenancyConfig.from_mapping({"isolation": 3})
-    with pytest.raises(ConfigError, match="unknown isolation parameter"):
+    with pytest.raises(ConfigError, match=r"tenancy\.isolation\.windows: unknown key"):
         TenancyConfig.from_mapping({"isolation": {"windows": 3}})
 
 

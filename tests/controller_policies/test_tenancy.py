@@ -368,7 +368,7 @@ def test_snapshot_shows_tenants_and_merged_queues() -> None:
         ({"default_weight": math.inf}, "default_weight"),
         ({"initial_call_charge_s": 0}, "initial_call_charge_s"),
         ({"enabled": "yes"}, "enabled"),
-        ({"weigths": {}}, "unknown tenancy parameter"),
+        ({"weigths": {}}, "tenancy.weigths: unknown key"),
         ("on", "must be a table"),
     ],
 )

@@ -9,6 +9,9 @@ import pytest
 
 from agentrt.cli import main
 from agentrt.errors import ConfigError
+from agentrt_controller.cost_model import CostModel
+from agentrt_controller.retention import RetentionConfig
+from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.service import ControllerApp, load_config
 from agentrt_controller.service.config import ControllerConfig
 
@@ -28,7 +31,7 @@ def test_precedence_file_env_flags(tmp_path: Path) -> None:
     assert config.policy == "atlas"  # environment beats file (flag unset)
     assert config.admission_window == "adaptive"
     assert config.backends[0].priority and config.backends[0].url == "http://a:1"
-    assert config.scheduling == {"starvation_beta": 3.0}
+    assert config.scheduling == SchedulerConfig(starvation_beta=3.0)
 
 
 def test_json_file_and_environment_lists(tmp_path: Path) -> None:
@@ -44,13 +47,13 @@ def test_json_file_and_environment_lists(tmp_path: Path) -> None:
     assert config.admission_window is None
     assert [b.backend_id for b in config.backends] == ["a:1", "b:2"]
     assert config.backends[1].kind == "openai"
-    assert config.cost == {"decode_s_per_token": 0.02}
+    assert config.cost == CostModel(decode_s_per_token=0.02)
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"AGENTRT_CONTROLLER_PORT": "eighty"}, "must be a number"),
+        ({"AGENTRT_CONTROLLER_PORT": "eighty"}, "controller.port: must be an integer"),
         ({"AGENTRT_CONTROLLER_PORT": "70000"}, "port"),
         ({"AGENTRT_CONTROLLER_ADMISSION_WINDOW": "0"}, "admission_window"),
         ({"AGENTRT_CONTROLLER_ADMISSION_WINDOW": "lots"}, "admission_window"),
@@ -147,6 +150,52 @@ def test_policies_are_validated_when_the_app_is_built(options: dict[str, object]
 
 def test_cli_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["controller", "serve", "--backend", "http://a:1", "--policy", "nope"]) == 2
-    assert "unknown scheduling policy" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "controller.policy: must be 'fcfs', 'mlfq', 'plas' or 'atlas', got 'nope'" in err
+    assert "(--policy)" in err
     assert main(["controller", "serve"]) == 2
     assert "no backend" in capsys.readouterr().err
+
+
+def test_errors_name_the_key_path_and_its_source(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text(
+        "[controller.scheduling]\nbetta = 3\n[controller.retention_options]\nmax_ttl_s = -1\n"
+        "[[controller.backends]]\nurl = 'http://a:1'\npriority = 'maybe'\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_config(file)
+    message = str(caught.value)
+    assert f"controller.scheduling.betta: unknown key (file {file})" in message
+    assert "controller.retention_options.max_ttl_s: must be > 0, got -1" in message
+    assert "controller.backends.0.priority: backend option priority must be on" in message
+    env = {"AGENTRT_CONTROLLER_BREAKER": '{"window": 0}'}
+    with pytest.raises(ConfigError, match=r"controller\.breaker\.window: must be >= 1, got 0 "
+                       r"\(AGENTRT_CONTROLLER_BREAKER\)"):  # fmt: skip
+        load_config(None, env)
+    with pytest.raises(
+        ConfigError, match=r"controller\.admission\.nope: unknown key \(--admission\)"
+    ):
+        load_config(None, {}, {"admission": '{"nope": 1}'})
+
+
+def test_sections_given_as_tables_are_typed_on_construction() -> None:
+    config = ControllerConfig(
+        scheduling={"boundaries_s": [1, 4], "quanta_tokens": [8, 16, 32]},
+        cost={"prefill_s_per_token": 2e-4},
+        retention_options={"max_ttl_s": 60},
+        tenant_isolation={"reservation_s": 1},
+    )
+    assert config.scheduling.boundaries_s == (1.0, 4.0)
+    assert config.cost.prefill_s_per_token == 2e-4
+    # a retention table without a prefill rate takes the cost model's, as the default does
+    assert config.retention_config.prefill_s_per_token == 2e-4
+    assert ControllerConfig(cost={"prefill_s_per_token": 3e-4}).retention_config == (
+        RetentionConfig(prefill_s_per_token=3e-4)
+    )
+    assert config.tenant_isolation.enabled and config.tenant_isolation.reservation_s == 1.0
+    assert not ControllerConfig(tenant_isolation={}).tenant_isolation.enabled
+    with pytest.raises(ConfigError, match=r"^scheduling\.quanta_tokens\.0: must be >= 1, got 0$"):
+        ControllerConfig(scheduling={"quanta_tokens": [0, 1, 2, 3, 4]})
+    with pytest.raises(ConfigError, match="routing: unknown prefix router parameter"):
+        ControllerConfig(routing={"nope": 1})

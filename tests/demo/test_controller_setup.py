@@ -52,5 +52,5 @@ def test_options_choose_other_settings() -> None:
 
 
 def test_a_choice_the_controller_refuses_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="unknown router"):
+    with pytest.raises(ConfigError, match=r"controller\.router: must be 'prefix'"):
         controller_setup(DemoSettings(router="nope"), URLS)

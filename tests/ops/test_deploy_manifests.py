@@ -34,7 +34,6 @@ from agentrt.cli import build_parser
 from agentrt_controller.backends.http import VllmBackend
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.cli import banner
-from agentrt_controller.scheduling.admission import AdaptiveWindowConfig
 from agentrt_controller.service import ControllerConfig, load_config, serve_controller
 from agentrt_controller.service.core.tenants import load_key_file
 from agentrt_emulator.server import EmulatorConfig, serve_engine
@@ -420,8 +419,9 @@ def test_the_vllm_example_is_what_the_controller_configmap_expects(tmp_path: Pat
     assert {"enable-prefix-caching", "enable-prompt-tokens-details"} <= set(flags)
     assert int(flags["port"]) == container["ports"][0]["containerPort"]
     # The window's cap: the batch plus the waiting target (vLLM does not publish its batch).
-    target = config.admission.get("target_waiting", AdaptiveWindowConfig().target_waiting)
-    assert config.admission["max_window"] == int(flags["max-num-seqs"]) + target
+    assert (
+        config.admission.max_window == int(flags["max-num-seqs"]) + config.admission.target_waiting
+    )
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["httpGet"]["path"] == VllmBackend.health_path
     # The engines' ServiceMonitor scrapes this Service.

@@ -72,7 +72,7 @@ async def test_bad_router_and_retention_config(options: dict[str, Any]) -> None:
 
 
 async def test_retention_must_be_on_or_off() -> None:
-    with pytest.raises(ConfigError, match="retention must be on or off"):
+    with pytest.raises(ConfigError, match="retention: must be 'on' or 'off', got 'maybe'"):
         ControllerConfig(retention="maybe")
 
 

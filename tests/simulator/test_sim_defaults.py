@@ -9,7 +9,8 @@ import pytest
 
 from agentrt_controller import defaults
 from agentrt_controller.cost_model import CostModel
-from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
+from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission, AdaptiveWindowConfig
+from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.service.config import ControllerConfig, load_config
 from agentrt_controller.service.core.policies import build_dispatcher
@@ -32,8 +33,10 @@ def test_bench_sim_parses_to_the_controllers_defaults() -> None:
     assert spec.admission_window == config.admission_window == defaults.ADMISSION_WINDOW
     assert spec.router == config.router == defaults.ROUTER
     assert spec.retention == config.retention == defaults.RETENTION
-    assert dict(spec.scheduler_options) == dict(config.scheduling) == {}
-    assert dict(spec.admission_options) == dict(config.admission) == dict(defaults.ADMISSION)
+    assert dict(spec.scheduler_options) == dict(defaults.SCHEDULING) == {}
+    assert config.scheduling == SchedulerConfig.from_mapping(spec.scheduler_options)
+    assert dict(spec.admission_options) == dict(defaults.ADMISSION)
+    assert config.admission == AdaptiveWindowConfig.from_mapping(spec.admission_options)
     # Priority passthrough: off for the controller's backends, so the simulated engines run
     # the FCFS queue of a stock vLLM (which takes no request priority).
     (backend,) = config.backends
@@ -85,8 +88,8 @@ def test_bench_sim_charges_what_the_controller_charges_by_default(
     from agentrt_sim.cli import _cost
 
     config = load_config(env={}, overrides={"backends": ["http://127.0.0.1:8000"]})
-    controller = CostModel.from_mapping(config.cost)
-    assert dict(config.cost) == dict(defaults.COST)
+    controller = config.cost
+    assert controller == CostModel.from_mapping(defaults.COST)
     sim = _cost(_bench_sim_args())
     assert sim is not None
     assert sim(uncached, generated) == pytest.approx(controller.service_s(uncached, generated))

@@ -31,21 +31,16 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
 
 from agentrt.errors import ConfigError
+from agentrt_controller.config_check import SECTION, check_fields, parse_section
 
 __all__ = ["BreakerConfig", "BreakerState", "CircuitBreaker"]
-
-
-_INTEGER_FIELDS = (
-    "failure_threshold",
-    "window",
-    "min_calls",
-    "success_threshold",
-    "probe_timeouts",
-)
 
 
 class BreakerState(enum.Enum):
@@ -54,60 +49,55 @@ class BreakerState(enum.Enum):
     HALF_OPEN = "half_open"
 
 
+def _integral(value: object) -> object:
+    """``8.0`` (a TOML / JSON number written with a point) as the integer it is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: A count >= 1.
+_Count = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+
+
 @dataclass(frozen=True, slots=True)
 class BreakerConfig:
-    """Thresholds of :class:`CircuitBreaker`; validated on construction."""
+    """Thresholds of :class:`CircuitBreaker` (the ``breaker`` section); validated on
+    construction (:class:`ConfigError`)."""
+
+    __pydantic_config__ = SECTION
 
     #: Consecutive failed calls that open the circuit.
-    failure_threshold: int = 5
+    failure_threshold: _Count = 5
     #: Failure fraction over the last :attr:`window` calls that opens the circuit, in (0, 1].
-    error_rate: float = 0.5
+    error_rate: Annotated[float, Field(gt=0, le=1)] = 0.5
     #: Calls remembered for the error rate.
-    window: int = 20
+    window: _Count = 20
     #: The error rate is judged only once this many calls are in the window.
-    min_calls: int = 10
+    min_calls: _Count = 10
     #: Seconds an opened circuit waits before health probes become trials.
-    cooldown_s: float = 5.0
+    cooldown_s: Annotated[float, Field(ge=0)] = 5.0
     #: Successful trial probes in a row that close a half-open circuit.
-    success_threshold: int = 1
+    success_threshold: _Count = 1
     #: Cool-down multiplier after a failed trial (≥ 1).
-    backoff: float = 2.0
+    backoff: Annotated[float, Field(ge=1)] = 2.0
     #: Upper bound of the cool-down after repeated failed trials (seconds).
     max_cooldown_s: float = 30.0
     #: Health probes in a row that run out of time before a closed circuit opens (a probe
     #: that fails outright opens it at once).
-    probe_timeouts: int = 3
+    probe_timeouts: _Count = 3
 
     def __post_init__(self) -> None:
-        for name in _INTEGER_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"breaker {name} must be an integer >= 1, got {value!r}")
-        if not 0.0 < self.error_rate <= 1.0:
-            raise ConfigError(f"breaker error_rate must be in (0, 1], got {self.error_rate}")
+        check_fields(self)
         if self.min_calls > self.window:
             raise ConfigError("breaker min_calls must be <= window")
-        if not self.cooldown_s >= 0.0 or not self.max_cooldown_s >= self.cooldown_s:
+        if not self.max_cooldown_s >= self.cooldown_s:
             raise ConfigError("breaker needs 0 <= cooldown_s <= max_cooldown_s (seconds)")
-        if not self.backoff >= 1.0:
-            raise ConfigError(f"breaker backoff must be >= 1, got {self.backoff}")
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> BreakerConfig:
+    def from_mapping(cls, data: Mapping[str, object]) -> BreakerConfig:
         """From a config table; unknown keys and wrong types are :class:`ConfigError`."""
-        known = set(cls.__dataclass_fields__)
-        unknown = set(data) - known
-        if unknown:
-            raise ConfigError(f"unknown breaker options {sorted(unknown)}; known: {sorted(known)}")
-        values: dict[str, Any] = {}
-        for key, value in data.items():
-            wanted = int if key in _INTEGER_FIELDS else float
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"breaker {key} must be a number, got {value!r}")
-            if wanted is int and value != int(value):
-                raise ConfigError(f"breaker {key} must be an integer, got {value!r}")
-            values[key] = wanted(value)
-        return cls(**values)
+        return parse_section(cls, data, "breaker")
 
 
 class CircuitBreaker:

@@ -20,13 +20,17 @@ are rejected (no silently ignored switches).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
+
+from pydantic import BeforeValidator
 
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
 from agentrt_controller.backends.kv_events import check_zmq_endpoint
+from agentrt_controller.config_check import SECTION, SectionError, check_fields, parse_section
 
 __all__ = ["BackendSpec"]
 
@@ -37,7 +41,7 @@ _BOOL = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false"
          "no": False}  # fmt: skip
 
 
-def _parse_bool(key: str, value: Any) -> bool:
+def _parse_bool(key: str, value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value.lower() in _BOOL:
@@ -45,7 +49,7 @@ def _parse_bool(key: str, value: Any) -> bool:
     raise ConfigError(f"backend option {key} must be on or off, got {value!r}")
 
 
-def _parse_priority(value: Any) -> bool | Literal["auto"]:
+def _parse_priority(value: object) -> bool | Literal["auto"]:
     if isinstance(value, str) and value.lower() == "auto":
         return "auto"
     try:
@@ -54,6 +58,32 @@ def _parse_priority(value: Any) -> bool | Literal["auto"]:
         raise ConfigError(
             f"backend option priority must be on, off or auto, got {value!r}"
         ) from None
+
+
+#: A backend option's value in a config table (kept as its text).
+_OptionValue = Annotated[str, BeforeValidator(lambda v: v if isinstance(v, str) else str(v))]
+
+
+@dataclass(frozen=True, slots=True)
+class _BackendTable:
+    """A backend as a config-file table (:meth:`BackendSpec.from_mapping`)."""
+
+    __pydantic_config__ = SECTION
+
+    url: str
+    #: ``None`` = detected (:attr:`BackendSpec.detect_kind`).
+    kind: str | None = None
+    id: str = ""
+    priority: Annotated[bool | Literal["auto"], BeforeValidator(_parse_priority)] = (
+        defaults.PRIORITY
+    )
+    options: dict[str, _OptionValue] = field(default_factory=dict)
+    kv_events: str | None = None
+    kv_replay: str | None = None
+    kv_topic: str = ""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,41 +139,35 @@ class BackendSpec:
     def parse(cls, text: str) -> BackendSpec:
         """Parse ``URL[,key=value...]``."""
         url, *pairs = [p.strip() for p in text.split(",")]
-        kwargs: dict[str, Any] = {}
+        table: dict[str, object] = {"url": url}
         options: dict[str, str] = {}
         for pair in pairs:
             key, sep, value = pair.partition("=")
             if not sep or not key:
                 raise ConfigError(f"backend option must be key=value, got {pair!r} in {text!r}")
-            if key == "kind":
-                kwargs["kind"] = value
-            elif key == "id":
-                kwargs["backend_id"] = value
-            elif key == "priority":
-                kwargs["priority"] = _parse_priority(value)
-            elif key in _KV_KEYS:
-                kwargs[key] = value
+            if key in ("kind", "id", "priority", *_KV_KEYS):
+                table[key] = value
             else:
                 options[key] = value
-        return cls(url=url, options=options, detect_kind="kind" not in kwargs, **kwargs)
+        return cls.from_mapping({**table, "options": options}, "")
 
     @classmethod
-    def from_mapping(cls, data: dict[str, Any]) -> BackendSpec:
-        """Build from a config-file table: ``{url, kind?, id?, priority?, options?}``."""
-        unknown = set(data) - {"url", "kind", "id", "priority", "options", *_KV_KEYS}
-        if unknown:
-            raise ConfigError(f"unknown backend keys {sorted(unknown)}")
-        if not isinstance(data.get("url"), str):
-            raise ConfigError("a backend needs a url string")
-        options = data.get("options", {})
-        if not isinstance(options, dict):
-            raise ConfigError("backend options must be a table")
-        return cls(
-            url=data["url"],
-            kind=str(data.get("kind", "vllm")),
-            backend_id=str(data.get("id", "")),
-            priority=_parse_priority(data.get("priority", defaults.PRIORITY)),
-            options={str(k): str(v) for k, v in options.items()},
-            detect_kind="kind" not in data,
-            **{key: str(data[key]) for key in _KV_KEYS if data.get(key) is not None},
-        )
+    def from_mapping(cls, data: Mapping[str, object], path: str = "backend") -> BackendSpec:
+        """Build from a config-file table: ``{url, kind?, id?, priority?, options?, kv_events?,
+        kv_replay?, kv_topic?}``; ``path`` names the table in messages. Unknown keys and bad
+        values raise :class:`ConfigError`."""
+        table = parse_section(_BackendTable, data, path)
+        try:
+            return cls(
+                url=table.url,
+                kind=table.kind or "vllm",
+                backend_id=table.id,
+                priority=table.priority,
+                options=dict(table.options),
+                detect_kind=table.kind is None,
+                kv_events=table.kv_events,
+                kv_replay=table.kv_replay,
+                kv_topic=table.kv_topic,
+            )
+        except ConfigError as exc:
+            raise SectionError(path, [((), str(exc))]) from None

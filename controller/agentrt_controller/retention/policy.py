@@ -49,10 +49,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
 
 from agentrt.errors import ConfigError
+from agentrt_controller.config_check import SECTION, as_tuple, check_fields, parse_section
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention.api import RetentionDecision, WaitInfo
 from agentrt_controller.retention.durations import DurationModel, ToolDurations
@@ -61,32 +64,47 @@ from agentrt_controller.retention.returns import ReturnModel
 __all__ = ["RetentionConfig", "TtlRetentionPolicy"]
 
 
+#: A probability or quantile strictly inside (0, 1).
+_Fraction = Annotated[float, Field(gt=0, lt=1)]
+#: A finite number >= 0.
+_NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
 @dataclass(frozen=True, slots=True)
 class RetentionConfig:
-    """Parameters of :class:`TtlRetentionPolicy` (validated on construction)."""
+    """Parameters of :class:`TtlRetentionPolicy` (the ``retention_options`` section;
+    validated on construction, :class:`ConfigError`)."""
+
+    __pydantic_config__ = SECTION
 
     #: Quantile of the tool's duration the retention window covers, in (0, 1).
-    cover_quantile: float = 0.95
+    cover_quantile: _Fraction = 0.95
     #: Candidate quantiles of the tool's duration for a pin's TTL, each in (0, 1).
-    quantiles: tuple[float, ...] = (0.5, 0.75, 0.9, 0.95, 0.99)
+    quantiles: Annotated[tuple[_Fraction, ...], Field(min_length=1), BeforeValidator(as_tuple)] = (
+        0.5,
+        0.75,
+        0.9,
+        0.95,
+        0.99,
+    )
     #: Added to each candidate (seconds): the returning call's way to the engine.
-    slack_s: float = 0.5
+    slack_s: _NonNegative = 0.5
     #: Longest TTL (seconds).
-    max_ttl_s: float = 120.0
+    max_ttl_s: Annotated[float, Field(gt=0)] = 120.0
     #: KV usage (fraction) at or above which nothing is retained (counting the pin).
-    max_usage: float = 0.95
+    max_usage: Annotated[float, Field(gt=0, le=1)] = 0.95
     #: Share of the blocks a pin pushes out of the LRU cache that would have been reused.
-    reuse_fraction: float = 0.5
+    reuse_fraction: _NonNegative = 0.5
     #: Contexts shorter than this are not worth retaining (tokens).
-    min_context_tokens: int = 32
+    min_context_tokens: Annotated[int, Field(ge=0)] = 32
     #: Programs less likely than this to come back are not retained.
-    min_return_probability: float = 0.2
+    min_return_probability: Annotated[float, Field(ge=0, le=1)] = 0.2
     #: Engine KV capacity (tokens) when the facts do not say; ``None`` = unknown (no pins).
-    kv_capacity_tokens: int | None = None
+    kv_capacity_tokens: Annotated[int, Field(ge=1)] | None = None
     #: Blocks the engine allocates per second, as tokens; ``None`` = ``1/prefill_s_per_token``.
-    churn_tokens_per_s: float | None = None
+    churn_tokens_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     #: Seconds per prefill token (cost model): churn default and reported costs.
-    prefill_s_per_token: float = 1.0e-4
+    prefill_s_per_token: _NonNegative = 1.0e-4
     #: Durations kept per tool, samples needed before trusting them, and the mean assumed
     #: for a tool with neither history nor a client prediction (seconds).
     history_size: int = 256
@@ -97,43 +115,14 @@ class RetentionConfig:
     prior_ended: float = 1.0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "quantiles", tuple(float(q) for q in self.quantiles))
-        if not self.quantiles or any(not 0 < q < 1 for q in self.quantiles):
-            raise ConfigError(f"retention quantiles must be in (0, 1), got {self.quantiles}")
-        if not 0 < self.cover_quantile < 1:
-            raise ConfigError(f"cover_quantile must be in (0, 1), got {self.cover_quantile!r}")
-        if not 0 < self.max_usage <= 1:
-            raise ConfigError(f"retention max_usage must be in (0, 1], got {self.max_usage!r}")
-        for name in ("slack_s", "reuse_fraction", "prefill_s_per_token"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise ConfigError(f"retention {name} must be finite and >= 0, got {value!r}")
-        if not self.max_ttl_s > 0:
-            raise ConfigError(f"retention max_ttl_s must be > 0, got {self.max_ttl_s!r}")
-        if not 0 <= self.min_return_probability <= 1:
-            raise ConfigError("retention min_return_probability must be in [0, 1]")
-        if self.min_context_tokens < 0:
-            raise ConfigError("retention min_context_tokens must be >= 0")
-        capacity = self.kv_capacity_tokens
-        if capacity is not None and capacity < 1:
-            raise ConfigError("retention kv_capacity_tokens must be >= 1 or unset")
-        churn = self.churn_tokens_per_s
-        if churn is not None and not (math.isfinite(churn) and churn > 0):
-            raise ConfigError("retention churn_tokens_per_s must be > 0 or unset")
-        if churn is None and not self.prefill_s_per_token > 0:
+        check_fields(self)
+        if self.churn_tokens_per_s is None and not self.prefill_s_per_token > 0:
             raise ConfigError("retention needs churn_tokens_per_s or prefill_s_per_token > 0")
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> RetentionConfig:
+    def from_mapping(cls, values: Mapping[str, object]) -> RetentionConfig:
         """From a config table; unknown keys raise :class:`ConfigError`."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown retention parameter(s) {unknown}; valid: {sorted(known)}")
-        try:
-            return cls(**values)
-        except TypeError as exc:
-            raise ConfigError(f"bad retention parameters: {exc}") from exc
+        return parse_section(cls, values, "retention_options")
 
     @property
     def churn(self) -> float:

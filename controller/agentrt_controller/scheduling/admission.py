@@ -49,10 +49,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from agentrt.errors import ConfigError
+from agentrt_controller.config_check import SECTION, check_fields, parse_section
 from agentrt_controller.scheduling.api import BackendView
 
 __all__ = ["AdaptiveWindowAdmission", "AdaptiveWindowConfig"]
@@ -60,7 +61,10 @@ __all__ = ["AdaptiveWindowAdmission", "AdaptiveWindowConfig"]
 
 @dataclass(frozen=True, slots=True)
 class AdaptiveWindowConfig:
-    """AIMD parameters; validated on construction (:class:`ConfigError`)."""
+    """AIMD parameters (the ``admission`` section); validated on construction
+    (:class:`ConfigError`)."""
+
+    __pydantic_config__ = SECTION
 
     #: Window of a backend before its first sample (calls, >= min_window).
     initial_window: float = 8.0
@@ -82,6 +86,7 @@ class AdaptiveWindowConfig:
     count_other_load: bool = False
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if not self.min_window >= 1:
             raise ConfigError(f"min_window must be >= 1, got {self.min_window}")
         if not self.min_window <= self.initial_window <= self.max_window:
@@ -101,18 +106,9 @@ class AdaptiveWindowConfig:
             raise ConfigError(f"update_interval_s must be > 0, got {self.update_interval_s}")
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> AdaptiveWindowConfig:
+    def from_mapping(cls, values: Mapping[str, object]) -> AdaptiveWindowConfig:
         """From a config table; unknown keys raise :class:`ConfigError`."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown adaptive admission parameter(s) {unknown}; valid: {sorted(known)}"
-            )
-        try:
-            return cls(**dict(values))
-        except TypeError as exc:
-            raise ConfigError(f"bad adaptive admission parameters: {exc}") from exc
+        return parse_section(cls, values, "admission")
 
 
 @dataclass(slots=True)

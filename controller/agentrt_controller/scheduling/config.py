@@ -12,41 +12,50 @@ import bisect
 import itertools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
 
 from agentrt.errors import ConfigError
+from agentrt_controller.config_check import SECTION, as_tuple, check_fields, parse_section
 
 __all__ = ["SchedulerConfig", "is_starving", "starvation_ratio"]
 
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
-    """Validated on construction; every violation raises :class:`ConfigError`."""
+    """The ``scheduling`` config section; validated on construction (:mod:`..config_check`):
+    every violation raises :class:`ConfigError`."""
+
+    __pydantic_config__ = SECTION
 
     #: Inner queue boundaries (seconds of service), strictly increasing, finite, > 0.
     #: Queue index ``i`` holds priorities in ``[boundaries[i-1], boundaries[i])``.
-    boundaries_s: tuple[float, ...] = (0.5, 2.0, 8.0, 32.0)
+    boundaries_s: Annotated[
+        tuple[Annotated[float, Field(gt=0, allow_inf_nan=False)], ...], BeforeValidator(as_tuple)
+    ] = (
+        0.5, 2.0, 8.0, 32.0,
+    )  # fmt: skip
     #: Per-queue quantum (output tokens, >= 1); exactly ``len(boundaries_s) + 1`` of them.
-    quanta_tokens: tuple[int, ...] = (16, 32, 64, 128, 256)
+    quanta_tokens: Annotated[tuple[Annotated[int, Field(ge=1)], ...], BeforeValidator(as_tuple)] = (
+        16, 32, 64, 128, 256,
+    )  # fmt: skip
     #: Anti-starvation threshold β (> 0) on waiting / service; ``None`` = off (plain
     #: PLAS / ATLAS, which can starve long programs under overload).
-    starvation_beta: float | None = None
+    starvation_beta: Annotated[float, Field(gt=0)] | None = None
     #: Minimum time between two anti-starvation sweeps over the queues (seconds, >= 0);
     #: 0 = check on every ``pop``. A sweep costs O(queued calls below Q1), so the default
     #: bounds that cost under high pop rates; 0.1 s is nothing next to β x seconds of service.
-    starvation_check_interval_s: float = 0.1
+    starvation_check_interval_s: Annotated[float, Field(ge=0)] = 0.1
     #: Calls of a program whose KV is retained (docs/routing.md, "KV retention";
     #: ``ProcessTable.set_retention``) enter Q1 instead of their PLAS / ATLAS queue while the
     #: retention lasts.
     boost_retained: bool = True
 
     def __post_init__(self) -> None:
-        bounds = tuple(float(b) for b in self.boundaries_s)
-        object.__setattr__(self, "boundaries_s", bounds)
-        object.__setattr__(self, "quanta_tokens", tuple(self.quanta_tokens))
-        if any(not (math.isfinite(b) and b > 0) for b in bounds):
-            raise ConfigError(f"queue boundaries must be finite and > 0 seconds, got {bounds}")
+        check_fields(self)
+        bounds = self.boundaries_s
         if any(b >= nxt for b, nxt in itertools.pairwise(bounds)):
             raise ConfigError(f"queue boundaries must be strictly increasing, got {bounds}")
         if len(self.quanta_tokens) != len(bounds) + 1:
@@ -54,31 +63,12 @@ class SchedulerConfig:
                 f"need one quantum per queue: {len(bounds)} boundaries make "
                 f"{len(bounds) + 1} queues, got {len(self.quanta_tokens)} quanta"
             )
-        if any(isinstance(q, bool) or not isinstance(q, int) or q < 1 for q in self.quanta_tokens):
-            raise ConfigError(f"quanta must be integers >= 1 token, got {self.quanta_tokens}")
-        beta = self.starvation_beta
-        bad_type = isinstance(beta, bool) or not isinstance(beta, int | float)
-        if beta is not None and (bad_type or not beta > 0):
-            raise ConfigError(f"starvation_beta must be > 0 or unset, got {beta!r}")
-        if not self.starvation_check_interval_s >= 0:
-            raise ConfigError("starvation_check_interval_s must be >= 0 seconds")
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> SchedulerConfig:
+    def from_mapping(cls, values: Mapping[str, object]) -> SchedulerConfig:
         """Build from a config-file / JSON table with the field names above (``boundaries_s``
         and ``quanta_tokens`` as lists). Unknown keys raise :class:`ConfigError`."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown scheduling parameter(s) {unknown}; valid: {sorted(known)}")
-        kwargs = dict(values)
-        try:
-            for name in ("boundaries_s", "quanta_tokens"):
-                if name in kwargs:
-                    kwargs[name] = tuple(kwargs[name])
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise ConfigError(f"bad scheduling parameters: {exc}") from exc
+        return parse_section(cls, values, "scheduling")
 
     @property
     def levels(self) -> int:

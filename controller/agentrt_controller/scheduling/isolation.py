@@ -58,10 +58,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentrt.errors import ConfigError
+from agentrt_controller.config_check import SECTION, parse_section
 
 __all__ = ["IsolationConfig", "TenantIsolation"]
 
@@ -75,7 +76,10 @@ _SERVICE_MARGIN = 1.1
 
 @dataclass(frozen=True, slots=True)
 class IsolationConfig:
-    """Per-tenant in-flight caps. Validated on construction (:class:`ConfigError`)."""
+    """Per-tenant in-flight caps (the ``tenant_isolation`` section). Validated on
+    construction (:class:`ConfigError`)."""
+
+    __pydantic_config__ = SECTION
 
     #: ``False`` = no caps (fair shares of the queue only).
     enabled: bool = True
@@ -122,14 +126,10 @@ class IsolationConfig:
             object.__setattr__(self, "surplus_share", float(share))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> IsolationConfig:
+    def from_mapping(cls, values: Mapping[str, object]) -> IsolationConfig:
         """From a config-file table with the field names above; unknown keys raise
         :class:`ConfigError`."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown isolation parameter(s) {unknown}; valid: {sorted(known)}")
-        return cls(**dict(values))
+        return parse_section(cls, values, "tenant_isolation")
 
 
 class TenantIsolation:

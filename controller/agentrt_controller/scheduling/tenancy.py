@@ -67,10 +67,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
 
 from agentrt.errors import ConfigError
+from agentrt_controller.config_check import SECTION, parse_section
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.scheduling.api import Call, Scheduler
@@ -101,7 +104,10 @@ def _positive(value: object, what: str) -> float:
 
 @dataclass(frozen=True, slots=True)
 class TenancyConfig:
-    """Fair shares between tenants. Validated on construction (:class:`ConfigError`)."""
+    """Fair shares between tenants (the ``tenancy`` section). Validated on construction
+    (:class:`ConfigError`)."""
+
+    __pydantic_config__ = SECTION
 
     #: Tenant name -> weight (> 0, unitless). A tenant's share of charged service, while every
     #: tenant is backlogged, is its weight over the sum of the backlogged tenants' weights.
@@ -117,7 +123,9 @@ class TenancyConfig:
     #: applied by the Dispatcher); off by default (docs/tenancy.md, "Isolation of the batch":
     #: no setting measured meets its goal at an acceptable cost). A config table may give a
     #: mapping of :class:`IsolationConfig` fields, or ``true`` / ``false``.
-    isolation: IsolationConfig = field(default_factory=lambda: IsolationConfig(enabled=False))
+    isolation: Annotated[IsolationConfig, BeforeValidator(_isolation_config)] = field(
+        default_factory=lambda: IsolationConfig(enabled=False)
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, Mapping):
@@ -139,14 +147,10 @@ class TenancyConfig:
         object.__setattr__(self, "isolation", _isolation_config(self.isolation))
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> TenancyConfig:
+    def from_mapping(cls, values: Mapping[str, object]) -> TenancyConfig:
         """Build from a config-file / JSON table with the field names above; unknown keys
         raise :class:`ConfigError`."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(f"unknown tenancy parameter(s) {unknown}; valid: {sorted(known)}")
-        return cls(**dict(values))
+        return parse_section(cls, values, "tenancy")
 
     def weight(self, tenant: str) -> float:
         """The weight of ``tenant``."""
@@ -159,7 +163,7 @@ def _isolation_config(value: object) -> IsolationConfig:
     if isinstance(value, bool):
         return IsolationConfig(enabled=value)
     if isinstance(value, Mapping):
-        return IsolationConfig.from_mapping(value)
+        return parse_section(IsolationConfig, value, "isolation")
     raise ConfigError(f"tenancy 'isolation' must be a table or true / false, got {value!r}")
 
 

@@ -21,183 +21,288 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field
 
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
-from agentrt_controller.admission_window import AdmissionWindow
+from agentrt_controller.admission_window import AdmissionWindow, parse_admission_window
 from agentrt_controller.backends.breaker import BreakerConfig
 from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.config_check import SectionError, check_fields, from_table, parse_section
+from agentrt_controller.cost_model import CostModel
+from agentrt_controller.retention.policy import RetentionConfig
+from agentrt_controller.routing.factory import build_router
+from agentrt_controller.scheduling.admission import AdaptiveWindowConfig
+from agentrt_controller.scheduling.config import SchedulerConfig
+from agentrt_controller.scheduling.isolation import IsolationConfig
 
-__all__ = ["ENV_PREFIX", "AdmissionWindow", "ControllerConfig", "load_config"]
+__all__ = [
+    "ENV_PREFIX",
+    "AdmissionWindow",
+    "ControllerConfig",
+    "LogLevel",
+    "PolicyName",
+    "RouterName",
+    "load_config",
+]
 
 ENV_PREFIX = "AGENTRT_CONTROLLER_"
+
+#: The scheduling policies the controller runs (``srpt`` needs the simulator's oracle).
+PolicyName = Literal["fcfs", "mlfq", "plas", "atlas"]
+#: The routers :func:`agentrt_controller.routing.factory.build_router` builds.
+RouterName = Literal["prefix", "round_robin", "least_loaded", "autellix", "pipeline"]
+#: uvicorn's log levels.
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
+_WINDOW_ERROR = "must be N >= 1, adaptive or unlimited, got {!r}"
+
+
+def _parse_window(value: object) -> AdmissionWindow:
+    """A window from a file, the environment or code: ``N``, ``"adaptive"``, ``None`` /
+    ``"unlimited"``."""
+    try:
+        window = parse_admission_window(value)
+    except ConfigError:
+        raise ConfigError(_WINDOW_ERROR.format(value)) from None
+    if isinstance(window, int) and window < 1:
+        raise ConfigError(_WINDOW_ERROR.format(value))
+    return window
+
+
+def _parse_backends(value: object) -> tuple[BackendSpec, ...]:
+    """Backends from a list of URL strings / tables / specs, or one whitespace-separated
+    string (the environment)."""
+    if isinstance(value, str):
+        value = value.split()
+    if not isinstance(value, list | tuple):
+        raise ConfigError("must be a list")
+    specs: list[BackendSpec] = []
+    for index, item in enumerate(value):
+        if isinstance(item, BackendSpec):
+            specs.append(item)
+        elif isinstance(item, str):
+            try:
+                specs.append(BackendSpec.parse(item))
+            except SectionError as exc:
+                raise SectionError(str(index), exc.problems) from None
+        elif isinstance(item, Mapping):
+            specs.append(BackendSpec.from_mapping(item, str(index)))
+        else:
+            raise ConfigError(f"a backend must be a URL string or a table, got {item!r}")
+    return tuple(specs)
+
+
+def _blank_is_none(value: object) -> object:
+    return None if value == "" else value
+
+
+def _none_word_is_none(value: object) -> object:
+    return None if value in ("", "none") else value
+
+
+def _cost_table(value: object) -> object:
+    """A ``cost`` table in either form (:meth:`CostModel.from_mapping`)."""
+    return CostModel.from_mapping(value, "") if isinstance(value, Mapping) else value
+
+
+def _isolation_table(value: object) -> object:
+    """A ``tenant_isolation`` table; an empty one means off."""
+    if isinstance(value, Mapping):
+        if not value:
+            return IsolationConfig(enabled=False)
+        return parse_section(IsolationConfig, value, "")
+    return value
+
+
+_Seconds = Annotated[float, Field(gt=0)]
+_OptionalSeconds = Annotated[_Seconds | None, BeforeValidator(_none_word_is_none)]
+_Count = Annotated[int, Field(ge=1)]
+_Secret = Annotated[str | None, BeforeValidator(_blank_is_none)]
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerConfig:
-    """Everything the controller service needs; validated on construction."""
+    """Everything the controller service needs; validated on construction
+    (:mod:`agentrt_controller.config_check`): each field's annotation says what it accepts.
+
+    A section (``scheduling``, ``cost``, ``admission``, ``breaker``, ``retention_options``,
+    ``tenant_isolation``) may be given as its typed config or as a table of its fields
+    (validated into that type); ``backends`` as specs, URL strings or tables. Raises
+    :class:`~agentrt.errors.ConfigError` naming each bad key's path.
+    """
 
     #: Listen address.
     host: str = "127.0.0.1"
     #: Listen port; 0 = any free port (embedding and tests).
-    port: int = 8080
+    port: Annotated[int, Field(ge=0, le=65535)] = 8080
     #: The model servers behind the controller (at least one).
-    backends: tuple[BackendSpec, ...] = ()
+    backends: Annotated[tuple[BackendSpec, ...], BeforeValidator(_parse_backends)] = ()
     # The policy fields' defaults come from agentrt_controller.defaults, which the simulator's
     # `agentrt bench sim` reads too: what runs with no flags is what the benchmarks measured.
 
     #: Scheduling policy name for ``build_scheduler`` (``fcfs``, ``mlfq``, ``plas``, ``atlas``).
-    policy: str = defaults.POLICY
-    #: Policy parameters (queue boundaries in seconds, quanta in tokens, beta...), passed to
-    #: the scheduler factory unchanged (over ``agentrt_controller.defaults.SCHEDULING``); it
-    #: rejects unknown keys.
-    scheduling: Mapping[str, Any] = field(default_factory=dict)
-    #: Cost-model parameters (seconds per uncached prompt token, per output token...).
-    cost: Mapping[str, Any] = field(default_factory=dict)
+    policy: PolicyName = defaults.POLICY
+    #: Policy parameters (queue boundaries in seconds, quanta in tokens, beta...); ``fcfs``
+    #: takes none.
+    scheduling: Annotated[SchedulerConfig, from_table(SchedulerConfig)] = field(
+        default_factory=SchedulerConfig
+    )
+    #: Cost model (seconds per uncached prompt token, per output token...; a table may name a
+    #: hardware ``profile`` instead: :meth:`CostModel.from_mapping`).
+    cost: Annotated[CostModel, BeforeValidator(_cost_table)] = field(default_factory=CostModel)
     #: Router name: ``prefix`` (prefix-cache aware, the default), ``round_robin``,
     #: ``least_loaded``, ``autellix`` or ``pipeline`` (docs/routing.md).
-    router: str = defaults.ROUTER
+    router: RouterName = defaults.ROUTER
     #: Router parameters (``agentrt_controller.routing.factory.build_router``), e.g.
-    #: ``{"queued_tokens_per_call": 256}``; unknown keys are errors.
-    routing: Mapping[str, Any] = field(default_factory=dict)
+    #: ``{"queued_tokens_per_call": 256}``; their shape depends on :attr:`router`, so they
+    #: stay a table, checked on construction by building the router: unknown keys are errors.
+    routing: Mapping[str, object] = field(default_factory=dict)
     #: KV retention during tool waits: ``on`` or ``off`` (docs/routing.md, "KV retention").
-    retention: str = defaults.RETENTION
-    #: Retention policy parameters (``agentrt_controller.retention.RetentionConfig`` fields).
-    retention_options: Mapping[str, Any] = field(default_factory=dict)
+    retention: Literal["on", "off"] = defaults.RETENTION
+    #: Retention policy parameters; ``None`` = the defaults. Their ``prefill_s_per_token``,
+    #: when not given (``None`` or a table without it), is the cost model's: use
+    #: :attr:`retention_config`.
+    retention_options: Annotated[RetentionConfig | None, from_table(RetentionConfig)] = None
     #: Per-backend in-flight window (calls), ``None`` = unlimited, ``"adaptive"`` (the
     #: default) = sized from the backend: steered by its scraped ``vllm:num_requests_waiting``
     #: and never above its batch size (when it reports one) plus ``target_waiting``.
-    admission_window: AdmissionWindow = defaults.ADMISSION_WINDOW
+    admission_window: Annotated[AdmissionWindow, BeforeValidator(_parse_window)] = (
+        defaults.ADMISSION_WINDOW
+    )
     #: Parameters of the adaptive window (``AdaptiveWindowConfig`` fields: ``initial_window``,
     #: ``min_window``, ``max_window``, ``target_waiting``...); only with ``"adaptive"``.
-    admission: Mapping[str, Any] = field(default_factory=lambda: dict(defaults.ADMISSION))
+    admission: Annotated[AdaptiveWindowConfig, from_table(AdaptiveWindowConfig)] = field(
+        default_factory=lambda: AdaptiveWindowConfig.from_mapping(defaults.ADMISSION)
+    )
     #: Calls the controller holds in its queues at most; more arrivals get HTTP 503 with
     #: ``Retry-After`` (a bound on memory under a flood).
-    max_queued_calls: int = 100_000
+    max_queued_calls: _Count = 100_000
     #: Largest accepted request body (bytes); larger bodies get HTTP 413 while being read.
     #: No larger than what the backends accept (the emulator's and vLLM's default: 16 MiB).
-    max_body_bytes: int = 16 * 1024 * 1024
+    max_body_bytes: _Count = 16 * 1024 * 1024
     #: Period of each backend's health probe and metric scrape, and the probe's time limit
     #: (seconds): a dead backend leaves routing within one interval.
-    scrape_interval_s: float = 1.0
+    scrape_interval_s: _Seconds = 1.0
     #: Circuit-breaker thresholds (``BreakerConfig`` fields: ``failure_threshold``,
     #: ``error_rate``, ``window``, ``min_calls``, ``cooldown_s``, ``success_threshold``,
-    #: ``backoff``, ``max_cooldown_s``); unknown keys are errors.
-    breaker: Mapping[str, Any] = field(default_factory=dict)
+    #: ``backoff``, ``max_cooldown_s``, ``probe_timeouts``); unknown keys are errors.
+    breaker: Annotated[BreakerConfig, from_table(BreakerConfig)] = field(
+        default_factory=BreakerConfig
+    )
     #: Bearer token the admin endpoints (adding / removing backends) require; ``None`` = they
     #: accept requests from loopback clients only.
-    admin_token: str | None = None
+    admin_token: _Secret = field(default=None, repr=False)
     #: Longest wait for a backend's answer to start or continue (seconds); ``None`` = forever.
-    backend_timeout_s: float | None = 600.0
+    backend_timeout_s: _OptionalSeconds = 600.0
     #: A backend that sends no byte of a started stream for this long is stalled (seconds;
     #: ``None`` = only ``backend_timeout_s``): its call is aborted, and retried elsewhere when
     #: nothing reached the client yet, else failed with an error event (docs/controller.md,
     #: "Lifecycle").
-    backend_stall_s: float | None = 30.0
+    backend_stall_s: _OptionalSeconds = 30.0
     #: On SIGTERM, how long calls in flight may take to finish after the controller stopped
     #: accepting connections (seconds); the rest are then aborted upstream.
-    shutdown_grace_s: float = 30.0
+    shutdown_grace_s: Annotated[float, Field(ge=0)] = 30.0
     #: Longest wait to connect to a backend (seconds).
-    connect_timeout_s: float = 5.0
+    connect_timeout_s: _Seconds = 5.0
     #: Attempts on other backends after a backend could not be reached (before streaming).
-    max_retries: int = 2
+    max_retries: Annotated[int, Field(ge=0)] = 2
     #: ``Retry-After`` seconds sent with HTTP 503 when no backend is available.
-    retry_after_s: int = 1
+    retry_after_s: Annotated[int, Field(ge=0)] = 1
     #: A program with no call and no event for this long leaves the process table (seconds).
-    program_idle_timeout_s: float = 600.0
+    program_idle_timeout_s: _Seconds = 600.0
     #: Connection pool size towards all backends together.
-    max_connections: int = 1024
+    max_connections: _Count = 1024
     #: HTTP transport towards backends: ``fast`` (HTTP/1.1 keep-alive on httptools; https
     #: falls back to httpx) or ``httpx`` (httpx's own, in ``http_pool_shards`` pools).
-    http_transport: str = "fast"
+    http_transport: Literal["fast", "httpx"] = "fast"
     #: Independent connection pools used in turn with ``http_transport = "httpx"``
     #: (per-request pool overhead grows with the number of connections in a pool).
-    http_pool_shards: int = 8
+    http_pool_shards: _Count = 8
     #: uvicorn log level (``critical``, ``error``, ``warning``, ``info``, ``debug``).
-    log_level: str = "warning"
+    log_level: LogLevel = "warning"
     #: Largest request head (request line + headers, bytes); larger ones are refused.
-    max_header_bytes: int = 64 * 1024
+    max_header_bytes: _Count = 64 * 1024
     #: A connection must deliver a complete request head within this many seconds of its
     #: first byte (and an idle keep-alive connection is closed after it): slow clients are cut.
-    header_timeout_s: float = 10.0
+    header_timeout_s: _Seconds = 10.0
     #: Connections and requests served at once; more get HTTP 503 (uvicorn's
     #: ``limit_concurrency``).
-    max_concurrency: int = 4096
+    max_concurrency: _Count = 4096
     # --- tenants (docs/security.md; service/core/tenants.py) ---------------------------------
     #: vLLM's ``--api-key``: one key for the one tenant ``default`` (never shown in a repr).
-    api_key: str | None = field(default=None, repr=False)
+    api_key: _Secret = field(default=None, repr=False)
     #: ``tenant=key,tenant=key`` (plain keys or ``sha256:<hex>`` hashes), e.g. from
     #: ``AGENTRT_CONTROLLER_API_KEYS``; every tenant gets the default quotas.
-    api_keys: str | None = field(default=None, repr=False)
+    api_keys: _Secret = field(default=None, repr=False)
     #: A TOML key file: tenants with key hashes, weights, cache groups and quotas.
-    api_key_file: str | None = None
+    api_key_file: Annotated[str | None, BeforeValidator(_blank_is_none)] = None
     #: Secret the per-tenant ``cache_salt`` values are derived from; ``None`` = random at
     #: start (salts then change on restart; replicas sharing backends should share one).
-    cache_salt_secret: str | None = field(default=None, repr=False)
+    cache_salt_secret: _Secret = field(default=None, repr=False)
     #: Forward the client's ``Authorization`` header to the backends (single-tenant setups
     #: whose backends check the same key); off = the backend's own ``api_key`` or none.
     forward_client_authorization: bool = False
     #: Programs the process table holds at most (all tenants); at the cap, the least recently
     #: active idle program is evicted, else a new program gets HTTP 503.
-    max_programs: int = 100_000
+    max_programs: _Count = 100_000
     #: Longest predicted tool / human wait a ``tool-start`` event may announce (seconds);
     #: longer ones are clamped. ``None`` = ``program_idle_timeout_s``.
-    max_predicted_wait_s: float | None = None
+    max_predicted_wait_s: _OptionalSeconds = None
     #: Fair-share scheduling between tenants: ``auto`` (on when more than one tenant is
     #: configured), ``on`` or ``off``.
-    fair_share: str = "auto"
+    fair_share: Literal["auto", "on", "off"] = "auto"
     #: Per-tenant caps on calls in flight under fair shares (docs/tenancy.md, "Isolation of
     #: the batch"): empty = off (the default); a table of ``IsolationConfig`` fields = on.
-    tenant_isolation: Mapping[str, Any] = field(default_factory=dict)
+    tenant_isolation: Annotated[IsolationConfig, BeforeValidator(_isolation_table)] = field(
+        default_factory=lambda: IsolationConfig(enabled=False)
+    )
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be in [0, 65535], got {self.port}")
-        window = self.admission_window
-        if (
-            window is not None
-            and window != "adaptive"
-            and (isinstance(window, bool) or not isinstance(window, int) or window < 1)
-        ):
-            raise ConfigError(
-                f"admission_window must be >= 1, 'adaptive' or unlimited, got {window!r}"
+        options = self.retention_options
+        # A retention table that names no prefill rate takes the cost model's.
+        cost_rate = isinstance(options, Mapping) and "prefill_s_per_token" not in options
+        check_fields(self)
+        if cost_rate and self.retention_options is not None:
+            rate = self.cost.prefill_s_per_token
+            object.__setattr__(
+                self, "retention_options", replace(self.retention_options, prefill_s_per_token=rate)
             )
-        for name in ("max_body_bytes", "max_connections", "http_pool_shards", "max_queued_calls",
-                     "max_header_bytes", "max_concurrency"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1")
-        for name in ("scrape_interval_s", "connect_timeout_s", "program_idle_timeout_s",
-                     "header_timeout_s"):  # fmt: skip
-            if not getattr(self, name) > 0:
-                raise ConfigError(f"{name} must be > 0 seconds")
-        if self.backend_timeout_s is not None and not self.backend_timeout_s > 0:
-            raise ConfigError("backend_timeout_s must be > 0 seconds or unset")
-        if self.backend_stall_s is not None and not self.backend_stall_s > 0:
-            raise ConfigError("backend_stall_s must be > 0 seconds or unset")
-        if not self.shutdown_grace_s >= 0:
-            raise ConfigError("shutdown_grace_s must be >= 0 seconds")
-        if self.max_retries < 0 or self.retry_after_s < 0:
-            raise ConfigError("max_retries and retry_after_s must be >= 0")
+        problems: list[tuple[tuple[str | int, ...], str]] = []
         ids = [b.backend_id for b in self.backends]
         if len(set(ids)) != len(ids):
-            raise ConfigError(f"backend ids must be unique, got {ids}")
-        if self.http_transport not in ("fast", "httpx"):
-            raise ConfigError(f"http_transport must be fast or httpx, got {self.http_transport!r}")
-        if self.retention not in ("on", "off"):
-            raise ConfigError(f"retention must be on or off, got {self.retention!r}")
-        if self.log_level not in ("critical", "error", "warning", "info", "debug", "trace"):
-            raise ConfigError(f"unknown log_level {self.log_level!r}")
-        BreakerConfig.from_mapping(dict(self.breaker))  # raises ConfigError when invalid
-        if self.max_programs < 1:
-            raise ConfigError("max_programs must be >= 1")
-        wait = self.max_predicted_wait_s
-        if wait is not None and not wait > 0:
-            raise ConfigError("max_predicted_wait_s must be > 0 seconds or unset")
-        if self.fair_share not in ("auto", "on", "off"):
-            raise ConfigError(f"fair_share must be auto, on or off, got {self.fair_share!r}")
+            problems.append((("backends",), f"backend ids must be unique, got {ids}"))
+        if self.policy == "fcfs" and self.scheduling != SchedulerConfig():
+            problems.append((("scheduling",), "fcfs takes no scheduling parameters"))
+        if self.admission_window != "adaptive" and self.admission != AdaptiveWindowConfig():
+            problems.append((("admission",), "applies to admission_window = adaptive only"))
         if self.admin_token is not None and len(self.admin_token) < 8:
-            raise ConfigError("admin_token must have at least 8 characters")
+            problems.append((("admin_token",), "must have at least 8 characters"))
+        try:
+            build_router(self.router, self.routing_params)
+        except ConfigError as exc:
+            problems.append((("routing",), str(exc)))
+        if problems:
+            raise SectionError("", problems)
+
+    @property
+    def routing_params(self) -> dict[str, object]:
+        """:attr:`routing` with the ``prefix`` router's ``prefill_s_per_token`` defaulting to
+        the cost model's."""
+        params = dict(self.routing)
+        if self.router == "prefix":
+            params.setdefault("prefill_s_per_token", self.cost.prefill_s_per_token)
+        return params
+
+    @property
+    def retention_config(self) -> RetentionConfig:
+        """:attr:`retention_options`, or the defaults with the cost model's
+        ``prefill_s_per_token``."""
+        if self.retention_options is not None:
+            return self.retention_options
+        return RetentionConfig(prefill_s_per_token=self.cost.prefill_s_per_token)
 
 
 _FIELDS = {f.name: f for f in fields(ControllerConfig)}
@@ -217,89 +322,26 @@ def _is_service_link(key: str, value: str) -> bool:
     return key.startswith(("service_", "port_"))
 
 
-_OPTIONAL_STRINGS = ("admin_token", "api_key", "api_keys", "api_key_file", "cache_salt_secret")
-_BOOLS = {"true": True, "on": True, "1": True, "yes": True,
-          "false": False, "off": False, "0": False, "no": False}  # fmt: skip
+#: The fields given as a table (a JSON object in the environment and on the command line).
+_TABLES = frozenset(
+    ("scheduling", "cost", "admission", "breaker", "routing", "retention_options",
+     "tenant_isolation")
+)  # fmt: skip
 
-_WINDOW_ERROR = "admission_window must be N, adaptive or unlimited, got {!r}"
 
-
-def _parse_window(value: Any) -> AdmissionWindow:
-    if value is None or value == "adaptive":
-        return value  # type: ignore[no-any-return]
-    if isinstance(value, str):
-        if value.lower() in ("unlimited", "none", "inf"):
-            return None
+def _from_text(key: str, value: object, source: str) -> object:
+    """A table given as text (environment, command line) parsed as JSON; other values are
+    left to the field's validation."""
+    if key in _TABLES and isinstance(value, str):
         try:
-            return int(value)
+            return json.loads(value)
         except ValueError as exc:
-            raise ConfigError(_WINDOW_ERROR.format(value)) from exc
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise ConfigError(_WINDOW_ERROR.format(value))
-
-
-def _parse_backends(value: Any) -> tuple[BackendSpec, ...]:
-    if isinstance(value, str):
-        value = value.split()
-    if not isinstance(value, list | tuple):
-        raise ConfigError("backends must be a list")
-    specs: list[BackendSpec] = []
-    for item in value:
-        if isinstance(item, BackendSpec):
-            specs.append(item)
-        elif isinstance(item, str):
-            specs.append(BackendSpec.parse(item))
-        elif isinstance(item, dict):
-            specs.append(BackendSpec.from_mapping(item))
-        else:
-            raise ConfigError(f"a backend must be a URL string or a table, got {item!r}")
-    return tuple(specs)
-
-
-def _coerce(name: str, value: Any) -> Any:
-    """Turn a file, environment or CLI value into the field's type."""
-    if name == "backends":
-        return _parse_backends(value)
-    if name == "admission_window":
-        return _parse_window(value)
-    if name in _OPTIONAL_STRINGS and (value is None or value == ""):
-        return None
-    if name == "forward_client_authorization":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in _BOOLS:
-            return _BOOLS[value.lower()]
-        raise ConfigError(f"{name} must be true or false, got {value!r}")
-    if name == "max_predicted_wait_s" and (value is None or value in ("", "none")):
-        return None
-    if name in ("scheduling", "cost", "admission", "breaker", "routing", "retention_options",
-                "tenant_isolation"):  # fmt: skip
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError as exc:
-                raise ConfigError(f"{name} must be a JSON object: {exc}") from exc
-        if not isinstance(value, dict):
-            raise ConfigError(f"{name} must be a table / JSON object")
-        return value
-    optional_seconds = name in ("backend_timeout_s", "backend_stall_s")
-    if optional_seconds and (value is None or value in ("", "none")):
-        return None
-    kind = _FIELDS[name].type
-    try:
-        if kind in ("int",):
-            return int(value)
-        if kind in ("float", "float | None"):
-            return float(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{name} must be a number, got {value!r}") from exc
-    if not isinstance(value, str):
-        raise ConfigError(f"{name} must be a string, got {value!r}")
+            message = f"controller.{key}: must be a JSON object ({source}): {exc}"
+            raise ConfigError(message) from None
     return value
 
 
-def _read_file(path: Path) -> dict[str, Any]:
+def _read_file(path: Path) -> dict[str, object]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -319,33 +361,38 @@ def _read_file(path: Path) -> dict[str, Any]:
 def load_config(
     file: str | Path | None = None,
     env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, object] | None = None,
 ) -> ControllerConfig:
     """Merge defaults, ``file``, ``env`` (``AGENTRT_CONTROLLER_*``; ``..._CONFIG`` names a file
     when ``file`` is None) and ``overrides`` (CLI flags; ``None`` values are skipped).
 
-    Raises :class:`ConfigError` for unknown file keys and options and for invalid values;
-    unknown ``AGENTRT_CONTROLLER_*`` variables are logged once and ignored.
+    Raises :class:`ConfigError` for unknown file keys and options and for invalid values, each
+    line naming the key's path and where the value came from, e.g.
+    ``controller.scheduling.betta: unknown key (file controller.toml)``; unknown
+    ``AGENTRT_CONTROLLER_*`` variables are logged once and ignored.
     """
     env = env or {}
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
+    #: Where each key's value came from, for messages.
+    sources: dict[str, str] = {}
     path = file if file is not None else env.get(ENV_PREFIX + "CONFIG")
     if path:
         for key, value in _read_file(Path(path)).items():
             if key not in _FIELDS:
-                raise ConfigError(f"unknown controller config key {key!r} in {path}")
-            values[key] = _coerce(key, value)
+                raise ConfigError(f"controller.{key}: unknown key (file {path})")
+            values[key], sources[key] = value, f"file {path}"
     unknown: list[str] = []
-    for var, value in env.items():
+    for var, text in env.items():
         if not var.startswith(ENV_PREFIX) or var == ENV_PREFIX + "CONFIG":
             continue
         key = var[len(ENV_PREFIX) :].lower()
-        if _is_service_link(key, value):
+        if _is_service_link(key, text):
             continue
         if key not in _FIELDS:
             unknown.append(var)
             continue
-        values[key] = _coerce(key, value)
+        values[key] = _from_text(key, text, var)
+        sources[key] = var
     if unknown:
         _log.warning(
             "ignoring environment variables that name no controller setting: %s",
@@ -354,7 +401,16 @@ def load_config(
     for key, value in (overrides or {}).items():
         if value is None:
             continue
+        flag = "--" + key.replace("_", "-")
         if key not in _FIELDS:
-            raise ConfigError(f"unknown controller option {key!r}")
-        values[key] = _coerce(key, value)
-    return replace(ControllerConfig(), **values)
+            raise ConfigError(f"controller.{key}: unknown option {flag}")
+        values[key], sources[key] = _from_text(key, value, flag), flag
+    try:
+        return ControllerConfig(**values)  # type: ignore[arg-type]  # validated there
+    except SectionError as exc:
+        lines = []
+        for loc, text in exc.problems:
+            source = sources.get(str(loc[0])) if loc else None
+            where = ".".join(str(part) for part in ("controller", *loc))
+            lines.append(f"{where}: {text}" + (f" ({source})" if source else ""))
+        raise ConfigError("; ".join(lines)) from None

@@ -69,8 +69,7 @@ from agentrt_controller.backends.api import (
     BackendUnavailable,
     credential_of,
 )
-from agentrt_controller.backends.breaker import BreakerConfig
-from agentrt_controller.cost_model import CostFunction, CostModel
+from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
 from agentrt_controller.scheduling.api import Call
@@ -133,14 +132,14 @@ class ControllerCore:
         )
         self.quotas = TenantQuotas(clock)
         # ``config.cost`` parsed once: the router's and retention's defaults and the charge.
-        cost_model = CostModel.from_mapping(config.cost)
+        cost_model = config.cost
         self.dispatcher = build_dispatcher(config, cost_model, self.tenants)
         self.pool = BackendPool(
             backends,
             self.wake,
             clock,
             interval_s=config.scrape_interval_s,
-            breaker=BreakerConfig.from_mapping(dict(config.breaker)),
+            breaker=config.breaker,
             on_error=self.metrics.internal_errors.inc,
         )
         #: KV retention during tool waits (``config.retention = "on"``); ``None`` = off.

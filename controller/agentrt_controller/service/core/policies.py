@@ -10,11 +10,9 @@ Unknown names are :class:`ConfigError`, never a silent fallback (docs/architectu
 
 from __future__ import annotations
 
-from agentrt.errors import ConfigError
 from agentrt_controller import policies
 from agentrt_controller.cost_model import CostModel
 from agentrt_controller.scheduling.dispatcher import Dispatcher
-from agentrt_controller.scheduling.isolation import IsolationConfig
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.clock import Clock
@@ -37,19 +35,14 @@ def fair_share_on(config: ControllerConfig, tenants: TenantDirectory | None) -> 
 def policy_config(
     config: ControllerConfig, cost_model: CostModel, tenants: TenantDirectory | None = None
 ) -> policies.PolicyConfig:
-    """The builder's view of ``config`` (``cost_model``: ``config.cost`` parsed once by the
-    caller): Autellix's PLAS / ATLAS inside weighted fair shares between tenants (weights from
-    the key file) when :func:`fair_share_on` (``scheduling/tenancy.py``). Raises
-    :class:`ConfigError` for admission options given without the adaptive window."""
-    if config.admission_window != "adaptive" and config.admission:
-        raise ConfigError("admission options apply to admission_window=adaptive only")
+    """The builder's view of ``config`` (``cost_model``: ``config.cost``): Autellix's PLAS /
+    ATLAS inside weighted fair shares between tenants (weights from the key file) when
+    :func:`fair_share_on` (``scheduling/tenancy.py``)."""
     tenancy = None
     if fair_share_on(config, tenants):
         tenancy = TenancyConfig(
             weights=tenants.weights() if tenants is not None else {},
-            isolation=IsolationConfig.from_mapping(dict(config.tenant_isolation))
-            if config.tenant_isolation
-            else IsolationConfig(enabled=False),
+            isolation=config.tenant_isolation,
         )
     return policies.PolicyConfig(
         policy=config.policy,
@@ -67,8 +60,8 @@ def policy_config(
 def build_dispatcher(
     config: ControllerConfig, cost_model: CostModel, tenants: TenantDirectory | None = None
 ) -> Dispatcher:
-    """The dispatcher of ``config``; ``cost_model`` is ``config.cost`` parsed once by the
-    caller (:meth:`CostModel.from_mapping`), read by the router's defaults."""
+    """The dispatcher of ``config``; ``cost_model`` is ``config.cost``, read by the router's
+    defaults."""
     return policies.build_dispatcher(policy_config(config, cost_model, tenants))
 
 
@@ -81,7 +74,7 @@ def build_retention(
     metrics: ServiceMetrics,
 ) -> RetentionExecutor:
     """The retention executor (``config.retention == "on"``) for ``dispatcher`` and ``pool``
-    on ``clock``: the policy's ``prefill_s_per_token`` defaults to ``cost_model``'s (the
-    configured cost model, parsed once by the caller)."""
-    policy = policies.build_retention_policy(config.retention_options, cost_model)
+    on ``clock``: the policy's ``prefill_s_per_token`` defaults to ``cost_model``'s
+    (``config.cost``: :attr:`ControllerConfig.retention_config`)."""
+    policy = policies.build_retention_policy(config.retention_config, cost_model)
     return RetentionExecutor(policy, dispatcher, pool, clock, on_error=metrics.internal_errors.inc)
