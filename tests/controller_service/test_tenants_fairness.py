@@ -147,5 +147,5 @@ def test_tenant_isolation_config_reaches_the_scheduler() -> None:
     assert dispatcher.isolation is not None
     assert dispatcher.isolation.config.surplus_share == 0.5
     bad = {**env, "AGENTRT_CONTROLLER_TENANT_ISOLATION": '{"surplus": 0.5}'}
-    with pytest.raises(ConfigError, match="unknown isolation parameter"):
+    with pytest.raises(ConfigError, match=r"controller\.tenant_isolation\.surplus: unknown key"):
         build_dispatcher(load_config(None, bad, {}), CostModel(), tenants)
