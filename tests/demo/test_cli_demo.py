@@ -14,7 +14,7 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--router", "nope"], "unknown router 'nope'"),
+        (["--router", "nope"], "controller.router: must be 'prefix', 'round_robin'"),
         (["--programs", "0"], "programs must be >= 1"),
         (["--time-scale", "-1"], "time_scale must be a positive number"),
         (["--window", "wide"], "--window must be N, adaptive or unlimited, got 'wide'"),
