@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentrt_controller import defaults
 
@@ -49,7 +49,7 @@ examples:
   agentrt controller serve --config controller.toml"""
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``controller`` command group to the ``agentrt`` parser."""
     group = subparsers.add_parser(
         "controller",

@@ -22,12 +22,12 @@ pickers ``argmax``, ``weighted_random`` (``seed``, required).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from agentrt.errors import ConfigError
+from agentrt_controller.config_check import parse_section
 from agentrt_controller.routing.affinity import ProgramAffinity
 from agentrt_controller.routing.api import Filter, Picker, RouteObserver, Router, Scorer
 from agentrt_controller.routing.filters import (
@@ -58,23 +58,18 @@ ROUTER_NAMES = ("round_robin", "least_loaded", "autellix", "prefix", "pipeline")
 DEFAULT_ROUTER = "prefix"
 
 
-def _no_params(name: str, params: Mapping[str, Any]) -> None:
+#: A stage spec or table from the configuration: keys to values of any config type, checked
+#: by the builder that reads them.
+_Spec = dict[str, object]
+_Stage = TypeVar("_Stage", Filter, Scorer)
+
+
+def _no_params(name: str, params: Mapping[str, object]) -> None:
     if params:
         raise ConfigError(f"router {name!r} takes no parameters, got {sorted(params)}")
 
 
-def _dataclass_params(cls: Any, what: str, params: Mapping[str, Any]) -> Any:
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - known)
-    if unknown:
-        raise ConfigError(f"unknown {what} parameter(s) {unknown}; valid: {sorted(known)}")
-    try:
-        return cls(**params)
-    except TypeError as exc:  # pragma: no cover - guarded by the key check above
-        raise ConfigError(f"bad {what} parameters: {exc}") from exc
-
-
-def build_router(name: str, params: Mapping[str, Any] | None = None) -> Router:
+def build_router(name: str, params: Mapping[str, object] | None = None) -> Router:
     """A new router. ``params``: the router's parameters (see :class:`AutellixParams`,
     :class:`PrefixParams`, and the module docstring for ``pipeline``); ``None`` = defaults.
 
@@ -89,21 +84,22 @@ def build_router(name: str, params: Mapping[str, Any] | None = None) -> Router:
         _no_params("least_loaded", params)
         return least_loaded_router()
     if key == "autellix":
-        autellix = _dataclass_params(AutellixParams, "autellix router", params)
+        autellix = parse_section(AutellixParams, params, "routing")
         if not autellix.affinity_ttl_s > 0:
             raise ConfigError("autellix affinity_ttl_s must be > 0 seconds")
         _check_threshold(autellix.threshold_tokens)
         return autellix_router(autellix)
     if key == "prefix":
-        return prefix_router(_dataclass_params(PrefixParams, "prefix router", params))
+        return prefix_router(parse_section(PrefixParams, params, "routing"))
     if key == "pipeline":
         return _pipeline(params)
     raise ConfigError(f"unknown router {name!r}; valid: {', '.join(ROUTER_NAMES)}")
 
 
-def _check_threshold(value: Any) -> None:
+def _check_threshold(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"threshold_tokens must be an integer >= 0, got {value!r}")
+    return value
 
 
 # --- pipeline specs ---------------------------------------------------------------------------
@@ -112,7 +108,7 @@ def _check_threshold(value: Any) -> None:
 class _Shared:
     """The stateful objects stages share, created on first use from the spec's tables."""
 
-    def __init__(self, spec: Mapping[str, Any]) -> None:
+    def __init__(self, spec: Mapping[str, object]) -> None:
         self._index_spec = _table(spec.get("index", {}), "index")
         self._affinity_spec = _table(spec.get("affinity", {}), "affinity")
         self.index: PrefixIndex | None = None
@@ -123,56 +119,61 @@ class _Shared:
     def get_index(self) -> PrefixIndex:
         if self.index is None:
             spec = _only(self._index_spec, "index", {"ttl_s", "capacity_blocks", "shared_programs"})
-            self.index = PrefixIndex(**spec)
+            self.index = PrefixIndex(**_keywords(spec))
         return self.index
 
     def get_affinity(self) -> ProgramAffinity:
         if self.affinity is None:
             spec = _only(self._affinity_spec, "affinity", {"ttl_s", "sticky_first"})
-            self.affinity = ProgramAffinity(**spec)
+            self.affinity = ProgramAffinity(**_keywords(spec))
         return self.affinity
 
     def observers(self) -> list[RouteObserver]:
         return [o for o in (self.index, self.affinity) if o is not None]
 
 
-def _table(value: Any, what: str) -> dict[str, Any]:
+def _keywords(spec: _Spec) -> dict[str, Any]:
+    """``spec`` as keyword arguments of a constructor that checks their values itself (the
+    keys were checked by :func:`_only`)."""
+    return spec
+
+
+def _table(value: object, what: str) -> _Spec:
     if not isinstance(value, Mapping):
         raise ConfigError(f"pipeline {what} must be a table, got {type(value).__name__}")
     return dict(value)
 
 
-def _only(spec: Mapping[str, Any], what: str, allowed: set[str]) -> dict[str, Any]:
+def _only(spec: Mapping[str, object], what: str, allowed: set[str]) -> _Spec:
     unknown = sorted(set(spec) - allowed)
     if unknown:
         raise ConfigError(f"unknown {what} parameter(s) {unknown}; valid: {sorted(allowed)}")
     return dict(spec)
 
 
-def _number(spec: Mapping[str, Any], key: str, default: float, what: str) -> float:
+def _number(spec: Mapping[str, object], key: str, default: float, what: str) -> float:
     value = spec.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"{what}: {key} must be a finite number, got {value!r}")
     return float(value)
 
 
-_FilterBuilder = Callable[[dict[str, Any], _Shared, str], Filter]
-_ScorerBuilder = Callable[[dict[str, Any], _Shared, str], Scorer]
+_FilterBuilder = Callable[[_Spec, _Shared, str], Filter]
+_ScorerBuilder = Callable[[_Spec, _Shared, str], Scorer]
 
 
-def _kv_pressure(spec: dict[str, Any], shared: _Shared, what: str) -> Filter:
+def _kv_pressure(spec: _Spec, shared: _Shared, what: str) -> Filter:
     return KvPressureFilter(_number(_only(spec, what, {"max_usage"}), "max_usage", 0.95, what))
 
 
-def _long_call(spec: dict[str, Any], shared: _Shared, what: str) -> Filter:
+def _long_call(spec: _Spec, shared: _Shared, what: str) -> Filter:
     spec = _only(spec, what, {"threshold_tokens"})
-    threshold = spec.get("threshold_tokens", 2048)
-    _check_threshold(threshold)
+    threshold = _check_threshold(spec.get("threshold_tokens", 2048))
     return AutellixLongCallFilter(shared.get_affinity(), threshold)
 
 
-def _simple(factory: Callable[[], Any]) -> Callable[[dict[str, Any], _Shared, str], Any]:
-    def build(spec: dict[str, Any], shared: _Shared, what: str) -> Any:
+def _simple(factory: Callable[[], _Stage]) -> Callable[[_Spec, _Shared, str], _Stage]:
+    def build(spec: _Spec, shared: _Shared, what: str) -> _Stage:
         _only(spec, what, set())
         return factory()
 
@@ -187,7 +188,7 @@ _FILTERS: Mapping[str, _FilterBuilder] = {
 }
 
 
-def _prefix_cost(spec: dict[str, Any], shared: _Shared, what: str) -> Scorer:
+def _prefix_cost(spec: _Spec, shared: _Shared, what: str) -> Scorer:
     allowed = {"prefill_s_per_token", "queued_tokens_per_call", "shared_weight"}
     spec = _only(spec, what, allowed)
     prefill = _number(spec, "prefill_s_per_token", 1.0e-4, what)
@@ -201,7 +202,7 @@ def _prefix_cost(spec: dict[str, Any], shared: _Shared, what: str) -> Scorer:
     )
 
 
-def _affinity(spec: dict[str, Any], shared: _Shared, what: str) -> Scorer:
+def _affinity(spec: _Spec, shared: _Shared, what: str) -> Scorer:
     _only(spec, what, set())
     return AffinityScorer(shared.get_affinity())
 
@@ -213,7 +214,7 @@ _SCORERS: Mapping[str, _ScorerBuilder] = {
 }
 
 
-def _stage_specs(value: Any, what: str) -> list[dict[str, Any]]:
+def _stage_specs(value: object, what: str) -> list[_Spec]:
     if value is None:
         return []
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
@@ -226,7 +227,7 @@ def _stage_specs(value: Any, what: str) -> list[dict[str, Any]]:
     return specs
 
 
-def _picker(value: Any) -> Picker:
+def _picker(value: object) -> Picker:
     spec = _table(value if value is not None else {"type": "argmax"}, "picker")
     kind = spec.pop("type", None)
     if kind == "argmax":
@@ -236,24 +237,33 @@ def _picker(value: Any) -> Picker:
         _only(spec, "weighted_random picker", {"seed"})
         if "seed" not in spec:
             raise ConfigError("the weighted_random picker needs an explicit integer 'seed'")
-        return WeightedRandomPicker(spec["seed"])
+        seed = spec["seed"]
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ConfigError(f"the weighted random picker needs an integer seed, got {seed!r}")
+        return WeightedRandomPicker(seed)
     raise ConfigError(f"unknown picker type {kind!r}; valid: argmax, weighted_random")
 
 
-def _pipeline(spec: Mapping[str, Any]) -> PipelineRouter:
+def _weight(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{what}: weight must be a number, got {value!r}")
+    return float(value)
+
+
+def _pipeline(spec: Mapping[str, object]) -> PipelineRouter:
     _only(spec, "pipeline", {"filters", "scorers", "picker", "index", "affinity", "name"})
     shared = _Shared(spec)
     filters: list[tuple[str, Filter]] = []
     for item in _stage_specs(spec.get("filters"), "filters"):
-        kind, name = item.pop("type"), str(item.pop("name", "") or "")
+        kind, name = str(item.pop("type")), str(item.pop("name", "") or "")
         builder = _FILTERS.get(kind)
         if builder is None:
             raise ConfigError(f"unknown filter type {kind!r}; valid: {', '.join(_FILTERS)}")
         filters.append((name or kind, builder(item, shared, f"filter {name or kind!r}")))
     scorers: list[WeightedScorer] = []
     for item in _stage_specs(spec.get("scorers"), "scorers"):
-        kind, name = item.pop("type"), str(item.pop("name", "") or "")
-        weight = item.pop("weight", 1.0)
+        kind, name = str(item.pop("type")), str(item.pop("name", "") or "")
+        weight = _weight(item.pop("weight", 1.0), f"scorer {name or kind!r}")
         scorer_builder = _SCORERS.get(kind)
         if scorer_builder is None:
             raise ConfigError(f"unknown scorer type {kind!r}; valid: {', '.join(_SCORERS)}")

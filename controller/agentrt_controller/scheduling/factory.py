@@ -11,7 +11,6 @@ Admission: ``fixed`` (``window``: calls or ``None`` = unlimited) and
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller import defaults
@@ -39,11 +38,11 @@ _MULTILEVEL = {"mlfq": MlfqScheduler, "plas": PlasScheduler, "atlas": AtlasSched
 
 def build_scheduler(
     name: str,
-    config: SchedulerConfig | Mapping[str, Any] | None = None,
+    config: SchedulerConfig | Mapping[str, object] | None = None,
     *,
     table: ProcessTable | None = None,
     oracle: bool = False,
-    tenancy: TenancyConfig | Mapping[str, Any] | None = None,
+    tenancy: TenancyConfig | Mapping[str, object] | None = None,
 ) -> Scheduler:
     """A new scheduler.
 
@@ -81,7 +80,7 @@ def _tenancy_config(values: object) -> TenancyConfig:
 
 def _build_one(
     name: str,
-    config: SchedulerConfig | Mapping[str, Any] | None,
+    config: SchedulerConfig | Mapping[str, object] | None,
     table: ProcessTable | None,
     oracle: bool,
 ) -> Scheduler:
@@ -113,7 +112,7 @@ def _build_one(
 
 
 def build_admission(
-    name: str, config: Mapping[str, Any] | AdaptiveWindowConfig | None = None
+    name: str, config: Mapping[str, object] | AdaptiveWindowConfig | None = None
 ) -> AdmissionPolicy:
     """A new admission policy.
 
@@ -122,7 +121,7 @@ def build_admission(
     Raises :class:`ConfigError` for an unknown name or bad parameters.
     """
     key = name.strip().lower() if isinstance(name, str) else name
-    params: Mapping[str, Any] = {}
+    params: Mapping[str, object] = {}
     if key == "fixed":
         if isinstance(config, AdaptiveWindowConfig):
             raise ConfigError("fixed admission takes {'window': N}, not an adaptive config")
@@ -131,7 +130,9 @@ def build_admission(
         if unknown:
             raise ConfigError(f"unknown fixed admission parameter(s) {unknown}; valid: window")
         window = params.get("window", _FIXED_WINDOW)
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+        if window is None:
+            return FixedWindowAdmission(None)
+        if isinstance(window, bool) or not isinstance(window, int):
             raise ConfigError(f"admission window must be an integer or None, got {window!r}")
         return FixedWindowAdmission(window)
     if key == "adaptive":

@@ -282,6 +282,8 @@ class ControllerConfig:
             problems.append((("admin_token",), "must have at least 8 characters"))
         try:
             build_router(self.router, self.routing_params)
+        except SectionError as exc:  # reported at "routing"
+            problems += [(("routing", *loc), text) for loc, text in exc.problems]
         except ConfigError as exc:
             problems.append((("routing",), str(exc)))
         if problems:
