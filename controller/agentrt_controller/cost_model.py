@@ -26,9 +26,11 @@ Pure arithmetic: no clock, no I/O.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import Annotated
+
+from pydantic import Field
 
 from agentrt.errors import ConfigError
 from agentrt_controller.config_check import SECTION, check_fields, parse_section
@@ -52,6 +54,10 @@ class CostSample:
     #: Engine execution time observed for the call (seconds), e.g. from the engine's own
     #: metrics or a benchmark with an otherwise idle engine — never including queueing.
     observed_exec_s: float
+
+
+#: Seconds (per token or per call): finite, >= 0.
+_Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,19 +85,14 @@ class CostModel:
     __pydantic_config__ = SECTION
 
     #: ``a``: seconds per uncached (prefilled) prompt token, >= 0.
-    prefill_s_per_token: float = 1.0e-4
+    prefill_s_per_token: _Rate = 1.0e-4
     #: ``b``: seconds per generated token (one decode step), >= 0.
-    decode_s_per_token: float = 1.0e-2
+    decode_s_per_token: _Rate = 1.0e-2
     #: ``c``: seconds per call, >= 0.
-    per_call_s: float = 0.0
+    per_call_s: _Rate = 0.0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"cost model {f.name} must be a number, got {value!r}")
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"cost model {f.name} must be finite and >= 0, got {value}")
+        check_fields(self)
 
     def service_s(
         self, prompt_tokens: int, generated_tokens: int, cached_prompt_tokens: int = 0

@@ -361,10 +361,10 @@ def test_snapshot_shows_tenants_and_merged_queues() -> None:
 @pytest.mark.parametrize(
     ("tenancy", "message"),
     [
-        ({"weights": {"a": 0}}, "weight of tenant 'a'"),
-        ({"weights": {"a": -1.0}}, "weight of tenant 'a'"),
+        ({"weights": {"a": 0}}, r"tenancy\.weights\.a: must be"),
+        ({"weights": {"a": -1.0}}, r"tenancy\.weights\.a: must be"),
         ({"weights": {"": 1.0}}, "non-empty"),
-        ({"weights": {"a": True}}, "weight of tenant 'a'"),
+        ({"weights": {"a": True}}, r"tenancy\.weights\.a: must be"),
         ({"default_weight": math.inf}, "default_weight"),
         ({"initial_call_charge_s": 0}, "initial_call_charge_s"),
         ({"enabled": "yes"}, "enabled"),

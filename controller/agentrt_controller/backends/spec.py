@@ -88,7 +88,10 @@ class _BackendTable:
 
 @dataclass(frozen=True, slots=True)
 class BackendSpec:
-    """One configured backend."""
+    """One configured backend (an entry of the ``backends`` list); validated on construction
+    (:class:`ConfigError`)."""
+
+    __pydantic_config__ = SECTION
 
     #: Base URL without the ``/v1`` suffix, e.g. ``http://127.0.0.1:8000``.
     url: str
@@ -114,6 +117,7 @@ class BackendSpec:
     kv_topic: str = ""
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.kv_events is not None:
             check_zmq_endpoint("kv_events", self.kv_events)
         if self.kv_replay is not None:

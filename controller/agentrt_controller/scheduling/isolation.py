@@ -59,10 +59,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from agentrt.errors import ConfigError
-from agentrt_controller.config_check import SECTION, parse_section
+from pydantic import Field
+
+from agentrt_controller.config_check import SECTION, check_fields, parse_section
 
 __all__ = ["IsolationConfig", "TenantIsolation"]
 
@@ -72,6 +73,10 @@ _K = TypeVar("_K")
 #: the active tenants' mean by this factor: a margin, so that two tenants asking for the same
 #: do not hold each other back by turns.
 _SERVICE_MARGIN = 1.1
+
+
+#: A finite number of seconds >= 0.
+_Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,45 +90,21 @@ class IsolationConfig:
     enabled: bool = True
     #: A tenant stays active this long after its last call arrived or finished (seconds,
     #: >= 0, finite): its share stays reserved across its tool waits and think times.
-    reservation_s: float = 2.0
+    reservation_s: _Seconds = 2.0
     #: Fraction of a backend's window, in (0, 1], that the tenants above their fair share
     #: may hold together while some active tenant is within its share (1 = all that the
     #: tenants within their share leave); ``None`` = plain max-min over the demands, the
     #: tenants within their share not served first.
-    surplus_share: float | None = 1.0
+    surplus_share: Annotated[float, Field(gt=0, le=1)] | None = 1.0
     #: A tenant with calls queued this long without a break is above its share (seconds,
     #: >= 0, finite).
-    backlog_s: float = 5.0
+    backlog_s: _Seconds = 5.0
     #: Half-life of the recent charged service that marks a tenant above its share while
     #: none is backlogged (seconds, > 0, finite).
-    service_half_life_s: float = 30.0
+    service_half_life_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 30.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ConfigError(f"isolation 'enabled' must be true or false, got {self.enabled!r}")
-        reservation = self.reservation_s
-        if isinstance(reservation, bool) or not isinstance(reservation, int | float):
-            raise ConfigError(f"reservation_s must be a number of seconds, got {reservation!r}")
-        if not (math.isfinite(reservation) and reservation >= 0):
-            raise ConfigError(f"reservation_s must be finite and >= 0, got {reservation!r}")
-        object.__setattr__(self, "reservation_s", float(reservation))
-        backlog = self.backlog_s
-        if isinstance(backlog, bool) or not isinstance(backlog, int | float):
-            raise ConfigError(f"backlog_s must be a number of seconds, got {backlog!r}")
-        if not (math.isfinite(backlog) and backlog >= 0):
-            raise ConfigError(f"backlog_s must be finite and >= 0, got {backlog!r}")
-        object.__setattr__(self, "backlog_s", float(backlog))
-        half_life = self.service_half_life_s
-        if isinstance(half_life, bool) or not isinstance(half_life, int | float):
-            raise ConfigError(f"service_half_life_s must be a number, got {half_life!r}")
-        if not (math.isfinite(half_life) and half_life > 0):
-            raise ConfigError(f"service_half_life_s must be finite and > 0, got {half_life!r}")
-        object.__setattr__(self, "service_half_life_s", float(half_life))
-        share = self.surplus_share
-        if share is not None:
-            if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
-                raise ConfigError(f"surplus_share must be in (0, 1] or unset, got {share!r}")
-            object.__setattr__(self, "surplus_share", float(share))
+        check_fields(self)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> IsolationConfig:

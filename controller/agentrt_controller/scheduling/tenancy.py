@@ -65,15 +65,14 @@ Pure (docs/architecture.md, design rule 1): ``now_s`` is passed in; no clock, no
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator
+from pydantic import BeforeValidator, Field
 
 from agentrt.errors import ConfigError
-from agentrt_controller.config_check import SECTION, parse_section
+from agentrt_controller.config_check import SECTION, check_fields, parse_section
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.scheduling.api import Call, Scheduler
@@ -93,13 +92,8 @@ def tenant_of(call: Call) -> str:
     return DEFAULT_TENANT if tenant is None else tenant
 
 
-def _positive(value: object, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{what} must be a number > 0, got {value!r}")
-    number = float(value)
-    if not (math.isfinite(number) and number > 0):
-        raise ConfigError(f"{what} must be finite and > 0, got {value!r}")
-    return number
+#: A finite number > 0.
+_Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +105,12 @@ class TenancyConfig:
 
     #: Tenant name -> weight (> 0, unitless). A tenant's share of charged service, while every
     #: tenant is backlogged, is its weight over the sum of the backlogged tenants' weights.
-    weights: Mapping[str, float] = field(default_factory=dict)
+    weights: Mapping[str, _Positive] = field(default_factory=dict)
     #: Weight of a tenant not in :attr:`weights` (> 0), including :data:`DEFAULT_TENANT`.
-    default_weight: float = 1.0
+    default_weight: _Positive = 1.0
     #: Estimated service of a popped call (seconds, > 0) before any call has finished; later
     #: estimates are means of charged service.
-    initial_call_charge_s: float = 0.5
+    initial_call_charge_s: _Positive = 0.5
     #: ``False`` = no tenancy: the factory builds the bare inner policy.
     enabled: bool = True
     #: Per-tenant limits on calls in flight (:mod:`~agentrt_controller.scheduling.isolation`,
@@ -128,23 +122,10 @@ class TenancyConfig:
     )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.weights, Mapping):
-            raise ConfigError(f"tenant weights must be a table, got {self.weights!r}")
-        weights: dict[str, float] = {}
-        for tenant, weight in self.weights.items():
-            if not isinstance(tenant, str) or not tenant:
-                raise ConfigError(f"tenant names must be non-empty strings, got {tenant!r}")
-            weights[tenant] = _positive(weight, f"weight of tenant {tenant!r}")
-        object.__setattr__(self, "weights", weights)
-        object.__setattr__(self, "default_weight", _positive(self.default_weight, "default_weight"))
-        object.__setattr__(
-            self,
-            "initial_call_charge_s",
-            _positive(self.initial_call_charge_s, "initial_call_charge_s"),
-        )
-        if not isinstance(self.enabled, bool):
-            raise ConfigError(f"tenancy 'enabled' must be true or false, got {self.enabled!r}")
-        object.__setattr__(self, "isolation", _isolation_config(self.isolation))
+        check_fields(self)
+        for tenant in self.weights:
+            if not tenant:
+                raise ConfigError("tenant names must be non-empty strings")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> TenancyConfig:
@@ -163,7 +144,7 @@ def _isolation_config(value: object) -> IsolationConfig:
     if isinstance(value, bool):
         return IsolationConfig(enabled=value)
     if isinstance(value, Mapping):
-        return parse_section(IsolationConfig, value, "isolation")
+        return parse_section(IsolationConfig, value, "")
     raise ConfigError(f"tenancy 'isolation' must be a table or true / false, got {value!r}")
 
 
