@@ -1,24 +1,28 @@
-"""How every config section is validated: one dataclass per section, checked by pydantic.
+"""How every config section is validated: one frozen dataclass per section, checked by pydantic.
 
 A section (``SchedulerConfig``, ``TenancyConfig``, ``IsolationConfig``,
 ``AdaptiveWindowConfig``, ``RetentionConfig``, ``BreakerConfig``, ``CostModel``, ``BackendSpec``
 and ``ControllerConfig`` itself) is a frozen dataclass whose field annotations say everything a
-value must be: its type, its bounds (``Annotated[float, Field(gt=0)]``), its allowed words
-(``Literal``). Two entry points read those annotations, so a rule is written once:
+single value must be: its type, its bounds (``Annotated[float, Field(gt=0)]``), its allowed
+words (``Literal``), how a table becomes a nested section (:func:`from_table`). A rule is
+written once, there, and two entry points apply it:
 
+* :func:`check_fields`, called first in each section's ``__post_init__``, validates every field
+  of a section however it was built (a test, the simulator, an embedder, a config table) with a
+  pydantic ``TypeAdapter`` per field, and stores what pydantic converts (a list to a tuple, an
+  int to a float, a table to a nested section). A section's ``__pydantic_config__`` says
+  whether values are strict (:data:`SECTION`: tables hold typed values) or lax (the
+  controller's top level, whose values come as text from the environment and the flags).
 * :func:`parse_section` builds a section from a config table (a file's table, a JSON
-  environment variable, a mapping given by code): unknown keys, values of the wrong type and
-  values out of bounds are refused, each with its key's path.
-* :func:`check_fields`, called first in a section's ``__post_init__``, applies the same
-  annotations to a section constructed directly (tests, the simulator, embedders) and converts
-  what pydantic converts (a list to a tuple, an int to a float, a table to a nested section).
+  environment variable or flag, a mapping given by code): unknown and missing keys are refused,
+  then the constructor runs the checks above.
 
-Cross-field rules (``min_window <= initial_window``...) stay in each ``__post_init__`` and
-raise :class:`~agentrt.errors.ConfigError`; raised while a table is parsed, they are reported at
-the section's path. Every failure is one :class:`ConfigError` whose lines read
-``<path>: <problem>, got <value>``, e.g.
+Rules between fields (``min_window <= initial_window``...) stay in each ``__post_init__`` and
+raise :class:`~agentrt.errors.ConfigError`. Every failure is one :class:`SectionError` (a
+``ConfigError``) listing each problem as ``<path>: <problem>, got <value>``, e.g.
 ``controller.retention_options.max_ttl_s: must be > 0, got -1`` or
-``controller.scheduling.betta: unknown key``.
+``controller.scheduling.betta: unknown key``; a section nested in another is reported at its
+full path.
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@
 Every key of :class:`ControllerConfig` can be set in a file (same names; ``backends`` is a list
 of URL strings or tables ``{url, kind, id, priority, options}``), as an environment variable
 ``AGENTRT_CONTROLLER_<KEY>`` (``BACKENDS`` is whitespace-separated; ``SCHEDULING``, ``COST``,
-``ADMISSION``, ``BREAKER``, ``ROUTING`` and ``RETENTION_OPTIONS`` are JSON objects), or on
-the command line. Unknown keys in the file and unknown CLI options are errors. An
+``ADMISSION``, ``BREAKER``, ``ROUTING``, ``RETENTION_OPTIONS`` and ``TENANT_ISOLATION`` are JSON
+objects), or on the command line. Unknown keys in the file and unknown CLI options are errors;
+every value is validated by :class:`ControllerConfig` and its typed sections
+(:mod:`agentrt_controller.config_check`), each problem reported with its key's path and its
+source (``controller.scheduling.betta: unknown key (file controller.toml)``). An
 ``AGENTRT_CONTROLLER_*`` variable that names no key is ignored with one warning naming all of
 them (a container platform sets variables of its own under that prefix); Kubernetes'
 service-link variables of a Service named ``agentrt-controller`` (``..._SERVICE_HOST``,
