@@ -107,7 +107,7 @@ def test_sim_table_plots_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture
         (["--workload", "nope"], "unknown workload 'nope'; valid: chatbot, react"),
         (["--profile", "nope"], "unknown hardware profile 'nope'; valid profiles: "),
         (["--admission-window", "0"], "admission window must be an integer >= 1"),
-        (["--cost", "colour=1"], "unknown cost parameter(s) ['colour']; valid"),
+        (["--cost", "colour=1"], "cost.colour: unknown key"),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(

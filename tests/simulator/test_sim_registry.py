@@ -26,7 +26,7 @@ def test_every_controller_scheduler_builds_for_the_simulator(name: str) -> None:
         (PolicySpec("lottery"), "unknown scheduling policy 'lottery'; valid: fcfs"),
         (PolicySpec(router="random"), "unknown router 'random'; valid: round_robin, least_loaded"),
         (PolicySpec(retention="sometimes"), "unknown retention 'sometimes'; valid: on, off"),
-        (PolicySpec("plas", scheduler_options={"colour": 1}), "unknown scheduling parameter"),
+        (PolicySpec("plas", scheduler_options={"colour": 1}), r"scheduling\.colour: unknown key"),
     ],
 )
 def test_bad_names_and_options_raise_config_error(spec: PolicySpec, message: str) -> None:

@@ -253,7 +253,7 @@ def test_cli_tenancy_modes_fair_and_isolate(capsys: pytest.CaptureFixture[str]) 
     ]
     assert all(r["tenancy"] is True for r in results)
     for bad, message in [
-        ("isolate=2", "surplus_share must be in (0, 1]"),
+        ("isolate=2", "tenant_isolation.surplus_share: must be <= 1, got 2.0"),
         ("isolate=x", "--tenancy isolate=F takes"),
         ("fair=1", "--tenancy takes"),
     ]:
