@@ -99,8 +99,9 @@ def build_admission(config: PolicyConfig) -> AdmissionPolicy:
     """A fixed window (``N`` calls or unlimited) or the adaptive window."""
     if config.admission_window == "adaptive":
         admission = config.admission
-        typed = isinstance(admission, AdaptiveWindowConfig)
-        return factory_admission("adaptive", admission if typed else dict(admission))
+        if isinstance(admission, AdaptiveWindowConfig):
+            return factory_admission("adaptive", admission)
+        return factory_admission("adaptive", dict(admission))
     return factory_admission("fixed", {"window": config.admission_window})
 
 

@@ -227,7 +227,6 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
     --backend URL ...`` runs, plus the choices ``settings`` makes (policy, router, retention,
     admission window, priority passthrough). Raises ``ConfigError`` for a choice the
     controller refuses (an unknown router, say)."""
-    from agentrt_controller.cost_model import CostModel
     from agentrt_controller.service import load_config
     from agentrt_controller.service.core.policies import build_dispatcher
 
@@ -247,7 +246,7 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
     overrides.update(chosen)
     config = load_config(env={}, overrides=overrides)
     # ConfigError: a cost table, router or policy this controller does not take.
-    build_dispatcher(config, CostModel.from_mapping(config.cost))
+    build_dispatcher(config, config.cost)
     policies = _policy_line(config)
     labels = [f"{key}={value}" for key, value in chosen.items()]
     if settings.priority:
