@@ -49,7 +49,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agentrt_controller.cost_model import CostModel  # noqa: E402
 from agentrt_controller.keys import ProgramKey  # noqa: E402
 from agentrt_controller.routing.pipeline import PipelineRouter  # noqa: E402
 from agentrt_controller.routing.prefix_index import PrefixIndex  # noqa: E402
@@ -138,7 +137,7 @@ class Bench:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
         config = ControllerConfig()
-        self.dispatcher = build_dispatcher(config, CostModel.from_mapping(config.cost))
+        self.dispatcher = build_dispatcher(config, config.cost)
         self.live = LivePrograms(self.programs, random.Random(self.seed + 1))
         self.ids = [f"backend-{i:03d}" for i in range(self.backends)]
         self.in_flight = dict.fromkeys(self.ids, 0)

@@ -47,7 +47,7 @@ def test_bench_sim_parses_to_the_controllers_defaults() -> None:
 
 def test_both_sides_build_the_same_policy_objects() -> None:
     config = ControllerConfig()
-    service = build_dispatcher(config, CostModel.from_mapping(config.cost))
+    service = build_dispatcher(config, config.cost)
     simulated = build_policies(PolicySpec()).dispatcher
     assert service.scheduler.name == simulated.scheduler.name == defaults.POLICY
     assert isinstance(service.admission, AdaptiveWindowAdmission)
