@@ -108,7 +108,9 @@ def check_fields(section: DataclassInstance, path: str = "") -> None:
         try:
             checked = adapter.validate_python(value)
         except ValidationError as exc:
-            problems += [((name, *loc), text) for loc, text in _problems(exc)]
+            # a secret (a field kept out of the repr) is not shown in the message either
+            shown = name not in _secret_fields(cls)
+            problems += [((name, *loc), text) for loc, text in _problems(exc, shown)]
             continue
         if checked is not value:
             object.__setattr__(section, name, checked)
@@ -144,7 +146,12 @@ def from_table(cls: type[_Section]) -> BeforeValidator:
     return BeforeValidator(parse)
 
 
-def _problems(exc: ValidationError) -> list[Problem]:
+@functools.cache
+def _secret_fields(cls: type[DataclassInstance]) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls) if not f.repr)
+
+
+def _problems(exc: ValidationError, show_values: bool = True) -> list[Problem]:
     problems: list[Problem] = []
     for error in exc.errors(include_url=False):
         inner = error.get("ctx", {}).get("error")
@@ -152,8 +159,8 @@ def _problems(exc: ValidationError) -> list[Problem]:
         if isinstance(inner, SectionError):  # a nested section's own report
             here = tuple(p for p in inner.path.split(".") if p)
             problems += [((*loc, *here, *sub), text) for sub, text in inner.problems]
-        elif (loc, _text(error)) not in problems:
-            problems.append((loc, _text(error)))
+        elif (loc, _text(error, show_values)) not in problems:
+            problems.append((loc, _text(error, show_values)))
     return problems
 
 
@@ -175,7 +182,7 @@ _WORDS = {
 }
 
 
-def _text(error: ErrorDetails) -> str:
+def _text(error: ErrorDetails, show_value: bool = True) -> str:
     kind = error["type"]
     if kind in ("extra_forbidden", "unexpected_keyword_argument"):
         return "unknown key"
@@ -194,7 +201,7 @@ def _text(error: ErrorDetails) -> str:
         text = "must be a table"
     else:
         text = error["msg"][:1].lower() + error["msg"][1:]
-    if kind.startswith("missing"):
+    if kind.startswith("missing") or not show_value:
         return text
     return f"{text}, got {error['input']!r}"
 

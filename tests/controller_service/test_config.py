@@ -199,3 +199,13 @@ def test_sections_given_as_tables_are_typed_on_construction() -> None:
         ControllerConfig(scheduling={"quanta_tokens": [0, 1, 2, 3, 4]})
     with pytest.raises(ConfigError, match=r"^routing\.nope: unknown key$"):
         ControllerConfig(routing={"nope": 1})
+
+
+def test_a_bad_secret_is_refused_without_showing_it(tmp_path: Path) -> None:
+    file = tmp_path / "c.toml"
+    file.write_text("api_key = 123456789\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(file)
+    assert str(caught.value) == (
+        f"controller.api_key: input should be a valid string (file {file})"
+    )
