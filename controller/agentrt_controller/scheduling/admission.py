@@ -50,7 +50,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from agentrt.errors import ConfigError
 from agentrt_controller.config_check import SECTION, check_fields, parse_section
@@ -69,17 +71,17 @@ class AdaptiveWindowConfig:
     #: Window of a backend before its first sample (calls, >= min_window).
     initial_window: float = 8.0
     #: Smallest window (calls, >= 1).
-    min_window: float = 1.0
+    min_window: Annotated[float, Field(ge=1)] = 1.0
     #: Largest window (calls, >= initial_window).
-    max_window: float = 256.0
+    max_window: Annotated[float, Field(allow_inf_nan=False)] = 256.0
     #: Engine-side waiting requests we aim for (>= 0).
-    target_waiting: int = 2
+    target_waiting: Annotated[int, Field(ge=0)] = 2
     #: Additive increase per sample (calls, > 0).
-    increase_step: float = 1.0
+    increase_step: Annotated[float, Field(gt=0)] = 1.0
     #: Largest decrease per sample, as a factor in (0, 1).
-    decrease_factor: float = 0.5
+    decrease_factor: Annotated[float, Field(gt=0, lt=1)] = 0.5
     #: Without ``metrics_at_s``, react at most this often (seconds, > 0).
-    update_interval_s: float = 1.0
+    update_interval_s: Annotated[float, Field(gt=0)] = 1.0
     #: Count other clients' requests (other controller replicas sharing the backend: the
     #: scraped ``num_running + num_waiting`` minus our ``in_flight``) against the window, which
     #: then bounds the backend's total load. See "Several controllers" above.
@@ -87,23 +89,11 @@ class AdaptiveWindowConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if not self.min_window >= 1:
-            raise ConfigError(f"min_window must be >= 1, got {self.min_window}")
         if not self.min_window <= self.initial_window <= self.max_window:
             raise ConfigError(
                 "need min_window <= initial_window <= max_window, got "
                 f"{self.min_window}, {self.initial_window}, {self.max_window}"
             )
-        if not math.isfinite(self.max_window):
-            raise ConfigError("max_window must be finite")
-        if self.target_waiting < 0:
-            raise ConfigError(f"target_waiting must be >= 0, got {self.target_waiting}")
-        if not self.increase_step > 0:
-            raise ConfigError(f"increase_step must be > 0, got {self.increase_step}")
-        if not 0 < self.decrease_factor < 1:
-            raise ConfigError(f"decrease_factor must be in (0, 1), got {self.decrease_factor}")
-        if not self.update_interval_s > 0:
-            raise ConfigError(f"update_interval_s must be > 0, got {self.update_interval_s}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> AdaptiveWindowConfig:
