@@ -10,7 +10,7 @@ import pytest
 from opentelemetry.trace import INVALID_SPAN
 
 from agentrt import DeadlineExceeded
-from agentrt.program.deadline import TIMEOUT_SLACK_S
+from agentrt.runtime.transports.deadline import TIMEOUT_SLACK_S
 from agentrt.program.model import ProgramGraph
 from agentrt.runtime.transports.deadline import DeadlineTransport
 from agentrt.runtime.transports.fallback import FallbackTransport

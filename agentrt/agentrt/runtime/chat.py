@@ -18,7 +18,6 @@ from agentrt.errors import (
 )
 from agentrt.journal.api import StepSpec
 from agentrt.program.context import CURRENT_FRAME, Frame
-from agentrt.program.deadline import call_budget_s, http_timeout_s
 from agentrt.protocol import Objective
 from agentrt.runtime.calls import CURRENT_CALL, LLMCall
 from agentrt.runtime.runtime import Runtime, current_runtime
@@ -118,13 +117,11 @@ async def chat(
 async def _send(
     rt: Runtime, frame: Frame, call: LLMCall, request: dict[str, Any]
 ) -> ChatCompletion:
-    budget_s = call_budget_s(frame.graph, call.node.id)  # raises DeadlineExceeded
-    timeout = min(rt.config.request_timeout_s, http_timeout_s(budget_s))
+    # The call's budget is derived once, by the transport stack's deadline layer (which refuses
+    # a call with no time left with DeadlineExceeded, caps the timeouts and sends the budget).
     token = CURRENT_CALL.set(call)
     try:
-        completion: ChatCompletion = await rt.client.chat.completions.create(
-            **request, timeout=timeout
-        )
+        completion: ChatCompletion = await rt.client.chat.completions.create(**request)
         return completion
     except openai.APITimeoutError as exc:
         if anyio.current_time() >= frame.graph.deadline_s:
