@@ -22,8 +22,8 @@ from agent_framework.exceptions import ChatClientException
 from agent_framework.openai import OpenAIChatCompletionClient
 
 from agentrt.errors import AgentrtError, LLMCallError
-from agentrt.program.context import Frame
 from agentrt.runtime.chat import current_runtime
+from agentrt.runtime.frame import Frame
 from agentrt.runtime.runtime import Runtime
 from agentrt_adapters._common import llm_errors
 from agentrt_adapters._placement import agent_lanes, observed_tool, placed_unit

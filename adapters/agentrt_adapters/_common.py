@@ -16,8 +16,8 @@ from agentrt.errors import (
     LLMCallError,
     unreachable_message,
 )
-from agentrt.program.context import Frame
-from agentrt.program.program import Program
+from agentrt.runtime.frame import Frame
+from agentrt.runtime.program import Program
 
 __all__ = ["AgentRun", "StopReason", "llm_errors"]
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentrt.program.context import Frame
+from agentrt.runtime.frame import Frame
 
 __all__ = ["Lane", "Lanes", "Unit"]
 

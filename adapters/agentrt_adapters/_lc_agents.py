@@ -12,8 +12,8 @@ from langchain_core.tools import BaseTool
 from pydantic import Field
 
 from agentrt.errors import AgentrtError, ConfigError
-from agentrt.program.context import CURRENT_FRAME
 from agentrt.runtime.chat import current_runtime
+from agentrt.runtime.frame import CURRENT_FRAME
 from agentrt.runtime.runtime import Runtime
 from agentrt.tools.runner import run_tool
 from agentrt.tools.schema import Tool

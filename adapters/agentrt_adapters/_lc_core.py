@@ -17,8 +17,8 @@ from langchain_core.runnables import RunnableConfig
 from langchain_openai import ChatOpenAI
 
 from agentrt.errors import AgentrtError
-from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.runtime.chat import current_runtime
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
 from agentrt.runtime.runtime import Runtime
 from agentrt_adapters._common import llm_errors
 from agentrt_adapters._lanes import Lanes, Unit

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 
-from agentrt.program.context import CURRENT_FRAME, Frame
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
 from agentrt_adapters._lanes import Lanes, Unit
 from agentrt_adapters._steps import ToolStep
 

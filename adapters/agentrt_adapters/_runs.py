@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agentrt.errors import AgentrtError, ConfigError
-from agentrt.program.context import CURRENT_FRAME, Frame
-from agentrt.program.program import Program
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
+from agentrt.runtime.program import Program
 from agentrt.runtime.runtime import Runtime
 from agentrt_adapters._common import AgentRun
 

@@ -16,9 +16,9 @@ from typing import Any
 import anyio
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentrt.program.context import Frame
-from agentrt.program.flow import track_wait
 from agentrt.program.model import Node, NodeStatus
+from agentrt.runtime.flow import track_wait
+from agentrt.runtime.frame import Frame
 from agentrt.runtime.telemetry import (
     ATTR_NODE_ID,
     ATTR_PROGRAM_ID,

@@ -27,8 +27,8 @@ from agent_framework import Agent, AgentResponse, FunctionTool, MiddlewareFailur
 from agent_framework.exceptions import MiddlewareException
 
 from agentrt.errors import ConfigError, JournalError
-from agentrt.program.program import Program
 from agentrt.runtime.chat import current_runtime
+from agentrt.runtime.program import Program
 from agentrt.runtime.runtime import Runtime
 from agentrt.tools.runner import run_tool
 from agentrt.tools.schema import Tool

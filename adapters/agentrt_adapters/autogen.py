@@ -27,8 +27,8 @@ from autogen_ext.models.openai import BaseOpenAIChatCompletionClient
 from pydantic import BaseModel
 
 from agentrt.errors import AgentrtError, ConfigError, JournalError
-from agentrt.program.context import CURRENT_FRAME
 from agentrt.runtime.chat import current_runtime
+from agentrt.runtime.frame import CURRENT_FRAME
 from agentrt.runtime.runtime import Runtime
 from agentrt.tools.runner import run_tool
 from agentrt.tools.schema import Tool

@@ -160,7 +160,7 @@ async def run_in_program(
             prepared,
             input,
             max_turns=max_turns,
-            run_config=config or run_config(frame.run.runtime),
+            run_config=config or run_config(),  # the current program's runtime
             **run_options,
         )
 
@@ -188,7 +188,7 @@ async def stream_in_program(
             prepared,
             input,
             max_turns=max_turns,
-            run_config=config or run_config(frame.run.runtime),
+            run_config=config or run_config(),  # the current program's runtime
             **run_options,
         )
         try:

@@ -50,8 +50,8 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import UsageLimits
 
 from agentrt.errors import LLMCallError
-from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.runtime.chat import current_runtime
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
 from agentrt.runtime.runtime import Runtime
 from agentrt.tools.runner import run_tool
 from agentrt.tools.schema import Tool as AgentrtTool

@@ -37,11 +37,11 @@ if _typing.TYPE_CHECKING:
     from agentrt.patterns.map_reduce import map_reduce
     from agentrt.patterns.mcts import MctsResult, mcts
     from agentrt.patterns.react import ReactResult, react
-    from agentrt.program.flow import gather, parallel, wait
-    from agentrt.program.program import Program
     from agentrt.runtime.chat import chat
     from agentrt.runtime.config import RuntimeConfig
+    from agentrt.runtime.flow import gather, parallel, wait
     from agentrt.runtime.models import discover_model
+    from agentrt.runtime.program import Program
     from agentrt.runtime.runtime import Runtime
     from agentrt.runtime.telemetry import Telemetry, make_telemetry
     from agentrt.tools.runner import ToolResult, execute_tool_calls
@@ -58,10 +58,10 @@ _LAZY: dict[str, str] = {
     "chat": "agentrt.runtime.chat",
     "RuntimeConfig": "agentrt.runtime.config",
     "discover_model": "agentrt.runtime.models",
-    "gather": "agentrt.program.flow",
-    "parallel": "agentrt.program.flow",
-    "wait": "agentrt.program.flow",
-    "Program": "agentrt.program.program",
+    "gather": "agentrt.runtime.flow",
+    "parallel": "agentrt.runtime.flow",
+    "wait": "agentrt.runtime.flow",
+    "Program": "agentrt.runtime.program",
     "Runtime": "agentrt.runtime.runtime",
     "Telemetry": "agentrt.runtime.telemetry",
     "make_telemetry": "agentrt.runtime.telemetry",

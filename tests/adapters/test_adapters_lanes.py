@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 
-from agentrt.program.context import Chain, Frame
+from agentrt.program.chain import Chain
 from agentrt.program.model import Node, ProgramGraph
+from agentrt.runtime.frame import Frame
 from agentrt_adapters._lanes import Lanes
 
 

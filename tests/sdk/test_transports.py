@@ -10,9 +10,8 @@ import pytest
 from opentelemetry.trace import INVALID_SPAN
 
 from agentrt import DeadlineExceeded
-from agentrt.runtime.transports.deadline import TIMEOUT_SLACK_S
 from agentrt.program.model import ProgramGraph
-from agentrt.runtime.transports.deadline import DeadlineTransport
+from agentrt.runtime.transports.deadline import TIMEOUT_SLACK_S, DeadlineTransport
 from agentrt.runtime.transports.fallback import FallbackTransport
 from agentrt.runtime.transports.sharding import ShardedTransport
 from agentrt.runtime.transports.tagging import TaggingTransport

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from agentrt.program.context import CURRENT_FRAME, Frame
-from agentrt.program.flow import Parallel
+from agentrt.runtime.flow import Parallel
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
 from agentrt.runtime.runtime import current_runtime
 
 __all__ = ["map_reduce"]

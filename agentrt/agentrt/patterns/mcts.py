@@ -22,9 +22,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt.program.context import CURRENT_FRAME
-from agentrt.program.flow import gather
 from agentrt.runtime.chat import chat
+from agentrt.runtime.flow import gather
+from agentrt.runtime.frame import CURRENT_FRAME
 from agentrt.runtime.runtime import current_runtime
 
 __all__ = ["MctsResult", "mcts"]

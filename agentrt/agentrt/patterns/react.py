@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentrt.errors import ToolArgumentsInvalid
-from agentrt.program.context import CURRENT_FRAME
 from agentrt.runtime.chat import chat
+from agentrt.runtime.frame import CURRENT_FRAME
 from agentrt.runtime.runtime import current_runtime
 from agentrt.tools.runner import ToolResult, execute_tool_calls
 from agentrt.tools.schema import Tool

@@ -1,1 +1,2 @@
-"""The SDK runtime: config, HTTP tagging transport, controller link, telemetry, chat helper."""
+"""The SDK runtime: config, the program runner (``program``, ``frame``, ``flow``, ``adhoc``),
+the HTTP transport stack, controller link, telemetry, chat helper."""

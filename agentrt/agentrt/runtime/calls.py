@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from opentelemetry.trace import INVALID_SPAN, Span, SpanKind, Status, StatusCode
 
-from agentrt.program.context import Frame
 from agentrt.program.model import Node, NodeStatus
+from agentrt.runtime.frame import Frame
+from agentrt.runtime.services import RuntimeServices
 from agentrt.runtime.telemetry import (
     ATTR_NODE_ID,
     ATTR_NODE_PARENT_IDS,
@@ -22,9 +23,6 @@ from agentrt.runtime.telemetry import (
     ATTR_SESSION_ID,
     ATTR_THREAD_ID,
 )
-
-if TYPE_CHECKING:
-    from agentrt.runtime.runtime import Runtime
 
 __all__ = ["CURRENT_CALL", "LLMCall"]
 
@@ -44,7 +42,7 @@ class LLMCall:
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: RuntimeServices,
         frame: Frame,
         model: str,
         *,

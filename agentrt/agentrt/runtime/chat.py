@@ -17,10 +17,11 @@ from agentrt.errors import (
     unreachable_message,
 )
 from agentrt.journal.api import StepSpec
-from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.protocol import Objective
 from agentrt.runtime.calls import CURRENT_CALL, LLMCall
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
 from agentrt.runtime.runtime import Runtime, current_runtime
+from agentrt.runtime.services import RuntimeServices
 
 #: ``current_runtime`` is defined in ``agentrt.runtime.runtime``; it stays importable from here.
 __all__ = ["chat", "current_runtime"]
@@ -52,8 +53,8 @@ async def chat(
     """
     frame = CURRENT_FRAME.get()
     if frame is None:
-        rt = current_runtime(runtime)
-        async with rt.program("chat"):
+        entered = current_runtime(runtime)
+        async with entered.program("chat"):
             return await chat(
                 messages,
                 model=model,
@@ -61,10 +62,10 @@ async def chat(
                 response_format=response_format,
                 objective=objective,
                 parents=parents,
-                runtime=rt,
+                runtime=entered,
                 **params,
             )
-    rt = frame.run.runtime if runtime is None else runtime
+    rt: RuntimeServices = frame.run.runtime if runtime is None else runtime
     # Neither named: the model the server serves (GET /v1/models, asked once per runtime).
     model = model or rt.config.model or await rt.served_model.get(rt.transport)
     request: dict[str, Any] = {"model": model, "messages": list(messages), **params}
@@ -115,7 +116,7 @@ async def chat(
 
 
 async def _send(
-    rt: Runtime, frame: Frame, call: LLMCall, request: dict[str, Any]
+    rt: RuntimeServices, frame: Frame, call: LLMCall, request: dict[str, Any]
 ) -> ChatCompletion:
     # The call's budget is derived once, by the transport stack's deadline layer (which refuses
     # a call with no time left with DeadlineExceeded, caps the timeouts and sends the budget).

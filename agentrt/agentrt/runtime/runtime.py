@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 from contextlib import AsyncExitStack
-from contextvars import Token
+from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +21,11 @@ import openai
 
 from agentrt.errors import AgentrtError, ConfigError
 from agentrt.journal.api import StepJournal
-from agentrt.program.context import CURRENT_FRAME, CURRENT_RUNTIME
-from agentrt.program.program import Program, ProgramOperation
 from agentrt.runtime.config import RuntimeConfig
 from agentrt.runtime.controller import ControllerLink, LinkState
+from agentrt.runtime.frame import CURRENT_FRAME
 from agentrt.runtime.models import ServedModel
+from agentrt.runtime.program import Program, ProgramOperation
 from agentrt.runtime.telemetry import Instruments
 from agentrt.runtime.transports.deadline import DeadlineTransport
 from agentrt.runtime.transports.fallback import FallbackTransport
@@ -37,7 +37,7 @@ from agentrt.tools.history import ToolHistory
 if TYPE_CHECKING:
     from agentrt.journal.journal import Journal
 
-__all__ = ["Runtime", "current_runtime"]
+__all__ = ["CURRENT_RUNTIME", "Runtime", "current_runtime"]
 
 _log = logging.getLogger("agentrt.runtime")
 #: Connections per pool shard: httpcore's pool work per event grows with connections times
@@ -228,6 +228,10 @@ class Runtime:
         return f"Runtime({self.config!r}, session_id={self.session_id!r})"
 
 
+#: The runtime entered with ``async with`` in this context (for helpers called outside a program).
+CURRENT_RUNTIME: ContextVar[Runtime | None] = ContextVar("agentrt_runtime", default=None)
+
+
 def current_runtime(runtime: Runtime | None = None) -> Runtime:
     """``runtime`` if given, else the one of the current program, else the innermost entered
     runtime; raises ``AgentrtError`` when there is none."""
@@ -235,7 +239,10 @@ def current_runtime(runtime: Runtime | None = None) -> Runtime:
         return runtime
     frame = CURRENT_FRAME.get()
     if frame is not None:
-        return frame.run.runtime
+        run_runtime = frame.run.runtime
+        # Program runs hold their runtime as RuntimeServices; only a Runtime makes them.
+        assert isinstance(run_runtime, Runtime), run_runtime
+        return run_runtime
     entered = CURRENT_RUNTIME.get()
     if entered is None:
         raise AgentrtError("no agentrt Runtime here: use `async with Runtime(config) as rt:`")

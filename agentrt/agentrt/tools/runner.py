@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from opentelemetry import trace
@@ -35,9 +35,9 @@ from agentrt.errors import (
     ToolTimeout,
 )
 from agentrt.journal.api import StepSpec
-from agentrt.program.context import CURRENT_FRAME, Frame
-from agentrt.program.flow import Parallel, track_wait
 from agentrt.program.model import Node, NodeStatus
+from agentrt.runtime.flow import Parallel, track_wait
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
 from agentrt.runtime.runtime import current_runtime
 from agentrt.runtime.telemetry import (
     ATTR_NODE_ID,
@@ -46,11 +46,7 @@ from agentrt.runtime.telemetry import (
     ATTR_SESSION_ID,
     ATTR_THREAD_ID,
 )
-
-if TYPE_CHECKING:
-    # Only a type here: ``Tool.__call__`` imports this module, so a real import would be a
-    # cycle (tools.schema <-> tools.runner).
-    from agentrt.tools.schema import Tool
+from agentrt.tools.runnable import RunnableTool
 
 __all__ = ["ToolResult", "execute_tool_calls", "run_tool"]
 
@@ -86,7 +82,7 @@ class ToolResult:
 
 
 async def run_tool(
-    tool: Tool[Any],
+    tool: RunnableTool,
     arguments: str | Mapping[str, Any] | BaseModel | None,
     *,
     tool_call_id: str = "",
@@ -101,7 +97,7 @@ async def run_tool(
 
 async def _run_in(
     frame: Frame,
-    tool: Tool[Any],
+    tool: RunnableTool,
     arguments: str | Mapping[str, Any] | BaseModel | None,
     tool_call_id: str,
 ) -> ToolResult:
@@ -163,7 +159,7 @@ async def _run_in(
 
 
 async def _execute(
-    frame: Frame, tool: Tool[Any], node: Node, arguments: BaseModel
+    frame: Frame, tool: RunnableTool, node: Node, arguments: BaseModel
 ) -> tuple[Any, bool]:
     """Run the validated call: events, timeout, journal. Returns the JSON-able result and
     whether the tool really ran (False: the journal replayed a recorded result)."""
@@ -255,7 +251,7 @@ def _as_json_input(arguments: str | Mapping[str, Any] | BaseModel | None) -> Any
 
 
 async def execute_tool_calls(
-    tool_calls: Iterable[Any], tools: Sequence[Tool[Any]]
+    tool_calls: Iterable[Any], tools: Sequence[RunnableTool]
 ) -> list[ToolResult]:
     """Run the tool calls of one assistant message; results in call order.
 

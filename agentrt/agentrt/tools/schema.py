@@ -17,8 +17,8 @@ from typing import Any, Generic, NewType, TypeVar, get_type_hints, overload
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from agentrt.errors import ConfigError, ToolArgumentsInvalid
-from agentrt.journal.api import ReconcileResult
 from agentrt.runtime.config import ToolErrorMode
+from agentrt.tools.runnable import Reconcile
 
 __all__ = ["IdempotencyKey", "Tool", "tool"]
 
@@ -26,13 +26,13 @@ __all__ = ["IdempotencyKey", "Tool", "tool"]
 IdempotencyKey = NewType("IdempotencyKey", str)
 
 R = TypeVar("R")
-Reconcile = Callable[[str], Awaitable[ReconcileResult]]
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class Tool(Generic[R]):
     """A tool: schema, validation and the function. ``await t(...)`` runs it as a step of the
-    current program (node, span, controller events, journal)."""
+    current program (node, span, controller events, journal). Implements
+    ``agentrt.tools.runnable.RunnableTool``."""
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ by then, that no node chained after (started once they had ended) and that are n
 call of a tool that had already finished.
 
 Older traces carry no parents, so the edges are inferred by replaying the SDK's own chain rule
-(``agentrt.program.context.Chain``) over the recorded start and end times:
+(``agentrt.program.chain.Chain``) over the recorded start and end times:
 
 * a node's parents are its thread's *leaves* when it starts; a node that ends replaces its
   parents among the leaves (calls one after another form a chain, calls started together

@@ -15,22 +15,20 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import httpx
 from opentelemetry import trace
 
 from agentrt.errors import DeadlineExceeded
-from agentrt.program.adhoc import AdhocRun
-from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.program.model import Node, NodeStatus, ProgramGraph
 from agentrt.protocol import HEADER_QUEUE_MS
+from agentrt.runtime.adhoc import AdhocRun
 from agentrt.runtime.calls import CURRENT_CALL, LLMCall
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
+from agentrt.runtime.services import RuntimeServices
 from agentrt.runtime.transports.target import EXTENSION, CallTarget
-
-if TYPE_CHECKING:
-    from agentrt.runtime.runtime import Runtime
 
 __all__ = ["RecordingTransport"]
 
@@ -53,7 +51,7 @@ class RecordingTransport(httpx.AsyncBaseTransport):
     runtime, which closes them itself.
     """
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, runtime: Runtime) -> None:
+    def __init__(self, inner: httpx.AsyncBaseTransport, runtime: RuntimeServices) -> None:
         self.inner = inner
         self._rt = runtime
 

@@ -13,7 +13,7 @@ import math
 import uuid
 from contextvars import Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import anyio
 import httpx
@@ -23,13 +23,12 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agentrt.errors import ConfigError, DeadlineExceeded
 from agentrt.journal.api import LeasingJournal
-from agentrt.program.context import CURRENT_FRAME, Chain, Frame, begin_graph_node
+from agentrt.program.chain import Chain
 from agentrt.program.model import Node, NodeKind, NodeStatus, ProgramGraph
 from agentrt.protocol import CallTags, ProgramEnd, ProgramStart
+from agentrt.runtime.frame import CURRENT_FRAME, Frame, begin_graph_node
+from agentrt.runtime.services import RuntimeServices
 from agentrt.runtime.telemetry import ATTR_PROGRAM_ID, ATTR_SESSION_ID
-
-if TYPE_CHECKING:
-    from agentrt.runtime.runtime import Runtime
 
 __all__ = ["Program"]
 
@@ -40,11 +39,11 @@ ProgramOperation = Literal["invoke_workflow", "invoke_agent"]
 class Program:
     """A program run: the unit the controller schedules. Also its live, inspectable DAG.
 
-    Implements ``agentrt.program.context.ProgramRun``."""
+    Implements ``agentrt.runtime.frame.ProgramRun``."""
 
     def __init__(
         self,
-        runtime: Runtime,
+        runtime: RuntimeServices,
         name: str,
         *,
         program_id: str | None = None,

@@ -18,9 +18,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from agentrt.errors import AgentrtError
-from agentrt.program.context import CURRENT_FRAME, Frame
 from agentrt.program.model import Node, NodeStatus
 from agentrt.protocol import Objective, ToolWaitEnd, ToolWaitStart
+from agentrt.runtime.frame import CURRENT_FRAME, Frame
 
 __all__ = ["Branch", "Parallel", "gather", "parallel", "track_wait", "wait"]
 

@@ -10,29 +10,28 @@ see docs/architecture.md, "Design rules".
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
+import httpx
+
+from agentrt.program.chain import Chain
 from agentrt.program.model import Node, NodeKind, NodeStatus, ProgramGraph, ThreadInfo
+from agentrt.runtime.services import RuntimeServices
 
-if TYPE_CHECKING:
-    import httpx
-
-    from agentrt.runtime.runtime import Runtime
-
-__all__ = ["CURRENT_FRAME", "CURRENT_RUNTIME", "Chain", "Frame", "ProgramRun", "begin_graph_node"]
+__all__ = ["CURRENT_FRAME", "Frame", "ProgramRun", "begin_graph_node"]
 
 
 class ProgramRun(Protocol):
     """What a frame's run is to the code recording nodes in it.
 
-    Implemented by :class:`agentrt.program.program.Program` (``rt.program(...)``) and by
-    :class:`agentrt.program.adhoc.AdhocRun` (a call made through a raw client outside any
+    Implemented by :class:`agentrt.runtime.program.Program` (``rt.program(...)``) and by
+    :class:`agentrt.runtime.adhoc.AdhocRun` (a call made through a raw client outside any
     program: a one-call run with no events, no deadline and no phase totals).
     """
 
     @property
-    def runtime(self) -> Runtime:
+    def runtime(self) -> RuntimeServices:
         """The runtime the run sends its calls and events through."""
         ...
 
@@ -60,35 +59,6 @@ class ProgramRun(Protocol):
     ) -> None:
         """Finish ``node`` (status, end time, error) and advance ``chain`` past it."""
         ...
-
-
-@dataclass(slots=True)
-class Chain:
-    """A sequential chain of nodes: the leaves are the parents of the next node.
-
-    When a node finishes, its parents leave the leaf set and the node joins it, so calls made
-    one after another form a chain, and calls started together from the same leaves become
-    siblings whose join is the parent set of whatever comes next.
-    """
-
-    leaves: list[str] = field(default_factory=list)
-
-    def parents(self) -> tuple[str, ...]:
-        return tuple(self.leaves)
-
-    def on_done(self, node: Node) -> None:
-        kept = [leaf for leaf in self.leaves if leaf not in node.parent_ids and leaf != node.id]
-        kept.append(node.id)
-        self.leaves = kept
-
-    def join(self, base: list[str], branches: list[Chain]) -> None:
-        """Merge branches forked from ``base``: the new leaves are theirs plus ours since."""
-        merged = [leaf for leaf in self.leaves if leaf not in base]
-        for branch in branches:
-            for leaf in branch.leaves:
-                if leaf not in merged:
-                    merged.append(leaf)
-        self.leaves = merged or list(base)
 
 
 @dataclass(slots=True)
@@ -121,8 +91,6 @@ class Frame:
 #: The innermost program frame, None outside any program. Its run is always a ``Program``:
 #: ad-hoc runs never become the current frame.
 CURRENT_FRAME: ContextVar[Frame | None] = ContextVar("agentrt_frame", default=None)
-#: The runtime entered with ``async with`` in this context (for helpers called outside a program).
-CURRENT_RUNTIME: ContextVar[Runtime | None] = ContextVar("agentrt_runtime", default=None)
 
 
 def begin_graph_node(

@@ -9,25 +9,22 @@ from __future__ import annotations
 
 import math
 import uuid
-from typing import TYPE_CHECKING
 
 import anyio
+import httpx
 
-from agentrt.program.context import Chain, Frame, begin_graph_node
+from agentrt.program.chain import Chain
 from agentrt.program.model import Node, NodeKind, NodeStatus, ProgramGraph
-
-if TYPE_CHECKING:
-    import httpx
-
-    from agentrt.runtime.runtime import Runtime
+from agentrt.runtime.frame import Frame, begin_graph_node
+from agentrt.runtime.services import RuntimeServices
 
 __all__ = ["AdhocRun"]
 
 
 class AdhocRun:
-    """A one-call program run (implements ``agentrt.program.context.ProgramRun``)."""
+    """A one-call program run (implements ``agentrt.runtime.frame.ProgramRun``)."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RuntimeServices) -> None:
         self.runtime = runtime
         self.graph = ProgramGraph(
             f"adhoc-{uuid.uuid4().hex[:20]}", "adhoc", runtime.session_id, math.inf, 0.0
