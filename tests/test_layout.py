@@ -1,5 +1,5 @@
 """The workspace layout holds: each member builds a wheel of its own import package only, with one
-version and one license; the SDK imports no other member and has no import cycle; the
+version and one license; the SDK imports no other member; no member has an import cycle; the
 ``agentrt`` command finds every member's commands and names the distribution of an absent one.
 
 The layout is described in docs/architecture.md.
@@ -270,12 +270,14 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
 
 
 def _imports(module: str, path: Path, known: set[str]) -> Iterator[str]:
-    """The modules ``module`` imports (absolute names): import statements, constant names passed
-    to ``importlib.import_module`` and the module names of a lazy export map (a dict literal
-    whose values name modules, as ``agentrt._lazy.exports`` takes)."""
+    """The modules ``module`` imports (absolute names): import statements, those only type
+    checkers see (``if TYPE_CHECKING:``) included, since a cycle there still ties the modules
+    together; constant names passed to ``importlib.import_module``; and the module names of a
+    lazy export map (a dict literal whose values name modules, as ``agentrt._lazy.exports``
+    takes)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in _runtime_nodes(tree):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name
@@ -438,23 +440,42 @@ def test_the_import_walker(tmp_path: Path) -> None:
     (package / "sub" / "__init__.py").write_text("from .. import mod\n")
     (package / "sub" / "deep.py").write_text("from ..mod import f\n")
     graph = _graph(package)
-    assert graph["pkg"] == {"pkg.mod", "typing", "pkg.shown"}
-    assert graph["pkg.mod"] == {"typing", "pkg.shown", "pkg.sub.deep", "importlib", "other.plugin"}
+    assert graph["pkg"] == {"pkg.mod", "typing", "pkg.shown", "pkg.hidden"}
+    assert graph["pkg.mod"] == {
+        "typing",
+        "pkg.hidden",
+        "pkg.shown",
+        "pkg.sub.deep",
+        "importlib",
+        "other.plugin",
+    }
     assert graph["pkg.sub"] == {"pkg.mod"}
     assert graph["pkg.sub.deep"] == {"pkg.mod"}
     assert _cycles(graph) == [["pkg.mod", "pkg.sub.deep", "pkg.mod"]]
 
 
-def test_the_sdk_has_no_import_cycle() -> None:
+@pytest.mark.parametrize("folder", sorted(MEMBERS))
+def test_no_member_has_an_import_cycle(folder: str) -> None:
+    """No member's modules import each other, not even only for type checkers."""
+    package = MEMBERS[folder][1]
+    graph = _graph(ROOT / folder / package)
+    cycles = _cycles(graph)
+    assert not cycles, f"import cycles in the {package} package:\n" + _format(cycles, graph)
+
+
+def test_the_sdk_program_model_is_pure() -> None:
+    """``agentrt.program`` (the DAG model) imports nothing of what runs programs: not the
+    runtime and its transports, the journal, OpenTelemetry, httpx or openai."""
     graph = _graph(ROOT / "agentrt" / "agentrt")
-    cycles = _cycles(graph)
-    assert not cycles, "import cycles in the agentrt package:\n" + _format(cycles, graph)
-
-
-def test_the_demo_has_no_import_cycle() -> None:
-    graph = _graph(ROOT / "demo" / "agentrt_demo")
-    cycles = _cycles(graph)
-    assert not cycles, "import cycles in the agentrt_demo package:\n" + _format(cycles, graph)
+    runner = ("agentrt.runtime", "agentrt.journal", "opentelemetry", "httpx", "openai")
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if module == "agentrt.program" or module.startswith("agentrt.program.")
+        for target in targets
+        if any(target == name or target.startswith(name + ".") for name in runner)
+    )
+    assert not wrong, "the program model imports its runner:\n" + "\n".join(wrong)
 
 
 _OTHER_MODULE = re.compile(rf"^(?:{'|'.join(sorted(OTHER_PACKAGES))})(?:\.\w+)*$")

@@ -5,9 +5,10 @@ Public entry points: :func:`serve_engine` (async context manager),
 See docs/engine-emulator.md.
 """
 
-from agentrt_emulator.server.app import EmulatorState, build_app, build_state
+from agentrt_emulator.server.app import build_app
 from agentrt_emulator.server.config import DEFAULT_MODEL_NAME, DEFAULT_PROFILE, EmulatorConfig
 from agentrt_emulator.server.embed import RunningEmulator, serve_engine, serve_engine_in_thread
+from agentrt_emulator.server.state import EmulatorState, build_state
 
 __all__ = [
     "DEFAULT_MODEL_NAME",

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import ExitStack, asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio
@@ -28,20 +27,15 @@ from starlette.routing import Route
 
 from agentrt import __version__
 from agentrt.errors import InvalidRequest
-from agentrt_emulator.core.engine import EngineCore
-from agentrt_emulator.core.profiles import get_profile
 from agentrt_emulator.core.types import EngineRequest
 from agentrt_emulator.scripted_model import ScriptedModel
 from agentrt_emulator.server.body import read_json
-from agentrt_emulator.server.config import EmulatorConfig
-from agentrt_emulator.server.driver import ChoiceEvent, EngineDriver, RequestGroup
+from agentrt_emulator.server.driver import ChoiceEvent, RequestGroup
 from agentrt_emulator.server.errors import error_body, error_response, from_validation_error
 from agentrt_emulator.server.extras import ExtraEndpoints
-from agentrt_emulator.server.metrics import ServerMetrics
-from agentrt_emulator.server.pins import PinInfo, pin_routes
+from agentrt_emulator.server.pins import pin_routes
 from agentrt_emulator.server.prepare import (
     PreparedRequest,
-    RequestRules,
     chat_messages,
     prepare_chat,
     prepare_completion,
@@ -49,13 +43,14 @@ from agentrt_emulator.server.prepare import (
 )
 from agentrt_emulator.server.responses import Kind, ResponseBuilder, sse
 from agentrt_emulator.server.responses_api import ResponsesEndpoint
+from agentrt_emulator.server.state import EmulatorState
 from agentrt_emulator.server.streaming import EventStreamResponse, watch_disconnect
 from agentrt_emulator.server.wire import ChatRequest, CompletionRequest, TokenizeRequest
 from agentrt_emulator.tokenizer import Tokenizer
 from agentrt_serving.asgi import Scope
 from agentrt_serving.hardening import INTERNAL_ERROR_MESSAGE, HardenedApp, HttpLimits
 
-__all__ = ["EmulatorState", "build_app", "build_state"]
+__all__ = ["build_app"]
 
 _log = logging.getLogger(__name__)
 # The guard's crash records keep the logger name they had when the guard lived here.
@@ -63,48 +58,6 @@ _HARDENING_LOG = logging.getLogger("agentrt_emulator.server.hardening")
 _HEADER_REQUEST_ID = "x-request-id"
 # Status sent (to nobody) when the client left before a non-streamed answer was ready.
 _CLIENT_CLOSED = 499
-
-
-@dataclass(slots=True)
-class EmulatorState:
-    """Everything one server instance owns; no module-level state."""
-
-    config: EmulatorConfig
-    core: EngineCore
-    driver: EngineDriver
-    tokenizer: Tokenizer
-    model: ScriptedModel
-    rules: RequestRules
-    #: Pins created over HTTP (see :mod:`agentrt_emulator.server.pins`).
-    pins: dict[str, PinInfo] = field(default_factory=dict)
-    #: The worker thread that prepares large requests (:func:`prepare_in_thread`): one, so
-    #: that a burst of them waits here; starting a thread per request would block the event
-    #: loop until each new thread gets the GIL from the busy ones.
-    prepare_limiter: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(1))
-
-
-def build_state(config: EmulatorConfig) -> EmulatorState:
-    """Build the engine core, driver, tokenizer and scripted model for ``config``."""
-    profile = get_profile(config.profile)
-    core = EngineCore(config.engine, profile)
-    metrics = ServerMetrics(config.model_name, max_num_seqs=config.engine.max_num_seqs)
-    driver = EngineDriver(
-        core,
-        metrics,
-        time_scale=config.time_scale,
-        fuse_window_wall_s=config.fuse_window_wall_s,
-        max_lag_wall_s=config.max_lag_wall_s,
-    )
-    tokenizer = Tokenizer()
-    rules = RequestRules(
-        config.model_name,
-        config.engine.max_model_len,
-        config.engine.scheduling_policy,
-        tokenizer.vocab_size,
-    )
-    return EmulatorState(
-        config, core, driver, tokenizer, ScriptedModel(tokenizer, config.seed), rules
-    )
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -23,8 +23,9 @@ import uvicorn
 from anyio.from_thread import start_blocking_portal
 
 from agentrt.errors import EngineError
-from agentrt_emulator.server.app import EmulatorState, build_app, build_state
+from agentrt_emulator.server.app import build_app
 from agentrt_emulator.server.config import EmulatorConfig
+from agentrt_emulator.server.state import EmulatorState, build_state
 from agentrt_serving.uvicorn_server import EmbeddedServer, listening_socket, running
 from agentrt_serving.uvicorn_server import uvicorn_config as hardened_uvicorn_config
 

@@ -22,17 +22,15 @@ import hashlib
 import math
 import struct
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agentrt.errors import InvalidRequest
 from agentrt_emulator.server.body import read_json
+from agentrt_emulator.server.state import EmulatorState
 from agentrt_emulator.tokenizer import NUM_SPECIAL
-
-if TYPE_CHECKING:
-    from agentrt_emulator.server.app import EmulatorState
 
 __all__ = ["DEFAULT_DIMENSIONS", "ExtraEndpoints", "embedding"]
 

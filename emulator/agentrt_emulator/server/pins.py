@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import asdict
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -27,30 +27,14 @@ from agentrt.errors import InvalidRequest
 from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.errors import from_validation_error
 from agentrt_emulator.server.prepare import chat_messages
+from agentrt_emulator.server.state import EmulatorState, PinInfo
 from agentrt_emulator.server.wire import PinRequest
 
-if TYPE_CHECKING:
-    from agentrt_emulator.server.app import EmulatorState
-
-__all__ = ["PIN_PREFIX", "PinInfo", "pin_routes"]
+__all__ = ["PIN_PREFIX", "pin_routes"]
 
 PIN_PREFIX = "/agentrt/engine/v1/pins"
 
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-@dataclass(frozen=True, slots=True)
-class PinInfo:
-    """What the server remembers of a pin, for ``GET``."""
-
-    pin_id: str
-    #: Full KV blocks held.
-    blocks: int
-    #: Length of the pinned token prefix (tokens).
-    tokens: int
-    #: Model time at which the pin lapses (seconds); ``None`` = until deleted.
-    expires_at_s: float | None
-    salted: bool
 
 
 def _token_ids(state: EmulatorState, request: PinRequest) -> list[int]:

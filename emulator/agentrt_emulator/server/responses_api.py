@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -45,13 +45,11 @@ from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.errors import error_response, from_validation_error
 from agentrt_emulator.server.prepare import PreparedRequest, prepare_chat, prepare_in_thread
 from agentrt_emulator.server.responses_events import ResponseState, sse_event
+from agentrt_emulator.server.state import EmulatorState
 from agentrt_emulator.server.streaming import EventStreamResponse, watch_disconnect
 from agentrt_emulator.server.wire import ChatRequest
 from agentrt_emulator.tokenizer import Tokenizer
 from agentrt_serving.responses_chat import chat_messages, chat_tools
-
-if TYPE_CHECKING:
-    from agentrt_emulator.server.app import EmulatorState
 
 __all__ = ["ResponsesEndpoint", "chat_body"]
 

@@ -11,9 +11,9 @@ import sys
 
 import anyio
 
-from agentrt_emulator.server.app import build_state
 from agentrt_emulator.server.config import EmulatorConfig
 from agentrt_emulator.server.embed import bind_socket, uvicorn_config
+from agentrt_emulator.server.state import build_state
 from agentrt_serving.uvicorn_server import EmbeddedServer
 
 __all__ = ["run_forever"]
