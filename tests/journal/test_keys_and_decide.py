@@ -9,13 +9,13 @@ import pytest
 from agentrt.errors import ResultNotSerializable
 from agentrt.journal import StepPosition, StepRecord, StepSpec, StepStatus
 from agentrt.journal.decide import Action, decide, mismatch_message
-from agentrt.journal.durations import predict_duration
 from agentrt.journal.keys import (
     ArgumentsNotSerializable,
     arguments_hash,
     encode_result,
     idempotency_key,
 )
+from agentrt.tools.durations import predict_duration
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -36,7 +36,6 @@ from anyio.abc import TaskGroup
 from agentrt.errors import JournalError, JournalUnavailable, ProgramLeaseLost
 from agentrt.journal import lease_store
 from agentrt.journal.api import Execute, Reconcile, StepSpec
-from agentrt.journal.durations import predict_duration
 from agentrt.journal.keys import arguments_hash, idempotency_key
 from agentrt.journal.leases import (
     DEFAULT_LEASE_TTL_S,
@@ -57,6 +56,7 @@ from agentrt.journal.records import (
 from agentrt.journal.steps import StepRunner
 from agentrt.journal.store import JournalStore
 from agentrt.journal.urls import make_store
+from agentrt.tools.durations import DEFAULT_HISTORY, predict_duration
 
 __all__ = ["Journal"]
 
@@ -94,7 +94,7 @@ class Journal:
         pool_size: int = 10,
         connect_timeout_s: float = 5.0,
         create: bool = True,
-        duration_history: int = 32,
+        duration_history: int = DEFAULT_HISTORY,
         retry_open_after_s: float = 1.0,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,
         lease_wait_s: float = 0.0,
@@ -122,7 +122,7 @@ class Journal:
         cls,
         store: JournalStore,
         *,
-        duration_history: int = 32,
+        duration_history: int = DEFAULT_HISTORY,
         retry_open_after_s: float = 1.0,
         clock: Callable[[], float] = time.time,
         lease_ttl_s: float = DEFAULT_LEASE_TTL_S,

@@ -32,7 +32,7 @@ from agentrt.runtime.transports.fallback import FallbackTransport
 from agentrt.runtime.transports.recording import RecordingTransport
 from agentrt.runtime.transports.sharding import ShardedTransport
 from agentrt.runtime.transports.tagging import TaggingTransport
-from agentrt.tools.history import ToolHistory
+from agentrt.tools.durations import DurationHistory
 
 if TYPE_CHECKING:
     from agentrt.journal.journal import Journal
@@ -64,7 +64,7 @@ class Runtime:
         url = httpx.URL(config.base_url)
         self.server_address: str = url.host
         self.server_port: int = url.port or (443 if url.scheme == "https" else 80)
-        self.tool_history = ToolHistory()
+        self.tool_history = DurationHistory()
         if isinstance(config.journal, str):
             _journal_for(config.journal, config)  # a bad journal URL fails here, at construction
             self._journal: StepJournal | None = None

@@ -17,7 +17,7 @@ from agentrt.runtime.config import RuntimeConfig
 from agentrt.runtime.controller import ControllerLink
 from agentrt.runtime.models import ServedModel
 from agentrt.runtime.telemetry import Instruments
-from agentrt.tools.history import ToolHistory
+from agentrt.tools.durations import DurationHistory
 
 __all__ = ["RuntimeServices"]
 
@@ -59,7 +59,7 @@ class RuntimeServices(Protocol):
         ...
 
     @property
-    def tool_history(self) -> ToolHistory:
+    def tool_history(self) -> DurationHistory:
         """Observed tool durations, for predicting a tool wait without a journal."""
         ...
 

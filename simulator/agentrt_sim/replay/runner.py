@@ -16,8 +16,8 @@ as a task of its thread that starts when all its parents have finished:
   answer is used, so nothing of a cut attempt reaches the program;
 * a wait node sleeps ``duration_s / time_scale`` inside ``agentrt.wait`` (``tool`` or
   ``human``), which reports it to a controller with its name and a predicted duration: the
-  mean of that name's finished waits so far, as the simulator's SDK model predicts
-  (``agentrt_sim.waits``).
+  median of that name's recent finished waits, the SDK's one duration predictor
+  (:class:`agentrt.tools.durations.DurationHistory`).
 
 Times are recorded in wall seconds since the start; :mod:`agentrt_sim.replay.summary`
 multiplies them by the time scale into model seconds.
@@ -35,6 +35,7 @@ import httpx
 
 import agentrt
 from agentrt.errors import ConfigError, LLMCallError
+from agentrt.tools.durations import DurationHistory
 from agentrt_sim.replay.prompts import PromptBuilder, TemplateCosts
 from agentrt_sim.replay.records import CallRecord, NodeSpan, ProgramResult, ReplayResult
 from agentrt_sim.replay.server import (
@@ -136,21 +137,6 @@ async def probe(config: ReplayConfig, http: httpx.AsyncClient) -> ServerFacts:
     return ServerFacts(model, root, costs, ignore_eos, chat_url)
 
 
-class _WaitHistory:
-    """Mean finished duration per wait name (wall seconds), the SDK's prediction model."""
-
-    def __init__(self) -> None:
-        self._sums: dict[str, tuple[float, int]] = {}
-
-    def predict(self, name: str) -> float | None:
-        total, count = self._sums.get(name, (0.0, 0))
-        return total / count if count else None
-
-    def observe(self, name: str, duration_s: float) -> None:
-        total, count = self._sums.get(name, (0.0, 0))
-        self._sums[name] = (total + duration_s, count + 1)
-
-
 class _ProgramRun:
     """One program's replay: its node tasks, its prompt builder, its records."""
 
@@ -162,7 +148,7 @@ class _ProgramRun:
         facts: ServerFacts,
         config: ReplayConfig,
         zero_s: float,
-        history: _WaitHistory,
+        history: DurationHistory,
     ) -> None:
         self._rt = rt
         self._http = http
@@ -294,7 +280,7 @@ class _ProgramRun:
             # controller is part of the wait (its round trip would otherwise be added to
             # every wait, x time scale).
             await anyio.sleep_until(started + node.duration_s / self._config.time_scale)
-        self._history.observe(node.name, anyio.current_time() - started)
+        self._history.record(node.name, anyio.current_time() - started)
         self._builder.record_wait(node.node_id)
 
 
@@ -344,7 +330,7 @@ async def replay(
             max_retries=config.max_retries,
         )
         before = await scrape_counters(http, metrics_root)
-        history = _WaitHistory()
+        history = DurationHistory()
         done = 0
         async with agentrt.Runtime(runtime_config) as rt:
             client = rt.http_client(timeout=httpx.Timeout(config.request_timeout_s, connect=10.0))
