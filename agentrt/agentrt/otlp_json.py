@@ -21,14 +21,67 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias, TypedDict, cast
 
 from agentrt.errors import ConfigError
 
 __all__ = ["AttributeValue", "OtlpSpan", "SpanFileError", "read_span_file"]
 
 #: An attribute's value: OTLP's scalar kinds, or a list of values (``arrayValue``).
-AttributeValue = str | bool | int | float | list[Any]
+AttributeValue: TypeAlias = "str | bool | int | float | list[AttributeValue]"
+
+
+# The OTLP/JSON shapes read below (what the file should hold: nothing is validated up front; a
+# field of the wrong shape raises KeyError / TypeError / ValueError / AttributeError, which
+# ``read_span_file`` reports with the line).
+class _AnyValue(TypedDict, total=False):
+    stringValue: str
+    boolValue: bool
+    intValue: str | int
+    doubleValue: float | int
+    arrayValue: _ArrayValue
+
+
+class _ArrayValue(TypedDict, total=False):
+    values: list[_AnyValue]
+
+
+class _KeyValue(TypedDict, total=False):
+    key: str
+    value: _AnyValue
+
+
+class _Status(TypedDict, total=False):
+    code: int | str
+
+
+class _Span(TypedDict, total=False):
+    name: str
+    traceId: str
+    spanId: str
+    parentSpanId: str
+    kind: int | str
+    startTimeUnixNano: str | int
+    endTimeUnixNano: str | int
+    attributes: list[_KeyValue]
+    status: _Status
+
+
+class _ScopeSpans(TypedDict, total=False):
+    spans: list[_Span]
+
+
+class _Resource(TypedDict, total=False):
+    attributes: list[_KeyValue]
+
+
+class _ResourceSpans(TypedDict, total=False):
+    resource: _Resource
+    scopeSpans: list[_ScopeSpans]
+
+
+class _TraceRequest(TypedDict):
+    resourceSpans: list[_ResourceSpans]
 
 
 class SpanFileError(ConfigError):
@@ -92,13 +145,13 @@ def read_span_file(path: str | Path, *, what: str = "span file") -> list[OtlpSpa
     return spans
 
 
-def _documents(path: Path, text: str) -> list[tuple[int, Any]]:
+def _documents(path: Path, text: str) -> list[tuple[int, object]]:
     """(line number, parsed JSON) per non-blank line, or ``[(1, document)]`` for a file that
     is one pretty-printed document."""
     lines = [(i + 1, line) for i, line in enumerate(text.splitlines()) if line.strip()]
     if not lines:
         raise SpanFileError(f"{path} is empty")
-    parsed: list[tuple[int, Any]] = []
+    parsed: list[tuple[int, object]] = []
     for line_no, line in lines:
         try:
             parsed.append((line_no, json.loads(line)))
@@ -119,17 +172,18 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _spans_in(document: Any) -> Iterator[OtlpSpan]:
+def _spans_in(document: object) -> Iterator[OtlpSpan]:
     if not isinstance(document, dict) or "resourceSpans" not in document:
         raise ValueError("expected an object with 'resourceSpans'")
-    for resource_spans in document["resourceSpans"]:
+    request = cast(_TraceRequest, document)  # its shape is checked field by field, as read
+    for resource_spans in request["resourceSpans"]:
         resource = _attrs_in((resource_spans.get("resource") or {}).get("attributes") or [])
         for scope_spans in resource_spans.get("scopeSpans") or []:
             for span in scope_spans.get("spans") or []:
                 yield _span_in(span, resource)
 
 
-def _span_in(span: Mapping[str, Any], resource: Mapping[str, AttributeValue]) -> OtlpSpan:
+def _span_in(span: _Span, resource: Mapping[str, AttributeValue]) -> OtlpSpan:
     start, end = int(span["startTimeUnixNano"]), int(span["endTimeUnixNano"])
     name = span["name"]
     if not isinstance(name, str):
@@ -162,17 +216,17 @@ _KIND_NAMES = {
 }
 
 
-def _enum(value: Any, names: Mapping[str, int]) -> int:
+def _enum(value: int | str | None, names: Mapping[str, int]) -> int:
     if isinstance(value, str) and value in names:
         return names[value]
     return int(value or 0)
 
 
-def _attrs_in(items: Iterable[Mapping[str, Any]]) -> dict[str, AttributeValue]:
+def _attrs_in(items: Iterable[_KeyValue]) -> dict[str, AttributeValue]:
     return {str(item["key"]): _value_in(item.get("value") or {}) for item in items}
 
 
-def _value_in(value: Mapping[str, Any]) -> AttributeValue:
+def _value_in(value: _AnyValue) -> AttributeValue:
     if "stringValue" in value:
         return str(value["stringValue"])
     if "boolValue" in value:

@@ -16,6 +16,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from agentrt.journal.leases import ProgramLease
+from agentrt.json_types import JSONValue
+
 __all__ = ["LeasingJournal", "ReconcileResult", "StepJournal", "StepSpec"]
 
 
@@ -60,11 +63,11 @@ class ReconcileResult:
     #: ``"unknown"``: still unknown, :class:`agentrt.errors.UnknownOutcome` is raised.
     status: Literal["done", "not_done", "unknown"]
     #: JSON-able result when ``status == "done"``.
-    result: Any = None
+    result: JSONValue = None
 
 
 #: Runs the step; receives the idempotency key (to pass on to a provider that deduplicates).
-Execute = Callable[[str], Awaitable[Any]]
+Execute = Callable[[str], Awaitable[JSONValue]]
 #: Asks the outside world whether the step with this key already happened.
 Reconcile = Callable[[str], Awaitable[ReconcileResult]]
 
@@ -74,7 +77,7 @@ class StepJournal(Protocol):
 
     async def run_step(
         self, step: StepSpec, execute: Execute, *, reconcile: Reconcile | None = None
-    ) -> Any:
+    ) -> JSONValue:
         """Run ``execute`` at most once per step identity (docs/journal.md, "The protocol").
 
         * a COMMITTED step returns its stored result without executing (replay);
@@ -108,10 +111,10 @@ class LeasingJournal(Protocol):
 
     async def acquire_lease(
         self, program_id: str, *, wait_s: float | None = None, required: bool = True
-    ) -> Any:
+    ) -> ProgramLease | None:
         """Take the program's lease; raises :class:`agentrt.errors.ProgramLeaseHeld` while
         another runner holds it live. ``required=False``: an unreachable store defers the
-        lease to the program's first side effect instead of failing."""
+        lease to the program's first side effect instead of failing (``None`` is returned)."""
         ...
 
     async def release_lease(self, program_id: str) -> None:

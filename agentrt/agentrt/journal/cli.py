@@ -22,7 +22,13 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from agentrt.journal.journal import Journal
+    from agentrt.journal.leases import LeaseRecord
 
 __all__ = ["parse_duration_s", "register"]
 
@@ -38,7 +44,7 @@ def parse_duration_s(text: str) -> float:
     return float(match.group(1)) * _UNITS_S[match.group(2) or "s"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "journal",
         help="inspect and maintain the intent journal of side-effecting tools",
@@ -168,7 +174,7 @@ def _print_table(header: list[str], rows: list[list[str]]) -> None:
         print("  ".join(cells).rstrip())
 
 
-async def _list(journal: Any, args: argparse.Namespace) -> int:
+async def _list(journal: Journal, args: argparse.Namespace) -> int:
     from agentrt.journal import StepStatus
 
     status = StepStatus(args.status) if args.status else None
@@ -214,13 +220,13 @@ async def _list(journal: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _lease_fields(lease: Any, now: float) -> dict[str, Any] | None:
+def _lease_fields(lease: LeaseRecord | None, now: float) -> dict[str, object] | None:
     if lease is None:
         return None
     return {**_fields(lease), "state": lease.state(now)}
 
 
-def _lease_text(lease: Any, now: float) -> str:
+def _lease_text(lease: LeaseRecord | None, now: float) -> str:
     """``held by H (epoch N) until T``, ``expired ...``, ``released (epoch N)`` or ``-``."""
     if lease is None:
         return "-"
@@ -234,13 +240,13 @@ def _lease_text(lease: Any, now: float) -> str:
     return f"{verb} {lease.holder} (epoch {lease.epoch}) {until}"
 
 
-def _fields(value: Any) -> dict[str, Any]:
+def _fields(value: DataclassInstance) -> dict[str, object]:
     import dataclasses
 
     return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
 
 
-async def _show(journal: Any, args: argparse.Namespace) -> int:
+async def _show(journal: Journal, args: argparse.Namespace) -> int:
     steps = await journal.program_steps(args.program_id)
     leases = await journal.leases([args.program_id])
     lease = leases[0] if leases else None
@@ -282,8 +288,8 @@ async def _show(journal: Any, args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
         return 0
     rows = []
-    for item in records:
-        what = "side effect" if item["side_effect"] else "read-only"
+    for step, item in zip(steps, records, strict=True):
+        what = "side effect" if step.side_effect else "read-only"
         row = [
             str(item["thread_id"]),
             str(item["seq"]),
@@ -291,7 +297,7 @@ async def _show(journal: Any, args: argparse.Namespace) -> int:
             what,
             str(item["status"]),
             str(item["attempts"]),
-            "-" if item["duration_s"] is None else f"{item['duration_s'] * 1000:.1f}",
+            "-" if step.duration_s is None else f"{step.duration_s * 1000:.1f}",
             str(item["key"]),
         ]
         if item["error_type"]:
@@ -306,7 +312,7 @@ async def _show(journal: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _purge(journal: Any, args: argparse.Namespace) -> int:
+async def _purge(journal: Journal, args: argparse.Namespace) -> int:
     from agentrt.journal import PurgePolicy, StepStatus
 
     older_than = args.older_than
@@ -336,7 +342,7 @@ async def _purge(journal: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _resolve(journal: Any, args: argparse.Namespace) -> int:
+async def _resolve(journal: Journal, args: argparse.Namespace) -> int:
     try:
         result = json.loads(args.result)
     except json.JSONDecodeError as exc:
@@ -350,7 +356,7 @@ async def _resolve(journal: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _durations(journal: Any, args: argparse.Namespace) -> int:
+async def _durations(journal: Journal, args: argparse.Namespace) -> int:
     history = await journal.tool_duration_history(args.tool)
     prediction = await journal.predict_tool_duration(args.tool)
     if args.json:
@@ -361,7 +367,7 @@ async def _durations(journal: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _release_lease(journal: Any, args: argparse.Namespace) -> int:
+async def _release_lease(journal: Journal, args: argparse.Namespace) -> int:
     now = time.time()
     leases = await journal.leases([args.program_id])
     if not leases:

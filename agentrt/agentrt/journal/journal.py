@@ -28,7 +28,7 @@ import time
 import uuid
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
 import anyio
 from anyio.abc import TaskGroup
@@ -56,6 +56,7 @@ from agentrt.journal.records import (
 from agentrt.journal.steps import StepRunner
 from agentrt.journal.store import JournalStore
 from agentrt.journal.urls import make_store
+from agentrt.json_types import JSONValue
 from agentrt.tools.durations import DEFAULT_HISTORY, predict_duration
 
 __all__ = ["Journal"]
@@ -252,7 +253,7 @@ class Journal:
 
     async def run_step(
         self, step: StepSpec, execute: Execute, *, reconcile: Reconcile | None = None
-    ) -> Any:
+    ) -> JSONValue:
         """Run ``execute`` at most once per step identity (see the module docstring and
         :meth:`agentrt.journal.api.StepJournal.run_step`)."""
         _check_identity(step)
@@ -377,7 +378,9 @@ class Journal:
         store = await self._ensure_open()
         return await store.purge(policy, now=self._clock(), dry_run=dry_run)
 
-    async def resolve_unknown(self, key: str, *, happened: bool, result: Any = None) -> StepRecord:
+    async def resolve_unknown(
+        self, key: str, *, happened: bool, result: JSONValue = None
+    ) -> StepRecord:
         """Settle an unknown outcome by hand (an operator checked the outside world).
 
         ``happened=True``: the step becomes COMMITTED with ``result`` (replayed from now on).

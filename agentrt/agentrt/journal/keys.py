@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 from agentrt.errors import JournalError, ResultNotSerializable
+from agentrt.json_types import JSONValue
 
 __all__ = [
     "ArgumentsNotSerializable",
@@ -36,14 +36,14 @@ class ArgumentsNotSerializable(JournalError, TypeError):
     """A step's arguments are not JSON-able, so the step has no stable identity."""
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """JSON with sorted keys and no whitespace; raises ``TypeError``/``ValueError``."""
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     )
 
 
-def arguments_hash(arguments: Any) -> str:
+def arguments_hash(arguments: object) -> str:
     """SHA-256 (64 hex chars) of the canonical JSON of ``arguments``."""
     try:
         text = canonical_json(arguments)
@@ -63,7 +63,7 @@ def idempotency_key(
     return "agentrt-" + hashlib.sha256(material.encode()).hexdigest()
 
 
-def encode_result(result: Any, *, what: str) -> str:
+def encode_result(result: object, *, what: str) -> str:
     """JSON text of a result that replays as an equal value, else ``ResultNotSerializable``.
 
     A value that JSON changes on the way (a tuple becoming a list, an int dict key becoming a
@@ -86,23 +86,24 @@ def encode_result(result: Any, *, what: str) -> str:
     return text
 
 
-def _same_shape(decoded: Any, original: Any) -> bool:
-    """True when ``original`` uses exactly JSON's container and scalar types."""
+def _same_shape(decoded: object, original: object) -> bool:
+    """True when ``original`` uses exactly JSON's container and scalar types (``decoded``: its
+    JSON round trip, equal to it)."""
     if isinstance(original, bool) or original is None:
         return decoded is original
     if type(original) in (int, float, str):
         return type(decoded) is type(original)
-    if type(original) is list:
+    if type(original) is list and isinstance(original, list) and isinstance(decoded, list):
         return len(decoded) == len(original) and all(
             _same_shape(d, o) for d, o in zip(decoded, original, strict=True)
         )
-    if type(original) is dict:
+    if type(original) is dict and isinstance(original, dict) and isinstance(decoded, dict):
         return all(type(k) is str for k in original) and all(
             _same_shape(decoded[k], v) for k, v in original.items()
         )
     return False
 
 
-def decode_result(text: str | None) -> Any:
+def decode_result(text: str | None) -> JSONValue:
     """The result stored by :func:`encode_result` (``None`` for no text)."""
     return None if text is None else json.loads(text)

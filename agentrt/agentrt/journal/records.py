@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt.journal.keys import decode_result
+from agentrt.json_types import JSONValue
 
 __all__ = [
     "ProgramSummary",
@@ -68,7 +68,7 @@ class StepRecord:
     duration_s: float | None
 
     @property
-    def result(self) -> Any:
+    def result(self) -> JSONValue:
         """The stored result (decoded JSON), ``None`` when there is none."""
         return decode_result(self.result_json)
 

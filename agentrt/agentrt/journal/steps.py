@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import anyio
 
@@ -29,6 +28,7 @@ from agentrt.journal.keys import encode_result
 from agentrt.journal.leases import Fence
 from agentrt.journal.records import StepPosition, StepRecord, StepStatus
 from agentrt.journal.store import JournalStore
+from agentrt.json_types import JSONValue
 
 __all__ = ["StepRunner"]
 
@@ -58,7 +58,7 @@ class StepRunner:
         execute: Execute,
         reconcile: Reconcile | None,
         fence: Fence,
-    ) -> Any:
+    ) -> JSONValue:
         # First runs are the common case: try the intent at once (one durable write); only a
         # taken position costs the extra read.
         fresh = self._new_record(step, position, key, args_hash)
@@ -167,7 +167,7 @@ class StepRunner:
 
     async def _execute_effect(
         self, store: JournalStore, record: StepRecord, execute: Execute, fence: Fence
-    ) -> Any:
+    ) -> JSONValue:
         started = time.monotonic()
         try:
             result = await execute(record.key)
@@ -200,7 +200,7 @@ class StepRunner:
         self,
         store: JournalStore,
         record: StepRecord,
-        result: Any,
+        result: JSONValue,
         *,
         duration_s: float | None,
         fence: Fence,
@@ -288,7 +288,7 @@ class StepRunner:
         args_hash: str,
         execute: Execute,
         fence: Fence,
-    ) -> Any:
+    ) -> JSONValue:
         record = None
         if store is not None:
             try:

@@ -17,6 +17,7 @@ from agentrt.errors import (
     unreachable_message,
 )
 from agentrt.journal.api import StepSpec
+from agentrt.json_types import JSONValue
 from agentrt.protocol import Objective
 from agentrt.runtime.calls import CURRENT_CALL, LLMCall
 from agentrt.runtime.frame import CURRENT_FRAME, Frame
@@ -84,7 +85,7 @@ async def chat(
     journal = rt.journal if rt.config.journal_llm_calls else None
     executed = False
 
-    async def execute(_key: str) -> Any:
+    async def execute(_key: str) -> JSONValue:
         nonlocal executed
         executed = True
         completion = await _send(rt, frame, call, request)

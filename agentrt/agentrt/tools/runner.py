@@ -35,6 +35,7 @@ from agentrt.errors import (
     ToolTimeout,
 )
 from agentrt.journal.api import StepSpec
+from agentrt.json_types import JSONValue
 from agentrt.program.model import Node, NodeStatus
 from agentrt.runtime.flow import Parallel, track_wait
 from agentrt.runtime.frame import CURRENT_FRAME, Frame
@@ -160,7 +161,7 @@ async def _run_in(
 
 async def _execute(
     frame: Frame, tool: RunnableTool, node: Node, arguments: BaseModel
-) -> tuple[Any, bool]:
+) -> tuple[JSONValue, bool]:
     """Run the validated call: events, timeout, journal. Returns the JSON-able result and
     whether the tool really ran (False: the journal replayed a recorded result)."""
     rt = frame.run.runtime
@@ -179,7 +180,7 @@ async def _execute(
     executed = False
     returns_errors = tool.error_mode(rt.config.tool_on_error) == "return"
 
-    async def execute(key: str) -> Any:
+    async def execute(key: str) -> JSONValue:
         nonlocal executed
         executed = True
         token = CURRENT_FRAME.set(nested)
@@ -196,11 +197,12 @@ async def _execute(
         finally:
             CURRENT_FRAME.reset(token)
         try:
-            return to_jsonable_python(result)
+            jsonable: JSONValue = to_jsonable_python(result)
         except PydanticSerializationError as exc:
             raise ResultNotSerializable(
                 f"tool {tool.name} returned a {type(result).__name__}, not JSON-able"
             ) from exc
+        return jsonable
 
     async with track_wait(frame, node, wire_kind="tool", predicted_s=predicted):
         started = anyio.current_time()

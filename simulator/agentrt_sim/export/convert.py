@@ -166,7 +166,7 @@ def _recorded(node_id: str, attempts: list[Span], summary: ExportSummary) -> Rec
     record = Recorded(node_id, thread_id, int(seq_text), "llm", "", first.start_ns, last.end_ns)
     parents = last.attr(_PARENT_IDS)
     if isinstance(parents, list) and all(isinstance(p, str) for p in parents):
-        record.recorded_parents = tuple(parents)
+        record.recorded_parents = tuple(p for p in parents if isinstance(p, str))
     if operation == "execute_tool":
         record.kind = "tool"
         record.name = str(last.attr("gen_ai.tool.name") or last.name.partition(" ")[2] or "tool")
