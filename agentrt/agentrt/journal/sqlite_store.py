@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-from sqlalchemy import URL, Table, event
+from sqlalchemy import URL, Connection, Table, event
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql.base import Executable
 
 from agentrt.errors import ConfigError, JournalError, JournalUnavailable, SchemaVersionError
 from agentrt.journal import schema
@@ -37,7 +38,7 @@ class _QueuedWrite:
 
     __slots__ = ("done", "error", "lead", "params", "rowcount", "statement", "wake")
 
-    def __init__(self, statement: Any, params: Mapping[str, Any] | None) -> None:
+    def __init__(self, statement: Executable, params: Mapping[str, object] | None) -> None:
         self.statement = statement
         self.params = params
         self.wake = anyio.Event()
@@ -123,8 +124,10 @@ class SqliteJournalStore(JournalStore):
             finally:
                 cursor.close()
 
-        def on_begin(conn: Any) -> None:
-            if not conn.get_execution_options().get("agentrt_autocommit", False):
+        def on_begin(conn: Connection) -> None:
+            if begin_sql is not None and not conn.get_execution_options().get(
+                "agentrt_autocommit", False
+            ):
                 conn.exec_driver_sql(begin_sql)
 
         event.listen(engine.sync_engine, "connect", on_connect)
@@ -197,7 +200,9 @@ class SqliteJournalStore(JournalStore):
                 await self._after_error(conn)
                 raise
 
-    async def _write_one(self, statement: Any, params: Mapping[str, Any] | None = None) -> int:
+    async def _write_one(
+        self, statement: Executable, params: Mapping[str, object] | None = None
+    ) -> int:
         """Group commit: concurrent one-statement writes share one transaction (one fsync).
 
         The first writer becomes the leader and commits every write queued at that moment in

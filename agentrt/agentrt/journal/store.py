@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 from sqlalchemy import (
@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.base import Executable
+from sqlalchemy.sql.elements import ColumnElement
 
 from agentrt.errors import JournalError, JournalUnavailable, ProgramLeaseHeld, ProgramLeaseLost
 from agentrt.journal import schema
@@ -60,7 +62,7 @@ _UNREACHABLE = (
 )
 
 
-def _record_values(record: StepRecord) -> dict[str, Any]:
+def _record_values(record: StepRecord) -> dict[str, object]:
     p = record.position
     return {
         "program_id": p.program_id,
@@ -86,7 +88,7 @@ def _record_values(record: StepRecord) -> dict[str, Any]:
     }
 
 
-def _row_to_record(row: Row[Any]) -> StepRecord:
+def _row_to_record(row: Row[tuple[object, ...]]) -> StepRecord:
     m = row._mapping
     return StepRecord(
         position=StepPosition(m["program_id"], m["thread_id"], m["seq"]),
@@ -126,11 +128,11 @@ _STEP_COLUMNS = tuple(c.name for c in _T.columns)
 _UPSERT_KEEPS = frozenset({"program_id", "thread_id", "seq", "created_at"})
 
 
-def _fence_condition(fence: Fence) -> Any:
+def _fence_condition(fence: Fence) -> ColumnElement[bool]:
     return _UNLEASED if fence.epoch is None else _LEASED
 
 
-def _fence_params(fence: Fence) -> dict[str, Any]:
+def _fence_params(fence: Fence) -> dict[str, object]:
     if fence.epoch is None:
         return {"fence_program": fence.program_id, "fence_now": fence.now}
     return {
@@ -140,7 +142,7 @@ def _fence_params(fence: Fence) -> dict[str, Any]:
     }
 
 
-def row_to_lease(row: Row[Any]) -> LeaseRecord:
+def row_to_lease(row: Row[tuple[object, ...]]) -> LeaseRecord:
     m = row._mapping
     return LeaseRecord(
         program_id=m["program_id"],
@@ -167,7 +169,7 @@ def lease_held_error(lease: LeaseRecord, now: float) -> ProgramLeaseHeld:
     )
 
 
-def _at(position: StepPosition) -> Any:
+def _at(position: StepPosition) -> ColumnElement[bool]:
     return and_(
         _T.c.program_id == position.program_id,
         _T.c.thread_id == position.thread_id,
@@ -205,11 +207,11 @@ class JournalStore(abc.ABC):
         """Close every connection."""
 
     @abc.abstractmethod
-    def _read(self) -> Any:
+    def _read(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Async context manager yielding a connection for reads."""
 
     @abc.abstractmethod
-    def _write(self) -> Any:
+    def _write(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Async context manager yielding a connection inside a committed-on-exit write
         transaction that holds the database's write lock from its first statement."""
 
@@ -217,7 +219,9 @@ class JournalStore(abc.ABC):
     def _insert(self, table: Table = schema.steps) -> Any:
         """The dialect's ``insert(table)`` construct (it has ``on_conflict_do_*``)."""
 
-    async def _write_one(self, statement: Any, params: Mapping[str, Any] | None = None) -> int:
+    async def _write_one(
+        self, statement: Executable, params: Mapping[str, object] | None = None
+    ) -> int:
         """Run one write statement (with bound ``params``) as its own durable transaction;
         returns its rowcount."""
         async with self._write() as conn:
@@ -328,16 +332,16 @@ class JournalStore(abc.ABC):
             stmt: Insert = self._insert().values(**values).on_conflict_do_nothing()
             async with self._guard("record intent"):
                 return await self._write_one(stmt) == 1
-        stmt, params = self._fenced_insert(values, fence, upsert=False)
+        fenced, params = self._fenced_insert(values, fence, upsert=False)
         async with self._guard("record intent"):
-            if await self._write_one(stmt, params) == 1:
+            if await self._write_one(fenced, params) == 1:
                 return True
         await self._check_fence(fence)
         return False
 
     def _fenced_insert(
-        self, values: dict[str, Any], fence: Fence, *, upsert: bool
-    ) -> tuple[Any, dict[str, Any]]:
+        self, values: Mapping[str, object], fence: Fence, *, upsert: bool
+    ) -> tuple[Executable, dict[str, object]]:
         """``INSERT INTO steps SELECT :v_... WHERE <fence> ON CONFLICT DO NOTHING`` (or ``DO
         UPDATE`` every column but the key and ``created_at``, for ``upsert``) and its
         parameters: one statement, so the check and the write are atomic."""
@@ -389,7 +393,7 @@ class JournalStore(abc.ABC):
         *,
         expect_status: StepStatus,
         expect_attempts: int,
-        values: Mapping[str, Any],
+        values: Mapping[str, object],
         fence: Fence | None = None,
     ) -> bool:
         """Compare-and-set: apply ``values`` (column → value) only if the row still has
@@ -442,7 +446,7 @@ class JournalStore(abc.ABC):
         """Programs, most recently changed first; with ``status``, only programs having at
         least one step in that status."""
 
-        def count(s: StepStatus) -> Any:
+        def count(s: StepStatus) -> ColumnElement[int]:
             return func.sum(case((_T.c.status == s.value, 1), else_=0))
 
         last = func.max(_T.c.updated_at)
