@@ -9,16 +9,15 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
 
 
 def exports(
     package: str, lazy: Mapping[str, str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for ``package``: ``lazy`` maps a public name to the module
     defining it; the first access imports that module and caches the value in the package."""
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> object:
         module_name = lazy.get(name)
         if module_name is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

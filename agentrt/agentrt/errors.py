@@ -32,8 +32,6 @@ classes above.
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = [
     "AgentrtError",
     "ConfigError",
@@ -131,7 +129,7 @@ class UnknownOutcome(JournalError):
     It may or may not have happened. It is never re-run blindly: the caller must reconcile it.
     """
 
-    def __init__(self, message: str, *, key: str, intent: Any = None) -> None:
+    def __init__(self, message: str, *, key: str, intent: object = None) -> None:
         super().__init__(message)
         #: The idempotency key of the step whose outcome is unknown.
         self.key = key

@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 import openai
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from agentrt.errors import (
     DeadlineExceeded,
@@ -17,7 +17,7 @@ from agentrt.errors import (
     unreachable_message,
 )
 from agentrt.journal.api import StepSpec
-from agentrt.json_types import JSONValue
+from agentrt.json_types import JSONObject, JSONValue
 from agentrt.protocol import Objective
 from agentrt.runtime.calls import CURRENT_CALL, LLMCall
 from agentrt.runtime.frame import CURRENT_FRAME, Frame
@@ -155,10 +155,10 @@ def _server_message(exc: openai.APIStatusError) -> str:
     return exc.message
 
 
-def _response_view(completion: ChatCompletion) -> dict[str, Any]:
+def _response_view(completion: ChatCompletion) -> JSONObject:
     """The few response fields the span needs, without dumping the whole model."""
     usage = completion.usage
-    view: dict[str, Any] = {
+    view: JSONObject = {
         "id": completion.id,
         "model": completion.model,
         "choices": [
@@ -174,5 +174,5 @@ def _response_view(completion: ChatCompletion) -> dict[str, Any]:
     return view
 
 
-def _message_view(message: Any) -> Any:
-    return {"role": "assistant", "content": getattr(message, "content", None)}
+def _message_view(message: ChatCompletionMessage) -> JSONObject:
+    return {"role": "assistant", "content": message.content}

@@ -22,6 +22,7 @@ import httpx
 from opentelemetry import trace
 
 from agentrt.errors import DeadlineExceeded
+from agentrt.json_types import JSONObject
 from agentrt.program.model import Node, NodeStatus, ProgramGraph
 from agentrt.protocol import HEADER_QUEUE_MS
 from agentrt.runtime.adhoc import AdhocRun
@@ -189,7 +190,7 @@ def _status_of(exc: BaseException) -> NodeStatus:
     return "cancelled" if cancelled else "error"
 
 
-def _json(response: httpx.Response) -> dict[str, Any] | None:
+def _json(response: httpx.Response) -> JSONObject | None:
     try:
         loaded = json.loads(response.content)
     except ValueError:
