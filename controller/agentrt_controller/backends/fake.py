@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from agentrt_controller.backends.api import (
     BackendCapabilities,
@@ -63,7 +62,7 @@ class FakeBackend:
         *,
         capabilities: BackendCapabilities | None = None,
         load: BackendLoad | None = None,
-        models: list[dict[str, Any]] | None = None,
+        models: list[dict[str, object]] | None = None,
         pins: bool = False,
         credential: str | None = None,
     ) -> None:
@@ -73,12 +72,14 @@ class FakeBackend:
         if pins:
             self.capabilities = replace(self.capabilities, supports_pins=True)
         #: Live pins: pin id -> what was asked (``ttl_s``, ``tokens`` or ``messages``...).
-        self.pins: dict[str, dict[str, Any]] = {}
+        self.pins: dict[str, dict[str, object]] = {}
         #: Every pin / unpin call, in order: ``("pin" | "unpin", pin_id)``.
         self.pin_log: list[tuple[str, str]] = []
         self.handler = handler
         self.load = load or BackendLoad()
-        self.model_list = models if models is not None else [{"id": "fake-model"}]
+        self.model_list: list[dict[str, object]] = (
+            models if models is not None else [{"id": "fake-model"}]
+        )
         self.down = False
         #: The controller's credential for this backend: every recorded request carries it as
         #: ``Authorization: Bearer`` (like an HTTP backend's ``api_key`` option).

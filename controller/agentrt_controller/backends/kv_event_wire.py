@@ -22,7 +22,6 @@ BackendError`): the subscriber counts it and treats the batch as missing (a gap,
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import msgspec
 
@@ -73,7 +72,7 @@ def decode_seq(frame: bytes) -> int:
 def decode_batch(seq: int, payload: bytes) -> KvEventBatch:
     """The batch numbered ``seq`` in ``payload``. Raises :class:`KvEventDecodeError`."""
     try:
-        raw = _decoder.decode(payload)
+        raw: object = _decoder.decode(payload)
     except msgspec.DecodeError as exc:
         raise KvEventDecodeError(f"KV event batch {seq} is not msgpack: {exc}") from exc
     if isinstance(raw, Mapping):
@@ -93,7 +92,8 @@ def decode_batch(seq: int, payload: bytes) -> KvEventBatch:
     )
 
 
-def _fields(seq: int, raw: object) -> tuple[str, dict[str, Any]]:
+def _fields(seq: int, raw: object) -> tuple[str, dict[str, object]]:
+    fields: dict[str, object]
     if isinstance(raw, Mapping):
         fields = dict(raw)
         tag = fields.pop("type", None)
@@ -129,11 +129,12 @@ def _event(seq: int, raw: object) -> KvEvent:
     tag, fields = _fields(seq, raw)
     if tag == "AllBlocksCleared":
         return AllBlocksCleared()
+    group = fields.get("group_idx")
     if tag == "BlockRemoved":
         return BlockRemoved(
             block_hashes=_hashes(seq, fields.get("block_hashes")),
             medium=_optional_str(fields.get("medium")),
-            group_idx=fields.get("group_idx") if isinstance(fields.get("group_idx"), int) else None,
+            group_idx=group if isinstance(group, int) else None,
         )
     if tag != "BlockStored":
         raise KvEventDecodeError(f"KV event batch {seq}: unknown event type {tag!r}")
@@ -151,7 +152,6 @@ def _event(seq: int, raw: object) -> KvEvent:
         raise KvEventDecodeError(
             f"KV event batch {seq}: {len(tokens)} token ids for {len(hashes)} blocks of {size}"
         )
-    group = fields.get("group_idx")
     return BlockStored(
         block_hashes=hashes,
         parent_block_hash=parent,

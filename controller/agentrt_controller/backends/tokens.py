@@ -15,7 +15,6 @@ import hashlib
 import json
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import BackendError
@@ -23,7 +22,7 @@ from agentrt_controller.backends.api import BackendError
 __all__ = ["TokenCounter", "tokenize_payload"]
 
 #: ``(path, JSON body) -> parsed JSON answer``; raises BackendError on HTTP or wire failure.
-PostJson = Callable[[str, Mapping[str, Any]], Awaitable[Any]]
+PostJson = Callable[[str, Mapping[str, object]], Awaitable[object]]
 
 
 def tokenize_payload(
@@ -40,7 +39,7 @@ def tokenize_payload(
     """
     if (messages is None) == (prompt is None):
         raise ValueError("give exactly one of messages or prompt")
-    payload: dict[str, Any] = {} if model is None else {"model": model}
+    payload: dict[str, object] = {} if model is None else {"model": model}
     if prompt is not None:
         payload["prompt"] = prompt
         return payload

@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 __all__ = [
     "DEFAULT_BLOCK_TOKENS",
@@ -94,7 +93,7 @@ def extend_token_block_hashes(
     return out
 
 
-def _message_text(message: Mapping[str, Any]) -> str:
+def _message_text(message: Mapping[str, object]) -> str:
     """Canonical serialisation of one chat message (role, name, content, tool calls)."""
     content = message.get("content")
     if isinstance(content, list):  # OpenAI content parts: keep text, describe the rest
@@ -113,7 +112,7 @@ def _message_text(message: Mapping[str, Any]) -> str:
 
 
 def message_block_hashes(
-    messages: Iterable[Mapping[str, Any]],
+    messages: Iterable[Mapping[str, object]],
     *,
     salt: str | None = None,
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
@@ -147,7 +146,7 @@ def message_block_hashes(
     return tuple(out)
 
 
-def request_block_hashes(body: Mapping[str, Any]) -> tuple[int, ...]:
+def request_block_hashes(body: Mapping[str, object]) -> tuple[int, ...]:
     """The chain of an OpenAI request body: its ``messages`` (chat) or ``prompt`` (text
     completion: a string, or a list of strings / token ids, serialised as one message), salted
     with its ``cache_salt`` when it has one, else its ``model`` (KV is never shared across

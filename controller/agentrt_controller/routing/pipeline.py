@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
@@ -169,7 +168,7 @@ class PipelineRouter:
         for observer in self.observers:
             observer.on_program_end(program, now_s)
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> dict[str, object]:
         """JSON-able configuration and counters, for introspection."""
         return {
             "router": self.name,

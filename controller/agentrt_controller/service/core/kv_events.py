@@ -20,7 +20,6 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
 
 import anyio
 import httpx
@@ -43,19 +42,26 @@ _log = logging.getLogger("agentrt.controller")
 
 #: Token chains remembered by prompt (entries).
 _CHAIN_CACHE_ENTRIES = 4096
+#: How long a backend's ``/tokenize`` may take before the call falls back to the estimate (s).
+_TOKENIZE_TIMEOUT_S = 5.0
 
 
-def _tokenize_body(body: Mapping[str, Any]) -> dict[str, Any] | None:
+def _no_credential(backend_id: str) -> str | None:
+    """The default ``api_key_of``: the controller holds no credential for any backend."""
+    return None
+
+
+def _tokenize_body(body: Mapping[str, object]) -> dict[str, object] | None:
     """The ``/tokenize`` body for a generation request body; ``None`` when it has no text
     prompt (token-id prompts need no tokenizer: :func:`prompt_token_ids`)."""
-    model = body.get("model") if isinstance(body.get("model"), str) else None
+    model = _str_or_none(body.get("model"))
     messages = body.get("messages")
     if isinstance(messages, list):
-        tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+        tools = body.get("tools")
         payload = tokenize_payload(
             model,
             messages=messages,
-            tools=tools,
+            tools=tools if isinstance(tools, list) else None,
             prompt=None,
             add_generation_prompt=bool(body.get("add_generation_prompt", True)),
         )
@@ -71,7 +77,11 @@ def _tokenize_body(body: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def prompt_token_ids(body: Mapping[str, Any]) -> list[int] | None:
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def prompt_token_ids(body: Mapping[str, object]) -> list[int] | None:
     """The prompt's token ids when the body gives them (a completions ``prompt`` of ints)."""
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
@@ -94,9 +104,9 @@ class KvEventsFeed:
         index: ExactPrefixIndex,
         *,
         scorer: PrefixCostScorer | None = None,
-        api_key_of: Callable[[str], str | None] = lambda backend_id: None,
+        api_key_of: Callable[[str], str | None] = _no_credential,
         on_change: Callable[[], None] | None = None,
-        tokenize_timeout_s: float = 5.0,
+        tokenize_timeout_s: float = _TOKENIZE_TIMEOUT_S,
     ) -> None:
         self.index = index
         self.scorer = scorer
@@ -120,14 +130,28 @@ class KvEventsFeed:
 
     @classmethod
     def build(
-        cls, specs: Sequence[BackendSpec], router: object, **kwargs: Any
+        cls,
+        specs: Sequence[BackendSpec],
+        router: object,
+        *,
+        api_key_of: Callable[[str], str | None] = _no_credential,
+        on_change: Callable[[], None] | None = None,
+        tokenize_timeout_s: float = _TOKENIZE_TIMEOUT_S,
     ) -> KvEventsFeed | None:
-        """A feed when some backend has ``kv_events`` and ``router`` reads an exact index."""
+        """A feed when some backend has ``kv_events`` and ``router`` reads an exact index
+        (the keywords as for the constructor); ``None`` otherwise."""
         if not any(s.kv_events is not None for s in specs):
             return None
         scorer = exact_scorer_of(router)
         if scorer is not None and scorer.exact is not None:
-            return cls(specs, scorer.exact, scorer=scorer, **kwargs)
+            return cls(
+                specs,
+                scorer.exact,
+                scorer=scorer,
+                api_key_of=api_key_of,
+                on_change=on_change,
+                tokenize_timeout_s=tokenize_timeout_s,
+            )
         _log.warning("kv_events configured, but the router has no prefix_cost scorer: unused")
         return None
 
@@ -145,7 +169,7 @@ class KvEventsFeed:
 
     # --- prompt chains ------------------------------------------------------------------------
 
-    async def fill_token_chain(self, call: Call, body: Mapping[str, Any]) -> None:
+    async def fill_token_chain(self, call: Call, body: Mapping[str, object]) -> None:
         """Set ``call.token_block_hashes`` / ``token_block_size`` for the block size the
         synced backends publish (several sizes: the smallest is taken — backends of one pool
         share it) and ``call.prompt_tokens`` to the exact count. Leaves the call as it was
@@ -154,7 +178,7 @@ class KvEventsFeed:
         if not sizes:
             return
         size = min(sizes)
-        salt = body.get("cache_salt") if isinstance(body.get("cache_salt"), str) else None
+        salt = _str_or_none(body.get("cache_salt"))
         tokens = prompt_token_ids(body)
         key = b""
         if tokens is None:
@@ -181,7 +205,7 @@ class KvEventsFeed:
         # compares cached tokens with it, so an under-estimate would hide every difference).
         call.prompt_tokens = len(tokens)
 
-    async def _tokenize(self, payload: Mapping[str, Any]) -> list[int] | None:
+    async def _tokenize(self, payload: Mapping[str, object]) -> list[int] | None:
         client = self._client
         candidates = [b for b in self.urls if self.index.is_synced(b)] or list(self.urls)
         if client is None or not candidates:

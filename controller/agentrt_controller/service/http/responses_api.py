@@ -22,18 +22,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from agentrt_serving.responses_chat import chat_messages, chat_tools
 
-__all__ = ["RESPONSES_PATH", "chat_view", "prompt_chars"]
+__all__ = ["RESPONSES_PATH", "ChatView", "chat_view", "prompt_chars"]
 
 RESPONSES_PATH = "/v1/responses"
 
 
-def chat_view(body: Mapping[str, Any]) -> dict[str, Any]:
+class ChatView(TypedDict):
+    """A Responses API request in the chat shape (:func:`chat_view`): what the core's routing,
+    retention and exact prefix index read of a body."""
+
+    #: The request's ``model`` as given (``None`` when it has none).
+    model: object
+    #: ``instructions`` and ``input`` as chat messages.
+    messages: list[dict[str, object]]
+    #: The request's ``cache_salt`` as given, when it has one.
+    cache_salt: NotRequired[object]
+    #: The function tools in the chat shape, when there are any.
+    tools: NotRequired[list[dict[str, object]]]
+
+
+def chat_view(body: Mapping[str, object]) -> ChatView:
     """``body`` as a chat request (``model``, ``cache_salt``, ``messages``, ``tools``)."""
-    view: dict[str, Any] = {"model": body.get("model"), "messages": chat_messages(body)}
+    view: ChatView = {"model": body.get("model"), "messages": chat_messages(body)}
     if "cache_salt" in body:
         view["cache_salt"] = body["cache_salt"]
     tools = chat_tools(body)

@@ -27,11 +27,32 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Literal, NotRequired, TypedDict
 
-__all__ = ["Dialect", "SseScanner", "responses_usage"]
+__all__ = ["ChatUsage", "Dialect", "SseScanner", "responses_usage"]
 
 Dialect = Literal["chat", "responses"]
+
+
+class CachedTokens(TypedDict):
+    """``prompt_tokens_details`` of :class:`ChatUsage`."""
+
+    #: The answer's ``input_tokens_details.cached_tokens`` as the server sent it (tokens).
+    cached_tokens: object
+
+
+class ChatUsage(TypedDict):
+    """A Responses API ``usage`` in the chat dialect's keys (:func:`responses_usage`). The
+    values are the server's, unchecked: charging reads the counts it can use."""
+
+    #: ``input_tokens`` (tokens; ``None`` when absent).
+    prompt_tokens: object
+    #: ``output_tokens`` (tokens; ``None`` when absent).
+    completion_tokens: object
+    #: Present when the answer had ``input_tokens_details`` (an object).
+    prompt_tokens_details: NotRequired[CachedTokens]
+
 
 #: Two consecutive line endings (CRLF, a CR not followed by LF, or LF): the end of an event.
 #: A CR at the end of the buffer counts as a line ending (see the module docstring).
@@ -42,13 +63,13 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 _DELTA_TYPE = re.compile(rb'"type":\s*"response\.[a-z_.]+\.delta"')
 
 
-def responses_usage(usage: object) -> dict[str, Any] | None:
+def responses_usage(usage: object) -> ChatUsage | None:
     """A Responses API ``usage`` object (``input_tokens``, ``output_tokens``,
     ``input_tokens_details.cached_tokens``) in the chat dialect's keys; ``None`` when
     ``usage`` is not an object."""
     if not isinstance(usage, dict):
         return None
-    out: dict[str, Any] = {
+    out: ChatUsage = {
         "prompt_tokens": usage.get("input_tokens"),
         "completion_tokens": usage.get("output_tokens"),
     }
@@ -72,7 +93,7 @@ class SseScanner:
         #: Events that carried output (≈ output tokens so far).
         self.chunks = 0
         #: The last ``usage`` object seen in the stream (chat dialect's keys), if any.
-        self.usage: dict[str, Any] | None = None
+        self.usage: Mapping[str, object] | None = None
 
     def feed(self, data: bytes) -> tuple[bytes, int]:
         """Returns ``(bytes to forward now, new chunks counted)``; partial events wait."""

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from agentrt import __version__
 from agentrt_controller.scheduling.dispatcher import Admission
@@ -146,10 +145,14 @@ class ServiceMetrics:
     def on_collect(self, collector: Callable[[], None]) -> None:
         self.registry.on_collect(collector)
 
-    def fill_queues(self, snapshot: dict[str, Any]) -> None:
-        """Queue gauges from a scheduler snapshot ``{"queues": [{"level", "calls"}...]}``."""
+    def fill_queues(self, snapshot: Mapping[str, object]) -> None:
+        """Queue gauges from a scheduler snapshot ``{"queues": [{"level", "calls"}...]}``
+        (what is not in that shape is left out)."""
         lengths: dict[tuple[str, ...], float] = {}
-        for queue in snapshot.get("queues", []):
+        queues = snapshot.get("queues", [])
+        for queue in queues if isinstance(queues, list) else ():
+            if not isinstance(queue, Mapping):
+                continue
             calls = queue.get("calls", queue.get("length", 0))
             length = len(calls) if isinstance(calls, list) else calls
             lengths[(str(queue.get("level", 0)),)] = float(length)

@@ -22,7 +22,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -33,7 +33,12 @@ from prometheus_client.registry import Collector
 from agentrt import __version__
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.metrics.export import Metric, MetricExporter, MetricsData
+    from opentelemetry.sdk.metrics.export import (
+        Metric,
+        MetricExporter,
+        MetricExportResult,
+        MetricsData,
+    )
     from opentelemetry.sdk.resources import Resource
 
 __all__ = ["MetricsPush", "registry_metrics"]
@@ -219,7 +224,7 @@ class MetricsPush:
             except Exception as exc:
                 _log.warning("metric export to %s failed: %s", type(exporter).__name__, exc)
 
-    def _send(self, exporter: MetricExporter, data: MetricsData) -> Any:
+    def _send(self, exporter: MetricExporter, data: MetricsData) -> MetricExportResult:
         return exporter.export(data, timeout_millis=self.timeout_s * 1000)
 
     def shutdown(self) -> None:
