@@ -54,7 +54,8 @@ from agentrt_controller.routing.pipeline import PipelineRouter  # noqa: E402
 from agentrt_controller.routing.prefix_index import PrefixIndex  # noqa: E402
 from agentrt_controller.routing.pruning import PRUNE_MIN_CANDIDATES  # noqa: E402
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission  # noqa: E402
-from agentrt_controller.scheduling.api import BackendView, Call  # noqa: E402
+from agentrt_controller.scheduling.api import BackendView  # noqa: E402
+from agentrt_controller.scheduling.call import CallEntry, CallFacts  # noqa: E402
 from agentrt_controller.scheduling.dispatcher import Dispatcher  # noqa: E402
 from agentrt_controller.service.config import ControllerConfig  # noqa: E402
 from agentrt_controller.service.core.policies import build_dispatcher  # noqa: E402
@@ -92,7 +93,7 @@ class LivePrograms:
         self.started += 1
         return (f"program-{self.started:07d}", self.started % KINDS, [])
 
-    def next_call(self, now_s: float) -> tuple[Call, ProgramKey | None, ProgramKey | None]:
+    def next_call(self, now_s: float) -> tuple[CallFacts, ProgramKey | None, ProgramKey | None]:
         """A call of a random live program: (the call, a program that ended to make room or
         ``None``, the program that started in its place or ``None``)."""
         slot = self.rng.randrange(self.count)
@@ -105,9 +106,9 @@ class LivePrograms:
         history += self._fresh(self.rng.randint(2, 8))
         chain = tuple(self.system[kind] + history)
         self.calls += 1
-        call = Call(
+        call = CallFacts(
             call_id=f"{program_id}/{self.calls}",
-            program_id=program_id,
+            program=ProgramKey.untagged(program_id),
             thread_id="main",
             arrival_s=now_s,
             prompt_tokens=16 * len(chain),
@@ -180,7 +181,7 @@ class Bench:
             out.append(last)
         return out
 
-    def submit(self, n: int) -> list[Call]:
+    def submit(self, n: int) -> list[CallFacts]:
         calls = []
         for _ in range(n):
             call, ended, started = self.live.next_call(self.now_s)
@@ -190,10 +191,10 @@ class Bench:
             calls.append(call)
         return calls
 
-    def finish(self, call: Call, backend: str) -> None:
+    def finish(self, call: CallEntry, backend: str) -> None:
         """The call streamed 50 tokens and finished (what the service reports)."""
         self.dispatcher.on_tokens(call, 50, self.now_s)
-        service_s = 1e-4 * call.prompt_tokens / 4 + 1e-2 * 50
+        service_s = 1e-4 * call.facts.prompt_tokens / 4 + 1e-2 * 50
         self.dispatcher.on_finish(call, backend, service_s, self.now_s)
 
     def drain_round(self, batch: int) -> tuple[int, int]:

@@ -48,7 +48,9 @@ from agentrt.protocol import HEADER_NODE_ID, HEADER_PROGRAM_ID
 from agentrt_controller.backends import BackendSpec
 from agentrt_controller.routing.hashing import request_block_hashes
 from agentrt_controller.routing.scorers import AffinityScorer, PrefixCostScorer
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_controller.service.http.app import ControllerApp
 
@@ -143,7 +145,7 @@ class Comparison:
 def choose(
     scorer: PrefixCostScorer,
     affinity: AffinityScorer,
-    call: Call,
+    call: CallEntry,
     views: list[BackendView],
     costs: list[float],
     now_s: float,
@@ -266,17 +268,18 @@ async def one_call(
         json={"model": body["model"], "messages": body["messages"], "add_generation_prompt": True},
     )
     prompt_tokens = int(tokenized.json()["count"])
-    call = Call(f"probe{program}-{turn}", f"bench-program-{program}", prompt_tokens=prompt_tokens,
-                block_hashes=request_block_hashes(body))  # fmt: skip
-    await feed.fill_token_chain(call, body)
+    facts = CallFacts(call_id=f"probe{program}-{turn}",
+                      program=ProgramKey.untagged(f"bench-program-{program}"),
+                      prompt_tokens=prompt_tokens, block_hashes=request_block_hashes(body))  # fmt: skip
+    call = CallEntry(await feed.fill_token_chain(facts, body))
     views = engine.pool.views()
-    size = call.token_block_size or 128
+    size = call.facts.token_block_size or 128
     estimate_costs = scorer.costs(call, views, now)
     exact_costs = scorer.exact_costs(call, views, estimate_costs)
     predicted: dict[str, dict[str, int]] = {}
     for view in views:
-        matched = scorer.index.match(view.backend_id, call.block_hashes, now)
-        share = matched * prompt_tokens / max(1, len(call.block_hashes))
+        matched = scorer.index.match(view.backend_id, call.facts.block_hashes, now)
+        share = matched * prompt_tokens / max(1, len(call.facts.block_hashes))
         estimate = min(prompt_tokens, round(share))
         exact = scorer.exact_cached(call, view.backend_id)
         if exact is None:

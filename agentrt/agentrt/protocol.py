@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentrt.errors import ProtocolError
 
 __all__ = [
+    "DEFAULT_SESSION_ID",
     "EVENTS_PREFIX",
     "HEADER_ATTEMPT",
     "HEADER_NODE_ID",
@@ -46,6 +47,9 @@ __all__ = [
 ]
 
 HEADER_SESSION_ID = "X-Agentrt-Session-Id"
+#: The session of a call that names none (no :data:`HEADER_SESSION_ID`): the one spelling,
+#: used by the controller's program keys too (``agentrt_controller.keys``).
+DEFAULT_SESSION_ID = "anonymous"
 HEADER_PROGRAM_ID = "X-Agentrt-Program-Id"
 HEADER_THREAD_ID = "X-Agentrt-Thread-Id"
 HEADER_NODE_ID = "X-Agentrt-Node-Id"
@@ -168,7 +172,7 @@ class CallTags:
         if objective not in ("latency", "throughput"):
             raise ProtocolError(f"objective must be latency or throughput, got {objective!r}")
         return cls(
-            session_id=lowered.get(HEADER_SESSION_ID.lower()) or "anonymous",
+            session_id=lowered.get(HEADER_SESSION_ID.lower()) or DEFAULT_SESSION_ID,
             program_id=program_id,
             thread_id=lowered.get(HEADER_THREAD_ID.lower()) or "main",
             node_id=lowered.get(HEADER_NODE_ID.lower()) or "n0",

@@ -4,17 +4,26 @@ The process table, the routers' program affinity and prefix index, the retention
 tracker, the dispatcher and the service all key a program by :class:`ProgramKey`. Two tenants,
 or two sessions, may use the same program id; their programs are different keys. JSON views
 keep the parts as separate ``tenant`` / ``session_id`` / ``program_id`` fields.
+
+A driver builds a call's key once (the controller when it parses the request, the simulator
+when it creates the program) and carries it on the call's facts
+(:class:`~agentrt_controller.scheduling.call.CallFacts`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentrt.protocol import DEFAULT_SESSION_ID
+
 __all__ = ["DEFAULT_SESSION", "ProgramKey"]
 
 #: Session id of calls that carry none (untagged calls, single-session drivers such as the
-#: simulator).
-DEFAULT_SESSION = "anonymous"
+#: simulator): the wire protocol's default, spelled once in :mod:`agentrt.protocol`.
+DEFAULT_SESSION = DEFAULT_SESSION_ID
+
+#: Prefix of the program id of an untagged call's one-call program (:meth:`ProgramKey.one_call`).
+_ONE_CALL_PREFIX = "call-"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,7 +40,13 @@ class ProgramKey:
     tenant: str | None = None
 
     @classmethod
-    def untagged(cls, program_id: str) -> ProgramKey:
-        """The key of ``program_id`` in :data:`DEFAULT_SESSION` (untagged calls, the
+    def untagged(cls, program_id: str, tenant: str | None = None) -> ProgramKey:
+        """The key of ``program_id`` in :data:`DEFAULT_SESSION` (calls naming no session, the
         simulator)."""
-        return cls(session_id=DEFAULT_SESSION, program_id=program_id)
+        return cls(session_id=DEFAULT_SESSION, program_id=program_id, tenant=tenant)
+
+    @classmethod
+    def one_call(cls, call_id: str, tenant: str | None = None) -> ProgramKey:
+        """The one-call program of an untagged call ``call_id`` (``call-<call id>`` in
+        :data:`DEFAULT_SESSION`)."""
+        return cls.untagged(_ONE_CALL_PREFIX + call_id, tenant)

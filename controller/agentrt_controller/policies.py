@@ -36,6 +36,7 @@ from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_admission as factory_admission
 from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
+from agentrt_controller.scheduling.srpt import SrptOracle
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 
 __all__ = [
@@ -75,9 +76,9 @@ class PolicyConfig:
     tenancy: TenancyConfig | None = None
     #: The process table forgets a program idle this long (seconds).
     idle_timeout_s: float = 3600.0
-    #: The scheduler may read the clairvoyant ``Call.oracle_*`` fields (the simulator fills
-    #: them; SRPT needs them).
-    oracle: bool = False
+    #: The true figures per call that clairvoyant SRPT reads (the simulator's ``OracleBook``);
+    #: ``None`` = none (the controller: SRPT is refused).
+    oracle: SrptOracle | None = None
     #: The cost model that charges service: the source of the derived parameters.
     cost: CostModel = field(default_factory=CostModel)
 

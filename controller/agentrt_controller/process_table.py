@@ -27,11 +27,11 @@ import heapq
 import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallFacts
 
 __all__ = ["ActiveCall", "ProcessTable", "ProgramEntry", "ToolWait"]
 
@@ -50,7 +50,7 @@ class ActiveCall:
     #: Start of the current queued segment (seconds); meaningful while ``queued``.
     queued_since_s: float
     #: Total time queued so far (seconds). Never reset (anti-starvation resets only
-    #: ``Call.wait_s``): this is what the program's waiting total is made of.
+    #: ``CallEntry.wait_s``): this is what the program's waiting total is made of.
     wait_s: float = 0.0
     #: The program's critical-path scalar when the call arrived: the call's ATLAS priority.
     inherited_critical_path_s: float = 0.0
@@ -124,7 +124,7 @@ class ProgramEntry:
             held = max(held, self.retained_until_s)
         return held
 
-    def to_json(self, now_s: float) -> dict[str, Any]:
+    def to_json(self, now_s: float) -> dict[str, object]:
         """JSON-able view (no prompt contents exist here to leak)."""
         return {
             "tenant": self.key.tenant,
@@ -216,7 +216,7 @@ class ProcessTable:
         tenant: str | None = None,
         all_tenants: bool = True,
         after: int = -1,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         """JSON-able view: the number of programs and up to ``limit`` entries in creation
         order, those created after cursor ``after`` (an entry's ``seq``; -1 = from the start).
         ``all_tenants=False`` shows ``tenant``'s programs only (and counts only them).
@@ -306,9 +306,9 @@ class ProcessTable:
         if entry is not None:
             entry.retained_until_s = until_s
 
-    def bind(self, call: Call, backend_id: str, now_s: float) -> None:
+    def bind(self, call: CallFacts, backend_id: str, now_s: float) -> None:
         """The call was admitted to ``backend_id`` (engine binding)."""
-        entry = self._entries.get(call.program_key)
+        entry = self._entries.get(call.program)
         if entry is None:
             return
         entry.backends[backend_id] = entry.backends.get(backend_id, 0) + 1
@@ -318,9 +318,9 @@ class ProcessTable:
 
     # --- call events (written by the scheduler) ------------------------------------------
 
-    def call_arrived(self, call: Call, now_s: float) -> ProgramEntry:
+    def call_arrived(self, call: CallFacts, now_s: float) -> ProgramEntry:
         """A call arrived and is queued; creates the program if needed."""
-        entry = self.ensure(call.program_key, now_s)
+        entry = self.ensure(call.program, now_s)
         entry.last_arrival_s = now_s
         entry.threads[call.thread_id] = entry.threads.get(call.thread_id, 0) + 1
         entry.active[call.call_id] = ActiveCall(
@@ -334,7 +334,7 @@ class ProcessTable:
         )
         return entry
 
-    def call_started(self, call: Call, now_s: float) -> None:
+    def call_started(self, call: CallFacts, now_s: float) -> None:
         """The call left the queues for a backend; its queued time goes to the program."""
         entry, active = self._active(call, now_s)
         if entry is None or active is None or active.state != "queued":
@@ -342,14 +342,14 @@ class ProcessTable:
         self._end_wait(entry, active, now_s)
         active.state = "running"
 
-    def call_requeued(self, call: Call, now_s: float) -> None:
+    def call_requeued(self, call: CallFacts, now_s: float) -> None:
         """A started call was put back in the queues (it was not admitted after all)."""
         _, active = self._active(call, now_s)
         if active is not None and active.state == "running":
             active.state = "queued"
             active.queued_since_s = now_s
 
-    def call_finished(self, call: Call, service_s: float, now_s: float) -> None:
+    def call_finished(self, call: CallFacts, service_s: float, now_s: float) -> None:
         """The call finished with ``service_s`` seconds of service charged (cost model).
 
         PLAS: ``attained += service_s``. ATLAS: ``critical_path = max(critical_path,
@@ -368,7 +368,7 @@ class ProcessTable:
         entry.calls_finished += 1
         entry.last_completion_s = now_s
 
-    def call_dropped(self, call: Call, now_s: float) -> None:
+    def call_dropped(self, call: CallFacts, now_s: float) -> None:
         """The call left without service (deadline passed, client went away)."""
         entry, active = self._active(call, now_s)
         if entry is None or active is None:
@@ -428,8 +428,10 @@ class ProcessTable:
         entry._order_s = max(entry._order_s, now_s)
         self._entries.move_to_end(entry.key)
 
-    def _active(self, call: Call, now_s: float) -> tuple[ProgramEntry | None, ActiveCall | None]:
-        entry = self._entries.get(call.program_key)
+    def _active(
+        self, call: CallFacts, now_s: float
+    ) -> tuple[ProgramEntry | None, ActiveCall | None]:
+        entry = self._entries.get(call.program)
         if entry is None:
             return None, None
         self._touch(entry, now_s)

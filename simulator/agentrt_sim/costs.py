@@ -24,10 +24,10 @@ i.e. the call's modelled GPU time had it run alone. On ``unit-step`` it is exact
 of output tokens (every step 1 s, prefill free), so service is counted in decode steps as in
 Autellix's Fig. 2 (docs/scheduling.md).
 
-**Oracle (SRPT only).** ``Call.oracle_service_s`` = ``cost(expected_uncached, output_tokens)``
+**Oracle (SRPT only).** ``OracleFigures.service_s`` = ``cost(expected_uncached, output_tokens)``
 where ``expected_uncached`` is the prompt minus the part the program's own previous call left
 in the KV cache (its prompt + output; the system prompt for a program's first calls) — the
-uncached work if nothing was evicted. ``Call.oracle_program_remaining_s`` = the sum of the
+uncached work if nothing was evicted. ``OracleFigures.program_remaining_s`` = the sum of the
 oracle service of the program's LLM calls that have not finished, this one included (total
 remaining work, not the critical path).
 """

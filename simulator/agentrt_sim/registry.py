@@ -1,12 +1,13 @@
 """Policy names → fresh policy objects for one simulated run: the single place names resolve.
 
 * Every policy object is built by the controller's own builder (:mod:`agentrt_controller.
-  policies`, the one ``agentrt controller serve`` uses): schedulers (with ``oracle=True``
-  because the simulator fills the clairvoyant ``Call.oracle_*`` fields SRPT needs), ``fixed``
+  policies`, the one ``agentrt controller serve`` uses): schedulers (with the run's
+  :class:`~agentrt_controller.scheduling.srpt.OracleBook`, which the simulation fills with the
+  clairvoyant figures SRPT needs), ``fixed``
   (``--admission-window N`` or ``unlimited``) and ``adaptive`` admission, routers and the TTL
   retention policy — same names, same parameters, and the same parameters derived from the
   cost model (:attr:`PolicySpec.cost`: the ``prefix`` router's and retention's
-  ``prefill_s_per_token``). ``Call.block_hashes`` are filled when the router declares it reads
+  ``prefill_s_per_token``). ``CallFacts.block_hashes`` are filled when the router declares it reads
   them (:func:`agentrt_controller.policies.needs_block_hashes`), as in the controller.
 * Tenancy: ``PolicySpec.tenancy`` puts the scheduler inside weighted fair shares between
   tenants (the factory's ``tenancy=``, :class:`~agentrt_controller.scheduling.tenancy.
@@ -44,6 +45,7 @@ from agentrt_controller.retention import RetentionPolicy
 from agentrt_controller.routing.factory import ROUTER_NAMES
 from agentrt_controller.scheduling.factory import SCHEDULER_NAMES
 from agentrt_controller.scheduling.isolation import IsolationConfig
+from agentrt_controller.scheduling.srpt import OracleBook
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 from agentrt_sim.retention import NoRetention
 from agentrt_sim.sim import Policies
@@ -208,7 +210,8 @@ def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> 
         raise ConfigError(
             f"unknown replica window {spec.replica_window!r}; valid: {', '.join(REPLICA_WINDOWS)}"
         )
-    config = _policy_config(spec)
+    oracle = OracleBook()  # the simulation fills it; only srpt reads it
+    config = _policy_config(spec, oracle)
     dispatchers = [build_dispatcher(config) for _ in range(replicas)]
     return Policies(
         dispatcher=dispatchers[0],
@@ -218,10 +221,11 @@ def build_policies(spec: PolicySpec, cost_model: CostFunction | None = None) -> 
         replicas=tuple(dispatchers[1:]),
         shard=spec.shard,
         split_window=spec.replica_window == "split",
+        oracle=oracle,
     )
 
 
-def _policy_config(spec: PolicySpec) -> PolicyConfig:
+def _policy_config(spec: PolicySpec, oracle: OracleBook) -> PolicyConfig:
     """What each controller replica is built from (fresh objects per dispatcher)."""
     return PolicyConfig(
         policy=spec.policy,
@@ -232,6 +236,6 @@ def _policy_config(spec: PolicySpec) -> PolicyConfig:
         admission=spec.admission_options,
         tenancy=_tenancy(spec),
         idle_timeout_s=_IDLE_TIMEOUT_S,
-        oracle=True,
+        oracle=oracle,
         cost=CostModel.from_mapping(spec.cost),
     )

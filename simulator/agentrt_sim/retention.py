@@ -10,7 +10,7 @@ positive TTL is realised by the controller's own retention driver
 :mod:`agentrt_sim.waits`): a native pin of the thread's context on the engine that served its
 last call when the decision says ``pin``, released when the thread's next call is admitted,
 when the TTL runs out, or at program end; while a program is retained its calls carry
-``Call.retained_backend`` (the engine holding their KV).
+the retained backend they are submitted with (the engine holding their KV).
 
 ``ttl`` is :class:`agentrt_controller.retention.TtlRetentionPolicy` itself — the same object the
 controller service drives (docs/architecture.md, "Design rules"). Policies are pure: no clock,

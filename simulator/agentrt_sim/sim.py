@@ -52,11 +52,13 @@ from typing import Any
 
 from agentrt.errors import InvalidRequest
 from agentrt_controller.cost_model import CostFunction
-from agentrt_controller.keys import DEFAULT_SESSION, ProgramKey
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.replicas import ReplicaBalancer
 from agentrt_controller.retention import RetentionPolicy
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.srpt import OracleBook, OracleFigures
 from agentrt_emulator.core.engine import EngineCore
 from agentrt_emulator.core.profiles import get_profile
 from agentrt_emulator.core.types import EngineConfig, EngineRequest, EngineStats, StepResult
@@ -104,7 +106,7 @@ class Policies:
     retention: RetentionPolicy = field(default_factory=NoRetention)
     #: Service charged per finished call; ``None`` = the profile's roofline cost.
     cost_model: CostFunction | None = None
-    #: Fill ``Call.block_hashes`` (prefix hash chains at the engines' block size) for
+    #: Fill ``CallFacts.block_hashes`` (prefix hash chains at the engines' block size) for
     #: prefix-aware routers; costs hashing every prompt's new blocks once.
     block_hashes: bool = False
     #: Further controller replicas (fresh dispatchers of the same configuration); replica 0
@@ -116,6 +118,9 @@ class Policies:
     #: Each replica's admission sees its share of an engine's batch (``max_num_seqs // N``,
     #: at least 1) instead of the whole batch.
     split_window: bool = False
+    #: The true figures per call (clairvoyant SRPT reads them; the dispatchers' schedulers
+    #: were built with it): the simulation fills it as it creates calls.
+    oracle: OracleBook = field(default_factory=OracleBook)
 
 
 ProgressFn = Callable[[float], None]
@@ -133,6 +138,7 @@ class Simulation:
         self.balancer = ReplicaBalancer(len(self.dispatchers), policies.shard)
         self._split_window = policies.split_window and len(self.dispatchers) > 1
         self.cost = policies.cost_model or roofline_cost_model(profile)
+        self.oracle = policies.oracle
         self.engines = [
             EngineSlot(i, EngineCore(config.engine, profile)) for i in range(config.engines)
         ]
@@ -232,10 +238,6 @@ class Simulation:
             oracle_costs(plan, self.cost),
             measured,
         )
-        if program.tenant is not None:
-            run.key = ProgramKey(
-                session_id=DEFAULT_SESSION, program_id=program.program_id, tenant=program.tenant
-            )
         if self.balancer.by_program:
             run.replica = self.balancer.pick(program.program_id)
         self._live += 1
@@ -320,34 +322,38 @@ class Simulation:
             program = run.plan.program
             spec = program.nodes[node]
             assert isinstance(spec, LLMNode)
-            call = Call(
+            key = run.key
+            if program.rotate_call_ids:  # a client that gives every call a fresh program id
+                key = ProgramKey.untagged(f"{program_id}#{spec.node_id}", program.tenant)
+            prompt: list[int] = []
+            output: list[int] = []
+            hashes: tuple[int, ...] = ()
+            if self._hash_block_size is not None:  # the router needs the chain now
+                prompt, output, hashes = run.tokens.prompt_and_output(node)
+            facts = CallFacts(
                 call_id=f"{program_id}/{spec.node_id}",
-                program_id=f"{program_id}#{spec.node_id}"
-                if program.rotate_call_ids
-                else program_id,
+                program=key,
                 thread_id=spec.thread_id,
                 node_id=spec.node_id,
                 parent_ids=spec.parents,
                 arrival_s=now,
                 prompt_tokens=run.plan.prompt_len[node],
-                oracle_service_s=run.oracle_s[node],
-                oracle_program_remaining_s=run.oracle_remaining_s,
-                tenant=program.tenant,
+                block_hashes=hashes,
             )
-            call.retained_backend = self.waits.on_call(run, call.thread_id, now)
-            call_run = calls[call.call_id] = CallRun(call, run, node, now)
-            if self._hash_block_size is not None:  # the router needs the chain now
-                call_run.prompt, call_run.output, call.block_hashes = run.tokens.prompt_and_output(
-                    node
-                )
+            retained = self.waits.on_call(run, spec.thread_id, now)
+            self.oracle.figures[facts.call_id] = OracleFigures(
+                run.oracle_s[node], run.oracle_remaining_s
+            )
             # The balancer sees the call's own program id (a rotating client's fresh ids).
             replica = run.replica
             if replica < 0 or program.rotate_call_ids:
-                replica = balancer.pick(call.program_id)
-            call_run.replica = replica
+                replica = balancer.pick(key.program_id)
             run.replica_mask |= 1 << replica
             replica_calls[replica] += 1
-            dispatchers[replica].submit(call, now)
+            entry = dispatchers[replica].submit(facts, now, retained_backend=retained)
+            call_run = calls[facts.call_id] = CallRun(entry, run, node, now)
+            call_run.prompt, call_run.output = prompt, output
+            call_run.replica = replica
         released.clear()
 
     def _views(self, now: float, replica: int) -> list[BackendView]:
@@ -383,9 +389,10 @@ class Simulation:
         in_flight = self._replica_in_flight[replica]
         for admission in self.dispatchers[replica].admit(now, self._views(now, replica)):
             slot = by_id[admission.backend_id]
-            run = self.calls[admission.call.call_id]
+            call_id = admission.call.facts.call_id
+            run = self.calls[call_id]
             program = run.program
-            self.waits.call_admitted(program, admission.call.thread_id, now)
+            self.waits.call_admitted(program, admission.call.facts.thread_id, now)
             if not run.prompt:  # built lazily: queued calls hold no token lists
                 run.prompt, run.output, _ = program.tokens.prompt_and_output(run.node)
             run.engine = slot.index
@@ -395,7 +402,7 @@ class Simulation:
             try:
                 slot.core.add_request(
                     EngineRequest(
-                        request_id=admission.call.call_id,
+                        request_id=call_id,
                         prompt_token_ids=run.prompt,
                         output_token_ids=run.output,
                         arrival_s=run.arrival_s,
@@ -455,19 +462,21 @@ class Simulation:
         spec = program.plan.program.nodes[node]
         assert isinstance(spec, LLMNode)
         prompt_len = program.plan.prompt_len[node]
-        del self.calls[run.call.call_id]
+        call_id = run.call.facts.call_id
+        del self.calls[call_id]
+        del self.oracle.figures[call_id]
         slot.in_flight -= 1
         self._replica_in_flight[run.replica][slot.index] -= 1
         service_s = 0.0 if rejected else self.cost(prompt_len - cached, spec.output_tokens)
         # The router's index learns the chain over prompt + output: what the next call extends.
-        run.call.block_hashes = program.tokens.finish_call(
-            node, run.prompt, run.output, run.call.block_hashes
+        chain = program.tokens.finish_call(
+            node, run.prompt, run.output, run.call.facts.block_hashes
         )
         dispatcher = self.dispatchers[run.replica]
-        dispatcher.on_finish(run.call, slot.backend_id, service_s, now)
+        dispatcher.on_finish(run.call, slot.backend_id, service_s, now, block_hashes=chain)
         tenant = program.plan.program.tenant
         if program.plan.program.rotate_call_ids:  # the call was its own one-call program
-            dispatcher.on_program_end(run.call.program_key, now)
+            dispatcher.on_program_end(run.call.facts.program, now)
         if self.config.warmup_s <= now < self.config.window_end_s:
             charged = self.record.tenant_service_s
             name = "" if tenant is None else tenant

@@ -6,7 +6,7 @@ Plain ``__slots__`` classes: the event loop touches them millions of times per s
 from __future__ import annotations
 
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_emulator.core.engine import EngineCore
 from agentrt_sim.plan import ProgramPlan
 from agentrt_sim.tokens import ProgramTokens
@@ -53,8 +53,9 @@ class ProgramRun:
         self.index = index
         self.plan = plan
         self.tokens = tokens
-        #: The program's key in the controller's process table, router and retention policy.
-        self.key = ProgramKey.untagged(plan.program.program_id)
+        #: The program's key in the controller's process table, router and retention policy
+        #: (built once here; its calls carry it).
+        self.key = ProgramKey.untagged(plan.program.program_id, plan.program.tenant)
         #: The controller replica all its requests go to when sharded by program; -1 = none
         #: (sharded by call).
         self.replica = -1
@@ -105,7 +106,8 @@ class CallRun:
         "started",
     )
 
-    def __init__(self, call: Call, program: ProgramRun, node: int, arrival_s: float) -> None:
+    def __init__(self, call: CallEntry, program: ProgramRun, node: int, arrival_s: float) -> None:
+        #: The dispatcher's entry for the call (the handle for its events).
         self.call = call
         self.program = program
         self.node = node

@@ -15,7 +15,7 @@ call's question and trajectory only with calls under the same header.
 
 With ``block_size`` set, each kept prefix also keeps its prefix hash chain
 (:func:`agentrt_controller.routing.hashing.extend_token_block_hashes`), so a prompt's
-``Call.block_hashes`` for prefix-aware routing costs only its new blocks.
+``CallFacts.block_hashes`` for prefix-aware routing costs only its new blocks.
 """
 
 from __future__ import annotations

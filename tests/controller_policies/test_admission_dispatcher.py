@@ -13,7 +13,7 @@ from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
-from tests.controller_policies.helpers import make_call
+from tests.controller_policies.helpers import make_facts
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -115,13 +115,10 @@ def _dispatcher(policy: str = "plas", window: int = 2) -> Dispatcher:
 
 def test_admit_binds_and_sends_priority_only_to_backends_that_take_it() -> None:
     dispatcher = _dispatcher(window=1)
-    long_call = make_call("long")
-    dispatcher.submit(long_call, 0.0)
+    long_call = dispatcher.submit(make_facts("long"), 0.0)
     (first,) = dispatcher.admit(0.0, [BackendView("a", 0, supports_priority=True)])
     dispatcher.on_finish(long_call, first.backend_id, 10.0, 1.0)
-    calls = [make_call("long", 2.0), make_call("fresh", 2.0)]
-    for call in calls:
-        dispatcher.submit(call, 2.0)
+    calls = [dispatcher.submit(make_facts(p, 2.0), 2.0) for p in ("long", "fresh")]
     backends = [BackendView("a", 0, supports_priority=True), BackendView("b", 0)]
     admissions = dispatcher.admit(2.0, backends)
     assert [a.call for a in admissions] == [calls[1], calls[0]]
@@ -134,9 +131,7 @@ def test_admit_binds_and_sends_priority_only_to_backends_that_take_it() -> None:
 
 def test_requeue_and_cancel_through_the_dispatcher() -> None:
     dispatcher = _dispatcher()
-    a, b = make_call("a"), make_call("b")
-    dispatcher.submit(a, 0.0)
-    dispatcher.submit(b, 0.0)
+    a, b = (dispatcher.submit(make_facts(p), 0.0) for p in ("a", "b"))
     admissions = dispatcher.admit(0.0, [BackendView("x", 1)])
     assert [adm.call for adm in admissions] == [a]
     dispatcher.requeue(a, 1.0)  # backend failed before streaming
@@ -171,9 +166,8 @@ def test_program_and_tool_events_reach_the_table_and_expire_clears_it() -> None:
 
 def test_program_end_with_a_session() -> None:
     dispatcher = _dispatcher()
-    call = make_call("p", session_id="s")
-    dispatcher.submit(call, 0.0)
+    call = dispatcher.submit(make_facts("p", session_id="s"), 0.0)
     (admission,) = dispatcher.admit(0.0, [BackendView("x", 0)])
     dispatcher.on_finish(call, admission.backend_id, 1.0, 1.0)
-    dispatcher.on_program_end(call.program_key, 1.0)
+    dispatcher.on_program_end(call.facts.program, 1.0)
     assert len(dispatcher.table) == 0

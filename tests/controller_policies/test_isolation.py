@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from agentrt.errors import ConfigError
 from agentrt_controller.routing.round_robin import RoundRobinRouter
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.basic import FixedWindowAdmission
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.scheduling.isolation import IsolationConfig, TenantIsolation
 from agentrt_controller.scheduling.tenancy import TenancyConfig, TenantFairScheduler
-from tests.controller_policies.helpers import make_call
+from tests.controller_policies.helpers import make_facts
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -181,15 +182,17 @@ def _dispatcher(window: int = 8, **isolation: object) -> Dispatcher:
     return Dispatcher(scheduler, RoundRobinRouter(), FixedWindowAdmission(window))
 
 
-def _admit(dispatcher: Dispatcher, in_flight: list[Call], now_s: float) -> list[Call]:
+def _admit(dispatcher: Dispatcher, in_flight: list[CallEntry], now_s: float) -> list[CallEntry]:
     view = BackendView(backend_id=BACKEND, in_flight=len(in_flight))
     admitted = [a.call for a in dispatcher.admit(now_s, [view])]
     in_flight += admitted
     return admitted
 
 
-def _finish(dispatcher: Dispatcher, in_flight: list[Call], tenant: str, n: int, now: float) -> None:
-    for call in [c for c in in_flight if c.tenant == tenant][:n]:
+def _finish(
+    dispatcher: Dispatcher, in_flight: list[CallEntry], tenant: str, n: int, now: float
+) -> None:
+    for call in [c for c in in_flight if c.facts.program.tenant == tenant][:n]:
         in_flight.remove(call)
         dispatcher.on_finish(call, BACKEND, 0.1, now)
 
@@ -197,14 +200,14 @@ def _finish(dispatcher: Dispatcher, in_flight: list[Call], tenant: str, n: int, 
 def test_dispatcher_holds_the_tenant_above_its_share() -> None:
     dispatcher = _dispatcher(surplus_share=0.25)
     for index in range(20):
-        dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    in_flight: list[Call] = []
+        dispatcher.submit(make_facts(f"g-{index}", tenant="greedy"), 0.0)
+    in_flight: list[CallEntry] = []
     assert len(_admit(dispatcher, in_flight, 0.0)) == 8  # alone: the whole window
     _finish(dispatcher, in_flight, "greedy", 6, 6.0)
-    dispatcher.submit(make_call("w", tenant="well"), 6.0)
+    dispatcher.submit(make_facts("w", tenant="well"), 6.0)
     # Greedy has been backlogged for 6 s: a quarter of the window (2) while well is active,
     # although 5 slots stay free.
-    assert [c.tenant for c in _admit(dispatcher, in_flight, 6.0)] == ["well"]
+    assert [c.facts.program.tenant for c in _admit(dispatcher, in_flight, 6.0)] == ["well"]
     assert _admit(dispatcher, in_flight, 6.1) == []
     snapshot = dispatcher.snapshot(6.1)
     assert snapshot["isolation"]["active_tenants"] == ["greedy", "well"]
@@ -214,8 +217,8 @@ def test_dispatcher_holds_the_tenant_above_its_share() -> None:
 def test_dispatcher_is_work_conserving_for_a_tenant_alone() -> None:
     dispatcher = _dispatcher()
     for index in range(20):
-        dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    in_flight: list[Call] = []
+        dispatcher.submit(make_facts(f"g-{index}", tenant="greedy"), 0.0)
+    in_flight: list[CallEntry] = []
     assert len(_admit(dispatcher, in_flight, 0.0)) == 8
 
 
@@ -225,46 +228,49 @@ def test_dispatcher_frees_room_for_a_tenant_that_arrives_late() -> None:
     reservation."""
     dispatcher = _dispatcher(reservation_s=10.0, surplus_share=None)
     for index in range(40):
-        dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    in_flight: list[Call] = []
+        dispatcher.submit(make_facts(f"g-{index}", tenant="greedy"), 0.0)
+    in_flight: list[CallEntry] = []
     assert len(_admit(dispatcher, in_flight, 0.0)) == 8
-    dispatcher.submit(make_call("w-1", tenant="well"), 1.0)
+    dispatcher.submit(make_facts("w-1", tenant="well"), 1.0)
     now = 1.0
     for _ in range(4):  # well's call takes the first free slot, greedy keeps the rest
         now += 0.1
-        done = next(c for c in in_flight if c.tenant == "greedy")
+        done = next(c for c in in_flight if c.facts.program.tenant == "greedy")
         in_flight.remove(done)
         dispatcher.on_finish(done, BACKEND, 0.1, now)
         _admit(dispatcher, in_flight, now)
-    assert sorted(c.tenant or "" for c in in_flight) == ["greedy"] * 7 + ["well"]
-    well = next(c for c in in_flight if c.tenant == "well")
+    assert sorted(c.facts.program.tenant or "" for c in in_flight) == ["greedy"] * 7 + ["well"]
+    well = next(c for c in in_flight if c.facts.program.tenant == "well")
     in_flight.remove(well)
     dispatcher.on_finish(well, BACKEND, 0.1, now)  # well goes into a tool wait
     assert _admit(dispatcher, in_flight, now) == []  # its slot stays free for it
     assert _admit(dispatcher, in_flight, now + 5.0) == []
-    dispatcher.submit(make_call("w-1", tenant="well"), now + 6.0)
-    assert [c.tenant for c in _admit(dispatcher, in_flight, now + 6.0)] == ["well"]
+    dispatcher.submit(make_facts("w-1", tenant="well"), now + 6.0)
+    assert [c.facts.program.tenant for c in _admit(dispatcher, in_flight, now + 6.0)] == ["well"]
     well = in_flight.pop()
     dispatcher.on_finish(well, BACKEND, 0.1, now + 6.5)
     # The reservation ends 10 s after well's last call: greedy may fill the window again.
     assert _admit(dispatcher, in_flight, now + 16.4) == []
-    assert [c.tenant for c in _admit(dispatcher, in_flight, now + 16.6)] == ["greedy"]
+    assert [c.facts.program.tenant for c in _admit(dispatcher, in_flight, now + 16.6)] == ["greedy"]
 
 
 def test_retained_lane_calls_are_counted_but_not_held() -> None:
     dispatcher = _dispatcher(window=6, surplus_share=0.5)
     for index in range(10):
-        dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    in_flight: list[Call] = []
+        dispatcher.submit(make_facts(f"g-{index}", tenant="greedy"), 0.0)
+    in_flight: list[CallEntry] = []
     assert len(_admit(dispatcher, in_flight, 0.0)) == 6
     _finish(dispatcher, in_flight, "greedy", 4, 6.0)
-    dispatcher.submit(make_call("w", tenant="well"), 6.0)
-    assert sorted(c.tenant or "" for c in _admit(dispatcher, in_flight, 6.0)) == ["greedy", "well"]
-    retained = make_call("g-kept", tenant="greedy")
-    dispatcher.table.start(retained.program_key, 6.0)
-    dispatcher.set_retention(retained.program_key, 100.0)
+    dispatcher.submit(make_facts("w", tenant="well"), 6.0)
+    assert sorted(c.facts.program.tenant or "" for c in _admit(dispatcher, in_flight, 6.0)) == [
+        "greedy",
+        "well",
+    ]
+    retained = make_facts("g-kept", tenant="greedy")
+    dispatcher.table.start(retained.program, 6.0)
+    dispatcher.set_retention(retained.program, 100.0)
     dispatcher.submit(retained, 6.0)
-    assert [c.call_id for c in _admit(dispatcher, in_flight, 6.0)] == [retained.call_id]
+    assert [c.facts.call_id for c in _admit(dispatcher, in_flight, 6.0)] == [retained.call_id]
     assert dispatcher.isolation is not None
     assert dispatcher.isolation.in_flight("greedy") == 4  # above its cap of 3
 
@@ -276,10 +282,10 @@ def test_adaptive_window_caps_follow_its_bound_not_its_current_size() -> None:
     scheduler = build_scheduler("plas", tenancy=config)
     dispatcher = Dispatcher(scheduler, RoundRobinRouter(), AdaptiveWindowAdmission())
     for index in range(40):
-        dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    dispatcher.submit(make_call("w", tenant="well"), 0.0)
+        dispatcher.submit(make_facts(f"g-{index}", tenant="greedy"), 0.0)
+    dispatcher.submit(make_facts("w", tenant="well"), 0.0)
     view = BackendView(backend_id=BACKEND, in_flight=0, max_num_seqs=32, num_waiting=0)
-    admitted = [a.call.tenant for a in dispatcher.admit(0.0, [view])]
+    admitted = [a.call.facts.program.tenant for a in dispatcher.admit(0.0, [view])]
     # The initial window (8) limits the round; greedy's cap (16 of 32) does not bind yet.
     assert admitted.count("greedy") == 7 and admitted.count("well") == 1
 
@@ -288,8 +294,8 @@ def test_isolation_off_keeps_the_work_conserving_dispatcher() -> None:
     dispatcher = _dispatcher(enabled=False)
     assert dispatcher.isolation is None
     for index in range(20):
-        dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    dispatcher.submit(make_call("w", tenant="well"), 0.0)
+        dispatcher.submit(make_facts(f"g-{index}", tenant="greedy"), 0.0)
+    dispatcher.submit(make_facts("w", tenant="well"), 0.0)
     assert len(_admit(dispatcher, [], 0.0)) == 8
     assert dispatcher.snapshot(0.0)["isolation"] == {"enabled": False}
 
@@ -312,16 +318,16 @@ def test_caps_never_waste_a_share(
     isolation = dispatcher.isolation
     assert isolation is not None and dispatcher._fair is not None
     names = [f"t{i}" for i in range(tenants)]
-    in_flight: list[Call] = []
+    in_flight: list[CallEntry] = []
     now = 0.0
     for action, who, count in steps:
         tenant = names[who % tenants]
         now += 0.5
         if action == "submit":
             for _ in range(count):
-                dispatcher.submit(make_call(f"{tenant}-p", now, tenant=tenant), now)
+                dispatcher.submit(make_facts(f"{tenant}-p", now, tenant=tenant), now)
         elif action == "finish":
-            for call in [c for c in in_flight if c.tenant == tenant][:count]:
+            for call in [c for c in in_flight if c.facts.program.tenant == tenant][:count]:
                 in_flight.remove(call)
                 dispatcher.on_finish(call, BACKEND, 0.2, now)
         _admit(dispatcher, in_flight, now)
@@ -358,15 +364,15 @@ def test_recent_service_marks_the_tenant_above_its_share_when_nothing_queues() -
 def test_caps_are_per_backend_and_route_the_call_where_its_tenant_has_room() -> None:
     dispatcher = _dispatcher(window=4, surplus_share=0.25)
     for index in range(12):
-        dispatcher.submit(make_call(f"g-{index}", tenant="greedy"), 0.0)
-    flights: dict[str, list[Call]] = {"e0": [], "e1": []}
+        dispatcher.submit(make_facts(f"g-{index}", tenant="greedy"), 0.0)
+    flights: dict[str, list[CallEntry]] = {"e0": [], "e1": []}
 
     def admit(now: float) -> list[tuple[str | None, str]]:
         views = [BackendView(backend_id=b, in_flight=len(c)) for b, c in flights.items()]
         out = []
         for admission in dispatcher.admit(now, views):
             flights[admission.backend_id].append(admission.call)
-            out.append((admission.call.tenant, admission.backend_id))
+            out.append((admission.call.facts.program.tenant, admission.backend_id))
         return out
 
     assert len(admit(0.0)) == 8  # alone: both windows
@@ -374,7 +380,7 @@ def test_caps_are_per_backend_and_route_the_call_where_its_tenant_has_room() -> 
         for call in calls[: 3 if backend == "e0" else 4]:
             dispatcher.on_finish(call, backend, 0.1, 6.0)
         del calls[: 3 if backend == "e0" else 4]
-    dispatcher.submit(make_call("w", tenant="well"), 6.0)
+    dispatcher.submit(make_facts("w", tenant="well"), 6.0)
     admitted = admit(6.0)
     # Greedy (backlogged 6 s) may hold one call per backend while well is active: its next
     # call can only go to e1; well's call goes wherever the router sends it.

@@ -10,12 +10,13 @@ import pytest
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.api import Call, Scheduler
+from agentrt_controller.scheduling.api import Scheduler
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.scheduling.multilevel import MlfqScheduler, PlasScheduler
-from agentrt_controller.scheduling.srpt import SrptScheduler
-from tests.controller_policies.helpers import make_call
+from agentrt_controller.scheduling.srpt import OracleBook, OracleFigures, SrptScheduler
+from tests.controller_policies.helpers import make_call, oracle_call
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -30,7 +31,7 @@ def _serve(scheduler: Scheduler, program: str, service_s: float, now_s: float = 
     scheduler.on_finish(call, service_s, now_s)
 
 
-def _drain(scheduler: Scheduler, now_s: float) -> list[Call]:
+def _drain(scheduler: Scheduler, now_s: float) -> list[CallEntry]:
     out = []
     while (call := scheduler.pop(now_s)) is not None:
         out.append(call)
@@ -176,13 +177,13 @@ def test_snapshot_is_json_and_ordered() -> None:
     _serve(scheduler, "long", 3.0)
     calls = [make_call("long", 0.0), make_call("fresh", 1.0), make_call("fresh2", 2.0)]
     for call in calls:
-        scheduler.submit(call, call.arrival_s)
+        scheduler.submit(call, call.facts.arrival_s)
     snap = scheduler.snapshot(5.0)
     json.dumps(snap)
     assert snap["queued"] == 3
     levels = {q["level"]: [c["call_id"] for c in q["calls"]] for q in snap["queues"]}
-    assert levels[0] == [calls[1].call_id, calls[2].call_id]
-    assert levels[2] == [calls[0].call_id]
+    assert levels[0] == [calls[1].facts.call_id, calls[2].facts.call_id]
+    assert levels[2] == [calls[0].facts.call_id]
     assert snap["queues"][4]["range_s"] == [32.0, None]
     assert scheduler.level_lengths() == [2, 0, 1, 0, 0]
 
@@ -191,11 +192,12 @@ def test_snapshot_is_json_and_ordered() -> None:
 
 
 def test_srpt_orders_by_remaining_program_service() -> None:
-    scheduler = build_scheduler("srpt", oracle=True)
+    book = OracleBook()
+    scheduler = build_scheduler("srpt", oracle=book)
     assert isinstance(scheduler, SrptScheduler)
-    big = make_call("big", oracle_program_remaining_s=50.0, oracle_service_s=1.0)
-    small = make_call("small", oracle_program_remaining_s=3.0, oracle_service_s=2.0)
-    tiny = make_call("tiny", oracle_program_remaining_s=3.0, oracle_service_s=1.0)
+    big = oracle_call(book, "big", remaining_s=50.0, service_s=1.0)
+    small = oracle_call(book, "small", remaining_s=3.0, service_s=2.0)
+    tiny = oracle_call(book, "tiny", remaining_s=3.0, service_s=1.0)
     for call in (big, small, tiny):
         scheduler.submit(call, 0.0)
     assert scheduler.backend_priority(big) == 4
@@ -203,27 +205,32 @@ def test_srpt_orders_by_remaining_program_service() -> None:
 
 
 def test_srpt_requeue_rekeys_by_updated_remaining_work() -> None:
-    scheduler = build_scheduler("srpt", oracle=True)
-    a = make_call("a", oracle_program_remaining_s=5.0)
-    b = make_call("b", oracle_program_remaining_s=4.0)
+    book = OracleBook()
+    scheduler = build_scheduler("srpt", oracle=book)
+    a = oracle_call(book, "a", remaining_s=5.0)
+    b = oracle_call(book, "b", remaining_s=4.0)
     scheduler.submit(a, 0.0)
     scheduler.submit(b, 0.0)
     assert scheduler.pop(0.0) is b
-    b.oracle_program_remaining_s = 6.0  # its program turned out longer
+    book.figures[b.facts.call_id] = OracleFigures(None, 6.0)  # its program turned out longer
     scheduler.requeue(b, 1.0)
     assert _drain(scheduler, 1.0) == [a, b]
 
 
 @pytest.mark.parametrize("remaining", [None, -1.0, math.inf, math.nan])
 def test_srpt_rejects_calls_without_oracle_data(remaining: float | None) -> None:
-    scheduler = build_scheduler("srpt", oracle=True)
+    book = OracleBook()
+    scheduler = build_scheduler("srpt", oracle=book)
     with pytest.raises(ConfigError, match="oracle"):
-        scheduler.submit(make_call("p", oracle_program_remaining_s=remaining), 0.0)
+        scheduler.submit(oracle_call(book, "p", remaining_s=remaining), 0.0)
+    with pytest.raises(ConfigError, match="oracle"):  # a call the oracle does not know
+        scheduler.submit(make_call("q"), 0.0)
 
 
 def test_srpt_never_promotes() -> None:
-    scheduler = build_scheduler("srpt", SchedulerConfig(starvation_beta=0.1), oracle=True)
-    call = make_call("p", oracle_program_remaining_s=100.0)
+    book = OracleBook()
+    scheduler = build_scheduler("srpt", SchedulerConfig(starvation_beta=0.1), oracle=book)
+    call = oracle_call(book, "p", remaining_s=100.0)
     scheduler.submit(call, 0.0)
     assert isinstance(scheduler, SrptScheduler)
     assert scheduler.promote_starving(1e6) == []

@@ -18,7 +18,7 @@ from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
-from tests.controller_policies.helpers import make_call
+from tests.controller_policies.helpers import make_facts
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +36,7 @@ KEY = K("p")
 
 def test_call_lifecycle_accounts_wait_service_and_critical_path() -> None:
     table = ProcessTable()
-    call = make_call("p", 1.0, thread_id="t1")
+    call = make_facts("p", 1.0, thread_id="t1")
     entry = table.call_arrived(call, 1.0)
     assert entry.active[call.call_id].state == "queued"
     assert entry.last_arrival_s == 1.0 and entry.threads == {"t1": 1}
@@ -52,7 +52,7 @@ def test_call_lifecycle_accounts_wait_service_and_critical_path() -> None:
 
 def test_requeue_and_drop_count_every_queued_segment() -> None:
     table = ProcessTable()
-    call = make_call("p", 0.0)
+    call = make_facts("p", 0.0)
     entry = table.call_arrived(call, 0.0)
     table.call_started(call, 2.0)
     table.call_requeued(call, 2.5)
@@ -63,7 +63,7 @@ def test_requeue_and_drop_count_every_queued_segment() -> None:
 
 def test_events_for_unknown_programs_are_ignored() -> None:
     table = ProcessTable()
-    ghost = make_call("ghost")
+    ghost = make_facts("ghost")
     table.call_started(ghost, 1.0)
     table.call_finished(ghost, 1.0, 1.0)
     table.call_dropped(ghost, 1.0)
@@ -74,8 +74,8 @@ def test_events_for_unknown_programs_are_ignored() -> None:
 
 def test_sessions_keep_programs_apart() -> None:
     table = ProcessTable()
-    a = make_call("same", session_id="tenant-a")
-    b = make_call("same", session_id="tenant-b")
+    a = make_facts("same", session_id="tenant-a")
+    b = make_facts("same", session_id="tenant-b")
     table.call_arrived(a, 0.0)
     table.call_arrived(b, 0.0)
     table.call_finished(a, 3.0, 1.0)
@@ -119,7 +119,7 @@ def test_idle_timeout_must_be_positive_and_finite(bad: float) -> None:
 def test_expire_removes_only_idle_programs() -> None:
     table = ProcessTable(idle_timeout_s=10.0)
     table.start(_in("s", "idle"), 0.0)
-    busy = make_call("busy", session_id="s")
+    busy = make_facts("busy", session_id="s")
     table.call_arrived(busy, 0.0)
     table.start(_in("s", "tool"), 0.0)
     table.tool_wait_start(
@@ -150,7 +150,7 @@ def test_expire_removes_only_idle_programs() -> None:
 
 def test_snapshot_is_json() -> None:
     table = ProcessTable()
-    call = make_call("p", thread_id="worker-1")
+    call = make_facts("p", thread_id="worker-1")
     table.call_arrived(call, 0.0)
     table.tool_wait_start(KEY, 0.5, thread_id="main", node_id="t1", tool_name="search")
     snap = table.snapshot(2.0)
@@ -174,8 +174,7 @@ def _run_programs(dispatcher: Dispatcher, start: int, count: int, *, end_events:
         program = f"p{i}"
         if end_events:
             dispatcher.on_program_start(K(program), now, name="short")
-        call = make_call(program, now, call_id=f"c{i}", node_id="n0")
-        dispatcher.submit(call, now)
+        call = dispatcher.submit(make_facts(program, now, call_id=f"c{i}", node_id="n0"), now)
         (admission,) = dispatcher.admit(now, BACKENDS)
         dispatcher.on_tokens(call, 8, now + 0.5)
         dispatcher.on_finish(call, admission.backend_id, 0.01, now + 0.5)

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.api import Call, Scheduler
+from agentrt_controller.scheduling.api import Scheduler
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.scheduling.multilevel import AtlasScheduler, PlasScheduler
@@ -52,22 +53,22 @@ def serve_chains(scheduler: Scheduler, chains: list[Chain], horizon: int = 100_0
     attained = [0] * len(chains)
     next_index = [0] * len(chains)
     calls: dict[str, tuple[int, int]] = {}  # call id -> (program, duration)
-    running: tuple[Call, int] | None = None  # (call, end step)
+    running: tuple[CallEntry, int] | None = None  # (call, end step)
     arrivals = sorted(range(len(chains)), key=lambda i: chains[i].arrival)
     pointer = 0
 
     def release(program: int, now: int) -> None:
         index = next_index[program]
         call = make_call(f"p{program}", float(now))
-        calls[call.call_id] = (program, chains[program].durations[index])
-        run.calls[call.call_id] = Served(now, -1, attained[program])
+        calls[call.facts.call_id] = (program, chains[program].durations[index])
+        run.calls[call.facts.call_id] = Served(now, -1, attained[program])
         run.release_times.append(now)
         scheduler.submit(call, float(now))
 
     for now in range(horizon):
         if running is not None and running[1] == now:
             call, _ = running
-            program, duration = calls[call.call_id]
+            program, duration = calls[call.facts.call_id]
             scheduler.on_finish(call, float(duration), float(now))
             attained[program] += duration
             next_index[program] += 1
@@ -80,8 +81,8 @@ def serve_chains(scheduler: Scheduler, chains: list[Chain], horizon: int = 100_0
         if running is None:
             popped = scheduler.pop(float(now))
             if popped is not None:
-                run.calls[popped.call_id].started = now
-                running = (popped, now + calls[popped.call_id][1])
+                run.calls[popped.facts.call_id].started = now
+                running = (popped, now + calls[popped.facts.call_id][1])
         if running is None and pointer == len(arrivals) and not scheduler.queued():
             return run
     raise AssertionError("did not drain")
@@ -176,7 +177,7 @@ def test_less_attained_service_is_served_no_later(attained: list[float], order: 
     for call in calls:
         scheduler.submit(call, 1.0)
     popped = [scheduler.pop(2.0) for _ in calls]
-    services = [attained[int(c.program_id[1:])] for c in popped if c is not None]
+    services = [attained[int(c.facts.program.program_id[1:])] for c in popped if c is not None]
     levels = [scheduler.config.level_for(s) for s in services]
     assert levels == sorted(levels)
 
@@ -245,9 +246,9 @@ def test_pop_order_is_level_then_fcfs_then_deadline(
         scheduler.submit(first, 0.0)
         scheduler.pop(0.0)
         scheduler.on_finish(first, [0.0, 1.0, 4.0, 10.0, 20.0, 40.0][program], 0.0)
-    shadow: list[Call] = []
-    submitted: list[Call] = []
-    last_popped: Call | None = None
+    shadow: list[CallEntry] = []
+    submitted: list[CallEntry] = []
+    last_popped: CallEntry | None = None
     now = 1.0
     for op, arg, deadline in ops:
         if op == "submit":
@@ -259,7 +260,7 @@ def test_pop_order_is_level_then_fcfs_then_deadline(
             expected = min(
                 shadow,
                 default=None,
-                key=lambda c: (c.level, c.level_entered_s, c.deadline_s, c.seq),
+                key=lambda c: (c.level, c.level_entered_s, c.facts.deadline_s, c.seq),
             )
             popped = scheduler.pop(now)
             assert popped is expected
@@ -277,7 +278,7 @@ def test_pop_order_is_level_then_fcfs_then_deadline(
                 shadow.remove(call)
         elif op == "drop":
             dropped = scheduler.drop_expired(now)
-            expired = [c for c in shadow if c.deadline_s <= now]
+            expired = [c for c in shadow if c.facts.deadline_s <= now]
             assert sorted(c.seq for c in dropped) == sorted(c.seq for c in expired)
             for call in expired:
                 shadow.remove(call)

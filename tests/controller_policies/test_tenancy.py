@@ -13,8 +13,9 @@ import pytest
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing.round_robin import RoundRobinRouter
-from agentrt_controller.scheduling.api import BackendView, Call, Scheduler
+from agentrt_controller.scheduling.api import BackendView, Scheduler
 from agentrt_controller.scheduling.basic import FixedWindowAdmission
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.scheduling.multilevel import PlasScheduler
@@ -24,7 +25,7 @@ from agentrt_controller.scheduling.tenancy import (
     TenantFairScheduler,
     tenant_of,
 )
-from tests.controller_policies.helpers import make_call
+from tests.controller_policies.helpers import make_call, make_facts
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,14 +48,14 @@ def _run_backlogged(
     finishes first with its tenant's ``service_s``. Returns the charged service per tenant.
     Tenants in ``rotate`` send every call under a fresh program id; the others keep one."""
     charged = dict.fromkeys(service_s, 0.0)
-    running: deque[Call] = deque()
+    running: deque[CallEntry] = deque()
     now = 0.0
     counter = 0
 
     def top_up() -> None:
         nonlocal counter
         for tenant in service_s:
-            queued = sum(1 for c in pending if c.tenant == tenant)
+            queued = sum(1 for c in pending if c.facts.program.tenant == tenant)
             for _ in range(2 * slots - queued):
                 counter += 1
                 program = f"{tenant}-{counter}" if tenant in rotate else f"{tenant}-long"
@@ -62,7 +63,7 @@ def _run_backlogged(
                 pending.append(call)
                 scheduler.submit(call, now)
 
-    pending: list[Call] = []
+    pending: list[CallEntry] = []
     top_up()
     for _ in range(pops):
         while len(running) < slots:
@@ -72,11 +73,11 @@ def _run_backlogged(
             running.append(call)
         now += 0.01
         done = running.popleft()
-        assert done.tenant is not None
-        scheduler.on_finish(done, service_s[done.tenant], now)
-        charged[done.tenant] += service_s[done.tenant]
-        if done.tenant in rotate:
-            scheduler.on_program_end(done.program_key, now)
+        assert done.facts.program.tenant is not None
+        scheduler.on_finish(done, service_s[done.facts.program.tenant], now)
+        charged[done.facts.program.tenant] += service_s[done.facts.program.tenant]
+        if done.facts.program.tenant in rotate:
+            scheduler.on_program_end(done.facts.program, now)
         top_up()
     return charged
 
@@ -149,8 +150,8 @@ def test_idle_tenant_banks_no_credit() -> None:
     order = []
     for _ in range(10):
         call = scheduler.pop(1.0)
-        assert call is not None and call.tenant is not None
-        order.append(call.tenant)
+        assert call is not None and call.facts.program.tenant is not None
+        order.append(call.facts.program.tenant)
         scheduler.on_finish(call, 0.5, 1.0)
     assert order.count("b") == 5
     # b's virtual time started at a's (the system virtual time), not at 0.
@@ -231,7 +232,7 @@ def test_in_flight_estimate_spreads_one_admission_round() -> None:
         for _ in range(8):
             scheduler.submit(make_call(f"{tenant}-long", tenant=tenant), 0.0)
     popped = [scheduler.pop(0.0) for _ in range(8)]
-    assert [c.tenant for c in popped if c is not None].count("a") == 4
+    assert [c.facts.program.tenant for c in popped if c is not None].count("a") == 4
 
 
 def test_backend_priority_ranks_tenants_by_virtual_time() -> None:
@@ -265,7 +266,7 @@ def test_single_tenant_pops_exactly_like_the_inner_policy() -> None:
         bare = PlasScheduler()
         fair = _fair("plas")
         orders: list[list[str]] = [[], []]
-        running: list[list[Call]] = [[], []]
+        running: list[list[CallEntry]] = [[], []]
         now = 0.0
         for step in range(3000):
             now += rng.random() * 0.05
@@ -274,19 +275,20 @@ def test_single_tenant_pops_exactly_like_the_inner_policy() -> None:
                 program = f"p{rng.randrange(30)}"
                 deadline = now + rng.uniform(0.5, 5.0) if rng.random() < 0.1 else math.inf
                 for _index, scheduler in enumerate((bare, fair)):
-                    call = Call(
-                        call_id=f"c{step}",
-                        program_id=program,
-                        arrival_s=now,
-                        deadline_s=deadline,
-                        tenant=tenant,
+                    call = CallEntry(
+                        CallFacts(
+                            call_id=f"c{step}",
+                            program=ProgramKey.untagged(program, tenant),
+                            arrival_s=now,
+                            deadline_s=deadline,
+                        )
                     )
                     scheduler.submit(call, now)
             elif roll < 0.7:
                 for index, scheduler in enumerate((bare, fair)):
                     call = scheduler.pop(now)
                     if call is not None:
-                        orders[index].append(call.call_id)
+                        orders[index].append(call.facts.call_id)
                         running[index].append(call)
             elif roll < 0.75:
                 for index, scheduler in enumerate((bare, fair)):
@@ -305,9 +307,9 @@ def test_single_tenant_pops_exactly_like_the_inner_policy() -> None:
                 program = f"p{rng.randrange(30)}"
                 for index, scheduler in enumerate((bare, fair)):
                     expired = scheduler.drop_expired(now)
-                    orders[index] += [f"drop:{c.call_id}" for c in expired]
+                    orders[index] += [f"drop:{c.facts.call_id}" for c in expired]
                     key = ProgramKey(session_id="anonymous", program_id=program, tenant=tenant)
-                    if not any(c.program_id == program for c in running[index]):
+                    if not any(c.facts.program.program_id == program for c in running[index]):
                         scheduler.on_program_end(key, now)
         assert len(orders[0]) > 500
         assert orders[0] == orders[1]
@@ -320,16 +322,16 @@ def test_through_the_dispatcher() -> None:
     scheduler = _fair()
     dispatcher = Dispatcher(scheduler, RoundRobinRouter(), FixedWindowAdmission(4))
     for index in range(40):
-        dispatcher.submit(make_call(f"g-{index}", tenant="g"), 0.0)
-        dispatcher.submit(make_call("w-long", tenant="w"), 0.0)
+        dispatcher.submit(make_facts(f"g-{index}", tenant="g"), 0.0)
+        dispatcher.submit(make_facts("w-long", tenant="w"), 0.0)
     admitted = {"g": 0, "w": 0}
-    in_flight: list[Call] = []
+    in_flight: list[CallEntry] = []
     now = 0.0
     for _ in range(30):
         view = BackendView(backend_id="engine-0", in_flight=len(in_flight))
         for admission in dispatcher.admit(now, [view]):
-            assert admission.call.tenant is not None
-            admitted[admission.call.tenant] += 1
+            assert admission.call.facts.program.tenant is not None
+            admitted[admission.call.facts.program.tenant] += 1
             in_flight.append(admission.call)
         now += 1.0
         done = in_flight.pop(0)

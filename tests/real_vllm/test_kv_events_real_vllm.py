@@ -19,7 +19,8 @@ import httpx
 import pytest
 
 from agentrt_controller.backends import BackendSpec
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_controller.service.http.app import ControllerApp
 
@@ -111,14 +112,13 @@ async def test_the_exact_index_follows_a_real_vllm(kv_server: KvServer) -> None:
 
         await wait_until(synced, bool, 60.0, "the first replay")
 
-        async def chain_of(text: str, salt: str) -> Call:
-            call = Call("probe", "probe")
+        async def chain_of(text: str, salt: str) -> CallFacts:
+            call = CallFacts(call_id="probe", program=ProgramKey.untagged("probe"))
             body = {"model": kv_server.model, "cache_salt": salt,
                     "messages": [{"role": "user", "content": text}]}  # fmt: skip
-            await feed.fill_token_chain(call, body)
-            return call
+            return await feed.fill_token_chain(call, body)
 
-        async def matched(call: Call) -> int | None:
+        async def matched(call: CallFacts) -> int | None:
             return index.match(backend_id, call.token_block_hashes, call.token_block_size)
 
         first = words("a", 220)

@@ -27,14 +27,14 @@ def test_a_programs_calls_extend_its_previous_prompt_and_share_the_kind_head() -
         assert kind in range(bench.KINDS)
         assert call.prompt_tokens == 16 * len(chain)
         assert len(chain) <= bench.SYSTEM_BLOCKS + bench.MAX_HISTORY_BLOCKS + 8
-        previous = last.get(call.program_id)
+        previous = last.get(call.program.program_id)
         if previous is not None:  # a later call extends the earlier prompt
             assert chain[: len(previous)] == previous and len(chain) > len(previous)
-        last[call.program_id] = chain
+        last[call.program.program_id] = chain
         if end is not None:
             ended += 1
-            assert start is not None and start.program_id == call.program_id
-            assert end.program_id != call.program_id
+            assert start is not None and start.program_id == call.program.program_id
+            assert end.program_id != call.program.program_id
     assert ended > 0  # histories reached their cap and programs were replaced
 
 

@@ -38,7 +38,8 @@ from agentrt_controller.routing.scorers import (
     cached_prompt_tokens,
 )
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
@@ -79,8 +80,8 @@ class LinearIndex(PrefixIndex):
 
 
 class ReferenceCostScorer(PrefixCostScorer):
-    def costs(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
-        hashes = call.block_hashes
+    def costs(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
+        hashes = call.facts.block_hashes
         a, q = self.prefill_s_per_token, self.queued_s_per_call
         shared = self.index.shared_prefix(hashes) if hashes else 0
         relief = 1.0 - self.shared_weight
@@ -91,13 +92,13 @@ class ReferenceCostScorer(PrefixCostScorer):
             missing_shared = 0
             if shared > matched:
                 missing_shared = cached_prompt_tokens(call, shared) - cached
-            uncached = max(0, call.prompt_tokens - cached) - relief * missing_shared
+            uncached = max(0, call.facts.prompt_tokens - cached) - relief * missing_shared
             out.append(a * max(0.0, uncached) + q * backend_load(b))
         return out
 
 
 class ReferencePipeline(PipelineRouter):
-    def _score(self, call: Call, backends: list[BackendView], now_s: float) -> list[Scored]:
+    def _score(self, call: CallEntry, backends: list[BackendView], now_s: float) -> list[Scored]:
         totals = [0.0] * len(backends)
         for weighted in self.scorers:
             if weighted.weight == 0:
@@ -129,7 +130,7 @@ class ReferenceDispatcher(Dispatcher):
             views[backend_id] = replace(chosen, in_flight=chosen.in_flight + 1)
             policy = self._policy_of(call)
             priority = policy.backend_priority(call) if chosen.supports_priority else None
-            self.table.bind(call, backend_id, now_s)
+            self.table.bind(call.facts, backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
         return admissions
 
@@ -170,7 +171,7 @@ def _drive(seed: int, backends: int, *, ttl_s: float, capacity: int | None) -> i
     system = [[rng.getrandbits(62) for _ in range(rng.randint(1, 12))] for _ in range(3)]
     histories: dict[str, list[int]] = {}
     # per stack: call id -> (its call object there, backend)
-    outstanding: list[dict[str, tuple[Call, str]]] = [{}, {}]
+    outstanding: list[dict[str, tuple[CallEntry, str]]] = [{}, {}]
     now = 0.0
     admitted_total = 0
     previous: dict[str, BackendView] = {}
@@ -186,15 +187,15 @@ def _drive(seed: int, backends: int, *, ttl_s: float, capacity: int | None) -> i
             history += [rng.getrandbits(62) for _ in range(rng.randint(0, 4))]
             kind = int(program[1:]) % 3
             chain = tuple(system[kind] + history) if rng.random() < 0.9 else ()
-            call = Call(
+            facts = CallFacts(
                 call_id=f"{program}/{round_}/{rng.getrandbits(30)}",
-                program_id=program,
+                program=ProgramKey.untagged(program),
                 arrival_s=now,
                 prompt_tokens=16 * len(chain) + rng.randint(0, 15),
                 block_hashes=chain,
             )
             for stack in stacks:
-                stack.submit(replace(call), now)
+                stack.submit(facts, now)
         in_flight = dict.fromkeys(ids, 0)
         for _, backend in outstanding[0].values():
             in_flight[backend] += 1
@@ -221,19 +222,19 @@ def _drive(seed: int, backends: int, *, ttl_s: float, capacity: int | None) -> i
         previous = {b.backend_id: b for b in views}
         decisions = [stack.admit(now, views) for stack in stacks]
         got, want = (
-            [(a.call.call_id, a.backend_id, a.backend_priority) for a in d] for d in decisions
+            [(a.call.facts.call_id, a.backend_id, a.backend_priority) for a in d] for d in decisions
         )
         assert got == want, f"round {round_}"
         for admissions, pending in zip(decisions, outstanding, strict=True):
             for a in admissions:
-                pending[a.call.call_id] = (a.call, a.backend_id)
+                pending[a.call.facts.call_id] = (a.call, a.backend_id)
         admitted_total += len(got)
         running = sorted(outstanding[0])
         for call_id in rng.sample(running, rng.randint(0, len(running))):
             for stack, pending in zip(stacks, outstanding, strict=True):
                 call, backend = pending.pop(call_id)
                 stack.on_tokens(call, 20, now)
-                stack.on_finish(call, backend, 1e-3 * (1 + len(call.block_hashes)), now)
+                stack.on_finish(call, backend, 1e-3 * (1 + len(call.facts.block_hashes)), now)
     return admitted_total
 
 
@@ -359,17 +360,20 @@ def _drive_pruned(seed: int, backends: int, *, exact: str, **params: Any) -> Pip
                 history.clear()
             history += [rng.getrandbits(62) for _ in range(rng.randint(0, 5))]
             chain = tuple(system[int(program[1:]) % 3] + history) if rng.random() < 0.9 else ()
-            call = Call(
-                call_id=f"{program}/{round_}",
-                program_id=program,
-                prompt_tokens=16 * len(chain) + rng.randint(0, 15),
-                block_hashes=chain,
+            token_chain = chain if exact != "none" and chain else ()
+            call = CallEntry(
+                CallFacts(
+                    call_id=f"{program}/{round_}",
+                    program=ProgramKey.untagged(program),
+                    prompt_tokens=16 * len(chain) + rng.randint(0, 15),
+                    block_hashes=chain,
+                    token_block_hashes=token_chain,
+                    token_block_size=16 if token_chain else 0,
+                )
             )
-            if exact != "none" and chain:
-                call.token_block_hashes, call.token_block_size = chain, 16
             want = full.route(replace(call), list(candidates), now)
             got = pruned.route(call, candidates, now)
-            assert got == want, f"round {round_}, {call.call_id}"
+            assert got == want, f"round {round_}, {call.facts.call_id}"
             chosen = candidates.get(got)
             assert chosen is not None
             if rng.random() < 0.3:  # no room left there

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_index_observes_routes_and_finishes() -> None:
     call = make_call("p", block_hashes=(1, 2))
     index.on_routed(call, "b1", 0.0)
     assert index.match("b1", (1, 2, 3), 0.0) == 2
-    call.block_hashes = (1, 2, 3)  # the driver extended the chain over the output
+    call.facts = replace(call.facts, block_hashes=(1, 2, 3))  # the driver extended the chain
     index.on_finish(call, "b1", 1.0)
     index.on_program_end(K("p"), 2.0)  # cached prefixes outlive their program
     assert index.match("b1", (1, 2, 3), 2.0) == 3

@@ -17,6 +17,7 @@ from agentrt_controller.routing.kv_index import (
     ExactPrefixIndex,
     KvEventBatch,
 )
+from agentrt_controller.scheduling.call import CallEntry
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -237,26 +238,36 @@ def test_memory_estimate_is_close_to_what_python_allocates() -> None:
 def test_the_prefix_router_trusts_synced_kv_events_and_falls_back_to_the_estimate() -> None:
     from agentrt_controller.routing import build_router
     from agentrt_controller.routing.scorers import PrefixCostScorer, exact_scorer_of
-    from agentrt_controller.scheduling.api import BackendView, Call
+    from agentrt_controller.scheduling.api import BackendView
+    from tests.controller_policies.helpers import make_call
 
     router = build_router("prefix")
     found = exact_scorer_of(router)
     exact = found.exact if found is not None else None
     assert exact is not None
     tokens = list(range(64))
-    call = Call("c1", "p1", prompt_tokens=64, block_hashes=(1, 2, 3, 4))
-    call.token_block_hashes = token_block_hashes(tokens, BS)
-    call.token_block_size = BS
+    chain = token_block_hashes(tokens, BS)
+
+    def call_of(call_id: str, program_id: str) -> CallEntry:
+        return make_call(
+            program_id,
+            call_id=call_id,
+            prompt_tokens=64,
+            block_hashes=(1, 2, 3, 4),
+            token_block_hashes=chain,
+            token_block_size=BS,
+        )
+
+    call = call_of("c1", "p1")
     backends = [BackendView("a", 0), BackendView("b", 0)]
     # The estimate remembers the prompt on "a" (an earlier call went there) ...
-    router.on_finish(Call("c0", "p0", block_hashes=(1, 2, 3, 4)), "a", 0.0)
+    router.on_finish(make_call("p0", call_id="c0", block_hashes=(1, 2, 3, 4)), "a", 0.0)
     assert router.route(call, backends, 1.0) == "a"
     # ... but the KV events say "a" evicted it and "b" holds it (another client sent it).
     for backend in ("a", "b"):
         exact.replay_done(backend)
     exact.apply("b", batch(0, stored(tokens, list(range(1, 17)))))
-    call2 = Call("c2", "p2", prompt_tokens=64, block_hashes=(1, 2, 3, 4))
-    call2.token_block_hashes, call2.token_block_size = call.token_block_hashes, BS
+    call2 = call_of("c2", "p2")
     assert router.route(call2, backends, 2.0) == "b"
     # Both unsynced ("a" and "b" lost their streams): the estimate decides again — it has
     # the prompt on both now (c1 went to "a", c2 to "b"), and "a" wins the tie by id.
@@ -265,8 +276,7 @@ def test_the_prefix_router_trusts_synced_kv_events_and_falls_back_to_the_estimat
     before = dict(scorer.lookups)
     exact.disconnected("a")
     exact.disconnected("b")
-    call3 = Call("c3", "p3", prompt_tokens=64, block_hashes=(1, 2, 3, 4))
-    call3.token_block_hashes, call3.token_block_size = call.token_block_hashes, BS
+    call3 = call_of("c3", "p3")
     assert router.route(call3, backends, 3.0) == "a"
     assert scorer.lookups["estimate"] - before["estimate"] == 2
     assert scorer.lookups["exact"] == before["exact"]

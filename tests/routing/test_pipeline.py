@@ -11,7 +11,8 @@ from agentrt.errors import ConfigError
 from agentrt_controller.routing.api import Scored
 from agentrt_controller.routing.pickers import ArgmaxPicker, WeightedRandomPicker
 from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer, clamp_score
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
@@ -27,13 +28,13 @@ class Fixed:
     def __init__(self, values: dict[str, float]) -> None:
         self.values = values
 
-    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+    def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         return [self.values[b.backend_id] for b in backends]
 
 
 class DropAll:
     def filter(
-        self, call: Call, backends: Sequence[BackendView], now_s: float
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
         return []
 
@@ -43,7 +44,7 @@ class KeepOnly:
         self.backend_id = backend_id
 
     def filter(
-        self, call: Call, backends: Sequence[BackendView], now_s: float
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
         return [b for b in backends if b.backend_id == self.backend_id]
 
@@ -117,12 +118,12 @@ def test_stage_contract_violations_raise() -> None:
 
 
 class _Short:
-    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+    def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         return [1.0]
 
 
 class _Liar:
-    def pick(self, call: Call, scored: Sequence[Scored], now_s: float) -> str:
+    def pick(self, call: CallEntry, scored: Sequence[Scored], now_s: float) -> str:
         return "nowhere"
 
 

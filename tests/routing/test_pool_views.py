@@ -13,10 +13,11 @@ from agentrt_controller.backends.fake import FakeBackend, FakeResponse
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.routing.routers import prefix_router
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.service.core.pool import BackendPool
+from tests.controller_policies.helpers import make_facts
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -63,20 +64,20 @@ def test_the_dispatcher_asks_again_only_about_backends_whose_view_changed() -> N
     table = ProcessTable()
     dispatcher = Dispatcher(build_scheduler("plas", table=table), prefix_router(), admission)
     views = [BackendView(f"b{i:02d}", 0, num_waiting=0, metrics_at_s=1.0) for i in range(20)]
-    dispatcher.submit(Call("c1", "p1", prompt_tokens=16), 1.0)
+    dispatcher.submit(make_facts("p1", call_id="c1", prompt_tokens=16), 1.0)
     (first,) = dispatcher.admit(1.0, views)
     assert len(asked) == 21  # every backend, then the chosen one with one more call
     # The driver's next views: the chosen backend's is new, every other one the same object.
     views = [replace(v, in_flight=1) if v.backend_id == first.backend_id else v for v in views]
     del asked[:]
-    dispatcher.submit(Call("c2", "p2", prompt_tokens=16), 1.5)
+    dispatcher.submit(make_facts("p2", call_id="c2", prompt_tokens=16), 1.5)
     (second,) = dispatcher.admit(1.5, views)
     assert asked == [first.backend_id, second.backend_id]
     # Without a scrape time the adaptive window reacts on the clock: asked every time.
     views = [replace(v, metrics_at_s=None) for v in views]
     for now in (2.0, 2.5):
         del asked[:]
-        dispatcher.submit(Call(f"c{now}", "p3", prompt_tokens=16), now)
+        dispatcher.submit(make_facts("p3", call_id=f"c{now}", prompt_tokens=16), now)
         dispatcher.admit(now, views)
         assert len(asked) == 21
 
@@ -87,7 +88,7 @@ def test_the_dispatcher_forgets_answers_about_backends_the_driver_dropped() -> N
     )
     for generation in range(3):  # a fleet replaced twice over
         views = [BackendView(f"g{generation}-{i}", 0, metrics_at_s=1.0) for i in range(40)]
-        dispatcher.submit(Call(f"c{generation}", "p1", prompt_tokens=16), 1.0)
+        dispatcher.submit(make_facts("p1", call_id=f"c{generation}", prompt_tokens=16), 1.0)
         assert len(dispatcher.admit(1.0, views)) == 1
     assert len(dispatcher._asked) <= 2 * 40 + 16
     assert all(backend_id.startswith("g2-") for backend_id in dispatcher._asked)

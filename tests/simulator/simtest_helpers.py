@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.retention import RetentionPolicy
 from agentrt_controller.routing.round_robin import RoundRobinRouter
-from agentrt_controller.scheduling.api import Call
 from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.scheduling.srpt import OracleBook, OracleFigures
 from agentrt_sim.plan import compile_program
 from agentrt_sim.retention import NoRetention
 from agentrt_sim.sim import Policies, SimConfig, Simulation
@@ -19,28 +20,36 @@ from agentrt_sim.workloads.program import LLMNode, Program, WaitNode
 class RecordingFcfs(FcfsScheduler):
     """FCFS that remembers every submitted call and every charged service (test seam)."""
 
-    def __init__(self) -> None:
+    def __init__(self, oracle: OracleBook | None = None) -> None:
         super().__init__(ProcessTable())
-        self.submitted: list[Call] = []
+        self.submitted: list[CallEntry] = []
         self.charged: dict[str, float] = {}
+        #: The simulation's oracle, read at each submission into :attr:`figures`.
+        self.oracle = oracle
+        self.figures: list[OracleFigures | None] = []
 
-    def submit(self, call: Call, now_s: float) -> None:
+    def submit(self, call: CallEntry, now_s: float) -> None:
         self.submitted.append(call)
+        if self.oracle is not None:
+            self.figures.append(self.oracle(call.facts.call_id))
         super().submit(call, now_s)
 
-    def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
-        self.charged[call.call_id] = service_s
+    def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
+        self.charged[call.facts.call_id] = service_s
         super().on_finish(call, service_s, now_s)
 
 
 class RecordingDispatcher(Dispatcher):
     """Dispatcher that remembers every submitted call, whichever queue it went to."""
 
-    submitted: list[Call]
+    submitted: list[CallEntry]
 
-    def submit(self, call: Call, now_s: float) -> None:
-        self.submitted.append(call)
-        super().submit(call, now_s)
+    def submit(
+        self, facts: CallFacts, now_s: float, *, retained_backend: str | None = None
+    ) -> CallEntry:
+        entry = super().submit(facts, now_s, retained_backend=retained_backend)
+        self.submitted.append(entry)
+        return entry
 
 
 def simulate(
@@ -50,6 +59,7 @@ def simulate(
     window: int | None = None,
     scheduler: FcfsScheduler | None = None,
     retention: RetentionPolicy | None = None,
+    oracle: OracleBook | None = None,
 ) -> Simulation:
     """Run ``programs`` with FCFS (or ``scheduler``), round robin and a fixed window."""
     dispatcher = RecordingDispatcher(
@@ -59,7 +69,11 @@ def simulate(
     sim = Simulation(
         [compile_program(p) for p in programs],
         config,
-        Policies(dispatcher=dispatcher, retention=retention or NoRetention()),
+        Policies(
+            dispatcher=dispatcher,
+            retention=retention or NoRetention(),
+            oracle=oracle if oracle is not None else OracleBook(),
+        ),
     )
     sim.run()
     return sim

@@ -17,7 +17,7 @@ from agentrt_controller.replicas import (
     replica_names,
     ring_hash,
 )
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_emulator.core.types import EngineConfig
 from agentrt_sim.plan import compile_program
 from agentrt_sim.registry import PolicySpec, build_policies
@@ -154,9 +154,11 @@ def _replica_run(
         for index, dispatcher in enumerate(sim.dispatchers):
             submit = dispatcher.submit
 
-            def recording(call: Call, now_s: float, index: int = index, submit=submit) -> None:  # type: ignore[no-untyped-def]
-                seen.append((index, call.program_id))
-                submit(call, now_s)
+            def recording(  # type: ignore[no-untyped-def]
+                facts: CallFacts, now_s: float, index: int = index, submit=submit, **kw
+            ) -> CallEntry:
+                seen.append((index, facts.program.program_id))
+                return submit(facts, now_s, **kw)  # type: ignore[no-any-return]
 
             dispatcher.submit = recording  # type: ignore[method-assign]
     sim.run()

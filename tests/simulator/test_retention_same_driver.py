@@ -32,8 +32,9 @@ from agentrt_controller.retention import RetentionDecision, WaitInfo
 from agentrt_controller.retention.driver import ReleaseHook, ReleaseReason
 from agentrt_controller.retention.tracker import Retention, pin_id_for
 from agentrt_controller.routing.round_robin import RoundRobinRouter
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
 from agentrt_controller.service.core.pool import BackendState
 from agentrt_controller.service.core.retention import RetentionExecutor
@@ -92,10 +93,13 @@ class LoggingDispatcher(Dispatcher):
         #: (program id, retained until or None), in order.
         self.windows: list[tuple[str, float | None]] = []
 
-    def submit(self, call: Call, now_s: float) -> None:
+    def submit(
+        self, facts: CallFacts, now_s: float, *, retained_backend: str | None = None
+    ) -> CallEntry:
+        entry = super().submit(facts, now_s, retained_backend=retained_backend)
         if self.log is not None:
-            self.log.append(("submit", call, now_s))
-        super().submit(call, now_s)
+            self.log.append(("submit", entry, now_s))
+        return entry
 
     def admit(self, now_s: float, backends: Sequence[BackendView]) -> list[Admission]:
         admissions = super().admit(now_s, backends)
@@ -227,8 +231,8 @@ def run_simulator() -> tuple[Outcome, list[Event]]:
     releases: list[tuple[str, ReleaseReason, float]] = []
     sim.waits.driver.on_release = _release_log(releases)
     sim.run()
-    submitted = [cast(Call, payload) for kind, payload, _ in events if kind == "submit"]
-    tagged = [(call.node_id, call.retained_backend) for call in submitted]
+    submitted = [cast(CallEntry, payload) for kind, payload, _ in events if kind == "submit"]
+    tagged = [(call.facts.node_id, call.retained_backend) for call in submitted]
     return Outcome(pins, releases, dispatcher.windows, tagged), events
 
 
@@ -242,7 +246,7 @@ async def run_controller(events: list[Event]) -> Outcome:
     executor = RetentionExecutor(TtlByName(), dispatcher, OnePool(backend), clock)
     releases: list[tuple[str, ReleaseReason, float]] = []
     executor.driver.on_release = _release_log(releases)
-    last_call: dict[tuple[ProgramKey, str], Call] = {}
+    last_call: dict[tuple[ProgramKey, str], CallFacts] = {}
     tagged: list[tuple[str, str | None]] = []
     for kind, payload, now_s in events:
         # the executor's loop wakes at the driver's next expiry (as run() would)
@@ -251,12 +255,12 @@ async def run_controller(events: list[Event]) -> Outcome:
             await executor.step()
         clock.now_s = now_s
         if kind == "submit":
-            call = cast(Call, payload)
-            last_call[call.program_key, call.thread_id] = call
+            call = cast(CallEntry, payload).facts
+            last_call[call.program, call.thread_id] = call
             tagged.append((call.node_id, executor.on_call(call)))
         elif kind == "admit":
             admission = cast(Admission, payload)
-            executor.on_admitted(admission.call, admission.backend_id)
+            executor.on_admitted(admission.call.facts, admission.backend_id)
         elif kind == "wait":
             facts = cast(WaitInfo, payload)
             previous = last_call[facts.program, facts.thread_id]
@@ -299,10 +303,10 @@ def test_simulator_and_controller_retain_and_release_the_same_way() -> None:
     a_main = pin_id_for(waits["a", "search"][0].program, "main")
     b_worker = pin_id_for(waits["b", "search"][0].program, "worker")
     admitted = {
-        (call.program_id, call.node_id): now_s
+        (call.program.program_id, call.node_id): now_s
         for kind, admission, now_s in cast(list[tuple[str, Admission, float]], events)
         if kind == "admit"
-        for call in (admission.call,)
+        for call in (admission.call.facts,)
     }
     b_end = next(now_s for kind, _, now_s in events if kind == "end")
     slow_until = waits["a", "slow"][1] + TTLS["slow"]

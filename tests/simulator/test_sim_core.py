@@ -7,6 +7,7 @@ import math
 import pytest
 from simtest_helpers import RecordingFcfs, react_program, simulate
 
+from agentrt_controller.scheduling.srpt import OracleBook
 from agentrt_emulator.core.profiles import get_profile
 from agentrt_emulator.core.types import EngineConfig
 from agentrt_sim.costs import expected_uncached_tokens, roofline_cost_model
@@ -57,13 +58,14 @@ def test_two_engines_share_the_load_round_robin() -> None:
 
 
 def test_calls_carry_ids_parents_and_oracle_service() -> None:
-    scheduler = RecordingFcfs()
+    book = OracleBook()
+    scheduler = RecordingFcfs(book)
     program = react_program(outputs=(5, 7, 3))
-    sim = simulate([program], SimConfig(profile="a100-llama3-8b"), scheduler=scheduler)
+    sim = simulate([program], SimConfig(profile="a100-llama3-8b"), scheduler=scheduler, oracle=book)
     calls = scheduler.submitted
-    assert [c.node_id for c in calls] == ["c0", "c1", "c2"]
-    assert calls[1].parent_ids == ("t1",) and calls[0].parent_ids == ()
-    assert all(c.program_id == "p" and c.thread_id == "main" for c in calls)
+    assert [c.facts.node_id for c in calls] == ["c0", "c1", "c2"]
+    assert calls[1].facts.parent_ids == ("t1",) and calls[0].facts.parent_ids == ()
+    assert all(c.facts.program.program_id == "p" and c.facts.thread_id == "main" for c in calls)
     plan = compile_program(program)
     cost = roofline_cost_model(get_profile("a100-llama3-8b"))
     uncached = expected_uncached_tokens(plan)
@@ -72,11 +74,12 @@ def test_calls_carry_ids_parents_and_oracle_service() -> None:
         for i, n in enumerate(program.nodes)
         if isinstance(n, LLMNode)
     ]
-    assert [c.oracle_service_s for c in calls] == pytest.approx(oracle)
+    figures = [f for f in scheduler.figures if f is not None]
+    assert [f.service_s for f in figures] == pytest.approx(oracle)
     # the program's remaining service shrinks by each finished call's oracle service
-    remaining = [c.oracle_program_remaining_s for c in calls]
+    remaining = [f.program_remaining_s for f in figures]
     assert remaining == pytest.approx([sum(oracle), sum(oracle[1:]), oracle[2]])
-    assert calls[0].prompt_tokens == program.system_prompt_tokens + program.root_prompt_tokens
+    assert calls[0].facts.prompt_tokens == program.system_prompt_tokens + program.root_prompt_tokens
     assert len(sim.record.programs) == 1
 
 

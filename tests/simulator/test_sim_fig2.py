@@ -38,7 +38,7 @@ def test_fcfs_total_wait_is_18_and_each_call_waits_as_in_the_paper(window: int |
         expected = sum(w for call, w in PAPER_CALL_WAITS.items() if call[0] == name)
         assert program.call_wait_s == expected, name
     # FCFS released same-time calls in program-name order: A2 (t=4) was submitted before C2.
-    order = [c.node_id for c in scheduler.submitted]
+    order = [c.facts.node_id for c in scheduler.submitted]
     assert order.index("A2") < order.index("C2")
     # where the waiting happened: only in the controller's queue with a window of 2, only in
     # the engine's queue when the controller forwards everything

@@ -62,10 +62,10 @@ def test_policy_gets_the_facts_and_its_ttl_pins_the_context() -> None:
     # dispatcher's retained lane, not the scheduler's queues
     dispatcher = sim.dispatcher
     assert isinstance(dispatcher, RecordingDispatcher)
-    tagged = [c.node_id for c in dispatcher.submitted if c.retained_backend is not None]
+    tagged = [c.facts.node_id for c in dispatcher.submitted if c.retained_backend is not None]
     assert tagged == ["c1", "c2"]
     assert dispatcher.lane_total == 2
-    assert [c.node_id for c in scheduler.submitted] == ["c0"]
+    assert [c.facts.node_id for c in scheduler.submitted] == ["c0"]
     # every pin was released (next call scheduled, or program end)
     assert sim.record.engine_stats_end[0].pinned_blocks == 0
 
@@ -78,7 +78,7 @@ def test_expired_ttl_does_not_tag_the_returning_call() -> None:
         [program], SimConfig(profile="a100-llama3-8b"), scheduler=scheduler, retention=policy
     )
     assert isinstance(sim.dispatcher, RecordingDispatcher)
-    assert [c.node_id for c in sim.dispatcher.submitted] == ["c0", "c1"]
+    assert [c.facts.node_id for c in sim.dispatcher.submitted] == ["c0", "c1"]
     assert all(c.retained_backend is None for c in sim.dispatcher.submitted)
 
 

@@ -61,5 +61,5 @@ def test_later_calls_hit_the_prefix_cache_and_are_charged_only_uncached_work() -
     # call 2 extends call 1's prompt + output: all its full blocks but the last are cached
     assert record.cached_tokens > 0
     assert record.cached_tokens / record.prompt_tokens > 0.5
-    charged = [scheduler.charged[c.call_id] for c in scheduler.submitted]
+    charged = [scheduler.charged[c.facts.call_id] for c in scheduler.submitted]
     assert charged[1] < charged[0]  # same output, far fewer uncached prompt tokens

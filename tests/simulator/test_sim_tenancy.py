@@ -125,7 +125,7 @@ def test_rotating_program_sends_fresh_ids_and_leaves_no_table_entries() -> None:
     original = scheduler.submit
 
     def spy(call: object, now_s: float) -> None:
-        seen.append(f"{call.tenant}:{call.program_id}")  # type: ignore[attr-defined]
+        seen.append(f"{call.facts.program.tenant}:{call.facts.program.program_id}")  # type: ignore[attr-defined]
         original(call, now_s)  # type: ignore[arg-type]
 
     scheduler.submit = spy  # type: ignore[method-assign]

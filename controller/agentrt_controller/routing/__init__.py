@@ -6,7 +6,7 @@ scorer → picker pipeline of pure stages.
 * :mod:`.filters`, :mod:`.scorers`, :mod:`.pickers` — the stages;
 * :mod:`.prefix_index` — the approximate per-backend prefix index; :mod:`.kv_index` — the
   exact one, fed by vLLM's KV-cache events where a backend publishes them; :mod:`.affinity` —
-  program bindings with a TTL; :mod:`.hashing` — how drivers fill ``Call.block_hashes``;
+  program bindings with a TTL; :mod:`.hashing` — how drivers fill ``CallFacts.block_hashes``;
 * :mod:`.round_robin` — ``round_robin``; :mod:`.routers` — ``least_loaded``, ``autellix``,
   ``prefix``; :mod:`.factory` —
   :func:`build_router` by name.

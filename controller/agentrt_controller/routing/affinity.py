@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = ["ProgramAffinity"]
 
@@ -41,9 +41,9 @@ class ProgramAffinity:
             return None
         return bound[0]
 
-    def bound_among(self, call: Call, backend_ids: Sequence[str], now_s: float) -> str | None:
+    def bound_among(self, call: CallEntry, backend_ids: Sequence[str], now_s: float) -> str | None:
         """The call's program's backend if it is one of ``backend_ids``, else ``None``."""
-        backend = self.backend_of(call.program_key, now_s)
+        backend = self.backend_of(call.facts.program, now_s)
         return backend if backend is not None and backend in backend_ids else None
 
     def __len__(self) -> int:
@@ -51,8 +51,8 @@ class ProgramAffinity:
 
     # --- RouteObserver -------------------------------------------------------------------
 
-    def on_routed(self, call: Call, backend_id: str, now_s: float) -> None:
-        program = call.program_key
+    def on_routed(self, call: CallEntry, backend_id: str, now_s: float) -> None:
+        program = call.facts.program
         current = self.backend_of(program, now_s)
         if self.sticky_first and current is not None and current != backend_id:
             # Sent elsewhere (its backend was down or full): the binding stays, refreshed.
@@ -60,8 +60,8 @@ class ProgramAffinity:
             return
         self._bound[program] = (backend_id, now_s)
 
-    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
-        program = call.program_key
+    def on_finish(self, call: CallEntry, backend_id: str, now_s: float) -> None:
+        program = call.facts.program
         bound = self._bound.get(program)
         if bound is not None and bound[0] == backend_id:
             self._bound[program] = (backend_id, now_s)

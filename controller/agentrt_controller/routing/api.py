@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = [
     "Filter",
@@ -39,10 +40,10 @@ class Router(Protocol):
 
     name: str
 
-    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
+    def route(self, call: CallEntry, candidates: Sequence[BackendView], now_s: float) -> str:
         """Return the ``backend_id`` of one of ``candidates`` (never empty)."""
 
-    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+    def on_finish(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         """A call routed to ``backend_id`` finished (for affinity / index upkeep)."""
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
@@ -76,7 +77,7 @@ class Filter(Protocol):
     """Narrows the candidate backends for a call."""
 
     def filter(
-        self, call: Call, backends: Sequence[BackendView], now_s: float
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
         """The backends that remain (a subset of ``backends``, in their order)."""
         ...
@@ -85,7 +86,7 @@ class Filter(Protocol):
 class Scorer(Protocol):
     """Scores every candidate backend for a call; higher is better."""
 
-    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+    def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         """One score per backend, aligned with ``backends``. The pipeline clamps each to
         ``[0, 1]`` (NaN counts as 0) before weighting."""
         ...
@@ -94,7 +95,7 @@ class Scorer(Protocol):
 class Picker(Protocol):
     """Chooses one backend from the scored candidates (never empty)."""
 
-    def pick(self, call: Call, scored: Sequence[Scored], now_s: float) -> str:
+    def pick(self, call: CallEntry, scored: Sequence[Scored], now_s: float) -> str:
         """The ``backend_id`` of one of ``scored``."""
         ...
 
@@ -103,10 +104,10 @@ class Picker(Protocol):
 class RouteObserver(Protocol):
     """State a router keeps up to date (prefix index, program affinity)."""
 
-    def on_routed(self, call: Call, backend_id: str, now_s: float) -> None:
+    def on_routed(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         """``call`` was routed to ``backend_id``."""
 
-    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+    def on_finish(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         """``call`` finished on ``backend_id``; its ``block_hashes`` may now cover its prompt
         and output (the driver may extend them), i.e. what the next call will extend."""
 

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 from agentrt.errors import ConfigError
 from agentrt_controller.routing.affinity import ProgramAffinity
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = ["AutellixLongCallFilter", "HealthyFilter", "KvPressureFilter", "RetainedFilter"]
 
@@ -15,7 +16,7 @@ class HealthyFilter:
     """Drops backends marked unhealthy (health check / circuit breaker): failover."""
 
     def filter(
-        self, call: Call, backends: Sequence[BackendView], now_s: float
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
         return [b for b in backends if b.healthy]
 
@@ -37,7 +38,7 @@ class KvPressureFilter:
         self.max_usage = float(max_usage)
 
     def filter(
-        self, call: Call, backends: Sequence[BackendView], now_s: float
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
         return [b for b in backends if self.keeps(b)]
 
@@ -48,11 +49,11 @@ class KvPressureFilter:
 
 
 class RetainedFilter:
-    """Keeps only the backend that retains the call's KV (``Call.retained_backend``, set while
+    """Keeps only the backend that retains the call's KV (``CallEntry.retained_backend``, set while
     a retention window lasts: docs/routing.md, "KV retention") when it is a candidate."""
 
     def filter(
-        self, call: Call, backends: Sequence[BackendView], now_s: float
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
         retained = call.retained_backend
         if retained is None:
@@ -74,9 +75,9 @@ class AutellixLongCallFilter:
         self.threshold_tokens = threshold_tokens
 
     def filter(
-        self, call: Call, backends: Sequence[BackendView], now_s: float
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
-        if call.prompt_tokens <= self.threshold_tokens:
+        if call.facts.prompt_tokens <= self.threshold_tokens:
             return list(backends)
-        bound = self.affinity.backend_of(call.program_key, now_s)
+        bound = self.affinity.backend_of(call.facts.program, now_s)
         return [b for b in backends if b.backend_id == bound]

@@ -1,4 +1,4 @@
-"""Prefix hash chains: how a driver fills :attr:`Call.block_hashes` for prefix-aware routing.
+"""Prefix hash chains: how a driver fills :attr:`CallFacts.block_hashes` for prefix-aware routing.
 
 A chain element stands for one *block* of the prompt and depends on every block before it, so
 two prompts share the first ``k`` elements exactly when they share their first ``k`` blocks —

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from agentrt.errors import ConfigError
 from agentrt_controller.routing.api import Scored
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = ["ArgmaxPicker", "WeightedRandomPicker"]
 
@@ -18,7 +18,7 @@ _TIE = 1e-9
 class ArgmaxPicker:
     """The highest total; ties go to the smallest ``backend_id`` (deterministic)."""
 
-    def pick(self, call: Call, scored: Sequence[Scored], now_s: float) -> str:
+    def pick(self, call: CallEntry, scored: Sequence[Scored], now_s: float) -> str:
         best = max(s.total for s in scored)
         return min(s.backend.backend_id for s in scored if s.total >= best - _TIE)
 
@@ -33,7 +33,7 @@ class WeightedRandomPicker:
         self.seed = seed
         self._rng = random.Random(seed)
 
-    def pick(self, call: Call, scored: Sequence[Scored], now_s: float) -> str:
+    def pick(self, call: CallEntry, scored: Sequence[Scored], now_s: float) -> str:
         ordered = sorted(scored, key=lambda s: s.backend.backend_id)
         weights = [max(0.0, s.total) for s in ordered]
         if sum(weights) <= 0:

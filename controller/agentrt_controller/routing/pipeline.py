@@ -31,15 +31,17 @@ from agentrt_controller.routing.api import (
 )
 from agentrt_controller.routing.prefix_index import PrefixIndex
 from agentrt_controller.routing.pruning import PRUNE_MIN_CANDIDATES, PrefixPruning
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.candidates import CandidateSet
 
 __all__ = ["PipelineRouter", "WeightedScorer", "clamp_score", "uses_block_hashes"]
 
 
 def uses_block_hashes(router: object) -> bool:
-    """Whether ``router`` reads ``Call.block_hashes`` (so the driver should fill them): what
-    the router declares in its ``uses_block_hashes`` attribute (``False`` when it has none)."""
+    """Whether ``router`` reads ``CallFacts.block_hashes`` (so the driver should fill them):
+    what the router declares in its ``uses_block_hashes`` attribute (``False`` when it has
+    none)."""
     return getattr(router, "uses_block_hashes", False) is True
 
 
@@ -93,7 +95,7 @@ class PipelineRouter:
         self.routed_total = 0
         #: Per filter name: calls for which it would have removed every candidate (skipped).
         self.filter_skips: dict[str, int] = {n: 0 for n, _ in filters}
-        #: Whether a stage reads ``Call.block_hashes`` (drivers fill them only then).
+        #: Whether a stage reads ``CallFacts.block_hashes`` (drivers fill them only then).
         self.uses_block_hashes = any(isinstance(o, PrefixIndex) for o in self.observers)
         #: The pruned path, ``None`` when off or the stages do not allow it.
         self.pruning: PrefixPruning | None = None
@@ -103,7 +105,7 @@ class PipelineRouter:
                 self.filters, [(s.scorer, s.weight) for s in self.scorers], picker
             )
 
-    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
+    def route(self, call: CallEntry, candidates: Sequence[BackendView], now_s: float) -> str:
         """The chosen ``backend_id``. Raises ``ValueError`` when ``candidates`` is empty (the
         dispatcher never calls a router without one) or a stage breaks its contract."""
         if not candidates:
@@ -135,13 +137,13 @@ class PipelineRouter:
                 raise ValueError(f"router {self.name!r}: picker chose unknown backend {chosen!r}")
         return self._routed(call, chosen, now_s)
 
-    def _routed(self, call: Call, chosen: str, now_s: float) -> str:
+    def _routed(self, call: CallEntry, chosen: str, now_s: float) -> str:
         self.routed_total += 1
         for observer in self.observers:
             observer.on_routed(call, chosen, now_s)
         return chosen
 
-    def _score(self, call: Call, backends: list[BackendView], now_s: float) -> list[Scored]:
+    def _score(self, call: CallEntry, backends: list[BackendView], now_s: float) -> list[Scored]:
         totals = [0.0] * len(backends)
         for weighted in self.scorers:
             if weighted.weight == 0:
@@ -160,7 +162,7 @@ class PipelineRouter:
             ]
         return [Scored(b, t) for b, t in zip(backends, totals, strict=True)]
 
-    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+    def on_finish(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         for observer in self.observers:
             observer.on_finish(call, backend_id, now_s)
 

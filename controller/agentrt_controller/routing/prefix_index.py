@@ -1,7 +1,7 @@
 """An approximate per-backend prefix index: which prompt blocks each backend probably caches.
 
 The controller cannot see an engine's cache, so it remembers what it sent where: when a call
-is routed to a backend its prompt's chain (``Call.block_hashes``, see
+is routed to a backend its prompt's chain (``CallFacts.block_hashes``, see
 :mod:`agentrt_controller.routing.hashing`) is recorded there, and when it finishes the (possibly
 extended, prompt + output) chain is recorded again. A later call's *match* on a backend is the
 length of the leading run of its chain found there.
@@ -64,7 +64,7 @@ from types import MappingProxyType
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = ["DEFAULT_CAPACITY_BLOCKS", "SHARED_HEAD_BLOCKS", "PrefixIndex"]
 
@@ -300,14 +300,14 @@ class PrefixIndex:
 
     # --- RouteObserver: the driver's facts keep the index up to date ----------------------
 
-    def on_routed(self, call: Call, backend_id: str, now_s: float) -> None:
+    def on_routed(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         """The prompt will be prefilled there: count its chain as cached from now."""
-        self.insert(backend_id, call.block_hashes, now_s)
-        self.note_program(call.program_key, call.block_hashes)
+        self.insert(backend_id, call.facts.block_hashes, now_s)
+        self.note_program(call.facts.program, call.facts.block_hashes)
 
-    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+    def on_finish(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         """Refresh the chain (the driver may have extended it over the output)."""
-        self.insert(backend_id, call.block_hashes, now_s)
+        self.insert(backend_id, call.facts.block_hashes, now_s)
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         """Nothing: cached prefixes outlive their program (others may share them)."""

@@ -50,7 +50,8 @@ from agentrt_controller.routing.filters import HealthyFilter, KvPressureFilter
 from agentrt_controller.routing.pickers import _TIE, ArgmaxPicker
 from agentrt_controller.routing.prefix_index import PrefixIndex
 from agentrt_controller.routing.scorers import AffinityScorer, PrefixCostScorer
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.candidates import CandidateSet
 
 __all__ = ["PRUNE_MIN_CANDIDATES", "PrefixPruning", "PrunedRoute"]
@@ -149,7 +150,7 @@ class PrefixPruning:
 
     # --- the decision ------------------------------------------------------------------------
 
-    def route(self, call: Call, candidates: CandidateSet, now_s: float) -> PrunedRoute | None:
+    def route(self, call: CallEntry, candidates: CandidateSet, now_s: float) -> PrunedRoute | None:
         """The full pipeline's choice among ``candidates``, or ``None`` when this call must be
         scored in full (exact KV index, an unsettled tie). Reads and purges the prefix index
         (:meth:`PrefixIndex.purge_stale`), reads affinity; changes nothing else."""
@@ -171,14 +172,14 @@ class PrefixPruning:
         if remaining == 1:
             return PrunedRoute(order[0][1], tuple(skipped), 0)
         exact = self.cost.exact
-        if exact is not None and call.token_block_hashes and exact.any_synced():
+        if exact is not None and call.facts.token_block_hashes and exact.any_synced():
             self.fallback_total += 1
             return None
-        index, hashes = self.index, call.block_hashes
+        index, hashes = self.index, call.facts.block_hashes
         bound = None
         for scorer, _ in self.scorers:
             if isinstance(scorer, AffinityScorer):  # the same read the scorer makes
-                bound = scorer.affinity.backend_of(call.program_key, now_s)
+                bound = scorer.affinity.backend_of(call.facts.program, now_s)
         if hashes:
             index.purge_stale(now_s)
             levels = index.match_levels(hashes)
@@ -202,7 +203,7 @@ class PrefixPruning:
 
     def _decide(
         self,
-        call: Call,
+        call: CallEntry,
         views: list[BackendView],
         picked: dict[str, int],
         bound: str | None,
@@ -222,7 +223,7 @@ class PrefixPruning:
                 if hashes:
                     value = cost.prefill_s(call, matched, shared)
                 else:  # PrefixCostScorer.costs without a chain
-                    value = cost.prefill_s_per_token * max(0, call.prompt_tokens)
+                    value = cost.prefill_s_per_token * max(0, call.facts.prompt_tokens)
                 prefill_of[matched] = value
             return value
 

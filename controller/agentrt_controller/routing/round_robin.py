@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = ["RoundRobinRouter"]
 
@@ -19,13 +20,13 @@ class RoundRobinRouter:
     def __init__(self) -> None:
         self._next = 0
 
-    def route(self, call: Call, candidates: Sequence[BackendView], now_s: float) -> str:
+    def route(self, call: CallEntry, candidates: Sequence[BackendView], now_s: float) -> str:
         ordered = sorted(candidates, key=lambda b: b.backend_id)
         choice = ordered[self._next % len(ordered)]
         self._next += 1
         return choice.backend_id
 
-    def on_finish(self, call: Call, backend_id: str, now_s: float) -> None:
+    def on_finish(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         return None
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:

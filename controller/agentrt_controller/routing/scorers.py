@@ -15,7 +15,8 @@ from agentrt_controller.routing.affinity import ProgramAffinity
 from agentrt_controller.routing.api import backend_load
 from agentrt_controller.routing.kv_index import ExactPrefixIndex
 from agentrt_controller.routing.prefix_index import PrefixIndex
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = [
     "AffinityScorer",
@@ -38,7 +39,7 @@ class LoadScorer:
     """Fewer outstanding calls is better: ``(min_load + 1) / (load + 1)`` with ``load`` =
     in-flight + scraped waiting (:func:`~agentrt_controller.routing.api.backend_load`)."""
 
-    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+    def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         loads = [backend_load(b) for b in backends]
         best = min(loads)
         return [(best + 1) / (load + 1) for load in loads]
@@ -50,19 +51,19 @@ class AffinityScorer:
     def __init__(self, affinity: ProgramAffinity) -> None:
         self.affinity = affinity
 
-    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
-        bound = self.affinity.backend_of(call.program_key, now_s)
+    def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
+        bound = self.affinity.backend_of(call.facts.program, now_s)
         return [1.0 if b.backend_id == bound else 0.0 for b in backends]
 
 
-def cached_prompt_tokens(call: Call, matched: int) -> int:
+def cached_prompt_tokens(call: CallEntry, matched: int) -> int:
     """Prompt tokens a backend holding ``matched`` leading chain elements would serve from
     cache: the matched share of the chain times the prompt length (exact for token blocks up
     to the trailing partial block; an estimate for message-boundary chains)."""
-    count = len(call.block_hashes)
+    count = len(call.facts.block_hashes)
     if count == 0 or matched <= 0:
         return 0
-    return min(call.prompt_tokens, round(matched * call.prompt_tokens / count))
+    return min(call.facts.prompt_tokens, round(matched * call.facts.prompt_tokens / count))
 
 
 class PrefixCostScorer:
@@ -81,7 +82,7 @@ class PrefixCostScorer:
     new call there, in prefill-seconds (docs/routing.md discusses its choice).
 
     ``exact``: the index fed by vLLM's KV events (:meth:`exact_costs`). For a backend it is
-    synced for, and a call with a token chain (``Call.token_block_hashes``), the cached tokens
+    synced for, and a call with a token chain (``CallFacts.token_block_hashes``), the cached tokens
     are exact — matched blocks × block size — instead of the estimate's share of the prompt;
     elsewhere the estimate stands (:attr:`lookups` counts both).
     """
@@ -105,12 +106,12 @@ class PrefixCostScorer:
         if self.shared_weight > 1:
             raise ConfigError(f"shared_weight must be in [0, 1], got {shared_weight!r}")
 
-    def costs(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+    def costs(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         """``cost_b`` per backend (seconds), aligned with ``backends``."""
-        hashes = call.block_hashes
+        hashes = call.facts.block_hashes
         a, q = self.prefill_s_per_token, self.queued_s_per_call
         if not hashes:  # nothing to match: the prompt is uncached everywhere
-            return [a * max(0, call.prompt_tokens) + q * backend_load(b) for b in backends]
+            return [a * max(0, call.facts.prompt_tokens) + q * backend_load(b) for b in backends]
         shared = self.shared_of(call)
         matches = self.index.match_all([b.backend_id for b in backends], hashes, now_s)
         # The prefill part depends on the backend only through its match, and most backends
@@ -124,45 +125,49 @@ class PrefixCostScorer:
             out.append(prefill + q * (b.in_flight + (b.num_waiting or 0)))
         return out
 
-    def shared_of(self, call: Call) -> tuple[int, int]:
+    def shared_of(self, call: CallEntry) -> tuple[int, int]:
         """(leading chain elements that count as shared, their prompt tokens) for a call with
         a chain (:meth:`PrefixIndex.shared_prefix`)."""
-        shared = self.index.shared_prefix(call.block_hashes)
+        shared = self.index.shared_prefix(call.facts.block_hashes)
         return shared, cached_prompt_tokens(call, shared)
 
-    def prefill_s(self, call: Call, matched: int, shared: tuple[int, int]) -> float:
+    def prefill_s(self, call: CallEntry, matched: int, shared: tuple[int, int]) -> float:
         """The prefill part of ``cost_b`` (seconds) on a backend matching ``matched`` leading
         elements of the call's chain (not empty); ``shared``: :meth:`shared_of`. Never
         grows with ``matched``. :meth:`costs` adds ``queued_s_per_call × load``."""
         shared_elements, shared_cached = shared
         cached = cached_prompt_tokens(call, matched)
         missing_shared = shared_cached - cached if shared_elements > matched else 0
-        uncached = max(0, call.prompt_tokens - cached) - (1.0 - self.shared_weight) * missing_shared
+        uncached = (
+            max(0, call.facts.prompt_tokens - cached) - (1.0 - self.shared_weight) * missing_shared
+        )
         return self.prefill_s_per_token * max(0.0, uncached)
 
-    def exact_cached(self, call: Call, backend_id: str) -> int | None:
+    def exact_cached(self, call: CallEntry, backend_id: str) -> int | None:
         """Prompt tokens cached on ``backend_id`` by its KV events; ``None`` = the exact
         index cannot say (no index, no token chain, backend unsynced)."""
-        if self.exact is None or not call.token_block_hashes:
+        if self.exact is None or not call.facts.token_block_hashes:
             return None
-        size = call.token_block_size
-        blocks = self.exact.match(backend_id, call.token_block_hashes, size)
+        size = call.facts.token_block_size
+        blocks = self.exact.match(backend_id, call.facts.token_block_hashes, size)
         if blocks is None:
             return None
-        return min(max(call.prompt_tokens, len(call.token_block_hashes) * size), blocks * size)
+        return min(
+            max(call.facts.prompt_tokens, len(call.facts.token_block_hashes) * size), blocks * size
+        )
 
     def exact_costs(
-        self, call: Call, backends: Sequence[BackendView], costs: Sequence[float]
+        self, call: CallEntry, backends: Sequence[BackendView], costs: Sequence[float]
     ) -> list[float]:
         """``costs`` (:meth:`costs`, from the estimate) with the prefill part of every backend
         the exact index answers for recomputed from its cached tokens (seconds)."""
-        if self.exact is None or not call.token_block_hashes:
+        if self.exact is None or not call.facts.token_block_hashes:
             # No backend can answer (exact_cached says None for each): skip the per-backend
             # loop, which costs every routing decision O(backends) for nothing.
             self.lookups["estimate"] += len(backends)
             return list(costs)
         out = list(costs)
-        hashes = call.block_hashes
+        hashes = call.facts.block_hashes
         shared: int | None = None
         a, relief = self.prefill_s_per_token, 1.0 - self.shared_weight
         for i, b in enumerate(backends):
@@ -174,11 +179,11 @@ class PrefixCostScorer:
             if shared is None:
                 head = self.index.shared_prefix(hashes) if hashes else 0
                 shared = cached_prompt_tokens(call, head)
-            uncached = max(0, call.prompt_tokens - cached) - relief * max(0, shared - cached)
+            uncached = max(0, call.facts.prompt_tokens - cached) - relief * max(0, shared - cached)
             out[i] = a * max(0.0, uncached) + self.queued_s_per_call * backend_load(b)
         return out
 
-    def score(self, call: Call, backends: Sequence[BackendView], now_s: float) -> list[float]:
+    def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         costs = self.exact_costs(call, backends, self.costs(call, backends, now_s))
         soft = self.soft_s
         best = min(costs) + soft

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from typing import Any
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
-from agentrt_controller.scheduling.api import BackendView, Call
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry
 
 
 class FcfsScheduler:
@@ -24,66 +24,66 @@ class FcfsScheduler:
 
     def __init__(self, table: ProcessTable | None = None) -> None:
         self.table = table if table is not None else ProcessTable()
-        self._heap: list[tuple[float, int, Call]] = []
+        self._heap: list[tuple[float, int, CallEntry]] = []
         self._seq = itertools.count()
 
-    def submit(self, call: Call, now_s: float) -> None:
-        self.table.call_arrived(call, now_s)
+    def submit(self, call: CallEntry, now_s: float) -> None:
+        self.table.call_arrived(call.facts, now_s)
         call.seq = next(self._seq)
         call.enqueued_s = now_s
         call.level_entered_s = now_s
-        heapq.heappush(self._heap, (call.arrival_s, call.seq, call))
+        heapq.heappush(self._heap, (call.facts.arrival_s, call.seq, call))
 
-    def pop(self, now_s: float) -> Call | None:
+    def pop(self, now_s: float) -> CallEntry | None:
         if not self._heap:
             return None
         _, _, call = heapq.heappop(self._heap)
         call.wait_s += now_s - call.enqueued_s
-        self.table.call_started(call, now_s)
+        self.table.call_started(call.facts, now_s)
         return call
 
-    def requeue(self, call: Call, now_s: float) -> None:
+    def requeue(self, call: CallEntry, now_s: float) -> None:
         call.enqueued_s = now_s
-        heapq.heappush(self._heap, (call.arrival_s, call.seq, call))
-        self.table.call_requeued(call, now_s)
+        heapq.heappush(self._heap, (call.facts.arrival_s, call.seq, call))
+        self.table.call_requeued(call.facts, now_s)
 
-    def cancel(self, call: Call, now_s: float) -> bool:
+    def cancel(self, call: CallEntry, now_s: float) -> bool:
         kept = [entry for entry in self._heap if entry[2] is not call]
         if len(kept) == len(self._heap):
             return False
         self._heap = kept
         heapq.heapify(self._heap)
         call.wait_s += now_s - call.enqueued_s
-        self.table.call_dropped(call, now_s)
+        self.table.call_dropped(call.facts, now_s)
         return True
 
     def queued(self) -> int:
         return len(self._heap)
 
-    def backend_priority(self, call: Call) -> int:
+    def backend_priority(self, call: CallEntry) -> int:
         return 0
 
-    def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
+    def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         call.quantum_tokens += new_tokens
 
-    def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
+    def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
         call.service_s += service_s
-        self.table.call_finished(call, service_s, now_s)
+        self.table.call_finished(call.facts, service_s, now_s)
 
-    def drop_expired(self, now_s: float) -> list[Call]:
-        expired = [entry for entry in self._heap if entry[2].deadline_s <= now_s]
+    def drop_expired(self, now_s: float) -> list[CallEntry]:
+        expired = [entry for entry in self._heap if entry[2].facts.deadline_s <= now_s]
         if expired:
-            self._heap = [entry for entry in self._heap if entry[2].deadline_s > now_s]
+            self._heap = [entry for entry in self._heap if entry[2].facts.deadline_s > now_s]
             heapq.heapify(self._heap)
         for entry in expired:
             entry[2].wait_s += now_s - entry[2].enqueued_s
-            self.table.call_dropped(entry[2], now_s)
+            self.table.call_dropped(entry[2].facts, now_s)
         return [entry[2] for entry in expired]
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         self.table.end(program, now_s)
 
-    def snapshot(self, now_s: float) -> dict[str, Any]:
+    def snapshot(self, now_s: float) -> dict[str, object]:
         calls = [entry[2] for entry in sorted(self._heap)]
         return {
             "policy": self.name,
@@ -94,11 +94,11 @@ class FcfsScheduler:
                     "length": len(calls),
                     "calls": [
                         {
-                            "call_id": c.call_id,
-                            "session_id": c.session_id,
-                            "program_id": c.program_id,
-                            "thread_id": c.thread_id,
-                            "wait_s": now_s - c.arrival_s,
+                            "call_id": c.facts.call_id,
+                            "session_id": c.facts.program.session_id,
+                            "program_id": c.facts.program.program_id,
+                            "thread_id": c.facts.thread_id,
+                            "wait_s": now_s - c.facts.arrival_s,
                         }
                         for c in calls
                     ],

@@ -2,11 +2,11 @@
 
 Both drivers use it the same way::
 
-    dispatcher.submit(call, now)                       # a call arrived
+    entry = dispatcher.submit(facts, now)              # a call arrived (its CallFacts)
     for admission in dispatcher.admit(now, backends):  # whenever something changed
         send admission.call to admission.backend_id with admission.backend_priority
-    dispatcher.on_tokens(call, n, now)                 # tokens streamed
-    dispatcher.on_finish(call, backend_id, service_s, now)
+    dispatcher.on_tokens(entry, n, now)                # tokens streamed
+    dispatcher.on_finish(entry, backend_id, service_s, now)
     dispatcher.drop_expired(now) / dispatcher.expire(now)   # periodically
 
 plus program and tool-wait events (``on_program_start``, ``on_tool_wait_start``...), which
@@ -21,7 +21,7 @@ within the TTL) skips the scheduler's order: it waits in a FIFO lane that
 :meth:`Dispatcher.admit` serves before the scheduler, whatever the scheduler is (its context is
 hot and cheap now; delaying it is what makes it expensive). The lane shares the process table,
 so the program's attained service, waiting time and critical path are kept exactly as if the
-scheduler had queued the call. A call carrying ``Call.retained_backend`` goes to that backend
+scheduler had queued the call. A call submitted with a ``retained_backend`` goes to that backend
 when it is a candidate (has room), whatever the router; otherwise the router chooses
 (failover).
 
@@ -38,14 +38,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ToolWait
 from agentrt_controller.routing.api import Router
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
-from agentrt_controller.scheduling.api import AdmissionPolicy, BackendView, Call, Scheduler
+from agentrt_controller.scheduling.api import AdmissionPolicy, BackendView, Scheduler
 from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.isolation import TenantIsolation
 from agentrt_controller.scheduling.tenancy import TenantFairScheduler, tenant_of
@@ -55,7 +55,8 @@ from agentrt_controller.scheduling.tenancy import TenantFairScheduler, tenant_of
 class Admission:
     """One decision: send ``call`` to ``backend_id`` now."""
 
-    call: Call
+    #: The admitted call (the entry :meth:`Dispatcher.submit` returned).
+    call: CallEntry
     backend_id: str
     #: Value for the backend's ``priority`` field; ``None`` when the backend must not get one.
     backend_priority: int | None
@@ -93,15 +94,23 @@ class Dispatcher:
         #: while that answer cannot change until the backend's view does (:meth:`_room_of`).
         self._asked: dict[str, tuple[BackendView, bool]] = {}
 
-    def submit(self, call: Call, now_s: float) -> None:
+    def submit(
+        self, facts: CallFacts, now_s: float, *, retained_backend: str | None = None
+    ) -> CallEntry:
+        """A call arrived: queue it and return its entry, the handle the driver passes back
+        (:meth:`on_tokens`, :meth:`on_finish`, :meth:`requeue`, :meth:`cancel`).
+        ``retained_backend``: the backend that retains the call's KV (the driver's retention
+        says so), ``None`` = not retained."""
+        call = CallEntry(facts, retained_backend=retained_backend)
         if self.isolation is not None:
             self.isolation.on_submit(tenant_of(call), now_s)
         if self.lane is not None and self._retained(call, now_s):
             call.lane = "retained"
             self.lane_total += 1
             self.lane.submit(call, now_s)
-            return
+            return call
         self.scheduler.submit(call, now_s)
+        return call
 
     def queued(self) -> int:
         """Calls waiting for admission (scheduler queues and the retained lane)."""
@@ -148,9 +157,9 @@ class Dispatcher:
                 room.remove(backend_id)
             policy = self._policy_of(call)
             priority = policy.backend_priority(call) if chosen.supports_priority else None
-            self.table.bind(call, backend_id, now_s)
+            self.table.bind(call.facts, backend_id, now_s)
             if self.isolation is not None:
-                self.isolation.on_admit(call.call_id, tenant_of(call), backend_id, now_s)
+                self.isolation.on_admit(call.facts.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
         return admissions
 
@@ -188,7 +197,7 @@ class Dispatcher:
 
     def _pop_capped(
         self, now_s: float, candidates: Sequence[BackendView]
-    ) -> tuple[Call | None, Sequence[BackendView]]:
+    ) -> tuple[CallEntry | None, Sequence[BackendView]]:
         """The tenancy scheduler's next call among the tenants some candidate allows
         (per-tenant caps), and the candidates that allow its tenant."""
         assert self._fair is not None and self.isolation is not None
@@ -223,39 +232,53 @@ class Dispatcher:
             window = min(window, backend.max_num_seqs)
         return window
 
-    def requeue(self, call: Call, now_s: float) -> None:
+    def requeue(self, call: CallEntry, now_s: float) -> None:
         """An admitted call could not be sent (its backend failed before streaming): put it
         back in its place; the next :meth:`admit` may route it elsewhere."""
         if self.isolation is not None:
-            self.isolation.on_release(call.call_id, now_s)
+            self.isolation.on_release(call.facts.call_id, now_s)
         self._policy_of(call).requeue(call, now_s)
 
-    def cancel(self, call: Call, now_s: float) -> bool:
+    def cancel(self, call: CallEntry, now_s: float) -> bool:
         """A queued call's client went away: forget it. ``False`` if it was not queued (then
         it is running: report it with :meth:`on_finish` and the service it got)."""
         return self._policy_of(call).cancel(call, now_s)
 
-    def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
+    def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         self._policy_of(call).on_tokens(call, new_tokens, now_s)
 
-    def on_finish(self, call: Call, backend_id: str, service_s: float, now_s: float) -> None:
+    def on_finish(
+        self,
+        call: CallEntry,
+        backend_id: str,
+        service_s: float,
+        now_s: float,
+        *,
+        block_hashes: tuple[int, ...] | None = None,
+    ) -> None:
+        """An admitted call finished with ``service_s`` seconds of service charged.
+        ``block_hashes``: the chain the backend now holds for the call (prompt and output),
+        when the driver knows it (the simulator): the entry's facts take it, so the router's
+        prefix index learns what the thread's next call extends; ``None`` = the prompt's."""
+        if block_hashes is not None:
+            call.facts = replace(call.facts, block_hashes=block_hashes)
         if self.isolation is not None:
-            self.isolation.on_release(call.call_id, now_s, service_s)
+            self.isolation.on_release(call.facts.call_id, now_s, service_s)
         self._policy_of(call).on_finish(call, service_s, now_s)
         self.router.on_finish(call, backend_id, now_s)
 
-    def drop_expired(self, now_s: float) -> list[Call]:
+    def drop_expired(self, now_s: float) -> list[CallEntry]:
         dropped = self.scheduler.drop_expired(now_s)
         if self.lane is not None and self.lane.queued():
             dropped += self.lane.drop_expired(now_s)
         return dropped
 
-    def _retained(self, call: Call, now_s: float) -> bool:
-        entry = self.table.get(call.program_key)
+    def _retained(self, call: CallEntry, now_s: float) -> bool:
+        entry = self.table.get(call.facts.program)
         until = entry.retained_until_s if entry is not None else None
         return until is not None and until >= now_s
 
-    def _policy_of(self, call: Call) -> Scheduler:
+    def _policy_of(self, call: CallEntry) -> Scheduler:
         """The lane for calls queued there, the scheduler for all others."""
         if self.lane is not None and call.lane == "retained":
             return self.lane
@@ -313,7 +336,7 @@ class Dispatcher:
             self.router.on_program_end(program, now_s)
         return removed
 
-    def snapshot(self, now_s: float) -> dict[str, Any]:
+    def snapshot(self, now_s: float) -> dict[str, object]:
         """JSON-able queues and process table, for introspection."""
         return {
             "scheduler": self.scheduler.snapshot(now_s),

@@ -1,8 +1,8 @@
 """Build schedulers and admission policies by name (docs/architecture.md, design rule 2: unknown
 names and bad parameters are :class:`~agentrt.errors.ConfigError`, never a silent fallback).
 
-Schedulers: ``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt`` (clairvoyant: ``oracle=True``
-only, i.e. the simulator), each optionally inside fair shares between tenants (``tenancy=``:
+Schedulers: ``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt`` (clairvoyant: only with the
+simulator's ``oracle``), each optionally inside fair shares between tenants (``tenancy=``:
 :class:`~agentrt_controller.scheduling.tenancy.TenantFairScheduler`, docs/tenancy.md).
 Admission: ``fixed`` (``window``: calls or ``None`` = unlimited) and
 ``adaptive`` (:class:`~agentrt_controller.scheduling.admission.AdaptiveWindowConfig` parameters).
@@ -20,7 +20,7 @@ from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
 from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.multilevel import AtlasScheduler, MlfqScheduler, PlasScheduler
-from agentrt_controller.scheduling.srpt import SrptScheduler
+from agentrt_controller.scheduling.srpt import SrptOracle, SrptScheduler
 from agentrt_controller.scheduling.tenancy import TenancyConfig, TenantFairScheduler
 
 __all__ = ["ADMISSION_NAMES", "SCHEDULER_NAMES", "build_admission", "build_scheduler"]
@@ -41,7 +41,7 @@ def build_scheduler(
     config: SchedulerConfig | Mapping[str, object] | None = None,
     *,
     table: ProcessTable | None = None,
-    oracle: bool = False,
+    oracle: SrptOracle | None = None,
     tenancy: TenancyConfig | Mapping[str, object] | None = None,
 ) -> Scheduler:
     """A new scheduler.
@@ -57,7 +57,8 @@ def build_scheduler(
     controller and ``agentrt bench sim`` default to); ``None`` = those defaults. ``fcfs``
     takes no parameters (a non-empty mapping is an error). ``table``: the process table to
     share (a private one when ``None``).
-    ``oracle``: the driver supplies ``Call.oracle_*`` data (simulator); required by ``srpt``.
+    ``oracle``: the simulator's true figures per call id (:data:`SrptOracle`); required by
+    ``srpt``, ``None`` everywhere else (the controller never has one).
 
     Raises :class:`ConfigError` for an unknown name, bad parameters, or ``srpt`` without
     ``oracle``.
@@ -82,7 +83,7 @@ def _build_one(
     name: str,
     config: SchedulerConfig | Mapping[str, object] | None,
     table: ProcessTable | None,
-    oracle: bool,
+    oracle: SrptOracle | None,
 ) -> Scheduler:
     key = name.strip().lower() if isinstance(name, str) else name
     if key not in SCHEDULER_NAMES:
@@ -102,12 +103,12 @@ def _build_one(
     else:
         raise ConfigError(f"scheduling config must be a table, got {type(config).__name__}")
     if key == "srpt":
-        if not oracle:
+        if oracle is None:
             raise ConfigError(
                 "srpt is clairvoyant: it needs each call's true remaining service, which only "
-                "the simulator knows (build it with oracle=True there)"
+                "the simulator knows (build it there, with the simulator's oracle)"
             )
-        return SrptScheduler(cfg, table)
+        return SrptScheduler(oracle, cfg, table)
     return _MULTILEVEL[key](cfg, table)
 
 

@@ -33,11 +33,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any
 
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ProgramEntry
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.config import SchedulerConfig, is_starving
 from agentrt_controller.scheduling.queues import LevelQueues, fcfs_key
 
@@ -72,11 +71,11 @@ class MultiLevelScheduler:
 
     # --- policy hooks ------------------------------------------------------------------------
 
-    def entry_priority_s(self, entry: ProgramEntry, call: Call) -> float:
+    def entry_priority_s(self, entry: ProgramEntry, call: CallEntry) -> float:
         """The priority (seconds of service; lower = sooner) a new call enters with."""
         raise NotImplementedError
 
-    def _queue_key(self, call: Call) -> tuple[float, ...]:
+    def _queue_key(self, call: CallEntry) -> tuple[float, ...]:
         return fcfs_key(call)
 
     def _demotes(self) -> bool:
@@ -84,8 +83,8 @@ class MultiLevelScheduler:
 
     # --- Scheduler protocol ---------------------------------------------------------------
 
-    def submit(self, call: Call, now_s: float) -> None:
-        entry = self.table.call_arrived(call, now_s)
+    def submit(self, call: CallEntry, now_s: float) -> None:
+        entry = self.table.call_arrived(call.facts, now_s)
         call.seq = next(self._seq)
         call.priority_s = self.entry_priority_s(entry, call)
         level = self.config.level_for(call.priority_s)
@@ -99,35 +98,35 @@ class MultiLevelScheduler:
         call.level_entered_s = now_s
         self._queues.push(call)
 
-    def pop(self, now_s: float) -> Call | None:
+    def pop(self, now_s: float) -> CallEntry | None:
         self.promote_starving(now_s)
         call = self._queues.pop()
         if call is None:
             return None
         call.wait_s += now_s - call.enqueued_s
-        self.table.call_started(call, now_s)
+        self.table.call_started(call.facts, now_s)
         return call
 
-    def requeue(self, call: Call, now_s: float) -> None:
+    def requeue(self, call: CallEntry, now_s: float) -> None:
         call.enqueued_s = now_s
         self._queues.push(call)  # same level and entry time: same place
-        self.table.call_requeued(call, now_s)
+        self.table.call_requeued(call.facts, now_s)
 
-    def cancel(self, call: Call, now_s: float) -> bool:
+    def cancel(self, call: CallEntry, now_s: float) -> bool:
         if not self._queues.remove(call):
             return False
         call.wait_s += now_s - call.enqueued_s
-        self.table.call_dropped(call, now_s)
+        self.table.call_dropped(call.facts, now_s)
         return True
 
     def queued(self) -> int:
         return len(self._queues)
 
-    def backend_priority(self, call: Call) -> int:
+    def backend_priority(self, call: CallEntry) -> int:
         """The call's queue index: 0 for Q1, K-1 for QK. vLLM runs lower values first."""
         return call.level
 
-    def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
+    def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         """Count streamed tokens against the quantum; demote one level per used-up quantum
         (a running call: accounting only, see the module docstring)."""
         call.quantum_tokens += new_tokens
@@ -144,15 +143,15 @@ class MultiLevelScheduler:
         if demoted and call in self._queues:
             self._queues.push(call)
 
-    def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
+    def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
         call.service_s += service_s
-        self.table.call_finished(call, service_s, now_s)
+        self.table.call_finished(call.facts, service_s, now_s)
 
-    def drop_expired(self, now_s: float) -> list[Call]:
+    def drop_expired(self, now_s: float) -> list[CallEntry]:
         dropped = self._queues.drop_expired(now_s)
         for call in dropped:
             call.wait_s += now_s - call.enqueued_s
-            self.table.call_dropped(call, now_s)
+            self.table.call_dropped(call.facts, now_s)
         self.dropped_total += len(dropped)
         return dropped
 
@@ -161,7 +160,7 @@ class MultiLevelScheduler:
 
     # --- anti-starvation ----------------------------------------------------------------------
 
-    def promote_starving(self, now_s: float) -> list[Call]:
+    def promote_starving(self, now_s: float) -> list[CallEntry]:
         """Move starving queued calls (below Q1) to the tail of Q1; returns them.
 
         Autellix's anti-starvation rule: with ``W_program`` the program's finished waiting
@@ -178,9 +177,9 @@ class MultiLevelScheduler:
         if now_s - self._last_sweep_s < self.config.starvation_check_interval_s:
             return []
         self._last_sweep_s = now_s
-        promoted: list[Call] = []
+        promoted: list[CallEntry] = []
         for call in self._queues.calls(min_level=1):
-            entry = self.table.get(call.program_key)
+            entry = self.table.get(call.facts.program)
             program_wait = entry.waiting_s if entry is not None else 0.0
             program_service = entry.attained_service_s if entry is not None else 0.0
             call_wait = call.wait_s + (now_s - call.enqueued_s)
@@ -204,7 +203,7 @@ class MultiLevelScheduler:
         """Queued calls per level (for metrics)."""
         return self._queues.lengths()
 
-    def snapshot(self, now_s: float, limit: int = 200) -> dict[str, Any]:
+    def snapshot(self, now_s: float, limit: int = 200) -> dict[str, object]:
         """JSON-able queues: per level its range, quantum, length and up to ``limit`` calls
         in pop order."""
         bounds = (0.0, *self.config.boundaries_s, math.inf)
@@ -234,15 +233,15 @@ class MultiLevelScheduler:
         }
 
 
-def _call_json(call: Call, now_s: float) -> dict[str, Any]:
+def _call_json(call: CallEntry, now_s: float) -> dict[str, object]:
     return {
-        "call_id": call.call_id,
-        "session_id": call.session_id,
-        "program_id": call.program_id,
-        "thread_id": call.thread_id,
+        "call_id": call.facts.call_id,
+        "session_id": call.facts.program.session_id,
+        "program_id": call.facts.program.program_id,
+        "thread_id": call.facts.thread_id,
         "priority_s": call.priority_s,
         "wait_s": call.wait_s + (now_s - call.enqueued_s),
-        "deadline_s": None if math.isinf(call.deadline_s) else call.deadline_s,
+        "deadline_s": None if math.isinf(call.facts.deadline_s) else call.facts.deadline_s,
         "promotions": call.promotions,
     }
 
@@ -252,7 +251,7 @@ class MlfqScheduler(MultiLevelScheduler):
 
     name = "mlfq"
 
-    def entry_priority_s(self, entry: ProgramEntry, call: Call) -> float:
+    def entry_priority_s(self, entry: ProgramEntry, call: CallEntry) -> float:
         return 0.0
 
 
@@ -262,7 +261,7 @@ class PlasScheduler(MultiLevelScheduler):
 
     name = "plas"
 
-    def entry_priority_s(self, entry: ProgramEntry, call: Call) -> float:
+    def entry_priority_s(self, entry: ProgramEntry, call: CallEntry) -> float:
         return entry.attained_service_s
 
 
@@ -272,5 +271,5 @@ class AtlasScheduler(MultiLevelScheduler):
 
     name = "atlas"
 
-    def entry_priority_s(self, entry: ProgramEntry, call: Call) -> float:
+    def entry_priority_s(self, entry: ProgramEntry, call: CallEntry) -> float:
         return entry.critical_path_s

@@ -25,9 +25,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from agentrt_controller.scheduling.api import Call, Scheduler
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.scheduling.api import Scheduler
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.factory import build_scheduler
+from agentrt_controller.scheduling.srpt import OracleBook, OracleFigures
 
 __all__ = [
     "FIG2_PROGRAMS",
@@ -82,33 +85,37 @@ def replay_chains(
     *,
     slots: int = 2,
     preemptive: bool = False,
+    oracle: OracleBook | None = None,
 ) -> ReplayResult:
-    """Run chain ``programs`` (name -> call durations in steps) through ``scheduler``."""
+    """Run chain ``programs`` (name -> call durations in steps) through ``scheduler``.
+    ``oracle``: the one ``scheduler`` was built with (SRPT), filled here; ``None`` = none."""
+    oracle = oracle if oracle is not None else OracleBook()
     names = sorted(programs)
+    keys = {p: ProgramKey.untagged(p) for p in names}
     remaining_work = {p: sum(programs[p]) for p in names}
     progress: dict[str, int] = {}
     released: dict[str, int] = {}
     waits: dict[str, int] = {}
     finish: dict[str, int] = {}
-    running: list[Call] = []
+    running: list[CallEntry] = []
     #: call id -> the call's position in its program's chain.
     index_of: dict[str, int] = {}
 
     def release(program: str, index: int, now: int) -> None:
         duration = programs[program][index]
-        call = Call(
-            call_id=f"{program}{index + 1}",
-            program_id=program,
-            node_id=f"{program}{index + 1}",
+        call_id = f"{program}{index + 1}"
+        facts = CallFacts(
+            call_id=call_id,
+            program=keys[program],
+            node_id=call_id,
             arrival_s=float(now),
             max_tokens=duration,
-            oracle_service_s=float(duration),
-            oracle_program_remaining_s=float(remaining_work[program]),
         )
-        index_of[call.call_id] = index
-        progress[call.call_id] = 0
-        released[call.call_id] = now
-        scheduler.submit(call, float(now))
+        oracle.figures[call_id] = OracleFigures(float(duration), float(remaining_work[program]))
+        index_of[call_id] = index
+        progress[call_id] = 0
+        released[call_id] = now
+        scheduler.submit(CallEntry(facts), float(now))
 
     now = 0
     for program in names:
@@ -120,26 +127,28 @@ def replay_chains(
                 break
             running.append(call_or_none)
         if preemptive:
-            running = _preempt(scheduler, running, remaining_work, float(now))
+            running = _preempt(scheduler, running, remaining_work, float(now), oracle)
         now += 1
-        done: list[Call] = []
+        done: list[CallEntry] = []
         for call in running:
-            progress[call.call_id] += 1
-            remaining_work[call.program_id] -= 1
+            call_id, program = call.facts.call_id, call.facts.program.program_id
+            progress[call_id] += 1
+            remaining_work[program] -= 1
             scheduler.on_tokens(call, 1, float(now))
-            if progress[call.call_id] == programs[call.program_id][index_of[call.call_id]]:
+            if progress[call_id] == programs[program][index_of[call_id]]:
                 done.append(call)
         running = [c for c in running if c not in done]
-        for call in sorted(done, key=lambda c: c.program_id):
-            duration = progress[call.call_id]
+        for call in sorted(done, key=lambda c: c.facts.program.program_id):
+            call_id, program = call.facts.call_id, call.facts.program.program_id
+            duration = progress[call_id]
             scheduler.on_finish(call, float(duration), float(now))
-            waits[call.call_id] = now - released[call.call_id] - duration
-            index = index_of[call.call_id] + 1
-            if index < len(programs[call.program_id]):
-                release(call.program_id, index, now)
+            waits[call_id] = now - released[call_id] - duration
+            index = index_of[call_id] + 1
+            if index < len(programs[program]):
+                release(program, index, now)
             else:
-                finish[call.program_id] = now
-                scheduler.on_program_end(call.program_key, float(now))
+                finish[program] = now
+                scheduler.on_program_end(call.facts.program, float(now))
     return ReplayResult(
         policy=scheduler.name,
         preemptive=preemptive,
@@ -150,19 +159,30 @@ def replay_chains(
 
 
 def _preempt(
-    scheduler: Scheduler, running: list[Call], remaining_work: Mapping[str, int], now_s: float
-) -> list[Call]:
+    scheduler: Scheduler,
+    running: list[CallEntry],
+    remaining_work: Mapping[str, int],
+    now_s: float,
+    oracle: OracleBook,
+) -> list[CallEntry]:
     """Engine-side preemption before a step: while the head of the queues is in a strictly
     better level than the worst running call, swap them (ties keep the running call, as a
     priority-scheduling engine does). Uses only ``pop`` and ``requeue``."""
+    figures = oracle.figures
     for call in running:
-        call.oracle_program_remaining_s = float(remaining_work[call.program_id])
+        own = figures[call.facts.call_id].service_s
+        remaining = float(remaining_work[call.facts.program.program_id])
+        figures[call.facts.call_id] = OracleFigures(own, remaining)
+
+    def rank(call: CallEntry) -> tuple[float, ...]:
+        return _rank(scheduler, call, oracle)
+
     while running:
         candidate = scheduler.pop(now_s)
         if candidate is None:
             break
-        worst = max(running, key=lambda c: (_rank(scheduler, c), c.seq))
-        if _rank(scheduler, candidate) >= _rank(scheduler, worst):
+        worst = max(running, key=lambda c: (rank(c), c.seq))
+        if rank(candidate) >= rank(worst):
             scheduler.requeue(candidate, now_s)
             break
         running.remove(worst)
@@ -171,10 +191,12 @@ def _preempt(
     return running
 
 
-def _rank(scheduler: Scheduler, call: Call) -> tuple[float, ...]:
+def _rank(scheduler: Scheduler, call: CallEntry, oracle: OracleBook) -> tuple[float, ...]:
     # SRPT compares remaining work; every other policy compares queue levels.
     if scheduler.name == "srpt":
-        return (call.oracle_program_remaining_s or 0.0,)
+        figures = oracle(call.facts.call_id)
+        remaining = figures.program_remaining_s if figures is not None else None
+        return (remaining or 0.0,)
     return (float(call.level),)
 
 
@@ -189,8 +211,9 @@ def fig2(policy: str, *, preemptive: bool = False) -> ReplayResult:
     config = (
         None if policy == "fcfs" else (unit_config(longest) if preemptive else SchedulerConfig())
     )
-    scheduler = build_scheduler(policy, config, oracle=True)
-    return replay_chains(FIG2_PROGRAMS, scheduler, slots=2, preemptive=preemptive)
+    oracle = OracleBook()
+    scheduler = build_scheduler(policy, config, oracle=oracle)
+    return replay_chains(FIG2_PROGRAMS, scheduler, slots=2, preemptive=preemptive, oracle=oracle)
 
 
 def fig2_report(

@@ -26,7 +26,7 @@ sends untagged calls, each a one-call program) puts every call ahead of every lo
   are calls of their tenant like any other, so rotating ids only reorders the rotating tenant's
   own calls.
 
-The tenant of a call is ``call.program_key.tenant`` (``None`` = the default tenant, scheduled
+The tenant of a call is ``call.facts.program.tenant`` (``None`` = the default tenant, scheduled
 and weighted under the name :data:`DEFAULT_TENANT`). With one tenant the pop order is exactly
 the inner policy's. Tenants are kept for the scheduler's life (they come from the controller's
 tenant file, a bounded set).
@@ -75,7 +75,8 @@ from agentrt.errors import ConfigError
 from agentrt_controller.config_check import SECTION, check_fields, parse_section
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
-from agentrt_controller.scheduling.api import Call, Scheduler
+from agentrt_controller.scheduling.api import Scheduler
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.isolation import IsolationConfig, TenantIsolation
 
@@ -86,9 +87,9 @@ __all__ = ["DEFAULT_TENANT", "TenancyConfig", "TenantFairScheduler", "tenant_of"
 DEFAULT_TENANT = "default"
 
 
-def tenant_of(call: Call) -> str:
+def tenant_of(call: CallEntry) -> str:
     """The tenant a call is scheduled and charged under."""
-    tenant = call.program_key.tenant
+    tenant = call.facts.program.tenant
     return DEFAULT_TENANT if tenant is None else tenant
 
 
@@ -221,7 +222,7 @@ class TenantFairScheduler:
 
     # --- Scheduler protocol -----------------------------------------------------------------
 
-    def submit(self, call: Call, now_s: float) -> None:
+    def submit(self, call: CallEntry, now_s: float) -> None:
         tenant = self._tenant(tenant_of(call))
         if tenant.inner.queued() == 0:  # becomes backlogged: no banked credit
             tenant.virtual_s = max(tenant.virtual_s, self._activation_floor_s())
@@ -238,7 +239,7 @@ class TenantFairScheduler:
         """Calls queued per tenant with any, in the order the tenants were first seen."""
         return {name: n for name, t in self._tenants.items() if (n := t.inner.queued())}
 
-    def pop(self, now_s: float, *, exclude: Collection[str] = ()) -> Call | None:
+    def pop(self, now_s: float, *, exclude: Collection[str] = ()) -> CallEntry | None:
         """The protocol's ``pop``; ``exclude``: tenants not to pop from now (the
         Dispatcher's held tenants, :mod:`~agentrt_controller.scheduling.isolation`)."""
         backlogged = [
@@ -252,33 +253,33 @@ class TenantFairScheduler:
             return None
         self.system_virtual_s = max(self.system_virtual_s, tenant.virtual_s)
         estimate = self._estimate_s(tenant)
-        tenant.in_flight[call.call_id] = estimate
-        tenant.start_tags[call.call_id] = tenant.virtual_s
+        tenant.in_flight[call.facts.call_id] = estimate
+        tenant.start_tags[call.facts.call_id] = tenant.virtual_s
         tenant.virtual_s += estimate / tenant.weight
         return call
 
-    def requeue(self, call: Call, now_s: float) -> None:
+    def requeue(self, call: CallEntry, now_s: float) -> None:
         tenant = self._tenant(tenant_of(call))
-        estimate = tenant.in_flight.pop(call.call_id, None)
-        tenant.start_tags.pop(call.call_id, None)
+        estimate = tenant.in_flight.pop(call.facts.call_id, None)
+        tenant.start_tags.pop(call.facts.call_id, None)
         if estimate is not None:  # not admitted after all: take the estimate back
             tenant.virtual_s -= estimate / tenant.weight
         tenant.inner.requeue(call, now_s)
 
-    def cancel(self, call: Call, now_s: float) -> bool:
+    def cancel(self, call: CallEntry, now_s: float) -> bool:
         tenant = self._tenants.get(tenant_of(call))
         return tenant is not None and tenant.inner.cancel(call, now_s)
 
     def queued(self) -> int:
         return sum(t.inner.queued() for t in self._tenants.values())
 
-    def backend_priority(self, call: Call) -> int:
+    def backend_priority(self, call: CallEntry) -> int:
         """``rank x K + inner priority`` (module docstring): ``rank`` counts the other active
         tenants (calls queued or in flight) whose virtual time is below the call's start tag
         (its tenant's virtual time when it was popped, before its own estimate)."""
         tenant = self._tenant(tenant_of(call))
         inner = tenant.inner.backend_priority(call)
-        mine = (tenant.start_tags.get(call.call_id, tenant.virtual_s), tenant.order)
+        mine = (tenant.start_tags.get(call.facts.call_id, tenant.virtual_s), tenant.order)
         rank = sum(
             1
             for other in self._tenants.values()
@@ -290,20 +291,20 @@ class TenantFairScheduler:
         levels = config.levels if isinstance(config, SchedulerConfig) else 1
         return rank * levels + inner
 
-    def on_tokens(self, call: Call, new_tokens: int, now_s: float) -> None:
+    def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         self._tenant(tenant_of(call)).inner.on_tokens(call, new_tokens, now_s)
 
-    def on_finish(self, call: Call, service_s: float, now_s: float) -> None:
+    def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
         tenant = self._tenant(tenant_of(call))
-        estimate = tenant.in_flight.pop(call.call_id, 0.0)
-        tenant.start_tags.pop(call.call_id, None)
+        estimate = tenant.in_flight.pop(call.facts.call_id, 0.0)
+        tenant.start_tags.pop(call.facts.call_id, None)
         tenant.virtual_s += (service_s - estimate) / tenant.weight
         tenant.charged_s += service_s
         tenant.finished_calls += 1
         tenant.inner.on_finish(call, service_s, now_s)
 
-    def drop_expired(self, now_s: float) -> list[Call]:
-        dropped: list[Call] = []
+    def drop_expired(self, now_s: float) -> list[CallEntry]:
+        dropped: list[CallEntry] = []
         for tenant in self._tenants.values():
             if tenant.inner.queued():
                 dropped += tenant.inner.drop_expired(now_s)
@@ -327,19 +328,25 @@ class TenantFairScheduler:
             name: (t.charged_s / total if total > 0 else 0.0) for name, t in self._tenants.items()
         }
 
-    def snapshot(self, now_s: float) -> dict[str, Any]:
+    def snapshot(self, now_s: float) -> dict[str, object]:
         """The inner policies' queues merged by level (each call tagged with its tenant) and,
         under ``tenancy``, each tenant's weight, virtual time, charged and in-flight service,
         share of charged service and queued / in-flight calls."""
         shares = self.tenant_shares()
-        levels: dict[int, dict[str, Any]] = {}
+        # Per level: the first inner queue's view, the summed length, the tenant-tagged calls.
+        levels: dict[int, dict[str, object]] = {}
+        lengths: dict[int, int] = {}
+        calls: dict[int, list[object]] = {}
         tenants = []
         for name, tenant in self._tenants.items():
-            inner = tenant.inner.snapshot(now_s)
-            for queue in inner.get("queues", []):
-                merged = levels.setdefault(int(queue["level"]), {**queue, "length": 0, "calls": []})
-                merged["length"] += int(queue.get("length", 0))
-                merged["calls"] += [{**c, "tenant": name} for c in queue.get("calls", [])]
+            queues = tenant.inner.snapshot(now_s).get("queues")
+            for queue in queues if isinstance(queues, list) else []:
+                level = int(queue["level"])
+                levels.setdefault(level, queue)
+                lengths[level] = lengths.get(level, 0) + int(queue.get("length", 0))
+                calls.setdefault(level, []).extend(
+                    {**c, "tenant": name} for c in queue.get("calls", [])
+                )
             tenants.append(
                 {
                     "tenant": name,
@@ -357,6 +364,9 @@ class TenantFairScheduler:
             "policy": self.name,
             "inner_policy": self.inner_name,
             "queued": self.queued(),
-            "queues": [levels[level] for level in sorted(levels)],
+            "queues": [
+                {**levels[level], "length": lengths[level], "calls": calls[level]}
+                for level in sorted(levels)
+            ],
             "tenancy": {"system_virtual_s": self.system_virtual_s, "tenants": tenants},
         }

@@ -11,7 +11,7 @@ runs on the event loop's thread. A call's life here::
                                           backend (in flight)
     await admitted(pending) -> Admission  the verdict (or DeadlinePassed, or NoBackend)
     requeue(pending, backend_id, ...)     its backend could not answer: back in the queues
-    finish(call, backend_id, service_s)   in-flight released, service charged, loop woken
+    finish(entry, backend_id, service_s)  in-flight released, service charged, loop woken
 
 A call's deadline is enforced in one place, :meth:`expire` (with
 :class:`~agentrt_controller.service.core.deadlines.Deadlines`, which wakes it at the earliest
@@ -28,7 +28,7 @@ from typing import Any
 
 import anyio
 
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
 from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.clock import Clock
@@ -45,7 +45,8 @@ __all__ = ["CallQueue", "Forwarded", "PendingCall"]
 class PendingCall:
     """One call between its arrival and its finish (holds the prompt: not in its repr)."""
 
-    call: Call
+    #: The call's facts (final once submitted: the token chain is added before).
+    call: CallFacts
     #: The request body (the prompt; retention remembers it for the thread's next wait).
     body: Mapping[str, Any] = field(default_factory=dict, repr=False)
     #: The call carried agentrt tags; an untagged call is a program of its own.
@@ -58,6 +59,17 @@ class PendingCall:
     decided: anyio.Event = field(default_factory=anyio.Event, repr=False)
     admission: Admission | None = None
     error: ServiceError | None = None
+    #: The backend retaining the call's thread context (retention's word when the call
+    #: arrived), given to the Dispatcher at submission; ``None`` = not retained.
+    retained_backend: str | None = None
+    #: The Dispatcher's entry for the call, once submitted (the handle for its events).
+    entry: CallEntry | None = None
+
+    def submitted(self) -> CallEntry:
+        """:attr:`entry`; raises :class:`RuntimeError` before :meth:`CallQueue.submit`."""
+        if self.entry is None:
+            raise RuntimeError(f"call {self.call.call_id} was never submitted")
+        return self.entry
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +125,7 @@ class CallQueue:
         dropped: set[str] = set()
         for call in self.dispatcher.drop_expired(now):
             self.metrics.deadline_drops.inc()
-            dropped.add(call.call_id)
+            dropped.add(call.facts.call_id)
             self._reject(call, DeadlinePassed("the call's deadline passed while it was queued"))
         self.deadlines.cancel_due(now, dropped=dropped)
 
@@ -129,7 +141,7 @@ class CallQueue:
             return
         for admission in self.dispatcher.admit(now, self.pool.views()):
             self.pool.acquire(admission.backend_id)
-            pending = self._queued.pop(admission.call.call_id, None)
+            pending = self._queued.pop(admission.call.facts.call_id, None)
             if pending is None:  # its client left between cancel and this round
                 self.finish(admission.call, admission.backend_id, 0.0)
                 continue
@@ -151,7 +163,9 @@ class CallQueue:
                 code="overloaded",
             )
         self._queued[pending.call.call_id] = pending
-        self.dispatcher.submit(pending.call, self.clock())
+        pending.entry = self.dispatcher.submit(
+            pending.call, self.clock(), retained_backend=pending.retained_backend
+        )
         self._wake()
 
     async def admitted(self, pending: PendingCall) -> Admission:
@@ -159,12 +173,11 @@ class CallQueue:
         dropped it, :class:`NoBackend` when every backend went down. If the waiting task is
         cancelled (client gone, deadline), the call leaves the queues — or, if it was just
         admitted, its slot is released."""
-        call = pending.call
         try:
             await pending.decided.wait()
         except BaseException:
             if pending.admission is not None:
-                self.finish(call, pending.admission.backend_id, 0.0)
+                self.finish(pending.admission.call, pending.admission.backend_id, 0.0)
             else:
                 self._cancel(pending, self.clock())
             raise
@@ -180,7 +193,7 @@ class CallQueue:
         client: put it back in the queues at its old place. The failure counts against the
         backend's circuit; ``backend_down`` trips it (out of routing at once). Raises
         :class:`NoBackend` (the call finished) when no backend is left."""
-        call = pending.call
+        entry = pending.submitted()
         now = self.clock()
         self.metrics.backend_failures.inc(1.0, backend_id)
         if backend_down:
@@ -189,23 +202,23 @@ class CallQueue:
             self.pool.record_outcome(backend_id, False, reason or "no answer")
         self.pool.release(backend_id)
         if not self.pool.any_healthy():
-            self.dispatcher.on_finish(call, backend_id, 0.0, now)
+            self.dispatcher.on_finish(entry, backend_id, 0.0, now)
             raise self.no_backend()
         pending.admission = None
         pending.decided = anyio.Event()
-        self._queued[call.call_id] = pending
-        self.dispatcher.requeue(call, now)
+        self._queued[pending.call.call_id] = pending
+        self.dispatcher.requeue(entry, now)
         self.metrics.retries.inc(1.0, backend_id)
         self._wake()
 
-    def tokens(self, call: Call, new_tokens: int) -> None:
+    def tokens(self, call: CallEntry, new_tokens: int) -> None:
         """Output tokens streamed for an admitted call (quantum accounting)."""
         if new_tokens:
             self.dispatcher.on_tokens(call, new_tokens, self.clock())
 
     def finish(
         self,
-        call: Call,
+        call: CallEntry,
         backend_id: str,
         service_s: float,
         *,
@@ -235,10 +248,10 @@ class CallQueue:
 
     def _cancel(self, pending: PendingCall, now: float) -> None:
         if self._queued.pop(pending.call.call_id, None) is not None:
-            self.dispatcher.cancel(pending.call, now)
+            self.dispatcher.cancel(pending.submitted(), now)
 
-    def _reject(self, call: Call, error: ServiceError) -> None:
-        pending = self._queued.pop(call.call_id, None)
+    def _reject(self, call: CallEntry, error: ServiceError) -> None:
+        pending = self._queued.pop(call.facts.call_id, None)
         if pending is not None and not pending.decided.is_set():
             pending.error = error
             pending.decided.set()

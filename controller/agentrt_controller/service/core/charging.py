@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentrt_controller.cost_model import CostFunction
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallFacts
 
 __all__ = ["Charge", "Charger", "Usage"]
 
@@ -79,7 +79,7 @@ class Charger:
     def __init__(self, cost: CostFunction) -> None:
         self._cost = cost
 
-    def charge(self, usage: Usage, call: Call) -> Charge:
+    def charge(self, usage: Usage, call: CallFacts) -> Charge:
         prompt = usage.prompt_tokens if usage.prompt_tokens is not None else call.prompt_tokens
         cached = min(usage.cached_tokens or 0, prompt)
         output = usage.completion_tokens

@@ -1,6 +1,6 @@
 """The one place the controller enforces a call's deadline.
 
-A call carries one absolute deadline on the core's clock (``Call.deadline_s``, seconds;
+A call carries one absolute deadline on the core's clock (``CallFacts.deadline_s``, seconds;
 ``math.inf`` = none), set once when the call is parsed. While the call's exchange runs it is
 *watched* here (:meth:`Deadlines.watch`); one loop (:meth:`Deadlines.run`) sleeps on the core's
 :data:`~agentrt_controller.service.core.clock.Clock` until the earliest deadline of the watched
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import anyio
 from anyio.abc import TaskStatus
 
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.service.core.clock import Clock, sleep_until
 from agentrt_controller.service.errors import DeadlinePassed
 
@@ -41,7 +41,7 @@ __all__ = ["Deadlines"]
 class _Watch:
     """One watched exchange."""
 
-    call: Call
+    call: CallFacts
     scope: anyio.CancelScope = field(repr=False)
     #: The exchange is still running (its block has not been left).
     open: bool = True
@@ -65,7 +65,7 @@ class Deadlines:
         self._sleeping_until = math.inf
 
     @contextlib.contextmanager
-    def watch(self, call: Call) -> Iterator[None]:
+    def watch(self, call: CallFacts) -> Iterator[None]:
         """Run the block under ``call.deadline_s``: when the deadline passes before the block
         is left, the block is cancelled and :class:`DeadlinePassed` (504) raised here. A call
         without a deadline runs unwatched."""

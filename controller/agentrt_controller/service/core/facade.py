@@ -49,6 +49,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -72,7 +73,7 @@ from agentrt_controller.backends.api import (
 from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.answer import BackendAnswer
@@ -160,7 +161,7 @@ class ControllerCore:
         )
         self.charger = Charger(cost if cost is not None else cost_model.service_s)
         self.retry = RetryPolicy(config.max_retries)
-        #: Fill ``Call.block_hashes`` (message-boundary chains) for a prefix-aware router.
+        #: Fill ``CallFacts.block_hashes`` (message-boundary chains) for a prefix-aware router.
         self._hashes = uses_block_hashes(self.dispatcher.router)
         #: vLLM's KV events for the exact prefix index (backends with ``kv_events``); ``None``
         #: = none configured (the estimate alone).
@@ -254,22 +255,26 @@ class ControllerCore:
         return self.pool.known_model_ids()
 
     def accept(
-        self, call: Call, body: Mapping[str, Any], *, tagged: bool, tenant: Tenant | None = None
+        self,
+        call: CallFacts,
+        body: Mapping[str, Any],
+        *,
+        tagged: bool,
+        tenant: Tenant | None = None,
     ) -> PendingCall:
-        """A parsed generation request of ``tenant`` (``call.tenant`` is its name): check the
-        program quotas (:class:`QuotaExceeded` 429, :class:`TableFull` 503), then fill what
-        the router and retention need (block hashes — salted by the body's ``cache_salt`` —
-        and the retained backend of a thread back from its tool)."""
+        """A parsed generation request of ``tenant`` (``call.program.tenant`` is its name):
+        check the program quotas (:class:`QuotaExceeded` 429, :class:`TableFull` 503), then
+        add what the router and retention need (block hashes — salted by the body's
+        ``cache_salt`` — and the retained backend of a thread back from its tool)."""
         if tenant is not None:
-            self._check_program(call.program_key, tenant)
+            self._check_program(call.program, tenant)
             self.metrics.tenant_calls.inc(1.0, tenant.name)
         if self._hashes:
-            call.block_hashes = request_block_hashes(body)
+            call = replace(call, block_hashes=request_block_hashes(body))
+        retained = None
         if tagged and self.retention is not None:
             retained = self.retention.on_call(call)
-            if retained is not None:
-                call.retained_backend = retained
-        return PendingCall(call, body, tagged, tenant=tenant)
+        return PendingCall(call, body, tagged, tenant=tenant, retained_backend=retained)
 
     def _check_program(self, key: ProgramKey, tenant: Tenant) -> None:
         if self.tenants.open:
@@ -318,7 +323,7 @@ class ControllerCore:
                 raise
             pending.quota_entered = True
         if self.kv_events is not None and not call.token_block_hashes:
-            await self.kv_events.fill_token_chain(call, pending.body)
+            call = pending.call = await self.kv_events.fill_token_chain(call, pending.body)
         self.calls.submit(pending)
         retries = 0
         while True:
@@ -345,14 +350,16 @@ class ControllerCore:
             except BackendError as exc:
                 failure = exc
                 if not self.retry.retryable(failure):
-                    self.calls.finish(call, backend_id, 0.0, ok=False, reason=str(failure))
+                    self.calls.finish(
+                        admission.call, backend_id, 0.0, ok=False, reason=str(failure)
+                    )
                     raise UpstreamFailed(str(failure)) from failure
             except BaseException:
-                self.calls.finish(call, backend_id, 0.0)
+                self.calls.finish(admission.call, backend_id, 0.0)
                 raise
             _log.info("call %s: %s", call.call_id, failure)
             if not self.retry.may_retry(retries):
-                self.calls.finish(call, backend_id, 0.0, ok=False, reason=str(failure))
+                self.calls.finish(admission.call, backend_id, 0.0, ok=False, reason=str(failure))
                 raise UpstreamFailed(f"no backend could answer: {failure}") from failure
             retries += 1
             down = self.retry.proves_down(failure)
@@ -360,11 +367,11 @@ class ControllerCore:
                 try:
                     down = not await self.pool.check(backend_id)
                 except BaseException:
-                    self.calls.finish(call, backend_id, 0.0)
+                    self.calls.finish(admission.call, backend_id, 0.0)
                     raise
             self.calls.requeue(pending, backend_id, down, str(failure))
 
-    def tokens(self, call: Call, new_tokens: int) -> None:
+    def tokens(self, call: CallEntry, new_tokens: int) -> None:
         """Output tokens streamed for an admitted call (quantum accounting)."""
         self.calls.tokens(call, new_tokens)
 
@@ -386,7 +393,9 @@ class ControllerCore:
             self.metrics.tenant_tokens.inc(float(charge.output_tokens), tenant.name, "output")
             self.metrics.tenant_service.inc(charge.service_s, tenant.name)
         backend_id = forwarded.backend_id
-        self.calls.finish(call, backend_id, charge.service_s, ok=ok, reason=reason)
+        self.calls.finish(
+            forwarded.admission.call, backend_id, charge.service_s, ok=ok, reason=reason
+        )
         if ok and pending.tagged and self.retention is not None:
             self.retention.on_finish(call, backend_id, pending.body, charge.prompt_tokens)
         return charge
@@ -397,11 +406,11 @@ class ControllerCore:
             pending.quota_entered = False
             self.quotas.leave(pending.tenant)
         if not pending.tagged:
-            self._end_program(pending.call.program_key)
+            self._end_program(pending.call.program)
 
     def _on_admitted(self, admission: Admission) -> None:
         if self.retention is not None:
-            self.retention.on_admitted(admission.call, admission.backend_id)
+            self.retention.on_admitted(admission.call.facts, admission.backend_id)
 
     # --- sessions and programs (docs/protocol.md) --------------------------------------------
     # Every event names its tenant (the authenticated caller, never a client header): a key is

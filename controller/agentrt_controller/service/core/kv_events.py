@@ -20,6 +20,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 import anyio
 import httpx
@@ -34,7 +35,7 @@ from agentrt_controller.backends.tokens import tokenize_payload
 from agentrt_controller.routing.hashing import token_block_hashes
 from agentrt_controller.routing.kv_index import ExactPrefixIndex
 from agentrt_controller.routing.scorers import PrefixCostScorer, exact_scorer_of
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallFacts
 
 __all__ = ["KvEventsFeed", "prompt_token_ids"]
 
@@ -169,14 +170,14 @@ class KvEventsFeed:
 
     # --- prompt chains ------------------------------------------------------------------------
 
-    async def fill_token_chain(self, call: Call, body: Mapping[str, object]) -> None:
-        """Set ``call.token_block_hashes`` / ``token_block_size`` for the block size the
+    async def fill_token_chain(self, call: CallFacts, body: Mapping[str, object]) -> CallFacts:
+        """``call`` with ``token_block_hashes`` / ``token_block_size`` for the block size the
         synced backends publish (several sizes: the smallest is taken — backends of one pool
-        share it) and ``call.prompt_tokens`` to the exact count. Leaves the call as it was
-        when no backend is synced or tokenizing fails."""
+        share it) and ``prompt_tokens`` the exact count. ``call`` itself when no backend is
+        synced or tokenizing fails."""
         sizes = self.index.block_sizes()
         if not sizes:
-            return
+            return call
         size = min(sizes)
         salt = _str_or_none(body.get("cache_salt"))
         tokens = prompt_token_ids(body)
@@ -184,7 +185,7 @@ class KvEventsFeed:
         if tokens is None:
             payload = _tokenize_body(body)
             if payload is None:
-                return
+                return call
             key = hashlib.blake2b(
                 json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode(),
                 digest_size=16,
@@ -193,17 +194,20 @@ class KvEventsFeed:
             if tokens is None:
                 tokens = await self._tokenize(payload)
                 if tokens is None:
-                    return
+                    return call
                 self._chains[key] = tokens
                 while len(self._chains) > _CHAIN_CACHE_ENTRIES:
                     self._chains.popitem(last=False)
             else:
                 self._chains.move_to_end(key)
-        call.token_block_hashes = token_block_hashes(tokens, size, salt=salt)
-        call.token_block_size = size
         # The server's own count: the body-size estimate can be far off (the prefix cost
         # compares cached tokens with it, so an under-estimate would hide every difference).
-        call.prompt_tokens = len(tokens)
+        return replace(
+            call,
+            token_block_hashes=token_block_hashes(tokens, size, salt=salt),
+            token_block_size=size,
+            prompt_tokens=len(tokens),
+        )
 
     async def _tokenize(self, payload: Mapping[str, object]) -> list[int] | None:
         client = self._client

@@ -40,7 +40,7 @@ from agentrt_controller.retention.driver import (
     ThreadContext,
     ToolWait,
 )
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 
 __all__ = ["RetentionExecutor"]
@@ -118,20 +118,20 @@ class RetentionExecutor:
 
     # --- facts from the request path (synchronous, never await a backend) ------------------
 
-    def on_call(self, call: Call) -> str | None:
+    def on_call(self, call: CallFacts) -> str | None:
         """A tagged call arrived (its thread came back): the backend holding its retained
         context, or ``None``."""
-        return self.driver.on_call(call.program_key, call.thread_id, self.clock())
+        return self.driver.on_call(call.program, call.thread_id, self.clock())
 
-    def on_admitted(self, call: Call, backend_id: str) -> None:
+    def on_admitted(self, call: CallFacts, backend_id: str) -> None:
         """The call left the queues: its thread's retention has done its job."""
-        self._enqueue(self.driver.on_admitted(call.program_key, call.thread_id, self.clock()))
+        self._enqueue(self.driver.on_admitted(call.program, call.thread_id, self.clock()))
 
-    def on_finish(self, call: Call, backend_id: str, body: Body, prompt_tokens: int) -> None:
+    def on_finish(self, call: CallFacts, backend_id: str, body: Body, prompt_tokens: int) -> None:
         """A tagged call was answered: remember its context (backend, request body, prompt
         tokens) for the thread's next wait."""
         context = ThreadContext(backend_id, prompt_tokens, payload=body)
-        self.driver.on_finish(call.program_key, call.thread_id, context)
+        self.driver.on_finish(call.program, call.thread_id, context)
 
     def on_tool_start(
         self,

@@ -11,7 +11,8 @@ import anyio.to_thread
 
 from agentrt.errors import ProtocolError
 from agentrt.protocol import CallTags
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.service.errors import (
     BadRequest,
     BodyTooLarge,
@@ -64,7 +65,8 @@ class ClientGone(Exception):
 class IncomingCall:
     """One validated incoming call (holds the prompt: never logged)."""
 
-    call: Call
+    #: The call's facts, its program key built here once.
+    call: CallFacts
     body: dict[str, Any]
     raw_body: bytes
     model: str
@@ -143,7 +145,7 @@ def parse_call(
     decoded: object = None,
     api: Api = "chat",
 ) -> IncomingCall:
-    """Validate one generation request and make its :class:`Call` (arrival ``now_s``) for
+    """Validate one generation request and make its :class:`CallFacts` (arrival ``now_s``) for
     ``tenant`` (the authenticated caller; ``None`` = no tenant). ``salt_for`` gives the
     tenant's ``cache_salt``: a client's own ``cache_salt`` is taken out of the body and
     replaced (``salt_for`` decides whether it counts). ``forward_authorization`` passes the
@@ -198,33 +200,33 @@ def parse_call(
     # body's item structure is large next to it)
     prompt_tokens = (prompt_chars(body) if api == "responses" else len(raw)) // 4
     if tags is None and foreign is not None:
-        call = Call(
+        call = CallFacts(
             call_id=call_id,
-            program_id=foreign.program_id,
-            session_id=foreign.session_id,
+            program=ProgramKey(
+                session_id=foreign.session_id, program_id=foreign.program_id, tenant=tenant
+            ),
             node_id=call_id,
             arrival_s=now,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
-            tenant=tenant,
         )
     elif tags is None:
-        call = Call(
+        call = CallFacts(
             call_id=call_id,
-            program_id=f"call-{call_id}",
+            program=ProgramKey.one_call(call_id, tenant),
             node_id=call_id,
             arrival_s=now,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
-            tenant=tenant,
         )
     else:
         if tags.timeout_ms == 0:
             raise DeadlinePassed("the call arrived with no time left (X-Agentrt-Timeout-Ms: 0)")
-        call = Call(
+        call = CallFacts(
             call_id=call_id,
-            program_id=tags.program_id,
-            session_id=tags.session_id,
+            program=ProgramKey(
+                session_id=tags.session_id, program_id=tags.program_id, tenant=tenant
+            ),
             thread_id=tags.thread_id,
             node_id=tags.node_id,
             parent_ids=tags.parent_ids,
@@ -234,7 +236,6 @@ def parse_call(
             max_tokens=max_tokens,
             objective=tags.objective,
             attempt=tags.attempt,
-            tenant=tenant,
         )
     forward = forwarded_headers(headers, authorization=forward_authorization)
     return IncomingCall(

@@ -8,7 +8,7 @@ Written as a raw ASGI endpoint so that it can (a) refuse an oversized body while
 streaming — and abort the upstream request, and (c) do little per-call work (the overhead goal
 is ≤ 1 ms added at p50). Per call::
 
-    read body (413) → parse JSON, model, tags (400/404) → Call → core.accept →
+    read body (413) → parse JSON, model, tags (400/404) → CallFacts → core.accept →
     core.forward: queued, admitted (504 at the deadline, 503 without backends), sent with the
     backend's ``priority``, retried elsewhere while nothing reached the client (502 at the
     end) → pass the answer through (stream: core.tokens per chunk, pick up usage) →
@@ -29,7 +29,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from agentrt_controller.backends.api import BackendError
-from agentrt_controller.scheduling.api import Call
+from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.charging import Usage
 from agentrt_controller.service.core.facade import (
@@ -233,15 +233,16 @@ class CompletionsEndpoint:
         with self.core.deadline(pending):
             forwarded = await self.core.forward(pending, request)
             priority = forwarded.admission.backend_priority
+            entry = forwarded.admission.call
             span.set_attributes(
                 {
                     "agentrt.backend": forwarded.backend_id,
                     "agentrt.priority": -1 if priority is None else priority,
-                    "agentrt.queue_level": call.level,
-                    "agentrt.queue_wait_s": max(0.0, call.wait_s),
+                    "agentrt.queue_level": entry.level,
+                    "agentrt.queue_wait_s": max(0.0, entry.wait_s),
                     "agentrt.retries": forwarded.retries,
-                    "agentrt.program_id": call.program_id,
-                    "gen_ai.conversation.id": call.session_id,
+                    "agentrt.program_id": call.program.program_id,
+                    "gen_ai.conversation.id": call.program.session_id,
                 }
             )
             await self._pass_through(parsed, pending, forwarded, send, span, exchange)
@@ -255,7 +256,6 @@ class CompletionsEndpoint:
         span: Span,
         exchange: _Exchange,
     ) -> None:
-        call = parsed.call
         answer = forwarded.answer
         response = answer.response
         usage = Usage()
@@ -264,7 +264,7 @@ class CompletionsEndpoint:
         failure = ""
         try:
             if answer.body is None:
-                await self._stream(parsed, answer, send, usage, exchange)
+                await self._stream(parsed, forwarded.admission.call, answer, send, usage, exchange)
             else:
                 body = answer.body
                 if self.api == "responses":
@@ -277,7 +277,7 @@ class CompletionsEndpoint:
                         response.headers.get("content-type", "application/json").encode(),
                     )
                 ]
-                headers.append(_queue_ms(call))
+                headers.append(_queue_ms(forwarded.admission.call))
                 headers += [
                     (k.encode(), v.encode()) for k, v in response.headers.items()
                     if k in _PASSED_BACK
@@ -311,6 +311,7 @@ class CompletionsEndpoint:
     async def _stream(
         self,
         parsed: IncomingCall,
+        entry: CallEntry,
         answer: BackendAnswer,
         send: Send,
         usage: Usage,
@@ -320,7 +321,7 @@ class CompletionsEndpoint:
             strip_usage_chunk=not parsed.client_wants_usage,
             dialect="responses" if self.api == "responses" else "chat",
         )
-        headers = [*_SSE, _queue_ms(parsed.call)] + [
+        headers = [*_SSE, _queue_ms(entry)] + [
             (k.encode(), v.encode())
             for k, v in answer.response.headers.items()
             if k in _PASSED_BACK
@@ -331,7 +332,7 @@ class CompletionsEndpoint:
             first_token = True
             async for data in answer.chunks():
                 out, new_chunks = scanner.feed(data)
-                self.core.tokens(parsed.call, new_chunks)
+                self.core.tokens(entry, new_chunks)
                 if first_token and new_chunks:
                     first_token = False
                     ttft_s = self.core.now() - parsed.call.arrival_s
@@ -360,7 +361,7 @@ def _read_responses_usage(usage: Usage, body: bytes) -> None:
         usage.read_usage(responses_usage(parsed.get("usage")))
 
 
-def _queue_ms(call: Call) -> tuple[bytes, bytes]:
+def _queue_ms(call: CallEntry) -> tuple[bytes, bytes]:
     """``X-Agentrt-Queue-Ms``: how long the call waited in the controller's queues."""
     return (b"x-agentrt-queue-ms", f"{max(0.0, call.wait_s) * 1000:.3f}".encode())
 

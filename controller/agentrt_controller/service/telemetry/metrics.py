@@ -140,7 +140,7 @@ class ServiceMetrics:
 
     def admitted(self, admission: Admission, now_s: float) -> None:
         self.admissions.inc(1.0, admission.backend_id)
-        self.queue_wait.observe(max(0.0, now_s - admission.call.arrival_s))
+        self.queue_wait.observe(max(0.0, now_s - admission.call.facts.arrival_s))
 
     def on_collect(self, collector: Callable[[], None]) -> None:
         self.registry.on_collect(collector)

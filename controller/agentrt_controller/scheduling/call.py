@@ -1,0 +1,118 @@
+"""One LLM call as the policies see it, in two parts (docs/scheduling.md, "A call in two parts").
+
+* :class:`CallFacts` — what the driver knows about the call: ids (one :class:`ProgramKey`),
+  sizes, deadline, hashes. Immutable: a fact learnt later (the token chain the controller
+  computes just before submission) makes a new value with :func:`dataclasses.replace`.
+* :class:`CallEntry` — the scheduler's own record of a submitted call: the facts plus what the
+  scheduler and the :class:`~agentrt_controller.scheduling.dispatcher.Dispatcher` write (level,
+  waits, charged service...). ``Dispatcher.submit`` makes it; only ``scheduling/`` writes it;
+  drivers hold it as the handle of the call (``on_tokens``, ``on_finish``, ``requeue``...).
+
+Like vLLM's ``Request`` apart from its scheduler's state. No prompt contents, only sizes and
+ids. Simulator-only oracle figures (the clairvoyant SRPT bound) are not here: SRPT asks the
+simulator's oracle (:mod:`agentrt_controller.scheduling.srpt`).
+
+This module imports nothing of the scheduling package, so the process table and the
+scheduler's protocols can both import it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from agentrt_controller.keys import ProgramKey
+
+__all__ = ["CallEntry", "CallFacts", "Lane"]
+
+#: The queue a call waits in: the scheduler's, or the Dispatcher's retained lane.
+Lane = Literal["scheduler", "retained"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallFacts:
+    """What a driver knows about one LLM call (keyword-only: several fields are strings)."""
+
+    #: Unique id of the call (controller request id or simulator call id).
+    call_id: str
+    #: The program the call belongs to (tenant, session, program id), built once per call by
+    #: the driver; untagged calls get a one-call program of their own
+    #: (:meth:`ProgramKey.one_call`).
+    program: ProgramKey
+    #: Parallel branch of the program (the SDK's thread id).
+    thread_id: str = "main"
+    #: The call's node id in the program DAG.
+    node_id: str = ""
+    #: Parent node ids (DAG edges), as tagged by the SDK. Reserved: carried, read by no policy.
+    parent_ids: tuple[str, ...] = ()
+    #: Arrival at the controller (seconds, driver's clock).
+    arrival_s: float = 0.0
+    #: Absolute deadline (seconds, driver's clock); ``math.inf`` = none.
+    deadline_s: float = math.inf
+    #: Prompt length (tokens): an estimate, exact once the driver has the token ids.
+    prompt_tokens: int = 0
+    #: Maximum output length (tokens) if the request says; ``None`` = not said.
+    max_tokens: int | None = None
+    #: ``latency`` or ``throughput`` (agentrt.protocol.HEADER_OBJECTIVE). Reserved: carried,
+    #: read by no policy.
+    objective: str = "latency"
+    #: The SDK's attempt number (1 = first try, agentrt.protocol.HEADER_ATTEMPT). Reserved:
+    #: carried, read by no policy.
+    attempt: int = 1
+    #: Hash chain of the prompt's blocks (one int per block, for prefix-aware routing);
+    #: empty when unknown.
+    block_hashes: tuple[int, ...] = ()
+    #: The prompt's chain over the server's own token ids, :attr:`token_block_size` tokens per
+    #: element (:func:`~agentrt_controller.routing.hashing.token_block_hashes`, salted by the
+    #: request's ``cache_salt``), for the exact prefix index fed by vLLM's KV events; empty
+    #: when the driver has no token ids (the router then uses :attr:`block_hashes`).
+    token_block_hashes: tuple[int, ...] = ()
+    #: Tokens per element of :attr:`token_block_hashes` (tokens; 0 = no chain).
+    token_block_size: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class CallEntry:
+    """The scheduler's record of one submitted call (made by ``Dispatcher.submit``).
+
+    Every field but :attr:`facts` and :attr:`retained_backend` is written by the scheduler
+    or the Dispatcher only; drivers and routers read them. Compared by identity: two entries
+    are the same call only if they are the same object.
+    """
+
+    #: What the driver knows about the call.
+    facts: CallFacts
+    #: The backend that retains the call's KV (its thread's context), given by the driver at
+    #: submission when the call arrived inside a retention window; ``None`` = not retained.
+    #: The Dispatcher and the ``retained`` routing filter send the call there when they can.
+    retained_backend: str | None = None
+    #: Program-level priority when the call was enqueued (seconds of service; lower = sooner).
+    priority_s: float = 0.0
+    #: Current queue index (0 = highest).
+    level: int = 0
+    #: Start of the call's current wait segment (seconds, driver's clock): set on submit and
+    #: requeue.
+    enqueued_s: float = 0.0
+    #: Time this call has spent queued (seconds), reset on anti-starvation promotion.
+    wait_s: float = 0.0
+    #: Service charged to this call so far (seconds), reset on anti-starvation promotion.
+    service_s: float = 0.0
+    #: Output tokens streamed so far within the current queue's quantum (tokens).
+    quantum_tokens: int = 0
+    #: Monotone sequence number given at submission; breaks ties deterministically.
+    seq: int = 0
+    #: The queue the call was submitted to (set by the Dispatcher).
+    lane: Lane = "scheduler"
+    #: Multi-level schedulers: the call entered Q1 because its program was retained
+    #: (``SchedulerConfig.boost_retained``).
+    retention_boost: bool = False
+    #: Multi-level schedulers: anti-starvation promotions so far (shown in introspection).
+    promotions: int = 0
+    #: When the call entered its current level (seconds, driver's clock): the FCFS key inside
+    #: a level. Set on submit, demotion and promotion; a requeue keeps it, so the call keeps
+    #: its place.
+    level_entered_s: float = 0.0
+
+    def __repr__(self) -> str:
+        return f"CallEntry(call_id={self.facts.call_id!r}, level={self.level}, lane={self.lane})"
