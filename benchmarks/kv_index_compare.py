@@ -46,9 +46,9 @@ import httpx
 
 from agentrt.protocol import HEADER_NODE_ID, HEADER_PROGRAM_ID
 from agentrt_controller.backends import BackendSpec
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing.hashing import request_block_hashes
 from agentrt_controller.routing.scorers import AffinityScorer, PrefixCostScorer
-from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.service import ControllerConfig, serve_controller
@@ -268,9 +268,12 @@ async def one_call(
         json={"model": body["model"], "messages": body["messages"], "add_generation_prompt": True},
     )
     prompt_tokens = int(tokenized.json()["count"])
-    facts = CallFacts(call_id=f"probe{program}-{turn}",
-                      program=ProgramKey.untagged(f"bench-program-{program}"),
-                      prompt_tokens=prompt_tokens, block_hashes=request_block_hashes(body))  # fmt: skip
+    facts = CallFacts(
+        call_id=f"probe{program}-{turn}",
+        program=ProgramKey.untagged(f"bench-program-{program}"),
+        prompt_tokens=prompt_tokens,
+        block_hashes=request_block_hashes(body),
+    )
     call = CallEntry(await feed.fill_token_chain(facts, body))
     views = engine.pool.views()
     size = call.facts.token_block_size or 128
