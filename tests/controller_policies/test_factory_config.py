@@ -18,6 +18,7 @@ from agentrt_controller.scheduling.factory import (
     build_admission,
     build_scheduler,
 )
+from agentrt_controller.scheduling.srpt import OracleBook
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.mark.parametrize("name", SCHEDULER_NAMES)
 def test_every_scheduler_name_builds(name: str) -> None:
     table = ProcessTable()
-    scheduler = build_scheduler(name, table=table, oracle=True)
+    scheduler = build_scheduler(name, table=table, oracle=OracleBook())
     assert scheduler.name == name
     assert scheduler.table is table
 

@@ -19,6 +19,7 @@ from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.scheduling.multilevel import PlasScheduler
+from agentrt_controller.scheduling.srpt import OracleBook
 from agentrt_controller.scheduling.tenancy import (
     DEFAULT_TENANT,
     TenancyConfig,
@@ -389,4 +390,6 @@ def test_factory_wiring() -> None:
         build_scheduler("lottery", tenancy=TenancyConfig())
     with pytest.raises(ConfigError, match="srpt is clairvoyant"):
         build_scheduler("srpt", tenancy=TenancyConfig())
-    assert build_scheduler("srpt", oracle=True, tenancy=TenancyConfig()).name == "srpt+tenancy"
+    assert (
+        build_scheduler("srpt", oracle=OracleBook(), tenancy=TenancyConfig()).name == "srpt+tenancy"
+    )
