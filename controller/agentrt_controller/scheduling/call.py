@@ -76,12 +76,13 @@ class CallFacts:
 class CallEntry:
     """The scheduler's record of one submitted call (made by ``Dispatcher.submit``).
 
-    Every field but :attr:`facts` and :attr:`retained_backend` is written by the scheduler
-    or the Dispatcher only; drivers and routers read them. Compared by identity: two entries
-    are the same call only if they are the same object.
+    Written by the scheduler and the Dispatcher only; drivers and routers read it. Compared
+    by identity: two entries are the same call only if they are the same object.
     """
 
-    #: What the driver knows about the call.
+    #: What the driver knows about the call. Replaced (never mutated) once, by
+    #: ``Dispatcher.on_finish``, when the driver knows the chain the backend holds after the
+    #: call (prompt and output: the simulator), so the router's index learns it.
     facts: CallFacts
     #: The backend that retains the call's KV (its thread's context), given by the driver at
     #: submission when the call arrived inside a retention window; ``None`` = not retained.
