@@ -11,7 +11,7 @@ configuration is the controller's:
 * **derived parameters** come from the cost model (:class:`~agentrt_controller.cost_model.
   CostModel`, the one that charges service): the ``prefix`` router's and the retention
   policy's ``prefill_s_per_token``, unless given explicitly;
-* **block hashes**: a driver fills ``Call.block_hashes`` when :func:`needs_block_hashes` says
+* **block hashes**: a driver fills ``CallFacts.block_hashes`` when :func:`needs_block_hashes` says
   its router reads them (the router declares it), in both drivers alike.
 
 Pure: no I/O, no clock, no service imports.
@@ -133,5 +133,5 @@ def build_retention_policy(
 
 
 def needs_block_hashes(router: Router) -> bool:
-    """Whether a driver must fill ``Call.block_hashes`` for ``router`` (it declares it)."""
+    """Whether a driver must fill ``CallFacts.block_hashes`` for ``router`` (it declares it)."""
     return uses_block_hashes(router)
