@@ -1,8 +1,9 @@
 """Tool and think waits, and the simulator's executor of the controller's retention driver.
 
 A wait start is reported to the dispatcher (``on_tool_wait_start``, with the tool's predicted
-duration: the mean of that name's finished waits so far in this run, as the SDK predicts from
-history) and to the controller's own
+duration: what the SDK's one predictor, :class:`agentrt.tools.durations.DurationHistory`,
+says from that name's finished waits so far in this run — the median of the recent ones) and
+to the controller's own
 :class:`~agentrt_controller.retention.driver.RetentionDriver` — the object the controller
 service drives (docs/routing.md, "KV retention"). This module only carries out what it returns,
 on the engine cores: a ``pin`` holds the prefix the thread's next call extends
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from agentrt.tools.durations import DurationHistory
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention import RetentionPolicy
 from agentrt_controller.retention.driver import (
@@ -63,21 +65,17 @@ class WaitHandler:
         self.driver = RetentionDriver(retention, self._traits, self._set_window)
         #: Programs that waited and have not ended (the driver names programs by key).
         self._runs: dict[ProgramKey, ProgramRun] = {}
-        #: Per wait name: (finished waits, their total duration in seconds).
-        self._history: dict[str, tuple[int, float]] = {}
+        #: Finished waits per name: the SDK's own predictor (the median of the recent ones).
+        self._history = DurationHistory()
         #: Retention pins that were placed (count) and that held blocks (count).
         self.pins_placed = 0
         self.pinned_blocks = 0
-
-    def _predict(self, name: str) -> float | None:
-        count, total = self._history.get(name, (0, 0.0))
-        return total / count if count else None
 
     def start(self, run: ProgramRun, node: int, now: float) -> None:
         """A wait node was released: report it, maybe retain, schedule its end."""
         spec = run.plan.program.nodes[node]
         assert isinstance(spec, WaitNode)
-        predicted = self._predict(spec.name)
+        predicted = self._history.predict(spec.name)
         self._replica_of(run).on_tool_wait_start(
             run.key,
             now,
@@ -119,8 +117,7 @@ class WaitHandler:
         spec = run.plan.program.nodes[node]
         assert isinstance(spec, WaitNode)
         duration = now - run.release_s[node]
-        count, total = self._history.get(spec.name, (0, 0.0))
-        self._history[spec.name] = (count + 1, total + duration)
+        self._history.record(spec.name, duration)
         self._replica_of(run).on_tool_wait_end(
             run.key, now, thread_id=spec.thread_id, node_id=spec.node_id
         )

@@ -338,8 +338,12 @@ class TenantFairScheduler:
         lengths: dict[int, int] = {}
         calls: dict[int, list[object]] = {}
         tenants = []
+        promotions = 0
         for name, tenant in self._tenants.items():
-            queues = tenant.inner.snapshot(now_s).get("queues")
+            inner = tenant.inner.snapshot(now_s)
+            promoted = inner.get("promotions_total")
+            promotions += promoted if isinstance(promoted, int) else 0
+            queues = inner.get("queues")
             for queue in queues if isinstance(queues, list) else []:
                 level = int(queue["level"])
                 levels.setdefault(level, queue)
@@ -369,4 +373,7 @@ class TenantFairScheduler:
                 for level in sorted(levels)
             ],
             "tenancy": {"system_virtual_s": self.system_virtual_s, "tenants": tenants},
+            # The inner policies' anti-starvation promotions, summed (tenants are never
+            # forgotten, so the sum only grows: a counter).
+            "promotions_total": promotions,
         }

@@ -42,6 +42,7 @@ from agentrt_controller.retention.driver import (
 )
 from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
+from agentrt_controller.service.core.clock import sleep_until
 
 __all__ = ["RetentionExecutor"]
 
@@ -101,7 +102,9 @@ class RetentionExecutor:
         self._on_error = on_error
         #: Backend calls to make, in order (bounded: a flood drops, counted as ``dropped``).
         self._actions: deque[RetentionAction] = deque()
-        self._wake = anyio.Event()
+        #: Set by new work; the loop's sleep on the clock is cancelled when it is set.
+        self._woken = False
+        self._sleep: anyio.CancelScope | None = None
         #: Backend calls made: pins, unpins, re-warms, errors, drops.
         self._calls: dict[str, int] = {}
 
@@ -155,7 +158,7 @@ class RetentionExecutor:
             program_kind=program_kind,
         )
         self._enqueue(self.driver.on_tool_start(wait, self.clock()))
-        self._wake.set()  # the loop's next wake-up (expiry, re-warm) may be earlier now
+        self._wake_up()  # the loop's next wake-up (expiry, re-warm) may be earlier now
 
     def on_tool_end(
         self, key: ProgramKey, *, thread_id: str, node_id: str, duration_s: float
@@ -186,10 +189,14 @@ class RetentionExecutor:
         task_status.started()
         while True:
             await self.step()
-            wait_s = self.driver.next_wake_s - self.clock()
-            with anyio.move_on_after(max(0.0, min(wait_s, 60.0))):
-                await self._wake.wait()
-            self._wake = anyio.Event()
+            if not self._woken:
+                # On the core's clock (a fake clock in tests drives it), at most a minute.
+                target_s = min(self.driver.next_wake_s, self.clock() + 60.0)
+                with anyio.CancelScope() as scope:
+                    self._sleep = scope
+                    await sleep_until(self.clock, target_s)
+                self._sleep = None
+            self._woken = False
 
     async def step(self) -> None:
         """One pass of :meth:`run`: the driver's due work at the clock's now, then every
@@ -197,6 +204,12 @@ class RetentionExecutor:
         self._enqueue(self.driver.tick(self.clock()))
         while self._actions:
             await self._perform(self._actions.popleft())
+
+    def _wake_up(self) -> None:
+        """New work: end the loop's sleep now (or skip its next one)."""
+        self._woken = True
+        if self._sleep is not None:
+            self._sleep.cancel()
 
     async def _perform(self, action: RetentionAction) -> None:
         state = self.pool.states.get(action.backend_id)
@@ -266,7 +279,7 @@ class RetentionExecutor:
                 self._count("dropped")
                 continue
             self._actions.append(action)
-            self._wake.set()
+            self._wake_up()
 
     def _count(self, name: str) -> None:
         self._calls[name] = self._calls.get(name, 0) + 1

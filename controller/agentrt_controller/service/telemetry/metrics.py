@@ -157,7 +157,7 @@ class ServiceMetrics:
             length = len(calls) if isinstance(calls, list) else calls
             lengths[(str(queue.get("level", 0)),)] = float(length)
         self.queue_length.replace(lengths)
-        promotions = snapshot.get("promotions")
+        promotions = snapshot.get("promotions_total")  # multi-level schedulers say it
         if isinstance(promotions, int | float) and promotions > self._promotions_seen:
             self.promotions.inc(float(promotions) - self._promotions_seen)
             self._promotions_seen = float(promotions)
