@@ -9,7 +9,13 @@ the controller's retention: same pin ids, same release points, same windows.
 What it does, per event (every method takes ``now_s``; nothing here awaits or reads a clock):
 
 * **context** — :meth:`RetentionDriver.on_finish` remembers, per program thread, the backend
-  that served its last call, that call's prompt length and a payload to pin or re-warm with;
+  that served its last call, that call's prompt length and a payload to pin or re-warm with
+  (never a request body: the executor keeps only what its backend's pin or re-warm takes,
+  ``service/core/retention.py``), within a **per-tenant byte budget**
+  (``kept_bytes_per_tenant``): over it, the tenant's oldest kept payloads are dropped — those
+  threads keep their backend and length, so their retention degrades to the window only (no
+  pin, no re-warm), counted as ``kept_dropped``. A tenant's payloads never push out
+  another's;
 * **decision** — :meth:`RetentionDriver.on_tool_start` hands the policy a
   :class:`~agentrt_controller.retention.api.ToolWaitFacts`; a positive TTL becomes a
   :class:`~agentrt_controller.retention.tracker.Retention`, a **window**
@@ -33,10 +39,12 @@ Every method first ends the retentions whose TTL is over at ``now_s``, so a driv
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention.api import RetentionPolicy, ToolWaitFacts
 from agentrt_controller.retention.tracker import Retention, RetentionTracker
@@ -89,9 +97,13 @@ class ThreadContext:
     backend_id: str
     #: Context length the thread's next call extends (tokens).
     tokens: int
-    #: What to pin or re-warm with (the controller: the request body; the simulator: the
-    #: prefix's token ids); ``None`` = nothing known.
+    #: What to pin or re-warm with (the controller: the prompt's kept parts,
+    #: ``service/core/retention.py::KeptPrompt``; the simulator: the prefix's token ids);
+    #: ``None`` = nothing kept (a retention of this context is window-only).
     payload: object = field(default=None, repr=False)
+    #: Memory the payload holds (bytes, as its owner measured it), charged to the program's
+    #: tenant's budget while the driver keeps the context; 0 = not charged.
+    kept_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +166,16 @@ class RetentionDriver:
         *,
         rewarm_lead_s: float = 0.5,
         rewarm_max_in_flight: int = 8,
+        kept_bytes_per_tenant: int | None = None,
     ) -> None:
         """``backends``: a backend's traits now; ``set_window``: the Dispatcher's
         ``set_retention`` (or the simulator's replica's). ``rewarm_lead_s``: re-warm this long
-        before the predicted return (seconds)."""
+        before the predicted return (seconds). ``kept_bytes_per_tenant``: the most payload
+        bytes (:attr:`ThreadContext.kept_bytes`) kept for one tenant's threads (programs
+        without a tenant share one budget); ``None`` = unbounded (the simulator, whose
+        payloads are token ids it holds anyway)."""
+        if kept_bytes_per_tenant is not None and kept_bytes_per_tenant < 0:
+            raise ConfigError(f"kept_bytes_per_tenant must be >= 0, got {kept_bytes_per_tenant}")
         self.policy = policy
         self._backends = backends
         self._set_window = set_window
@@ -165,10 +183,17 @@ class RetentionDriver:
         self.rewarm_max_in_flight = rewarm_max_in_flight
         #: program -> thread -> the thread's last context.
         self._contexts: dict[ProgramKey, dict[str, ThreadContext]] = {}
+        self.kept_bytes_per_tenant = kept_bytes_per_tenant
+        #: tenant -> (program, thread) -> kept bytes of its context's payload, oldest first.
+        self._kept: dict[str | None, OrderedDict[tuple[ProgramKey, str], int]] = {}
+        #: tenant -> the sum of its kept bytes.
+        self._kept_total: dict[str | None, int] = {}
         #: Programs holding a window (the scheduler is told when it ends).
         self._windows: set[ProgramKey] = set()
         #: Decisions by reason (``pin``, ``retain``, ``short_context``...).
         self.decisions: dict[str, int] = {}
+        #: Payloads not kept or dropped to stay within a tenant's byte budget.
+        self.kept_dropped = 0
         #: Called for every retention that ends (introspection, tests); ``None`` = nobody.
         self.on_release: ReleaseHook | None = None
 
@@ -196,7 +221,17 @@ class RetentionDriver:
         return actions
 
     def on_finish(self, program: ProgramKey, thread_id: str, context: ThreadContext) -> None:
-        """The thread's call was answered: remember its context for the thread's next wait."""
+        """The thread's call was answered: remember its context for the thread's next wait.
+        Its payload is charged to the tenant's budget; a payload larger than the whole budget
+        is not kept, and older payloads of the same tenant are dropped until it fits."""
+        self._uncharge(program, thread_id)
+        budget = self.kept_bytes_per_tenant
+        if context.payload is not None and budget is not None:
+            if context.kept_bytes > budget:
+                context = replace(context, payload=None, kept_bytes=0)
+                self.kept_dropped += 1
+            else:
+                self._charge(program, thread_id, context.kept_bytes, budget)
         self._contexts.setdefault(program, {})[thread_id] = context
 
     def on_tool_start(
@@ -251,6 +286,8 @@ class RetentionDriver:
         self._set_window(key, self.tracker.retained_until(key))
         if not decision.pin:
             retention.rewarm_at_s = math.inf
+        elif context.payload is None:
+            retention.rewarm_at_s = math.inf  # nothing kept to pin or re-warm with
         elif traits.pins:
             retention.rewarm_at_s = math.inf  # a native pin, no re-warm
             actions.append(RetentionAction("pin", retention))
@@ -276,7 +313,8 @@ class RetentionDriver:
         self._update_window(program)
         self._windows.discard(program)
         self.policy.on_program_end(program, now_s)
-        self._contexts.pop(program, None)
+        for thread_id in self._contexts.pop(program, {}):
+            self._uncharge(program, thread_id)
         return actions
 
     def tick(self, now_s: float) -> list[RetentionAction]:
@@ -309,6 +347,15 @@ class RetentionDriver:
     def __len__(self) -> int:
         return len(self.tracker)
 
+    @property
+    def kept_bytes(self) -> int:
+        """Payload bytes kept now, all tenants (each tenant's share is within the budget)."""
+        return sum(self._kept_total.values())
+
+    def kept_bytes_of(self, tenant: str | None) -> int:
+        """Payload bytes kept now for ``tenant``'s threads (``None``: programs without one)."""
+        return self._kept_total.get(tenant, 0)
+
     # --- helpers ---------------------------------------------------------------------------
 
     def _release(
@@ -322,6 +369,43 @@ class RetentionDriver:
             if traits is not None and traits.pins:
                 actions.append(RetentionAction("unpin", retention, reason))
         return actions
+
+    def _charge(self, program: ProgramKey, thread_id: str, size: int, budget: int) -> None:
+        """Charge ``size`` bytes to the program's tenant; drop the tenant's oldest payloads
+        until its total is within ``budget`` (``size <= budget``: the new one always fits)."""
+        tenant = program.tenant
+        kept = self._kept.setdefault(tenant, OrderedDict())
+        kept[(program, thread_id)] = size
+        total = self._kept_total.get(tenant, 0) + size
+        while total > budget:
+            (old_program, old_thread), old_size = kept.popitem(last=False)
+            total -= old_size
+            self._drop_payload(old_program, old_thread)
+        self._kept_total[tenant] = total
+
+    def _uncharge(self, program: ProgramKey, thread_id: str) -> None:
+        tenant = program.tenant
+        kept = self._kept.get(tenant)
+        size = kept.pop((program, thread_id), None) if kept is not None else None
+        if kept is None or size is None:
+            return
+        self._kept_total[tenant] -= size
+        if not kept:
+            del self._kept[tenant], self._kept_total[tenant]
+
+    def _drop_payload(self, program: ProgramKey, thread_id: str) -> None:
+        """Over budget: the thread keeps its context's backend and length, not its payload;
+        a live retention of it becomes window-only (a pin already placed stays until the
+        retention ends: the backend holds that KV, not the controller)."""
+        self.kept_dropped += 1
+        threads = self._contexts.get(program, {})
+        context = threads.get(thread_id)
+        if context is not None:
+            threads[thread_id] = replace(context, payload=None, kept_bytes=0)
+        retention = self.tracker.get(program, thread_id)
+        if retention is not None:
+            retention.payload = None
+            retention.rewarm_at_s = math.inf
 
     def _update_window(self, program: ProgramKey) -> None:
         """Tell the scheduler how long the program stays retained (``None``: no longer)."""

@@ -113,6 +113,10 @@ class RetentionConfig:
     #: Beta prior of the return probability: pseudo-counts of returned / ended waits.
     prior_returned: float = 4.0
     prior_ended: float = 1.0
+    #: Memory the controller's retention may keep per tenant for pins and re-warms (bytes of
+    #: kept prompts, never bodies); over it the tenant's oldest are dropped and those threads
+    #: are retained window-only. 0 = keep none (every retention window-only).
+    kept_bytes_per_tenant: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         check_fields(self)

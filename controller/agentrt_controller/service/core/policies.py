@@ -77,4 +77,15 @@ def build_retention(
     on ``clock``: the policy's ``prefill_s_per_token`` defaults to ``cost_model``'s
     (``config.cost``: :attr:`ControllerConfig.retention_config`)."""
     policy = policies.build_retention_policy(config.retention_config, cost_model)
-    return RetentionExecutor(policy, dispatcher, pool, clock, on_error=metrics.internal_errors.inc)
+
+    def on_error(action: str) -> None:
+        metrics.retention_errors.inc(1.0, action)
+
+    return RetentionExecutor(
+        policy,
+        dispatcher,
+        pool,
+        clock,
+        kept_bytes_per_tenant=config.retention_config.kept_bytes_per_tenant,
+        on_error=on_error,
+    )

@@ -13,9 +13,28 @@ the service's events with the controller's clock and performs what it returns:
 * **re-warm** (a backend without pins that reports load, vLLM): a ``max_tokens=1`` request with
   those messages.
 
+**What is kept** (:class:`KeptPrompt`, never the request body): per thread, only the parts of
+its last prompt that a pin or a re-warm replays — ``messages`` + ``tools`` (chat), or ``prompt``
+(a text, or token ids for ``/v1/completions``), ``cache_salt`` and ``model`` — and only when the
+backend that served it can use them (``pins`` or ``rewarm`` in its traits; any other backend
+gets a window-only retention, so nothing is kept). Decided per capability:
+
+* a *digest* (block hashes) cannot pin on the emulator or re-warm vLLM — both must see the
+  prompt itself (or its token ids) to find, or recompute, its blocks;
+* *token ids* are what SGLang pins (it refuses messages, :class:`PinsUnsupported`) and what the
+  emulator and vLLM's ``/v1/completions`` also accept, but the controller has them only when
+  the client sent them (a completions prompt of ids, kept as such): getting them for chat would
+  cost a ``/tokenize`` round trip per tagged call on the request path;
+* so the prompt's messages it is, measured (UTF-8 JSON bytes) and charged to the program's
+  tenant's budget (``retention_options.kept_bytes_per_tenant``): over it the driver drops the
+  tenant's oldest kept prompts (their retention is then window-only), so memory parked in
+  retention is at most the budget per tenant, whatever the bodies carry.
+
 Backend calls run in this object's own loop (:meth:`RetentionExecutor.run`, in the core's task
-group); the request path only enqueues, never awaits a backend. Failures are logged and counted,
-never raised into a call.
+group); the request path only enqueues, never awaits a backend. A backend's refusal is logged
+as one warning line with its reason and counted as a retention error (``errors``, and
+``on_error(action)``: the ``retention_errors_total`` metric), never raised into a call and
+never an internal error.
 """
 
 from __future__ import annotations
@@ -23,7 +42,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import anyio
@@ -32,7 +52,7 @@ from anyio.abc import TaskStatus
 from agentrt.errors import AgentrtError
 from agentrt_controller.backends.api import Backend, BackendLoad, BackendRequest, pins_of
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.retention import RetentionTracker, TtlRetentionPolicy
+from agentrt_controller.retention import RetentionConfig, RetentionTracker, TtlRetentionPolicy
 from agentrt_controller.retention.driver import (
     BackendTraits,
     RetentionAction,
@@ -44,13 +64,74 @@ from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.service.core.clock import sleep_until
 
-__all__ = ["RetentionExecutor"]
+__all__ = ["KeptPrompt", "RetentionExecutor", "keep_prompt"]
 
 _log = logging.getLogger("agentrt.controller")
 _MAX_ACTIONS = 10_000
 
 #: A request body as the service forwards it (JSON object; holds prompts: never logged).
 Body = Mapping[str, object]
+#: Longest reason a warning line carries (characters).
+_MAX_REASON = 300
+
+
+@dataclass(frozen=True, slots=True)
+class KeptPrompt:
+    """What retention keeps of a thread's last prompt (module docstring): exactly one of
+    ``messages`` / ``prompt`` / ``token_ids``. Holds prompts: its repr hides them."""
+
+    #: The chat messages as the client sent them (``None`` for a completions prompt).
+    messages: Sequence[Mapping[str, object]] | None = field(default=None, repr=False)
+    #: The chat's tool definitions (they are part of the rendered prefix); ``None`` = none.
+    tools: Sequence[Mapping[str, object]] | None = field(default=None, repr=False)
+    #: A completions prompt given as text.
+    prompt: str | None = field(default=None, repr=False)
+    #: A completions prompt given as token ids.
+    token_ids: tuple[int, ...] | None = field(default=None, repr=False)
+    #: The salt the program's calls carry (salted KV is a separate namespace).
+    cache_salt: str | None = field(default=None, repr=False)
+    #: The model the call named (a re-warm names it too); ``None`` = none named.
+    model: str | None = None
+    #: Memory charged for it (bytes): the UTF-8 JSON size of the fields above.
+    size_bytes: int = 0
+
+    def rewarm_body(self) -> tuple[str, dict[str, object]]:
+        """The path and body of a 1-token request that recomputes this prompt's blocks."""
+        body: dict[str, object] = {"max_tokens": 1, "stream": False}
+        if self.model is not None:
+            body["model"] = self.model
+        if self.cache_salt is not None:
+            body["cache_salt"] = self.cache_salt
+        if self.messages is not None:
+            body["messages"] = list(self.messages)
+            if self.tools is not None:
+                body["tools"] = list(self.tools)
+            return "/v1/chat/completions", body
+        body["prompt"] = list(self.token_ids) if self.token_ids is not None else self.prompt
+        return "/v1/completions", body
+
+
+def keep_prompt(body: Body) -> KeptPrompt | None:
+    """The parts of ``body`` a pin or a re-warm replays (module docstring); ``None`` when it
+    has no prompt retention could use. No other field of the body is referenced."""
+    messages, tools = _list(body.get("messages")), None
+    prompt: str | None = None
+    token_ids: tuple[int, ...] | None = None
+    if messages is not None:
+        tools = _list(body.get("tools"))
+    else:
+        raw = body.get("prompt")
+        if isinstance(raw, str):
+            prompt = raw
+        elif isinstance(raw, list) and raw and all(type(t) is int for t in raw):
+            token_ids = tuple(raw)
+        else:
+            return None
+    cache_salt, model = _str(body.get("cache_salt")), _str(body.get("model"))
+    kept = [messages, tools, prompt, token_ids, cache_salt, model]
+    encoded = json.dumps(kept, ensure_ascii=False, separators=(",", ":"), default=str)
+    size = len(encoded.encode())
+    return KeptPrompt(messages, tools, prompt, token_ids, cache_salt, model, size)
 
 
 class _State(Protocol):
@@ -87,8 +168,14 @@ class RetentionExecutor:
         *,
         rewarm_lead_s: float = 0.5,
         rewarm_max_in_flight: int = 8,
-        on_error: Callable[[], None] = lambda: None,
+        kept_bytes_per_tenant: int | None = None,
+        on_error: Callable[[str], None] = lambda action: None,
     ) -> None:
+        """``kept_bytes_per_tenant``: the budget of kept prompts per tenant (bytes; ``None``
+        = :class:`RetentionConfig`'s default). ``on_error``: told the action (``pin``,
+        ``unpin``, ``rewarm``) of each backend call that failed."""
+        if kept_bytes_per_tenant is None:
+            kept_bytes_per_tenant = RetentionConfig().kept_bytes_per_tenant
         self.policy = policy
         self.pool = pool
         self.clock = clock
@@ -98,6 +185,7 @@ class RetentionExecutor:
             dispatcher.set_retention,
             rewarm_lead_s=rewarm_lead_s,
             rewarm_max_in_flight=rewarm_max_in_flight,
+            kept_bytes_per_tenant=kept_bytes_per_tenant,
         )
         self._on_error = on_error
         #: Backend calls to make, in order (bounded: a flood drops, counted as ``dropped``).
@@ -110,9 +198,10 @@ class RetentionExecutor:
 
     @property
     def counts(self) -> dict[str, int]:
-        """Counters for introspection: the driver's decisions by reason, then pins, unpins,
-        re-warms, errors and drops."""
-        return {**self.driver.decisions, **self._calls}
+        """Counters for introspection: the driver's decisions by reason, prompts not kept or
+        dropped over a tenant's budget (``kept_dropped``), then pins, unpins, re-warms, errors
+        and drops."""
+        return {**self.driver.decisions, "kept_dropped": self.driver.kept_dropped, **self._calls}
 
     @property
     def tracker(self) -> RetentionTracker:
@@ -131,9 +220,17 @@ class RetentionExecutor:
         self._enqueue(self.driver.on_admitted(call.program, call.thread_id, self.clock()))
 
     def on_finish(self, call: CallFacts, backend_id: str, body: Body, prompt_tokens: int) -> None:
-        """A tagged call was answered: remember its context (backend, request body, prompt
-        tokens) for the thread's next wait."""
-        context = ThreadContext(backend_id, prompt_tokens, payload=body)
+        """A tagged call was answered: remember its context (backend, prompt tokens and, when
+        that backend can pin or re-warm, the kept parts of its prompt) for the thread's next
+        wait. ``body`` itself is not kept."""
+        traits = self._traits(backend_id)
+        kept = keep_prompt(body) if traits is not None and (traits.pins or traits.rewarm) else None
+        context = ThreadContext(
+            backend_id,
+            prompt_tokens,
+            payload=kept,
+            kept_bytes=kept.size_bytes if kept is not None else 0,
+        )
         self.driver.on_finish(call.program, call.thread_id, context)
 
     def on_tool_start(
@@ -178,6 +275,8 @@ class RetentionExecutor:
         """JSON-able counters for introspection."""
         return {
             "retained": len(self.driver),
+            "kept_bytes": self.driver.kept_bytes,
+            "kept_bytes_per_tenant": self.driver.kept_bytes_per_tenant,
             "counts": dict(self.counts),
             "policy": self.policy.snapshot(),
         }
@@ -216,19 +315,21 @@ class RetentionExecutor:
         if state is None:
             return
         retention = action.retention
+        kept = retention.payload if isinstance(retention.payload, KeptPrompt) else None
         try:
             if action.kind == "pin":
                 pins = pins_of(state.backend)
-                if pins is not None and self.driver.is_live(retention, self.clock()):
+                live = self.driver.is_live(retention, self.clock())
+                if pins is not None and kept is not None and live:
                     ttl = max(0.001, retention.until_s - self.clock())
-                    body = _body(retention.payload)
                     await pins.pin(
                         retention.pin_id,
                         ttl_s=ttl,
-                        messages=_list(body.get("messages")),
-                        tools=_list(body.get("tools")),
-                        prompt=None if "messages" in body else _str(body.get("prompt")),
-                        cache_salt=_str(body.get("cache_salt")),
+                        messages=kept.messages,
+                        tools=kept.tools,
+                        prompt=kept.prompt,
+                        token_ids=kept.token_ids,
+                        cache_salt=kept.cache_salt,
                     )
                     self._count("pins")
             elif action.kind == "unpin":
@@ -236,21 +337,21 @@ class RetentionExecutor:
                 if pins is not None:
                     await pins.unpin(retention.pin_id)
                     self._count("unpins")
-            else:
-                await self._rewarm(state.backend, _body(retention.payload))
-        except (AgentrtError, OSError):  # a backend's refusal must not stop retention
+            elif kept is not None:
+                await self._rewarm(state.backend, kept)
+        except (AgentrtError, OSError) as exc:  # a backend's refusal must not stop retention
             self._count("errors")
-            self._on_error()
-            _log.warning("retention %s on %s failed", action.kind, action.backend_id, exc_info=True)
+            self._on_error(action.kind)
+            _log.warning(
+                "retention %s of %s on %s failed: %s",
+                action.kind,
+                retention.pin_id,
+                action.backend_id,
+                _reason(exc),
+            )
 
-    async def _rewarm(self, backend: Backend, payload: Body) -> None:
-        body = dict(payload)
-        if "messages" not in body and "prompt" not in body:
-            return
-        body.update({"max_tokens": 1, "stream": False})
-        body.pop("max_completion_tokens", None)
-        body.pop("stream_options", None)
-        path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+    async def _rewarm(self, backend: Backend, kept: KeptPrompt) -> None:
+        path, body = kept.rewarm_body()
         raw = json.dumps(body).encode()
         response = await backend.send(BackendRequest(path, raw, body, stream=False))
         try:
@@ -285,13 +386,15 @@ class RetentionExecutor:
         self._calls[name] = self._calls.get(name, 0) + 1
 
 
-def _body(payload: object) -> Body:
-    return payload if isinstance(payload, Mapping) else {}
-
-
 def _list(value: object) -> list[Mapping[str, object]] | None:
     return value if isinstance(value, list) else None
 
 
 def _str(value: object) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _reason(exc: BaseException) -> str:
+    """One line naming the error: its class and message, bounded (no traceback)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 3] + "..."

@@ -85,6 +85,11 @@ class ServiceMetrics:
         self.internal_errors = r.counter(
             p + "internal_errors_total", "Dispatch or probe rounds that failed (see the log)"
         )
+        self.retention_errors = r.counter(
+            p + "retention_errors_total",
+            "Retention pins, unpins or re-warms a backend refused or did not answer (see the log)",
+            ("action",),
+        )
         self.queue_length = r.gauge(
             p + "queue_length", "Calls queued in the controller by queue level", ("level",)
         )
