@@ -193,3 +193,16 @@ def test_the_budget_is_validated_at_load() -> None:
     assert RetentionConfig().kept_bytes_per_tenant == 64 * 1024 * 1024
     with pytest.raises(ConfigError):
         _driver(-1, BackendTraits())
+
+
+def test_an_ended_retention_keeps_no_prompt() -> None:
+    driver = _driver(None, BackendTraits(pins=True))
+    key = _key("a", "p")
+    driver.on_finish(key, "main", _context(100))
+    _pins(driver, key)
+    first = driver.tracker.get(key, "main")
+    _pins(driver, key, 1.0)  # a new wait replaces it
+    second = driver.tracker.get(key, "main")
+    driver.on_admitted(key, "main", 2.0)  # the thread came back
+    assert first is not None and second is not None and first is not second
+    assert (first.payload, second.payload) == (None, None)

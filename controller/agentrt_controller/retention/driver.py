@@ -172,8 +172,8 @@ class RetentionDriver:
         ``set_retention`` (or the simulator's replica's). ``rewarm_lead_s``: re-warm this long
         before the predicted return (seconds). ``kept_bytes_per_tenant``: the most payload
         bytes (:attr:`ThreadContext.kept_bytes`) kept for one tenant's threads (programs
-        without a tenant share one budget); ``None`` = unbounded (the simulator, whose
-        payloads are token ids it holds anyway)."""
+        without a tenant share one budget); ``None`` = unbounded and not counted (the
+        simulator, whose payloads are token ids it holds anyway)."""
         if kept_bytes_per_tenant is not None and kept_bytes_per_tenant < 0:
             raise ConfigError(f"kept_bytes_per_tenant must be >= 0, got {kept_bytes_per_tenant}")
         self.policy = policy

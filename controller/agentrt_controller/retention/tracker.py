@@ -5,8 +5,9 @@ driver what to release and when to re-warm. It guarantees the memory contract of
 docs/routing.md ("KV retention"): a retention ends at the first of (its TTL, the thread's next
 call admitted, the program's end) — :meth:`RetentionTracker.release_program`
 returns every retention of an ended program, and :meth:`RetentionTracker.start` refuses to
-retain for a program that has ended. Pure bookkeeping: no clock, no I/O; the driver performs
-pins / unpins / re-warms.
+retain for a program that has ended; an ended retention drops its payload at once (the expiry
+heap may hold the object until its TTL). Pure bookkeeping: no clock, no I/O; the driver
+performs pins / unpins / re-warms.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class Retention:
     #: When to re-warm a backend without native pins (seconds); ``math.inf`` = never.
     rewarm_at_s: float = math.inf
     rewarmed: bool = False
-    #: Free-form driver data (e.g. the prompt to re-warm with); never logged.
+    #: Free-form driver data (e.g. the prompt to re-warm with); never logged. ``None`` once
+    #: the retention ended (nothing outlives it).
     payload: object = field(default=None, repr=False)
 
 
@@ -131,6 +133,8 @@ class RetentionTracker:
         retention = threads.pop(thread_id, None)
         if not threads:
             del self._live[program]
+        if retention is not None:
+            retention.payload = None  # the expiry heap may hold it until its TTL: not its prompt
         return retention
 
     def release_program(self, program: ProgramKey) -> list[Retention]:
@@ -140,7 +144,10 @@ class RetentionTracker:
         self._ended.move_to_end(program)
         while len(self._ended) > self.remember_ended:
             self._ended.popitem(last=False)
-        return list(self._live.pop(program, {}).values())
+        released = list(self._live.pop(program, {}).values())
+        for retention in released:
+            retention.payload = None
+        return released
 
     def forget_ended(self, program: ProgramKey) -> None:
         """Allow retention again for a program id that starts anew."""
