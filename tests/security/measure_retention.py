@@ -49,12 +49,22 @@ def thread_messages(thread: int) -> list[dict[str, str]]:
     ]
 
 
-async def park_bodies(http: httpx.AsyncClient, url: str, *, calls: int, ignored_bytes: int) -> None:
+async def park_bodies(
+    http: httpx.AsyncClient,
+    url: str,
+    *,
+    calls: int,
+    ignored_bytes: int,
+    headers: dict[str, str] | None = None,
+) -> None:
     """One tagged program; thread ``t<i>`` makes one call with an ignored field of
     ``ignored_bytes`` characters (each thread's context stays with retention until the
-    program ends)."""
+    program ends). ``headers``: sent with every request (a tenant's key)."""
+    auth = headers or {}
     events = f"{url}{EVENTS_PREFIX}/programs/{PROGRAM}"
-    started = await http.post(events + "/start", json={"session_id": SESSION, "name": "probe"})
+    started = await http.post(
+        events + "/start", json={"session_id": SESSION, "name": "probe"}, headers=auth
+    )
     assert started.status_code == 200, started.text
     ignored = "x" * ignored_bytes
     for thread in range(calls):
@@ -63,7 +73,9 @@ async def park_bodies(http: httpx.AsyncClient, url: str, *, calls: int, ignored_
         tags = CallTags(session_id=SESSION, program_id=PROGRAM, thread_id=f"t{thread}",
                         node_id=f"c{thread}")  # fmt: skip
         answer = await http.post(
-            url + "/v1/chat/completions", content=json.dumps(body), headers=tags.to_headers()
+            url + "/v1/chat/completions",
+            content=json.dumps(body),
+            headers={**tags.to_headers(), **auth},
         )
         assert answer.status_code == 200, answer.text
 

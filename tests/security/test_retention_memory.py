@@ -5,7 +5,8 @@ an emulator; one tagged program whose 40 threads each make a call carrying a 4 M
 backend ignores (docs/security.md, "Memory parked in retention"). Retention keeps only the
 prompts (never the bodies), within the budget — the oldest are dropped — and the controller's
 resident memory does not grow with the bodies (before the fix: +~170 MB here). A kept prompt
-still pins on the emulator; a dropped one leaves its thread a window-only retention.
+still pins on the emulator; a dropped one leaves its thread a window-only retention. With two
+tenants (API keys), one tenant's prompts never push out the other's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import httpx
 import pytest
 
 from agentrt.protocol import EVENTS_PREFIX
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 from agentrt_emulator.server import EmulatorConfig, serve_engine
 from tests.ops.processes import controller_process
 from tests.security.measure_retention import (
@@ -80,3 +83,45 @@ async def test_retention_keeps_prompts_within_the_budget_not_bodies() -> None:
         assert retention["retained"] == 2
         assert retention["counts"]["pins"] == 1
         assert len(await _pins(http, engine.base_url)) == 1
+
+
+KEYS = "alice=key-alice-0001,bob=key-bob-0002"
+ALICE = {"authorization": "Bearer key-alice-0001"}
+BOB = {"authorization": "Bearer key-bob-0002"}
+
+
+async def test_one_tenants_prompts_never_push_out_anothers() -> None:
+    # Each thread's prompt is ~4 KB: Alice's two fit; Bob's 20 overflow his own budget only.
+    options = {**PIN_EVERY_WAIT, "kept_bytes_per_tenant": 30_000}
+    apps: list[ControllerApp] = []
+    async with serve_engine(EmulatorConfig(time_scale=1000.0)) as engine:
+        config = ControllerConfig(
+            port=0,
+            backends=(BackendSpec(engine.base_url, kind="emulator"),),
+            api_keys=KEYS,
+            retention="on",
+            retention_options=options,
+        )
+        async with (
+            serve_controller(config, on_app=apps.append) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            await park_bodies(http, url, calls=2, ignored_bytes=1024, headers=ALICE)
+            retention = apps[0].core.retention
+            assert retention is not None
+            alice = retention.driver.kept_bytes_of("alice")
+            assert alice > 0
+            await park_bodies(http, url, calls=20, ignored_bytes=1024, headers=BOB)
+            assert 0 < retention.driver.kept_bytes_of("bob") <= 30_000
+            assert retention.driver.kept_dropped > 0
+            assert retention.driver.kept_bytes_of("alice") == alice
+
+            # Alice's oldest thread still pins.
+            wait = {"session_id": SESSION, "thread_id": "t0", "node_id": "w0",
+                    "tool_name": "search", "predicted_duration_s": 5.0}  # fmt: skip
+            events = f"{url}{EVENTS_PREFIX}/programs/{PROGRAM}/tool-start"
+            assert (await http.post(events, json=wait, headers=ALICE)).status_code == 200
+            with anyio.fail_after(10):
+                while len(await _pins(http, engine.base_url)) < 1:  # noqa: ASYNC110 - another server
+                    await anyio.sleep(0.02)
+            assert retention.counts["pins"] == 1
