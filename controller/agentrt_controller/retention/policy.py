@@ -153,24 +153,23 @@ class TtlRetentionPolicy:
         """``sharing_tenants``: the tenants whose traffic feeds the global prior (those with
         ``share_statistics = true``); none by default."""
         self.config = config = config or RetentionConfig()
-        bounds = {
-            "max_names_per_tenant": config.max_learned_names_per_tenant,
-            "max_names": config.max_learned_names,
-        }
+        per_tenant, in_all = config.max_learned_names_per_tenant, config.max_learned_names
         self.sharing_tenants = frozenset(sharing_tenants)
         self.durations = ToolDurations(
             size=config.history_size,
             min_samples=config.min_samples,
             default_mean_s=config.default_duration_s,
             sharing=self.sharing_tenants,
-            **bounds,
+            max_names_per_tenant=per_tenant,
+            max_names=in_all,
         )
         self.returns = ReturnModel(
             prior_returned=config.prior_returned,
             prior_ended=config.prior_ended,
             min_samples=config.min_samples,
             sharing=self.sharing_tenants,
-            **bounds,
+            max_names_per_tenant=per_tenant,
+            max_names=in_all,
         )
         #: program -> (thread, node) -> wait name, for waits not ended yet.
         self._open: dict[ProgramKey, dict[tuple[str, str], str]] = {}
