@@ -19,7 +19,7 @@ Pure: no I/O, no clock, no service imports.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from agentrt_controller import defaults
@@ -121,15 +121,20 @@ def build_dispatcher(config: PolicyConfig) -> Dispatcher:
 
 
 def build_retention_policy(
-    options: RetentionConfig | Params, cost: CostModel
+    options: RetentionConfig | Params,
+    cost: CostModel,
+    *,
+    sharing_tenants: Collection[str] = (),
 ) -> TtlRetentionPolicy:
     """The TTL retention policy with ``options`` (a ``RetentionConfig``, taken as it is, or a
-    table of its fields, whose ``prefill_s_per_token`` defaults to ``cost``'s)."""
+    table of its fields, whose ``prefill_s_per_token`` defaults to ``cost``'s).
+    ``sharing_tenants``: the tenants whose traffic feeds its global prior (none: the simulator,
+    whose one tenant learns for itself)."""
     if isinstance(options, RetentionConfig):
-        return TtlRetentionPolicy(options)
+        return TtlRetentionPolicy(options, sharing_tenants=sharing_tenants)
     params = dict(options)
     params.setdefault("prefill_s_per_token", cost.prefill_s_per_token)
-    return TtlRetentionPolicy(RetentionConfig.from_mapping(params))
+    return TtlRetentionPolicy(RetentionConfig.from_mapping(params), sharing_tenants=sharing_tenants)
 
 
 def needs_block_hashes(router: Router) -> bool:

@@ -5,7 +5,8 @@ retention"): a pure policy and the bookkeeping around it.
   :class:`ToolWaitFacts`) and answers (:class:`RetentionDecision`);
 * :mod:`.policy` — :class:`TtlRetentionPolicy`: the TTL from the tool's duration distribution,
   the return probability and memory pressure (the decision rule is in its docstring);
-* :mod:`.durations`, :mod:`.returns` — what it learns from;
+* :mod:`.durations`, :mod:`.returns` — what it learns from, per tenant (:mod:`.learned`:
+  bounded tables, and the global prior fed only by tenants that opt in);
 * :mod:`.tracker` — live retentions: release at TTL end, at the thread's next call, at
   program end; re-warm times;
 * :mod:`.driver` — :class:`RetentionDriver`: the retention the controller service and the

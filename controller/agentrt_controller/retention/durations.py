@@ -1,9 +1,13 @@
 """Per-tool duration history: quantiles, CDF and E[min(D, T)] for retention TTLs.
 
-Each name keeps its last ``size`` durations (a ring). With fewer than ``min_samples`` of them,
-the distribution is assumed exponential with the client's predicted mean (or
-``default_mean_s``): a deliberately heavy tail, so that TTLs from a guess are generous only
-where memory is cheap. Pure: no clock.
+Durations are learned per **(tenant, tool name)** (:mod:`.learned`: bounded, oldest forgotten),
+so one tenant's waits never shape another's TTLs. Each keeps its last ``size`` durations (a
+ring). A tenant with fewer than ``min_samples`` of its own for a name plans with the **global
+prior**: the durations of that name from the tenants that opted in to sharing
+(``sharing``; a non-sharing tenant's own few samples are added to them). With fewer than
+``min_samples`` there too, the distribution is assumed exponential with the client's predicted
+mean (or ``default_mean_s``): a deliberately heavy tail, so that TTLs from a guess are
+generous only where memory is cheap. Pure: no clock.
 """
 
 from __future__ import annotations
@@ -11,8 +15,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
+from collections.abc import Collection
 
 from agentrt.errors import ConfigError
+from agentrt_controller.retention.learned import (
+    MAX_NAMES,
+    MAX_NAMES_PER_TENANT,
+    BoundedNames,
+    TenantTables,
+)
 
 __all__ = ["DurationModel", "ToolDurations"]
 
@@ -60,34 +71,70 @@ class DurationModel:
 
 
 class ToolDurations:
-    """Recent durations per tool name."""
+    """Recent durations per (tenant, tool name), and the shared prior per tool name."""
 
     def __init__(
-        self, *, size: int = 256, min_samples: int = 3, default_mean_s: float = 2.0
+        self,
+        *,
+        size: int = 256,
+        min_samples: int = 3,
+        default_mean_s: float = 2.0,
+        sharing: Collection[str] = frozenset(),
+        max_names_per_tenant: int = MAX_NAMES_PER_TENANT,
+        max_names: int = MAX_NAMES,
     ) -> None:
+        """``sharing``: the tenants whose durations feed the global prior (``None``, the
+        simulator's one tenant, never does: it has no one to share with)."""
         if size < 1 or min_samples < 1 or not default_mean_s > 0:
             raise ConfigError("history size and min_samples must be >= 1, default_mean_s > 0")
         self.size = size
         self.min_samples = min_samples
         self.default_mean_s = float(default_mean_s)
-        self._history: dict[str, deque[float]] = {}
+        self.sharing = frozenset(sharing)
+        self._history: TenantTables[deque[float]] = TenantTables(
+            self._ring, max_names_per_tenant=max_names_per_tenant, max_names=max_names
+        )
+        self._shared: BoundedNames[deque[float]] = BoundedNames(self._ring, max_names_per_tenant)
 
-    def record(self, name: str, duration_s: float) -> None:
-        """A wait of ``name`` lasted ``duration_s`` seconds (negative / NaN ignored)."""
+    def _ring(self) -> deque[float]:
+        return deque(maxlen=self.size)
+
+    def record(self, name: str, duration_s: float, *, tenant: str | None = None) -> None:
+        """A wait of ``name`` by ``tenant`` lasted ``duration_s`` seconds (negative / NaN
+        ignored); it feeds the shared prior too when ``tenant`` shares."""
         if not duration_s >= 0 or not math.isfinite(duration_s):
             return
-        ring = self._history.get(name)
-        if ring is None:
-            ring = self._history[name] = deque(maxlen=self.size)
-        ring.append(float(duration_s))
+        self._history.write(tenant, name).append(float(duration_s))
+        if tenant is not None and tenant in self.sharing:
+            self._shared.write(name).append(float(duration_s))
 
-    def count(self, name: str) -> int:
-        return len(self._history.get(name, ()))
+    def count(self, name: str, *, tenant: str | None = None) -> int:
+        """``tenant``'s own samples of ``name``."""
+        return len(self._history.get(tenant, name) or ())
 
-    def model(self, name: str, predicted_mean_s: float | None = None) -> DurationModel:
-        """The distribution to plan with for ``name`` (module docstring)."""
-        ring = self._history.get(name)
-        if ring is not None and len(ring) >= self.min_samples:
-            return DurationModel(list(ring))
+    def shared_count(self, name: str) -> int:
+        """Samples of ``name`` in the shared prior."""
+        return len(self._shared.get(name) or ())
+
+    def model(
+        self, name: str, predicted_mean_s: float | None = None, *, tenant: str | None = None
+    ) -> DurationModel:
+        """The distribution ``tenant`` plans with for ``name`` (module docstring)."""
+        own = list(self._history.get(tenant, name) or ())
+        if len(own) >= self.min_samples:
+            return DurationModel(own)
+        shares = tenant is not None and tenant in self.sharing
+        prior = list(self._shared.get(name) or ()) + ([] if shares else own)
+        if len(prior) >= self.min_samples:
+            return DurationModel(prior)
         mean = predicted_mean_s if predicted_mean_s and predicted_mean_s > 0 else None
         return DurationModel(mean_s=mean or self.default_mean_s)
+
+    @property
+    def learned(self) -> dict[str, int]:
+        """Sizes for introspection: tenants, (tenant, name) entries, shared names."""
+        return {
+            "tenants": self._history.tenants,
+            "names": len(self._history),
+            "shared_names": len(self._shared),
+        }

@@ -41,6 +41,11 @@ memory ``R`` is long, waits are shorter, nothing is pinned and the window covers
 as memory fills ``R`` shrinks, the window shrinks with it, and a pin is placed only where
 waits are about as long as ``R`` and the return is likely.
 
+**What it learns, per tenant.** ``D`` and ``p`` are learned from traffic per (tenant, name)
+(:mod:`.learned`, bounded): one tenant's waits never change another's decisions. A tenant with
+too few samples of its own for a name falls back on the global prior, fed only by the tenants
+named in ``sharing_tenants`` (``share_statistics`` in the tenants file, docs/tenancy.md).
+
 Pure (docs/architecture.md, "Design rules"): ``now_s`` comes in; history is fed by the events
 below.
 """
@@ -48,7 +53,7 @@ below.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -59,6 +64,7 @@ from agentrt_controller.config_check import SECTION, as_tuple, check_fields, par
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention.api import RetentionDecision, WaitInfo
 from agentrt_controller.retention.durations import DurationModel, ToolDurations
+from agentrt_controller.retention.learned import MAX_NAMES, MAX_NAMES_PER_TENANT
 from agentrt_controller.retention.returns import ReturnModel
 
 __all__ = ["RetentionConfig", "TtlRetentionPolicy"]
@@ -117,6 +123,10 @@ class RetentionConfig:
     #: kept prompts, never bodies); over it the tenant's oldest are dropped and those threads
     #: are retained window-only. 0 = keep none (every retention window-only).
     kept_bytes_per_tenant: Annotated[int, Field(ge=0)] = 64 * 1024 * 1024
+    #: Bounds of what is learned (durations, return counts): names kept per tenant, and
+    #: (tenant, name) entries in all; the least recently written is forgotten first.
+    max_learned_names_per_tenant: Annotated[int, Field(ge=1)] = MAX_NAMES_PER_TENANT
+    max_learned_names: Annotated[int, Field(ge=1)] = MAX_NAMES
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -141,20 +151,36 @@ class TtlRetentionPolicy:
 
     name = "ttl"
 
-    def __init__(self, config: RetentionConfig | None = None) -> None:
+    def __init__(
+        self, config: RetentionConfig | None = None, *, sharing_tenants: Collection[str] = ()
+    ) -> None:
+        """``sharing_tenants``: the tenants whose traffic feeds the global prior (those with
+        ``share_statistics = true``); none by default."""
         self.config = config = config or RetentionConfig()
+        per_tenant, in_all = config.max_learned_names_per_tenant, config.max_learned_names
+        self.sharing_tenants = frozenset(sharing_tenants)
         self.durations = ToolDurations(
             size=config.history_size,
             min_samples=config.min_samples,
             default_mean_s=config.default_duration_s,
+            sharing=self.sharing_tenants,
+            max_names_per_tenant=per_tenant,
+            max_names=in_all,
         )
         self.returns = ReturnModel(
-            prior_returned=config.prior_returned, prior_ended=config.prior_ended
+            prior_returned=config.prior_returned,
+            prior_ended=config.prior_ended,
+            min_samples=config.min_samples,
+            sharing=self.sharing_tenants,
+            max_names_per_tenant=per_tenant,
+            max_names=in_all,
         )
         #: program -> (thread, node) -> wait name, for waits not ended yet.
         self._open: dict[ProgramKey, dict[tuple[str, str], str]] = {}
         #: Decisions so far by reason.
         self.decisions: dict[str, int] = {}
+        #: Decisions so far by tenant, then reason (tenants from the key file: few).
+        self.decisions_by_tenant: dict[str | None, dict[str, int]] = {}
 
     # --- the decision ------------------------------------------------------------------------
 
@@ -165,11 +191,18 @@ class TtlRetentionPolicy:
         self.returns.wait_started(facts.program, facts.thread_id, key)
         decision = self.decide(facts, key)
         self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
+        mine = self.decisions_by_tenant.get(facts.program.tenant)
+        if mine is None and len(self.decisions_by_tenant) < _MAX_TENANT_COUNTERS:
+            mine = self.decisions_by_tenant[facts.program.tenant] = {}
+        if mine is not None:
+            mine[decision.reason] = mine.get(decision.reason, 0) + 1
         return decision
 
     def decide(self, facts: WaitInfo, key: str | None = None) -> RetentionDecision:
-        """The decision for ``facts`` with the current history (no side effects)."""
+        """The decision for ``facts`` with the current history of its tenant (no side
+        effects)."""
         cfg = self.config
+        tenant = facts.program.tenant
         context = facts.context_tokens
         if facts.backend_id is None:
             return RetentionDecision(reason="no_backend")
@@ -179,10 +212,10 @@ class TtlRetentionPolicy:
         capacity = getattr(facts, "kv_capacity_tokens", None) or cfg.kv_capacity_tokens
         if usage + (context / capacity if capacity else 0.0) >= cfg.max_usage:
             return RetentionDecision(reason="memory_full")
-        p = self.returns.probability(key if key is not None else _return_key(facts))
+        p = self.returns.probability(key if key is not None else _return_key(facts), tenant=tenant)
         if p < cfg.min_return_probability:
             return RetentionDecision(reason="unlikely_return")
-        model = self.durations.model(facts.name, facts.predicted_duration_s)
+        model = self.durations.model(facts.name, facts.predicted_duration_s, tenant=tenant)
         residence = max(0.0, 1.0 - usage) * capacity / cfg.churn if capacity else math.inf
         recompute_s = cfg.prefill_s_per_token * context
         if math.isfinite(residence) and residence > 0:
@@ -218,13 +251,14 @@ class TtlRetentionPolicy:
     def on_wait_end(
         self, program: ProgramKey, thread_id: str, node_id: str, duration_s: float, now_s: float
     ) -> None:
-        """The wait ended after ``duration_s`` seconds: one more sample for its tool."""
+        """The wait ended after ``duration_s`` seconds: one more sample for its tool, in the
+        program's tenant's history."""
         waits = self._open.get(program)
         name = waits.pop((thread_id, node_id), None) if waits is not None else None
         if waits is not None and not waits:
             del self._open[program]
         if name is not None:
-            self.durations.record(name, duration_s)
+            self.durations.record(name, duration_s, tenant=program.tenant)
 
     def on_call_arrived(self, program: ProgramKey, thread_id: str, now_s: float) -> None:
         """The thread's next call arrived: its last wait counts as returned."""
@@ -240,8 +274,21 @@ class TtlRetentionPolicy:
         return {
             "policy": self.name,
             "decisions": dict(self.decisions),
+            # JSON keys are strings: the simulator's one tenant (None) shows as "".
+            "decisions_by_tenant": {
+                tenant or "": dict(reasons) for tenant, reasons in self.decisions_by_tenant.items()
+            },
             "open_waits": sum(len(w) for w in self._open.values()),
+            "learned": {
+                "durations": self.durations.learned,
+                "returns": self.returns.learned,
+                "sharing_tenants": sorted(self.sharing_tenants),
+            },
         }
+
+
+#: Tenants with their own decision counters (more share none: the counters are introspection).
+_MAX_TENANT_COUNTERS = 1024
 
 
 def _return_key(facts: WaitInfo) -> str:

@@ -145,7 +145,9 @@ class ControllerCore:
         )
         #: KV retention during tool waits (``config.retention = "on"``); ``None`` = off.
         self.retention = (
-            build_retention(config, cost_model, self.dispatcher, self.pool, clock, self.metrics)
+            build_retention(
+                config, cost_model, self.dispatcher, self.pool, clock, self.metrics, self.tenants
+            )
             if config.retention == "on"
             else None
         )

@@ -72,11 +72,16 @@ def build_retention(
     pool: BackendPool,
     clock: Clock,
     metrics: ServiceMetrics,
+    tenants: TenantDirectory | None = None,
 ) -> RetentionExecutor:
     """The retention executor (``config.retention == "on"``) for ``dispatcher`` and ``pool``
     on ``clock``: the policy's ``prefill_s_per_token`` defaults to ``cost_model``'s
-    (``config.cost``: :attr:`ControllerConfig.retention_config`)."""
-    policy = policies.build_retention_policy(config.retention_config, cost_model)
+    (``config.cost``: :attr:`ControllerConfig.retention_config`); its global prior learns
+    from the ``tenants`` with ``share_statistics`` only (docs/tenancy.md)."""
+    sharing = tenants.sharing_statistics() if tenants is not None else frozenset()
+    policy = policies.build_retention_policy(
+        config.retention_config, cost_model, sharing_tenants=sharing
+    )
 
     def on_error(action: str) -> None:
         metrics.retention_errors.inc(1.0, action)

@@ -14,6 +14,7 @@ A tenant is whoever holds one of its API keys. Keys come from three places, merg
       max_programs = 100                # concurrent programs
       tokens_per_minute = 200000        # 0 = unlimited
       over_quota = "queue"              # or "reject" (HTTP 429, the default)
+      share_statistics = true           # feed the retention's global prior (default false)
 
   (``agentrt controller hash-key`` prints the hash of a key read from standard input);
 * ``api_keys`` (``AGENTRT_CONTROLLER_API_KEYS``): ``tenant=key,tenant=key`` with plain keys or
@@ -131,6 +132,11 @@ class Tenant:
     #: client's ``cache_salt`` is replaced by the tenant's.
     choose_cache_salt: bool = False
     quota: TenantQuota = field(default_factory=TenantQuota)
+    #: The tenant's tool durations and return counts feed the retention policy's global
+    #: prior, which every tenant plans with for names it has too few samples of its own
+    #: (docs/tenancy.md, "Sharing learned statistics"). Off: its traffic shapes only its own
+    #: retention decisions.
+    share_statistics: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -139,6 +145,8 @@ class Tenant:
             raise ConfigError(f"tenant {self.name}: weight must be a finite number > 0")
         if self.cache_group is not None and not self.cache_group:
             raise ConfigError(f"tenant {self.name}: cache_group must not be empty")
+        if not isinstance(self.share_statistics, bool):
+            raise ConfigError(f"tenant {self.name}: share_statistics must be true or false")
 
     @property
     def salt_group(self) -> str:
@@ -218,6 +226,10 @@ class TenantDirectory:
         """Fair-share weight by tenant name."""
         return {name: tenant.weight for name, tenant in self.tenants.items()}
 
+    def sharing_statistics(self) -> frozenset[str]:
+        """Tenants whose learned statistics feed the global prior (``share_statistics``)."""
+        return frozenset(name for name, tenant in self.tenants.items() if tenant.share_statistics)
+
     def describe(self) -> str:
         """One phrase for the start-up line."""
         if self.open:
@@ -228,7 +240,14 @@ class TenantDirectory:
 # --- building a directory from configuration --------------------------------------------------
 
 _QUOTA_FIELDS = {f.name for f in fields(TenantQuota)}
-_TENANT_FIELDS = {"keys", "weight", "cache_group", "choose_cache_salt", *_QUOTA_FIELDS}
+_TENANT_FIELDS = {
+    "keys",
+    "weight",
+    "cache_group",
+    "choose_cache_salt",
+    "share_statistics",
+    *_QUOTA_FIELDS,
+}
 
 
 def _line_of(lines: list[str], pattern: re.Pattern[str], start: int = 0) -> int:
@@ -314,6 +333,7 @@ def parse_key_file(text: str, name: str) -> tuple[dict[str, Tenant], dict[str, s
                 cache_group=table.get("cache_group"),
                 choose_cache_salt=bool(table.get("choose_cache_salt", False)),
                 quota=_quota(table, base),
+                share_statistics=table.get("share_statistics", False),
             )
         except (ConfigError, TypeError, ValueError) as exc:
             raise ConfigError(f"{where}: tenant {tenant_name}: {exc}") from exc
