@@ -39,13 +39,14 @@ async def controller_process(
     *options: str,
     env: Mapping[str, str] | None = None,
     kind: str | None = "emulator",
+    port: int | None = None,
 ) -> AsyncIterator[tuple[Process, str]]:
     """``agentrt controller serve`` in front of ``backends`` (base URLs, each given
-    ``kind=<kind>`` unless ``kind`` is None), scraping every 0.2 s unless ``options`` say
-    otherwise (a later flag wins); ``env`` None inherits ours. Yields the process and its URL
-    once it printed its start-up line and ``/readyz`` answers 200 (within 20 s, else
-    ``TimeoutError``); reaped on exit."""
-    port = free_port()
+    ``kind=<kind>`` unless ``kind`` is None) on ``port`` (None: a free one), scraping every
+    0.2 s unless ``options`` say otherwise (a later flag wins); ``env`` None inherits ours.
+    Yields the process and its URL once it printed its start-up line and ``/readyz`` answers
+    200 (within 20 s, else ``TimeoutError``); reaped on exit."""
+    port = free_port() if port is None else port
     command = [*AGENTRT, "controller", "serve", "--port", str(port),
                "--scrape-interval-s", "0.2", *options]  # fmt: skip
     for url in backends:

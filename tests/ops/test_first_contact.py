@@ -51,7 +51,9 @@ async def two_models() -> AsyncIterator[str]:
 
 
 def config(base_url: str, **options: object) -> RuntimeConfig:
-    return RuntimeConfig(base_url=base_url, max_retries=0, controller="off", **options)  # type: ignore[arg-type]
+    return RuntimeConfig(
+        base_url=base_url, max_retries=0, retry_budget_s=0, controller="off", **options
+    )  # type: ignore[arg-type]
 
 
 async def test_the_served_model_is_used_when_none_is_named() -> None:

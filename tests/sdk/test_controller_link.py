@@ -123,7 +123,8 @@ async def test_required_controller_absent_fails(server: FakeServer) -> None:
 
 
 async def test_no_fallback_and_no_server_is_a_clear_error() -> None:
-    config = RuntimeConfig(base_url=closed_port_url(), model="m1", max_retries=0)
+    # A short retry budget: the call is resent for 1 s (a restart would be back), then fails.
+    config = RuntimeConfig(base_url=closed_port_url(), model="m1", max_retries=0, retry_budget_s=1)
     with anyio.fail_after(5):
         async with Runtime(config) as rt:
             with pytest.raises(EndpointUnavailable):

@@ -82,7 +82,14 @@ class RuntimeConfig:
     request_timeout_s: float = 600.0
     #: Timeout (seconds) of each program-event post and of the controller probe.
     event_timeout_s: float = 2.0
-    #: Retries of a failed LLM request by the openai client (connection errors, 429, 5xx).
+    #: Seconds a request the server never took is sent again (agentrt.runtime.transports.retry):
+    #: a connection refused or not made, or a 503 with ``Retry-After`` (waited for, within the
+    #: budget) — what a controller restarted in place or draining answers. Backoff with jitter
+    #: from 0.1 s up to 1 s between attempts; counted from the call's first refusal, never past
+    #: the program's deadline. 0 = off (docs/sdk.md, "Retries").
+    retry_budget_s: float = 10.0
+    #: Retries of a failed LLM request by the openai client (connection errors, 429, 5xx), on
+    #: top of the ``retry_budget_s`` resends.
     max_retries: int = 2
     #: Connection pool size for LLM calls.
     max_connections: int = 1000
@@ -127,6 +134,9 @@ class RuntimeConfig:
             problems.append("tool_timeout_s must be a positive number of seconds or None")
         if self.tool_on_error not in ("return", "raise"):
             problems.append(f"tool_on_error must be return or raise, got {self.tool_on_error!r}")
+        budget = self.retry_budget_s
+        if not isinstance(budget, int | float) or not 0 <= budget < math.inf:
+            problems.append("retry_budget_s must be a finite number of seconds >= 0")
         if not isinstance(self.max_retries, int) or self.max_retries < 0:
             problems.append("max_retries must be an integer >= 0")
         if not isinstance(self.max_connections, int) or self.max_connections < 1:

@@ -30,6 +30,7 @@ from agentrt.runtime.telemetry import Instruments
 from agentrt.runtime.transports.deadline import DeadlineTransport
 from agentrt.runtime.transports.fallback import FallbackTransport
 from agentrt.runtime.transports.recording import RecordingTransport
+from agentrt.runtime.transports.retry import RetryTransport
 from agentrt.runtime.transports.sharding import ShardedTransport
 from agentrt.runtime.transports.tagging import TaggingTransport
 from agentrt.tools.durations import DurationHistory
@@ -160,7 +161,8 @@ class Runtime:
             await stack.aclose()
 
     def _transport_stack(self, pools: ShardedTransport) -> RecordingTransport:
-        """recording → deadline → tagging → [fallback →] pools (agentrt.runtime.transports)."""
+        """recording → retry → deadline → tagging → [fallback →] pools
+        (agentrt.runtime.transports)."""
         cfg = self.config
         routed: httpx.AsyncBaseTransport = pools
         if cfg.fallback_base_url:
@@ -173,7 +175,9 @@ class Runtime:
             )
             routed = self._fallback
         tagged = TaggingTransport(routed, self.session_id)
-        return RecordingTransport(DeadlineTransport(tagged), self)
+        # Retry above the deadline layer: each resend gets a fresh budget check and header.
+        retried = RetryTransport(DeadlineTransport(tagged), cfg.retry_budget_s)
+        return RecordingTransport(retried, self)
 
     # ----------------------------------------------------------------- programs and clients
     def program(

@@ -9,9 +9,11 @@ the controller's OpenAI error envelope.
 The CLI's server binds its socket before anything is printed (a port in use is a
 :class:`ConfigError`, and the start-up line never appears) and drains on SIGTERM or SIGINT
 (docs/controller.md, "Lifecycle"): the listening socket is closed at once (new connections are
-refused), ``/readyz`` answers 503, calls in flight get ``shutdown_grace_s`` to finish, the rest
-are then cancelled (which closes their backend connections, so the engine frees them), and the
-process exits normally.
+refused, and a replacement can bind the port), ``/readyz`` answers 503, a new call reaching the
+draining app on a connection still open is answered 503 ``draining`` with ``Retry-After`` and
+``Connection: close`` (nothing done: the SDK resends it, agentrt.runtime.transports.retry), calls
+in flight get ``shutdown_grace_s`` to finish, the rest are then cancelled (which closes their
+backend connections, so the engine frees them), and the process exits normally.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.errors import error_body
 from agentrt_controller.service.http.app import ControllerApp
 from agentrt_controller.service.telemetry.otel import ControllerTelemetry
-from agentrt_serving.asgi import Scope
+from agentrt_serving.asgi import Receive, Scope, Send
 from agentrt_serving.hardening import HardenedApp, HttpLimits
 from agentrt_serving.uvicorn_server import (
     EmbeddedServer,
@@ -117,6 +119,38 @@ def _route_of(scope: Scope) -> str:
     return path if path in _GENERATION_PATHS else "unmatched"
 
 
+class _DrainGate:
+    """Answers new OpenAI API calls (``/v1/...``) 503 ``draining`` while ``app`` drains, with
+    ``Retry-After`` (``retry_after_s``, at least 1) and ``Connection: close``, before reading
+    their bodies or doing anything: safe for any client to send again, to the replacement.
+    Probes, metrics, the admin API and program events pass (their answers say draining
+    themselves, or are bookkeeping of calls still in flight)."""
+
+    def __init__(self, app: ControllerApp) -> None:
+        self.app = app
+        self._retry_after = str(max(1, app.config.retry_after_s)).encode()
+        self._body = error_body(
+            "the controller is shutting down; send the call again (Retry-After)",
+            "service_unavailable",
+            None,
+            "draining",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        app = self.app
+        if not (app.draining and scope["type"] == "http" and scope["path"].startswith("/v1/")):
+            await app(scope, receive, send)
+            return
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"retry-after", self._retry_after),
+            (b"connection", b"close"),
+            (b"content-length", str(len(self._body)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": self._body})
+
+
 def hardened(app: ControllerApp) -> HardenedApp:
     """``app`` behind the hardening middleware; crashes count in
     ``agentrt_controller_http_internal_errors_total{route}``."""
@@ -126,7 +160,7 @@ def hardened(app: ControllerApp) -> HardenedApp:
         ("route",),
     )
     return HardenedApp(
-        app,
+        _DrainGate(app),
         limits=HttpLimits.from_config(app.config),
         ascii_only=_ascii_only,
         numeric=_NUMERIC_HEADERS,
