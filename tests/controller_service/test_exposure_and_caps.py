@@ -28,18 +28,20 @@ def _disconnects(svc: Running) -> float:
 
 async def test_a_504_by_deadline_and_a_503_are_no_disconnects() -> None:
     state = FakeState(gate=anyio.Event())
-    async with running(state, admission_window=1, max_queued_calls=1) as svc:
-        async with anyio.create_task_group() as group:
-            group.start_soon(svc.chat)  # holds the one slot until the gate opens
-            while state.active < 1:  # noqa: ASYNC110 - the fake's state, no event to await
-                await anyio.sleep(0.01)
-            timeout = {"X-Agentrt-Program-Id": "p", "X-Agentrt-Timeout-Ms": "200"}
-            late = await svc.chat(headers=timeout)  # queued, then 504 at its deadline
-            group.start_soon(svc.chat)  # queued: the queues are full
-            while svc.app.core.calls.queued() < 1:  # noqa: ASYNC110
-                await anyio.sleep(0.01)
-            full = await svc.chat()
-            state.gate.set()  # type: ignore[union-attr]
+    async with (
+        running(state, admission_window=1, max_queued_calls=1) as svc,
+        anyio.create_task_group() as group,
+    ):
+        group.start_soon(svc.chat)  # holds the one slot until the gate opens
+        while state.active < 1:  # noqa: ASYNC110 - the fake's state, no event to await
+            await anyio.sleep(0.01)
+        timeout = {"X-Agentrt-Program-Id": "p", "X-Agentrt-Timeout-Ms": "200"}
+        late = await svc.chat(headers=timeout)  # queued, then 504 at its deadline
+        group.start_soon(svc.chat)  # queued: the queues are full
+        while svc.app.core.calls.queued() < 1:  # noqa: ASYNC110
+            await anyio.sleep(0.01)
+        full = await svc.chat()
+        state.gate.set()  # type: ignore[union-attr]
     assert late.status_code == 504
     assert full.status_code == 503 and full.json()["error"]["code"] == "overloaded"
     assert _disconnects(svc) == 0
