@@ -43,12 +43,14 @@ from agentrt_controller.service.http.events import event_routes
 from agentrt_controller.service.http.hardening import internal_error_response
 from agentrt_controller.service.http.incoming import Receive, Scope, Send
 from agentrt_controller.service.http.limits import RequestLimits
+from agentrt_controller.service.http.openapi import OPENAPI_PATH, controller_openapi
 from agentrt_controller.service.http.passthrough import PASSTHROUGH_PATHS, PassthroughEndpoint
 from agentrt_controller.service.http.proxy import CompletionsEndpoint, send_error
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 from agentrt_controller.service.telemetry.otlp_metrics import MetricsPush
 from agentrt_controller.service.telemetry.prometheus import CONTENT_TYPE
 from agentrt_controller.service.telemetry.tracing import CallTracing
+from agentrt_serving.openapi import OpenApiEndpoint
 
 __all__ = ["ControllerApp"]
 
@@ -121,6 +123,7 @@ class ControllerApp:
                 Route("/livez", self._liveness, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route(OPENAPI_PATH, OpenApiEndpoint(controller_openapi()), methods=["GET"]),
                 *event_routes(self.core, admin_token_set=config.admin_token is not None),
                 *admin_routes(self.core, self._build_backend, config.admin_token),
             ],
