@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from agentrt import __version__
 from agentrt_emulator.server.pins import PIN_PREFIX
@@ -31,9 +31,8 @@ def _ref(model: type[BaseModel]) -> JsonSchema:
 
 
 def _model_schemas() -> dict[str, JsonSchema]:
-    _, top = models_json_schema(
-        [(model, "validation") for model in _MODELS], ref_template="#/components/schemas/{model}"
-    )
+    models: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "validation") for m in _MODELS]
+    _, top = models_json_schema(models, ref_template="#/components/schemas/{model}")
     defs: dict[str, JsonSchema] = top.get("$defs", {})
     return defs
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from agentrt import __version__
 from agentrt.protocol import (
@@ -89,9 +89,8 @@ def _ref(model: type[BaseModel]) -> JsonSchema:
 def _model_schemas() -> dict[str, JsonSchema]:
     """``agentrt.protocol``'s event models as components (requests as validated, the session
     answer as serialized)."""
-    models: list[tuple[type[BaseModel], Any]] = [
-        (model, "validation") for model in (SessionStart, *_EVENT_MODELS.values())
-    ]
+    requests: list[type[BaseModel]] = [SessionStart, *_EVENT_MODELS.values()]
+    models: list[tuple[type[BaseModel], JsonSchemaMode]] = [(m, "validation") for m in requests]
     models.append((SessionStarted, "serialization"))
     _, top = models_json_schema(models, ref_template="#/components/schemas/{model}")
     defs: dict[str, JsonSchema] = top.get("$defs", {})
