@@ -73,9 +73,15 @@ def _document(base_url: str) -> dict[str, Any]:
 
 
 def _fuzz(
-    base_url: str, headers: dict[str, str], document: dict[str, Any] | None = None
+    base_url: str,
+    headers: dict[str, str],
+    document: dict[str, Any] | None = None,
+    *,
+    session_id: str | None = None,
 ) -> Figures:
-    """Run every operation of ``document`` (``base_url``'s own by default); the figures."""
+    """Run every operation of ``document`` (``base_url``'s own by default); the figures.
+    With ``session_id``, half the event bodies name that live session and half the program
+    ids are one program, so events reach a live program too."""
     if document is None:
         document = _document(base_url)
     schema = schemathesis.openapi.from_dict(document)
@@ -84,7 +90,7 @@ def _fuzz(
         operation = result.ok()
         figures.operations += 1
         # Half the bodies name the served model (the other half mostly get 404): the calls
-        # then reach the scheduler and the engine.
+        # then reach the scheduler and the engine; half the events a live session's program.
         strategy = st.tuples(operation.as_strategy(), st.booleans())
 
         @settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
@@ -92,9 +98,14 @@ def _fuzz(
                   suppress_health_check=list(HealthCheck))  # fmt: skip
         @given(drawn=strategy)
         def run(drawn: tuple[Any, bool]) -> None:
-            case, served_model = drawn
-            if served_model and isinstance(case.body, dict) and "model" in case.body:
-                case.body["model"] = MODEL
+            case, served = drawn
+            if served and isinstance(case.body, dict):
+                if "model" in case.body:
+                    case.body["model"] = MODEL
+                if session_id is not None and "session_id" in case.body:
+                    case.body["session_id"] = session_id
+            if served and session_id is not None and "program_id" in (case.path_parameters or {}):
+                case.path_parameters["program_id"] = "fuzzed-program"
             response = case.call(base_url=base_url, headers=headers, timeout=20)
             figures.examples += 1
             figures.statuses[response.status_code] += 1
@@ -114,7 +125,11 @@ def _fuzz(
 
 @pytest.mark.timeout(120)
 def test_schemathesis_finds_no_5xx_and_no_answer_outside_the_documents(stack: Stack) -> None:
-    controller = _fuzz(stack.controller_url, {"Authorization": f"Bearer {TENANT_KEY}"})
+    tenant = {"Authorization": f"Bearer {TENANT_KEY}"}
+    session = httpx.post(
+        stack.controller_url + "/agentrt/v1/sessions", json={}, headers=tenant, timeout=10
+    )
+    controller = _fuzz(stack.controller_url, tenant, session_id=session.json()["session_id"])
     engine = _fuzz(stack.engine_url, {})
     print()
     print(controller.line("controller"))

@@ -74,11 +74,12 @@ _STATUS: JsonSchema = {
     },
 }
 
+#: In a program's order (clients and fuzzers that follow the document meet a live program).
 _EVENT_MODELS: dict[str, type[BaseModel]] = {
     "start": ProgramStart,
-    "end": ProgramEnd,
     "tool-start": ToolWaitStart,
     "tool-end": ToolWaitEnd,
+    "end": ProgramEnd,
 }
 
 
