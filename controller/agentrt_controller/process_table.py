@@ -204,6 +204,16 @@ class ProcessTable:
         """Live programs of ``tenant`` (O(1))."""
         return self._per_tenant.get(tenant, 0)
 
+    def open_tool_waits(self, key: ProgramKey) -> int:
+        """Open tool / human waits of the program (0 when it is not live)."""
+        entry = self._entries.get(key)
+        return 0 if entry is None else len(entry.tool_waits)
+
+    def has_tool_wait(self, key: ProgramKey, thread_id: str, node_id: str) -> bool:
+        """Whether the program's ``(thread_id, node_id)`` wait is open."""
+        entry = self._entries.get(key)
+        return entry is not None and (thread_id, node_id) in entry.tool_waits
+
     def tenant_counts(self) -> dict[str | None, int]:
         """Live programs by tenant."""
         return dict(self._per_tenant)

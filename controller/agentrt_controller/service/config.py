@@ -245,6 +245,9 @@ class ControllerConfig:
     #: Secret the per-tenant ``cache_salt`` values are derived from; ``None`` = random at
     #: start (salts then change on restart; replicas sharing backends should share one).
     cache_salt_secret: _Secret = field(default=None, repr=False)
+    #: Serve ``GET /metrics`` to anyone; off = to loopback callers and the admin token only
+    #: (its labels name backends and tenants: docs/security.md, "What the probes show").
+    metrics_public: bool = False
     #: Forward the client's ``Authorization`` header to the backends (single-tenant setups
     #: whose backends check the same key); off = the backend's own ``api_key`` or none.
     forward_client_authorization: bool = False
@@ -254,6 +257,9 @@ class ControllerConfig:
     #: Longest predicted tool / human wait a ``tool-start`` event may announce (seconds);
     #: longer ones are clamped. ``None`` = ``program_idle_timeout_s``.
     max_predicted_wait_s: _OptionalSeconds = None
+    #: Open tool / human waits one program may hold at once; a ``tool-start`` beyond gets
+    #: HTTP 409 (each open wait costs memory and a line of its ``/programs`` entry).
+    max_tool_waits_per_program: _Count = 256
     #: Fair-share scheduling between tenants: ``auto`` (on when more than one tenant is
     #: configured), ``on`` or ``off``.
     fair_share: Literal["auto", "on", "off"] = "auto"

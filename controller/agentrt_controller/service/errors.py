@@ -12,7 +12,7 @@ into responses (:meth:`ServiceError.body`, :meth:`ServiceError.headers`)::
         ├── ModelNotFound (404)     no backend serves the requested model
         ├── ProgramNotFound (404)   no live program of the caller's tenant with these ids
         ├── BackendNotFound (404)   the admin API names no such backend
-        ├── Conflict (409)          the admin API adds a backend id in use
+        ├── Conflict (409)          a backend id in use; a program at its open tool waits cap
         ├── BodyTooLarge (413)      body over max_body_bytes
         ├── QuotaExceeded (429)     a tenant's quota (Retry-After)
         ├── UpstreamFailed (502)    a backend failed after retries

@@ -33,6 +33,7 @@ from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.driver import ChoiceEvent, RequestGroup
 from agentrt_emulator.server.errors import error_body, error_response, from_validation_error
 from agentrt_emulator.server.extras import ExtraEndpoints
+from agentrt_emulator.server.openapi import OPENAPI_PATH, emulator_openapi
 from agentrt_emulator.server.pins import pin_routes
 from agentrt_emulator.server.prepare import (
     PreparedRequest,
@@ -49,6 +50,7 @@ from agentrt_emulator.server.wire import ChatRequest, CompletionRequest, Tokeniz
 from agentrt_emulator.tokenizer import Tokenizer
 from agentrt_serving.asgi import Scope
 from agentrt_serving.hardening import INTERNAL_ERROR_MESSAGE, HardenedApp, HttpLimits
+from agentrt_serving.openapi import OpenApiEndpoint
 
 __all__ = ["build_app"]
 
@@ -367,6 +369,7 @@ def build_app(state: EmulatorState) -> HardenedApp:
         Route("/tokenize", _answers_errors(endpoints.tokenize), methods=post),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         Route("/agentrt/engine/v1/state", endpoints.engine_state, methods=["GET"]),
+        Route(OPENAPI_PATH, OpenApiEndpoint(emulator_openapi()), methods=["GET"]),
         *[
             Route(path, _answers_errors(handler), methods=methods)
             for path, handler, methods in pin_routes(state)

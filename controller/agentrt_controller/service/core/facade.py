@@ -88,7 +88,7 @@ from agentrt_controller.service.core.requests import GenerationRequest
 from agentrt_controller.service.core.retry import RetryPolicy
 from agentrt_controller.service.core.sessions import SessionRegistry
 from agentrt_controller.service.core.tenants import Tenant, TenantDirectory, build_directory
-from agentrt_controller.service.errors import ServiceError, UpstreamFailed
+from agentrt_controller.service.errors import Conflict, ServiceError, UpstreamFailed
 from agentrt_controller.service.telemetry.introspection import collect_metrics, queues_snapshot
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
@@ -472,8 +472,14 @@ class ControllerCore:
         """A thread of a live program of ``tenant`` waits on a tool or a human: the process
         table records it (its predicted duration clamped to :meth:`max_predicted_wait_s`),
         retention decides whether to keep the thread's KV (Continuum, arXiv 2511.02230).
-        :class:`ProgramNotFound` for a program that is not live."""
+        :class:`ProgramNotFound` for a program that is not live; :class:`Conflict` for a new
+        wait beyond ``max_tool_waits_per_program`` open ones (a repeated one replaces its own)."""
         key = self._live(tenant, event.session_id, program_id)
+        table, cap = self.dispatcher.table, self.config.max_tool_waits_per_program
+        if table.open_tool_waits(key) >= cap and not table.has_tool_wait(
+            key, event.thread_id, event.node_id
+        ):
+            raise Conflict(f"program {program_id} has {cap} open tool waits, the cap")
         predicted = event.predicted_duration_s
         if predicted is not None:
             predicted = min(max(0.0, predicted), self.max_predicted_wait_s())

@@ -36,11 +36,24 @@ from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.errors import BackendNotFound, BadRequest, Conflict, Forbidden
 from agentrt_controller.service.http.endpoints import guarded, read_small_body
 
-__all__ = ["BACKENDS_PATH", "admin_routes"]
+__all__ = ["BACKENDS_PATH", "admin_routes", "is_privileged"]
 
 BACKENDS_PATH = EVENTS_PREFIX + "/backends"
 _MAX_BODY_BYTES = 16 * 1024
 _LOOPBACK = ("127.", "::1", "::ffff:127.")
+
+
+def is_privileged(request: Request, token: str | None) -> bool:
+    """Whether the caller may read operational details (backend addresses, per-tenant
+    counts): it presents ``Authorization: Bearer <token>`` (the admin token, when set) or
+    connects from loopback (docs/security.md, "What the probes show")."""
+    host = request.client.host if request.client is not None else ""
+    if host.startswith(_LOOPBACK):
+        return True
+    if token is None:
+        return False
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.encode(), token.encode())
 
 
 def _authorize(request: Request, token: str | None, what: str = "changing backends") -> None:

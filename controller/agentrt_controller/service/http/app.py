@@ -37,24 +37,26 @@ from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.clock import MONOTONIC, Clock
 from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE
-from agentrt_controller.service.errors import Unauthorized
-from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes
+from agentrt_controller.service.errors import Forbidden, Unauthorized
+from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes, is_privileged
 from agentrt_controller.service.http.events import event_routes
 from agentrt_controller.service.http.hardening import internal_error_response
 from agentrt_controller.service.http.incoming import Receive, Scope, Send
 from agentrt_controller.service.http.limits import RequestLimits
+from agentrt_controller.service.http.openapi import OPENAPI_PATH, controller_openapi
 from agentrt_controller.service.http.passthrough import PASSTHROUGH_PATHS, PassthroughEndpoint
 from agentrt_controller.service.http.proxy import CompletionsEndpoint, send_error
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 from agentrt_controller.service.telemetry.otlp_metrics import MetricsPush
 from agentrt_controller.service.telemetry.prometheus import CONTENT_TYPE
 from agentrt_controller.service.telemetry.tracing import CallTracing
+from agentrt_serving.openapi import OpenApiEndpoint
 
 __all__ = ["ControllerApp"]
 
 _GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 #: Paths that need a tenant's API key when keys are configured (the backend admin API has its
-#: own token; /health and /metrics stay open).
+#: own token; the probes and /metrics have their own rules, see their endpoints).
 _TENANT_PATHS = ("/v1/", "/agentrt/v1/", "/tokenize", "/detokenize")
 
 
@@ -116,11 +118,12 @@ class ControllerApp:
         self.metrics.on_collect(self.core.collect_metrics)
         self._starlette = Starlette(
             routes=[
-                Route("/health", self._readiness, methods=["GET"]),
+                Route("/health", self._health, methods=["GET"]),
                 Route("/readyz", self._readiness, methods=["GET"]),
                 Route("/livez", self._liveness, methods=["GET"]),
                 Route("/metrics", self._metrics, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route(OPENAPI_PATH, OpenApiEndpoint(controller_openapi()), methods=["GET"]),
                 *event_routes(self.core, admin_token_set=config.admin_token is not None),
                 *admin_routes(self.core, self._build_backend, config.admin_token),
             ],
@@ -189,22 +192,38 @@ class ControllerApp:
     # --- plain endpoints ---------------------------------------------------------------------
 
     async def _liveness(self, request: Request) -> Response:
-        """``/livez``: 200 while the process serves (no backend is asked)."""
-        return JSONResponse({"status": "ok", "version": __version__})
+        """``/livez``: 200 while the process serves (no backend is asked); the status only."""
+        return JSONResponse({"status": "ok"})
+
+    def _ready(self) -> tuple[str, int]:
+        """Readiness: ``(status, HTTP status)``, 503 without a healthy backend or draining."""
+        if self.draining:
+            return "draining", 503
+        return ("ok", 200) if self.core.healthy() else ("degraded", 503)
+
+    async def _health(self, request: Request) -> Response:
+        """``/health``: readiness, the status only, for anyone."""
+        status, code = self._ready()
+        return JSONResponse({"status": status}, status_code=code)
 
     async def _readiness(self, request: Request) -> Response:
-        """``/readyz`` and ``/health``: 503 without a healthy backend and while draining."""
-        healthy = self.core.healthy() and not self.draining
-        return JSONResponse(
-            {
-                "status": "draining" if self.draining else "ok" if healthy else "degraded",
-                "version": __version__,
-                "backends": self.core.backend_health(),
-            },
-            status_code=200 if healthy else 503,
-        )
+        """``/readyz``: readiness for anyone; the version and each backend's health (its
+        ``host:port``) only for the admin token or a loopback caller."""
+        status, code = self._ready()
+        body: dict[str, object] = {"status": status}
+        if is_privileged(request, self.config.admin_token):
+            body.update(version=__version__, backends=self.core.backend_health())
+        return JSONResponse(body, status_code=code)
 
     async def _metrics(self, request: Request) -> Response:
+        """``/metrics``: backend ids (``host:port`` by default) and per-tenant counts, so only
+        for the admin token or a loopback caller unless ``metrics_public`` (docs/security.md)."""
+        if not self.config.metrics_public and not is_privileged(request, self.config.admin_token):
+            error = Forbidden(
+                "/metrics is served to loopback clients and the admin token only "
+                "(metrics_public = true opens it)"
+            )
+            return Response(error.body(), error.status_code, media_type="application/json")
         return Response(self.metrics.render(), headers={"content-type": CONTENT_TYPE})
 
     async def _models(self, request: Request) -> Response:

@@ -70,7 +70,7 @@ class _Exchange:
 
     #: The response status line was sent.
     started: bool = False
-    #: The last body part was sent.
+    #: The last body part is on its way (set before sending it: see ``_watch_disconnect``).
     completed: bool = False
 
 
@@ -178,7 +178,7 @@ class CompletionsEndpoint:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                if not exchange.completed:
+                if not exchange.completed:  # the client left before its whole answer
                     self.metrics.client_disconnects.inc()
                     scope.cancel()
                 return
@@ -196,6 +196,9 @@ class CompletionsEndpoint:
             self._status.inc(1.0, self.operation, str(error.status_code))
             span.set_status(Status(StatusCode.ERROR, error.message))
             if not exchange.started:
+                # Marked before sending: the server wakes the watcher with http.disconnect as
+                # soon as the last byte is out, and an answered client did not go away.
+                exchange.started = exchange.completed = True
                 await send_error(send, error)
             elif not exchange.completed:
                 exchange.completed = True
