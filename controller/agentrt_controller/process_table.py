@@ -72,6 +72,11 @@ class ToolWait:
     predicted_duration_s: float | None
     #: ``tool`` or ``human``.
     kind: str = "tool"
+    #: Whether the wait may start a retention (:meth:`ProcessTable.tool_wait_start`): it
+    #: follows a finished call of its thread, none of the thread's calls is active, and its
+    #: node had no honoured wait before. A wait that is not honoured is recorded, never
+    #: retained (docs/security.md, "The retention fast lane").
+    honoured: bool = True
 
 
 @dataclass(slots=True)
@@ -107,6 +112,12 @@ class ProgramEntry:
     threads: dict[str, int] = field(default_factory=dict)
     #: Open tool waits by ``(thread_id, node_id)``.
     tool_waits: dict[tuple[str, str], ToolWait] = field(default_factory=dict)
+    #: Threads whose last call finished (none of their calls active) and whose finished call
+    #: no honoured wait has followed yet: the next wait of such a thread is honoured.
+    waitable_threads: set[str] = field(default_factory=set)
+    #: Nodes that had an honoured wait (at most one each; at most one per finished call, so
+    #: the set grows no faster than the program's calls).
+    waited_nodes: set[str] = field(default_factory=set)
     #: KV retention holds the program's binding until then (seconds); ``None`` = not retained.
     retained_until_s: float | None = None
     #: Creation order in the table (a stable cursor for paginated listings).
@@ -291,8 +302,17 @@ class ProcessTable:
         predicted_duration_s: float | None = None,
         kind: str = "tool",
     ) -> ToolWait:
+        """Record a tool wait of ``thread_id`` at ``node_id``; returns it, ``honoured`` when it
+        may start a retention: the thread's last call finished (none of its calls is active)
+        and no honoured wait followed that call yet, and ``node_id`` had no honoured wait
+        before. So a client cannot keep a program retained with waits alone: each honoured
+        wait costs a finished call of its thread."""
         entry = self.ensure(key, now_s)
-        wait = ToolWait(tool_name, thread_id, node_id, now_s, predicted_duration_s, kind)
+        honoured = thread_id in entry.waitable_threads and node_id not in entry.waited_nodes
+        if honoured:
+            entry.waitable_threads.discard(thread_id)
+            entry.waited_nodes.add(node_id)
+        wait = ToolWait(tool_name, thread_id, node_id, now_s, predicted_duration_s, kind, honoured)
         entry.tool_waits[(thread_id, node_id)] = wait
         return wait
 
@@ -333,6 +353,7 @@ class ProcessTable:
         entry = self.ensure(call.program, now_s)
         entry.last_arrival_s = now_s
         entry.threads[call.thread_id] = entry.threads.get(call.thread_id, 0) + 1
+        entry.waitable_threads.discard(call.thread_id)  # its last call has not finished now
         entry.active[call.call_id] = ActiveCall(
             call_id=call.call_id,
             thread_id=call.thread_id,
@@ -377,6 +398,9 @@ class ProcessTable:
         )
         entry.calls_finished += 1
         entry.last_completion_s = now_s
+        thread = call.thread_id
+        if not any(other.thread_id == thread for other in entry.active.values()):
+            entry.waitable_threads.add(thread)
 
     def call_dropped(self, call: CallFacts, now_s: float) -> None:
         """The call left without service (deadline passed, client went away)."""

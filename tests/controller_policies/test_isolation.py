@@ -254,7 +254,9 @@ def test_dispatcher_frees_room_for_a_tenant_that_arrives_late() -> None:
     assert [c.facts.program.tenant for c in _admit(dispatcher, in_flight, now + 16.6)] == ["greedy"]
 
 
-def test_retained_lane_calls_are_counted_but_not_held() -> None:
+def test_retained_lane_calls_are_held_by_the_caps_and_go_first_within_their_tenant() -> None:
+    """A retained call is capped like any call of its tenant (docs/tenancy.md, "The retained
+    lane"); once its tenant may run again it overtakes its tenant's queued calls only."""
     dispatcher = _dispatcher(window=6, surplus_share=0.5)
     for index in range(10):
         dispatcher.submit(make_facts(f"g-{index}", tenant="greedy"), 0.0)
@@ -269,10 +271,15 @@ def test_retained_lane_calls_are_counted_but_not_held() -> None:
     retained = make_facts("g-kept", tenant="greedy")
     dispatcher.table.start(retained.program, 6.0)
     dispatcher.set_retention(retained.program, 100.0)
-    dispatcher.submit(retained, 6.0)
-    assert [c.facts.call_id for c in _admit(dispatcher, in_flight, 6.0)] == [retained.call_id]
+    kept = dispatcher.submit(retained, 6.0)
+    assert kept.lane == "retained" and dispatcher.retained_queued() == 1
+    assert _admit(dispatcher, in_flight, 6.0) == []  # greedy is at its cap of 3: held
     assert dispatcher.isolation is not None
-    assert dispatcher.isolation.in_flight("greedy") == 4  # above its cap of 3
+    assert dispatcher.isolation.in_flight("greedy") == 3
+    _finish(dispatcher, in_flight, "greedy", 1, 7.0)
+    # Room for one greedy call: the retained one, ahead of greedy's earlier calls.
+    assert [c.facts.call_id for c in _admit(dispatcher, in_flight, 7.0)] == [retained.call_id]
+    assert dispatcher.isolation.in_flight("greedy") == 3
 
 
 def test_adaptive_window_caps_follow_its_bound_not_its_current_size() -> None:

@@ -119,8 +119,7 @@ class ReferenceDispatcher(Dispatcher):
             candidates = [b for b in views.values() if self.admission.has_room(b, now_s)]
             if not candidates:
                 break
-            lane = self.lane if self.lane is not None and self.lane.queued() else None
-            call = lane.pop(now_s) if lane is not None else self.scheduler.pop(now_s)
+            call = self.queues.pop(now_s)
             if call is None:
                 break
             retained = call.retained_backend
@@ -128,8 +127,7 @@ class ReferenceDispatcher(Dispatcher):
             backend_id = self.router.route(call, held or candidates, now_s)
             chosen = views[backend_id]
             views[backend_id] = replace(chosen, in_flight=chosen.in_flight + 1)
-            policy = self._policy_of(call)
-            priority = policy.backend_priority(call) if chosen.supports_priority else None
+            priority = self.queues.backend_priority(call) if chosen.supports_priority else None
             self.table.bind(call.facts, backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
         return admissions

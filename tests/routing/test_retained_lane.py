@@ -107,7 +107,7 @@ def test_lane_calls_can_be_requeued_cancelled_and_expire() -> None:
     call = _submit(d, "p", 0.0, deadline_s=5.0)
     (admitted,) = d.admit(0.0, [BackendView("b0", in_flight=0)])
     d.requeue(admitted.call, 0.5)
-    assert d.queued() == 1 and d.lane is not None and d.lane.queued() == 1
+    assert d.queued() == 1 and d.retained_queued() == 1
     assert d.drop_expired(6.0) == [call]
     other = _submit(d, "p", 7.0)
     assert d.cancel(other, 7.5)

@@ -17,20 +17,25 @@ the calls it admits in this round so one round never overfills a backend.
 
 **Retained lane** (docs/scheduling.md; docs/routing.md, "KV retention"). A call whose
 program's KV is retained when it arrives (``set_retention``, i.e. it comes back from a tool
-within the TTL) skips the scheduler's order: it waits in a FIFO lane that
-:meth:`Dispatcher.admit` serves before the scheduler, whatever the scheduler is (its context is
-hot and cheap now; delaying it is what makes it expensive). The lane shares the process table,
-so the program's attained service, waiting time and critical path are kept exactly as if the
-scheduler had queued the call. A call submitted with a ``retained_backend`` goes to that backend
-when it is a candidate (has room), whatever the router; otherwise the router chooses
-(failover).
+within the TTL) is marked ``CallEntry.lane = "retained"`` and skips its policy's order: it
+waits in a FIFO lane (:class:`~agentrt_controller.scheduling.lane.RetainedLane`) served before
+the policy, whatever the policy is (its context is hot and cheap now; delaying it is what makes
+it expensive). The lane is *inside* the scheduler's accounting, never around it: with a bare
+scheduler the Dispatcher wraps it (one tenant: the call overtakes every queued call); under
+fair shares each tenant's inner policy has its own lane, so the fair-share order picks the
+tenant first and the call overtakes only its own tenant's calls, is charged to its tenant's
+share and counted by the per-tenant caps like any call (docs/tenancy.md, "The retained lane").
+The lane shares the process table, so the program's attained service, waiting time and
+critical path are kept exactly as if the policy had queued the call. A call submitted with a
+``retained_backend`` goes to that backend when it is a candidate (has room), whatever the
+router; otherwise the router chooses (failover).
 
 **Per-tenant in-flight caps** (docs/tenancy.md, "Isolation of the batch"). When the scheduler
 is a :class:`~agentrt_controller.scheduling.tenancy.TenantFairScheduler` with isolation on, a
 tenant above its share of a backend's contended window while another tenant is active is not
 admitted there (:class:`~agentrt_controller.scheduling.isolation.TenantIsolation`): each round
 the Dispatcher pops only from tenants some candidate backend allows, and routes the call among
-the backends that allow its tenant. Retained-lane calls are counted in flight but not held.
+the backends that allow its tenant. Retained-lane calls are counted and held like any.
 """
 
 from __future__ import annotations
@@ -44,10 +49,11 @@ from agentrt_controller.process_table import ProcessTable, ToolWait
 from agentrt_controller.routing.api import Router
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 from agentrt_controller.scheduling.api import AdmissionPolicy, BackendView, Scheduler
-from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
+from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.isolation import TenantIsolation
+from agentrt_controller.scheduling.lane import RetainedLane
 from agentrt_controller.scheduling.tenancy import TenantFairScheduler, tenant_of
 
 
@@ -80,9 +86,14 @@ class Dispatcher:
         self.admission = admission
         #: The process table (the scheduler's): read it for introspection and metrics.
         self.table: ProcessTable = scheduler.table
-        #: The retained lane (FIFO on the shared table); ``None`` when disabled.
-        self.lane: FcfsScheduler | None = FcfsScheduler(self.table) if retained_lane else None
-        #: Calls that went through the retained lane so far.
+        #: Whether retained programs' calls enter the retained lane.
+        self.retained_lane = retained_lane
+        #: Where calls wait: the scheduler itself when it keeps the lanes (fair shares: one per
+        #: tenant) or there is no lane, else the scheduler behind the Dispatcher's lane.
+        self.queues: Scheduler = scheduler
+        if retained_lane and not isinstance(scheduler, TenantFairScheduler):
+            self.queues = RetainedLane(scheduler)
+        #: Calls that entered the retained lane so far.
         self.lane_total = 0
         #: The tenancy scheduler when it caps tenants' calls in flight, else ``None``.
         self._fair: TenantFairScheduler | None = None
@@ -104,23 +115,29 @@ class Dispatcher:
         call = CallEntry(facts, retained_backend=retained_backend)
         if self.isolation is not None:
             self.isolation.on_submit(tenant_of(call), now_s)
-        if self.lane is not None and self._retained(call, now_s):
+        if self.retained_lane and self._retained(call, now_s):
             call.lane = "retained"
             self.lane_total += 1
-            self.lane.submit(call, now_s)
-            return call
-        self.scheduler.submit(call, now_s)
+        self.queues.submit(call, now_s)
         return call
 
     def queued(self) -> int:
-        """Calls waiting for admission (scheduler queues and the retained lane)."""
-        return self.scheduler.queued() + (self.lane.queued() if self.lane is not None else 0)
+        """Calls waiting for admission (the scheduler's queues and the retained lanes)."""
+        return self.queues.queued()
+
+    def retained_queued(self) -> int:
+        """Calls waiting in the retained lane (all tenants' lanes)."""
+        queues = self.queues
+        if isinstance(queues, RetainedLane | TenantFairScheduler):
+            return queues.retained_queued()
+        return 0
 
     def admit(self, now_s: float, backends: Sequence[BackendView]) -> list[Admission]:
-        """Pop queued calls (the retained lane first) while some backend has room; route
-        each one. ``backends``: one view per backend id. A driver that passes the same view
-        object again for a backend where nothing changed saves asking the admission policy
-        about it again (:meth:`_room_of`)."""
+        """Pop queued calls (in the scheduler's order; the retained lane first within its
+        tenant) while some backend has room; route each one. ``backends``: one view per
+        backend id. A driver that passes the same view object again for a backend where
+        nothing changed saves asking the admission policy about it again
+        (:meth:`_room_of`)."""
         admissions: list[Admission] = []
         # The backends with room, in ``backends`` order. Asked once per backend (not even that
         # for a view object asked about before, when its answer cannot have changed); after
@@ -135,13 +152,10 @@ class Dispatcher:
             if not room:
                 break
             candidates: Sequence[BackendView] = room
-            lane = self.lane if self.lane is not None and self.lane.queued() else None
-            if lane is not None:
-                call = lane.pop(now_s)
-            elif self._fair is not None:
+            if self._fair is not None:
                 call, candidates = self._pop_capped(now_s, candidates)
             else:
-                call = self.scheduler.pop(now_s)
+                call = self.queues.pop(now_s)
             if call is None:
                 break
             retained = call.retained_backend
@@ -155,8 +169,7 @@ class Dispatcher:
                 room.update(updated)
             else:
                 room.remove(backend_id)
-            policy = self._policy_of(call)
-            priority = policy.backend_priority(call) if chosen.supports_priority else None
+            priority = self.queues.backend_priority(call) if chosen.supports_priority else None
             self.table.bind(call.facts, backend_id, now_s)
             if self.isolation is not None:
                 self.isolation.on_admit(call.facts.call_id, tenant_of(call), backend_id, now_s)
@@ -237,15 +250,15 @@ class Dispatcher:
         back in its place; the next :meth:`admit` may route it elsewhere."""
         if self.isolation is not None:
             self.isolation.on_release(call.facts.call_id, now_s)
-        self._policy_of(call).requeue(call, now_s)
+        self.queues.requeue(call, now_s)
 
     def cancel(self, call: CallEntry, now_s: float) -> bool:
         """A queued call's client went away: forget it. ``False`` if it was not queued (then
         it is running: report it with :meth:`on_finish` and the service it got)."""
-        return self._policy_of(call).cancel(call, now_s)
+        return self.queues.cancel(call, now_s)
 
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
-        self._policy_of(call).on_tokens(call, new_tokens, now_s)
+        self.queues.on_tokens(call, new_tokens, now_s)
 
     def on_finish(
         self,
@@ -264,25 +277,16 @@ class Dispatcher:
             call.facts = replace(call.facts, block_hashes=block_hashes)
         if self.isolation is not None:
             self.isolation.on_release(call.facts.call_id, now_s, service_s)
-        self._policy_of(call).on_finish(call, service_s, now_s)
+        self.queues.on_finish(call, service_s, now_s)
         self.router.on_finish(call, backend_id, now_s)
 
     def drop_expired(self, now_s: float) -> list[CallEntry]:
-        dropped = self.scheduler.drop_expired(now_s)
-        if self.lane is not None and self.lane.queued():
-            dropped += self.lane.drop_expired(now_s)
-        return dropped
+        return self.queues.drop_expired(now_s)
 
     def _retained(self, call: CallEntry, now_s: float) -> bool:
         entry = self.table.get(call.facts.program)
         until = entry.retained_until_s if entry is not None else None
         return until is not None and until >= now_s
-
-    def _policy_of(self, call: CallEntry) -> Scheduler:
-        """The lane for calls queued there, the scheduler for all others."""
-        if self.lane is not None and call.lane == "retained":
-            return self.lane
-        return self.scheduler
 
     def on_program_start(
         self, program: ProgramKey, now_s: float, *, name: str = "", deadline_s: float = math.inf
@@ -291,7 +295,7 @@ class Dispatcher:
         self.table.start(program, now_s, name=name, deadline_s=deadline_s)
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
-        self.scheduler.on_program_end(program, now_s)
+        self.queues.on_program_end(program, now_s)
         self.router.on_program_end(program, now_s)
 
     def on_tool_wait_start(
@@ -336,15 +340,19 @@ class Dispatcher:
             self.router.on_program_end(program, now_s)
         return removed
 
+    def lane_snapshot(self) -> dict[str, object]:
+        """The retained lane, JSON-able: enabled, calls queued there now, calls so far."""
+        return {
+            "enabled": self.retained_lane,
+            "queued": self.retained_queued(),
+            "total": self.lane_total,
+        }
+
     def snapshot(self, now_s: float) -> dict[str, object]:
         """JSON-able queues and process table, for introspection."""
         return {
             "scheduler": self.scheduler.snapshot(now_s),
-            "retained_lane": {
-                "enabled": self.lane is not None,
-                "queued": self.lane.queued() if self.lane is not None else 0,
-                "total": self.lane_total,
-            },
+            "retained_lane": self.lane_snapshot(),
             "process_table": self.table.snapshot(now_s),
             "isolation": (
                 self.isolation.snapshot(now_s, self._fair.queued_by_tenant())

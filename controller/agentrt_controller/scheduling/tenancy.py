@@ -31,8 +31,13 @@ and weighted under the name :data:`DEFAULT_TENANT`). With one tenant the pop ord
 the inner policy's. Tenants are kept for the scheduler's life (they come from the controller's
 tenant file, a bounded set).
 
-Calls of the Dispatcher's retained lane never reach the scheduler, so they are not charged to
-their tenant here (docs/tenancy.md, "Limits").
+**The retained lane is per tenant** (:class:`~agentrt_controller.scheduling.lane.RetainedLane`
+wraps each tenant's inner policy): a call of a retained program (``CallEntry.lane ==
+"retained"``) goes ahead of its own tenant's queued calls only. The fair-share order picks the
+tenant first, and the call is charged (estimate at :meth:`~TenantFairScheduler.pop`, its
+service at :meth:`~TenantFairScheduler.on_finish`) and capped like any other, so retention
+gives a tenant lower latency inside its share, never more than its share (docs/tenancy.md,
+"The retained lane").
 
 **Per-tenant caps on calls in flight** (:mod:`agentrt_controller.scheduling.isolation`,
 :attr:`TenancyConfig.isolation`, off by default): the scheduler owns the
@@ -79,6 +84,7 @@ from agentrt_controller.scheduling.api import Scheduler
 from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.isolation import IsolationConfig, TenantIsolation
+from agentrt_controller.scheduling.lane import RetainedLane
 
 __all__ = ["DEFAULT_TENANT", "TenancyConfig", "TenantFairScheduler", "tenant_of"]
 
@@ -155,7 +161,8 @@ class _Tenant:
 
     name: str
     weight: float
-    inner: Scheduler
+    #: The tenant's inner policy behind its retained lane.
+    inner: RetainedLane
     #: Order in which tenants were first seen: breaks virtual-time ties deterministically.
     order: int
     #: (charged + estimated in-flight service) / weight (seconds per unit weight).
@@ -205,8 +212,9 @@ class TenantFairScheduler:
     def _tenant(self, name: str) -> _Tenant:
         tenant = self._tenants.get(name)
         if tenant is None:
-            inner = self._spare if self._spare is not None else self._build_inner(self.table)
+            policy = self._spare if self._spare is not None else self._build_inner(self.table)
             self._spare = None
+            inner = RetainedLane(policy)
             tenant = _Tenant(name, self.config.weight(name), inner, order=len(self._tenants))
             tenant.virtual_s = self.system_virtual_s  # a new tenant starts now, no credit
             self._tenants[name] = tenant
@@ -234,6 +242,10 @@ class TenantFairScheduler:
         system virtual time (SFQ's ``v(t)``, which also covers an idle system)."""
         backlogged = [t.virtual_s for t in self._tenants.values() if t.inner.queued()]
         return max(self.system_virtual_s, min(backlogged, default=self.system_virtual_s))
+
+    def retained_queued(self) -> int:
+        """Calls waiting in the tenants' retained lanes."""
+        return sum(t.inner.retained_queued() for t in self._tenants.values())
 
     def queued_by_tenant(self) -> dict[str, int]:
         """Calls queued per tenant with any, in the order the tenants were first seen."""
@@ -287,7 +299,7 @@ class TenantFairScheduler:
             and (other.inner.queued() or other.in_flight)
             and (other.virtual_s, other.order) < mine
         )
-        config = getattr(tenant.inner, "config", None)
+        config = getattr(tenant.inner.policy, "config", None)
         levels = config.levels if isinstance(config, SchedulerConfig) else 1
         return rank * levels + inner
 

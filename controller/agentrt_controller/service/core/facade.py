@@ -471,9 +471,11 @@ class ControllerCore:
     def start_tool_wait(self, tenant: Tenant, program_id: str, event: ToolWaitStart) -> None:
         """A thread of a live program of ``tenant`` waits on a tool or a human: the process
         table records it (its predicted duration clamped to :meth:`max_predicted_wait_s`),
-        retention decides whether to keep the thread's KV (Continuum, arXiv 2511.02230).
-        :class:`ProgramNotFound` for a program that is not live; :class:`Conflict` for a new
-        wait beyond ``max_tool_waits_per_program`` open ones (a repeated one replaces its own)."""
+        retention decides whether to keep the thread's KV (Continuum, arXiv 2511.02230) when
+        the table honours the wait (``ToolWait.honoured``: after a finished call of the thread,
+        once per node; docs/security.md). :class:`ProgramNotFound` for a program that is not
+        live; :class:`Conflict` for a new wait beyond ``max_tool_waits_per_program`` open ones
+        (a repeated one replaces its own)."""
         key = self._live(tenant, event.session_id, program_id)
         table, cap = self.dispatcher.table, self.config.max_tool_waits_per_program
         if table.open_tool_waits(key) >= cap and not table.has_tool_wait(
@@ -483,7 +485,7 @@ class ControllerCore:
         predicted = event.predicted_duration_s
         if predicted is not None:
             predicted = min(max(0.0, predicted), self.max_predicted_wait_s())
-        self.dispatcher.on_tool_wait_start(
+        recorded = self.dispatcher.on_tool_wait_start(
             key,
             self.clock(),
             thread_id=event.thread_id,
@@ -492,7 +494,7 @@ class ControllerCore:
             predicted_duration_s=predicted,
             kind=event.kind,
         )
-        if self.retention is not None:
+        if self.retention is not None and recorded.honoured:
             entry = self.dispatcher.table.get(key)
             self.retention.on_tool_start(
                 key,
@@ -512,7 +514,7 @@ class ControllerCore:
         ended = self.dispatcher.on_tool_wait_end(
             key, self.clock(), thread_id=event.thread_id, node_id=event.node_id
         )
-        if self.retention is not None and ended is not None:
+        if self.retention is not None and ended is not None and ended.honoured:
             self.retention.on_tool_end(
                 key, thread_id=event.thread_id, node_id=event.node_id, duration_s=event.duration_s
             )

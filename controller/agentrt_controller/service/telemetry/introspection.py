@@ -21,12 +21,7 @@ def queues_snapshot(
     snapshot = dispatcher.scheduler.snapshot(now_s)
     snapshot["admission"] = getattr(dispatcher.admission, "name", "")
     snapshot["router"] = getattr(dispatcher.router, "name", "")
-    lane = dispatcher.lane
-    snapshot["retained_lane"] = {
-        "enabled": lane is not None,
-        "queued": lane.queued() if lane is not None else 0,
-        "total": dispatcher.lane_total,
-    }
+    snapshot["retained_lane"] = dispatcher.lane_snapshot()
     if retention is not None:
         snapshot["retention"] = retention.snapshot()
     snapshot["backends"] = [
