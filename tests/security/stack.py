@@ -79,9 +79,11 @@ class Stack:
 
 
 def emulator_config(**options: Any) -> EmulatorConfig:
-    """A fast emulator with a small KV cache; ``options`` are :class:`EmulatorConfig` fields."""
+    """A fast emulator with a small KV cache; ``options`` are :class:`EmulatorConfig` fields
+    (``engine`` replaces the small-cache :class:`EngineConfig`)."""
     options.setdefault("time_scale", 1000.0)
-    return EmulatorConfig(engine=EngineConfig(num_gpu_blocks=4096), **options)
+    options.setdefault("engine", EngineConfig(num_gpu_blocks=4096))
+    return EmulatorConfig(**options)
 
 
 @contextlib.contextmanager
