@@ -181,3 +181,43 @@ def test_the_retention_lane_cannot_starve_another_tenant() -> None:
     assert hostile_per_call >= 0.5 * victim_per_call, figures
     # ... and the victim kept its share.
     assert figures.attacked_s <= BOUND * figures.alone_s, figures
+
+
+async def _retained_after_each_wait(url: str) -> list[bool]:
+    """One program: wait before any call, call, wait, call, the same node again, a new node;
+    whether the program is retained after each wait."""
+    retained: list[bool] = []
+    async with httpx.AsyncClient(timeout=30) as http:
+        events = f"{url}{EVENTS_PREFIX}/programs/agent"
+
+        async def call(node: str) -> None:
+            answer = await http.post(
+                url + "/v1/chat/completions",
+                json=_body("victim agent " + "context " * 60),
+                headers={**VICTIM, **_tags("agent", node)},
+            )
+            assert answer.status_code == 200, answer.text
+
+        async def wait(node: str) -> None:
+            body = {"session_id": "s", "thread_id": "main", "node_id": node, "tool_name": "search"}
+            answer = await http.post(events + "/tool-start", json=body, headers=VICTIM)
+            assert answer.status_code == 200, answer.text
+            listing = await http.get(url + EVENTS_PREFIX + "/programs", headers=VICTIM)
+            (entry,) = [e for e in listing.json()["entries"] if e["program_id"] == "agent"]
+            retained.append(entry["retained_until_s"] is not None)
+
+        started = await http.post(events + "/start", json={"session_id": "s"}, headers=VICTIM)
+        assert started.status_code == 200, started.text
+        await wait("t0")  # no call finished yet
+        await call("c1")
+        await wait("t1")
+        await call("c2")  # admitted: the retention of t1 has done its job
+        await wait("t1")  # the same node again
+        await wait("t2")  # a new node after c2: honoured
+    return retained
+
+
+def test_a_wait_retains_only_after_a_finished_call_and_once_per_node() -> None:
+    with _stack() as stack:
+        retained = anyio.run(_retained_after_each_wait, stack.controller_url)
+    assert retained == [False, True, False, True]
