@@ -112,6 +112,8 @@ class ProgramEntry:
     threads: dict[str, int] = field(default_factory=dict)
     #: Open tool waits by ``(thread_id, node_id)``.
     tool_waits: dict[tuple[str, str], ToolWait] = field(default_factory=dict)
+    #: Thread id -> its active calls (threads with none are left out).
+    active_per_thread: dict[str, int] = field(default_factory=dict)
     #: Threads whose last call finished (none of their calls active) and whose finished call
     #: no honoured wait has followed yet: the next wait of such a thread is honoured.
     waitable_threads: set[str] = field(default_factory=set)
@@ -354,6 +356,11 @@ class ProcessTable:
         entry.last_arrival_s = now_s
         entry.threads[call.thread_id] = entry.threads.get(call.thread_id, 0) + 1
         entry.waitable_threads.discard(call.thread_id)  # its last call has not finished now
+        replaced = entry.active.get(call.call_id)
+        if replaced is not None:  # the same call id again: one active call, counted once
+            self._thread_left(entry, replaced.thread_id)
+        per_thread = entry.active_per_thread
+        per_thread[call.thread_id] = per_thread.get(call.thread_id, 0) + 1
         entry.active[call.call_id] = ActiveCall(
             call_id=call.call_id,
             thread_id=call.thread_id,
@@ -392,15 +399,14 @@ class ProcessTable:
         if active.state == "queued":
             self._end_wait(entry, active, now_s)
         del entry.active[call.call_id]
+        if not self._thread_left(entry, active.thread_id):
+            entry.waitable_threads.add(active.thread_id)
         entry.attained_service_s += service_s
         entry.critical_path_s = max(
             entry.critical_path_s, active.inherited_critical_path_s + service_s
         )
         entry.calls_finished += 1
         entry.last_completion_s = now_s
-        thread = call.thread_id
-        if not any(other.thread_id == thread for other in entry.active.values()):
-            entry.waitable_threads.add(thread)
 
     def call_dropped(self, call: CallFacts, now_s: float) -> None:
         """The call left without service (deadline passed, client went away)."""
@@ -410,6 +416,7 @@ class ProcessTable:
         if active.state == "queued":
             self._end_wait(entry, active, now_s)
         del entry.active[call.call_id]
+        self._thread_left(entry, active.thread_id)
 
     # --- expiry ----------------------------------------------------------------------------
 
@@ -470,6 +477,16 @@ class ProcessTable:
             return None, None
         self._touch(entry, now_s)
         return entry, entry.active.get(call.call_id)
+
+    @staticmethod
+    def _thread_left(entry: ProgramEntry, thread_id: str) -> int:
+        """One active call of ``thread_id`` is gone; returns the thread's active calls left."""
+        left = entry.active_per_thread.get(thread_id, 0) - 1
+        if left > 0:
+            entry.active_per_thread[thread_id] = left
+        else:
+            entry.active_per_thread.pop(thread_id, None)
+        return max(0, left)
 
     @staticmethod
     def _end_wait(entry: ProgramEntry, active: ActiveCall, now_s: float) -> None:

@@ -144,3 +144,18 @@ def test_a_wait_is_honoured_after_a_finished_call_of_its_thread_once_per_node(
         else:
             seen.append(_wait(table, arg, now))
     assert seen == honoured
+
+
+def test_a_thread_with_a_call_still_active_does_not_get_its_wait_honoured() -> None:
+    table = ProcessTable()
+    first, second = make_facts("agent", 0.0), make_facts("agent", 0.0)
+    for facts in (first, second):
+        table.call_arrived(facts, 0.0)
+    table.call_finished(first, 0.1, 1.0)
+    assert not _wait(table, "t1", 1.5)  # the thread's other call is still queued
+    table.call_dropped(second, 2.0)  # it left unserved: no finished call after the first
+    assert not _wait(table, "t2", 2.5)
+    _call(table, 3.0)
+    assert _wait(table, "t3", 4.0)
+    entry = table.get(KEY)
+    assert entry is not None and entry.active_per_thread == {}
