@@ -6,10 +6,10 @@ The hostile tenant runs many clients, each doing call → ``tool-start`` (predic
 → ...: every call after the first comes back inside a retention window and enters the
 retained lane. The victim tenant runs one 15-call program. Before the lane moved inside the
 fair shares, lane calls overtook every other tenant's calls and were never charged to their
-tenant's share: here the victim's program took 28.4 s against 1.67 s alone, and the hostile
-tenant's share was charged for its 16 first calls only (issue 24's probe: 256 s against
-0.31 s). Now the victim stays within 2x of its time alone (1.5-1.7x measured), and the
-hostile tenant's retained calls are charged like the victim's calls.
+tenant's share: here the victim's program (4.3 s alone) had done 3 of its 15 calls after
+40 s, and the hostile tenant's share was charged for its 16 first calls only (issue 24's
+probe: 256 s against 0.31 s). Now the victim stays within 2x of its time alone (1.6-1.8x
+measured on a loaded machine), and every hostile call is charged.
 """
 
 from __future__ import annotations
