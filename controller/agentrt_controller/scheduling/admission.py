@@ -30,6 +30,11 @@ own (FCFS) queue, where the controller's order and anti-starvation no longer app
 
 ``has_room``: the backend is healthy and ``in_flight < floor(window)``. Pure: no clock, no I/O.
 
+**Sequences, not calls.** ``in_flight`` and the window count sequences: a call with ``n`` = 8
+holds 8 (``CallFacts.sequences``), as it holds 8 slots of the engine's batch and vLLM counts
+its 8 requests in ``num_requests_running`` / ``num_requests_waiting``. The Dispatcher admits
+such a call where the window has room for all of them, or where the backend is idle.
+
 **Several controllers** (``count_other_load``, off by default). Controller replicas sharing a
 backend each steer their own window by the same waiting queue, and each counts only its own
 calls against it. With ``count_other_load`` a replica reads the others' requests from each new
@@ -68,15 +73,15 @@ class AdaptiveWindowConfig:
 
     __pydantic_config__ = SECTION
 
-    #: Window of a backend before its first sample (calls, >= min_window).
+    #: Window of a backend before its first sample (sequences, >= min_window).
     initial_window: float = 8.0
-    #: Smallest window (calls, >= 1).
+    #: Smallest window (sequences, >= 1).
     min_window: Annotated[float, Field(ge=1)] = 1.0
-    #: Largest window (calls, >= initial_window).
+    #: Largest window (sequences, >= initial_window).
     max_window: Annotated[float, Field(allow_inf_nan=False)] = 256.0
     #: Engine-side waiting requests we aim for (>= 0).
     target_waiting: Annotated[int, Field(ge=0)] = 2
-    #: Additive increase per sample (calls, > 0).
+    #: Additive increase per sample (sequences, > 0).
     increase_step: Annotated[float, Field(gt=0)] = 1.0
     #: Largest decrease per sample, as a factor in (0, 1).
     decrease_factor: Annotated[float, Field(gt=0, lt=1)] = 0.5
@@ -106,7 +111,7 @@ class _BackendWindow:
     window: float
     #: Sample time of the last update (``metrics_at_s``) or decision time without one.
     last_sample_s: float = -math.inf
-    #: Other clients' requests on the backend at the last sample (calls, >= 0); always 0
+    #: Other clients' requests on the backend at the last sample (sequences, >= 0); always 0
     #: without ``count_other_load``.
     other_load: int = 0
 
@@ -140,7 +145,7 @@ class AdaptiveWindowAdmission:
         return backend.metrics_at_s is not None or backend.num_waiting is None
 
     def bound(self, backend: BackendView) -> float:
-        """The largest window for ``backend`` (calls): ``max_window``, or its batch size plus
+        """The largest window for ``backend`` (sequences): ``max_window``, or its batch size plus
         ``target_waiting`` when smaller and known."""
         cfg = self.config
         if backend.max_num_seqs is None or backend.max_num_seqs < 1:
@@ -148,7 +153,7 @@ class AdaptiveWindowAdmission:
         return max(cfg.min_window, min(cfg.max_window, backend.max_num_seqs + cfg.target_waiting))
 
     def window(self, backend_id: str) -> float:
-        """The backend's current window (calls); the initial one for an unseen backend."""
+        """The backend's current window (sequences); the initial one for an unseen backend."""
         state = self._windows.get(backend_id)
         return state.window if state is not None else self.config.initial_window
 

@@ -29,7 +29,8 @@ class BackendView:
 
     #: Stable backend id (e.g. its base URL or ``engine-0``).
     backend_id: str
-    #: Calls the controller admitted to it that have not finished.
+    #: Sequences of the calls the controller admitted to it that have not finished (a call
+    #: counts its ``CallFacts.sequences``, its ``n``; 1 per call in the simulator).
     in_flight: int
     #: False while a health check or the circuit breaker says the backend is down.
     healthy: bool = True

@@ -108,7 +108,8 @@ class FcfsScheduler:
 
 
 class FixedWindowAdmission:
-    """A backend may hold at most ``window`` of our calls at once (``None`` = unlimited)."""
+    """A backend may hold at most ``window`` of our sequences at once (a call counts its
+    ``n``; ``None`` = unlimited)."""
 
     name = "fixed"
 

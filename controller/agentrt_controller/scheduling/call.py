@@ -54,6 +54,11 @@ class CallFacts:
     prompt_tokens: int = 0
     #: Maximum output length (tokens) if the request says; ``None`` = not said.
     max_tokens: int | None = None
+    #: Sequences the backend runs for the call at once (>= 1): the request's ``n``, or its
+    #: ``best_of`` when larger (completions). Admission windows, the tenants' ``max_in_flight``
+    #: and a backend's in-flight count add this, not 1 (docs/controller.md, "Sequences, not
+    #: calls"). The simulator's calls have 1.
+    sequences: int = 1
     #: ``latency`` or ``throughput`` (agentrt.protocol.HEADER_OBJECTIVE). Reserved: carried,
     #: read by no policy.
     objective: str = "latency"

@@ -15,6 +15,12 @@ only update the process table (:attr:`Dispatcher.table`, shared with the schedul
 It is pure: no clock, no I/O. ``backends`` is the driver's current view; the dispatcher counts
 the calls it admits in this round so one round never overfills a backend.
 
+**Sequences, not calls** (docs/controller.md, "Sequences, not calls"). A view's ``in_flight``
+counts sequences and a call adds its ``CallFacts.sequences`` (its ``n``; 1 in the simulator).
+A call of several sequences is admitted where they all fit the window, or where the backend is
+idle; when no backend can take it, it goes back to its place at the head of the queues and the
+round ends, so smaller calls behind it do not overtake it for ever.
+
 **Retained lane** (docs/scheduling.md; docs/routing.md, "KV retention"). A call whose
 program's KV is retained when it arrives (``set_retention``, i.e. it comes back from a tool
 within the TTL) is marked ``CallEntry.lane = "retained"`` and skips its policy's order: it
@@ -158,13 +164,19 @@ class Dispatcher:
                 call = self.queues.pop(now_s)
             if call is None:
                 break
+            if call.facts.sequences > 1:
+                fitting = [b for b in candidates if self._fits(b, call.facts.sequences, now_s)]
+                if not fitting:  # it keeps its place at the head until a backend has room
+                    self._policy_of(call).requeue(call, now_s)
+                    break
+                candidates = fitting
             retained = call.retained_backend
             held = [b for b in candidates if b.backend_id == retained] if retained else []
             backend_id = self.router.route(call, held or candidates, now_s)
             chosen = room.get(backend_id)
             if chosen is None:
                 raise ValueError(f"router {self.router.name!r} chose {backend_id!r}, no candidate")
-            updated = replace(chosen, in_flight=chosen.in_flight + 1)
+            updated = replace(chosen, in_flight=chosen.in_flight + call.facts.sequences)
             if self._room_of(updated, now_s):
                 room.update(updated)
             else:
@@ -207,6 +219,17 @@ class Dispatcher:
         else:
             self._asked.pop(view.backend_id, None)
         return answer
+
+    def _fits(self, view: BackendView, sequences: int, now_s: float) -> bool:
+        """Whether a call of ``sequences`` sequences fits in ``view``'s window: the backend
+        would still have room after ``sequences - 1`` more (it then takes the last one), or
+        it is idle — a call larger than the window alone runs by itself, never waits forever.
+        The admission policy is asked about a view that is not the backend's (not memoized);
+        its sample was acted on already when ``view`` got into the round's candidates."""
+        if view.in_flight == 0:
+            return True
+        bigger = replace(view, in_flight=view.in_flight + sequences - 1)
+        return self.admission.has_room(bigger, now_s)
 
     def _pop_capped(
         self, now_s: float, candidates: Sequence[BackendView]

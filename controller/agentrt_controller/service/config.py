@@ -183,6 +183,11 @@ class ControllerConfig:
     #: Calls the controller holds in its queues at most; more arrivals get HTTP 503 with
     #: ``Retry-After`` (a bound on memory under a flood).
     max_queued_calls: _Count = 100_000
+    #: Most sequences one call may ask for (its ``n``, or ``best_of`` for completions); more
+    #: get HTTP 400 naming the cap. ``None`` (the default) = the largest batch size
+    #: (``max_num_seqs``) a backend reports, 256 when none reports one (a stock vLLM). Each
+    #: sequence counts in the admission window and the tenant's ``max_in_flight``.
+    max_sequences_per_call: Annotated[int | None, Field(ge=1)] = None
     #: Largest accepted request body (bytes); larger bodies get HTTP 413 while being read.
     #: No larger than what the backends accept (the emulator's and vLLM's default: 16 MiB).
     max_body_bytes: _Count = 16 * 1024 * 1024

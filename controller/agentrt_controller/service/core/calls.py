@@ -17,7 +17,8 @@ A call's deadline is enforced in one place, :meth:`expire` (with
 :class:`~agentrt_controller.service.core.deadlines.Deadlines`, which wakes it at the earliest
 deadline on the core's clock). In-flight counts move only through
 :meth:`BackendPool.acquire` (in :meth:`dispatch`) and :meth:`BackendPool.release` (in
-:meth:`requeue` and :meth:`finish`).
+:meth:`requeue` and :meth:`finish`), each by the call's sequences (``CallFacts.sequences``,
+at most :meth:`CallQueue.sequence_cap`, checked by :meth:`CallQueue.check_sequences`).
 """
 
 from __future__ import annotations
@@ -35,10 +36,14 @@ from agentrt_controller.service.core.clock import Clock
 from agentrt_controller.service.core.deadlines import Deadlines
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.tenants import Tenant
-from agentrt_controller.service.errors import DeadlinePassed, NoBackend, ServiceError
+from agentrt_controller.service.errors import BadRequest, DeadlinePassed, NoBackend, ServiceError
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
-__all__ = ["CallQueue", "Forwarded", "PendingCall"]
+__all__ = ["DEFAULT_SEQUENCE_CAP", "CallQueue", "Forwarded", "PendingCall"]
+
+#: The sequence cap per call when neither ``max_sequences_per_call`` nor a backend's reported
+#: batch size says (vLLM's default ``--max-num-seqs``).
+DEFAULT_SEQUENCE_CAP = 256
 
 
 @dataclass(slots=True, eq=False)
@@ -104,12 +109,14 @@ class CallQueue:
         retry_after_s: int,
         wake: Callable[[], None],
         on_admitted: Callable[[Admission], None] = lambda _: None,
+        max_sequences_per_call: int | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.pool = pool
         self.metrics = metrics
         self.clock = clock
         self.max_queued_calls = max_queued_calls
+        self.max_sequences_per_call = max_sequences_per_call
         self.retry_after_s = retry_after_s
         self._wake = wake
         self._on_admitted = on_admitted
@@ -140,7 +147,7 @@ class CallQueue:
                 waiting.decided.set()
             return
         for admission in self.dispatcher.admit(now, self.pool.views()):
-            self.pool.acquire(admission.backend_id)
+            self.pool.acquire(admission.backend_id, admission.call.facts.sequences)
             pending = self._queued.pop(admission.call.facts.call_id, None)
             if pending is None:  # its client left between cancel and this round
                 self.finish(admission.call, admission.backend_id, 0.0)
@@ -149,6 +156,28 @@ class CallQueue:
             pending.decided.set()
             self.metrics.admitted(admission, now)
             self._on_admitted(admission)
+
+    def sequence_cap(self) -> int:
+        """The most sequences (``n``, ``best_of``) one call may ask for: the configured
+        ``max_sequences_per_call``, else the largest batch a backend reports
+        (``max_num_seqs``), else :data:`DEFAULT_SEQUENCE_CAP`."""
+        if self.max_sequences_per_call is not None:
+            return self.max_sequences_per_call
+        batch = self.pool.largest_batch()
+        return batch if batch is not None else DEFAULT_SEQUENCE_CAP
+
+    def check_sequences(self, call: CallFacts) -> None:
+        """Raise :class:`BadRequest` (400, ``param`` ``n``) when ``call`` asks for more
+        sequences than :meth:`sequence_cap`: no backend could run them in one batch, and
+        each one holds a slot of the window like a call of its own."""
+        cap = self.sequence_cap()
+        if call.sequences > cap:
+            raise BadRequest(
+                f"the call asks for {call.sequences} sequences ('n' / 'best_of'); this "
+                f"controller's cap is {cap} per call (max_sequences_per_call, or the "
+                "backends' batch size)",
+                param="n",
+            )
 
     def submit(self, pending: PendingCall) -> None:
         """Queue an arrived call; raises :class:`NoBackend` when no backend is healthy or
@@ -200,7 +229,7 @@ class CallQueue:
             self.pool.mark_down(backend_id, reason or "unreachable")
         else:
             self.pool.record_outcome(backend_id, False, reason or "no answer")
-        self.pool.release(backend_id)
+        self.pool.release(backend_id, entry.facts.sequences)
         if not self.pool.any_healthy():
             self.dispatcher.on_finish(entry, backend_id, 0.0, now)
             raise self.no_backend()
@@ -232,7 +261,7 @@ class CallQueue:
             if not ok:
                 self.metrics.backend_failures.inc(1.0, backend_id)
             self.pool.record_outcome(backend_id, ok, reason)
-        self.pool.release(backend_id)
+        self.pool.release(backend_id, call.facts.sequences)
         self.dispatcher.on_finish(call, backend_id, service_s, self.clock())
         self.metrics.service_charged.inc(service_s)
         self._wake()

@@ -160,6 +160,7 @@ class ControllerCore:
             retry_after_s=config.retry_after_s,
             wake=self.wake,
             on_admitted=self._on_admitted,
+            max_sequences_per_call=config.max_sequences_per_call,
         )
         self.charger = Charger(cost if cost is not None else cost_model.service_s)
         self.retry = RetryPolicy(config.max_retries)
@@ -265,9 +266,11 @@ class ControllerCore:
         tenant: Tenant | None = None,
     ) -> PendingCall:
         """A parsed generation request of ``tenant`` (``call.program.tenant`` is its name):
-        check the program quotas (:class:`QuotaExceeded` 429, :class:`TableFull` 503), then
-        add what the router and retention need (block hashes — salted by the body's
-        ``cache_salt`` — and the retained backend of a thread back from its tool)."""
+        check its sequences against the cap (:class:`BadRequest` 400) and the program quotas
+        (:class:`QuotaExceeded` 429, :class:`TableFull` 503), then add what the router and
+        retention need (block hashes — salted by the body's ``cache_salt`` — and the retained
+        backend of a thread back from its tool)."""
+        self.calls.check_sequences(call)  # n / best_of above the cap: 400
         if tenant is not None:
             self._check_program(call.program, tenant)
             self.metrics.tenant_calls.inc(1.0, tenant.name)
@@ -319,7 +322,7 @@ class ControllerCore:
         call = pending.call
         if pending.tenant is not None and not pending.quota_entered:
             try:
-                await self.quotas.enter(pending.tenant)
+                await self.quotas.enter(pending.tenant, call.sequences)
             except ServiceError as error:
                 self.metrics.tenant_refusals.inc(1.0, pending.tenant.name, str(error.status_code))
                 raise
@@ -406,7 +409,7 @@ class ControllerCore:
         """The call's HTTP exchange is over; an untagged call was a program of its own."""
         if pending.quota_entered and pending.tenant is not None:
             pending.quota_entered = False
-            self.quotas.leave(pending.tenant)
+            self.quotas.leave(pending.tenant, pending.call.sequences)
         if not pending.tagged:
             self._end_program(pending.call.program)
 

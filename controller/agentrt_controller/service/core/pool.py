@@ -21,7 +21,8 @@ Removal drains: the backend leaves routing at once, its in-flight calls finish, 
 last one is released it is dropped, its probe loop stops and it is closed.
 
 In-flight counts change in this object only: :meth:`BackendPool.acquire` when a call is
-admitted to a backend, :meth:`BackendPool.release` when it leaves it.
+admitted to a backend, :meth:`BackendPool.release` when it leaves it. Both count calls and
+their sequences (a call's ``n``); the policies' view of a backend counts sequences.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class BackendState:
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     #: Calls admitted to it that have not finished.
     in_flight: int = 0
+    #: Sequences of those calls (each call's ``CallFacts.sequences``: its ``n``): what the
+    #: admission window counts (:attr:`BackendView.in_flight`).
+    sequences_in_flight: int = 0
     #: Takes calls: last probe succeeded, circuit closed, not draining.
     healthy: bool = True
     #: Last health-probe verdict (optimistic until the first probe).
@@ -65,6 +69,9 @@ class BackendState:
     draining: bool = False
     #: Last scrape; all-``None`` when unknown.
     load: BackendLoad = field(default_factory=BackendLoad)
+    #: The batch size (``max_num_seqs``) its last scrape that had one reported; kept while a
+    #: failed probe clears :attr:`load`. ``None`` = never reported.
+    batch: int | None = None
     #: When :attr:`load` was scraped (seconds, controller clock); ``None`` = never.
     load_at_s: float | None = None
     #: Models from its ``/v1/models`` (empty when it did not answer).
@@ -106,6 +113,7 @@ class BackendState:
             "state": self.status(),
             "healthy": self.healthy,
             "in_flight": self.in_flight,
+            "sequences_in_flight": self.sequences_in_flight,
             "admitted_total": self.admitted_total,
             "failures_total": self.failures_total,
             "last_error": self.last_error,
@@ -229,6 +237,8 @@ class BackendPool:
             except BackendError:
                 state.load = BackendLoad()
             state.load_at_s = self._clock()
+            if state.load.max_num_seqs is not None and state.load.max_num_seqs >= 1:
+                state.batch = state.load.max_num_seqs
         if not state.models:
             try:
                 state.models = await backend.models()
@@ -312,20 +322,22 @@ class BackendPool:
         state.breaker.trip(self._clock(), reason)
         self._update(state)
 
-    def acquire(self, backend_id: str) -> None:
-        """One call was admitted to ``backend_id`` (it counts in flight until
-        :meth:`release`). Raises :class:`KeyError` for an unknown id."""
+    def acquire(self, backend_id: str, sequences: int = 1) -> None:
+        """One call of ``sequences`` sequences was admitted to ``backend_id`` (it counts in
+        flight until :meth:`release`). Raises :class:`KeyError` for an unknown id."""
         state = self.states[backend_id]
         state.in_flight += 1
+        state.sequences_in_flight += sequences
         state.admitted_total += 1
 
-    def release(self, backend_id: str) -> None:
-        """One admitted call left ``backend_id`` (a backend removed meanwhile is ignored; a
-        draining one is dropped with its last call)."""
+    def release(self, backend_id: str, sequences: int = 1) -> None:
+        """One admitted call of ``sequences`` sequences left ``backend_id`` (a backend removed
+        meanwhile is ignored; a draining one is dropped with its last call)."""
         state = self.states.get(backend_id)
         if state is None:
             return
         state.in_flight -= 1
+        state.sequences_in_flight -= sequences
         if state.draining and state.in_flight <= 0:
             self._drop(state)
 
@@ -390,7 +402,7 @@ class BackendPool:
             load = state.load
             supports_priority = state.backend.capabilities.supports_priority
             facts = (
-                state.in_flight,
+                state.sequences_in_flight,
                 state.healthy,
                 load.num_running,
                 load.num_waiting,
@@ -405,7 +417,7 @@ class BackendPool:
                 continue
             view = BackendView(
                 backend_id=backend_id,
-                in_flight=state.in_flight,
+                in_flight=state.sequences_in_flight,
                 healthy=state.healthy,
                 num_running=load.num_running,
                 num_waiting=load.num_waiting,
@@ -420,6 +432,16 @@ class BackendPool:
             for backend_id in set(cache) - set(self.states):
                 del cache[backend_id]
         return out
+
+    def largest_batch(self) -> int | None:
+        """The largest batch size (``max_num_seqs``) a backend not being removed reported
+        (:attr:`BackendState.batch`); ``None`` when none did (a stock vLLM)."""
+        batches = [
+            state.batch
+            for state in self.states.values()
+            if not state.draining and state.batch is not None
+        ]
+        return max(batches) if batches else None
 
     def any_healthy(self) -> bool:
         return any(state.healthy for state in self.states.values())

@@ -1,4 +1,5 @@
-"""Per-tenant quotas on calls: in-flight calls and tokens per minute (docs/security.md, "Quotas").
+"""Per-tenant quotas on calls: sequences in flight and tokens per minute (docs/security.md,
+"Quotas").
 
 :class:`TenantQuotas` is private to
 :class:`~agentrt_controller.service.core.facade.ControllerCore` and runs on the event loop's
@@ -8,6 +9,10 @@ thread. A call enters with :meth:`TenantQuotas.enter` before it is queued and le
 "reject"`` gets :class:`QuotaExceeded` (HTTP 429 with ``Retry-After``); with ``"queue"`` the
 call waits here until the tenant is under quota again (the call's deadline still applies: the
 engine's deadline scope cancels the wait).
+
+``max_in_flight`` counts sequences, not calls: a call with ``n`` = 8 holds 8 of it, as it holds
+8 slots of a backend's batch (``CallFacts.sequences``). A call asking for more sequences than
+the quota is refused with :class:`BadRequest` (400): it could never enter.
 
 Tokens per minute is a token bucket holding at most one minute's worth, refilled continuously;
 a call may enter while the bucket is above zero and its charge may take it below (the size of
@@ -24,7 +29,12 @@ from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
 from agentrt_controller.service.core.clock import Clock
 from agentrt_controller.service.core.tenants import Tenant
-from agentrt_controller.service.errors import ProgramNotFound, QuotaExceeded, TableFull
+from agentrt_controller.service.errors import (
+    BadRequest,
+    ProgramNotFound,
+    QuotaExceeded,
+    TableFull,
+)
 
 # The errors live in the one tree (service/errors.py); named here too for old imports.
 __all__ = ["ProgramNotFound", "QuotaExceeded", "TableFull", "TenantQuotas", "check_program"]
@@ -34,7 +44,7 @@ __all__ = ["ProgramNotFound", "QuotaExceeded", "TableFull", "TenantQuotas", "che
 class _Ledger:
     """One tenant's live figures."""
 
-    #: Calls entered and not left.
+    #: Sequences of the calls entered and not left (a call counts its ``n``).
     in_flight: int = 0
     #: Token bucket level (tokens) and when it was last refilled (seconds, engine clock).
     tokens: float = 0.0
@@ -59,7 +69,7 @@ class TenantQuotas:
         return ledger
 
     def in_flight(self, tenant: Tenant) -> int:
-        """Calls of ``tenant`` entered and not left."""
+        """Sequences of the calls of ``tenant`` entered and not left."""
         ledger = self._ledgers.get(tenant.name)
         return 0 if ledger is None else ledger.in_flight
 
@@ -74,12 +84,13 @@ class TenantQuotas:
         ledger.refilled_s = now
         return rate
 
-    def _blocked(self, tenant: Tenant, ledger: _Ledger) -> QuotaExceeded | None:
+    def _blocked(self, tenant: Tenant, ledger: _Ledger, sequences: int) -> QuotaExceeded | None:
         quota = tenant.quota
-        if quota.max_in_flight is not None and ledger.in_flight >= quota.max_in_flight:
+        limit = quota.max_in_flight
+        if limit is not None and ledger.in_flight + sequences > limit:
             return QuotaExceeded(
-                f"tenant {tenant.name} has {ledger.in_flight} calls in flight, its quota is "
-                f"{quota.max_in_flight}",
+                f"tenant {tenant.name} has {ledger.in_flight} sequences in flight, its quota "
+                f"is {limit} (this call asks for {sequences})",
                 code="in_flight_quota",
                 retry_after_s=1,
             )
@@ -92,27 +103,37 @@ class TenantQuotas:
             )
         return None
 
-    async def enter(self, tenant: Tenant) -> None:
-        """Count a call in, or raise :class:`QuotaExceeded` (``reject``), or wait until the
-        tenant is under quota (``queue``; cancellable)."""
+    async def enter(self, tenant: Tenant, sequences: int = 1) -> None:
+        """Count a call of ``sequences`` sequences (>= 1) in, or raise :class:`QuotaExceeded`
+        (``reject``), or wait until the tenant is under quota (``queue``; cancellable).
+        Raises :class:`BadRequest` when ``sequences`` alone is above ``max_in_flight``."""
+        limit = tenant.quota.max_in_flight
+        if limit is not None and sequences > limit:
+            raise BadRequest(
+                f"the call asks for {sequences} sequences ('n' / 'best_of'); tenant "
+                f"{tenant.name}'s max_in_flight quota is {limit} sequences",
+                param="n",
+            )
         ledger = self._ledger(tenant)
-        while (blocked := self._blocked(tenant, ledger)) is not None:
+        while (blocked := self._blocked(tenant, ledger, sequences)) is not None:
             if tenant.quota.over_quota == "reject":
                 raise blocked
             # Wait for a call to leave, or for the bucket to refill (Retry-After's estimate).
             with anyio.move_on_after(blocked.retry_after_s):
                 await ledger.changed.wait()
-        ledger.in_flight += 1
+        ledger.in_flight += sequences
 
-    def leave(self, tenant: Tenant) -> None:
-        """A call that entered is over."""
+    def leave(self, tenant: Tenant, sequences: int = 1) -> None:
+        """A call of ``sequences`` sequences that entered is over."""
         ledger = self._ledger(tenant)
-        ledger.in_flight = max(0, ledger.in_flight - 1)
+        ledger.in_flight = max(0, ledger.in_flight - sequences)
         ledger.changed.set()
         ledger.changed = anyio.Event()
 
     def charge_tokens(self, tenant: Tenant, tokens: int) -> None:
-        """Take ``tokens`` (prompt + output of a finished call) from the tenant's bucket."""
+        """Take ``tokens`` (prompt + output of a finished call) from the tenant's bucket.
+        The output of a call with ``n`` > 1 is already the sum over its choices (the usage's
+        ``completion_tokens``, or every streamed chunk): it is not multiplied again."""
         if tenant.quota.tokens_per_minute is None or tokens <= 0:
             return
         ledger = self._ledger(tenant)

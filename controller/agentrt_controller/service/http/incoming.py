@@ -128,6 +128,29 @@ def _encode(body: dict[str, Any]) -> bytes:
         return json.dumps(body, separators=(",", ":")).encode()
 
 
+def _count_field(body: dict[str, Any], name: str) -> int:
+    """The request's ``name`` (``n``, ``best_of``): an integer >= 1, 1 when absent or
+    ``null``; raises :class:`BadRequest` otherwise."""
+    value = body.get(name)
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(f"'{name}' must be an integer >= 1", param=name)
+    return value
+
+
+def _sequences(body: dict[str, Any], api: Api) -> int:
+    """How many sequences the backend runs for the call at once: ``n`` (chat, completions),
+    or ``best_of`` when larger (completions generate ``best_of`` and return the ``n`` best).
+    The Responses API has one output (a backend refuses another ``n``)."""
+    if api == "responses":
+        return 1
+    sequences = _count_field(body, "n")
+    if api == "completion":
+        sequences = max(sequences, _count_field(body, "best_of"))
+    return sequences
+
+
 #: ``(client's cache_salt or None) -> the cache_salt to send`` for the caller's tenant.
 SaltFor = Callable[[str | None], str]
 
@@ -154,7 +177,9 @@ def parse_call(
 
     A call without our tags may name its program by another client's convention
     (:mod:`agentrt_controller.service.http.identity`); it is then tagged, and a
-    ``vllm_xargs.agentic_context`` is taken out of the body.
+    ``vllm_xargs.agentic_context`` is taken out of the body. The request's ``n`` (and
+    ``best_of`` for completions) becomes :attr:`CallFacts.sequences`; whether it is under the
+    controller's cap is the core's question (it knows the backends' batch).
 
     Raises :class:`BadRequest`, :class:`ModelNotFound` (``model`` not in ``known_models``;
     ``None`` = unknown, anything goes) or :class:`DeadlinePassed` (no time left)."""
@@ -179,6 +204,7 @@ def parse_call(
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise BadRequest(f"'{limit_field}' must be an integer", param=limit_field)
+    sequences = _sequences(body, api)
     try:
         tags = CallTags.from_headers(headers)
     except ProtocolError as exc:
@@ -209,6 +235,7 @@ def parse_call(
             arrival_s=now,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
+            sequences=sequences,
         )
     elif tags is None:
         call = CallFacts(
@@ -218,6 +245,7 @@ def parse_call(
             arrival_s=now,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
+            sequences=sequences,
         )
     else:
         if tags.timeout_ms == 0:
@@ -234,6 +262,7 @@ def parse_call(
             deadline_s=tags.deadline_s(now),
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
+            sequences=sequences,
             objective=tags.objective,
             attempt=tags.attempt,
         )
