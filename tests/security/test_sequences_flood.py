@@ -147,9 +147,7 @@ async def flood(tmp: Path, seconds: float) -> Figures:
                     for engine in engines:
                         with contextlib.suppress(httpx.HTTPError):
                             load = await _engine_load(http, engine)
-                            figures.peak_engine_sequences = max(
-                                figures.peak_engine_sequences, load
-                            )
+                            figures.peak_engine_sequences = max(figures.peak_engine_sequences, load)
                     await anyio.sleep(0.1)
 
             async with anyio.create_task_group() as group:
