@@ -74,3 +74,13 @@ def test_a_held_call_keeps_its_place_and_goes_first_once_there_is_room() -> None
     assert order == [big.call_id]  # 2 + 6 = 8: the window is full again
     order = [a.call.facts.call_id for a in dispatcher.admit(4.0, [BackendView("b0", 0)])]
     assert order == [small.call_id]
+
+
+def test_the_adaptive_window_grows_from_a_lone_large_call_the_engine_held() -> None:
+    policy = AdaptiveWindowAdmission(AdaptiveWindowConfig(initial_window=8, target_waiting=2))
+    # A call of 12 sequences ran alone on the idle backend; the engine queues none of them.
+    assert policy.has_room(BackendView("b0", 12, num_waiting=0, metrics_at_s=1.0), 1.0)
+    assert policy.window("b0") == 13  # from the load held, not 8 + 1: a call of 1 fits now
+    # The engine queues more than target_waiting: it shrinks as before.
+    policy.has_room(BackendView("b0", 13, num_waiting=5, metrics_at_s=2.0), 2.0)
+    assert policy.window("b0") == 10

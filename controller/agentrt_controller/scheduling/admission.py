@@ -17,7 +17,9 @@ new metrics sample of a backend (``BackendView.metrics_at_s``, or at most once p
   sawtooth that periodically starves the batch); a flooded engine (e.g. other clients) still
   halves the window per sample;
 * ``num_waiting <= target_waiting`` and the window is what limits us
-  (``in_flight >= floor(window)``): ``window = min(max_window, window + increase_step)``;
+  (``in_flight >= floor(window)``): ``window = min(max_window, max(window, in_flight) +
+  increase_step)`` — ``in_flight`` is above the window only after a call of many sequences
+  ran alone on an idle backend (below), which the engine then held without queueing;
 * otherwise (we are not using the window, or no metrics): unchanged.
 
 **Bounded by the batch.** When the backend reports its batch size (``BackendView.max_num_seqs``:
@@ -186,6 +188,8 @@ class AdaptiveWindowAdmission:
             excess = waiting - cfg.target_waiting
             shrunk = max(state.window * cfg.decrease_factor, state.window - excess)
             state.window = max(cfg.min_window, shrunk)
-        elif backend.in_flight + state.other_load >= math.floor(state.window):
-            state.window = min(bound, state.window + cfg.increase_step)
+        elif (load := backend.in_flight + state.other_load) >= math.floor(state.window):
+            # Grow from the load the engine just held without queueing: a call of many
+            # sequences admitted alone on an idle backend may hold more than the window.
+            state.window = min(bound, max(state.window, load) + cfg.increase_step)
         return state
