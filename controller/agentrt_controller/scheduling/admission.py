@@ -17,9 +17,10 @@ new metrics sample of a backend (``BackendView.metrics_at_s``, or at most once p
   sawtooth that periodically starves the batch); a flooded engine (e.g. other clients) still
   halves the window per sample;
 * ``num_waiting <= target_waiting`` and the window is what limits us
-  (``in_flight >= floor(window)``): ``window = min(max_window, max(window, in_flight) +
-  increase_step)`` — ``in_flight`` is above the window only after a call of many sequences
-  ran alone on an idle backend (below), which the engine then held without queueing;
+  (``in_flight >= floor(window)``): ``window = min(max_window, window + increase_step)``; when
+  ``in_flight`` is above every window so far — only a call of many sequences admitted alone
+  on an idle backend does that (below), and the engine held it without queueing — it grows
+  from ``in_flight`` instead of ``window``, so a small call fits beside it;
 * otherwise (we are not using the window, or no metrics): unchanged.
 
 **Bounded by the batch.** When the backend reports its batch size (``BackendView.max_num_seqs``:
@@ -111,6 +112,8 @@ class AdaptiveWindowConfig:
 @dataclass(slots=True)
 class _BackendWindow:
     window: float
+    #: The largest window so far (sequences): calls of one sequence never put more in flight.
+    high_water: float
     #: Sample time of the last update (``metrics_at_s``) or decision time without one.
     last_sample_s: float = -math.inf
     #: Other clients' requests on the backend at the last sample (sequences, >= 0); always 0
@@ -169,7 +172,7 @@ class AdaptiveWindowAdmission:
         bound = self.bound(backend)
         if state is None:
             initial = min(cfg.initial_window, bound)
-            state = self._windows[backend.backend_id] = _BackendWindow(initial)
+            state = self._windows[backend.backend_id] = _BackendWindow(initial, initial)
         state.window = min(state.window, bound)  # the batch size may appear after a scrape
         waiting = backend.num_waiting
         if waiting is None:
@@ -188,8 +191,13 @@ class AdaptiveWindowAdmission:
             excess = waiting - cfg.target_waiting
             shrunk = max(state.window * cfg.decrease_factor, state.window - excess)
             state.window = max(cfg.min_window, shrunk)
-        elif (load := backend.in_flight + state.other_load) >= math.floor(state.window):
-            # Grow from the load the engine just held without queueing: a call of many
-            # sequences admitted alone on an idle backend may hold more than the window.
-            state.window = min(bound, max(state.window, load) + cfg.increase_step)
+        elif backend.in_flight + state.other_load >= math.floor(state.window):
+            base = state.window
+            if backend.in_flight > state.high_water:
+                # Only a call of many sequences admitted alone on an idle backend puts more of
+                # ours in flight than the window ever was; the engine held them without
+                # queueing: grow from there, so a small call fits beside it.
+                base = max(base, backend.in_flight)
+            state.window = min(bound, base + cfg.increase_step)
+        state.high_water = max(state.high_water, state.window)
         return state
