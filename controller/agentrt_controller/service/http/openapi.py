@@ -46,6 +46,10 @@ _GENERATION_BODY: JsonSchema = {
         "stream": {"type": "boolean"},
         "max_tokens": {"type": ["integer", "null"], "minimum": 1},
         "max_completion_tokens": {"type": ["integer", "null"], "minimum": 1},
+        # Sequences of the call (docs/controller.md, "Sequences, not calls"): above the
+        # controller's cap (max_sequences_per_call, else the backends' batch) they get 400.
+        "n": {"type": ["integer", "null"], "minimum": 1},
+        "best_of": {"type": ["integer", "null"], "minimum": 1},
         "stream_options": {
             "type": "object",
             "properties": {"include_usage": {"type": "boolean"}},
