@@ -167,7 +167,7 @@ class Dispatcher:
             if call.facts.sequences > 1:
                 fitting = [b for b in candidates if self._fits(b, call.facts.sequences, now_s)]
                 if not fitting:  # it keeps its place at the head until a backend has room
-                    self._policy_of(call).requeue(call, now_s)
+                    self.queues.requeue(call, now_s)
                     break
                 candidates = fitting
             retained = call.retained_backend
