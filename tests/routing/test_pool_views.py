@@ -36,7 +36,7 @@ def test_an_unchanged_backend_keeps_its_view_object_and_a_changed_one_gets_a_new
     first = pool.views()
     again = pool.views()
     assert all(a is b for a, b in zip(first, again, strict=True))
-    pool.states["b1"].in_flight += 1
+    pool.acquire("b1")  # one call of one sequence admitted there
     pool.states["b2"].load = BackendLoad(num_waiting=3, kv_cache_usage=0.5)
     pool.states["b2"].load_at_s = 4.0
     changed = pool.views()
