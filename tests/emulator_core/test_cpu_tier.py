@@ -128,3 +128,17 @@ def test_size_in_gib_is_converted_to_blocks() -> None:
 def test_bad_tier_config_is_refused(config: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         engine("a100-llama3-8b", **config)
+
+
+@pytest.mark.parametrize(("salt", "reloaded"), [("tenant-a", 48), ("tenant-b", 0), (None, 0)])
+def test_offloaded_blocks_keep_their_salt(salt: str | None, reloaded: int) -> None:
+    core = engine("a100-llama3-8b", num_gpu_blocks=8, num_cpu_blocks=16)
+    core.add_request(request("a", 64, 1, cache_salt="tenant-a"))
+    run(core)
+    core.add_request(request("b", list(range(1000, 1128)), 1))  # evicts all of A's blocks
+    run(core)
+    core.add_request(
+        request("a2", 64, 1, cache_salt=salt)
+    )  # 3 blocks reusable (not the last token)
+    run(core)
+    assert core.stats().reloaded_tokens == reloaded
