@@ -137,8 +137,7 @@ def test_offloaded_blocks_keep_their_salt(salt: str | None, reloaded: int) -> No
     run(core)
     core.add_request(request("b", list(range(1000, 1128)), 1))  # evicts all of A's blocks
     run(core)
-    core.add_request(
-        request("a2", 64, 1, cache_salt=salt)
-    )  # 3 blocks reusable (not the last token)
+    # A's first 3 blocks are reusable (never the last prompt token)
+    core.add_request(request("a2", 64, 1, cache_salt=salt))
     run(core)
     assert core.stats().reloaded_tokens == reloaded
