@@ -48,8 +48,9 @@ async def test_evicted_prompt_comes_back_from_the_cpu_tier(size_gib: float, relo
         assert metric(text, "agentrt_engine_kv_reload_model_seconds_total") > 0
     else:
         assert cached < first.prompt_tokens // 2
-        assert "vllm:external_prefix_cache_hits" not in text
-        assert "agentrt_engine_kv_cpu_blocks" not in text
+        assert metric(text, "vllm:external_prefix_cache_hits_total") == 0
+        assert metric(text, "agentrt_engine_kv_cpu_blocks") == 0
+        assert metric(text, "agentrt_engine_kv_offloaded_tokens_total") == 0
 
 
 @pytest.mark.parametrize(
