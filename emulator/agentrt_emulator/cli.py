@@ -170,6 +170,22 @@ def register(subparsers: Any) -> None:
         help="turn automatic prefix caching off",
     )
     model.add_argument(
+        "--kv-offloading-size",
+        type=float,
+        default=0.0,
+        metavar="GIB",
+        help="KV CPU tier in GiB, as vLLM: blocks evicted or preempted from GPU KV are kept "
+        "in host memory and reloaded over PCIe instead of recomputed; at most the profile's "
+        "host memory (default: %(default)s, off)",
+    )
+    model.add_argument(
+        "--kv-offloading-backend",
+        choices=["native"],
+        default="native",
+        help="KV offloading backend, as vLLM; only vLLM's native CPU offloading is modelled "
+        "(default: %(default)s)",
+    )
+    model.add_argument(
         "--seed", type=int, default=0, help="seed of the scripted model (default: %(default)s)"
     )
     serve.set_defaults(handler=_serve)
@@ -199,6 +215,7 @@ def _serve(args: argparse.Namespace) -> int:
                 scheduling_policy=args.scheduling_policy,
                 enable_prefix_caching=args.enable_prefix_caching,
                 gpu_memory_utilization=args.gpu_memory_utilization,
+                kv_offloading_size=args.kv_offloading_size,
             ),
             profile=args.profile or DEFAULT_PROFILE,
             model_name=args.model or DEFAULT_MODEL_NAME,

@@ -57,6 +57,12 @@ class HardwareProfile:
     reserved_bytes: float = 0.0
     #: Fixed KV block count; ``None`` = derived from memory (docs/engine-model.md).
     num_gpu_blocks: int | None = None
+    #: Host (CPU) memory per device that a KV CPU tier may use (bytes); the upper bound of
+    #: ``--kv-offloading-size``. 0 = no CPU tier possible.
+    host_mem_bytes: float = 0.0
+    #: Effective host <-> device copy bandwidth (bytes/s; PCIe on the GPUs): the cost of
+    #: reloading KV blocks from the CPU tier (docs/engine-model.md, "The KV CPU tier").
+    pcie_bytes_per_s: float = math.inf
     #: One line for ``--help`` and docs.
     description: str = ""
 
@@ -72,6 +78,14 @@ _PREFILL_MFU = 0.6
 _GPU_STEP_OVERHEAD_S = 0.5e-3
 # Activation peak + CUDA graph pool that vLLM keeps outside the KV cache for an 8B model.
 _GPU_RESERVED = 3.0e9
+# Host DRAM per GPU: DGX A100 has 1 TiB for 8 GPUs, DGX H100 / H200 2 TiB for 8 (NVIDIA's
+# published system specifications), i.e. 128 / 256 GiB per GPU.
+_DGX_A100_HOST_PER_GPU = 1024 * _GIB / 8
+_DGX_H100_HOST_PER_GPU = 2048 * _GIB / 8
+# Effective host <-> device bandwidth of one x16 link with pinned memory: PCIe 4.0 (A100)
+# ≈ 25 GB/s of its 32 GB/s raw per direction; PCIe 5.0 (H100, H200) ≈ 50 GB/s of 64 GB/s.
+_PCIE4_X16_EFFECTIVE = 25e9
+_PCIE5_X16_EFFECTIVE = 50e9
 
 _ALL = (
     HardwareProfile(
@@ -85,6 +99,8 @@ _ALL = (
         efficiency=_PREFILL_MFU,
         step_overhead_s=_GPU_STEP_OVERHEAD_S,
         reserved_bytes=_GPU_RESERVED,
+        host_mem_bytes=_DGX_A100_HOST_PER_GPU,
+        pcie_bytes_per_s=_PCIE4_X16_EFFECTIVE,
         description="Llama-3.1-8B bf16 on one A100-80GB (Autellix's single-engine setup)",
     ),
     HardwareProfile(
@@ -98,6 +114,8 @@ _ALL = (
         efficiency=_PREFILL_MFU,
         step_overhead_s=_GPU_STEP_OVERHEAD_S,
         reserved_bytes=_GPU_RESERVED,
+        host_mem_bytes=_DGX_H100_HOST_PER_GPU,
+        pcie_bytes_per_s=_PCIE5_X16_EFFECTIVE,
         description="Llama-3.1-8B bf16 on one H100-80GB SXM",
     ),
     HardwareProfile(
@@ -111,6 +129,8 @@ _ALL = (
         efficiency=_PREFILL_MFU,
         step_overhead_s=_GPU_STEP_OVERHEAD_S,
         reserved_bytes=_GPU_RESERVED,
+        host_mem_bytes=_DGX_H100_HOST_PER_GPU,
+        pcie_bytes_per_s=_PCIE5_X16_EFFECTIVE,
         description="Llama-3.1-8B bf16 on one H200-141GB",
     ),
     HardwareProfile(
@@ -126,6 +146,8 @@ _ALL = (
         efficiency=0.5,
         step_overhead_s=1.0e-3,
         reserved_bytes=0.2e9,
+        host_mem_bytes=8 * _GIB,
+        pcie_bytes_per_s=1.0e10,  # a host memcpy
         description="a ~100M-parameter model on a CPU (fast steps for demos and tests)",
     ),
     HardwareProfile(

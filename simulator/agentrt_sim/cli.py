@@ -192,6 +192,15 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
     engines.add_argument(
         "--no-prefix-caching", action="store_true", help="turn the engines' prefix cache off"
     )
+    engines.add_argument(
+        "--kv-offloading-size",
+        type=float,
+        default=0.0,
+        metavar="GIB",
+        help="KV CPU tier of every engine in GiB, as vLLM's flag: evicted and preempted "
+        "blocks are reloaded over PCIe instead of recomputed (default: 0, off; "
+        "docs/engine-model.md)",
+    )
 
 
 def _add_tenant_args(parser: argparse.ArgumentParser) -> None:
@@ -463,6 +472,7 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
         block_size=args.block_size,
         scheduling_policy=args.engine_policy,
         enable_prefix_caching=not args.no_prefix_caching,
+        kv_offloading_size=args.kv_offloading_size,
     )
     bench = BenchConfig(
         workload=args.workload,

@@ -205,6 +205,14 @@ def summarize(record: RunRecord, *, warmup_s: float, window_end_s: float) -> dic
         "preemptions": delta("num_preemptions"),
         "engine_steps": delta("num_steps"),
         "sim_end_s": record.end_s,
+        **(
+            {
+                "reloaded_tokens": delta("reloaded_tokens"),
+                "offloaded_tokens": delta("offloaded_tokens"),
+            }
+            if any(e.num_cpu_blocks for e in end)
+            else {}
+        ),
         **({"tenants": tenant_summaries(record, measured, window)} if _has_tenants(record) else {}),
     }
 

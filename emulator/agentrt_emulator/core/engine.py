@@ -18,7 +18,11 @@ Each step (vLLM v1 ``Scheduler.schedule`` + ``update_from_output``, simplified):
 
 Full blocks are registered in the prefix cache when they are scheduled (as vLLM does, so
 requests admitted later in the same step share them); prompt and output blocks alike, so a
-next turn whose prompt extends this one hits. Preemption is by recompute only (no swap).
+next turn whose prompt extends this one hits. Preemption frees the blocks; they are
+recomputed on resumption, unless the KV CPU tier (``kv_offloading_size``, off by default)
+still holds them: cached blocks evicted from the GPU or freed by a preemption are copied to
+it (LRU, bounded), and an admission whose prefix continues there reloads those blocks at
+PCIe bandwidth instead of recomputing them (docs/engine-model.md, "The KV CPU tier").
 
 Nothing here reads a clock: ``now_s`` is only used to expire retention pins.
 """
@@ -62,7 +66,7 @@ class EngineCore:
         self._profile = profile
         self._block_size = config.block_size
         self._caching = config.enable_prefix_caching
-        self._pool = BlockPool(num_blocks)
+        self._pool = BlockPool(num_blocks, _num_cpu_blocks(config, profile))
         self._pins = PinTable(self._pool)
         self._sched = Scheduler(config, profile, self._pool)
 
@@ -270,6 +274,12 @@ class EngineCore:
             num_blocks=pool.num_blocks,
             evicted_prefix_tokens=counters.evicted_prefix_tokens,
             num_steps=counters.num_steps,
+            num_cpu_blocks=pool.cpu_capacity,
+            cpu_blocks_used=len(pool.cpu),
+            cpu_cache_queries=counters.cpu_cache_queries,
+            reloaded_tokens=counters.reloaded_tokens,
+            offloaded_tokens=pool.num_offloaded * self._block_size,
+            reload_s=counters.reload_s,
         )
 
     # -- the step -----------------------------------------------------------------------------
@@ -305,6 +315,30 @@ class EngineCore:
             if fused is not None:
                 return fused
         return sched.step_once()
+
+
+_GIB = 1024**3
+
+
+def _num_cpu_blocks(config: EngineConfig, profile: HardwareProfile) -> int:
+    """Blocks of the KV CPU tier (0 = none); refuses a size the profile's host cannot hold."""
+    size = config.kv_offloading_size
+    if not (math.isfinite(size) and size >= 0.0):
+        raise ConfigError(f"kv_offloading_size must be a finite number of GiB >= 0, got {size!r}")
+    if size > 0.0 and size * _GIB > profile.host_mem_bytes:
+        raise ConfigError(
+            f"kv_offloading_size {size:g} GiB exceeds the host memory of profile "
+            f"{profile.name!r} ({profile.host_mem_bytes / _GIB:g} GiB)"
+        )
+    blocks = config.num_cpu_blocks
+    if blocks is None:
+        per_block = profile.kv_bytes_per_token * config.block_size
+        blocks = int(size * _GIB // per_block) if size > 0.0 and per_block > 0 else 0
+    if blocks < 0:
+        raise ConfigError("num_cpu_blocks must be >= 0 (or None to derive it from the size)")
+    if blocks and not config.enable_prefix_caching:
+        raise ConfigError("the KV CPU tier (kv_offloading_size) needs prefix caching on")
+    return blocks
 
 
 def _validate_config(config: EngineConfig) -> None:

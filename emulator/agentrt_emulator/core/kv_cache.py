@@ -18,6 +18,12 @@ probability ~n²/2**62 (n = distinct blocks ever seen): negligible, and a collis
 produces a false cache hit in this model. A block whose hash is already cached by another
 block (two identical prompts computed in the same step) is not registered a second time; it
 is freed as a plain block.
+
+**CPU tier** (off unless ``num_cpu_blocks > 0``, vLLM's KV offloading): the chain hashes of
+blocks copied to host memory, in LRU order (``cpu``, head = next to drop). A cached block is
+copied there when it is evicted from the GPU (:meth:`evict`) and when its request is
+preempted (:meth:`offload`); a hash already there only moves to the tail. The tier holds
+hashes only — what the model needs to decide "reload instead of recompute".
 """
 
 from __future__ import annotations
@@ -70,16 +76,19 @@ class BlockPool:
     __slots__ = (
         "block_hash",
         "cached",
+        "cpu",
+        "cpu_capacity",
         "evicted",
         "evicted_capacity",
         "free",
         "num_blocks",
+        "num_offloaded",
         "num_pinned_blocks",
         "pin",
         "ref",
     )
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, num_cpu_blocks: int = 0) -> None:
         #: Total blocks.
         self.num_blocks = num_blocks
         #: Requests referencing each block.
@@ -97,6 +106,12 @@ class BlockPool:
         self.evicted_capacity = 4 * num_blocks
         #: Distinct blocks with ``pin > 0``.
         self.num_pinned_blocks = 0
+        #: CPU tier: chain hashes held in host memory, LRU order (head = next to drop).
+        self.cpu: OrderedDict[int, None] = OrderedDict()
+        #: Blocks the CPU tier holds at most; 0 = no CPU tier.
+        self.cpu_capacity = num_cpu_blocks
+        #: Blocks copied to the CPU tier so far (a hash already there is not copied again).
+        self.num_offloaded = 0
 
     @property
     def num_free(self) -> int:
@@ -125,6 +140,32 @@ class BlockPool:
         evicted[h] = None
         if len(evicted) > self.evicted_capacity:
             evicted.popitem(last=False)
+        if self.cpu_capacity:
+            self.offload(h)
+
+    def offload(self, h: int) -> None:
+        """Copy the block with chain hash ``h`` to the CPU tier (most recently used), dropping
+        the tier's least recently used block when it is full; no-op without a tier."""
+        cpu = self.cpu
+        if h in cpu:
+            cpu.move_to_end(h)
+            return
+        if not self.cpu_capacity:
+            return
+        cpu[h] = None
+        self.num_offloaded += 1
+        if len(cpu) > self.cpu_capacity:
+            cpu.popitem(last=False)
+
+    def lookup_cpu(self, hashes: Sequence[int], first: int, limit: int) -> int:
+        """How many of ``hashes[first:limit]``, from ``first`` on, the CPU tier holds (a
+        leading run); marks them most recently used."""
+        cpu = self.cpu
+        i = first
+        while i < limit and hashes[i] in cpu:
+            cpu.move_to_end(hashes[i])
+            i += 1
+        return i - first
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference from each block; blocks reaching zero (and not pinned) join the

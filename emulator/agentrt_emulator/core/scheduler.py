@@ -32,6 +32,9 @@ class Counters:
     recomputed_prompt_tokens: int = 0
     evicted_prefix_tokens: int = 0
     num_steps: int = 0
+    cpu_cache_queries: int = 0
+    reloaded_tokens: int = 0
+    reload_s: float = 0.0
 
 
 class Scheduler:
@@ -46,8 +49,10 @@ class Scheduler:
         "max_num_seqs",
         "pool",
         "profile",
+        "reload_s_per_token",
         "requests",
         "running",
+        "step_reloaded",
         "waiting",
     )
 
@@ -65,6 +70,14 @@ class Scheduler:
         #: Every unfinished request by id (running or waiting).
         self.requests: dict[str, RequestState] = {}
         self.counters = Counters()
+        #: Seconds to copy one token's KV from the CPU tier over PCIe.
+        self.reload_s_per_token = (
+            profile.kv_bytes_per_token / profile.pcie_bytes_per_s
+            if profile.kv_bytes_per_token
+            else 0.0
+        )
+        #: Tokens reloaded from the CPU tier by the step being built.
+        self.step_reloaded = 0
 
     def try_fused(
         self, max_steps: int, horizon_s: float, now_s: float, next_pin_expiry_s: float
@@ -124,6 +137,7 @@ class Scheduler:
         sched: list[RequestState] = []
         sched_n: list[int] = []
         preempted: list[RequestState] = []
+        self.step_reloaded = 0
 
         # 1. running requests (decodes and unfinished prefills), in admission order
         i = 0
@@ -198,6 +212,11 @@ class Scheduler:
         if finished:
             self.drop_finished(finished)
         duration_s = step_time_s(self.profile, prefill_tokens, decode_seqs, kv_tokens)
+        if self.step_reloaded:
+            # the reload precedes the forward pass that reads it: not overlapped
+            reload_s = self.step_reloaded * self.reload_s_per_token
+            self.counters.reload_s += reload_s
+            duration_s += reload_s
         return StepResult(duration_s, 1, progress, [r.request_id for r in preempted])
 
     def _preempt_until_fits(
@@ -234,7 +253,14 @@ class Scheduler:
         return i
 
     def _preempt(self, req: RequestState) -> None:
-        self.pool.release(req.blocks)
+        pool = self.pool
+        if pool.cpu_capacity:
+            block_hash = pool.block_hash
+            for block in req.blocks[: req.num_cached_blocks]:
+                h = block_hash[block]
+                if h is not None:
+                    pool.offload(h)
+        pool.release(req.blocks)
         req.blocks = []
         if req.num_computed > req.high_water:
             req.high_water = req.num_computed
@@ -254,14 +280,18 @@ class Scheduler:
             req = waiting.peek()
             num_tokens = req.num_tokens
             hits: list[int] = []
+            num_reload = 0
             if caching:
                 hashes = req.hashes
                 full = num_tokens // bs
                 if len(hashes) < full:
                     extend_hashes(hashes, req.tokens, bs, req.seed, full)
-                hits = pool.lookup(hashes, (num_tokens - 1) // bs)
+                limit = (num_tokens - 1) // bs
+                hits = pool.lookup(hashes, limit)
+                if pool.cpu and len(hits) < limit:
+                    num_reload = pool.lookup_cpu(hashes, len(hits), limit)
             num_hits = len(hits)
-            hit_tokens = num_hits * bs
+            hit_tokens = (num_hits + num_reload) * bs
             n = num_tokens - hit_tokens
             if n > budget:
                 n = budget
@@ -272,9 +302,13 @@ class Scheduler:
             waiting.pop()
             if caching:
                 self.counters.prefix_cache_queries += num_tokens
-                self.counters.prefix_cache_hits += hit_tokens
+                self.counters.prefix_cache_hits += num_hits * bs
+                if pool.cpu_capacity:
+                    self.counters.cpu_cache_queries += num_tokens
+                    self.counters.reloaded_tokens += num_reload * bs
+                    self.step_reloaded += num_reload * bs
                 if req.num_cached_tokens < 0 and pool.evicted:
-                    self._count_evicted_prefix(req, num_hits, (num_tokens - 1) // bs)
+                    self._count_evicted_prefix(req, num_hits + num_reload, (num_tokens - 1) // bs)
             pool.touch(hits)
             pool.allocate(hits, need)
             req.blocks = hits

@@ -30,6 +30,12 @@ class EngineConfig:
     #: Fraction of device memory the engine may use, for deriving ``num_gpu_blocks`` from the
     #: hardware profile (vLLM ``--gpu-memory-utilization``), in (0, 1].
     gpu_memory_utilization: float = 0.9
+    #: KV CPU tier size in GiB (vLLM ``--kv-offloading-size``); 0 = no CPU tier. At most the
+    #: profile's ``host_mem_bytes``; needs prefix caching (blocks are found by their hash).
+    kv_offloading_size: float = 0.0
+    #: CPU tier size in blocks; ``None`` = derived from ``kv_offloading_size`` and the
+    #: profile's KV bytes per block. Set it to size the tier in blocks (tests, simulator).
+    num_cpu_blocks: int | None = None
 
 
 @dataclass(slots=True)
@@ -130,3 +136,17 @@ class EngineStats:
     evicted_prefix_tokens: int = 0
     #: Engine iterations run (fused steps counted one by one).
     num_steps: int = 0
+    #: Blocks the KV CPU tier can hold (0 = no tier).
+    num_cpu_blocks: int = 0
+    #: Blocks held by the KV CPU tier now.
+    cpu_blocks_used: int = 0
+    #: ``vllm:external_prefix_cache_queries``: tokens looked up in the CPU tier (those of
+    #: every admission, as ``prefix_cache_queries``; 0 without a tier).
+    cpu_cache_queries: int = 0
+    #: ``vllm:external_prefix_cache_hits``: tokens reloaded from the CPU tier instead of being
+    #: recomputed.
+    reloaded_tokens: int = 0
+    #: Tokens copied from GPU KV to the CPU tier (evictions and preemptions).
+    offloaded_tokens: int = 0
+    #: Model seconds spent reloading blocks from the CPU tier (included in the step times).
+    reload_s: float = 0.0

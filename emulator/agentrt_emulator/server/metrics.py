@@ -173,6 +173,22 @@ class _EngineCollector(Collector):
         yield counter("agentrt_engine_recomputed_prompt_tokens", "Prompt tokens computed "
                       "again after preemption or eviction.",
                       stats.recomputed_prompt_tokens)  # fmt: skip
+        yield counter("vllm:external_prefix_cache_queries", "External prefix cache "
+                      "queries from KV connector cross-instance cache sharing, in terms of "
+                      "number of queried tokens.", stats.cpu_cache_queries)  # fmt: skip
+        yield counter("vllm:external_prefix_cache_hits", "External prefix cache hits "
+                      "from KV connector cross-instance cache sharing, in terms of number "
+                      "of cached tokens.", stats.reloaded_tokens)  # fmt: skip
+        yield gauge("agentrt_engine_kv_cpu_blocks", "KV blocks the CPU tier can hold "
+                    "(--kv-offloading-size).", stats.num_cpu_blocks)  # fmt: skip
+        yield gauge("agentrt_engine_kv_cpu_blocks_used", "KV blocks held by the CPU tier.",
+                    stats.cpu_blocks_used)  # fmt: skip
+        yield counter("agentrt_engine_kv_offloaded_tokens", "Tokens of KV copied from the "
+                      "GPU to the CPU tier (evictions and preemptions).",
+                      stats.offloaded_tokens)  # fmt: skip
+        yield counter("agentrt_engine_kv_reload_model_seconds", "Model seconds of engine "
+                      "steps spent reloading KV from the CPU tier over PCIe.",
+                      stats.reload_s)  # fmt: skip
         if m.max_num_seqs is not None:
             yield gauge("agentrt_engine_max_num_seqs", "Most requests the engine runs at once "
                         "(--max-num-seqs).", m.max_num_seqs)  # fmt: skip
