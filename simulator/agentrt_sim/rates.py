@@ -33,6 +33,10 @@ DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
         "mapreduce": 0.5,
         "mcts": 0.5,
         "mixed": 1.35,
+        # Not swept yet: an estimate from the memory arithmetic (~5 contexts of 85 K on one
+        # A100 at once, each program ~10 min long) - docs/simulator.md, "Coding, research,
+        # agents".
+        "coding": 0.01,
     }
 )
 

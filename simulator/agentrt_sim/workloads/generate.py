@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from agentrt.errors import ConfigError
 from agentrt_sim.workloads.base import check_calibration
 from agentrt_sim.workloads.chatbot import ChatbotParams, ChatbotWorkload
+from agentrt_sim.workloads.coding import CodingParams, CodingWorkload
 from agentrt_sim.workloads.mapreduce import MapReduceParams, MapReduceWorkload
 from agentrt_sim.workloads.mcts import MctsParams, MctsWorkload
 from agentrt_sim.workloads.program import Program
@@ -56,6 +57,7 @@ _PARAMS: dict[str, type[Any]] = {
     "react": ReactParams,
     "mapreduce": MapReduceParams,
     "mcts": MctsParams,
+    "coding": CodingParams,
 }
 
 _KINDS: dict[str, Callable[[Any], ProgramGenerator]] = {
@@ -63,10 +65,18 @@ _KINDS: dict[str, Callable[[Any], ProgramGenerator]] = {
     "react": ReactWorkload,
     "mapreduce": MapReduceWorkload,
     "mcts": MctsWorkload,
+    "coding": CodingWorkload,
 }
 
 #: Workload names accepted by :func:`build_generator` (and ``agentrt bench sim --workload``).
-WORKLOAD_NAMES: tuple[str, ...] = ("chatbot", "react", "mapreduce", "mcts", "mixed")
+WORKLOAD_NAMES: tuple[str, ...] = (
+    "chatbot",
+    "react",
+    "mapreduce",
+    "mcts",
+    "mixed",
+    "coding",
+)
 
 #: The kinds with a ``prompt_calibration`` field (``engine`` by default, or ``fresh``).
 CALIBRATED_KINDS: tuple[str, ...] = ("chatbot", "react", "mcts")
