@@ -37,6 +37,8 @@ DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
         # A100 at once, each program ~10 min long) - docs/simulator.md, "Coding, research,
         # agents".
         "coding": 0.01,
+        # Not swept yet: an estimate (~6 calls over ~93 K tokens, seconds of fetches).
+        "research": 0.1,
     }
 )
 

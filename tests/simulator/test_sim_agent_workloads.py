@@ -17,6 +17,7 @@ from agentrt_sim.tokens import TokenSpace
 from agentrt_sim.workloads.coding import CodingWorkload
 from agentrt_sim.workloads.generate import build_generator, parse_workload_params
 from agentrt_sim.workloads.program import LLMNode, Program, WaitNode
+from agentrt_sim.workloads.research import slowest_tenth_share
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -122,6 +123,57 @@ def test_coding_parameters_override_and_bad_ones_are_refused() -> None:
         build_generator("coding", parse_workload_params(["coding.tool_p90_s=0.1"]))
 
 
+# --- research ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def research() -> list[Program]:
+    return _draw("research", 3000)
+
+
+def test_research_matches_continuum_bfcl_web_search(research: list[Program]) -> None:
+    assert _within(statistics.mean(p.llm_calls() for p in research), 6, 0.05)
+    final = [float(p.call_prompt_tokens()[-1]) for p in research]
+    assert _within(statistics.mean(final), 93_000, 0.05)
+    fetches = _waits(research)
+    assert _within(statistics.mean(fetches), 1.9, 0.05)
+    assert 0.45 <= slowest_tenth_share(fetches) <= 0.55
+    assert all(p.system_prompt_tokens == 1500 for p in research)  # the shared prefix
+
+
+def test_research_fans_out_parallel_fetches_read_by_the_next_call(
+    research: list[Program],
+) -> None:
+    program = max(research[:50], key=lambda p: len(p.nodes))
+    program.validate()
+    nodes = {n.node_id: n for n in program.nodes}
+    calls = [n for n in program.nodes if isinstance(n, LLMNode)]
+    for call, after in itertools.pairwise(calls):
+        fetches = [nodes[parent] for parent in after.parents]
+        assert fetches and all(
+            isinstance(f, WaitNode) and f.parents == (call.node_id,) for f in fetches
+        )
+        assert len({f.thread_id for f in fetches}) == len(fetches)  # in parallel
+        pages = [f.result_tokens for f in fetches if isinstance(f, WaitNode)]
+        assert after.context == fetches[0].node_id and after.new_prompt_tokens == sum(pages[1:])
+    prompts = program.call_prompt_tokens()
+    assert all(a < b for a, b in itertools.pairwise(prompts))
+
+
+def test_research_parameters_override_and_bad_ones_are_refused() -> None:
+    programs = _draw("research", 500, ["research.calls_mean=3", "research.fanout_mean=1"])
+    assert _within(statistics.mean(p.llm_calls() for p in programs), 3, 0.05)
+    assert statistics.mean(len(_waits([p])) / (p.llm_calls() - 1) for p in programs) == 1
+    with pytest.raises(ConfigError, match="research has no field 'fanout'"):
+        parse_workload_params(["research.fanout=3"])
+    with pytest.raises(ConfigError, match="final_context_tokens_mean 1000 needs"):
+        build_generator(
+            "research", parse_workload_params(["research.final_context_tokens_mean=1000"])
+        )
+    with pytest.raises(ConfigError, match="fetch_mean_s"):
+        build_generator("research", parse_workload_params(["research.fetch_mean_s=500"]))
+
+
 # --- bench sim --------------------------------------------------------------------------------
 
 #: Small programs so that a few seconds of simulated time finish them.
@@ -134,6 +186,14 @@ _TINY: dict[str, list[str]] = {
         "coding.final_context_tokens_mean=3000",
         "coding.output_tokens_mean=20",
         "coding.tool_max_s=0.5",
+    ],
+    "research": [
+        "research.calls_mean=3",
+        "research.final_context_tokens_mean=3000",
+        "research.answer_output_tokens_mean=20",
+        "research.plan_output_tokens_mean=20",
+        "research.fetch_mean_s=0.2",
+        "research.fetch_max_s=0.5",
     ],
 }
 

@@ -21,6 +21,7 @@ from agentrt_sim.workloads.mapreduce import MapReduceParams, MapReduceWorkload
 from agentrt_sim.workloads.mcts import MctsParams, MctsWorkload
 from agentrt_sim.workloads.program import Program
 from agentrt_sim.workloads.react import ReactParams, ReactWorkload
+from agentrt_sim.workloads.research import ResearchParams, ResearchWorkload
 
 __all__ = [
     "CALIBRATED_KINDS",
@@ -58,6 +59,7 @@ _PARAMS: dict[str, type[Any]] = {
     "mapreduce": MapReduceParams,
     "mcts": MctsParams,
     "coding": CodingParams,
+    "research": ResearchParams,
 }
 
 _KINDS: dict[str, Callable[[Any], ProgramGenerator]] = {
@@ -66,6 +68,7 @@ _KINDS: dict[str, Callable[[Any], ProgramGenerator]] = {
     "mapreduce": MapReduceWorkload,
     "mcts": MctsWorkload,
     "coding": CodingWorkload,
+    "research": ResearchWorkload,
 }
 
 #: Workload names accepted by :func:`build_generator` (and ``agentrt bench sim --workload``).
@@ -76,6 +79,7 @@ WORKLOAD_NAMES: tuple[str, ...] = (
     "mcts",
     "mixed",
     "coding",
+    "research",
 )
 
 #: The kinds with a ``prompt_calibration`` field (``engine`` by default, or ``fresh``).
