@@ -39,6 +39,8 @@ DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
         "coding": 0.01,
         # Not swept yet: an estimate (~6 calls over ~93 K tokens, seconds of fetches).
         "research": 0.1,
+        # Not swept yet: the three kinds in equal shares, below the slowest's estimate x 3.
+        "agents": 0.03,
     }
 )
 

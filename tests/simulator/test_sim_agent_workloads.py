@@ -4,6 +4,7 @@ bad parameters by name, and run through ``agentrt bench sim``."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import random
@@ -174,6 +175,33 @@ def test_research_parameters_override_and_bad_ones_are_refused() -> None:
         build_generator("research", parse_workload_params(["research.fetch_mean_s=500"]))
 
 
+# --- agents -----------------------------------------------------------------------------------
+
+
+def test_agents_mixes_coding_research_and_react_in_settable_shares() -> None:
+    kinds = collections.Counter(p.kind for p in _draw("agents", 3000))
+    assert set(kinds) == {"coding", "research", "react"}
+    assert all(_within(count, 1000, 0.08) for count in kinds.values())
+    items = ["agents.coding_share=3", "agents.react_share=0", "coding.calls_mean=4"]
+    items += ["coding.final_context_tokens_mean=20000"]
+    programs = _draw("agents", 2000, items)
+    kinds = collections.Counter(p.kind for p in programs)
+    assert set(kinds) == {"coding", "research"} and _within(kinds["coding"], 1500, 0.06)
+    coding = [p for p in programs if p.kind == "coding"]
+    assert _within(statistics.mean(p.llm_calls() for p in coding), 4, 0.1)  # kind's own params
+    assert all(p.program_id.startswith(f"{p.kind}-") for p in programs)
+
+
+def test_agents_bad_shares_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"agents research_share must be >= 0, got -1\.0"):
+        build_generator("agents", parse_workload_params(["agents.research_share=-1"]))
+    zero = ["agents.coding_share=0", "agents.research_share=0", "agents.react_share=0"]
+    with pytest.raises(ConfigError, match="at least one of coding_share"):
+        build_generator("agents", parse_workload_params(zero))
+    with pytest.raises(ConfigError, match="agents has no field 'mcts_share'"):
+        parse_workload_params(["agents.mcts_share=1"])
+
+
 # --- bench sim --------------------------------------------------------------------------------
 
 #: Small programs so that a few seconds of simulated time finish them.
@@ -196,6 +224,7 @@ _TINY: dict[str, list[str]] = {
         "research.fetch_max_s=0.5",
     ],
 }
+_TINY["agents"] = [*_TINY["coding"], *_TINY["research"], "react.tool_time_scale=0.1"]
 
 
 @pytest.mark.parametrize("workload", sorted(_TINY))
