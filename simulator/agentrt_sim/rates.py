@@ -33,14 +33,13 @@ DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
         "mapreduce": 0.5,
         "mcts": 0.5,
         "mixed": 1.35,
-        # Not swept yet: an estimate from the memory arithmetic (~5 contexts of 85 K on one
-        # A100 at once, each program ~10 min long) - docs/simulator.md, "Coding, research,
-        # agents".
-        "coding": 0.01,
-        # Not swept yet: an estimate (~6 calls over ~93 K tokens, seconds of fetches).
-        "research": 0.1,
-        # Not swept yet: the three kinds in equal shares, below the slowest's estimate x 3.
-        "agents": 0.03,
+        # Swept like the others (docs/simulator.md, "Coding, research, agents"): coding
+        # --duration 7200, kept up at 0.0075, not at 0.01 (0.0077 of 0.01 completed); research
+        # --duration 1200, at 0.05, not at 0.1 (0.041); agents --duration 7200, at 0.02, not at
+        # 0.03 (0.024).
+        "coding": 0.0075,
+        "research": 0.05,
+        "agents": 0.02,
     }
 )
 
