@@ -52,7 +52,11 @@ def register(subparsers: Any) -> None:
     _add_tenant_args(sim)
     _add_policy_args(sim)
     _add_output_args(sim)
-    sim.add_argument("--trace-in", metavar="FILE", help="replay programs from a JSONL trace")
+    sim.add_argument(
+        "--trace-in",
+        metavar="FILE",
+        help="replay programs from a JSONL trace, or recorded sessions (one line per call)",
+    )
     sim.add_argument("--trace-out", metavar="FILE", help="save the programs as a JSONL trace")
     sim.set_defaults(handler=_sim)
 
@@ -119,7 +123,8 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
     group.add_argument(
         "--workload",
         default="mixed",
-        help="chatbot, react, mapreduce, mcts or mixed (default: %(default)s)",
+        help="chatbot, react, mapreduce, mcts, mixed, coding, research or agents "
+        "(default: %(default)s)",
     )
     if rate:
         group.add_argument(

@@ -33,6 +33,13 @@ DEFAULT_RATES: Mapping[str, float] = MappingProxyType(
         "mapreduce": 0.5,
         "mcts": 0.5,
         "mixed": 1.35,
+        # Swept like the others (docs/simulator.md, "Coding, research, agents"): coding
+        # --duration 7200, kept up at 0.0075, not at 0.01 (0.0077 of 0.01 completed); research
+        # --duration 1200, at 0.05, not at 0.1 (0.041); agents --duration 7200, at 0.02, not at
+        # 0.03 (0.024).
+        "coding": 0.0075,
+        "research": 0.05,
+        "agents": 0.02,
     }
 )
 

@@ -14,12 +14,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from agentrt.errors import ConfigError
+from agentrt_sim.workloads.agents import AGENTS_KINDS, AgentsParams, AgentsWorkload
 from agentrt_sim.workloads.base import check_calibration
 from agentrt_sim.workloads.chatbot import ChatbotParams, ChatbotWorkload
+from agentrt_sim.workloads.coding import CodingParams, CodingWorkload
 from agentrt_sim.workloads.mapreduce import MapReduceParams, MapReduceWorkload
 from agentrt_sim.workloads.mcts import MctsParams, MctsWorkload
 from agentrt_sim.workloads.program import Program
 from agentrt_sim.workloads.react import ReactParams, ReactWorkload
+from agentrt_sim.workloads.research import ResearchParams, ResearchWorkload
 
 __all__ = [
     "CALIBRATED_KINDS",
@@ -56,6 +59,9 @@ _PARAMS: dict[str, type[Any]] = {
     "react": ReactParams,
     "mapreduce": MapReduceParams,
     "mcts": MctsParams,
+    "coding": CodingParams,
+    "research": ResearchParams,
+    "agents": AgentsParams,
 }
 
 _KINDS: dict[str, Callable[[Any], ProgramGenerator]] = {
@@ -63,10 +69,21 @@ _KINDS: dict[str, Callable[[Any], ProgramGenerator]] = {
     "react": ReactWorkload,
     "mapreduce": MapReduceWorkload,
     "mcts": MctsWorkload,
+    "coding": CodingWorkload,
+    "research": ResearchWorkload,
 }
 
 #: Workload names accepted by :func:`build_generator` (and ``agentrt bench sim --workload``).
-WORKLOAD_NAMES: tuple[str, ...] = ("chatbot", "react", "mapreduce", "mcts", "mixed")
+WORKLOAD_NAMES: tuple[str, ...] = (
+    "chatbot",
+    "react",
+    "mapreduce",
+    "mcts",
+    "mixed",
+    "coding",
+    "research",
+    "agents",
+)
 
 #: The kinds with a ``prompt_calibration`` field (``engine`` by default, or ``fresh``).
 CALIBRATED_KINDS: tuple[str, ...] = ("chatbot", "react", "mcts")
@@ -126,6 +143,9 @@ def build_generator(
 ) -> ProgramGenerator:
     """The generator of a named workload; unknown names raise :class:`ConfigError`."""
     overrides = overrides or {}
+    if workload == "agents":
+        parts = [_KINDS[k](_params(k, overrides)) for k in AGENTS_KINDS]
+        return AgentsWorkload(_params("agents", overrides), parts)
     if workload == "mixed":
         return MixedWorkload([(k, _KINDS[k](_params(k, overrides))) for k in MIXED_KINDS])
     if workload not in _KINDS:
@@ -145,8 +165,8 @@ def generate_programs(
 
     The seed fixes both the programs and the arrival process; at another rate the same seed
     gives the same programs in the same order, arriving at times scaled by the rate ratio.
-    Program ids are ``<kind>-<index>`` (``mixed`` prefixes the drawn kind), index in arrival
-    order, zero-padded so that sorting by id sorts by arrival.
+    Program ids are ``<kind>-<index>`` (``mixed`` and ``agents`` prefix the drawn kind), index
+    in arrival order, zero-padded so that sorting by id sorts by arrival.
     """
     if rate_per_s <= 0 or duration_s <= 0:
         raise ConfigError(f"rate and duration must be > 0, got {rate_per_s}, {duration_s}")
@@ -159,7 +179,7 @@ def generate_programs(
     now = arrivals.expovariate(1.0) / rate_per_s
     while now < duration_s:
         index = len(programs)
-        name = f"{index:07d}" if workload == "mixed" else f"{workload}-{index:07d}"
+        name = f"{index:07d}" if workload in ("mixed", "agents") else f"{workload}-{index:07d}"
         programs.append(generator.draw(contents, name, now))
         now += arrivals.expovariate(1.0) / rate_per_s
     return programs

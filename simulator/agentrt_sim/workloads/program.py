@@ -138,20 +138,25 @@ class Program:
         root prefix) + its new tokens — what an engine reports as ``prompt_tokens``, cached or
         not. Divided by :meth:`llm_calls` it is the statistic the default ``engine`` prompt
         calibration matches to the Autellix table (docs/simulator.md, "Calibration")."""
+        return sum(self.call_prompt_tokens())
+
+    def call_prompt_tokens(self) -> list[int]:
+        """Each LLM call's whole prompt (template and memory included), in node order (tokens):
+        how a program's context grows."""
         root = self.system_prompt_tokens + self.root_prompt_tokens
         prefix: dict[str, int] = {}
         outputs: dict[str, int] = {}
-        total = 0
+        prompts: list[int] = []
         for node in self.nodes:
             base = root if node.context is None else prefix[node.context]
             if isinstance(node, LLMNode):
                 prompt = base + node.new_prompt_tokens
-                total += prompt + node.header_tokens(outputs)
+                prompts.append(prompt + node.header_tokens(outputs))
                 outputs[node.node_id] = node.output_tokens
                 prefix[node.node_id] = prompt + node.output_tokens
             else:
                 prefix[node.node_id] = base + node.result_tokens
-        return total
+        return prompts
 
     def fresh_prompt_tokens(self) -> int:
         """Prompt tokens not copied from the program's own earlier prompts or outputs.

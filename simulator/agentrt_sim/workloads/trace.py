@@ -16,6 +16,10 @@ Schema (``agentrt-sim-trace`` version 1; docs/simulator.md has the full descript
         "template": "react-reflect", "template_tokens": 90, "memory": ["c0"]},  last 3 optional
        ...]}                                                       one program per line
 
+Recorded sessions (one line per LLM call, ``agentrt-sessions``, :mod:`.sessions`) load through
+:func:`load_trace` too: a file whose first line is that header or a call with a ``session`` key
+is read as sessions.
+
 Nodes are listed parents-first. ``type`` is ``llm``, ``tool`` or ``think``. Units: seconds and
 tokens. Unknown keys are rejected, so a typo never silently changes a replay.
 """
@@ -30,6 +34,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentrt_sim.workloads.program import LLMNode, Node, Program, TraceError, WaitNode
+from agentrt_sim.workloads.sessions import is_sessions_line, sessions_to_programs
 
 __all__ = ["TRACE_FORMAT", "TRACE_VERSION", "load_trace", "program_to_json", "save_trace"]
 
@@ -195,15 +200,26 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 yield number, line
 
 
+def _first_is_sessions(line: str) -> bool:
+    try:
+        return is_sessions_line(json.loads(line))
+    except json.JSONDecodeError:
+        return False
+
+
 def load_trace(path: str | Path) -> list[Program]:
     """Read and validate a JSONL trace, sorted by arrival (ties by program id).
 
     Raises :class:`TraceError` naming the line for malformed JSON, unknown keys, bad values,
-    duplicate program ids or an invalid DAG.
+    duplicate program ids or an invalid DAG. A file of recorded sessions (:mod:`.sessions`,
+    recognised by its first line) becomes one program per session.
     """
+    lines = list(_lines(Path(path)))
+    if lines and _first_is_sessions(lines[0][1]):
+        return sessions_to_programs(lines, str(path))
     programs: list[Program] = []
     seen: set[str] = set()
-    for number, line in _lines(Path(path)):
+    for number, line in lines:
         try:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
