@@ -51,6 +51,10 @@ def test_missing_optional_headers_take_defaults() -> None:
         {HEADER_PROGRAM_ID: "bad id with spaces"},
         {HEADER_PROGRAM_ID: "p", "X-Agentrt-Objective": "fast"},
         {HEADER_PROGRAM_ID: "p" * 200},
+        {HEADER_PROGRAM_ID: "p", "X-Agentrt-Timeout-Ms": "soon"},
+        {HEADER_PROGRAM_ID: "p", "X-Agentrt-Parent-Ids": "a,b", "X-Agentrt-Parent-Count": "1"},
+        {HEADER_PROGRAM_ID: "p", "X-Agentrt-Parent-Count": "many"},
+        {HEADER_PROGRAM_ID: "p", "X-Agentrt-Parent-Digest": "md5:abc"},
     ],
 )
 def test_malformed_tags_are_rejected(headers: dict[str, str]) -> None:

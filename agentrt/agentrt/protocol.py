@@ -13,6 +13,7 @@ parses them with :meth:`CallTags.from_headers` and the pydantic models below.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Mapping
@@ -29,6 +30,8 @@ __all__ = [
     "HEADER_ATTEMPT",
     "HEADER_NODE_ID",
     "HEADER_OBJECTIVE",
+    "HEADER_PARENT_COUNT",
+    "HEADER_PARENT_DIGEST",
     "HEADER_PARENT_IDS",
     "HEADER_PROGRAM_ID",
     "HEADER_QUEUE_MS",
@@ -36,6 +39,7 @@ __all__ = [
     "HEADER_THREAD_ID",
     "HEADER_TIMEOUT_MS",
     "HEADER_TRACEPARENT",
+    "WIRE_PARENT_IDS",
     "CallTags",
     "Objective",
     "ProgramEnd",
@@ -44,6 +48,8 @@ __all__ = [
     "SessionStarted",
     "ToolWaitEnd",
     "ToolWaitStart",
+    "parents_digest",
+    "parse_timeout_ms",
 ]
 
 HEADER_SESSION_ID = "X-Agentrt-Session-Id"
@@ -54,6 +60,12 @@ HEADER_PROGRAM_ID = "X-Agentrt-Program-Id"
 HEADER_THREAD_ID = "X-Agentrt-Thread-Id"
 HEADER_NODE_ID = "X-Agentrt-Node-Id"
 HEADER_PARENT_IDS = "X-Agentrt-Parent-Ids"
+#: How many parents the node has in all, when :data:`HEADER_PARENT_IDS` lists only the first
+#: :data:`WIRE_PARENT_IDS` of them (a fan-in wider than that: the reduce of a map-reduce).
+HEADER_PARENT_COUNT = "X-Agentrt-Parent-Count"
+#: ``sha256:`` + hex of the node's whole parent list (:func:`parents_digest`), sent with
+#: :data:`HEADER_PARENT_COUNT`: it names the full set, which the SDK's own record keeps.
+HEADER_PARENT_DIGEST = "X-Agentrt-Parent-Digest"
 HEADER_ATTEMPT = "X-Agentrt-Attempt"
 HEADER_TIMEOUT_MS = "X-Agentrt-Timeout-Ms"
 #: ``latency`` (default) or ``throughput``: a hint, as Parrot deduces for map vs reduce calls.
@@ -74,7 +86,36 @@ Objective = Literal["latency", "throughput"]
 
 # Ids are opaque to the server but must be header-safe and bounded.
 _ID_RE = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")
+#: Parent ids a sender lists in :data:`HEADER_PARENT_IDS` at most; a node with more lists its
+#: first ``WIRE_PARENT_IDS`` and adds the count and the digest of all (docs/protocol.md,
+#: "Wide fan-ins"). 64 ids of 128 characters stay under 9 KiB of header.
+WIRE_PARENT_IDS = 64
+#: Parent ids a receiver accepts in one header (senders before the count and digest existed
+#: listed up to this many).
 _MAX_PARENTS = 256
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def parents_digest(parent_ids: tuple[str, ...] | list[str]) -> str:
+    """``sha256:`` + the hex SHA-256 of ``parent_ids`` joined by ``,`` in DAG order: the value
+    of :data:`HEADER_PARENT_DIGEST` for a node with these parents."""
+    return "sha256:" + hashlib.sha256(",".join(parent_ids).encode()).hexdigest()
+
+
+def parse_timeout_ms(raw: str | None) -> int | None:
+    """The value of :data:`HEADER_TIMEOUT_MS`: milliseconds >= 0; ``None`` when absent or
+    empty. Raises :class:`ProtocolError` for anything else (a server answers 400)."""
+    if raw is None or not raw.strip():
+        return None
+    try:
+        timeout_ms = int(raw)
+    except ValueError as exc:
+        raise ProtocolError(
+            f"{HEADER_TIMEOUT_MS} must be an integer number of milliseconds >= 0, got {raw[:40]!r}"
+        ) from exc
+    if timeout_ms < 0:
+        raise ProtocolError(f"{HEADER_TIMEOUT_MS} must be >= 0 ms, got {timeout_ms}")
+    return timeout_ms
 
 
 def _check_id(name: str, value: str) -> str:
@@ -103,7 +144,9 @@ class CallTags:
     thread_id: str
     #: This call's node in the program's DAG.
     node_id: str
-    #: Node ids this call depends on (its parents in the DAG); empty for a root. Reserved.
+    #: Node ids this call depends on (its parents in the DAG), as listed on the wire: all of
+    #: them, or the first :data:`WIRE_PARENT_IDS` when :attr:`parent_count` is larger; empty for
+    #: a root. Reserved. Build tags from a node's full list with :meth:`for_node`.
     parent_ids: tuple[str, ...] = ()
     #: 1 for the first try of this node, 2 for the first retry, ... Reserved.
     attempt: int = 1
@@ -111,6 +154,48 @@ class CallTags:
     timeout_ms: int | None = None
     #: Scheduling hint for the call (``latency`` or ``throughput``). Reserved.
     objective: Objective = "latency"
+    #: How many parents the node has in all (>= ``len(parent_ids)``); ``None`` = exactly the
+    #: ones listed. Reserved.
+    parent_count: int | None = None
+    #: :func:`parents_digest` of the node's whole parent list when :attr:`parent_count` says
+    #: more than are listed; ``None`` otherwise. Reserved.
+    parent_digest: str | None = None
+
+    @classmethod
+    def for_node(
+        cls,
+        *,
+        session_id: str,
+        program_id: str,
+        thread_id: str,
+        node_id: str,
+        parent_ids: tuple[str, ...],
+        attempt: int = 1,
+        timeout_ms: int | None = None,
+        objective: Objective = "latency",
+    ) -> CallTags:
+        """The tags of a call whose node has the parents ``parent_ids`` (all of them, any
+        number): up to :data:`WIRE_PARENT_IDS` are listed as they are; a wider fan-in lists the
+        first :data:`WIRE_PARENT_IDS` and carries the count and the digest of the whole list,
+        so the wire stays bounded and the full set stays named (docs/protocol.md)."""
+        wide = len(parent_ids) > WIRE_PARENT_IDS
+        return cls(
+            session_id=session_id,
+            program_id=program_id,
+            thread_id=thread_id,
+            node_id=node_id,
+            parent_ids=parent_ids[:WIRE_PARENT_IDS] if wide else parent_ids,
+            attempt=attempt,
+            timeout_ms=timeout_ms,
+            objective=objective,
+            parent_count=len(parent_ids) if wide else None,
+            parent_digest=parents_digest(parent_ids) if wide else None,
+        )
+
+    @property
+    def total_parents(self) -> int:
+        """How many parents the call's node has (listed or not)."""
+        return len(self.parent_ids) if self.parent_count is None else self.parent_count
 
     def __post_init__(self) -> None:
         _check_id("session id", self.session_id)
@@ -118,9 +203,23 @@ class CallTags:
         _check_id("thread id", self.thread_id)
         _check_id("node id", self.node_id)
         if len(self.parent_ids) > _MAX_PARENTS:
-            raise ProtocolError(f"at most {_MAX_PARENTS} parent ids, got {len(self.parent_ids)}")
+            raise ProtocolError(
+                f"{HEADER_PARENT_IDS} lists at most {_MAX_PARENTS} ids, got "
+                f"{len(self.parent_ids)}; a wider fan-in lists its first {WIRE_PARENT_IDS} with "
+                f"{HEADER_PARENT_COUNT} and {HEADER_PARENT_DIGEST} (CallTags.for_node)"
+            )
         for parent in self.parent_ids:
             _check_id("parent id", parent)
+        if self.parent_count is not None and self.parent_count < len(self.parent_ids):
+            raise ProtocolError(
+                f"{HEADER_PARENT_COUNT} must be >= the {len(self.parent_ids)} parent ids "
+                f"listed, got {self.parent_count}"
+            )
+        if self.parent_digest is not None and not _DIGEST_RE.match(self.parent_digest):
+            raise ProtocolError(
+                f"{HEADER_PARENT_DIGEST} must be sha256: and 64 lower-case hex digits, "
+                f"got {self.parent_digest[:80]!r}"
+            )
         if self.attempt < 1:
             raise ProtocolError(f"attempt must be >= 1, got {self.attempt}")
         if self.timeout_ms is not None and self.timeout_ms < 0:
@@ -140,6 +239,10 @@ class CallTags:
         }
         if self.parent_ids:
             headers[HEADER_PARENT_IDS] = ",".join(self.parent_ids)
+        if self.parent_count is not None:
+            headers[HEADER_PARENT_COUNT] = str(self.parent_count)
+        if self.parent_digest is not None:
+            headers[HEADER_PARENT_DIGEST] = self.parent_digest
         if self.attempt != 1:
             headers[HEADER_ATTEMPT] = str(self.attempt)
         if self.objective != "latency":
@@ -164,8 +267,9 @@ class CallTags:
         parents = tuple(p.strip() for p in parents_raw.split(",") if p.strip())
         try:
             attempt = int(lowered.get(HEADER_ATTEMPT.lower(), "1"))
-            timeout_raw = lowered.get(HEADER_TIMEOUT_MS.lower())
-            timeout_ms = int(timeout_raw) if timeout_raw not in (None, "") else None
+            timeout_ms = parse_timeout_ms(lowered.get(HEADER_TIMEOUT_MS.lower()))
+            count_raw = lowered.get(HEADER_PARENT_COUNT.lower())
+            parent_count = int(count_raw) if count_raw not in (None, "") else None
         except ValueError as exc:
             raise ProtocolError(f"malformed agentrt header: {exc}") from exc
         objective = lowered.get(HEADER_OBJECTIVE.lower(), "latency")
@@ -180,6 +284,8 @@ class CallTags:
             attempt=attempt,
             timeout_ms=timeout_ms,
             objective=objective,  # type: ignore[arg-type]  # checked just above
+            parent_count=parent_count,
+            parent_digest=lowered.get(HEADER_PARENT_DIGEST.lower()) or None,
         )
 
     def deadline_s(self, now_s: float) -> float:

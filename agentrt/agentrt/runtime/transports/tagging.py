@@ -3,7 +3,9 @@
 An LLM call carries its program, thread, node, parents, attempt, objective, budget and the
 W3C trace context of its span (``traceparent``, ``tracestate``, and the caller's ``baggage``,
 written by the OpenTelemetry propagator; docs/protocol.md, docs/tracing.md); any other request
-carries the session id.
+carries the session id. A node with more than ``agentrt.protocol.WIRE_PARENT_IDS`` parents (the
+reduce of a wide map-reduce) lists the first ones plus the count and the digest of all
+(``CallTags.for_node``), so a fan-in of any width fits in a request head.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class TaggingTransport(httpx.AsyncBaseTransport):
             headers[HEADER_SESSION_ID] = self.session_id
             return await self.inner.handle_async_request(request)
         node = target.node
-        tags = CallTags(
+        tags = CallTags.for_node(
             session_id=self.session_id,
             program_id=target.graph.id,
             thread_id=node.thread_id,
