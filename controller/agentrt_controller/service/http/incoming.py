@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -10,7 +11,7 @@ from typing import Any, Literal
 import anyio.to_thread
 
 from agentrt.errors import ProtocolError
-from agentrt.protocol import CallTags
+from agentrt.protocol import HEADER_TIMEOUT_MS, CallTags, parse_timeout_ms
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.service.errors import (
@@ -155,6 +156,17 @@ def _sequences(body: dict[str, Any], api: Api) -> int:
 SaltFor = Callable[[str | None], str]
 
 
+def _deadline_s(headers: dict[str, str], now_s: float) -> float:
+    """The call's absolute deadline on the core's clock from its ``X-Agentrt-Timeout-Ms``
+    (milliseconds left at send time), tagged or not; ``math.inf`` when absent. Raises
+    :class:`BadRequest` naming the header when it is not an integer >= 0."""
+    try:
+        timeout_ms = parse_timeout_ms(headers.get(HEADER_TIMEOUT_MS.lower()))
+    except ProtocolError as exc:
+        raise BadRequest(str(exc), param=HEADER_TIMEOUT_MS.lower()) from exc
+    return math.inf if timeout_ms is None else now_s + timeout_ms / 1000.0
+
+
 def parse_call(
     raw: bytes,
     headers: dict[str, str],
@@ -181,6 +193,9 @@ def parse_call(
     ``best_of`` for completions) becomes :attr:`CallFacts.sequences`; whether it is under the
     controller's cap is the core's question (it knows the backends' batch).
 
+    A deadline (``X-Agentrt-Timeout-Ms``) holds whether or not the call names a program: it
+    becomes :attr:`CallFacts.deadline_s`, which ``service/core/deadlines.py`` enforces.
+
     Raises :class:`BadRequest`, :class:`ModelNotFound` (``model`` not in ``known_models``;
     ``None`` = unknown, anything goes) or :class:`DeadlinePassed` (no time left)."""
     body = _decode(raw) if decoded is None else decoded
@@ -205,10 +220,13 @@ def parse_call(
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise BadRequest(f"'{limit_field}' must be an integer", param=limit_field)
     sequences = _sequences(body, api)
+    deadline_s = _deadline_s(headers, now_s)
     try:
         tags = CallTags.from_headers(headers)
     except ProtocolError as exc:
         raise BadRequest(str(exc)) from exc
+    if deadline_s <= now_s:
+        raise DeadlinePassed(f"the call arrived with no time left ({HEADER_TIMEOUT_MS}: 0)")
     foreign = foreign_identity(body, headers) if tags is None else None
     if strip_agentic_context(body):  # never upstream, whoever named the program
         raw = _encode(body)
@@ -233,6 +251,7 @@ def parse_call(
             ),
             node_id=call_id,
             arrival_s=now,
+            deadline_s=deadline_s,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             sequences=sequences,
@@ -243,13 +262,12 @@ def parse_call(
             program=ProgramKey.one_call(call_id, tenant),
             node_id=call_id,
             arrival_s=now,
+            deadline_s=deadline_s,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             sequences=sequences,
         )
     else:
-        if tags.timeout_ms == 0:
-            raise DeadlinePassed("the call arrived with no time left (X-Agentrt-Timeout-Ms: 0)")
         call = CallFacts(
             call_id=call_id,
             program=ProgramKey(
@@ -259,7 +277,7 @@ def parse_call(
             node_id=tags.node_id,
             parent_ids=tags.parent_ids,
             arrival_s=now,
-            deadline_s=tags.deadline_s(now),
+            deadline_s=deadline_s,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             sequences=sequences,
