@@ -13,6 +13,14 @@ import pytest
 from .fakeserver import FakeServer, FakeState
 
 
+@pytest.fixture(autouse=True)
+def _no_endpoint_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's ``OPENAI_API_KEY`` and the like do not reach the tests' configs
+    (``RuntimeConfig`` reads them when ``base_url`` / ``api_key`` are not given)."""
+    for name in ("AGENTRT_BASE_URL", "AGENTRT_API_KEY", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture(scope="session")
 def _server() -> Iterator[FakeServer]:
     server = FakeServer().start()

@@ -1,8 +1,24 @@
-"""``RuntimeConfig``: everything a ``Runtime`` needs, validated when it is constructed."""
+"""``RuntimeConfig``: everything a ``Runtime`` needs, validated when it is constructed.
+
+The endpoint and its key may come from the environment, as the ``openai`` client takes them
+(docs/sdk.md, "Endpoint and key"); the first that is set wins:
+
+1. the argument (``RuntimeConfig(base_url=..., api_key=...)``);
+2. ``AGENTRT_BASE_URL`` / ``AGENTRT_API_KEY`` — agentrt's own, so a program's calls can go to
+   the controller while other OpenAI clients in the same process keep their endpoint;
+3. ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` — what every OpenAI-client user has set;
+4. no URL: :class:`ConfigError` naming the three places; no key: ``"EMPTY"`` (what vLLM
+   accepts when started without a key).
+
+The URL and the key are looked up apart: ``base_url`` given and ``OPENAI_API_KEY`` set sends
+that key to ``base_url``, as the ``openai`` client does.
+"""
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -13,7 +29,41 @@ from opentelemetry.trace import TracerProvider
 from agentrt.errors import ConfigError
 from agentrt.protocol import CallTags
 
-__all__ = ["ControllerMode", "RuntimeConfig", "ToolErrorMode"]
+__all__ = [
+    "API_KEY_ENV",
+    "BASE_URL_ENV",
+    "ControllerMode",
+    "RuntimeConfig",
+    "ToolErrorMode",
+    "resolve_endpoint",
+]
+
+#: Environment variables read for ``base_url`` when it is not given, first set wins.
+BASE_URL_ENV = ("AGENTRT_BASE_URL", "OPENAI_BASE_URL")
+#: Environment variables read for ``api_key`` when it is not given, first set wins.
+API_KEY_ENV = ("AGENTRT_API_KEY", "OPENAI_API_KEY")
+#: The key sent when none is given or set (vLLM accepts any value unless started with a key).
+_NO_KEY = "EMPTY"
+
+
+def _first_set(names: tuple[str, ...], environ: Mapping[str, str]) -> str | None:
+    for name in names:
+        value = environ.get(name, "").strip()
+        if value:
+            return value
+    return None
+
+
+def resolve_endpoint(
+    base_url: str, api_key: str, environ: Mapping[str, str]
+) -> tuple[str | None, str]:
+    """``(base_url, api_key)`` after the module docstring's order: an empty argument is not
+    given and is looked up in ``environ`` (:data:`BASE_URL_ENV`, :data:`API_KEY_ENV`). The URL
+    is ``None`` when it is nowhere; the key is then ``"EMPTY"``."""
+    url = base_url or _first_set(BASE_URL_ENV, environ)
+    key = api_key or _first_set(API_KEY_ENV, environ) or _NO_KEY
+    return url, key
+
 
 #: ``auto``: probe the controller's session endpoint at start; use it when there, work without
 #: it when the server is a plain OpenAI-compatible one (404), go to ``fallback_base_url`` when
@@ -33,10 +83,13 @@ class RuntimeConfig:
     """Configuration of one :class:`agentrt.Runtime`. Invalid values raise
     :class:`agentrt.ConfigError` here, at construction, listing every problem."""
 
-    #: OpenAI-compatible endpoint, e.g. ``http://localhost:8000/v1`` (our controller or vLLM).
-    base_url: str
-    #: Bearer token sent to ``base_url`` (vLLM accepts any value unless started with a key).
-    api_key: str = "EMPTY"
+    #: OpenAI-compatible endpoint, e.g. ``http://localhost:8000/v1`` (our controller or vLLM);
+    #: ``""`` (the default) = from ``AGENTRT_BASE_URL``, else ``OPENAI_BASE_URL`` (module
+    #: docstring); a :class:`ConfigError` when neither is set.
+    base_url: str = ""
+    #: Bearer token sent to ``base_url``; ``""`` (the default) = from ``AGENTRT_API_KEY``, else
+    #: ``OPENAI_API_KEY``, else ``"EMPTY"`` (vLLM accepts any value unless started with a key).
+    api_key: str = ""
     #: Model used when a call names none; None = the one the server serves, asked of
     #: ``GET {base_url}/models`` on the first call that needs it (the first of several, with a
     #: warning naming the others: :mod:`agentrt.runtime.models`).
@@ -106,10 +159,25 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         problems: list[str] = []
+        # None is taken as "not given" too (the types say str: a caller's Optional passes)
+        if self.api_key is not None and not isinstance(self.api_key, str):
+            problems.append("api_key must be a string")
+        elif self.base_url is None or isinstance(self.base_url, str):
+            base_url, api_key = resolve_endpoint(
+                self.base_url or "", self.api_key or "", os.environ
+            )
+            if base_url is None:
+                problems.append(
+                    "base_url is required: pass RuntimeConfig(base_url=...) or set "
+                    + " or ".join(BASE_URL_ENV)
+                )
+            else:  # frozen: the resolved values are the config's from here on
+                object.__setattr__(self, "base_url", base_url)
+            object.__setattr__(self, "api_key", api_key)
         for name in ("base_url", "controller_url", "fallback_base_url"):
             value = getattr(self, name)
-            if value is None and name != "base_url":
-                continue
+            if value is None or (name == "base_url" and value == ""):
+                continue  # not given (base_url: reported above)
             problem = _check_url(name, value)
             if problem:
                 problems.append(problem)
@@ -117,8 +185,6 @@ class RuntimeConfig:
             problems.append(f"controller must be auto, required or off, got {self.controller!r}")
         if self.model is not None and (not isinstance(self.model, str) or not self.model):
             problems.append("model must be a non-empty string or None")
-        if not isinstance(self.api_key, str):
-            problems.append("api_key must be a string")
         for name in (
             "request_timeout_s",
             "event_timeout_s",
