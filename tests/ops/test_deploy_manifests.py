@@ -2,16 +2,18 @@
 
 No Kubernetes cluster or image build runs here (deploy/docker/check-image.sh builds and runs
 the image by hand), so what can be checked without them is: every YAML parses; the
-kustomization lists every manifest; selectors match the pod's labels and ports match by name;
-the ServiceMonitors select the Service and give the jobs the alert rules select; the pod runs
-non-root and drains within its termination grace; the container arguments parse with
-``agentrt controller serve``'s own parser; every ``AGENTRT_CONTROLLER_*`` variable set by the
-Deployment or the Dockerfile names a setting and loads; the ConfigMap's file is accepted by the
-controller's config loader and the Secret's key file by its key-file reader; the probe paths
-answer 200 on a running controller; the Dockerfile is multi-stage, non-root and copies only
-paths that exist; the OpenTelemetry Collector's pipelines name components it defines; the
-example vLLM StatefulSet is the set of backends the ConfigMap names, started with the flags
-the controller relies on.
+kustomization lists every manifest; the default kit (``kubectl apply -k deploy/kubernetes``)
+applies no Secret, the example Secret comes only with ``overlays/example`` and
+``overlays/secrets`` generates it from files git ignores; selectors match the pod's labels and
+ports match by name; the ServiceMonitors select the Service and give the jobs the alert rules
+select; the pod runs non-root and drains within its termination grace; the container
+arguments parse with ``agentrt controller serve``'s own parser; every ``AGENTRT_CONTROLLER_*``
+variable set by the Deployment or the Dockerfile names a setting and loads; the ConfigMap's
+file is accepted by the controller's config loader and the Secret's key file by its key-file
+reader; the probe paths answer 200 on a running controller; the Dockerfile is multi-stage,
+non-root and copies only paths that exist; the OpenTelemetry Collector's pipelines name
+components it defines; the example vLLM StatefulSet is the set of backends the ConfigMap names,
+started with the flags the controller relies on.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ from agentrt_emulator.server import EmulatorConfig, serve_engine
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBERNETES = DEPLOY / "kubernetes"
+#: The controller's manifests (what ``kubectl apply -k deploy/kubernetes`` applies).
+BASE = KUBERNETES / "base"
+#: The base plus the public example Secret.
+EXAMPLE = KUBERNETES / "overlays" / "example"
+#: The base plus a Secret generated from the operator's own (git-ignored) files.
+SECRETS = KUBERNETES / "overlays" / "secrets"
 #: The example vLLM servers the controller's ConfigMap names.
 VLLM = KUBERNETES / "vllm"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
@@ -53,12 +61,18 @@ def _documents(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
 
 
-def _manifests() -> dict[tuple[str, str], dict[str, Any]]:
-    """The kustomization's resources by ``(kind, name)``."""
-    kustomization = yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())
+def _kustomization(folder: Path) -> dict[str, Any]:
+    found: dict[str, Any] = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    return found
+
+
+def _manifests(folder: Path = BASE) -> dict[tuple[str, str], dict[str, Any]]:
+    """The resources of the kustomization in ``folder`` by ``(kind, name)`` (files only)."""
     found: dict[tuple[str, str], dict[str, Any]] = {}
-    for file_name in kustomization["resources"]:
-        for doc in _documents(KUBERNETES / file_name):
+    for file_name in _kustomization(folder)["resources"]:
+        if (folder / file_name).is_dir():
+            continue  # another kustomization (an overlay's base)
+        for doc in _documents(folder / file_name):
             key = (doc["kind"], doc["metadata"]["name"])
             assert key not in found, f"{file_name}: a second {key}"
             found[key] = doc
@@ -66,6 +80,8 @@ def _manifests() -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def _one(kind: str, name: str = "agentrt-controller") -> dict[str, Any]:
+    if kind == "Secret":
+        return _manifests(EXAMPLE)[(kind, name)]
     return _manifests()[(kind, name)]
 
 
@@ -134,43 +150,123 @@ def _image_members() -> set[str]:
     return wanted
 
 
+CONTROLLER_KIT = {
+    ("ConfigMap", "agentrt-controller"),
+    ("Deployment", "agentrt-controller"),
+    ("Service", "agentrt-controller"),
+    ("PodDisruptionBudget", "agentrt-controller"),
+    ("ServiceMonitor", "agentrt-controller"),
+    ("ServiceMonitor", "agentrt-engines"),
+}
+EXAMPLE_SECRET = ("Secret", "agentrt-controller-keys")
+
+
 def test_every_yaml_file_in_deploy_parses_and_the_kustomization_lists_every_manifest() -> None:
     files = sorted(DEPLOY.rglob("*.y*ml"))
     assert len(files) >= 10
     for path in files:
         assert _documents(path), f"{path} is empty"
-    listed = set(yaml.safe_load((KUBERNETES / "kustomization.yaml").read_text())["resources"])
-    present = {p.name for p in KUBERNETES.glob("*.yaml")} - {"kustomization.yaml"}
+    listed = set(_kustomization(BASE)["resources"])
+    present = {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}
     assert listed == present
-    assert set(_manifests()) == {
-        ("ConfigMap", "agentrt-controller"),
-        ("Secret", "agentrt-controller-keys"),
-        ("Deployment", "agentrt-controller"),
-        ("Service", "agentrt-controller"),
-        ("PodDisruptionBudget", "agentrt-controller"),
-        ("ServiceMonitor", "agentrt-controller"),
-        ("ServiceMonitor", "agentrt-engines"),
+    assert set(_manifests()) == CONTROLLER_KIT
+    assert set(_manifests(EXAMPLE)) == {EXAMPLE_SECRET}
+
+
+def test_the_default_kit_applies_no_secret_and_the_example_one_only_by_its_overlay() -> None:
+    # kubectl apply -k deploy/kubernetes: the base, nothing else, and the base holds no key.
+    assert _kustomization(KUBERNETES)["resources"] == ["base"]
+    assert not [p.name for p in KUBERNETES.glob("*.yaml") if p.name != "kustomization.yaml"]
+    for kind, _name in _manifests():
+        assert kind != "Secret"
+    assert "secretGenerator" not in _kustomization(KUBERNETES)
+    assert "secretGenerator" not in _kustomization(BASE)
+    # The example overlay: the base plus the example Secret, nothing else.
+    assert _kustomization(EXAMPLE)["resources"] == ["../../base", "secret-example.yaml"]
+    # The operator's overlay generates the Secret from files git ignores.
+    secrets = _kustomization(SECRETS)
+    assert secrets["resources"] == ["../../base"]
+    (generator,) = secrets["secretGenerator"]
+    assert generator["name"] == EXAMPLE_SECRET[1]
+    volumes = {volume["name"]: volume for volume in _pod_spec()["volumes"]}
+    needed = {item["key"] for item in volumes["keys"]["secret"]["items"]}
+    needed |= {
+        variable["valueFrom"]["secretKeyRef"]["key"]
+        for variable in _container()["env"]
+        if "valueFrom" in variable
     }
+    assert set(generator["files"]) == needed == {"keys.toml", "cache-salt-secret"}
+    ignored = (SECRETS / ".gitignore").read_text().split()
+    assert set(generator["files"]) <= set(ignored)
+    for file_name in generator["files"]:
+        assert not (SECRETS / file_name).exists() or _git_ignores(SECRETS / file_name)
+
+
+def _git_ignores(path: Path) -> bool:
+    git = shutil.which("git")
+    if git is None:
+        return True  # the .gitignore check above stands alone
+    done = subprocess.run(
+        [git, "-C", str(ROOT), "check-ignore", "-q", str(path)], timeout=30, check=False
+    )
+    return done.returncode == 0
+
+
+def _kustomize(kubectl: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [kubectl, "kustomize", str(folder)], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+def _rendered(stdout: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (doc["kind"], doc["metadata"]["name"]): doc
+        for doc in yaml.safe_load_all(stdout)
+        if doc is not None
+    }
+
+
+def test_kubectl_kustomize_renders_the_overlays_with_their_secrets(tmp_path: Path) -> None:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("no kubectl on the PATH (its built-in kustomize renders the kit)")
+    example = _kustomize(kubectl, EXAMPLE)
+    assert example.returncode == 0, example.stderr
+    assert set(_rendered(example.stdout)) == CONTROLLER_KIT | {EXAMPLE_SECRET}
+    # The operator's overlay, in a copy of the kit: without its files it renders nothing ...
+    copy = tmp_path / "kubernetes"
+    shutil.copytree(KUBERNETES, copy)
+    for name in ("keys.toml", "cache-salt-secret"):
+        (copy / "overlays" / "secrets" / name).unlink(missing_ok=True)
+    missing = _kustomize(kubectl, copy / "overlays" / "secrets")
+    assert missing.returncode != 0 and "keys.toml" in missing.stderr
+    # ... with them, a Secret of their contents that the Deployment names.
+    keys = _one("Secret", EXAMPLE_SECRET[1])["stringData"]["keys.toml"]
+    (copy / "overlays" / "secrets" / "keys.toml").write_text(keys)
+    (copy / "overlays" / "secrets" / "cache-salt-secret").write_text("0123456789abcdef")
+    done = _kustomize(kubectl, copy / "overlays" / "secrets")
+    assert done.returncode == 0, done.stderr
+    rendered = _rendered(done.stdout)
+    (secret,) = [doc for (kind, _), doc in rendered.items() if kind == "Secret"]
+    assert secret["metadata"]["name"].startswith(EXAMPLE_SECRET[1] + "-")  # content hash
+    assert secret["metadata"]["labels"]["app.kubernetes.io/part-of"] == "agentrt"
+    assert set(secret["data"]) == {"keys.toml", "cache-salt-secret"}
+    pod = rendered[("Deployment", "agentrt-controller")]["spec"]["template"]["spec"]
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["keys"]["secret"]["secretName"] == secret["metadata"]["name"]
+    (container,) = pod["containers"]
+    refs = {v["valueFrom"]["secretKeyRef"]["name"] for v in container["env"] if "valueFrom" in v}
+    assert refs == {secret["metadata"]["name"]}
 
 
 def test_kubectl_kustomize_renders_the_kit_with_its_labels_and_unchanged_selectors() -> None:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
         pytest.skip("no kubectl on the PATH (its built-in kustomize renders the kit)")
-    done = subprocess.run(
-        [kubectl, "kustomize", str(KUBERNETES)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = _kustomize(kubectl, KUBERNETES)
     assert done.returncode == 0, done.stderr
-    rendered = {
-        (doc["kind"], doc["metadata"]["name"]): doc
-        for doc in yaml.safe_load_all(done.stdout)
-        if doc is not None
-    }
-    assert set(rendered) == set(_manifests())
+    rendered = _rendered(done.stdout)
+    assert set(rendered) == set(_manifests()) == CONTROLLER_KIT  # no Secret by default
     for doc in rendered.values():
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "agentrt"
     deployment = rendered[("Deployment", "agentrt-controller")]
