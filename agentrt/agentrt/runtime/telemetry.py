@@ -20,14 +20,17 @@ per tool call, plus our ``agentrt.*`` ids (docs/sdk.md, docs/tracing.md).
 
 Only ``opentelemetry-api`` is a dependency of the SDK. :func:`make_telemetry`, for users who
 want the SDK to export, needs the OpenTelemetry SDK (``pip install 'agentrt[otel]'``) and, for
-OTLP, its exporter (``pip install 'agentrt[otlp]'``); it is imported only there.
+OTLP, its exporter (``pip install 'agentrt[otlp]'``); it is imported only there. It also writes
+span files, OTLP/JSON lines (``make_telemetry("file:PATH")``, :mod:`agentrt.runtime.span_file`),
+and reads the standard ``OTEL_*`` variables when no exporter is named.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.metrics import Histogram, MeterProvider
@@ -205,26 +208,45 @@ class Telemetry:
         self.meter_provider.shutdown()
 
 
+#: The exporters :func:`make_telemetry` knows by name (``file:PATH`` besides).
+_NAMED_EXPORTERS = ("console", "otlp", "none")
+
+
 def make_telemetry(
-    exporter: Literal["console", "otlp"] = "console",
+    exporter: str | None = None,
     *,
     endpoint: str | None = None,
-    service_name: str = "agentrt",
-    export_interval_s: float = 10.0,
+    service_name: str | None = None,
+    export_interval_s: float | None = None,
 ) -> Telemetry:
-    """Build SDK tracer and meter providers exporting to the console or to OTLP/HTTP.
+    """Build SDK tracer and meter providers that export spans and metrics.
+
+    ``exporter``: ``console`` (stdout, the SDK's own text format), ``otlp`` (OTLP/HTTP to a
+    collector), ``file:PATH`` (spans appended to ``PATH`` as OTLP/JSON lines, the OpenTelemetry
+    file exporter's format, readable by ``agentrt trace export`` and ``agentrt timeline``;
+    ``file:///abs/path`` too; :mod:`agentrt.runtime.span_file`) or ``none``. ``None`` = the
+    standard environment variables (docs/tracing.md, "Span files"): ``OTEL_TRACES_EXPORTER``
+    (its first entry; ``file:PATH`` there too), else ``console``. Metrics go where
+    ``OTEL_METRICS_EXPORTER`` says (``console``, ``otlp``, ``none``), else with the spans for
+    ``console`` and ``otlp``, else nowhere (a span file holds spans only).
+
+    ``endpoint``: the collector's base URL for ``otlp``; ``None`` = the OTLP exporter's own
+    environment (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` ...),
+    else ``http://localhost:4318``. ``service_name``: ``None`` = ``OTEL_SERVICE_NAME``, else
+    ``agentrt`` (``OTEL_RESOURCE_ATTRIBUTES`` is read too). ``export_interval_s``: seconds
+    between metric exports; ``None`` = ``OTEL_METRIC_EXPORT_INTERVAL`` (milliseconds), else 10.
 
     Needs the OpenTelemetry SDK (``pip install 'agentrt[otel]'``); ``otlp`` also needs its
-    exporter (``pip install 'agentrt[otlp]'``). ``endpoint`` is the collector's base URL
-    (default: the exporter's own default, ``http://localhost:4318``). The providers are
-    returned, never installed globally. Raises ``ConfigError`` for an unknown exporter or a
-    missing extra.
+    exporter (``pip install 'agentrt[otlp]'``). The providers are returned, never installed
+    globally. Raises ``ConfigError`` for an unknown exporter (naming the variable it came
+    from), a span file that cannot be opened, or a missing extra.
     """
     try:
         from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
         from opentelemetry.sdk.metrics.export import (
             ConsoleMetricExporter,
             MetricExporter,
+            MetricReader,
             PeriodicExportingMetricReader,
         )
         from opentelemetry.sdk.resources import Resource
@@ -239,30 +261,96 @@ def make_telemetry(
             "exporting telemetry needs the OpenTelemetry SDK: pip install 'agentrt[otel]'"
         ) from exc
 
-    span_exporter: SpanExporter
-    metric_exporter: MetricExporter
-    if exporter == "console":
-        span_exporter, metric_exporter = ConsoleSpanExporter(), ConsoleMetricExporter()
-    elif exporter == "otlp":
-        try:
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]
-                OTLPMetricExporter,
-            )
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
-                OTLPSpanExporter,
-            )
-        except ImportError as exc:
-            raise ConfigError("the otlp exporter needs: pip install 'agentrt[otlp]'") from exc
-        base = (endpoint or "http://localhost:4318").rstrip("/")
-        span_exporter = OTLPSpanExporter(endpoint=f"{base}/v1/traces")
-        metric_exporter = OTLPMetricExporter(endpoint=f"{base}/v1/metrics")
+    traces = _exporter_choice(exporter, "OTEL_TRACES_EXPORTER", default="console")
+    metrics_default = traces if traces in ("console", "otlp") else "none"
+    metrics_choice = _exporter_choice(None, "OTEL_METRICS_EXPORTER", default=metrics_default)
+    if metrics_choice.startswith("file:"):
+        raise ConfigError("OTEL_METRICS_EXPORTER must be console, otlp or none (no metric file)")
+    span_exporter: SpanExporter | None = None
+    metric_exporter: MetricExporter | None = None
+    if traces == "console":
+        span_exporter = ConsoleSpanExporter()
+    elif traces.startswith("file:"):
+        span_exporter = _span_file_exporter(traces)
+    if metrics_choice == "console":
+        metric_exporter = ConsoleMetricExporter()
+    if "otlp" in (traces, metrics_choice):
+        otlp_spans, otlp_metrics = _otlp_exporters(endpoint)
+        span_exporter = otlp_spans if traces == "otlp" else span_exporter
+        metric_exporter = otlp_metrics if metrics_choice == "otlp" else metric_exporter
+    if service_name is None and os.environ.get("OTEL_SERVICE_NAME", "").strip():
+        resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
     else:
-        raise ConfigError(f"exporter must be console or otlp, got {exporter!r}")
-    resource = Resource.create({"service.name": service_name})
+        resource = Resource.create({"service.name": service_name or "agentrt"})
     tracer_provider = SdkTracerProvider(resource=resource)
-    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
-    reader = PeriodicExportingMetricReader(
-        metric_exporter, export_interval_millis=export_interval_s * 1000
-    )
-    meter_provider = SdkMeterProvider(resource=resource, metric_readers=[reader])
+    if span_exporter is not None:
+        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    readers: list[MetricReader] = []
+    if metric_exporter is not None:
+        interval_s = _export_interval_s() if export_interval_s is None else export_interval_s
+        readers.append(
+            PeriodicExportingMetricReader(metric_exporter, export_interval_millis=interval_s * 1000)
+        )
+    meter_provider = SdkMeterProvider(resource=resource, metric_readers=readers)
     return Telemetry(tracer_provider, meter_provider)
+
+
+def _exporter_choice(given: str | None, variable: str, *, default: str) -> str:
+    """``given``, else the first entry of the environment's ``variable``, else ``default``;
+    checked: one of :data:`_NAMED_EXPORTERS` or ``file:PATH``."""
+    source = "exporter"
+    if given is None:
+        entries = [e.strip() for e in os.environ.get(variable, "").split(",") if e.strip()]
+        if not entries:
+            return default
+        given, source = entries[0], variable
+    if given in _NAMED_EXPORTERS or (given.startswith("file:") and _file_path(given)):
+        return given
+    raise ConfigError(f"{source} must be console, otlp, none or file:PATH, got {given!r}")
+
+
+def _file_path(choice: str) -> str:
+    """The path of ``file:PATH`` or ``file:///abs/path`` ("" when none)."""
+    rest = choice.removeprefix("file:")
+    return rest.removeprefix("//") if rest.startswith("///") else rest
+
+
+def _span_file_exporter(choice: str) -> Any:
+    from agentrt.runtime.span_file import OtlpJsonFileSpanExporter
+
+    path = _file_path(choice)
+    try:
+        return OtlpJsonFileSpanExporter(path)
+    except OSError as exc:
+        raise ConfigError(f"cannot open the span file {path}: {exc}") from exc
+
+
+def _otlp_exporters(endpoint: str | None) -> tuple[Any, Any]:
+    try:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]
+            OTLPMetricExporter,
+        )
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+            OTLPSpanExporter,
+        )
+    except ImportError as exc:
+        raise ConfigError("the otlp exporter needs: pip install 'agentrt[otlp]'") from exc
+    if endpoint is None:  # the exporters read OTEL_EXPORTER_OTLP_*ENDPOINT themselves
+        return OTLPSpanExporter(), OTLPMetricExporter()
+    base = endpoint.rstrip("/")
+    return OTLPSpanExporter(endpoint=f"{base}/v1/traces"), OTLPMetricExporter(
+        endpoint=f"{base}/v1/metrics"
+    )
+
+
+def _export_interval_s() -> float:
+    raw = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL", "").strip()
+    if not raw:
+        return 10.0
+    try:
+        interval_ms = float(raw)
+    except ValueError:
+        interval_ms = -1.0
+    if not interval_ms > 0:
+        raise ConfigError(f"OTEL_METRIC_EXPORT_INTERVAL must be milliseconds > 0, got {raw!r}")
+    return interval_ms / 1000.0
