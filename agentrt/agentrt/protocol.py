@@ -131,9 +131,10 @@ class CallTags:
     """The tags carried by one LLM call. Ids are opaque strings chosen by the SDK. The trace
     context headers the call also carries are not tags (see :data:`HEADER_TRACEPARENT`).
 
-    ``parent_ids``, ``attempt`` and ``objective`` are reserved: carried and shown in
-    introspection, not used by any policy yet (the controller parses them onto its ``Call``,
-    the SDK's ``Program.to_dict()`` shows them; docs/protocol.md, "Reserved fields").
+    ``parent_ids`` (with ``parent_count`` and ``parent_digest``), ``attempt`` and ``objective``
+    are reserved: carried and shown in introspection, not used by any policy yet (the
+    controller parses them onto its ``Call``, the SDK's ``Program.to_dict()`` shows them;
+    docs/protocol.md, "Reserved fields" and "Wide fan-ins").
     """
 
     #: Client session (one ``Runtime``); groups programs of one tenant / process.
