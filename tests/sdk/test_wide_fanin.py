@@ -39,8 +39,28 @@ async def _sum_of_lengths(parts: list[int]) -> str:
     return reply.choices[0].message.content or ""
 
 
-async def _run_map_reduce(base_url: str) -> tuple[agentrt.Program, str]:
-    config = RuntimeConfig(base_url=base_url, model=DEFAULT_MODEL_NAME, controller="off")
+class _Recorder(httpx.AsyncBaseTransport):
+    """Under the runtime's transport stack: keeps the headers of each chat request as sent."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.sent: list[httpx.Headers] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/chat/completions"):
+            self.sent.append(request.headers)
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _run_map_reduce(
+    base_url: str, transport: httpx.AsyncBaseTransport | None = None
+) -> tuple[agentrt.Program, str]:
+    config = RuntimeConfig(
+        base_url=base_url, model=DEFAULT_MODEL_NAME, controller="off", http_transport=transport
+    )
     async with Runtime(config) as rt, rt.program("wide") as prog:
         items = [f"item {i}" for i in range(ITEMS)]
         answer = await agentrt.map_reduce(items, measure, _sum_of_lengths, limit=None)
@@ -53,12 +73,19 @@ def _reduce_node(prog: agentrt.Program) -> Node:
 
 
 async def test_map_reduce_over_10000_items_against_the_engine() -> None:
+    recorder = _Recorder()
     async with serve_engine(EmulatorConfig(time_scale=500.0)) as engine:
-        prog, answer = await _run_map_reduce(engine.openai_base_url)
+        prog, answer = await _run_map_reduce(engine.openai_base_url, recorder)
+    await recorder.aclose()
     assert answer and prog.status == "ok"
     reduce = _reduce_node(prog)
     assert len(reduce.parent_ids) == ITEMS  # the SDK's record keeps every parent
     assert reduce.status == "ok"
+    # On the wire: the first 64 parents, the count and the digest of all 10,000.
+    (sent,) = recorder.sent
+    assert sent[HEADER_PARENT_IDS].split(",") == list(reduce.parent_ids[:WIRE_PARENT_IDS])
+    assert sent[HEADER_PARENT_COUNT] == str(ITEMS)
+    assert sent[HEADER_PARENT_DIGEST] == parents_digest(reduce.parent_ids)
 
 
 async def test_map_reduce_over_10000_items_through_the_controller() -> None:
