@@ -12,6 +12,7 @@ the others' calls, and the calls after the wait find them in the CPU tier.
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.core.types import EngineConfig
 from agentrt_emulator.server import EmulatorConfig, serve_engine
+from agentrt_sim.replay.records import CallRecord, ProgramResult
 from agentrt_sim.replay.runner import ReplayConfig, replay
 from agentrt_sim.replay.server import scrape_counters
 from agentrt_sim.workloads.coding import CodingParams, CodingWorkload
@@ -69,6 +71,11 @@ def coding_trace(path: Path) -> list[Program]:
     programs = [workload.draw(rng, f"coding-{i}", 0.4 * i) for i in range(4)]
     save_trace(programs, path)
     return load_trace(path)
+
+
+def _in_order(program: ProgramResult) -> list[CallRecord]:
+    nodes = program.program.nodes
+    return [program.calls[node.node_id] for node in nodes if isinstance(node, LLMNode)]
 
 
 async def _metrics(http: httpx.AsyncClient, root: str) -> dict[str, float]:
@@ -128,9 +135,8 @@ async def test_coding_trace_reloads_from_the_cpu_tier_and_leaves_nothing_behind(
     assert facts.costs.measured and facts.ignore_eos
     assert all(p.error is None for p in result.programs), [p.error for p in result.programs]
     # The server counted the trace's tokens to the token.
-    calls = [(p, p.calls[n.node_id]) for p in result.programs for n in p.program.nodes
-             if isinstance(n, LLMNode)]  # fmt: skip
-    assert [c.prompt_tokens for _, c in calls] == [c.trace_prompt_tokens for _, c in calls]
+    calls = [call for program in result.programs for call in _in_order(program)]
+    assert [c.prompt_tokens for c in calls] == [c.trace_prompt_tokens for c in calls]
     # Shared prefixes are token-identical: every program's first call finds at least the
     # system prompt and the repository context cached (but the first program's, at a cold
     # engine), and each later call at least its previous call's whole prompt and answer,
@@ -140,9 +146,7 @@ async def test_coding_trace_reloads_from_the_cpu_tier_and_leaves_nothing_behind(
         first = program.calls["c0"]
         assert first.cached_tokens is not None and first.cached_tokens >= shared
     for program in result.programs:
-        ordered = [program.calls[n.node_id] for n in program.program.nodes
-                   if isinstance(n, LLMNode)]  # fmt: skip
-        for before, after in zip(ordered, ordered[1:], strict=False):
+        for before, after in itertools.pairwise(_in_order(program)):
             grown = (before.prompt_tokens or 0) + (before.output_tokens or 0)
             assert (after.cached_tokens or 0) >= grown // BLOCK * BLOCK - BLOCK
     # Evicted prefixes were reloaded over PCIe, none was recomputed.
