@@ -39,10 +39,12 @@ from agentrt.tools.durations import DurationHistory
 from agentrt_sim.replay.prompts import PromptBuilder, TemplateCosts
 from agentrt_sim.replay.records import CallRecord, NodeSpan, ProgramResult, ReplayResult
 from agentrt_sim.replay.server import (
+    ReplayError,
     accepts_ignore_eos,
     calibrate,
     check_base_url,
     discover_model,
+    max_model_len,
     scrape_counters,
 )
 from agentrt_sim.replay.stream import StreamedChat, resendable, stream_chat
@@ -53,6 +55,7 @@ __all__ = [
     "MAX_BACKOFF_S",
     "ReplayConfig",
     "ServerFacts",
+    "check_lengths",
     "describe_error",
     "probe",
     "replay",
@@ -122,6 +125,8 @@ class ServerFacts:
     ignore_eos: bool
     #: Where calls go: ``{base_url}/chat/completions``.
     chat_url: str
+    #: Longest prompt + output the server takes (tokens); None = it does not say.
+    max_model_len: int | None = None
 
 
 async def probe(config: ReplayConfig, http: httpx.AsyncClient) -> ServerFacts:
@@ -131,10 +136,38 @@ async def probe(config: ReplayConfig, http: httpx.AsyncClient) -> ServerFacts:
     """
     root = check_base_url(config.base_url)
     model = config.model or await discover_model(http, config.base_url)
-    costs = await calibrate(http, (config.tokenize_url or root).rstrip("/"), model)
+    tokenize_root = (config.tokenize_url or root).rstrip("/")
+    costs = await calibrate(http, tokenize_root, model)
     ignore_eos = await accepts_ignore_eos(http, config.base_url, model)
     chat_url = config.base_url.rstrip("/") + "/chat/completions"
-    return ServerFacts(model, root, costs, ignore_eos, chat_url)
+    limit = await max_model_len(http, config.base_url, tokenize_root, model)
+    return ServerFacts(model, root, costs, ignore_eos, chat_url, limit)
+
+
+def check_lengths(programs: Sequence[Program], limit: int | None) -> None:
+    """Refuse a trace with a call longer than the server's ``max_model_len`` (``limit``
+    tokens; None = unknown, nothing checked), before any program starts: the server would
+    answer it 400 in the middle of the run and fail its program. Coding and research traces
+    reach 85 K-180 K tokens per call, beyond the emulator's default 32,768.
+
+    Raises :class:`ReplayError` naming the longest call and what would fit.
+    """
+    if limit is None:
+        return
+    longest: tuple[int, str, str, int, int] | None = None
+    for program in programs:
+        calls = [node for node in program.nodes if isinstance(node, LLMNode)]
+        for node, prompt in zip(calls, program.call_prompt_tokens(), strict=True):
+            total = prompt + node.output_tokens
+            if longest is None or total > longest[0]:
+                longest = (total, program.program_id, node.node_id, prompt, node.output_tokens)
+    if longest is not None and longest[0] > limit:
+        total, program_id, node_id, prompt, output = longest
+        raise ReplayError(
+            f"program {program_id!r}, call {node_id!r}: {prompt} prompt + {output} output "
+            f"tokens exceed the server's max_model_len {limit}; start the engine with "
+            f"--max-model-len {total} or more, or replay a trace with smaller contexts"
+        )
 
 
 class _ProgramRun:
@@ -312,13 +345,14 @@ async def replay(
 ) -> tuple[ReplayResult, ServerFacts]:
     """Run ``programs`` against ``config.base_url``; returns the records and the probe.
 
-    Raises :class:`~agentrt_sim.replay.server.ReplayError` when the server cannot be used
-    (before any program starts). Failed programs are recorded (``ProgramResult.error``), not
-    raised.
+    Raises :class:`~agentrt_sim.replay.server.ReplayError` when the server cannot be used or a
+    call is longer than its ``max_model_len`` (before any program starts). Failed programs
+    are recorded (``ProgramResult.error``), not raised.
     """
     metrics_root = (config.metrics_url or check_base_url(config.base_url)).rstrip("/")
     async with httpx.AsyncClient(timeout=30.0) as http:
         facts = await probe(config, http)
+        check_lengths(programs, facts.max_model_len)
         runtime_config = agentrt.RuntimeConfig(
             base_url=config.base_url,
             api_key=config.api_key,

@@ -5,6 +5,8 @@
 * :func:`discover_model`: the first model of ``GET /v1/models``.
 * :func:`calibrate`: the chat template's costs from ``POST /tokenize`` (vLLM's and the
   emulator's), or the defaults of :class:`~agentrt_sim.replay.prompts.TemplateCosts`.
+* :func:`max_model_len`: the longest prompt + output the server accepts, from ``/v1/models``
+  (vLLM's and the emulator's ``max_model_len``) or ``/tokenize`` (a controller lists none);
 * :func:`accepts_ignore_eos`: one 1-token call with ``ignore_eos`` (vLLM's sampling extension);
   a 400 that names it means the server refuses it.
 * :func:`scrape_counters`: ``vllm:prefix_cache_hits_total``, ``..._queries_total`` and
@@ -32,6 +34,7 @@ __all__ = [
     "calibrate",
     "check_base_url",
     "discover_model",
+    "max_model_len",
     "scrape_counters",
 ]
 
@@ -70,6 +73,33 @@ async def discover_model(http: httpx.AsyncClient, base_url: str) -> str:
         return str(models[0]["id"])
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         raise ReplayError(f"GET {url} lists no model: pass --model") from exc
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+async def max_model_len(
+    http: httpx.AsyncClient, base_url: str, tokenize_root: str, model: str
+) -> int | None:
+    """The longest prompt + output the server takes (tokens): ``max_model_len`` of ``model``
+    in ``GET {base_url}/models`` (vLLM, the emulator), else of ``POST {tokenize_root}/tokenize``
+    (behind a controller, which lists none: the engine's); None when neither says."""
+    response = await _request(http, "GET", base_url.rstrip("/") + "/models")
+    try:
+        for entry in response.json()["data"]:
+            if entry.get("id") == model and _positive_int(entry.get("max_model_len")):
+                return int(entry["max_model_len"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    body = {"model": model, "prompt": "ping", "add_special_tokens": False}
+    response = await _request(http, "POST", tokenize_root + "/tokenize", body)
+    if response.status_code != 200:
+        return None
+    try:
+        return _positive_int(response.json().get("max_model_len"))
+    except (ValueError, AttributeError):
+        return None
 
 
 async def _count(http: httpx.AsyncClient, root: str, body: dict[str, Any]) -> int | None:
