@@ -9,17 +9,40 @@ seed, and the scripted model answers the same prompt the same way on any engine.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
+from opentelemetry import trace
 
 import agentrt
-from agentrt_demo.workload import ProgramSpec, filler_text, tool_duration_s
+from agentrt_demo.workload import (
+    ProgramSpec,
+    coding_tool_duration_s,
+    filler_text,
+    tool_duration_s,
+)
 
-__all__ = ["REACT_SYSTEM_PROMPT", "AgentContext", "AgentFn", "base_agents"]
+__all__ = [
+    "ATTR_CACHED_TOKENS",
+    "ATTR_PROMPT_TOKENS",
+    "CODING_SYSTEM_PROMPT",
+    "REACT_SYSTEM_PROMPT",
+    "AgentContext",
+    "AgentFn",
+    "PromptUsage",
+    "base_agents",
+    "repo_context",
+]
+
+#: Program span attributes: prompt tokens of the program's calls, and of them the tokens the
+#: engine found in its prefix cache (``usage.prompt_tokens_details.cached_tokens``); set by the
+#: agents that read their replies (``react``, ``coding``).
+ATTR_PROMPT_TOKENS = "agentrt.demo.prompt_tokens"
+ATTR_CACHED_TOKENS = "agentrt.demo.cached_tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +71,17 @@ REACT_SYSTEM_PROMPT = (
     "records by id, calculator for arithmetic. Never invent a record id. Handbook follows.\n\n"
     + filler_text(random.Random("agentrt-demo-handbook"), 640)
 )
+
+#: Shared by every coding program: instructions and the tools' conventions.
+CODING_SYSTEM_PROMPT = (
+    "You are a software engineer fixing an issue in the repository below. Read the code, run "
+    "commands, edit files and run the tests until they pass; one tool per step. Conventions "
+    "follow.\n\n" + filler_text(random.Random("agentrt-demo-coding-system"), 300)
+)
+_REPO_WORDS = 2500  # a repository's context (the design notes' 60 K, scaled down ~25x)
+_ISSUE_WORDS = 80
+_CODING_OUTPUT_TOKENS = 60
+_RESULT_WORDS = (150, 500)  # a tool's output appended to the history
 
 ANSWER_TOKENS = 40  # ReAct final answers (Autellix's ReAct: ~34 output tokens per call)
 _MAP_TOKENS = 50  # Parrot's map calls: ~50 output tokens
@@ -100,6 +134,29 @@ def react_tools(spec: ProgramSpec, time_scale: float) -> list[agentrt.Tool[Any]]
     return [search, lookup, calculator]
 
 
+@dataclass(slots=True)
+class PromptUsage:
+    """Prompt tokens of a program's calls and how many of them the engine had cached."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+
+    def add(self, reply: Any) -> None:
+        """Count one chat completion's ``usage``."""
+        usage = getattr(reply, "usage", None)
+        if usage is None:
+            return
+        self.prompt_tokens += usage.prompt_tokens or 0
+        details = getattr(usage, "prompt_tokens_details", None)
+        self.cached_tokens += (getattr(details, "cached_tokens", None) or 0) if details else 0
+
+    def record(self) -> None:
+        """Put the counts on the current span: the program's, inside its agent."""
+        trace.get_current_span().set_attributes(
+            {ATTR_PROMPT_TOKENS: self.prompt_tokens, ATTR_CACHED_TOKENS: self.cached_tokens}
+        )
+
+
 async def run_react(ctx: AgentContext) -> None:
     """A ReAct agent over three tools: ``size`` LLM calls, each but the last one acting with
     tools (the emulator's ``agentrt_tool_call`` hint), then an answer. The ReAct loop of
@@ -112,6 +169,7 @@ async def run_react(ctx: AgentContext) -> None:
         {"role": "system", "content": REACT_SYSTEM_PROMPT},
         {"role": "user", "content": question},
     ]
+    usage = PromptUsage()
     for step in range(spec.size):
         act = step < spec.size - 1
         reply = await agentrt.chat(
@@ -119,12 +177,110 @@ async def run_react(ctx: AgentContext) -> None:
             tools=schemas,
             extra_body={"agentrt_output_tokens": ANSWER_TOKENS, "agentrt_tool_call": act},
         )
+        usage.add(reply)
         message = reply.choices[0].message
         messages.append(message.model_dump(mode="json", exclude_none=True))
         if not message.tool_calls:
-            return
+            break
         results = await agentrt.execute_tool_calls(message.tool_calls, tools)
         messages.extend(r.message() for r in results)
+    usage.record()
+
+
+@functools.cache
+def repo_context(repo: int) -> str:
+    """Repository ``repo``'s context (files, layout): the same text in every coding program
+    that works on it."""
+    text = filler_text(random.Random(f"agentrt-demo-repo-{repo}"), _REPO_WORDS)
+    return f"Repository {repo}, the files that matter:\n\n{text}"
+
+
+def coding_tools(spec: ProgramSpec, time_scale: float) -> tuple[list[agentrt.Tool[Any]], list[int]]:
+    """``shell``, ``edit``, ``run_tests`` and ``search``, and the step counter they read: the
+    tool of step k takes the k-th seeded duration (model seconds, scaled to wall time) and
+    returns the k-th seeded output, whatever tool the model picked, so both phases run the
+    same program."""
+    rng = random.Random(f"agentrt-demo-coding-tools-{spec.seed}")
+    plan = [
+        (coding_tool_duration_s(rng), rng.randint(*_RESULT_WORDS), rng.randrange(2**31))
+        for _ in range(spec.size)
+    ]
+    step = [0]
+
+    async def take_time(name: str) -> str:
+        duration_s, words, seed = plan[min(step[0], len(plan) - 1)]
+        await anyio.sleep(duration_s / time_scale)
+        return filler_text(random.Random(f"{seed}-{name}"), words)
+
+    @agentrt.tool
+    async def shell(command: str) -> str:
+        """Run a shell command in the repository.
+
+        Args:
+            command: the command line
+        """
+        return await take_time("shell")
+
+    @agentrt.tool
+    async def edit(path: str, change: str) -> str:
+        """Edit one file.
+
+        Args:
+            path: the file's path in the repository
+            change: what to change, as a unified diff
+        """
+        return await take_time("edit")
+
+    @agentrt.tool
+    async def run_tests(selector: str) -> str:
+        """Run the test suite, or the tests matching a selector.
+
+        Args:
+            selector: a test file, class or name; empty for all
+        """
+        return await take_time("run_tests")
+
+    @agentrt.tool
+    async def search(pattern: str) -> str:
+        """Search the repository's files.
+
+        Args:
+            pattern: a regular expression
+        """
+        return await take_time("search")
+
+    return [shell, edit, run_tests, search], step
+
+
+async def run_coding(ctx: AgentContext) -> None:
+    """A coding agent: ``size`` LLM calls over the system prompt, its repository's context
+    and the issue, each but the last running one tool whose result joins the history."""
+    spec = ctx.spec
+    tools, step = coding_tools(spec, ctx.time_scale)
+    schemas = [t.openai_schema() for t in tools]
+    issue = f"Issue {spec.index}: " + filler_text(random.Random(spec.seed), _ISSUE_WORDS)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": CODING_SYSTEM_PROMPT},
+        {"role": "user", "content": repo_context(spec.repo)},
+        {"role": "user", "content": issue},
+    ]
+    usage = PromptUsage()
+    for k in range(spec.size):
+        act = k < spec.size - 1
+        reply = await agentrt.chat(
+            messages,
+            tools=schemas,
+            extra_body={"agentrt_output_tokens": _CODING_OUTPUT_TOKENS, "agentrt_tool_call": act},
+        )
+        usage.add(reply)
+        message = reply.choices[0].message
+        messages.append(message.model_dump(mode="json", exclude_none=True))
+        if not message.tool_calls:
+            break
+        step[0] = k
+        results = await agentrt.execute_tool_calls(message.tool_calls, tools)
+        messages.extend(r.message() for r in results)
+    usage.record()
 
 
 async def run_map_reduce(ctx: AgentContext) -> None:
@@ -170,4 +326,9 @@ async def run_mcts(ctx: AgentContext) -> None:
 
 def base_agents() -> dict[str, AgentFn]:
     """The SDK pattern agents by kind."""
-    return {"react": run_react, "map_reduce": run_map_reduce, "mcts": run_mcts}
+    return {
+        "react": run_react,
+        "map_reduce": run_map_reduce,
+        "mcts": run_mcts,
+        "coding": run_coding,
+    }

@@ -25,6 +25,11 @@ from dataclasses import dataclass, field
 
 from agentrt_demo.traces import SpanRecord
 
+# The agents' program span attributes (``agentrt_demo.agents``; not imported: this module is
+# pure and the agents import the SDK).
+_ATTR_PROMPT_TOKENS = "agentrt.demo.prompt_tokens"
+_ATTR_CACHED_TOKENS = "agentrt.demo.cached_tokens"
+
 __all__ = [
     "KindStats",
     "NodeRecord",
@@ -81,6 +86,11 @@ class ProgramRecord:
     start_ns: int
     end_ns: int
     nodes: list[NodeRecord] = field(default_factory=list)
+    #: Prompt tokens of its LLM calls and, of them, those the engines found in their prefix
+    #: cache (tokens; from the program span, set by the agents that read their replies: None
+    #: for the other kinds).
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
 
     @property
     def e2e_s(self) -> float:
@@ -139,6 +149,8 @@ def programs_from_spans(spans: Iterable[SpanRecord]) -> list[ProgramRecord]:
                 ),
                 start_ns=span.start_ns,
                 end_ns=span.end_ns,
+                prompt_tokens=_int(attrs.get(_ATTR_PROMPT_TOKENS)),
+                cached_tokens=_int(attrs.get(_ATTR_CACHED_TOKENS)),
             )
     by_span: dict[str, NodeRecord] = {}
     for span in spans:

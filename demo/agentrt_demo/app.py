@@ -31,6 +31,7 @@ from agentrt_demo.cluster import (
     EngineMetrics,
     backend_kinds,
     controller_setup,
+    retention_decisions,
     run_controller,
     run_engines,
     scrape_engines,
@@ -134,10 +135,12 @@ class _Run:
             before = controller.cpu_times()
             outcome = await self._run("controller", [controller.url], capture)
             cpu = since(before, controller.cpu_times())
+            retention = await retention_decisions(controller.url)
         metrics = await scrape_engines(engine_urls)
         extra = await anyio.to_thread.run_sync(_read_if_there, server_spans)
         described = f"{setup.describe()}, backends {'/'.join(sorted(set(kinds)))}"
         self._finish(outcome, capture, metrics, described, extra, cpu)
+        self.reports[-1].retention = retention
 
     async def direct_phase(self, engine_urls: list[str]) -> None:
         _say("direct phase: fresh FCFS engines, no controller, programs round-robin")

@@ -27,11 +27,11 @@ def register(subparsers: Any) -> None:
         "demo",
         help="run agent programs through a controller and straight to engines, compare",
         description="Start emulated engines and a controller on loopback, run a mix of agent "
-        "programs (ReAct, map-reduce, MCTS, and LangGraph / AutoGen agents when installed) "
-        "through the controller, then the same programs straight to fresh FCFS engines; print "
-        "a summary table and write traces and a program timeline. The controller runs its "
-        "product defaults (what 'agentrt controller serve --backend URL' runs) unless "
-        "--policy, --router, --retention, --window or --priority choose otherwise.",
+        "programs (ReAct, map-reduce, MCTS, coding agents, and LangGraph / AutoGen agents when "
+        "installed) through the controller, then the same programs straight to fresh FCFS "
+        "engines; print a summary table and write traces and a program timeline. The "
+        "controller runs its product defaults (what 'agentrt controller serve --backend URL' "
+        "runs) unless --policy, --router, --retention, --window or --priority choose otherwise.",
         epilog=_DEMO_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -98,6 +98,14 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"sequences per engine step, vLLM's --max-num-seqs (default {defaults.max_num_seqs})",
     )
+    demo.add_argument(
+        "--num-gpu-blocks",
+        type=int,
+        metavar="N",
+        help=f"KV cache of each engine in 16-token blocks (default {defaults.num_gpu_blocks}); "
+        "fewer make the contexts of programs waiting on tools compete for memory, where the "
+        "controller's KV retention matters",
+    )
     demo.add_argument("--quick", action="store_true", help="six small programs on fast engines")
     demo.add_argument("--no-direct", action="store_true", help="skip the direct (FCFS) baseline")
     demo.add_argument(
@@ -154,6 +162,7 @@ def _demo(args: argparse.Namespace) -> int:
         "router": args.router,
         "engines": args.engines,
         "max_num_seqs": args.max_num_seqs,
+        "num_gpu_blocks": args.num_gpu_blocks,
         "retention": None if args.retention is None else args.retention == "on",
     }
     try:

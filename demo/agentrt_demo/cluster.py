@@ -33,6 +33,7 @@ __all__ = [
     "backend_kinds",
     "controller_setup",
     "cpu_times",
+    "retention_decisions",
     "run_controller",
     "run_engines",
     "scrape_engines",
@@ -278,6 +279,28 @@ async def backend_kinds(controller_url: str) -> list[str]:
             return [str(b.get("kind")) for b in response.json()["backends"]]
         except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
             raise DemoError(f"cannot read the controller's backend listing: {exc}") from exc
+
+
+async def retention_decisions(controller_url: str) -> dict[str, int] | None:
+    """The controller's retention decisions so far by kind (``{"retain": 57, ...}``: what its
+    retention policy decided at tool waits, from ``GET /agentrt/v1/queues``); None when it
+    reports none (retention off) or cannot be read: the summary then leaves them out."""
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        try:
+            response = await http.get(controller_url + "/agentrt/v1/queues")
+            response.raise_for_status()
+            retention = response.json().get("retention")
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return None
+    if not isinstance(retention, dict):
+        return None
+    policy = retention.get("policy")
+    decisions = policy.get("decisions") if isinstance(policy, dict) else None
+    if not isinstance(decisions, dict):
+        decisions = retention.get("counts")
+    if not isinstance(decisions, dict):
+        return None
+    return {str(k): int(v) for k, v in decisions.items() if isinstance(v, int | float)}
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ prefix-cache hit rate over the phase (``vllm:prefix_cache_hits_total /
 vllm:prefix_cache_queries_total``; per phase, so shown on the ``all`` rows); on the controller
 rows, direct ÷ controller over the programs that finished in both: ``tok x`` mean token
 latency, ``p95 x`` E2E p95 and ``speed-up`` mean E2E. Under the table, the verdict in words
-(:mod:`agentrt_demo.verdict`), then one note per phase.
+(:mod:`agentrt_demo.verdict`) and, per kind that reports its prompt usage, what the KV cache
+did for it (:mod:`agentrt_demo.why`), then one note per phase.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from agentrt_demo.cluster import CpuTimes, EngineMetrics
 from agentrt_demo.runner import PhaseOutcome
 from agentrt_demo.settings import DemoSettings
 from agentrt_demo.verdict import verdict
+from agentrt_demo.why import CacheFigures, cache_figures, why_lines
 from agentrt_demo.workload import BASE_KINDS, FRAMEWORK_KINDS
 
 __all__ = ["PhaseReport", "render_summary", "summary_json"]
@@ -43,6 +45,9 @@ class PhaseReport:
     #: The controller process's CPU use while the phase's programs ran (controller phase,
     #: Linux); None else.
     controller_cpu: CpuTimes | None = None
+    #: The controller's retention decisions over the phase by kind (``{"retain": 57}``;
+    #: controller phase with retention on); None else.
+    retention: dict[str, int] | None = None
 
     def stats(self) -> list[KindStats]:
         present = {p.kind for p in self.programs}
@@ -63,6 +68,20 @@ def _ratios(reports: Sequence[PhaseReport]) -> dict[str, Ratios]:
         return {}
     kinds = [s.kind for s in controller.stats()]
     return {kind: ratios(direct.programs, controller.programs, kind) for kind in kinds}
+
+
+def _cache(reports: Sequence[PhaseReport]) -> dict[str, CacheFigures]:
+    """Per kind, prompt tokens cached in each phase (empty unless both phases ran)."""
+    by_label = {r.label: r for r in reports}
+    controller, direct = by_label.get("controller"), by_label.get("direct")
+    if controller is None or direct is None:
+        return {}
+    figures: dict[str, CacheFigures] = {}
+    for row in controller.stats():
+        figure = cache_figures(direct.programs, controller.programs, row.kind)
+        if figure is not None:
+            figures[row.kind] = figure
+    return figures
 
 
 def _x(value: float) -> str:
@@ -127,7 +146,11 @@ def _notes(
         rows = {s.kind: s for s in controller.stats()}
         kinds = [k for k in rows if k != "all"]
         policy = settings.policy or defaults.POLICY
-        notes += ["", *verdict(policy, compared, rows, kinds, controller.controller_cpu), ""]
+        notes += ["", *verdict(policy, compared, rows, kinds, controller.controller_cpu)]
+        why = why_lines(compared, _cache(reports), controller.retention, kinds)
+        if why:
+            notes += ["What the KV cache did, per kind:", *(f"  {line}" for line in why)]
+        notes.append("")
     for report in reports:
         engines = report.engines
         queued = engines.queue_time_s / settings.time_scale
@@ -205,6 +228,14 @@ def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict
         "phases": phases,
     }
     compared = _ratios(reports)
+    controller = next((r for r in reports if r.label == "controller"), None)
+    if controller is not None and controller.retention is not None:
+        result["retention_decisions"] = dict(controller.retention)
+    figures = _cache(reports)
+    if figures:
+        result["cache"] = {
+            kind: {**asdict(f), "not_recomputed": f.not_recomputed} for kind, f in figures.items()
+        }
     if compared:
         result["speedup"] = {kind: _clean_value(r.e2e_mean) for kind, r in compared.items()}
         result["ratios"] = {kind: _clean(asdict(r)) for kind, r in compared.items()}

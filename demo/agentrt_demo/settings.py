@@ -34,8 +34,8 @@ ProgressMode = Literal["auto", "live", "plain", "off"]
 class DemoSettings:
     """Everything one ``agentrt demo`` run needs."""
 
-    #: SDK agent programs per phase (60 % ReAct, 25 % map-reduce, 15 % MCTS), >= 1. The
-    #: LangGraph and AutoGen programs (when their extras are installed) come on top.
+    #: SDK agent programs per phase (50 % ReAct, 20 % map-reduce, 15 % MCTS, 15 % coding),
+    #: >= 1. The LangGraph and AutoGen programs (when their extras are installed) come on top.
     programs: int = 70
     #: Seed of the program plan, the tool durations and the engines' scripted model.
     seed: int = 7

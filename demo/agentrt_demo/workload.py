@@ -11,6 +11,13 @@ simulator models them (docs/simulator.md, "Workloads"), scaled down to fit a two
   tokens each, Parrot's map shape), then one reduce call.
 * ``mcts`` — LATS tree search (``agentrt.mcts``) with 3 children per expansion and ``size``
   expansions: the long, parallel programs of the mix.
+* ``coding`` — a coding agent (SWE-agent / Codex-like, the simulator's ``coding`` workload
+  scaled down): every call sends a shared system prompt, the context of one of
+  :data:`CODING_REPOS` repositories (the same text for every program of that repository),
+  the issue, then the growing history (each call's answer and the result of the tool it ran);
+  ``size`` LLM calls with a tool wait between two, heavy-tailed (median 0.5 model s, 90th
+  percentile about 3.4 s: tests and builds run long, most commands are quick). Its context
+  is what KV retention keeps during the waits.
 * ``langgraph`` / ``autogen`` — one ReAct-style agent each, written with LangGraph and
   AutoGen through the agentrt adapters, when those extras are installed.
 
@@ -29,28 +36,43 @@ from agentrt_demo.settings import DemoSettings
 
 __all__ = [
     "BASE_KINDS",
+    "CODING_REPOS",
     "FRAMEWORK_KINDS",
     "ProgramKind",
     "ProgramSpec",
+    "coding_tool_duration_s",
     "filler_text",
     "plan_programs",
     "tool_duration_s",
 ]
 
-ProgramKind = Literal["react", "map_reduce", "mcts", "langgraph", "autogen"]
-#: The SDK's own patterns, in equal shares.
-BASE_KINDS: tuple[ProgramKind, ...] = ("react", "map_reduce", "mcts")
+ProgramKind = Literal["react", "map_reduce", "mcts", "coding", "langgraph", "autogen"]
+#: The kinds of the planned mix (shares in ``_SHARES``).
+BASE_KINDS: tuple[ProgramKind, ...] = ("react", "map_reduce", "mcts", "coding")
 #: Framework agents (one each per phase when their extras are installed).
 FRAMEWORK_KINDS: tuple[ProgramKind, ...] = ("langgraph", "autogen")
 
 #: Share of each base kind in the mix: many short programs, a few long ones (heavy-tailed
 #: work per program, as in the workloads Autellix reports; docs/simulator.md).
-_SHARES: dict[ProgramKind, float] = {"react": 0.6, "map_reduce": 0.25, "mcts": 0.15}
+_SHARES: dict[ProgramKind, float] = {
+    "react": 0.5,
+    "map_reduce": 0.2,
+    "mcts": 0.15,
+    "coding": 0.15,
+}
 
 # Tool durations (model seconds): log-normal, median and sigma of the underlying normal.
 _TOOL_MEDIAN_S = 0.6
 _TOOL_SIGMA = 1.0
 _TOOL_MIN_S, _TOOL_MAX_S = 0.05, 6.0
+# A coding agent's tools: heavier tail (recorded coding sessions: p50 0.3 s, p90 13.6 s;
+# docs/simulator.md, "Coding, research, agents"), scaled to the demo's minute.
+_CODING_TOOL_MEDIAN_S = 0.5
+_CODING_TOOL_SIGMA = 1.5
+_CODING_TOOL_MIN_S, _CODING_TOOL_MAX_S = 0.05, 10.0
+
+#: Repositories the coding programs work on; programs of one repository share its context.
+CODING_REPOS = 2
 
 _VOCABULARY = """
 agent program engine cache prefix token thread batch queue tool answer search result table
@@ -76,8 +98,13 @@ class ProgramSpec:
     #: Seed of this program's texts and tool durations.
     seed: int
     #: ``react`` / framework agents: most LLM steps; ``map_reduce``: chunks; ``mcts``:
-    #: expansions.
+    #: expansions; ``coding``: LLM calls.
     size: int
+
+    @property
+    def repo(self) -> int:
+        """``coding``: the repository it works on, in ``[0, CODING_REPOS)`` (from its seed)."""
+        return self.seed % CODING_REPOS
 
     @property
     def name(self) -> str:
@@ -109,7 +136,8 @@ def plan_programs(
 
 
 def _mix(programs: int) -> list[ProgramKind]:
-    """Half ReAct, 30 % map-reduce, 20 % MCTS (rounded; every kind once when there is room)."""
+    """Half ReAct, 20 % map-reduce, 15 % MCTS, 15 % coding (rounded; every kind once when
+    there is room)."""
     counts = {kind: round(programs * share) for kind, share in _SHARES.items()}
     if programs >= len(_SHARES):
         for kind in counts:
@@ -127,6 +155,9 @@ def _size(kind: ProgramKind, rng: random.Random, quick: bool) -> int:
         return rng.randint(2, 3) if quick else rng.randint(3, 6)
     if kind == "mcts":
         return 2 if quick else rng.randint(4, 12)
+    if kind == "coding":
+        # Codex on SWE-bench runs ~33 calls per task; a minute's demo affords a handful.
+        return 3 if quick else rng.randint(4, 8)
     # ReAct: LLM calls per program, log-normal (median 3, σ 0.9) in [1, 24]: most programs
     # are short, a few are long (BFCL's ReAct traces: mean 10.75, max 70 calls).
     return 3 if quick else min(24, max(1, round(rng.lognormvariate(math.log(3), 0.9))))
@@ -136,6 +167,12 @@ def tool_duration_s(rng: random.Random) -> float:
     """One tool duration in model seconds (see the module docstring)."""
     value = rng.lognormvariate(0.0, _TOOL_SIGMA) * _TOOL_MEDIAN_S
     return min(_TOOL_MAX_S, max(_TOOL_MIN_S, value))
+
+
+def coding_tool_duration_s(rng: random.Random) -> float:
+    """One coding tool's duration in model seconds (heavier-tailed than the others)."""
+    value = rng.lognormvariate(0.0, _CODING_TOOL_SIGMA) * _CODING_TOOL_MEDIAN_S
+    return min(_CODING_TOOL_MAX_S, max(_CODING_TOOL_MIN_S, value))
 
 
 def filler_text(rng: random.Random, words: int) -> str:

@@ -25,8 +25,16 @@ class SpanFactory:
         return f"{self._next:016x}"
 
     def program(
-        self, name: str, start: float, end: float, *, kind: str | None = None, status: str = "ok"
+        self,
+        name: str,
+        start: float,
+        end: float,
+        *,
+        kind: str | None = None,
+        status: str = "ok",
+        usage: tuple[int, int] | None = None,
     ) -> str:
+        """``usage``: (prompt tokens, cached tokens), as the react and coding agents set."""
         program_id = f"p-{name}"
         attrs: dict[str, Any] = {
             "gen_ai.operation.name": "invoke_agent",
@@ -36,6 +44,8 @@ class SpanFactory:
         }
         if kind is not None:
             attrs["agentrt.demo.kind"] = kind
+        if usage is not None:
+            attrs["agentrt.demo.prompt_tokens"], attrs["agentrt.demo.cached_tokens"] = usage
         self.spans.append(
             SpanRecord(
                 f"invoke_agent {name}", "a" * 32, self._id(), "", 1, _ns(start), _ns(end), attrs

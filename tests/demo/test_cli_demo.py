@@ -20,6 +20,7 @@ pytestmark = pytest.mark.timeout(30)
         (["--window", "wide"], "--window must be N, adaptive or unlimited, got 'wide'"),
         (["--window", "0"], "admission_window must be >= 1"),
         (["--max-num-seqs", "0"], "max_num_seqs must be >= 1"),
+        (["--num-gpu-blocks", "10"], "num_gpu_blocks must be >= 64"),
     ],
 )
 def test_bad_options_exit_2_with_a_message_and_start_nothing(

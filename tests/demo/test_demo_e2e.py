@@ -66,8 +66,9 @@ def test_quick_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path) ->
 
     assert result.status == 0, out.getvalue()
     summary = out.getvalue()
-    for needle in ("react", "map_reduce", "mcts", "all", "controller", "direct", "speed-up"):
+    for needle in ("react", "map_reduce", "mcts", "coding", "all", "controller", "direct"):
         assert needle in summary
+    assert "speed-up" in summary and "What the KV cache did, per kind:" in summary
     names = {p.name for p in result.files}
     assert {
         "trace-controller.jsonl",
@@ -87,6 +88,13 @@ def test_quick_demo_runs_end_to_end_and_leaves_nothing_behind(tmp_path: Path) ->
         assert len(report.programs) == planned
         assert all(p.status == "ok" and p.llm_calls >= 1 for p in report.programs)
         assert report.engines.prefix_queries > 0
+        # The coding agent reports its prompt usage; its repository context and history are
+        # found in the prefix cache from its second call on.
+        [coding] = [p for p in report.programs if p.kind == "coding"]
+        assert coding.prompt_tokens and coding.cached_tokens
+        assert coding.cached_tokens > coding.prompt_tokens / 3
+    assert document["cache"]["coding"]["prompt_tokens"] > 0
+    assert isinstance(document["retention_decisions"], dict)  # retention is on by default
     # The controller phase's trace holds the controller's own server spans too.
     controller_spans = read_trace(out_dir / "trace-controller.jsonl")
     assert any(s.kind == 2 and "agentrt.backend" in s.attributes for s in controller_spans)
