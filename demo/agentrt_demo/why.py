@@ -103,10 +103,7 @@ def why_lines(
                 f": {saved:,} tokens not recomputed ({saved / figure.programs:,.0f} per program)"
             )
         else:
-            cache += (
-                f" ({-saved:,} tokens fewer): its change is not the cache's but the order "
-                "calls ran in and where the router sent them"
-            )
+            cache += f" ({-saved:,} tokens fewer): the KV cache does not explain its change"
         lines.append(
             f"{kind} {ratio.e2e_mean:.2f}x mean E2E ({figure.programs} programs): {kept}; {cache}."
         )

@@ -68,8 +68,8 @@ def test_cache_figures_match_programs_finished_in_both_phases() -> None:
             8_000,
             "coding 2.00x mean E2E (2 programs): no context kept during tool waits (retention "
             "off); the engines found 40% of its prompt tokens in their prefix cache through "
-            "the controller vs 45% straight (1,000 tokens fewer): its change is not the "
-            "cache's but the order calls ran in and where the router sent them.",
+            "the controller vs 45% straight (1,000 tokens fewer): the KV cache does not explain "
+            "its change.",
         ),
     ],
 )
