@@ -1,6 +1,7 @@
 """Agreement benchmark: the simulator and the live stack on the same programs.
 
-One mixed trace (``agentrt bench sim``'s workload) runs (a) in the discrete-event simulator,
+One mixed trace (``agentrt bench sim``'s workload; ``--workload coding``: a coding trace,
+below) runs (a) in the discrete-event simulator,
 in process, and (b) live: ``agentrt bench replay`` sends its programs as real SDK programs
 through ``agentrt controller serve`` to an emulated engine (``agentrt engine serve``, the same
 profile, batch, KV blocks and token budget as the simulated engine, at ``--time-scale X``),
@@ -25,10 +26,21 @@ emulator kept up with its schedule (delivery lag, schedule restarts: docs/engine
 the CPU seconds of each process and the load average: a run whose emulator fell behind is
 flagged, not counted as agreement.
 
+**The coding trace** (``--workload coding``; issue #25, item 5): the ``coding`` workload
+(docs/simulator.md, "Coding, research, agents") with its contexts scaled down about 5x
+(:data:`CODING_PARAMS`: 12 calls per program instead of 33, a 16 K-token last context instead
+of 84.5 K, tool waits clipped at 20 s) so that a live run takes minutes on two cores, on an
+engine of 4,096 KV blocks (65,536 tokens: about four last contexts), so that contexts are
+evicted and recomputed as on a KV-bound GPU; ``direct`` against the controller's
+``defaults`` at 0.2 programs/s (``near``: 3 preemptions and ~280 K recomputed prompt tokens
+in the simulator) and at 0.1/s (``half``).
+
 Run (from the repository root)::
 
     .venv/bin/python benchmarks/sim_vs_live.py --quick          # smoke: ~1 minute
     .venv/bin/python benchmarks/sim_vs_live.py --defaults --write-docs   # ~23 min on 2 idle cores
+    .venv/bin/python benchmarks/sim_vs_live.py --workload coding --write-docs
+    .venv/bin/python benchmarks/sim_vs_live.py --workload coding --quick
 """
 
 from __future__ import annotations
@@ -58,6 +70,8 @@ from benchmarks import _report  # noqa: E402
 from benchmarks._processes import cpu_s, free_port, server  # noqa: E402
 
 HEADING = "## Simulator vs live stack"
+#: The coding trace's section of docs/benchmarks.md.
+CODING_HEADING = "## Simulator vs live stack: coding"
 AGENTRT = str(Path(sys.executable).with_name("agentrt"))
 
 #: Metrics compared: (label, summary key, statistic).
@@ -108,6 +122,10 @@ class Setup:
     #: Live runs per configuration at the high load and at the half load.
     reps: int = 2
     reps_half: int = 2
+    #: The trace's workload (``agentrt bench sim --workload``) and its parameter overrides
+    #: ``{kind: {field: value}}`` (``--workload-param``).
+    workload: str = "mixed"
+    workload_params: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
 
     @property
     def window(self) -> int:
@@ -115,6 +133,43 @@ class Setup:
         slot is refilled from the engine's own queue while the controller forwards the next
         (with exactly the batch, every finish would leave a slot empty for a round trip)."""
         return self.max_num_seqs + 2
+
+
+#: The coding trace's workload parameters (``--workload-param coding.FIELD=VALUE``): the
+#: calibrated workload scaled down about 5x in tokens and 3x in calls, tools clipped at 20 s.
+CODING_PARAMS: dict[str, dict[str, float]] = {
+    "coding": {
+        "calls_mean": 12.0,
+        "calls_max": 40,
+        "system_tokens": 1000,
+        "repo_tokens": 4000,
+        "issue_tokens_mean": 300.0,
+        "final_context_tokens_mean": 16000.0,
+        "output_tokens_mean": 200.0,
+        "result_tokens_max": 8192,
+        "tool_max_s": 20.0,
+    }
+}
+
+
+def coding_setup(quick: bool) -> Setup:
+    """The coding trace's setup (see the module docstring); ``quick``: 40 s of arrivals, one
+    run, at time scale 10."""
+    setup = Setup(
+        rate_per_s=0.2,
+        duration_s=120.0,
+        num_gpu_blocks=4096,
+        reps=1,
+        reps_half=1,
+        workload="coding",
+        workload_params=CODING_PARAMS,
+    )
+    return dataclasses.replace(setup, duration_s=40.0, time_scale=10.0) if quick else setup
+
+
+def heading(setup: Setup) -> str:
+    """The docs section of ``setup``'s workload."""
+    return CODING_HEADING if setup.workload == "coding" else HEADING
 
 
 #: name -> (policy, through the controller?)
@@ -137,10 +192,11 @@ def make_traces(setup: Setup, directory: Path) -> dict[str, Path]:
     from agentrt_sim.workloads.trace import save_trace
 
     programs = BenchConfig(
-        workload="mixed",
+        workload=setup.workload,
         rate_per_s=setup.rate_per_s,
         duration_s=setup.duration_s,
         seed=setup.seed,
+        workload_params=setup.workload_params,
     ).programs()
     paths = {"near": directory / "near.jsonl", "half": directory / "half.jsonl"}
     save_trace(programs, str(paths["near"]))
@@ -393,9 +449,17 @@ def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _ranked(result: Mapping[str, Any], load: str) -> list[dict[str, Any]]:
+    """The rows ranked at ``load``: for the mixed trace the policies with the fixed window
+    (``defaults`` runs another cost model and probe period, so it is compared on its own);
+    for the coding trace ``direct`` and ``defaults``, its only two configurations."""
+    coding = result["setup"].get("workload") == "coding"
+    return [r for r in rows(result) if r["load"] == load and (coding or r["config"] != "defaults")]
+
+
 def ranking(result: Mapping[str, Any], load: str, label: str) -> tuple[list[str], list[str]]:
     """Configurations ordered best-first by ``label`` (live medians, simulated)."""
-    table = [r for r in rows(result) if r["load"] == load and r["config"] != "defaults"]
+    table = _ranked(result, load)
     live = [r["config"] for r in sorted(table, key=lambda r: r[label][0])]
     sim = [r["config"] for r in sorted(table, key=lambda r: r[label][1])]
     return live, sim
@@ -410,7 +474,7 @@ TIE = 0.03
 def ranking_disagreements(result: Mapping[str, Any], load: str, label: str) -> list[str]:
     """Pairs the simulator orders (beyond :data:`TIE`) that the live medians order the other
     way, as ``"a < b"`` (the simulated order)."""
-    table = [r for r in rows(result) if r["load"] == load and r["config"] != "defaults"]
+    table = _ranked(result, load)
     out = []
     for i, a in enumerate(table):
         for b in table[i + 1 :]:
@@ -453,22 +517,39 @@ def markdown(result: Mapping[str, Any]) -> str:
     """The docs section."""
     setup = Setup(**result["setup"])
     table_rows = rows(result)
+    if setup.workload == "coding":
+        trace = (
+            f"one coding trace ({result['programs']} programs, seed {setup.seed}; the "
+            "`coding` workload scaled down: "
+            + ", ".join(f"{k}={v:g}" for k, v in setup.workload_params["coding"].items())
+            + ")"
+        )
+        loads = (
+            f"`near` = {setup.rate_per_s:g} programs/s for {setup.duration_s:g} s (the KV "
+            "cache holds about four last contexts: contexts are evicted and recomputed), "
+            f"`half` = the same programs at {setup.rate_per_s / 2:g}/s (arrivals × 2). "
+            "`defaults` = `controller serve --backend URL,kind=emulator` with no policy flag "
+            "(retention on, native pins)."
+        )
+    else:
+        trace = f"one {setup.workload} trace ({result['programs']} programs, seed {setup.seed})"
+        loads = (
+            f"`near` = {setup.rate_per_s:g} programs/s for {setup.duration_s:g} s (a burst at "
+            f"about twice the {setup.rate_per_s / 2:g}/s this engine sustains), `half` = the "
+            f"same programs at {setup.rate_per_s / 2:g}/s (arrivals × 2). Controller: fixed "
+            f"window {setup.window} (batch + 2), round robin, retention off, priority off."
+        )
     lines = [
-        HEADING,
+        heading(setup),
         "",
-        f"`benchmarks/sim_vs_live.py`: one mixed trace ({result['programs']} programs, seed "
-        f"{setup.seed}) in the simulator and live (`bench replay` → `controller serve` → "
-        f"`engine serve`, or straight to the engine for `direct`) at `--time-scale "
-        f"{setup.time_scale:g}`; engine {setup.profile}, batch {setup.max_num_seqs}, "
-        f"{setup.num_gpu_blocks} KV blocks of {setup.block_size}, FCFS, prefix caching, "
-        f"streams written at most every {setup.stream_interval_ms:g} ms. Loads: `near` = "
-        f"{setup.rate_per_s:g} programs/s for {setup.duration_s:g} s (a burst at about twice "
-        f"the {setup.rate_per_s / 2:g}/s this engine sustains), `half` = the same programs at "
-        f"{setup.rate_per_s / 2:g}/s (arrivals × 2). Controller: fixed window {setup.window} "
-        "(batch + 2), round robin, retention off, priority off. Live = median of "
-        f"{setup.reps} runs (`near`) / {setup.reps_half} (`half`); cells are live / simulated "
-        "/ error; times in model seconds; thr/s = completed programs per second in the "
-        "arrival window.",
+        f"`benchmarks/sim_vs_live.py`: {trace} in the simulator and live (`bench replay` → "
+        "`controller serve` → `engine serve`, or straight to the engine for `direct`) at "
+        f"`--time-scale {setup.time_scale:g}`; engine {setup.profile}, batch "
+        f"{setup.max_num_seqs}, {setup.num_gpu_blocks} KV blocks of {setup.block_size}, FCFS, "
+        f"prefix caching, streams written at most every {setup.stream_interval_ms:g} ms. "
+        f"Loads: {loads} Live = median of {setup.reps} runs (`near`) / {setup.reps_half} "
+        "(`half`); cells are live / simulated / error; times in model seconds; thr/s = "
+        "completed programs per second in the arrival window.",
         "",
     ]
     header = ["load", "config", *(m[0] for m in METRICS), "kept up"]
@@ -523,8 +604,13 @@ def markdown(result: Mapping[str, Any]) -> str:
         )
     lines += [
         "",
-        "Reproduce: `.venv/bin/python benchmarks/sim_vs_live.py --defaults --write-docs` "
-        '(`--quick` for a smoke run). What the errors come from: docs/simulator.md, "Fidelity".',
+        "Reproduce: `.venv/bin/python benchmarks/sim_vs_live.py "
+        + (
+            "--workload coding --write-docs` "
+            if setup.workload == "coding"
+            else "--defaults --write-docs` "
+        )
+        + '(`--quick` for a smoke run). What the errors come from: docs/simulator.md, "Fidelity".',
         "",
     ]
     return "\n".join(lines)
@@ -545,7 +631,7 @@ def run(
         runs: dict[str, dict[str, Any]] = {}
         for load in loads:
             for config in configs:
-                if config == "defaults" and load != "near":
+                if config == "defaults" and load != "near" and setup.workload != "coding":
                     continue
                 sim = simulate(setup, traces[load], config)
                 live = []
@@ -603,11 +689,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--defaults", action="store_true", help="also run the controller's defaults"
     )
+    parser.add_argument(
+        "--workload",
+        choices=["mixed", "coding"],
+        default="mixed",
+        help="the trace: mixed (the default), or a scaled-down coding trace on a KV-bound "
+        "engine, direct vs the controller's defaults (module docstring)",
+    )
     args = parser.parse_args(argv)
     if args.from_json:
         result = merge([json.loads(Path(f).read_text()) for f in args.from_json.split(",")])
     else:
-        setup = Setup(duration_s=40.0, reps=1, time_scale=10.0) if args.quick else Setup()
+        if args.workload == "coding":
+            setup = coding_setup(args.quick)
+        else:
+            setup = Setup(duration_s=40.0, reps=1, time_scale=10.0) if args.quick else Setup()
         overrides = {
             "time_scale": args.time_scale,
             "reps": args.reps,
@@ -615,18 +711,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             "duration_s": args.duration,
         }
         setup = dataclasses.replace(setup, **{k: v for k, v in overrides.items() if v})
-        configs = (
-            args.configs.split(",")
-            if args.configs
-            else (["direct", "plas"] if args.quick else ["direct", "fcfs", "plas", "atlas"])
-        )
+        if args.configs:
+            configs = args.configs.split(",")
+        elif args.workload == "coding":
+            configs = ["direct", "defaults"]
+        else:
+            configs = ["direct", "plas"] if args.quick else ["direct", "fcfs", "plas", "atlas"]
         if args.defaults and "defaults" not in configs:
             configs.append("defaults")
         loads = ["near"] if args.quick else [x for x in args.loads.split(",") if x]
         result = run(setup, configs, loads, log=lambda s: print(s, file=sys.stderr, flush=True))
         if args.save:
             Path(args.save).write_text(json.dumps(result, indent=1))
-    return _report.publish(args, markdown(result), result, ROOT / "docs", HEADING)
+    section_heading = heading(Setup(**result["setup"]))
+    return _report.publish(args, markdown(result), result, ROOT / "docs", section_heading)
 
 
 if __name__ == "__main__":

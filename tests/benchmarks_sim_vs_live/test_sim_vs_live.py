@@ -134,3 +134,41 @@ def test_a_tiny_live_run_reports_its_health(tmp_path: Path) -> None:
     assert health["cpu_engine_s"] > 0 and health["cpu_replay_s"] > 0
     sim = svl.simulate(setup, traces["near"], "direct")
     assert summary["prompt_tokens"] == pytest.approx(sim["prompt_tokens"], rel=1e-3)
+
+
+def _coding_result() -> dict[str, Any]:
+    result = _result()
+    result["setup"] = svl.dataclasses.asdict(svl.coding_setup(quick=False))
+    near = result["runs"]["near"]
+    result["runs"] = {"near": {"direct": near["direct"], "defaults": near["plas"]}}
+    return result
+
+
+def test_the_coding_trace_compares_direct_with_the_defaults_in_its_own_section() -> None:
+    setup = svl.coding_setup(quick=False)
+    assert setup.workload == "coding" and setup.num_gpu_blocks == 4096
+    assert svl.heading(setup) == svl.CODING_HEADING != svl.heading(svl.Setup())
+    quick = svl.coding_setup(quick=True)
+    assert (quick.duration_s, quick.time_scale, quick.reps) == (40.0, 10.0, 1)
+    result = _coding_result()
+    # The coding trace ranks its two configurations, the defaults included.
+    assert svl.ranking(result, "near", "E2E mean") == (
+        ["defaults", "direct"],
+        ["defaults", "direct"],
+    )
+    assert svl.win_ratios(result)["recommended"] == "defaults"
+    text = svl.markdown(result)
+    assert text.startswith(svl.CODING_HEADING + "\n")
+    assert "one coding trace (30 programs, seed 1; the `coding` workload scaled down" in text
+    assert "--workload coding --write-docs" in text
+
+
+def test_the_coding_trace_is_the_scaled_coding_workload(tmp_path: Path) -> None:
+    setup = svl.dataclasses.replace(svl.coding_setup(quick=True), duration_s=15.0)
+    traces = svl.make_traces(setup, tmp_path)
+    from agentrt_sim.workloads.trace import load_trace
+
+    programs = load_trace(traces["near"])
+    assert programs and {p.kind for p in programs} == {"coding"}
+    longest = max(max(p.call_prompt_tokens()) for p in programs)
+    assert longest + 8192 <= setup.max_model_len  # every call fits the live engine
