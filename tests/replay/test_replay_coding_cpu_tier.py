@@ -155,7 +155,6 @@ async def test_coding_trace_reloads_from_the_cpu_tier_and_leaves_nothing_behind(
     assert metrics["vllm:external_prefix_cache_hits_total"] > 0
     assert stats.reloaded_tokens == metrics["vllm:external_prefix_cache_hits_total"]
     assert stats.evicted_prefix_tokens == 0
-    assert stats.recomputed_prompt_tokens == 0 or stats.reloaded_tokens > 0
     assert counters["vllm:prefix_cache_hits_total"] > 0
     # Nothing is left: no program, no pin, no retained context, nothing queued.
     assert table["entries"] == [] and table["programs"] == 0
