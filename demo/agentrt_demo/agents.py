@@ -78,7 +78,9 @@ CODING_SYSTEM_PROMPT = (
     "commands, edit files and run the tests until they pass; one tool per step. Conventions "
     "follow.\n\n" + filler_text(random.Random("agentrt-demo-coding-system"), 300)
 )
-_REPO_WORDS = 2500  # a repository's context (the design notes' 60 K, scaled down ~25x)
+# A repository's context: the simulator's coding workload calibrates it to 9.3 K tokens
+# (docs/simulator.md, "Coding, research, agents"); a quarter of that here.
+_REPO_WORDS = 2500
 _ISSUE_WORDS = 80
 _CODING_OUTPUT_TOKENS = 60
 _RESULT_WORDS = (150, 500)  # a tool's output appended to the history
