@@ -133,6 +133,8 @@ async def test_coding_trace_reloads_from_the_cpu_tier_and_leaves_nothing_behind(
         stats = engine.state.core.stats()
 
     assert facts.costs.measured and facts.ignore_eos
+    # The controller lists no max_model_len: the engine's /tokenize told it.
+    assert facts.max_model_len == EngineConfig().max_model_len
     assert all(p.error is None for p in result.programs), [p.error for p in result.programs]
     # The server counted the trace's tokens to the token.
     calls = [call for program in result.programs for call in _in_order(program)]
