@@ -39,7 +39,7 @@ Run (from the repository root)::
 
     .venv/bin/python benchmarks/sim_vs_live.py --quick          # smoke: ~1 minute
     .venv/bin/python benchmarks/sim_vs_live.py --defaults --write-docs   # ~23 min on 2 idle cores
-    .venv/bin/python benchmarks/sim_vs_live.py --workload coding --write-docs
+    .venv/bin/python benchmarks/sim_vs_live.py --workload coding --write-docs   # ~13 min
     .venv/bin/python benchmarks/sim_vs_live.py --workload coding --quick
 """
 
@@ -153,9 +153,11 @@ CODING_PARAMS: dict[str, dict[str, float]] = {
 
 
 def coding_setup(quick: bool) -> Setup:
-    """The coding trace's setup (see the module docstring); ``quick``: 40 s of arrivals, one
-    run, at time scale 10."""
+    """The coding trace's setup (see the module docstring), at time scale 2: its calls carry
+    up to ~40 K tokens, and at 5 a busy 2-core machine's emulator fell behind its schedule
+    (docs/replay.md); ``quick``: 40 s of arrivals, one run, at time scale 10."""
     setup = Setup(
+        time_scale=2.0,
         rate_per_s=0.2,
         duration_s=120.0,
         num_gpu_blocks=4096,
