@@ -33,7 +33,7 @@ from agentrt_sim.workloads.coding import CodingParams, CodingWorkload
 from agentrt_sim.workloads.program import LLMNode, Program
 from agentrt_sim.workloads.trace import load_trace, save_trace
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(90)]
 
 SCALE = 20.0
 BLOCK = 16
