@@ -28,6 +28,8 @@ backend syntax: URL[,kind=vllm|sglang|openai|emulator][,priority=on|off|auto][,i
                 [,OPTION=VALUE...]      (kinds and options: docs/backends.md)
   priority=on sends the scheduler's priority in each request body (vLLM must run with
   --scheduling-policy priority); auto asks the server with one probe request.
+  models=A|B names the models it serves (else its /v1/models is asked at every probe); a
+  call goes only to backends serving its model.
   Backends can be listed, added and removed while running: /agentrt/v1/backends (admin
   token: AGENTRT_CONTROLLER_ADMIN_TOKEN; without one, loopback clients only).
 
@@ -74,6 +76,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         dest="backends",
         metavar="URL[,key=value...]",
         help="a model server; repeat for several (see 'backend syntax' below)",
+    )
+    serve.add_argument(
+        "--model-alias",
+        action="append",
+        dest="model_aliases",
+        metavar="NAME=MODEL",
+        help="a call naming NAME runs on MODEL; repeat for several (docs/routing.md)",
+    )
+    serve.add_argument(
+        "--model-fallback",
+        action="append",
+        dest="model_fallbacks",
+        metavar="MODEL=A,B",
+        help="when every backend of MODEL is out, run its calls on A, else B; repeatable",
     )
     serve.add_argument("--policy", help=f"fcfs | mlfq | plas | atlas (default {defaults.POLICY})")
     serve.add_argument(
@@ -251,7 +267,7 @@ _OVERRIDES = (
     "breaker", "backend_timeout_s", "backend_stall_s", "shutdown_grace_s", "max_retries",
     "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
     "max_concurrency", "api_key", "api_key_file", "max_programs", "max_predicted_wait_s",
-    "fair_share", "tenant_isolation",
+    "fair_share", "tenant_isolation", "model_aliases", "model_fallbacks",
 )  # fmt: skip
 
 

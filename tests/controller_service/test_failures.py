@@ -30,7 +30,6 @@ BAD_INPUTS: list[tuple[str, str, str, bytes, dict[str, str], int]] = [
     ("empty body", "POST", CHAT, b"", {}, 400),
     ("invalid utf-8", "POST", CHAT, b'{"model": "\xff\xfe"}', {}, 400),
     ("deep nesting", "POST", CHAT, b"[" * 4000, {}, 400),
-    ("no model", "POST", CHAT, b'{"messages": []}', {}, 400),
     ("model not a string", "POST", CHAT, b'{"model": 7}', {}, 400),
     ("stream not a bool", "POST", CHAT, b'{"model": "tiny", "stream": "yes"}', {}, 400),
     ("max_tokens a string", "POST", CHAT, b'{"model": "tiny", "max_tokens": "9"}', {}, 400),
@@ -125,7 +124,7 @@ async def test_a_table_of_bad_inputs_gets_clean_errors_and_the_service_lives_on(
 async def test_declared_oversized_body_is_refused_before_reading() -> None:
     async with running(FakeState(), max_body_bytes=1000) as svc:
         response = await svc.http.post(
-            svc.url + CHAT, content=b"{}", headers={"content-length": "2"}
+            svc.url + CHAT, content=b"[]", headers={"content-length": "2"}
         )
         assert response.status_code == 400
         big = await svc.http.post(svc.url + CHAT, content=b"x" * 2000)

@@ -6,7 +6,8 @@ The kinds are listed here explicitly (no global registry); an unknown kind or op
 
 =========  ===========================================================================
 all        ``probe_timeout_s`` (2), ``aux_timeout_s`` (10), ``api_key`` (the controller's own
-           credential for the server: the backend sends it on every request)
+           credential for the server: the backend sends it on every request), ``models``
+           (``a|b``: the models it serves, instead of asking its ``/v1/models``)
 vllm       ``token_cache_entries`` (4096); ``priority=auto`` allowed
 emulator   as vllm; pins are always on
 (none)     as vllm; detected at start-up: ``emulator`` when the server is our emulator, else
@@ -49,6 +50,7 @@ class _Common(TypedDict):
     probe_timeout_s: float
     aux_timeout_s: float
     credential: str | None
+    models: tuple[str, ...]
 
 
 class _Options:
@@ -101,7 +103,21 @@ class _Options:
             "probe_timeout_s": self.number("probe_timeout_s", 2.0),
             "aux_timeout_s": self.number("aux_timeout_s", 10.0),
             "credential": self.left.pop("api_key", None),
+            "models": self.models(),
         }
+
+    def models(self) -> tuple[str, ...]:
+        """The ``models`` option: model ids separated by ``|`` (``a|b``); ``()`` = none."""
+        raw = self.left.pop("models", None)
+        if raw is None:
+            return ()
+        models = tuple(m.strip() for m in raw.split("|"))
+        if not all(models):
+            raise ConfigError(
+                f"backend {self.spec.backend_id}: models must be model ids separated by '|', "
+                f"got {raw!r}"
+            )
+        return models
 
     def done(self) -> None:
         if self.left:

@@ -78,6 +78,10 @@ class HttpBackendConfig:
     #: The controller's own credential for this server (the spec's ``api_key`` option),
     #: sent as ``Authorization: Bearer`` on every request; ``None`` = none.
     credential: str | None = field(default=None, repr=False)
+    #: The models the server serves, as configured (the spec's ``models`` option); the
+    #: controller then routes by these and never asks its ``/v1/models`` for them. Empty =
+    #: ask the server (docs/backends.md, "Models").
+    models: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +125,8 @@ class HttpBackend:
         self._auth = (
             None if config.credential is None else f"Bearer {config.credential}".encode("latin-1")
         )
+        #: The configured models (:attr:`HttpBackendConfig.models`); empty = ask the server.
+        self.declared_models = config.models
 
     def _capabilities(self, send_priority: bool) -> BackendCapabilities:
         # A generic server may not know stream_options: leave stream bodies as the client sent.
@@ -226,6 +232,11 @@ class HttpBackend:
         return response.status_code == 200
 
     async def models(self) -> list[dict[str, object]]:
+        if self.declared_models:
+            return [
+                {"id": model, "object": "model", "owned_by": "agentrt"}
+                for model in self.declared_models
+            ]
         response = await self._get("/v1/models")
         try:
             data = response.json()["data"]

@@ -3,6 +3,8 @@ one one-method protocol per stage (filter → scorer → picker).
 
 A :class:`~agentrt_controller.routing.pipeline.PipelineRouter` runs, for each call:
 
+0. the model constraint (:meth:`Router.eligible`): only backends serving the call's model are
+   candidates at all — never skipped, a call no candidate serves waits;
 1. every :class:`Filter` in order — each narrows the candidate backends (a filter that
    would leave none is skipped for that call, so routing never fails for a filter's sake);
 2. every :class:`Scorer` — each gives every remaining backend a score; the pipeline clamps
@@ -40,8 +42,17 @@ class Router(Protocol):
 
     name: str
 
+    def eligible(
+        self, call: CallEntry, candidates: Sequence[BackendView], now_s: float
+    ) -> Sequence[BackendView]:
+        """The ``candidates`` the call may go to at all: those serving its model
+        (:class:`~agentrt_controller.routing.filters.ModelFilter`, a constraint no router
+        skips). ``candidates`` itself when every one qualifies; empty = the call must wait
+        for a backend of its model (the Dispatcher puts it back)."""
+
     def route(self, call: CallEntry, candidates: Sequence[BackendView], now_s: float) -> str:
-        """Return the ``backend_id`` of one of ``candidates`` (never empty)."""
+        """Return the ``backend_id`` of one of ``candidates`` (never empty; the
+        :meth:`eligible` ones)."""
 
     def on_finish(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         """A call routed to ``backend_id`` finished (for affinity / index upkeep)."""

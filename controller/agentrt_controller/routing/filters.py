@@ -9,7 +9,40 @@ from agentrt_controller.routing.affinity import ProgramAffinity
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.call import CallEntry
 
-__all__ = ["AutellixLongCallFilter", "HealthyFilter", "KvPressureFilter", "RetainedFilter"]
+__all__ = [
+    "AutellixLongCallFilter",
+    "HealthyFilter",
+    "KvPressureFilter",
+    "ModelFilter",
+    "RetainedFilter",
+    "serves",
+]
+
+
+def serves(view: BackendView, model: str | None) -> bool:
+    """Whether ``view``'s backend may take a call for ``model``: the call names none, the
+    backend's models are unknown (``BackendView.models`` is ``None``), or it serves it."""
+    return model is None or view.models is None or model in view.models
+
+
+class ModelFilter:
+    """Keeps the backends that serve the call's model (``CallFacts.model``; docs/routing.md,
+    "Several models"). Unlike the other filters it is a *constraint*, not a preference: every
+    router applies it first (:meth:`~agentrt_controller.routing.api.Router.eligible`) and it
+    is never skipped — a call whose model no candidate serves waits for one that does."""
+
+    def filter(
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
+    ) -> list[BackendView]:
+        model = call.facts.model
+        return [b for b in backends if serves(b, model)]
+
+    @staticmethod
+    def keeps_all(call: CallEntry, backends: Sequence[BackendView]) -> bool:
+        """Whether every one of ``backends`` serves the call's model (the common case: one
+        model everywhere), so the candidate set can be passed on as it is."""
+        model = call.facts.model
+        return model is None or all(serves(b, model) for b in backends)
 
 
 class HealthyFilter:
@@ -79,5 +112,5 @@ class AutellixLongCallFilter:
     ) -> list[BackendView]:
         if call.facts.prompt_tokens <= self.threshold_tokens:
             return list(backends)
-        bound = self.affinity.backend_of(call.facts.program, now_s)
+        bound = self.affinity.backend_of_call(call, now_s)
         return [b for b in backends if b.backend_id == bound]

@@ -149,10 +149,12 @@ def message_block_hashes(
 def request_block_hashes(body: Mapping[str, object]) -> tuple[int, ...]:
     """The chain of an OpenAI request body: its ``messages`` (chat) or ``prompt`` (text
     completion: a string, or a list of strings / token ids, serialised as one message), salted
-    with its ``cache_salt`` when it has one, else its ``model`` (KV is never shared across
-    models or salts). ``()`` when the body has neither."""
-    salt = body.get("cache_salt") or body.get("model")
-    salt = salt if isinstance(salt, str) else None
+    with its ``model`` and its ``cache_salt`` (KV is never shared across models or salts: a
+    backend serving two models holds one cache per model, so the prefix index must not match
+    one model's prefix for the other's call). ``()`` when the body has neither."""
+    parts = [body.get("model"), body.get("cache_salt")]
+    texts = [p for p in parts if isinstance(p, str) and p]
+    salt = "\x1f".join(texts) if texts else None
     messages = body.get("messages")
     if isinstance(messages, list):
         return message_block_hashes((m for m in messages if isinstance(m, Mapping)), salt=salt)

@@ -1,5 +1,9 @@
 """The pipeline router: filters → weighted scorers → picker, as one :class:`Router`.
 
+Before any stage, the model constraint keeps the backends that serve the call's model
+(:meth:`PipelineRouter.eligible`; docs/routing.md, "Several models"): not a filter that may be
+skipped — a wrong model is an error, not a worse choice.
+
 The pipeline enforces the stage contracts itself (docs/architecture.md, design rule 2, as llm-d's
 inference scheduler does): a filter may not empty the candidate set (its result is then ignored
 for that call, and counted), a scorer must return one score per candidate, scores are clamped to
@@ -29,6 +33,7 @@ from agentrt_controller.routing.api import (
     Scorer,
     clamp_score,
 )
+from agentrt_controller.routing.filters import ModelFilter
 from agentrt_controller.routing.prefix_index import PrefixIndex
 from agentrt_controller.routing.pruning import PRUNE_MIN_CANDIDATES, PrefixPruning
 from agentrt_controller.scheduling.api import BackendView
@@ -91,6 +96,11 @@ class PipelineRouter:
         self.scorers = list(scorers)
         self.picker = picker
         self.observers = list(observers)
+        #: The model constraint every call passes first (:meth:`eligible`).
+        self.model_filter = ModelFilter()
+        #: The round's candidate set last checked, and the models all of it serves.
+        self._checked_set: CandidateSet | None = None
+        self._checked_models: set[str] = set()
         #: Calls routed so far.
         self.routed_total = 0
         #: Per filter name: calls for which it would have removed every candidate (skipped).
@@ -110,6 +120,9 @@ class PipelineRouter:
         dispatcher never calls a router without one) or a stage breaks its contract."""
         if not candidates:
             raise ValueError("route() needs at least one candidate backend")
+        candidates = self.eligible(call, candidates, now_s)
+        if not candidates:
+            raise ValueError(f"no candidate backend serves the model {call.facts.model!r}")
         pruning = self.pruning
         if (
             pruning is not None
@@ -136,6 +149,30 @@ class PipelineRouter:
             if all(b.backend_id != chosen for b in remaining):
                 raise ValueError(f"router {self.name!r}: picker chose unknown backend {chosen!r}")
         return self._routed(call, chosen, now_s)
+
+    def eligible(
+        self, call: CallEntry, candidates: Sequence[BackendView], now_s: float
+    ) -> Sequence[BackendView]:
+        """The candidates serving the call's model (:class:`ModelFilter`, never skipped):
+        ``candidates`` itself when all do (a round's :class:`CandidateSet` stays one, so the
+        pruned path stays open)."""
+        model = call.facts.model
+        if model is None:
+            return candidates
+        if isinstance(candidates, CandidateSet):
+            # A round's set only loses backends or gains in-flight calls (their models stay):
+            # a model all of it serves stays served, so each model is checked once per round
+            # (one decision among many backends stays cheap: "Cost at many backends").
+            if candidates is not self._checked_set:
+                self._checked_set, self._checked_models = candidates, set()
+            if model in self._checked_models:
+                return candidates
+            if ModelFilter.keeps_all(call, candidates):
+                self._checked_models.add(model)
+                return candidates
+        elif ModelFilter.keeps_all(call, candidates):
+            return candidates
+        return self.model_filter.filter(call, candidates, now_s)
 
     def _routed(self, call: CallEntry, chosen: str, now_s: float) -> str:
         self.routed_total += 1
@@ -174,6 +211,7 @@ class PipelineRouter:
         """JSON-able configuration and counters, for introspection."""
         return {
             "router": self.name,
+            "constraints": ["model"],
             "filters": [n for n, _ in self.filters],
             "scorers": {s.name: s.weight for s in self.scorers},
             "picker": type(self.picker).__name__,

@@ -179,7 +179,7 @@ class PrefixPruning:
         bound = None
         for scorer, _ in self.scorers:
             if isinstance(scorer, AffinityScorer):  # the same read the scorer makes
-                bound = scorer.affinity.backend_of(call.facts.program, now_s)
+                bound = scorer.affinity.backend_of_call(call, now_s)
         if hashes:
             index.purge_stale(now_s)
             levels = index.match_levels(hashes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from agentrt_controller.keys import ProgramKey
+from agentrt_controller.routing.filters import ModelFilter
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.call import CallEntry
 
@@ -19,6 +20,13 @@ class RoundRobinRouter:
 
     def __init__(self) -> None:
         self._next = 0
+
+    def eligible(
+        self, call: CallEntry, candidates: Sequence[BackendView], now_s: float
+    ) -> Sequence[BackendView]:
+        if ModelFilter.keeps_all(call, candidates):
+            return candidates
+        return ModelFilter().filter(call, candidates, now_s)
 
     def route(self, call: CallEntry, candidates: Sequence[BackendView], now_s: float) -> str:
         ordered = sorted(candidates, key=lambda b: b.backend_id)

@@ -52,7 +52,7 @@ class AffinityScorer:
         self.affinity = affinity
 
     def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
-        bound = self.affinity.backend_of(call.facts.program, now_s)
+        bound = self.affinity.backend_of_call(call, now_s)
         return [1.0 if b.backend_id == bound else 0.0 for b in backends]
 
 

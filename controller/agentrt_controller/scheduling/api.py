@@ -49,6 +49,9 @@ class BackendView:
     #: when it reports one (our emulator's ``agentrt_engine_max_num_seqs``, the simulator's
     #: engines); ``None`` = unknown (vLLM exposes no such metric). Bounds the adaptive window.
     max_num_seqs: int | None = None
+    #: The models the backend serves (its ``/v1/models``, or as configured); ``None`` =
+    #: unknown, it takes a call for any model (the ``model`` routing filter).
+    models: frozenset[str] | None = None
 
 
 class Scheduler(Protocol):

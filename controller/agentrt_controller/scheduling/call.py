@@ -75,6 +75,10 @@ class CallFacts:
     token_block_hashes: tuple[int, ...] = ()
     #: Tokens per element of :attr:`token_block_hashes` (tokens; 0 = no chain).
     token_block_size: int = 0
+    #: The model the call asks for (after the driver resolved aliases and fallbacks); only
+    #: backends serving it may take the call (the ``model`` routing filter, docs/routing.md,
+    #: "Several models"). ``None`` = any backend (a driver with one model: the simulator).
+    model: str | None = None
 
 
 @dataclass(slots=True, eq=False)

@@ -152,6 +152,10 @@ class Dispatcher:
         # once per metrics sample) — O(backends) per round, not per admitted call. The router
         # sees the set change one backend at a time (a router may keep state derived from it).
         room: CandidateSet | None = None
+        # Calls no candidate of their model can take this round (the router's ``eligible``):
+        # put back at their places when the round ends, so calls of other models behind them
+        # are admitted meanwhile (docs/routing.md, "Several models").
+        waiting_for_model: list[CallEntry] = []
         while self.queued():
             if room is None:
                 room = CandidateSet(self._with_room(backends, now_s))
@@ -164,6 +168,10 @@ class Dispatcher:
                 call = self.queues.pop(now_s)
             if call is None:
                 break
+            candidates = self.router.eligible(call, candidates, now_s)
+            if not candidates:
+                waiting_for_model.append(call)
+                continue
             if call.facts.sequences > 1:
                 fitting = [b for b in candidates if self._fits(b, call.facts.sequences, now_s)]
                 if not fitting:  # it keeps its place at the head until a backend has room
@@ -186,6 +194,8 @@ class Dispatcher:
             if self.isolation is not None:
                 self.isolation.on_admit(call.facts.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
+        for call in waiting_for_model:
+            self.queues.requeue(call, now_s)
         return admissions
 
     def _with_room(self, backends: Sequence[BackendView], now_s: float) -> list[BackendView]:

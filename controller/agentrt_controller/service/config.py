@@ -12,7 +12,8 @@ source (``controller.scheduling.betta: unknown key (file controller.toml)``). An
 them (a container platform sets variables of its own under that prefix); Kubernetes'
 service-link variables of a Service named ``agentrt-controller`` (``..._SERVICE_HOST``,
 ``..._SERVICE_PORT``, ``..._PORT=tcp://10.0.0.1:8000``, ``..._PORT_8000_TCP...``) are
-recognised and ignored without one.
+recognised and ignored without one. ``MODEL_ALIASES`` takes ``NAME=MODEL`` items and
+``MODEL_FALLBACKS`` ``MODEL=A,B`` items, separated by whitespace, or a JSON object.
 """
 
 from __future__ import annotations
@@ -120,6 +121,68 @@ def _isolation_table(value: object) -> object:
     return value
 
 
+def _pairs(value: object, what: str) -> list[tuple[str, str]]:
+    """``NAME=VALUE`` items from a list of strings (repeated flags) or one string (the
+    environment: items separated by whitespace)."""
+    items = value.split() if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ConfigError(f"must be a table or a list of {what} strings")
+    out = []
+    for item in items:
+        name, sep, text = str(item).partition("=")
+        if not sep or not name.strip() or not text.strip():
+            raise ConfigError(f"each entry must be {what}, got {item!r}")
+        out.append((name.strip(), text.strip()))
+    return out
+
+
+def _parse_aliases(value: object) -> object:
+    """Model aliases: a table ``{NAME = "MODEL"}``, a JSON object, or ``NAME=MODEL`` items
+    (``--model-alias``, repeatable; the environment: separated by whitespace or commas)."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        value = json.loads(value)
+    if isinstance(value, str):
+        value = value.replace(",", " ")
+    if isinstance(value, Mapping):
+        return dict(value)
+    return dict(_pairs(value, "NAME=MODEL"))
+
+
+def _parse_fallbacks(value: object) -> object:
+    """Fallback lists: a table ``{MODEL = ["A", "B"]}``, a JSON object, or ``MODEL=A,B`` items
+    (``--model-fallback``, repeatable; the environment: separated by whitespace)."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        value = json.loads(value)
+    if isinstance(value, Mapping):
+        return {k: (v.split(",") if isinstance(v, str) else v) for k, v in value.items()}
+    return {m: [c.strip() for c in text.split(",")] for m, text in _pairs(value, "MODEL=A,B")}
+
+
+def _model_problems(
+    aliases: Mapping[str, str], fallbacks: Mapping[str, tuple[str, ...]]
+) -> list[tuple[tuple[str | int, ...], str]]:
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    for alias, model in aliases.items():
+        if not alias or not model:
+            problems.append((("model_aliases",), f"empty name in {alias!r} = {model!r}"))
+        elif alias == model:
+            problems.append((("model_aliases", alias), "an alias cannot name itself"))
+        elif model in aliases:
+            problems.append(
+                (("model_aliases", alias), f"names {model!r}, itself an alias: name the model")
+            )
+    for model, chain in fallbacks.items():
+        if not chain or not all(chain):
+            problems.append((("model_fallbacks", model), "needs one or more model names"))
+        elif model in chain:
+            problems.append((("model_fallbacks", model), "a model cannot fall back to itself"))
+        elif len(set(chain)) != len(chain):
+            problems.append((("model_fallbacks", model), f"names a model twice: {list(chain)}"))
+        elif model in aliases:
+            problems.append((("model_fallbacks", model), "is an alias: give the model's name"))
+    return problems
+
+
 _Seconds = Annotated[float, Field(gt=0)]
 _OptionalSeconds = Annotated[_Seconds | None, BeforeValidator(_none_word_is_none)]
 _Count = Annotated[int, Field(ge=1)]
@@ -143,6 +206,17 @@ class ControllerConfig:
     port: Annotated[int, Field(ge=0, le=65535)] = 8080
     #: The model servers behind the controller (at least one).
     backends: Annotated[tuple[BackendSpec, ...], BeforeValidator(_parse_backends)] = ()
+    #: Model aliases, ``NAME -> MODEL``: a call naming ``NAME`` runs on ``MODEL`` (the body
+    #: sent to the backend names ``MODEL``); ``/v1/models`` lists the alias too
+    #: (docs/routing.md, "Several models").
+    model_aliases: Annotated[dict[str, str], BeforeValidator(_parse_aliases)] = field(
+        default_factory=dict
+    )
+    #: Fallbacks, ``MODEL -> [A, B...]``: when every backend of ``MODEL`` is out, a call for
+    #: it runs on the first of these with a healthy backend.
+    model_fallbacks: Annotated[dict[str, tuple[str, ...]], BeforeValidator(_parse_fallbacks)] = (
+        field(default_factory=dict)
+    )
     # The policy fields' defaults come from agentrt_controller.defaults, which the simulator's
     # `agentrt bench sim` reads too: what runs with no flags is what the benchmarks measured.
 
@@ -292,6 +366,7 @@ class ControllerConfig:
             problems.append((("scheduling",), "fcfs takes no scheduling parameters"))
         if self.admission_window != "adaptive" and self.admission != AdaptiveWindowConfig():
             problems.append((("admission",), "applies to admission_window = adaptive only"))
+        problems += _model_problems(self.model_aliases, self.model_fallbacks)
         if self.admin_token is not None and len(self.admin_token) < 8:
             problems.append((("admin_token",), "must have at least 8 characters"))
         try:
@@ -343,6 +418,7 @@ _TABLES = frozenset(
     ("scheduling", "cost", "admission", "breaker", "routing", "retention_options",
      "tenant_isolation")
 )  # fmt: skip
+# ``model_aliases`` and ``model_fallbacks`` read text themselves (JSON or NAME=VALUE items).
 
 
 def _from_text(key: str, value: object, source: str) -> object:
@@ -372,6 +448,14 @@ def _read_file(path: Path) -> dict[str, object]:
     if not isinstance(section, dict):
         raise ConfigError(f"[controller] in {path} must be a table")
     return section
+
+
+#: Keys whose command-line flag is not ``--`` + the key (repeatable flags, one value each).
+_FLAGS = {
+    "backends": "--backend",
+    "model_aliases": "--model-alias",
+    "model_fallbacks": "--model-fallback",
+}
 
 
 def load_config(
@@ -417,7 +501,7 @@ def load_config(
     for key, value in (overrides or {}).items():
         if value is None:
             continue
-        flag = "--" + key.replace("_", "-")
+        flag = _FLAGS.get(key, "--" + key.replace("_", "-"))
         if key not in _FIELDS:
             raise ConfigError(f"controller.{key}: unknown option {flag}")
         values[key], sources[key] = _from_text(key, value, flag), flag

@@ -146,6 +146,8 @@ class CallQueue:
                 waiting.error = self.no_backend()
                 waiting.decided.set()
             return
+        if self._queued:
+            self._refuse_models_out(now)
         for admission in self.dispatcher.admit(now, self.pool.views()):
             self.pool.acquire(admission.backend_id, admission.call.facts.sequences)
             pending = self._queued.pop(admission.call.facts.call_id, None)
@@ -156,6 +158,20 @@ class CallQueue:
             pending.decided.set()
             self.metrics.admitted(admission, now)
             self._on_admitted(admission)
+
+    def _refuse_models_out(self, now: float) -> None:
+        """Queued calls whose model has no healthy backend left get 503 (they would wait
+        for their deadline otherwise; an SDK node with candidates then tries its next
+        model). Scans the queue only when some served model is out."""
+        out = {m for m in self.pool.known_model_ids() or () if not self.pool.any_healthy(m)}
+        if not out:
+            return
+        for waiting in list(self._queued.values()):
+            model = waiting.call.model
+            if model in out:
+                self._cancel(waiting, now)
+                waiting.error = self.no_backend(model)
+                waiting.decided.set()
 
     def sequence_cap(self) -> int:
         """The most sequences (``n``, ``best_of``) one call may ask for: the configured
@@ -182,8 +198,8 @@ class CallQueue:
     def submit(self, pending: PendingCall) -> None:
         """Queue an arrived call; raises :class:`NoBackend` when no backend is healthy or
         ``max_queued_calls`` are already queued."""
-        if not self.pool.any_healthy():
-            raise self.no_backend()
+        if not self.pool.any_healthy(pending.call.model):
+            raise self.no_backend(pending.call.model)
         if len(self._queued) >= self.max_queued_calls:
             self.metrics.overloaded.inc()
             raise NoBackend(
@@ -230,9 +246,9 @@ class CallQueue:
         else:
             self.pool.record_outcome(backend_id, False, reason or "no answer")
         self.pool.release(backend_id, entry.facts.sequences)
-        if not self.pool.any_healthy():
+        if not self.pool.any_healthy(entry.facts.model):
             self.dispatcher.on_finish(entry, backend_id, 0.0, now)
-            raise self.no_backend()
+            raise self.no_backend(entry.facts.model)
         pending.admission = None
         pending.decided = anyio.Event()
         self._queued[pending.call.call_id] = pending
@@ -270,9 +286,15 @@ class CallQueue:
         """Calls waiting for admission now."""
         return len(self._queued)
 
-    def no_backend(self) -> NoBackend:
-        """The 503 for "no healthy backend" (counted)."""
+    def no_backend(self, model: str | None = None) -> NoBackend:
+        """The 503 for "no healthy backend" — of ``model`` when given (counted)."""
         self.metrics.no_backend.inc()
+        if model is not None and self.pool.any_healthy():
+            return NoBackend(
+                f"no healthy backend serves the model {model!r}",
+                retry_after_s=self.retry_after_s,
+                code="model_unavailable",
+            )
         return NoBackend("no healthy backend is available", retry_after_s=self.retry_after_s)
 
     def _cancel(self, pending: PendingCall, now: float) -> None:

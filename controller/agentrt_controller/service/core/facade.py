@@ -27,8 +27,8 @@ Public methods, by concern:
 * lifecycle — :meth:`run` (the core's loops: dispatch, deadlines, probes, retention, expiry),
   :meth:`aclose`, :meth:`wake`, :meth:`now`;
 * tenants — :meth:`authenticate`, :meth:`open_tenancy`, :meth:`salt_for`;
-* one call — :meth:`known_models`, :meth:`accept`, :meth:`deadline`, :meth:`forward`,
-  :meth:`tokens`, :meth:`settle`, :meth:`call_ended`;
+* one call — :meth:`known_models`, :meth:`resolve_model`, :meth:`accept`, :meth:`deadline`,
+  :meth:`forward`, :meth:`tokens`, :meth:`settle`, :meth:`call_ended`;
 * programs (one per event) — :meth:`start_session`, :meth:`end_session`,
   :meth:`start_program`, :meth:`end_program`, :meth:`start_tool_wait`,
   :meth:`end_tool_wait`, :meth:`max_predicted_wait_s`, :meth:`expire_programs`;
@@ -81,6 +81,7 @@ from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingC
 from agentrt_controller.service.core.charging import Charge, Charger, Usage
 from agentrt_controller.service.core.clock import MONOTONIC, Clock, sleep_until
 from agentrt_controller.service.core.kv_events import KvEventsFeed
+from agentrt_controller.service.core.models import ModelCatalog
 from agentrt_controller.service.core.policies import build_dispatcher, build_retention
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.quotas import ProgramNotFound, TenantQuotas, check_program
@@ -142,6 +143,13 @@ class ControllerCore:
             interval_s=config.scrape_interval_s,
             breaker=config.breaker,
             on_error=self.metrics.internal_errors.inc,
+        )
+        #: Served models, aliases and fallbacks (docs/routing.md, "Several models").
+        self.catalog = ModelCatalog(
+            self.pool.known_model_ids,
+            self.pool.any_healthy,
+            aliases=config.model_aliases,
+            fallbacks=config.model_fallbacks,
         )
         #: KV retention during tool waits (``config.retention = "on"``); ``None`` = off.
         self.retention = (
@@ -256,6 +264,12 @@ class ControllerCore:
     def known_models(self) -> set[str] | None:
         """Model ids some live backend serves; ``None`` when none said (anything goes)."""
         return self.pool.known_model_ids()
+
+    def resolve_model(self, requested: object) -> str:
+        """The model a call naming ``requested`` runs on: aliases, the one served model for
+        a call naming none, fallbacks when every backend of it is out
+        (:meth:`ModelCatalog.resolve`). Raises :class:`BadRequest` / :class:`ModelNotFound`."""
+        return self.catalog.resolve(requested)
 
     def accept(
         self,
@@ -548,8 +562,9 @@ class ControllerCore:
         return {backend_id: state.healthy for backend_id, state in self.pool.states.items()}
 
     def models(self) -> list[dict[str, object]]:
-        """The union of the live backends' ``/v1/models`` entries."""
-        return self.pool.model_list()
+        """The union of the live backends' ``/v1/models`` entries, and the aliases of the
+        models among them."""
+        return self.catalog.listed(self.pool.model_list())
 
     def describe_backends(self) -> list[dict[str, object]]:
         """Each backend's state for the admin listing."""
@@ -569,8 +584,7 @@ class ControllerCore:
         fits = [
             state
             for state in self.pool.states.values()
-            if state.healthy
-            and (model is None or not state.models or any(m["id"] == model for m in state.models))
+            if state.healthy and (model is None or not state.model_ids or model in state.model_ids)
         ]
         fits.sort(key=lambda state: state.in_flight)
         return [state.backend for state in fits]

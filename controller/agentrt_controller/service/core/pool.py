@@ -74,8 +74,11 @@ class BackendState:
     batch: int | None = None
     #: When :attr:`load` was scraped (seconds, controller clock); ``None`` = never.
     load_at_s: float | None = None
-    #: Models from its ``/v1/models`` (empty when it did not answer).
+    #: Models from its ``/v1/models`` (or configured: the spec's ``models`` option), read at
+    #: every successful probe; empty while it never answered.
     models: list[dict[str, Any]] = field(default_factory=list)
+    #: The ids of :attr:`models` (what routing matches a call's model against).
+    model_ids: frozenset[str] = frozenset()
     #: Calls admitted to it since start.
     admitted_total: int = 0
     #: Calls that failed because of it (broken connections, 5xx, refused) since start.
@@ -239,12 +242,24 @@ class BackendPool:
             state.load_at_s = self._clock()
             if state.load.max_num_seqs is not None and state.load.max_num_seqs >= 1:
                 state.batch = state.load.max_num_seqs
-        if not state.models:
-            try:
-                state.models = await backend.models()
-            except BackendError:
-                state.models = []
+        try:
+            models = await backend.models()
+        except BackendError:  # keep what it said last: a model list does not change often
+            models = state.models
+        self._set_models(state, models)
         self._update(state)
+
+    def _set_models(self, state: BackendState, models: list[dict[str, Any]]) -> None:
+        ids = frozenset(str(m["id"]) for m in models)
+        if ids != state.model_ids:
+            if state.model_ids:
+                _log.warning(
+                    "backend %s now serves %s (was %s)", state.backend.backend_id,
+                    ", ".join(sorted(ids)) or "nothing", ", ".join(sorted(state.model_ids)),
+                )  # fmt: skip
+            state.model_ids = ids
+            self._on_change()
+        state.models = models
 
     def _update(self, state: BackendState) -> None:
         """Recompute :attr:`BackendState.healthy`; log and announce changes."""
@@ -410,6 +425,7 @@ class BackendPool:
                 supports_priority,
                 state.load_at_s,
                 load.max_num_seqs,
+                state.model_ids,
             )
             cached = cache.get(backend_id)
             if cached is not None and cached[0] == facts:
@@ -425,6 +441,8 @@ class BackendPool:
                 supports_priority=supports_priority,
                 metrics_at_s=state.load_at_s,
                 max_num_seqs=load.max_num_seqs,
+                # Unknown (it never listed its models): it takes a call for any model.
+                models=state.model_ids or None,
             )
             cache[backend_id] = (facts, view)
             out.append(view)
@@ -443,8 +461,13 @@ class BackendPool:
         ]
         return max(batches) if batches else None
 
-    def any_healthy(self) -> bool:
-        return any(state.healthy for state in self.states.values())
+    def any_healthy(self, model: str | None = None) -> bool:
+        """Some backend takes calls — for ``model`` when given (it serves it, or its models
+        are unknown)."""
+        return any(
+            state.healthy and (model is None or not state.model_ids or model in state.model_ids)
+            for state in self.states.values()
+        )
 
     def model_list(self) -> list[dict[str, Any]]:
         """The union of all live backends' models, first occurrence of each id wins."""
@@ -459,8 +482,12 @@ class BackendPool:
     def known_model_ids(self) -> set[str] | None:
         """Model ids served somewhere, or ``None`` when no backend told us (then any model
         name is forwarded and the backend judges it)."""
-        ids = {m["id"] for s in self.states.values() if not s.draining for m in s.models}
+        ids = {m for s in self.states.values() if not s.draining for m in s.model_ids}
         return ids or None
+
+    def serving(self, model: str) -> list[BackendState]:
+        """The backends (not draining) that list ``model``, in pool order."""
+        return [s for s in self.states.values() if not s.draining and model in s.model_ids]
 
 
 async def _close(backend: Backend) -> None:

@@ -179,6 +179,7 @@ def parse_call(
     forward_authorization: bool = True,
     decoded: object = None,
     api: Api = "chat",
+    resolve_model: Callable[[object], str] | None = None,
 ) -> IncomingCall:
     """Validate one generation request and make its :class:`CallFacts` (arrival ``now_s``) for
     ``tenant`` (the authenticated caller; ``None`` = no tenant). ``salt_for`` gives the
@@ -196,19 +197,31 @@ def parse_call(
     A deadline (``X-Agentrt-Timeout-Ms``) holds whether or not the call names a program: it
     becomes :attr:`CallFacts.deadline_s`, which ``service/core/deadlines.py`` enforces.
 
+    ``resolve_model`` (the core's: aliases, fallbacks, the one served model for a call naming
+    none) turns the body's ``model`` into the model the call runs on — written into the body
+    when it differs, and into :attr:`CallFacts.model`; without it the model must be one of
+    ``known_models``.
+
     Raises :class:`BadRequest`, :class:`ModelNotFound` (``model`` not in ``known_models``;
     ``None`` = unknown, anything goes) or :class:`DeadlinePassed` (no time left)."""
     body = _decode(raw) if decoded is None else decoded
     if not isinstance(body, dict):
         raise BadRequest("request body must be a JSON object")
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("'model' is required and must be a string", param="model")
-    known = known_models
-    if known is not None and model not in known:
-        raise ModelNotFound(f"the model {model!r} does not exist; served models: "
-                            + ", ".join(repr(m) for m in sorted(known)), param="model",
-                            code="model_not_found")  # fmt: skip
+    requested = body.get("model")
+    if resolve_model is not None:
+        model = resolve_model(requested)
+        if model != requested:  # an alias, a fallback or the one model: the backend's name
+            body["model"] = model
+            raw = _encode(body)
+    else:
+        if not isinstance(requested, str) or not requested:
+            raise BadRequest("'model' is required and must be a string", param="model")
+        model = requested
+        known = known_models
+        if known is not None and model not in known:
+            raise ModelNotFound(f"the model {model!r} does not exist; served models: "
+                                + ", ".join(repr(m) for m in sorted(known)), param="model",
+                                code="model_not_found")  # fmt: skip
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("'stream' must be a boolean", param="stream")
@@ -255,6 +268,7 @@ def parse_call(
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             sequences=sequences,
+            model=model,
         )
     elif tags is None:
         call = CallFacts(
@@ -266,6 +280,7 @@ def parse_call(
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             sequences=sequences,
+            model=model,
         )
     else:
         call = CallFacts(
@@ -283,6 +298,7 @@ def parse_call(
             sequences=sequences,
             objective=tags.objective,
             attempt=tags.attempt,
+            model=model,
         )
     forward = forwarded_headers(headers, authorization=forward_authorization)
     return IncomingCall(

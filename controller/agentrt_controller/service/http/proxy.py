@@ -149,6 +149,7 @@ class CompletionsEndpoint:
                 forward_authorization=self.limits.forward_client_authorization,
                 decoded=decoded,
                 api=self.api,
+                resolve_model=core.resolve_model,
             )
             # The core reads prompts as chat messages (prefix hashes, retention's pins).
             seen = chat_view(parsed.body) if self.api == "responses" else parsed.body
