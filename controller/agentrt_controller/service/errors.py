@@ -17,6 +17,7 @@ into responses (:meth:`ServiceError.body`, :meth:`ServiceError.headers`)::
         ├── QuotaExceeded (429)     a tenant's quota (Retry-After)
         ├── UpstreamFailed (502)    a backend failed after retries
         ├── NoBackend (503)         no healthy backend, or the queues are full (Retry-After)
+        │   └── ModelUnavailable    every backend of the call's model is out, others are up
         ├── TableFull (503)         the process table is at max_programs, none idle
         └── DeadlinePassed (504)    the call's deadline (X-Agentrt-Timeout-Ms) ran out
 
@@ -42,6 +43,7 @@ __all__ = [
     "DeadlinePassed",
     "Forbidden",
     "ModelNotFound",
+    "ModelUnavailable",
     "NoBackend",
     "ProgramNotFound",
     "QuotaExceeded",
@@ -153,6 +155,22 @@ class NoBackend(ServiceError):
 
     def headers(self) -> dict[str, str]:
         return {"retry-after": str(self.retry_after_s)}
+
+
+class ModelUnavailable(NoBackend):
+    """HTTP 503 ``model_unavailable``: every backend of the call's model is out while backends
+    of other models take calls. No ``Retry-After`` and ``x-should-retry: false`` (the openai
+    client's own switch): the caller should choose another model — an SDK node with model
+    candidates tries its next one — or come back later (docs/routing.md, "Several
+    models")."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            f"no healthy backend serves the model {model!r}", code="model_unavailable"
+        )
+
+    def headers(self) -> dict[str, str]:
+        return {"x-should-retry": "false"}
 
 
 class TableFull(ServiceError):

@@ -36,7 +36,13 @@ from agentrt_controller.service.core.clock import Clock
 from agentrt_controller.service.core.deadlines import Deadlines
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.tenants import Tenant
-from agentrt_controller.service.errors import BadRequest, DeadlinePassed, NoBackend, ServiceError
+from agentrt_controller.service.errors import (
+    BadRequest,
+    DeadlinePassed,
+    ModelUnavailable,
+    NoBackend,
+    ServiceError,
+)
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
 __all__ = ["DEFAULT_SEQUENCE_CAP", "CallQueue", "Forwarded", "PendingCall"]
@@ -290,11 +296,7 @@ class CallQueue:
         """The 503 for "no healthy backend" — of ``model`` when given (counted)."""
         self.metrics.no_backend.inc()
         if model is not None and self.pool.any_healthy():
-            return NoBackend(
-                f"no healthy backend serves the model {model!r}",
-                retry_after_s=self.retry_after_s,
-                code="model_unavailable",
-            )
+            return ModelUnavailable(model)
         return NoBackend("no healthy backend is available", retry_after_s=self.retry_after_s)
 
     def _cancel(self, pending: PendingCall, now: float) -> None:
