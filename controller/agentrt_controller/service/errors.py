@@ -165,9 +165,7 @@ class ModelUnavailable(NoBackend):
     models")."""
 
     def __init__(self, model: str) -> None:
-        super().__init__(
-            f"no healthy backend serves the model {model!r}", code="model_unavailable"
-        )
+        super().__init__(f"no healthy backend serves the model {model!r}", code="model_unavailable")
 
     def headers(self) -> dict[str, str]:
         return {"x-should-retry": "false"}
