@@ -29,6 +29,9 @@ class RoundRobinRouter:
         return ModelFilter().filter(call, candidates, now_s)
 
     def route(self, call: CallEntry, candidates: Sequence[BackendView], now_s: float) -> str:
+        candidates = self.eligible(call, candidates, now_s)
+        if not candidates:
+            raise ValueError(f"no candidate backend serves the model {call.facts.model!r}")
         ordered = sorted(candidates, key=lambda b: b.backend_id)
         choice = ordered[self._next % len(ordered)]
         self._next += 1
