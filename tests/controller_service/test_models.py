@@ -182,6 +182,16 @@ async def test_fallback_when_every_backend_of_a_model_is_out() -> None:
                 after = await http.post(url + CHAT, json=_body(PLANNER, 2))
                 bare = await http.post(bare_url + CHAT, json=_body(PLANNER, 3))
                 small = await http.post(bare_url + CHAT, json=_body("small", 4))
+                # An SDK node with candidates moves on at once (no retry of the 503).
+                config = RuntimeConfig(base_url=bare_url + "/v1", controller="required")
+                async with Runtime(config) as rt, rt.program("candidates") as prog:
+                    with anyio.fail_after(5):
+                        reply = await agentrt.chat(
+                            [{"role": "user", "content": "verify"}],
+                            model=[PLANNER, "small"],
+                            max_tokens=8,
+                        )
+                    node = prog.to_dict()["nodes"][0]
     finally:
         planner_server.__exit__(None, None, None)
     assert after.status_code == 200, after.text
@@ -193,6 +203,8 @@ async def test_fallback_when_every_backend_of_a_model_is_out() -> None:
     assert "retry-after" not in bare.headers
     assert bare.headers["x-should-retry"] == "false"
     assert small.status_code == 200
+    assert reply.model == VERIFIER
+    assert (node["name"], node["attempts"]) == ("small", 2)
 
 
 async def test_a_program_on_two_models_is_one_process_table_entry() -> None:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentrt.runtime.chat import chat
+from agentrt.runtime.chat import ModelChoice, chat
 from agentrt.runtime.flow import gather
 from agentrt.runtime.frame import CURRENT_FRAME
 from agentrt.runtime.runtime import current_runtime
@@ -96,7 +96,8 @@ async def mcts(
     depth: int = 4,
     iterations: int = 8,
     exploration: float = 1.0,
-    model: str | None = None,
+    model: ModelChoice | None = None,
+    evaluator_model: ModelChoice | None = None,
     verify: Verify | None = None,
     solved_threshold: float = 0.9,
     temperature: float = 0.8,
@@ -107,7 +108,10 @@ async def mcts(
     trajectory; ``iterations``: expansions; ``verify(steps)``: optional exact check of a
     terminal trajectory (e.g. a puzzle checker), used instead of the LLM's ``solved``;
     ``solved_threshold``: LLM score at which an unverified terminal trajectory counts as
-    solved. Runs in the current program or a new ``mcts`` program.
+    solved. ``model``: the proposing model (or an ordered list of candidates, as
+    :func:`~agentrt.chat` takes it); ``evaluator_model``: the one that grades partial solutions
+    and writes reflections — often a smaller, cheaper verifier (default: ``model``). Runs in
+    the current program or a new ``mcts`` program.
     """
     if CURRENT_FRAME.get() is None:
         async with current_runtime().program("mcts"):
@@ -118,13 +122,15 @@ async def mcts(
                 iterations=iterations,
                 exploration=exploration,
                 model=model,
+                evaluator_model=evaluator_model,
                 verify=verify,
                 solved_threshold=solved_threshold,
                 temperature=temperature,
             )
     if n < 1 or depth < 1 or iterations < 1:
         raise ValueError("n, depth and iterations must be >= 1")
-    search = _Search(task, depth, model, verify, solved_threshold, temperature)
+    evaluator = evaluator_model if evaluator_model is not None else model
+    search = _Search(task, depth, model, evaluator, verify, solved_threshold, temperature)
     root = _TreeNode(())
     done = 0
     while done < iterations:
@@ -164,7 +170,8 @@ class _Search:
         self,
         task: str,
         depth: int,
-        model: str | None,
+        model: ModelChoice | None,
+        evaluator_model: ModelChoice | None,
         verify: Verify | None,
         solved_threshold: float,
         temperature: float,
@@ -172,6 +179,8 @@ class _Search:
         self.task = task
         self.depth = depth
         self.model = model
+        #: Grades partial solutions and writes reflections (``mcts(evaluator_model=)``).
+        self.evaluator_model = evaluator_model
         self.verify = verify
         self.solved_threshold = solved_threshold
         self.temperature = temperature
@@ -231,7 +240,7 @@ class _Search:
                 },
                 {"role": "user", "content": f"Task: {self.task}\nSolution:\n{trajectory}"},
             ],
-            model=self.model,
+            model=self.evaluator_model,
             response_format=_EVALUATION_FORMAT,
             temperature=0.0,
         )
@@ -247,7 +256,7 @@ class _Search:
                     "In one sentence: what should the next attempt do differently?",
                 }
             ],
-            model=self.model,
+            model=self.evaluator_model,
             temperature=0.0,
         )
         lesson = (completion.choices[0].message.content or "").strip()

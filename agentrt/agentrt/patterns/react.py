@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentrt.errors import ToolArgumentsInvalid
-from agentrt.runtime.chat import chat
+from agentrt.runtime.chat import ModelChoice, chat
 from agentrt.runtime.frame import CURRENT_FRAME
 from agentrt.runtime.runtime import current_runtime
 from agentrt.tools.runner import ToolResult, execute_tool_calls
@@ -37,7 +37,7 @@ async def react(
     tools: Sequence[Tool[Any]],
     *,
     system: str | None = None,
-    model: str | None = None,
+    model: ModelChoice | None = None,
     max_steps: int = 10,
     max_invalid_tool_calls: int = 2,
     **params: Any,
@@ -49,7 +49,8 @@ async def react(
     tool's ``ToolError``) go back to the model as tool messages. After more than
     ``max_invalid_tool_calls`` consecutive turns with malformed / invalid tool calls the
     loop gives up with ``ToolArgumentsInvalid``. Runs in the current program, or in a new one
-    named ``react`` outside any.
+    named ``react`` outside any. ``model``: a model or an ordered list of candidates, as
+    :func:`~agentrt.chat` takes it (docs/sdk.md, "Models").
     """
     if CURRENT_FRAME.get() is None:
         async with current_runtime().program("react", operation="invoke_agent"):

@@ -34,7 +34,9 @@ class Node:
     #: ``f"{thread_id}:{seq}"``.
     id: str
     kind: NodeKind
-    #: Model name for an LLM call, tool name for a tool, a label for a wait.
+    #: Model name for an LLM call (the candidate that answered, or is being tried, when the
+    #: node was given several: :attr:`model_candidates`), tool name for a tool, a label for a
+    #: wait.
     name: str
     thread_id: str
     #: 0-based position of the node in its thread.
@@ -58,6 +60,9 @@ class Node:
     tool_call_id: str = ""
     #: Short error description (type name and message) when status is ``error``.
     error: str | None = None
+    #: LLM calls given an ordered list of models: the list, tried in order while the server
+    #: says a model is not served (404) or has no backend up (503); ``()`` = one model.
+    model_candidates: tuple[str, ...] = ()
     #: Cancel scope of the running node: cancelling it cancels all work nested in the node.
     scope: CancelScope | None = field(default=None, repr=False, compare=False)
 
@@ -106,6 +111,7 @@ class Node:
             "objective": self.objective,
             "tool_call_id": self.tool_call_id,
             "error": self.error,
+            **({"model_candidates": list(self.model_candidates)} if self.model_candidates else {}),
         }
 
 

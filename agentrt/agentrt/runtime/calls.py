@@ -24,7 +24,11 @@ from agentrt.runtime.telemetry import (
     ATTR_THREAD_ID,
 )
 
-__all__ = ["CURRENT_CALL", "LLMCall"]
+__all__ = ["ATTR_MODEL_CANDIDATES", "CURRENT_CALL", "LLMCall"]
+
+#: Span attribute: the ordered model candidates of a node given several (docs/sdk.md,
+#: "Models"); the span's ``gen_ai.request.model`` is the one that span tried.
+ATTR_MODEL_CANDIDATES = "agentrt.model.candidates"
 
 _REQUEST_ATTRS = {
     "max_tokens": "gen_ai.request.max_tokens",
@@ -38,7 +42,7 @@ _REQUEST_ATTRS = {
 class LLMCall:
     """Node + span + metrics of one LLM call. ``finish`` exactly once."""
 
-    __slots__ = ("_model", "_t0", "frame", "node", "runtime", "span")
+    __slots__ = ("_model", "_request", "_t0", "frame", "node", "runtime", "span")
 
     def __init__(
         self,
@@ -50,18 +54,24 @@ class LLMCall:
         objective: str | None = None,
         request: dict[str, Any] | None = None,
         reuse: Node | None = None,
+        candidates: tuple[str, ...] = (),
     ) -> None:
-        """``reuse``: a failed node retried (a new span for the new attempt, same node)."""
+        """``reuse``: a failed node retried (a new span for the new attempt, same node; its
+        name becomes ``model``). ``candidates``: the node's ordered models when it was given
+        several (``model`` is the one tried now)."""
         self.runtime = runtime
         self.frame = frame
         self._model = model
+        self._request = request
         if reuse is not None:
             reuse.status, reuse.ended_s, reuse.error = "running", None, None
+            reuse.name = model
             self.node: Node = reuse
         else:
             self.node = frame.run.begin_node(
                 frame, "llm", model, parents=parents, objective=objective
             )
+            self.node.model_candidates = candidates
         if not runtime.instruments.tracing:
             self.span: Span = INVALID_SPAN
         else:
@@ -78,6 +88,8 @@ class LLMCall:
                 ATTR_NODE_ID: self.node.id,
                 ATTR_NODE_PARENT_IDS: list(self.node.parent_ids),
             }
+            if self.node.model_candidates:
+                attributes[ATTR_MODEL_CANDIDATES] = list(self.node.model_candidates)
             if request:
                 for key, attr in _REQUEST_ATTRS.items():
                     value = request.get(key)
@@ -89,6 +101,18 @@ class LLMCall:
                 f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes
             )
         self._t0 = anyio.current_time()
+
+    def next_model(self, model: str, refused: BaseException) -> LLMCall:
+        """The server refused this attempt's model (``refused``: not served, or no backend
+        up): end this attempt's span with the error and return the same node's next attempt
+        on ``model`` (a new span; the node stays running)."""
+        span = self.span
+        if span.is_recording():
+            error_type = type(refused).__qualname__
+            span.set_status(Status(StatusCode.ERROR, error_type))
+            span.set_attribute("error.type", error_type)
+        span.end()
+        return LLMCall(self.runtime, self.frame, model, request=self._request, reuse=self.node)
 
     def finish(
         self,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -25,13 +25,33 @@ from agentrt.runtime.runtime import Runtime, current_runtime
 from agentrt.runtime.services import RuntimeServices
 
 #: ``current_runtime`` is defined in ``agentrt.runtime.runtime``; it stays importable from here.
-__all__ = ["chat", "current_runtime"]
+__all__ = ["ModelChoice", "chat", "current_runtime", "model_candidates"]
+
+#: What a node may name as its model: one model, or an ordered list of candidates.
+ModelChoice = str | Sequence[str]
+
+#: HTTP statuses that move a node with candidates on to its next model: the model is not
+#: served there (404 ``model_not_found``), or no backend of it is up (503).
+_REFUSED_MODEL = frozenset({404, 503})
+
+
+def model_candidates(model: ModelChoice | None) -> tuple[str, ...]:
+    """``model`` as a tuple of candidates (``()`` = none named). Raises ``ValueError`` for
+    an empty list, an empty name or a name given twice."""
+    if model is None:
+        return ()
+    names = (model,) if isinstance(model, str) else tuple(model)
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise ValueError(f"model must be a model name or a list of them, got {model!r}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"model candidates must differ, got {list(names)}")
+    return names
 
 
 async def chat(
     messages: Iterable[Mapping[str, Any]],
     *,
-    model: str | None = None,
+    model: ModelChoice | None = None,
     tools: Iterable[Mapping[str, Any]] | None = None,
     response_format: Mapping[str, Any] | None = None,
     objective: Objective | None = None,
@@ -46,6 +66,13 @@ async def chat(
     ``params`` go to the API (``temperature``, ``max_tokens``, ``tool_choice``...). The call
     gets at most the program's remaining budget. With a journal (and ``journal_llm_calls``)
     the completion is recorded and a re-run replays it.
+
+    ``model``: a model name, or an ordered list of candidates: the first is tried, and the
+    next one whenever the server answers that the model is not served (404) or has no backend
+    up (503) — our controller says so for exactly that model. The node's ``name`` is the
+    candidate that answered (its span's ``gen_ai.request.model``; each candidate tried is a
+    span of its own), the list is the node's ``model_candidates`` and the spans'
+    ``agentrt.model.candidates``.
 
     Raises ``DeadlineExceeded`` past the deadline, ``EndpointUnavailable`` when the server
     cannot be reached, ``LLMCallError`` for any other failed call. With no ``model`` here nor
@@ -67,9 +94,12 @@ async def chat(
                 **params,
             )
     rt: RuntimeServices = frame.run.runtime if runtime is None else runtime
+    candidates = model_candidates(model)
     # Neither named: the model the server serves (GET /v1/models, asked once per runtime).
-    model = model or rt.config.model or await rt.served_model.get(rt.transport)
-    request: dict[str, Any] = {"model": model, "messages": list(messages), **params}
+    first = (
+        candidates[0] if candidates else rt.config.model or await rt.served_model.get(rt.transport)
+    )
+    request: dict[str, Any] = {"model": first, "messages": list(messages), **params}
     if tools:
         request["tools"] = list(tools)
     if response_format is not None:
@@ -77,23 +107,40 @@ async def chat(
     call = LLMCall(
         rt,
         frame,
-        model,
+        first,
         parents=tuple(parents) if parents is not None else None,
         objective=objective,
         request=request,
+        candidates=candidates if len(candidates) > 1 else (),
     )
     journal = rt.journal if rt.config.journal_llm_calls else None
     executed = False
 
+    async def send() -> ChatCompletion:
+        """Send on the first candidate, then the next while one is refused."""
+        nonlocal call
+        for index in range(max(1, len(candidates))):
+            if index:
+                request["model"] = candidates[index]
+            try:
+                return await _send(rt, frame, call, request)
+            except LLMCallError as exc:
+                if index + 1 >= len(candidates) or exc.status_code not in _REFUSED_MODEL:
+                    raise
+                call = call.next_model(candidates[index + 1], exc)
+        raise AssertionError("unreachable: the last candidate returns or raises")
+
     async def execute(_key: str) -> JSONValue:
         nonlocal executed
         executed = True
-        completion = await _send(rt, frame, call, request)
+        completion = await send()
         return completion.model_dump(mode="json", exclude_unset=True)
 
+    # The journal's step: what the call was asked (all candidates), before any was tried.
+    arguments = {**request, "model": list(candidates)} if len(candidates) > 1 else dict(request)
     try:
         if journal is None:
-            completion = await _send(rt, frame, call, request)
+            completion = await send()
             call.finish("ok", response=_response_view(completion))
             return completion
         step = StepSpec(
@@ -101,8 +148,8 @@ async def chat(
             thread_id=frame.thread.id,
             seq=call.node.seq,
             kind="llm",
-            name=model,
-            arguments=request,
+            name=first,
+            arguments=arguments,
             node_id=call.node.id,
         )
         stored = await journal.run_step(step, execute)
