@@ -36,6 +36,7 @@ RUNS: dict[str, list[str]] = {
     "react_agent.py": ["--max-steps", "3"],
     "map_reduce_summarize.py": ["--chunk-chars", "4000"],
     "mcts_puzzle.py": ["--iterations", "2", "--n", "2", "--depth", "2"],
+    "plan_and_verify.py": ["--steps", "2"],
     "langgraph_react.py": ["--max-llm-calls", "3"],
     "autogen_assistant.py": ["--max-tool-iterations", "1"],
     "openai_agents_assistant.py": ["--max-turns", "3"],

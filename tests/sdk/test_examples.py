@@ -18,6 +18,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
         ("react_agent.py", "program p-"),
         ("map_reduce_summarize.py", "lighthouse.txt: 7 chunks, 8 LLM calls in 8 threads"),
         ("mcts_puzzle.py", "expansions; tree of"),
+        ("plan_and_verify.py", "2 on planner-8b, 4 on verifier-1b"),
     ],
 )
 def test_example_runs_against_the_embedded_emulator(
