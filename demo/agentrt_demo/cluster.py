@@ -57,6 +57,7 @@ async def run_engines(
 ) -> AsyncIterator[dict[str, list[str]]]:
     """Start ``settings.engines`` fresh engines per entry of ``policies`` (label → engine
     scheduling policy), all at once, in child processes; yields their base URLs by label.
+    With ``settings.models``, engine ``i`` of each group serves ``models[i % len(models)]``.
     Engine ``i`` of group ``label`` logs to ``log_dir / f"engine-{label}-{i}.log"``.
 
     Raises :class:`DemoError` when one does not start within 60 s.
@@ -70,8 +71,10 @@ async def run_engines(
             "num_gpu_blocks": settings.num_gpu_blocks,
             "scheduling_policy": policy,
         }
-        command = [sys.executable, "-m", "agentrt_demo.engine_proc", json.dumps(options)]
         for i in range(settings.engines):
+            if settings.models:  # one engine per model in turn
+                options["model_name"] = settings.models[i % len(settings.models)]
+            command = [sys.executable, "-m", "agentrt_demo.engine_proc", json.dumps(options)]
             commands.append((label, command, log_dir / f"engine-{label}-{i}.log"))
     async with _children([(c, log) for _, c, log in commands], "engines") as found:
         urls: dict[str, list[str]] = {label: [] for label in policies}

@@ -7,7 +7,8 @@ both cores of a small machine. The child serves on a free loopback port, prints
 orphan outlives it), on SIGINT / SIGTERM, or on an error (exit status 2, message on stderr).
 
 JSON keys: ``time_scale``, ``seed``, ``max_num_seqs``, ``num_gpu_blocks`` (or null),
-``scheduling_policy`` (``fcfs`` / ``priority``), ``profile``.
+``scheduling_policy`` (``fcfs`` / ``priority``), ``profile``, ``model_name`` (the served
+model's name; absent = the emulator's default).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import anyio
 
 from agentrt_demo.child_stop import child_main, stop_group_on_signal_or_eof
 from agentrt_emulator.core.types import EngineConfig
-from agentrt_emulator.server import EmulatorConfig, serve_engine
+from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
 
 __all__ = ["emulator_config", "main"]
 
@@ -36,6 +37,7 @@ def emulator_config(options: dict[str, Any]) -> EmulatorConfig:
         profile=str(options.get("profile", "a100-llama3-8b")),
         time_scale=float(options["time_scale"]),
         seed=int(options["seed"]),
+        model_name=str(options.get("model_name") or DEFAULT_MODEL_NAME),
     )
 
 

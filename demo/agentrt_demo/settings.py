@@ -57,6 +57,11 @@ class DemoSettings:
     priority: bool = False
     #: Emulated engines (>= 2 for routing to matter).
     engines: int = 2
+    #: The models the engines serve, one engine per model in turn (engine ``i`` of a group
+    #: serves ``models[i % len(models)]``; docs/routing.md, "Several models"); ``()`` = every
+    #: engine serves the emulator's default model. The controller routes each call to the
+    #: engines of its model; the agents name the models they use.
+    models: tuple[str, ...] = ()
     #: Program arrivals per model second (a Poisson process), > 0: with the batch below, the
     #: engines of an otherwise idle 2-core machine run near saturation while the programs
     #: arrive (docs/demo.md, "Why these settings").
@@ -92,6 +97,12 @@ class DemoSettings:
             problems.append(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if self.engines < 1:
             problems.append("engines must be >= 1")
+        if not all(isinstance(m, str) and m for m in self.models):
+            problems.append(f"models must be non-empty names, got {list(self.models)}")
+        elif len(set(self.models)) != len(self.models):
+            problems.append(f"models must differ, got {list(self.models)}")
+        elif self.engines < len(self.models):
+            problems.append(f"engines must be >= the number of models ({len(self.models)})")
         if not (self.arrival_rate > 0 and math.isfinite(self.arrival_rate)):
             problems.append("arrival_rate must be a positive number of programs per second")
         if self.max_num_seqs < 1:
