@@ -129,6 +129,9 @@ async def test_unknown_model_404_names_served_and_missing_model_400() -> None:
     async with _cluster() as (url, _, _), httpx.AsyncClient(timeout=30) as http:
         unknown = await http.post(url + CHAT, json=_body("gpt-9", 1))
         missing = await http.post(url + CHAT, json=_body(None, 2))
+        # Routed, not scheduled paths take the same names.
+        tokenized = await http.post(url + "/tokenize", json={"model": "small", "prompt": "hi"})
+        not_tokenized = await http.post(url + "/tokenize", json={"model": "x", "prompt": "hi"})
     assert unknown.status_code == 404
     error = unknown.json()["error"]
     assert error["code"] == "model_not_found"
@@ -138,6 +141,8 @@ async def test_unknown_model_404_names_served_and_missing_model_400() -> None:
     # Two models served: the controller cannot guess; it says which exist.
     assert missing.status_code == 400
     assert PLANNER in missing.json()["error"]["message"]
+    assert tokenized.status_code == 200, tokenized.text
+    assert not_tokenized.status_code == 404
 
 
 async def test_one_model_served_a_call_without_model_gets_it() -> None:

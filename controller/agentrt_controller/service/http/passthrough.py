@@ -23,7 +23,6 @@ from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_controller.service.errors import (
     BadRequest,
-    ModelNotFound,
     NoBackend,
     ServiceError,
     Unauthorized,
@@ -116,11 +115,11 @@ class PassthroughEndpoint:
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise BadRequest("'model' must be a string", param="model")
-        known = core.known_models()
-        if model is not None and known is not None and model not in known:
-            raise ModelNotFound(f"the model {model!r} does not exist; served models: "
-                                + ", ".join(repr(m) for m in sorted(known)), param="model",
-                                code="model_not_found")  # fmt: skip
+        if model is not None:  # aliases and fallbacks as for generation calls (404 unknown)
+            resolved = core.resolve_model(model)
+            if resolved != model:
+                body["model"] = model = resolved
+                raw = json.dumps(body, separators=(",", ":")).encode()
         if strip_agentic_context(body):
             raw = json.dumps(body, separators=(",", ":")).encode()
         outgoing = forwarded_headers(
