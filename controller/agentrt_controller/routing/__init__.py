@@ -3,7 +3,8 @@ scorer → picker pipeline of pure stages.
 
 * :mod:`.api` — the :class:`~.api.Router` protocol and the one-method stage protocols;
   :mod:`.pipeline` — the router that runs them and enforces their contracts;
-* :mod:`.filters`, :mod:`.scorers`, :mod:`.pickers` — the stages;
+* :mod:`.filters`, :mod:`.scorers`, :mod:`.pickers` — the stages (and the model constraint
+  every router applies first, :class:`~.filters.ModelFilter`);
 * :mod:`.prefix_index` — the approximate per-backend prefix index; :mod:`.kv_index` — the
   exact one, fed by vLLM's KV-cache events where a backend publishes them; :mod:`.affinity` —
   program bindings with a TTL; :mod:`.hashing` — how drivers fill ``CallFacts.block_hashes``;

@@ -20,6 +20,12 @@ GPU) does not hold them for the read timeout; the engine retries them elsewhere
 Removal drains: the backend leaves routing at once, its in-flight calls finish, and when the
 last one is released it is dropped, its probe loop stops and it is closed.
 
+Served models (docs/backends.md, "Models"): every successful probe reads the backend's
+``/v1/models`` again (or its configured ``models``), so a backend restarted with another model
+is routed by its new list within one interval; a failed read keeps the last list. The views
+carry the ids (:attr:`BackendView.models`, ``None`` while a backend never listed any), which
+the routers' model constraint matches calls against.
+
 In-flight counts change in this object only: :meth:`BackendPool.acquire` when a call is
 admitted to a backend, :meth:`BackendPool.release` when it leaves it. Both count calls and
 their sequences (a call's ``n``); the policies' view of a backend counts sequences.
