@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from agentrt_controller.backends.api import BackendError
+from agentrt_controller.backends.fake import FakeBackend, FakeResponse
 from agentrt_controller.routing.factory import ROUTER_NAMES, build_router
 from agentrt_controller.routing.filters import ModelFilter, serves
 from agentrt_controller.routing.hashing import request_block_hashes
@@ -14,6 +16,7 @@ from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
+from agentrt_controller.service.core.pool import BackendPool
 from tests.controller_policies.helpers import make_call, make_facts
 
 pytestmark = pytest.mark.timeout(30)
@@ -116,3 +119,31 @@ def test_prefix_chains_differ_across_models(salt: str | None) -> None:
     assert one and two and not set(one) & set(two)
     same = request_block_hashes({"model": A, "messages": messages, **extra})
     assert same == one
+
+
+@pytest.mark.anyio
+async def test_the_pool_reads_models_at_every_probe_and_keeps_them_when_a_read_fails() -> None:
+    """A backend restarted with another model is routed by its new list after one probe; a
+    failed read keeps the last list; one that never listed any takes any model."""
+
+    async def answer(request: object) -> FakeResponse:
+        raise AssertionError("no request is sent here")
+
+    listed = FakeBackend("listed", answer, models=[{"id": A}])
+    silent = FakeBackend("silent", answer, models=[])
+    pool = BackendPool([listed, silent], on_change=lambda: None, clock=lambda: 0.0)
+    await pool.refresh()
+    views = {v.backend_id: v for v in pool.views()}
+    assert views["listed"].models == frozenset({A}) and views["silent"].models is None
+    assert pool.known_model_ids() == {A} and pool.any_healthy(B) is True  # "silent" may
+    listed.model_list = [{"id": B}]
+    await pool.refresh()
+    assert pool.views()[0].models == frozenset({B})
+    assert [m["id"] for m in pool.model_list()] == [B]
+
+    async def refuse() -> list[dict[str, object]]:
+        raise BackendError("model list: HTTP 500")
+
+    listed.models = refuse  # type: ignore[method-assign]
+    await pool.refresh()
+    assert pool.views()[0].models == frozenset({B})
