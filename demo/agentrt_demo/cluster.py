@@ -64,7 +64,7 @@ async def run_engines(
     """
     commands: list[tuple[str, list[str], Path]] = []
     for label, policy in policies.items():
-        options = {
+        options: dict[str, object] = {
             "time_scale": settings.time_scale,
             "seed": settings.seed,
             "max_num_seqs": settings.max_num_seqs,
