@@ -147,3 +147,29 @@ async def test_the_pool_reads_models_at_every_probe_and_keeps_them_when_a_read_f
     listed.models = refuse  # type: ignore[method-assign]
     await pool.refresh()
     assert pool.views()[0].models == frozenset({B})
+
+
+def test_a_round_pops_nothing_when_no_queued_call_could_go_where_there_is_room() -> None:
+    """A's backend is full, B's idle, only calls for A queued: the round ends without popping
+    (and putting back) every one of them; a call for B behind them is admitted."""
+    scheduler = build_scheduler("plas")
+    pops: list[str] = []
+    pop = scheduler.pop
+
+    def counted(now_s: float) -> object:
+        call = pop(now_s)
+        if call is not None:
+            pops.append(call.facts.call_id)
+        return call
+
+    scheduler.pop = counted  # type: ignore[method-assign,assignment]
+    dispatcher = Dispatcher(scheduler, build_router("prefix"), FixedWindowAdmission(2))
+    for i in range(50):
+        dispatcher.submit(make_facts(f"pa{i}", float(i), model=A), float(i))
+    views = [_view("a", A, in_flight=2), _view("b", B)]
+    assert dispatcher.admit(60.0, views) == [] and pops == []
+    late = dispatcher.submit(make_facts("pb", 61.0, model=B), 61.0)
+    assert [x.call for x in dispatcher.admit(62.0, views)] == [late]
+    assert dispatcher.queued() == 50
+    pops.clear()
+    assert dispatcher.admit(63.0, views) == [] and pops == []  # B's call left: A's alone again

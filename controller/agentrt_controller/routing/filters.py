@@ -13,6 +13,7 @@ __all__ = [
     "AutellixLongCallFilter",
     "HealthyFilter",
     "KvPressureFilter",
+    "ModelDemand",
     "ModelFilter",
     "RetainedFilter",
     "serves",
@@ -23,6 +24,40 @@ def serves(view: BackendView, model: str | None) -> bool:
     """Whether ``view``'s backend may take a call for ``model``: the call names none, the
     backend's models are unknown (``BackendView.models`` is ``None``), or it serves it."""
     return model is None or view.models is None or model in view.models
+
+
+class ModelDemand:
+    """How many queued calls ask for each model (``None``: calls naming none), so that an
+    admission round can stop as soon as no queued call could go to any backend with room —
+    instead of popping, and putting back, every queued call of a model whose backends are full
+    (docs/routing.md, "Several models").
+
+    A count may only be too high, never too low: the Dispatcher adds at submission and
+    re-queueing, and takes away only where a call certainly left the queues (admitted,
+    cancelled, dropped). A count too high costs a round some pops; one too low would leave a
+    call waiting while a backend of its model has room.
+    """
+
+    def __init__(self) -> None:
+        self._queued: dict[str | None, int] = {}
+
+    def add(self, model: str | None) -> None:
+        self._queued[model] = self._queued.get(model, 0) + 1
+
+    def remove(self, model: str | None) -> None:
+        left = self._queued.get(model, 0) - 1
+        if left > 0:
+            self._queued[model] = left
+        else:
+            self._queued.pop(model, None)
+
+    def any_servable(self, backends: Sequence[BackendView], blocked: set[str | None]) -> bool:
+        """Whether some queued call's model, not in ``blocked`` (found without a backend this
+        round), is served by one of ``backends``."""
+        return any(
+            model not in blocked and any(serves(b, model) for b in backends)
+            for model in self._queued
+        )
 
 
 class ModelFilter:

@@ -53,6 +53,7 @@ from dataclasses import dataclass, replace
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ToolWait
 from agentrt_controller.routing.api import Router
+from agentrt_controller.routing.filters import ModelDemand
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
 from agentrt_controller.scheduling.api import AdmissionPolicy, BackendView, Scheduler
 from agentrt_controller.scheduling.basic import FixedWindowAdmission
@@ -110,6 +111,8 @@ class Dispatcher:
         #: Per backend: the view the admission policy was last asked about, and its answer,
         #: while that answer cannot change until the backend's view does (:meth:`_room_of`).
         self._asked: dict[str, tuple[BackendView, bool]] = {}
+        #: Queued calls per model: a round stops when none could go where there is room.
+        self._demand = ModelDemand()
 
     def submit(
         self, facts: CallFacts, now_s: float, *, retained_backend: str | None = None
@@ -125,6 +128,7 @@ class Dispatcher:
             call.lane = "retained"
             self.lane_total += 1
         self.queues.submit(call, now_s)
+        self._demand.add(facts.model)
         return call
 
     def queued(self) -> int:
@@ -156,10 +160,11 @@ class Dispatcher:
         # put back at their places when the round ends, so calls of other models behind them
         # are admitted meanwhile (docs/routing.md, "Several models").
         waiting_for_model: list[CallEntry] = []
+        blocked: set[str | None] = set()
         while self.queued():
             if room is None:
                 room = CandidateSet(self._with_room(backends, now_s))
-            if not room:
+            if not room or not self._demand.any_servable(room, blocked):
                 break
             candidates: Sequence[BackendView] = room
             if self._fair is not None:
@@ -171,6 +176,7 @@ class Dispatcher:
             candidates = self.router.eligible(call, candidates, now_s)
             if not candidates:
                 waiting_for_model.append(call)
+                blocked.add(call.facts.model)  # the room only shrinks: for the whole round
                 continue
             if call.facts.sequences > 1:
                 fitting = [b for b in candidates if self._fits(b, call.facts.sequences, now_s)]
@@ -194,6 +200,7 @@ class Dispatcher:
             if self.isolation is not None:
                 self.isolation.on_admit(call.facts.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
+            self._demand.remove(call.facts.model)
         for call in waiting_for_model:
             self.queues.requeue(call, now_s)
         return admissions
@@ -284,11 +291,15 @@ class Dispatcher:
         if self.isolation is not None:
             self.isolation.on_release(call.facts.call_id, now_s)
         self.queues.requeue(call, now_s)
+        self._demand.add(call.facts.model)
 
     def cancel(self, call: CallEntry, now_s: float) -> bool:
         """A queued call's client went away: forget it. ``False`` if it was not queued (then
         it is running: report it with :meth:`on_finish` and the service it got)."""
-        return self.queues.cancel(call, now_s)
+        cancelled = self.queues.cancel(call, now_s)
+        if cancelled:
+            self._demand.remove(call.facts.model)
+        return cancelled
 
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         self.queues.on_tokens(call, new_tokens, now_s)
@@ -314,7 +325,10 @@ class Dispatcher:
         self.router.on_finish(call, backend_id, now_s)
 
     def drop_expired(self, now_s: float) -> list[CallEntry]:
-        return self.queues.drop_expired(now_s)
+        dropped = self.queues.drop_expired(now_s)
+        for call in dropped:
+            self._demand.remove(call.facts.model)
+        return dropped
 
     def _retained(self, call: CallEntry, now_s: float) -> bool:
         entry = self.table.get(call.facts.program)
