@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging.config
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -140,7 +141,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--program-idle-timeout-s", type=float, help="idle programs leave the table (600)"
     )
     serve.add_argument(
-        "--log-level", choices=["critical", "error", "warning", "info", "debug"], default=None
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        default=None,
+        help="level of the controller's own lines on stderr, each with its ISO 8601 time "
+        "(default warning)",
+    )
+    serve.add_argument(
+        "--access-log",
+        choices=["off", "text", "json"],
+        default=None,
+        help="one line per request on stdout: time, method, path, status, latency, tenant, "
+        "session, program, model, backend, prompt / completion tokens (default text)",
     )
     serve.add_argument(
         "--api-key",
@@ -251,7 +263,7 @@ _OVERRIDES = (
     "breaker", "backend_timeout_s", "backend_stall_s", "shutdown_grace_s", "max_retries",
     "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
     "max_concurrency", "api_key", "api_key_file", "max_programs", "max_predicted_wait_s",
-    "fair_share", "tenant_isolation",
+    "fair_share", "tenant_isolation", "access_log",
 )  # fmt: skip
 
 
@@ -259,8 +271,12 @@ def _serve(args: argparse.Namespace) -> int:
     from agentrt.errors import ConfigError
     from agentrt_controller.service import load_config, run_controller
     from agentrt_controller.service.telemetry.otel import build_telemetry, export_plan
+    from agentrt_serving.logs import server_log_config
 
     overrides = {name: getattr(args, name) for name in _OVERRIDES}
+    # Timestamps from the first line on (loading the config may warn); uvicorn applies the
+    # config's level and access log once it is read (agentrt_serving.logs).
+    logging.config.dictConfig(server_log_config(args.log_level or "warning"))
     try:
         config = load_config(args.config, os.environ, overrides)
         if not config.backends:

@@ -30,6 +30,7 @@ from agentrt_controller.service.errors import (
     UpstreamFailed,
     error_body,
 )
+from agentrt_controller.service.http.access_log import access_facts
 from agentrt_controller.service.http.identity import strip_agentic_context
 from agentrt_controller.service.http.incoming import (
     ClientGone,
@@ -116,6 +117,9 @@ class PassthroughEndpoint:
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise BadRequest("'model' must be a string", param="model")
+        access = access_facts(scope)
+        if access is not None:
+            access.model = model
         known = core.known_models()
         if model is not None and known is not None and model not in known:
             raise ModelNotFound(f"the model {model!r} does not exist; served models: "
@@ -141,6 +145,8 @@ class PassthroughEndpoint:
                 continue
             except BackendError as exc:
                 raise UpstreamFailed(f"backend {backend.backend_id} failed: {exc}") from exc
+            if access is not None:
+                access.backend = backend.backend_id
             content_type = response.headers.get("content-type", "application/json")
             passed = [(b"content-type", content_type.encode())]
             passed += [

@@ -40,6 +40,7 @@ from agentrt_controller.service.core.facade import (
 )
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_controller.service.errors import ServiceError, Unauthorized, UpstreamFailed, error_body
+from agentrt_controller.service.http.access_log import AccessFacts, access_facts
 from agentrt_controller.service.http.incoming import (
     Api,
     ClientGone,
@@ -72,6 +73,8 @@ class _Exchange:
     started: bool = False
     #: The last body part is on its way (set before sending it: see ``_watch_disconnect``).
     completed: bool = False
+    #: The request's access-log facts to fill (None: the access log is off).
+    access: AccessFacts | None = None
 
 
 async def _send_json(
@@ -134,6 +137,7 @@ class CompletionsEndpoint:
             await send_error(send, Unauthorized("calls need a tenant's API key"))
             return
         core = self.core
+        access = access_facts(scope)
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             raw = await read_body(receive, headers, self.limits.max_body_bytes)
@@ -150,6 +154,10 @@ class CompletionsEndpoint:
                 decoded=decoded,
                 api=self.api,
             )
+            if access is not None:
+                program = parsed.call.program
+                access.session, access.program = program.session_id, program.program_id
+                access.model = parsed.model
             # The core reads prompts as chat messages (prefix hashes, retention's pins).
             seen = chat_view(parsed.body) if self.api == "responses" else parsed.body
             pending = core.accept(parsed.call, seen, tagged=not parsed.untagged, tenant=tenant)
@@ -159,7 +167,7 @@ class CompletionsEndpoint:
             return
         except ClientGone:
             return
-        exchange = _Exchange()
+        exchange = _Exchange(access=access)
         async with anyio.create_task_group() as group:
             group.start_soon(self._watch_disconnect, receive, group.cancel_scope, exchange)
             try:
@@ -235,6 +243,8 @@ class CompletionsEndpoint:
         )
         with self.core.deadline(pending):
             forwarded = await self.core.forward(pending, request)
+            if exchange.access is not None:
+                exchange.access.backend = forwarded.backend_id
             priority = forwarded.admission.backend_priority
             entry = forwarded.admission.call
             span.set_attributes(
@@ -303,6 +313,9 @@ class CompletionsEndpoint:
             with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
                 await answer.aclose()
             charge = self.core.settle(pending, forwarded, usage, ok=ok, reason=failure)
+            if exchange.access is not None:
+                exchange.access.prompt_tokens = charge.prompt_tokens
+                exchange.access.completion_tokens = charge.output_tokens
             span.set_attributes(
                 {
                     "gen_ai.usage.input_tokens": charge.prompt_tokens,
