@@ -17,20 +17,29 @@ if TYPE_CHECKING:
 __all__ = ["banner", "register"]
 
 _DESCRIPTION = """\
-Serve the agentrt program controller: an OpenAI-compatible endpoint (/v1/chat/completions,
-/v1/completions, /v1/models) that schedules calls by program (FCFS, MLFQ, PLAS, ATLAS) in
-front of one or more vLLM or OpenAI-compatible servers, plus the program-event API
-(/agentrt/v1/...), /metrics and /health. Every option can also come from a TOML/JSON file
-(--config) or an AGENTRT_CONTROLLER_<OPTION> environment variable; flags win over the
-environment, which wins over the file. See docs/controller.md."""
+Serve the agentrt program controller in front of one or more vLLM, SGLang or
+OpenAI-compatible servers; it schedules calls by program (FCFS, MLFQ, PLAS, ATLAS).
+
+  scheduled (OpenAI):   POST /v1/chat/completions, /v1/completions, /v1/responses
+  routed, unscheduled:  POST /v1/embeddings, /tokenize, /detokenize
+  models:               GET /v1/models (the union of the backends' models)
+  program events:       /agentrt/v1/... (sessions, programs and their tool waits,
+                        GET /agentrt/v1/programs and /agentrt/v1/queues for introspection)
+  backends (admin):     GET, POST /agentrt/v1/backends, DELETE /agentrt/v1/backends/ID
+  probes, telemetry:    GET /health, /readyz, /livez, /metrics, /openapi.json
+
+Every error is an OpenAI-style JSON body (404 / 405 too). Every option can also come from a
+TOML/JSON file (--config) or an AGENTRT_CONTROLLER_<OPTION> environment variable; flags win
+over the environment, which wins over the file. See docs/controller.md."""
 
 _EPILOG = """\
 backend syntax: URL[,kind=vllm|sglang|openai|emulator][,priority=on|off|auto][,id=NAME]
                 [,OPTION=VALUE...]      (kinds and options: docs/backends.md)
   priority=on sends the scheduler's priority in each request body (vLLM must run with
   --scheduling-policy priority); auto asks the server with one probe request.
-  Backends can be listed, added and removed while running: /agentrt/v1/backends (admin
-  token: AGENTRT_CONTROLLER_ADMIN_TOKEN; without one, loopback clients only).
+  Backends can be listed, added and removed while running: /agentrt/v1/backends (with an
+  admin token set, AGENTRT_CONTROLLER_ADMIN_TOKEN, it is required, from loopback too;
+  without one, loopback clients only).
 
 defaults (what --backend URL alone runs; the configuration the simulated benchmarks
 recommend, docs/controller.md "Why these defaults"):

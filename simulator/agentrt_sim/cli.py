@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
         "sweep",
         help="sweep the arrival rate: latency against load, saturation point",
         description="Run each configuration at each rate and report the largest rate at "
-        "which it keeps up (completed throughput >= 90%% of the offered rate).",
+        "which it keeps up (completed throughput >= 90% of the offered rate).",
         epilog=_SIM_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -87,8 +87,14 @@ class PassthroughEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
-            body = error_body("use POST", "invalid_request_error")
-            await _send(send, 405, body, [(b"content-type", b"application/json")])
+            body = error_body(
+                f"{scope['method']} is not allowed on {self.path}: use POST",
+                "invalid_request_error",
+                None,
+                "method_not_allowed",
+            )
+            headers = [(b"content-type", b"application/json"), (b"allow", b"POST")]
+            await _send(send, 405, body, headers)
             return
         tenant = scope.get("state", {}).get(TENANT_STATE)  # set by the app's authentication
         if not isinstance(tenant, Tenant):

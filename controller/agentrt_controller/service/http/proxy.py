@@ -130,7 +130,13 @@ class CompletionsEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
-            await _send_json(send, 405, error_body("use POST", "invalid_request_error"))
+            body = error_body(
+                f"{scope['method']} is not allowed on {self.path}: use POST",
+                "invalid_request_error",
+                None,
+                "method_not_allowed",
+            )
+            await _send_json(send, 405, body, {"allow": "POST"})
             return
         tenant = scope.get("state", {}).get(TENANT_STATE)  # set by the app's authentication
         if not isinstance(tenant, Tenant):  # the admin token is no tenant's key
