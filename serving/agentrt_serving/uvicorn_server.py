@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import anyio
 import h11
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agentrt_serving.asgi import Receive, Scope, Send
@@ -118,8 +119,8 @@ def uvicorn_config(
         port=port,
         log_level=log_level,
         access_log=False,
-        # uvicorn.Config's own default (uvicorn.config.LOGGING_CONFIG) when None is not given.
-        **({} if log_config is None else {"log_config": log_config}),
+        # None given: uvicorn's own default (uvicorn.config.LOGGING_CONFIG).
+        log_config=LOGGING_CONFIG if log_config is None else log_config,
         lifespan="on",
         http=HeadTimeoutH11Protocol,
         h11_max_incomplete_event_size=limits.max_header_bytes,

@@ -57,7 +57,7 @@ def _convert(value: object, offset_s: float) -> object:
         if key in MOMENT_FIELDS and (item is None or isinstance(item, int | float)):
             stem = key[: -len("_s")]
             finite = item is not None and math.isfinite(item)
-            out[f"{stem}_at"] = iso_time(item + offset_s) if finite else None
+            out[f"{stem}_at"] = iso_time(item + offset_s) if item is not None and finite else None
             out[f"{stem}_monotonic_s"] = item if finite else None
         else:
             out[key] = _convert(item, offset_s)
