@@ -65,6 +65,10 @@ async def test_json_access_log_has_one_line_per_request_with_what_the_core_decid
     tags = CallTags(session_id="s1", program_id="p1", thread_id="t1", node_id="n1")
     before = time.time()
     async with running(FakeState(tokens=7), access_log="json") as svc:
+        started = await svc.http.post(
+            svc.url + "/agentrt/v1/programs/p1/start", json={"session_id": "s1"}
+        )
+        assert started.status_code == 200
         whole = await svc.chat(headers=tags.to_headers())
         streamed = await svc.chat(headers=tags.to_headers(), stream=True)
         missing = await svc.http.get(svc.url + "/no/such/path")
@@ -72,12 +76,14 @@ async def test_json_access_log_has_one_line_per_request_with_what_the_core_decid
         backend_id = svc.app.config.backends[0].backend_id
     assert [whole.status_code, streamed.status_code] == [200, 200]
     records = [json.loads(line) for line in _access_lines(caplog)]
-    assert len(records) == 4, records
+    assert len(records) == 5, records
     for record in records:
         assert list(record) == _FIELDS
         assert before - 1 <= _parse_iso(record["time"]) <= time.time() + 1
         assert record["latency_ms"] >= 0
-    call, stream_call, not_found, bad_model = records
+    event, call, stream_call, not_found, bad_model = records
+    assert (event["path"], event["status"]) == ("/agentrt/v1/programs/p1/start", 200)
+    assert (event["session"], event["program"], event["tenant"]) == ("s1", "p1", "default")
     assert call == {
         **call,
         "method": "POST",

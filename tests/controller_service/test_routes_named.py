@@ -119,6 +119,8 @@ async def test_unknown_paths_and_methods_answer_json_in_both_servers() -> None:
                     assert error["message"] and "type" in error and "param" in error
                     if status == 405:
                         assert "allow" in answer.headers, (base, method, path)
+            event = await http.post(url + "/agentrt/v1/programs/p1/restart", json={})
+            assert event.status_code == 404 and event.json()["error"]["param"] == "event"
 
 
 @pytest.mark.anyio
