@@ -21,7 +21,7 @@ from agentrt.protocol import CallTags
 from agentrt_emulator.server import EmulatorConfig, serve_engine
 from agentrt_serving.logs import ACCESS_LOGGER, IsoFormatter, iso_time, server_log_config
 
-from .conftest import running
+from .conftest import controller, fake_backends, running
 from .fake_openai import FakeState
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -215,3 +215,47 @@ async def test_the_served_process_times_every_stderr_line_and_logs_requests_on_s
     assert lines and all(_ISO.match(line.split(" ", 1)[0]) for line in lines), lines
     assert any("draining: SIGTERM received" in line for line in lines), lines
     assert any("agentrt controller on" in line for line in lines), lines
+
+
+async def _logged(text: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Return once the ``agentrt.controller`` logger wrote (or had written) a line containing
+    ``text`` (the pool logs from the event loop's thread, where the event is set)."""
+    seen = anyio.Event()
+    if any(text in record.getMessage() for record in caplog.records):
+        return
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if text in record.getMessage():
+                seen.set()
+
+    watch = Watch()
+    logger = logging.getLogger("agentrt.controller")
+    logger.addHandler(watch)
+    try:
+        await seen.wait()
+    finally:
+        logger.removeHandler(watch)
+
+
+async def test_backend_state_changes_say_why(caplog: pytest.LogCaptureFixture) -> None:
+    """Going out, being removed and being dropped: each line names its reason (no empty
+    ``(draining: )``)."""
+    caplog.set_level(logging.INFO, logger="agentrt.controller")
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: its probes fail
+    async with (
+        fake_backends(FakeState(), FakeState()) as urls,
+        controller([*urls, dead], scrape_interval_s=0.1) as (url, app),
+        httpx.AsyncClient() as http,
+    ):
+        dead_id, removed_id = app.config.backends[2].backend_id, app.config.backends[1].backend_id
+        with anyio.fail_after(10):
+            await _logged(f"backend {dead_id} is out", caplog)
+        answer = await http.delete(url + f"/agentrt/v1/backends/{removed_id}")
+        assert answer.status_code in (200, 202)
+    lines = [r.getMessage() for r in caplog.records if r.name == "agentrt.controller"]
+    out = next(line for line in lines if f"backend {dead_id} is out" in line)
+    assert re.search(r"is out \(\w+: \S.*\)$", out), out
+    assert any(f"backend {removed_id} removed through the admin API" in line for line in lines)
+    assert any(f"backend {removed_id} dropped: removed" in line for line in lines), lines
+    assert not any(": )" in line for line in lines), lines

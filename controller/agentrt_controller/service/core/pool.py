@@ -366,7 +366,10 @@ class BackendPool:
         await self._probe_safely(state)
         if self.states.get(backend_id) is state:  # not removed while probing
             self._group.start_soon(self._probe_loop, state)
-            _log.warning("backend %s (%s) added", backend_id, backend.url)
+            _log.warning(
+                "backend %s (%s) added through the admin API; after its first probe: %s",
+                backend_id, backend.url, state.status(),
+            )  # fmt: skip
         self._on_change()
         return state
 
