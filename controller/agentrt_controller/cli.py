@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging.config
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -16,12 +17,20 @@ if TYPE_CHECKING:
 __all__ = ["banner", "register"]
 
 _DESCRIPTION = """\
-Serve the agentrt program controller: an OpenAI-compatible endpoint (/v1/chat/completions,
-/v1/completions, /v1/models) that schedules calls by program (FCFS, MLFQ, PLAS, ATLAS) in
-front of one or more vLLM or OpenAI-compatible servers, plus the program-event API
-(/agentrt/v1/...), /metrics and /health. Every option can also come from a TOML/JSON file
-(--config) or an AGENTRT_CONTROLLER_<OPTION> environment variable; flags win over the
-environment, which wins over the file. See docs/controller.md."""
+Serve the agentrt program controller in front of one or more vLLM, SGLang or
+OpenAI-compatible servers; it schedules calls by program (FCFS, MLFQ, PLAS, ATLAS).
+
+  scheduled (OpenAI):   POST /v1/chat/completions, /v1/completions, /v1/responses
+  routed, unscheduled:  POST /v1/embeddings, /tokenize, /detokenize
+  models:               GET /v1/models (the union of the backends' models)
+  program events:       /agentrt/v1/... (sessions, programs and their tool waits,
+                        GET /agentrt/v1/programs and /agentrt/v1/queues for introspection)
+  backends (admin):     GET, POST /agentrt/v1/backends, DELETE /agentrt/v1/backends/ID
+  probes, telemetry:    GET /health, /readyz, /livez, /metrics, /openapi.json
+
+Every error is an OpenAI-style JSON body (404 / 405 too). Every option can also come from a
+TOML/JSON file (--config) or an AGENTRT_CONTROLLER_<OPTION> environment variable; flags win
+over the environment, which wins over the file. See docs/controller.md."""
 
 _EPILOG = """\
 backend syntax: URL[,kind=vllm|sglang|openai|emulator][,priority=on|off|auto][,id=NAME]
@@ -30,8 +39,9 @@ backend syntax: URL[,kind=vllm|sglang|openai|emulator][,priority=on|off|auto][,i
   --scheduling-policy priority); auto asks the server with one probe request.
   models=A|B names the models it serves (else its /v1/models is asked at every probe); a
   call goes only to backends serving its model.
-  Backends can be listed, added and removed while running: /agentrt/v1/backends (admin
-  token: AGENTRT_CONTROLLER_ADMIN_TOKEN; without one, loopback clients only).
+  Backends can be listed, added and removed while running: /agentrt/v1/backends (with an
+  admin token set, AGENTRT_CONTROLLER_ADMIN_TOKEN, it is required, from loopback too;
+  without one, loopback clients only).
 
 defaults (what --backend URL alone runs; the configuration the simulated benchmarks
 recommend, docs/controller.md "Why these defaults"):
@@ -156,7 +166,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--program-idle-timeout-s", type=float, help="idle programs leave the table (600)"
     )
     serve.add_argument(
-        "--log-level", choices=["critical", "error", "warning", "info", "debug"], default=None
+        "--log-level",
+        choices=["critical", "error", "warning", "info", "debug"],
+        default=None,
+        help="level of the controller's own lines on stderr, each with its ISO 8601 time "
+        "(default warning)",
+    )
+    serve.add_argument(
+        "--access-log",
+        choices=["off", "text", "json"],
+        default=None,
+        help="one line per request on stdout: time, method, path, status, latency, tenant, "
+        "session, program, model, backend, prompt / completion tokens (default text)",
     )
     serve.add_argument(
         "--api-key",
@@ -267,7 +288,7 @@ _OVERRIDES = (
     "breaker", "backend_timeout_s", "backend_stall_s", "shutdown_grace_s", "max_retries",
     "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
     "max_concurrency", "api_key", "api_key_file", "max_programs", "max_predicted_wait_s",
-    "fair_share", "tenant_isolation", "model_aliases", "model_fallbacks",
+    "fair_share", "tenant_isolation", "model_aliases", "model_fallbacks", "access_log",
 )  # fmt: skip
 
 
@@ -275,8 +296,12 @@ def _serve(args: argparse.Namespace) -> int:
     from agentrt.errors import ConfigError
     from agentrt_controller.service import load_config, run_controller
     from agentrt_controller.service.telemetry.otel import build_telemetry, export_plan
+    from agentrt_serving.logs import server_log_config
 
     overrides = {name: getattr(args, name) for name in _OVERRIDES}
+    # Timestamps from the first line on (loading the config may warn); uvicorn applies the
+    # config's level and access log once it is read (agentrt_serving.logs).
+    logging.config.dictConfig(server_log_config(args.log_level or "warning"))
     try:
         config = load_config(args.config, os.environ, overrides)
         if not config.backends:

@@ -9,11 +9,19 @@ from typing import Any
 __all__ = ["register"]
 
 _DESCRIPTION = """\
-Serve an emulated vLLM engine: the OpenAI-compatible API (/v1/chat/completions,
-/v1/completions, /v1/models, /tokenize, /health), Prometheus /metrics with vLLM's names and
-agentrt's retention pins (/agentrt/engine/v1/pins). A roofline model of the chosen GPU profile
-decides how long each engine step takes; a deterministic scripted model (NOT a language model)
-decides the text, tool calls and JSON it returns. See docs/engine-emulator.md."""
+Serve an emulated vLLM engine. A roofline model of the chosen GPU profile decides how long
+each engine step takes; a deterministic scripted model (NOT a language model) decides the text,
+tool calls and JSON it returns. See docs/engine-emulator.md.
+
+  OpenAI API:        POST /v1/chat/completions, /v1/completions, /v1/responses,
+                     /v1/embeddings; GET /v1/models
+  vLLM's extras:     POST /tokenize, /detokenize; GET /version
+  probes, metrics:   GET /health, /readyz, /livez, /metrics (vLLM's names), /openapi.json
+  agentrt:           retention pins: GET, POST /agentrt/engine/v1/pins,
+                     DELETE /agentrt/engine/v1/pins/ID; GET /agentrt/engine/v1/state
+
+Every error is a JSON body (404 / 405 too). Log lines on stderr start with their ISO 8601
+time."""
 
 _EPILOG = """\
 examples:

@@ -8,7 +8,8 @@ server run in the caller's event loop (docs/security.md, "Hardened HTTP surface"
   uvicorn itself only times out *idle* keep-alive connections, so a client trickling one
   header byte at a time held its connection forever (slow loris).
 * :func:`uvicorn_config` — h11 explicitly (its head size limit applies to it), the head
-  timeout, the connection limit, no access log, the app's lifespan on.
+  timeout, the connection limit, no uvicorn access log (the controller writes its own,
+  :mod:`agentrt_serving.logs`), the app's lifespan on.
 * :func:`listening_socket` and :func:`running` — bind before anything is printed, then serve
   on that socket until the ``async with`` block exits.
 """
@@ -19,16 +20,20 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any, Protocol
 
 import anyio
 import h11
 import uvicorn
+from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agentrt_serving.hardening import HardenedApp
+from agentrt_serving.asgi import Receive, Scope, Send
+from agentrt_serving.hardening import HttpLimits
 
 __all__ = [
     "EmbeddedServer",
+    "GuardedApp",
     "HeadTimeoutH11Protocol",
     "listening_socket",
     "running",
@@ -80,20 +85,33 @@ class HeadTimeoutH11Protocol(H11Protocol):
             self.transport.close()
 
 
+class GuardedApp(Protocol):
+    """An ASGI app that carries the limits it is served under
+    (:class:`~agentrt_serving.hardening.HardenedApp`, or a wrapper around one)."""
+
+    @property
+    def limits(self) -> HttpLimits: ...
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None: ...
+
+
 def uvicorn_config(
-    app: HardenedApp,
+    app: GuardedApp,
     *,
     host: str,
     port: int,
     log_level: str,
     graceful_shutdown_s: float,
+    log_config: dict[str, Any] | None = None,
 ) -> uvicorn.Config:
     """uvicorn's settings for ``app`` under its limits: h11 with the request-head timeout
     (``header_timeout_s``, also the idle keep-alive timeout), h11's head size limit
     (``max_header_bytes``), the connection limit (``max_concurrency``; 503 beyond), no access
     log (it would name every path), lifespan on. ``host`` / ``port`` are what uvicorn reports
     (the server serves on the socket it is given); in-flight requests get
-    ``graceful_shutdown_s`` seconds when the server stops."""
+    ``graceful_shutdown_s`` seconds when the server stops. ``log_config`` (a ``dictConfig``,
+    :func:`agentrt_serving.logs.server_log_config` for a server process) is applied when the
+    config is made; ``None`` = uvicorn's own, for embedded servers."""
     limits = app.limits
     return uvicorn.Config(
         app,
@@ -101,6 +119,8 @@ def uvicorn_config(
         port=port,
         log_level=log_level,
         access_log=False,
+        # None given: uvicorn's own default (uvicorn.config.LOGGING_CONFIG).
+        log_config=LOGGING_CONFIG if log_config is None else log_config,
         lifespan="on",
         http=HeadTimeoutH11Protocol,
         h11_max_incomplete_event_size=limits.max_header_bytes,

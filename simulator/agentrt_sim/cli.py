@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
         "sweep",
         help="sweep the arrival rate: latency against load, saturation point",
         description="Run each configuration at each rate and report the largest rate at "
-        "which it keeps up (completed throughput >= 90%% of the offered rate).",
+        "which it keeps up (completed throughput >= 90% of the offered rate).",
         epilog=_SIM_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -144,7 +144,13 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
         metavar="S",
         help="arrival window in simulated seconds (default: %(default)s)",
     )
-    group.add_argument("--seed", type=int, default=1, help="random seed (default: %(default)s)")
+    group.add_argument("--seed", type=int, default=None, help="random seed (default: 1)")
+    group.add_argument(
+        "--seeds",
+        metavar="S[,S...]",
+        help="run every configuration on each seed (e.g. 1,2,3) and report medians with their "
+        "ranges (min-max); instead of --seed",
+    )
     group.add_argument(
         "--warmup",
         type=float,
@@ -370,7 +376,16 @@ def _window_text(window: int | str | None) -> str:
 
 def _add_output_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("output")
-    group.add_argument("--json", action="store_true", help="print a JSON array, one per run")
+    group.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON array, one per run (with --seeds: medians, seeds and seed_range)",
+    )
+    group.add_argument(
+        "--wide",
+        action="store_true",
+        help="every column in the table (default: the few that fit 100 columns)",
+    )
     group.add_argument("--plot", metavar="DIR", help="write PNG charts to DIR")
     group.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
@@ -483,7 +498,7 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
         workload=args.workload,
         rate_per_s=rate,
         duration_s=args.duration,
-        seed=args.seed,
+        seed=1 if args.seed is None else args.seed,
         warmup_s=args.warmup,
         drain_s=args.drain,
         engines=args.engines,
@@ -556,32 +571,46 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _run_sim(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from agentrt_sim.rates import default_rate
     from agentrt_sim.report import print_sim_table, progress_bar
     from agentrt_sim.runner import run_comparison
+    from agentrt_sim.seeds import over_seeds
     from agentrt_sim.workloads.trace import load_trace, save_trace
 
+    seeds = _seeds(args)
     rate = args.rate if args.rate is not None else default_rate(args.workload)
     bench, specs = _bench_and_specs(args, rate)
-    programs = load_trace(args.trace_in) if args.trace_in else bench.programs()
-    if args.trace_in and programs:
-        from dataclasses import replace
-
-        last = max(p.arrival_s for p in programs)
-        bench = replace(bench, workload=f"trace:{args.trace_in}", duration_s=max(last, 1e-9))
-    if args.trace_out:
-        save_trace(programs, args.trace_out)
-    with progress_bar(not (args.json or args.no_progress)) as progress:
-        outcomes = run_comparison(
-            bench, specs, programs=programs, cost_model=_cost(args), progress=progress
-        )
-    results = [o.summary for o in outcomes]
+    runs: list[list[dict[str, Any]]] = []
+    arrivals: list[tuple[int, int]] = []  # per seed: (programs, of them in the warm-up)
+    outcomes: list[Any] = []
+    for seed in seeds:
+        bench = replace(bench, seed=seed)
+        programs = load_trace(args.trace_in) if args.trace_in else bench.programs()
+        if args.trace_in and programs:
+            last = max(p.arrival_s for p in programs)
+            bench = replace(bench, workload=f"trace:{args.trace_in}", duration_s=max(last, 1e-9))
+        if args.trace_out:
+            save_trace(programs, args.trace_out)
+        warmup_s = bench.resolved_warmup_s()
+        arrivals.append((len(programs), sum(1 for p in programs if p.arrival_s < warmup_s)))
+        with progress_bar(not (args.json or args.no_progress)) as progress:
+            outcomes = run_comparison(
+                bench, specs, programs=programs, cost_model=_cost(args), progress=progress
+            )
+        runs.append([o.summary for o in outcomes])
+    results = runs[0] if len(seeds) == 1 else over_seeds(runs, seeds)
     if args.json:
         _print_json(results)
     else:
         workload = args.tenants if bench.tenants else bench.workload
         print_sim_table(
-            results, f"{workload} @ {bench.rate_per_s:g} programs/s, {len(programs)} programs"
+            results,
+            f"{workload} @ {bench.rate_per_s:g} programs/s, {_count(a for a, _ in arrivals)} "
+            f"programs arrived ({_seeds_text(seeds)})",
+            wide=args.wide,
+            notes=[_warmup_note(bench.resolved_warmup_s(), arrivals)],
         )
     if args.plot:
         from agentrt_sim.plots import plot_comparison
@@ -591,14 +620,59 @@ def _run_sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def _seeds(args: argparse.Namespace) -> list[int]:
+    """The seeds to run: ``--seeds``, else ``--seed`` (default 1). Raises ConfigError for
+    both, a bad list, or several seeds with what takes one (a trace, plots)."""
+    from agentrt.errors import ConfigError
+    from agentrt_sim.seeds import parse_seeds
+
+    if args.seeds is None:
+        return [1 if args.seed is None else args.seed]
+    if args.seed is not None:
+        raise ConfigError("give --seed or --seeds, not both")
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if len(seeds) > 1:
+        for flag in ("trace_in", "trace_out", "plot"):
+            if getattr(args, flag, None):
+                option = "--" + flag.replace("_", "-")
+                raise ConfigError(f"{option} takes one seed; --seeds gives {len(seeds)}")
+    return seeds
+
+
+def _seeds_text(seeds: list[int]) -> str:
+    return f"seed {seeds[0]}" if len(seeds) == 1 else "seeds " + ",".join(map(str, seeds))
+
+
+def _count(values: Any) -> str:
+    """A count, or ``min-max`` when it differs between seeds."""
+    counts = list(values)
+    low, high = min(counts), max(counts)
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def _warmup_note(warmup_s: float, arrivals: list[tuple[int, int]]) -> str:
+    """Why the table's ``programs`` is smaller than the header's count."""
+    return (
+        f"programs = measured: arrived after the warm-up (the first {warmup_s:g} s; "
+        f"{_count(w for _, w in arrivals)} programs arrived in it and are not measured) and "
+        "finished; unfinished ones are not measured either"
+    )
+
+
 def _sweep(args: argparse.Namespace) -> int:
     return _guarded(lambda: _run_sweep(args))
 
 
 def _run_sweep(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from agentrt.errors import ConfigError
     from agentrt_sim.report import print_sweep_table, progress_bar
     from agentrt_sim.runner import saturation_rate, sweep
+    from agentrt_sim.seeds import over_seeds
 
     try:
         rates = sorted({float(r) for r in args.rates.split(",") if r.strip()})
@@ -606,17 +680,33 @@ def _run_sweep(args: argparse.Namespace) -> int:
         raise ConfigError(f"--rates must be comma-separated numbers, got {args.rates!r}") from exc
     if not rates or rates[0] <= 0:
         raise ConfigError("--rates needs at least one rate > 0")
+    seeds = _seeds(args)
     bench, specs = _bench_and_specs(args, rates[0])
-    with progress_bar(not (args.json or args.no_progress)) as progress:
-        outcomes = sweep(bench, specs, rates, cost_model=_cost(args), progress=progress)
-    results = [o.summary for o in outcomes]
+    runs: list[list[dict[str, Any]]] = []
+    outcomes: list[Any] = []
+    for seed in seeds:
+        with progress_bar(not (args.json or args.no_progress)) as progress:
+            outcomes = sweep(
+                replace(bench, seed=seed), specs, rates, cost_model=_cost(args), progress=progress
+            )
+        runs.append([o.summary for o in outcomes])
+    results = runs[0] if len(seeds) == 1 else over_seeds(runs, seeds)
     saturation = {s.policy: saturation_rate(results, s.policy) for s in specs}
     if args.json:
         for result in results:
             result["saturation_rate"] = saturation[result["policy"]]
         _print_json(results)
     else:
-        print_sweep_table(results, saturation)
+        warmup_s = bench.resolved_warmup_s()
+        print_sweep_table(
+            results,
+            saturation,
+            wide=args.wide,
+            notes=[
+                f"{_seeds_text(seeds)}; measured: programs arriving after the warm-up (the "
+                f"first {warmup_s:g} s) that finished"
+            ],
+        )
     if args.plot:
         from agentrt_sim.plots import plot_sweep
 

@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import math
 import sys
+import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from agentrt_sim.runner import Progress
 
 __all__ = [
+    "SIM_COLUMNS",
+    "SWEEP_COLUMNS",
+    "TEXT_WIDTH",
+    "Column",
     "print_fig2_table",
     "print_sim_table",
     "print_sweep_table",
     "print_tenant_table",
     "progress_bar",
     "queueing_note",
+    "seeds_note",
 ]
 
 
@@ -30,12 +37,13 @@ def _num(value: Any, digits: int = 3) -> str:
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
-def _console() -> Any:
-    """A rich console on stdout; wide when stdout is not a terminal (files, pipes)."""
+def _console(width: int = 220) -> Any:
+    """A rich console on stdout; ``width`` columns when stdout is not a terminal (files,
+    pipes), else the terminal's."""
     from rich.console import Console
 
     console = Console()
-    return console if console.is_terminal else Console(width=220)
+    return console if console.is_terminal else Console(width=width)
 
 
 def _window(value: Any) -> str:
@@ -51,59 +59,182 @@ def _replicas(result: Mapping[str, Any]) -> str:
     return f" x{count} by {result.get('shard', 'program')}{split}"
 
 
-def print_sim_table(results: Sequence[Mapping[str, Any]], title: str) -> None:
-    """One row per configuration."""
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One numeric column of a results table."""
+
+    header: str
+    #: Keys leading to the value in a run's summary (``("e2e_latency_s", "p95")``).
+    path: tuple[str, ...]
+    #: Shown only with ``--wide``.
+    wide_only: bool = False
+    #: The value is multiplied by this (fractions shown as percent).
+    scale: float = 1.0
+
+
+#: ``bench sim``'s columns; without ``--wide`` the table fits 100 columns of text.
+SIM_COLUMNS = (
+    Column("programs", ("programs_completed",)),
+    Column("thr/s", ("throughput_programs_per_s",)),
+    Column("tok lat", ("token_latency_s", "mean")),
+    Column("tok lat p95", ("token_latency_s", "p95"), wide_only=True),
+    Column("e2e", ("e2e_latency_s", "mean")),
+    Column("e2e p95", ("e2e_latency_s", "p95")),
+    Column("wait", ("wait_s_mean",)),
+    Column("exec", ("exec_s_mean",), wide_only=True),
+    Column("tool", ("tool_s_mean",), wide_only=True),
+    Column("think", ("think_s_mean",), wide_only=True),
+    Column("hit %", ("prefix_hit_rate",), scale=100.0),
+    Column("recomputed", ("recomputed_prompt_tokens",), wide_only=True),
+    Column("preempt", ("preemptions",), wide_only=True),
+)
+#: ``bench sweep``'s columns.
+SWEEP_COLUMNS = (
+    Column("thr/s", ("throughput_programs_per_s",)),
+    Column("tok lat", ("token_latency_s", "mean")),
+    Column("tok lat p95", ("token_latency_s", "p95")),
+    Column("e2e p50", ("e2e_latency_s", "p50")),
+    Column("e2e p95", ("e2e_latency_s", "p95"), wide_only=True),
+    Column("wait", ("wait_s_mean",), wide_only=True),
+    Column("hit %", ("prefix_hit_rate",), wide_only=True, scale=100.0),
+    Column("unfinished", ("programs_unfinished",)),
+)
+#: Widest configuration cell (characters) without --wide; longer ones wrap.
+_CONFIG_WIDTH = 28
+#: The configuration's parts besides the policy, as (header, summary key).
+_SETTINGS = (("router", "router"), ("retention", "retention"), ("window", "admission_window"))
+
+
+def _lookup(result: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = result
+    for key in path:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _scaled(value: Any, scale: float) -> Any:
+    return value * scale if scale != 1.0 and isinstance(value, int | float) else value
+
+
+def _cell(result: Mapping[str, Any], column: Column) -> str:
+    return _num(_scaled(_lookup(result, column.path), column.scale))
+
+
+def _range_cell(result: Mapping[str, Any], column: Column) -> str:
+    """``min-max`` over the seeds (``seed_range``, agentrt_sim/seeds.py), two significant
+    digits; ``-`` when unknown."""
+    spread = _lookup(result.get("seed_range", {}), column.path)
+    if not isinstance(spread, list) or len(spread) != 2:
+        return "-"
+    low, high = (_scaled(v, column.scale) for v in spread)
+    return f"{_short(low)}-{_short(high)}"
+
+
+def _short(value: Any) -> str:
+    """A range end: whole numbers from 10 up (``129``, ``7,803``), two significant digits
+    below (``0.037``); ``-`` for none."""
+    if not isinstance(value, int | float) or math.isnan(value):
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 10 else f"{value:.2g}"
+
+
+def _setting_text(result: Mapping[str, Any], key: str) -> str:
+    return _window(result.get(key)) if key == "admission_window" else str(result.get(key, "-"))
+
+
+def _config_label(result: Mapping[str, Any], varying: Sequence[str]) -> str:
+    policy = str(result["policy"]) + ("+tenancy" if result.get("tenancy") else "")
+    return " ".join([policy + _replicas(result), *(_setting_text(result, k) for k in varying)])
+
+
+def _results_table(
+    results: Sequence[Mapping[str, Any]],
+    columns: Sequence[Column],
+    *,
+    title: str,
+    wide: bool,
+    lead: Sequence[tuple[str, Any]] = (),
+) -> tuple[Any, list[str]]:
+    """A rich table (``lead`` columns: header and a function of the result, then the
+    configuration, then ``columns``), one row per result and, for results over several seeds,
+    a dim row of ranges under it; and the notes naming the settings all rows share."""
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
-    for name in (
-        "policy",
-        "router",
-        "retention",
-        "window",
-        "programs",
-        "thr/s",
-        "tok lat mean",
-        "tok lat p95",
-        "e2e mean",
-        "e2e p95",
-        "wait",
-        "exec",
-        "tool",
-        "think",
-        "hit %",
-        "recomputed",
-        "preempt",
-    ):
-        table.add_column(name, justify="left" if name in ("policy", "router") else "right")
+    shared = [
+        (name, key) for name, key in _SETTINGS
+        if len({_setting_text(r, key) for r in results}) <= 1
+    ]  # fmt: skip
+    varying = [key for name, key in _SETTINGS if (name, key) not in shared]
+    shown = [c for c in columns if wide or not c.wide_only]
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for header, _ in lead:
+        table.add_column(header, justify="right")
+    config_header = " ".join(["policy", *(n for n, k in _SETTINGS if k in varying)])
+    # A long configuration (tenancy, replicas, several settings) wraps inside its cell.
+    table.add_column(config_header, justify="left", max_width=None if wide else _CONFIG_WIDTH)
+    for column in shown:
+        table.add_column(column.header, justify="right")
     for r in results:
         table.add_row(
-            r["policy"] + ("+tenancy" if r.get("tenancy") else "") + _replicas(r),
-            r["router"],
-            r["retention"],
-            _window(r["admission_window"]),
-            _num(r["programs_completed"]),
-            _num(r["throughput_programs_per_s"]),
-            _num(r["token_latency_s"]["mean"]),
-            _num(r["token_latency_s"]["p95"]),
-            _num(r["e2e_latency_s"]["mean"]),
-            _num(r["e2e_latency_s"]["p95"]),
-            _num(r["wait_s_mean"]),
-            _num(r["exec_s_mean"]),
-            _num(r["tool_s_mean"]),
-            _num(r["think_s_mean"]),
-            _num(100 * r["prefix_hit_rate"]),
-            _num(r["recomputed_prompt_tokens"]),
-            _num(r["preemptions"]),
+            *(str(value(r)) for _, value in lead),
+            _config_label(r, varying),
+            *(_cell(r, c) for c in shown),
         )
-    _console().print(table)
-    print(
-        "times in seconds; wait/exec/tool/think = means along each program's critical path; "
-        "tok lat = E2E / generated tokens"
+        if "seed_range" in r:
+            table.add_row(
+                *("" for _ in lead), "  range", *(_range_cell(r, c) for c in shown), style="dim"
+            )
+    notes = []
+    if results and shared:
+        settings = ", ".join(f"{name} {_setting_text(results[0], key)}" for name, key in shared)
+        notes.append(f"every row: {settings}")
+    return table, notes
+
+
+#: Text width the tables (without --wide) and their notes fit in.
+TEXT_WIDTH = 100
+
+
+def _print_notes(lines: Sequence[str | None]) -> None:
+    """The lines under a table, each wrapped to :data:`TEXT_WIDTH`."""
+    for line in lines:
+        if line:
+            print(textwrap.fill(line, TEXT_WIDTH, subsequent_indent="  "))
+
+
+def seeds_note(results: Sequence[Mapping[str, Any]]) -> str | None:
+    """How the cells of a several-seed table read; ``None`` for one seed."""
+    seeds = results[0].get("seeds") if results else None
+    if not seeds or len(seeds) < 2:
+        return None
+    listed = ",".join(str(s) for s in seeds)
+    return f"cells: median over seeds {listed}; the dim row under each: its range (min-max)"
+
+
+def print_sim_table(
+    results: Sequence[Mapping[str, Any]],
+    title: str,
+    *,
+    wide: bool = False,
+    notes: Sequence[str] = (),
+) -> None:
+    """One row per configuration (over several seeds: medians, ranges below). Without
+    ``wide`` a few columns, so that the table fits 100 columns of text; ``notes`` are printed
+    under it (the warm-up exclusion, the seeds)."""
+    table, shared = _results_table(results, SIM_COLUMNS, title=title, wide=wide)
+    _console(220 if wide else TEXT_WIDTH).print(table)
+    legend = (
+        "times in seconds; tok lat = E2E / generated tokens; e2e and wait = means (wait along "
+        "each program's critical path)"
     )
-    note = queueing_note(results)
-    if note:
-        print(note)
+    if wide:
+        legend += "; exec/tool/think = means along the critical path"
+    else:
+        legend += "; --wide for every column"
+    _print_notes([*notes, *shared, legend, seeds_note(results), queueing_note(results)])
     if any("tenants" in r for r in results):
         print_tenant_table(results)
 
@@ -176,26 +307,24 @@ def print_tenant_table(results: Sequence[Mapping[str, Any]]) -> None:
 
 
 def print_sweep_table(
-    results: Sequence[Mapping[str, Any]], saturation: Mapping[str, float | None]
+    results: Sequence[Mapping[str, Any]],
+    saturation: Mapping[str, float | None],
+    *,
+    wide: bool = False,
+    notes: Sequence[str] = (),
 ) -> None:
-    """One row per (rate, configuration), then the saturation rate per policy."""
-    from rich.table import Table
-
-    table = Table(title="rate sweep", title_justify="left")
-    for name in ("rate", "policy", "thr/s", "tok lat mean", "tok lat p95", "e2e p50", "unfinished"):
-        table.add_column(name, justify="left" if name == "policy" else "right")
-    for r in results:
-        table.add_row(
-            _num(r["rate"]),
-            r["policy"],
-            _num(r["throughput_programs_per_s"]),
-            _num(r["token_latency_s"]["mean"]),
-            _num(r["token_latency_s"]["p95"]),
-            _num(r["e2e_latency_s"]["p50"]),
-            _num(r["programs_unfinished"]),
-        )
-    console = _console()
+    """One row per (rate, configuration), then the saturation rate per policy; ``wide`` adds
+    columns, ``notes`` are printed under the table."""
+    table, shared = _results_table(
+        results,
+        SWEEP_COLUMNS,
+        title="rate sweep",
+        wide=wide,
+        lead=[("rate", lambda r: _num(r["rate"]))],
+    )
+    console = _console(220 if wide else TEXT_WIDTH)
     console.print(table)
+    _print_notes([*notes, *shared, seeds_note(results)])
     for policy, rate in saturation.items():
         console.print(f"{policy}: keeps up to {_num(rate)} programs/s among the rates tried")
 

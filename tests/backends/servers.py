@@ -123,7 +123,8 @@ async def spawn_emulator(*args: str) -> AsyncIterator[Spawned]:
 
     async def port_of(process: Process) -> str:
         line = await _first_line(process.stderr, "agentrt engine emulator: http://")
-        return line.split()[3]
+        # "<ISO time> agentrt engine emulator: http://HOST:PORT model=..."
+        return next(word for word in line.split() if word.startswith("http://"))
 
     command = [sys.executable, "-m", "agentrt.cli", "engine", "serve", "--port", "0", *args]
     async with _spawn(command, port_of) as spawned:

@@ -49,7 +49,7 @@ async def test_session_program_and_tool_events_show_in_the_process_table() -> No
         await post(svc.url + EV + "/programs/p1/end", json={"session_id": sid})
         ended = (await svc.http.get(svc.url + EV + "/programs")).json()
     entry = during["entries"][0]
-    assert entry["name"] == "react" and entry["deadline_s"] is not None
+    assert entry["name"] == "react" and entry["deadline_at"] is not None
     assert entry["threads"] == {"t1": 1}
     assert entry["tool_waits"][0]["tool_name"] == "search"
     assert entry["tool_waits"][0]["predicted_duration_s"] == 1.5

@@ -141,7 +141,7 @@ async def test_retention_pins_on_the_emulator_and_releases_at_the_next_call_and_
             assert queues["retention"]["retained"] == 1
             assert queues["retention"]["counts"]["pin"] == 1
             programs = (await http.get(url + EVENTS_PREFIX + "/programs")).json()
-            assert any(p.get("retained_until_s") for p in programs["entries"]), programs
+            assert any(p.get("retained_until_at") for p in programs["entries"]), programs
 
             # The tool returns; the next call is tagged, takes the lane and releases the pin.
             done = {"session_id": SESSION, "thread_id": "main", "node_id": "t1",

@@ -217,7 +217,7 @@ async def _retained_after_each_wait(url: str) -> list[bool]:
             assert answer.status_code == 200, answer.text
             listing = await http.get(url + EVENTS_PREFIX + "/programs", headers=VICTIM)
             (entry,) = [e for e in listing.json()["entries"] if e["program_id"] == "agent"]
-            retained.append(entry["retained_until_s"] is not None)
+            retained.append(entry["retained_until_at"] is not None)
 
         started = await http.post(events + "/start", json={"session_id": "s"}, headers=VICTIM)
         assert started.status_code == 200, started.text

@@ -88,7 +88,7 @@ def test_sim_table_plots_and_trace(tmp_path: Path, capsys: pytest.CaptureFixture
     ]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert defaults.POLICY in out and "tok lat mean" in out
+    assert defaults.POLICY in out and "tok lat" in out and "warm-up" in out
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
         "breakdown.png",
         "e2e_cdf.png",

@@ -32,6 +32,22 @@ if TYPE_CHECKING:
 
 __all__ = ["parse_duration_s", "register"]
 
+#: ``agentrt journal --help``'s text: plain text for a terminal (the module docstring is
+#: reStructuredText for the API docs).
+_DESCRIPTION = """\
+Inspect and maintain the intent journal (the record of side-effecting tool steps).
+
+  agentrt journal list    [--url URL] [--status STATUS] [--limit N] [--json]
+  agentrt journal show    PROGRAM_ID [--url URL] [--results] [--json]
+  agentrt journal purge   [--older-than 7d] [--status S ...] [--program ID ...] [--dry-run]
+  agentrt journal resolve KEY (--done [--result JSON] | --not-done)
+  agentrt journal durations TOOL
+  agentrt journal release-lease PROGRAM_ID --yes   # break a program's lease (holder dead)
+
+list and show print each program's lease (holder, epoch, expiry). --url defaults to
+$AGENTRT_JOURNAL_URL, else ./.agentrt/journal.sqlite. Step results can hold user data: show
+prints them only with --results."""
+
 _UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _STATUSES = ("STARTED", "COMMITTED", "FAILED")
 
@@ -48,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "journal",
         help="inspect and maintain the intent journal of side-effecting tools",
-        description=__doc__,
+        description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="journal_command", metavar="SUBCOMMAND", required=True)

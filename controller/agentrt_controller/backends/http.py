@@ -373,8 +373,10 @@ class VllmBackend(HttpBackend):
         verdict = await self._probe_priority()
         if verdict is not None and verdict != self.capabilities.supports_priority:
             _log.warning(
-                "backend %s: priority %s (auto-detected)", self.backend_id,
+                "backend %s: priority %s (auto-detected: %s)", self.backend_id,
                 "on" if verdict else "off",
+                "it took a request with a priority" if verdict
+                else "it refused a request priority: not --scheduling-policy priority",
             )  # fmt: skip
             self.capabilities = replace(self.capabilities, supports_priority=verdict)
 

@@ -303,8 +303,14 @@ class ControllerConfig:
     #: Independent connection pools used in turn with ``http_transport = "httpx"``
     #: (per-request pool overhead grows with the number of connections in a pool).
     http_pool_shards: _Count = 8
-    #: uvicorn log level (``critical``, ``error``, ``warning``, ``info``, ``debug``).
+    #: Log level of the controller's and uvicorn's lines (``critical``, ``error``,
+    #: ``warning``, ``info``, ``debug``); each line starts with its ISO 8601 time.
     log_level: LogLevel = "warning"
+    #: Access log, one line per request on standard output (time, tenant, program, model,
+    #: backend, status, latency, tokens): ``text``, ``json`` or ``off``
+    #: (service/http/access_log.py). On by default: a proxy's operators expect one, and a
+    #: line holds no prompt content.
+    access_log: Literal["off", "text", "json"] = "text"
     #: Largest request head (request line + headers, bytes); larger ones are refused.
     max_header_bytes: _Count = 64 * 1024
     #: A connection must deliver a complete request head within this many seconds of its

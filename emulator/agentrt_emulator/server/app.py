@@ -350,7 +350,10 @@ def build_app(state: EmulatorState) -> HardenedApp:
     async def http_error(request: Request, exc: Exception) -> Response:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         detail = exc.detail if isinstance(exc, HTTPException) else "internal error"
-        return error_response(InvalidRequest(str(detail), status_code=status))
+        response = error_response(InvalidRequest(str(detail), status_code=status))
+        if isinstance(exc, HTTPException) and exc.headers:  # 405's Allow
+            response.headers.update(exc.headers)
+        return response
 
     post = ["POST"]
     routes = [

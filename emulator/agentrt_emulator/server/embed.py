@@ -18,6 +18,7 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
 from anyio.from_thread import start_blocking_portal
@@ -61,15 +62,25 @@ def bind_socket(host: str, port: int) -> socket.socket:
         raise EngineError(f"cannot listen on {host}:{port}: {exc}") from exc
 
 
-def uvicorn_config(state: EmulatorState, log_level: str, host: str, port: int) -> uvicorn.Config:
+def uvicorn_config(
+    state: EmulatorState,
+    log_level: str,
+    host: str,
+    port: int,
+    *,
+    log_config: dict[str, Any] | None = None,
+) -> uvicorn.Config:
     """uvicorn's settings: h11 (explicitly, so that its head size limit applies) with a
-    request-head timeout, and the config's connection limit (docs/security.md)."""
+    request-head timeout, and the config's connection limit (docs/security.md); ``log_config``
+    for a server process (:func:`agentrt_serving.logs.server_log_config`), ``None`` when
+    embedded."""
     return hardened_uvicorn_config(
         build_app(state),
         host=host,
         port=port,
         log_level=log_level,
         graceful_shutdown_s=_GRACEFUL_SHUTDOWN_S,
+        log_config=log_config,
     )
 
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 
 import anyio
 
 from agentrt_emulator.server.config import EmulatorConfig
 from agentrt_emulator.server.embed import bind_socket, uvicorn_config
 from agentrt_emulator.server.state import build_state
+from agentrt_serving.logs import iso_time, server_log_config
 from agentrt_serving.uvicorn_server import EmbeddedServer
 
 __all__ = ["run_forever"]
@@ -23,7 +25,11 @@ async def run_forever(config: EmulatorConfig, host: str, port: int, log_level: s
     """Serve until SIGINT / SIGTERM. Raises ConfigError / EngineError before listening."""
     state = build_state(config)
     sock = bind_socket(host, port)
-    server = EmbeddedServer(uvicorn_config(state, log_level, host, sock.getsockname()[1]))
+    # Every log line with its wall-clock time, as the controller's (agentrt_serving.logs).
+    log_config = server_log_config(log_level)
+    server = EmbeddedServer(
+        uvicorn_config(state, log_level, host, sock.getsockname()[1], log_config=log_config)
+    )
 
     async def stop_on_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -35,7 +41,8 @@ async def run_forever(config: EmulatorConfig, host: str, port: int, log_level: s
         url_host = f"[{host}]" if ":" in host else host
         stats = state.core.stats()
         print(
-            f"agentrt engine emulator: http://{url_host}:{sock.getsockname()[1]} "
+            f"{iso_time(time.time())} agentrt engine emulator: "
+            f"http://{url_host}:{sock.getsockname()[1]} "
             f"model={config.model_name} profile={config.profile} "
             f"time_scale={config.time_scale} kv_blocks={stats.num_blocks} "
             f"policy={config.engine.scheduling_policy}",

@@ -90,7 +90,11 @@ from agentrt_controller.service.core.retry import RetryPolicy
 from agentrt_controller.service.core.sessions import SessionRegistry
 from agentrt_controller.service.core.tenants import Tenant, TenantDirectory, build_directory
 from agentrt_controller.service.errors import Conflict, ServiceError, UpstreamFailed
-from agentrt_controller.service.telemetry.introspection import collect_metrics, queues_snapshot
+from agentrt_controller.service.telemetry.introspection import (
+    collect_metrics,
+    queues_snapshot,
+    with_wall_times,
+)
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
 __all__ = ["ControllerCore", "Forwarded", "GenerationRequest", "PendingCall", "SaltFor"]
@@ -615,8 +619,9 @@ class ControllerCore:
         """The process table as JSON: up to ``limit`` programs created after cursor ``after``
         (``next_cursor`` names the next page), those of ``tenant`` only (``None`` = every
         tenant's: the admin's view), and the session count."""
+        now_s = self.clock()
         snapshot = self.dispatcher.table.snapshot(
-            self.clock(),
+            now_s,
             limit=max(0, limit),
             tenant=None if tenant is None else tenant.name,
             all_tenants=tenant is None,
@@ -624,7 +629,7 @@ class ControllerCore:
         )
         if tenant is None:
             snapshot["sessions"] = len(self.sessions)
-        return snapshot
+        return with_wall_times(snapshot, now_s)
 
     def queues_snapshot(self, *, full: bool) -> dict[str, object]:
         """Queues, policies, retention and backends, as JSON; ``full=False`` (a tenant that is

@@ -134,6 +134,15 @@ class BackendState:
         }
 
 
+def _why_out(state: BackendState) -> str:
+    """Why ``state``'s backend takes no calls, for the log line (never empty)."""
+    if state.draining:
+        return "removed through the admin API"
+    if not state.breaker.allows_calls():
+        return state.breaker.reason or "circuit open"
+    return state.last_error or "health probe failed"
+
+
 class BackendPool:
     """Backends by id, with the views the policies get. Single event-loop thread only.
 
@@ -271,10 +280,10 @@ class BackendPool:
         """Recompute :attr:`BackendState.healthy`; log and announce changes."""
         healthy = state.probe_ok and state.breaker.allows_calls() and not state.draining
         if healthy != state.healthy:
-            why = state.breaker.reason or state.last_error
             _log.warning(
                 "backend %s is %s", state.backend.backend_id,
-                "up" if healthy else f"out ({state.status()}: {why})",
+                "up (health probe succeeded)" if healthy else f"out ({state.status()}: "
+                f"{_why_out(state)})",
             )  # fmt: skip
             state.healthy = healthy
             if not healthy and not state.draining:
@@ -378,7 +387,10 @@ class BackendPool:
         await self._probe_safely(state)
         if self.states.get(backend_id) is state:  # not removed while probing
             self._group.start_soon(self._probe_loop, state)
-            _log.warning("backend %s (%s) added", backend_id, backend.url)
+            _log.warning(
+                "backend %s (%s) added through the admin API; after its first probe: %s",
+                backend_id, backend.url, state.status(),
+            )  # fmt: skip
         self._on_change()
         return state
 
@@ -388,7 +400,10 @@ class BackendPool:
         state = self.states[backend_id]
         if not state.draining:
             state.draining = True
-            _log.warning("backend %s removed: draining %d calls", backend_id, state.in_flight)
+            _log.warning(
+                "backend %s removed through the admin API: draining %d calls",
+                backend_id, state.in_flight,
+            )  # fmt: skip
             self._update(state)
         if state.in_flight <= 0:
             self._drop(state)
@@ -399,6 +414,7 @@ class BackendPool:
         if self.states.get(backend_id) is not state:
             return
         del self.states[backend_id]
+        _log.warning("backend %s dropped: removed, and no call of it is in flight", backend_id)
         if state.probe_scope is not None:
             state.probe_scope.cancel()
         if self._group is not None:

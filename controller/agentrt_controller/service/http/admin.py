@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -82,10 +83,32 @@ async def _spec(request: Request) -> BackendSpec:
         else:
             spec = BackendSpec.from_mapping(data)
     except ConfigError as exc:
-        raise BadRequest(str(exc), param="url") from exc
+        raise BadRequest(str(exc), param=_param_of(str(exc))) from exc
     if spec.kv_events is not None:  # subscribers start with the controller only
-        raise BadRequest("kv_events is read at start-up only; configure it there", param="url")
+        raise BadRequest(
+            "kv_events is read at start-up only; configure it there", param="kv_events"
+        )
     return spec
+
+
+#: How the backend spec's errors name their field (backends/spec.py, backends/factory.py).
+_PARAMS = (
+    (re.compile(r"backend option (\w+)"), None),
+    (re.compile(r"backend URL"), "url"),
+    (re.compile(r"backend kind"), "kind"),
+    (re.compile(r"unknown options"), "options"),
+    (re.compile(r"must be key=value"), "spec"),
+)
+
+
+def _param_of(message: str) -> str | None:
+    """The request field a backend spec error is about (``priority``, ``url``, ``kind``,
+    ``options``...): a bad ``priority=maybe`` names ``priority``; ``None`` when unknown."""
+    for pattern, param in _PARAMS:
+        match = pattern.search(message)
+        if match is not None:
+            return param or match.group(1)
+    return None
 
 
 def admin_routes(
@@ -106,7 +129,7 @@ def admin_routes(
         try:
             backend = build(spec)
         except ConfigError as exc:
-            raise BadRequest(str(exc)) from exc
+            raise BadRequest(str(exc), param=_param_of(str(exc))) from exc
         try:
             described = await core.add_backend(backend)
         except ConfigError as exc:  # added concurrently under the same id

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 import anyio
 from opentelemetry.trace import TracerProvider
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -37,7 +38,7 @@ from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.clock import MONOTONIC, Clock
 from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE
-from agentrt_controller.service.errors import Forbidden, Unauthorized
+from agentrt_controller.service.errors import Forbidden, Unauthorized, error_body
 from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes, is_privileged
 from agentrt_controller.service.http.events import event_routes
 from agentrt_controller.service.http.hardening import internal_error_response
@@ -58,6 +59,28 @@ _GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 #: Paths that need a tenant's API key when keys are configured (the backend admin API has its
 #: own token; the probes and /metrics have their own rules, see their endpoints).
 _TENANT_PATHS = ("/v1/", "/agentrt/v1/", "/tokenize", "/detokenize")
+
+
+def _routing_error_response(request: Request, exc: Exception) -> Response:
+    """Starlette's router errors (404: no such path, 405: not that method) in the OpenAI
+    error envelope, like every other error of the controller; 405 keeps its ``Allow``."""
+    assert isinstance(exc, HTTPException)
+    status = exc.status_code
+    if status == 404:
+        message = f"no endpoint {request.url.path} (docs/controller.md, 'Endpoints')"
+    elif status == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        message = exc.detail
+    headers = {"content-type": "application/json", **(exc.headers or {})}
+    return Response(
+        error_body(message, "invalid_request_error", None, _ROUTING_CODES.get(status)),
+        status,
+        headers=headers,
+    )
+
+
+_ROUTING_CODES = {404: "not_found", 405: "method_not_allowed"}
 
 
 class ControllerApp:
@@ -128,8 +151,12 @@ class ControllerApp:
                 *admin_routes(self.core, self._build_backend, config.admin_token),
             ],
             lifespan=self._lifespan,
-            # The OpenAI-shaped 500 (docs/security.md); the server's guard logs it once.
-            exception_handlers={Exception: internal_error_response},
+            # The OpenAI-shaped 500 (docs/security.md); the server's guard logs it once. An
+            # unknown path (404) or method (405) is answered in the same envelope.
+            exception_handlers={
+                Exception: internal_error_response,
+                HTTPException: _routing_error_response,
+            },
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -33,7 +33,8 @@ from agentrt.protocol import (
 )
 from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant
-from agentrt_controller.service.errors import BadRequest, Unauthorized
+from agentrt_controller.service.errors import BadRequest, Unauthorized, error_body
+from agentrt_controller.service.http.access_log import access_facts
 from agentrt_controller.service.http.endpoints import guarded, read_small_body
 
 __all__ = ["event_routes"]
@@ -102,16 +103,37 @@ def event_routes(core: ControllerCore, *, admin_token_set: bool) -> list[Route]:
         program_id = _path_id(request, "program_id")
         kind = request.path_params["event"]
         tenant = _tenant(request)
+        access = access_facts(request.scope)
+        if access is not None:
+            access.program = program_id
+        event: BaseModel
         if kind == "start":
-            core.start_program(tenant, program_id, await _event(request, ProgramStart))
+            start = await _event(request, ProgramStart)
+            core.start_program(tenant, program_id, start)
+            event = start
         elif kind == "end":
-            core.end_program(tenant, program_id, await _event(request, ProgramEnd))
+            end = await _event(request, ProgramEnd)
+            core.end_program(tenant, program_id, end)
+            event = end
         elif kind == "tool-start":
-            core.start_tool_wait(tenant, program_id, await _event(request, ToolWaitStart))
+            tool_start = await _event(request, ToolWaitStart)
+            core.start_tool_wait(tenant, program_id, tool_start)
+            event = tool_start
         elif kind == "tool-end":
-            core.end_tool_wait(tenant, program_id, await _event(request, ToolWaitEnd))
+            tool_end = await _event(request, ToolWaitEnd)
+            core.end_tool_wait(tenant, program_id, tool_end)
+            event = tool_end
         else:
-            return Response(status_code=404)
+            body = error_body(
+                f"no program event {kind!r}: start, end, tool-start or tool-end",
+                "invalid_request_error",
+                "event",
+                "not_found",
+            )
+            return Response(body, 404, media_type="application/json")
+        if access is not None:
+            session = getattr(event, "session_id", None)
+            access.session = session if isinstance(session, str) else None
         return JSONResponse({"ok": True, "program_id": program_id, "event": kind})
 
     async def programs(request: Request) -> Response:

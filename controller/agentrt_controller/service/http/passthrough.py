@@ -29,6 +29,7 @@ from agentrt_controller.service.errors import (
     UpstreamFailed,
     error_body,
 )
+from agentrt_controller.service.http.access_log import access_facts
 from agentrt_controller.service.http.identity import strip_agentic_context
 from agentrt_controller.service.http.incoming import (
     ClientGone,
@@ -85,8 +86,14 @@ class PassthroughEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
-            body = error_body("use POST", "invalid_request_error")
-            await _send(send, 405, body, [(b"content-type", b"application/json")])
+            body = error_body(
+                f"{scope['method']} is not allowed on {self.path}: use POST",
+                "invalid_request_error",
+                None,
+                "method_not_allowed",
+            )
+            headers = [(b"content-type", b"application/json"), (b"allow", b"POST")]
+            await _send(send, 405, body, headers)
             return
         tenant = scope.get("state", {}).get(TENANT_STATE)  # set by the app's authentication
         if not isinstance(tenant, Tenant):
@@ -120,6 +127,9 @@ class PassthroughEndpoint:
             if resolved != model:
                 body["model"] = model = resolved
                 raw = json.dumps(body, separators=(",", ":")).encode()
+        access = access_facts(scope)
+        if access is not None:
+            access.model = model
         if strip_agentic_context(body):
             raw = json.dumps(body, separators=(",", ":")).encode()
         outgoing = forwarded_headers(
@@ -140,6 +150,8 @@ class PassthroughEndpoint:
                 continue
             except BackendError as exc:
                 raise UpstreamFailed(f"backend {backend.backend_id} failed: {exc}") from exc
+            if access is not None:
+                access.backend = backend.backend_id
             content_type = response.headers.get("content-type", "application/json")
             passed = [(b"content-type", content_type.encode())]
             passed += [

@@ -40,6 +40,7 @@ from agentrt_controller.service.core.facade import (
 )
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_controller.service.errors import ServiceError, Unauthorized, UpstreamFailed, error_body
+from agentrt_controller.service.http.access_log import AccessFacts, access_facts
 from agentrt_controller.service.http.incoming import (
     Api,
     ClientGone,
@@ -72,6 +73,8 @@ class _Exchange:
     started: bool = False
     #: The last body part is on its way (set before sending it: see ``_watch_disconnect``).
     completed: bool = False
+    #: The request's access-log facts to fill (None: the access log is off).
+    access: AccessFacts | None = None
 
 
 async def _send_json(
@@ -127,13 +130,20 @@ class CompletionsEndpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
-            await _send_json(send, 405, error_body("use POST", "invalid_request_error"))
+            body = error_body(
+                f"{scope['method']} is not allowed on {self.path}: use POST",
+                "invalid_request_error",
+                None,
+                "method_not_allowed",
+            )
+            await _send_json(send, 405, body, {"allow": "POST"})
             return
         tenant = scope.get("state", {}).get(TENANT_STATE)  # set by the app's authentication
         if not isinstance(tenant, Tenant):  # the admin token is no tenant's key
             await send_error(send, Unauthorized("calls need a tenant's API key"))
             return
         core = self.core
+        access = access_facts(scope)
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             raw = await read_body(receive, headers, self.limits.max_body_bytes)
@@ -151,6 +161,10 @@ class CompletionsEndpoint:
                 api=self.api,
                 resolve_model=core.resolve_model,
             )
+            if access is not None:
+                program = parsed.call.program
+                access.session, access.program = program.session_id, program.program_id
+                access.model = parsed.model
             # The core reads prompts as chat messages (prefix hashes, retention's pins).
             seen = chat_view(parsed.body) if self.api == "responses" else parsed.body
             pending = core.accept(parsed.call, seen, tagged=not parsed.untagged, tenant=tenant)
@@ -160,7 +174,7 @@ class CompletionsEndpoint:
             return
         except ClientGone:
             return
-        exchange = _Exchange()
+        exchange = _Exchange(access=access)
         async with anyio.create_task_group() as group:
             group.start_soon(self._watch_disconnect, receive, group.cancel_scope, exchange)
             try:
@@ -236,6 +250,8 @@ class CompletionsEndpoint:
         )
         with self.core.deadline(pending):
             forwarded = await self.core.forward(pending, request)
+            if exchange.access is not None:
+                exchange.access.backend = forwarded.backend_id
             priority = forwarded.admission.backend_priority
             entry = forwarded.admission.call
             span.set_attributes(
@@ -304,6 +320,9 @@ class CompletionsEndpoint:
             with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
                 await answer.aclose()
             charge = self.core.settle(pending, forwarded, usage, ok=ok, reason=failure)
+            if exchange.access is not None:
+                exchange.access.prompt_tokens = charge.prompt_tokens
+                exchange.access.completion_tokens = charge.output_tokens
             span.set_attributes(
                 {
                     "gen_ai.usage.input_tokens": charge.prompt_tokens,

@@ -23,6 +23,7 @@ import logging
 import signal
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from types import FrameType
 
@@ -34,12 +35,15 @@ from agentrt_controller.backends.api import Backend
 from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.errors import error_body
+from agentrt_controller.service.http.access_log import AccessLog
 from agentrt_controller.service.http.app import ControllerApp
 from agentrt_controller.service.telemetry.otel import ControllerTelemetry
 from agentrt_serving.asgi import Receive, Scope, Send
 from agentrt_serving.hardening import HardenedApp, HttpLimits
+from agentrt_serving.logs import iso_time, server_log_config
 from agentrt_serving.uvicorn_server import (
     EmbeddedServer,
+    GuardedApp,
     listening_socket,
     running,
     uvicorn_config,
@@ -51,6 +55,7 @@ __all__ = ["run_controller", "serve_controller"]
 _EMBEDDED_GRACE_S = 1.0
 # The guard's crash records keep the logger name they had when the guard lived here.
 _HARDENING_LOG = logging.getLogger("agentrt_controller.service.http.hardening")
+_log = logging.getLogger("agentrt.controller")
 
 
 class _DrainingServer(uvicorn.Server):
@@ -70,8 +75,8 @@ class _DrainingServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         line = self._banner(self.config.port) if self.started else ""
-        if line:
-            print(line, file=sys.stderr, flush=True)
+        if line:  # timed like every log line (agentrt_serving.logs)
+            print(f"{iso_time(time.time())} {line}", file=sys.stderr, flush=True)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -84,6 +89,11 @@ class _DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self._app.draining:
+            _log.warning(
+                "draining: %s received; calls in flight get %.0f s (shutdown_grace_s)",
+                signal.Signals(sig).name, self._app.config.shutdown_grace_s,
+            )  # fmt: skip
         self._app.draining = True  # /readyz answers 503 from now on
         super().handle_exit(sig, frame)
 
@@ -171,14 +181,32 @@ def hardened(app: ControllerApp) -> HardenedApp:
     )
 
 
-def _uvicorn_config(app: ControllerApp, port: int, graceful_shutdown_s: float) -> uvicorn.Config:
+def served(app: ControllerApp) -> GuardedApp:
+    """What uvicorn serves: :func:`hardened` ``app``, inside the access log unless
+    ``access_log = "off"`` (outermost, so the guard's own refusals are logged too)."""
+    guarded = hardened(app)
+    form = app.config.access_log
+    return guarded if form == "off" else AccessLog(guarded, form)
+
+
+def _uvicorn_config(
+    app: ControllerApp, port: int, graceful_shutdown_s: float, *, process: bool = False
+) -> uvicorn.Config:
+    """``process``: the CLI's server, which sets up the process's logging (timestamps on
+    every line, the access log on stdout: agentrt_serving.logs); embedded, the host program's
+    logging stays as it is."""
     config = app.config
     return uvicorn_config(
-        hardened(app),
+        served(app),
         host=config.host,
         port=port,
         log_level=config.log_level,
         graceful_shutdown_s=graceful_shutdown_s,
+        log_config=(
+            server_log_config(config.log_level, access_log=config.access_log != "off")
+            if process
+            else None
+        ),
     )
 
 
@@ -252,7 +280,7 @@ def _run(
     sock = _bound_socket(config)
     try:
         server = _DrainingServer(
-            _uvicorn_config(app, sock.getsockname()[1], config.shutdown_grace_s),
+            _uvicorn_config(app, sock.getsockname()[1], config.shutdown_grace_s, process=True),
             app,
             banner if callable(banner) else lambda _port: banner,
         )

@@ -1,23 +1,74 @@
 """Read-only views of the engine's state: the ``GET /agentrt/v1/queues`` JSON and the
-scrape-time Prometheus gauges (names in docs/controller.md, "Metrics")."""
+scrape-time Prometheus gauges (names in docs/controller.md, "Metrics").
+
+**Times in the views.** The policies run on the controller's monotonic clock, whose origin
+means nothing outside the process; the JSON views therefore give each moment as wall-clock
+ISO 8601 (UTC, milliseconds: ``"last_arrival_at": "2026-12-05T08:21:01.123Z"``), which can be
+matched with log lines, access-log lines and traces, and keep the monotonic value under a name
+that says so (``"last_arrival_monotonic_s": 513.69``: differences between two views are exact
+on it, wall clocks may step). Durations (``age_s``, ``wait_s``...) stay seconds.
+:func:`with_wall_times` does the conversion; each view also says when it was taken
+(``now_at``, ``now_monotonic_s``).
+"""
 
 from __future__ import annotations
 
+import math
+import time
 from typing import Any
 
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.retention import RetentionExecutor
 from agentrt_controller.service.telemetry.metrics import BACKEND_STATES, ServiceMetrics
+from agentrt_serving.logs import iso_time
 
-__all__ = ["collect_metrics", "queues_snapshot"]
+__all__ = ["MOMENT_FIELDS", "collect_metrics", "queues_snapshot", "with_wall_times"]
+
+#: Snapshot fields holding a moment on the controller's monotonic clock (seconds); each
+#: becomes ``<name>_at`` (ISO 8601) and ``<name>_monotonic_s`` (:func:`with_wall_times`).
+MOMENT_FIELDS = frozenset(
+    {"arrival_s", "deadline_s", "last_arrival_s", "last_completion_s", "retained_until_s"}
+)
+
+
+def with_wall_times(
+    view: dict[str, Any], now_monotonic_s: float, now_wall_s: float | None = None
+) -> dict[str, Any]:
+    """``view`` (a JSON snapshot taken at ``now_monotonic_s`` on the controller's clock) with
+    every :data:`MOMENT_FIELDS` entry, at any depth, replaced by ``<name>_at`` — wall clock,
+    ISO 8601 UTC, ``None`` stays ``None`` — and ``<name>_monotonic_s``, plus ``now_at`` and
+    ``now_monotonic_s`` at the top. ``now_wall_s``: the wall clock at the same moment
+    (seconds since the epoch; default: :func:`time.time`). A new dict; ``view`` is left as is."""
+    wall_s = time.time() if now_wall_s is None else now_wall_s
+    converted = _convert(view, wall_s - now_monotonic_s)
+    assert isinstance(converted, dict)
+    return {"now_at": iso_time(wall_s), "now_monotonic_s": now_monotonic_s, **converted}
+
+
+def _convert(value: object, offset_s: float) -> object:
+    """``value`` with its moments converted; ``offset_s`` = wall clock - monotonic clock."""
+    if isinstance(value, list):
+        return [_convert(item, offset_s) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, object] = {}
+    for key, item in value.items():
+        if key in MOMENT_FIELDS and (item is None or isinstance(item, int | float)):
+            stem = key[: -len("_s")]
+            finite = item is not None and math.isfinite(item)
+            out[f"{stem}_at"] = iso_time(item + offset_s) if item is not None and finite else None
+            out[f"{stem}_monotonic_s"] = item if finite else None
+        else:
+            out[key] = _convert(item, offset_s)
+    return out
 
 
 def queues_snapshot(
     dispatcher: Dispatcher, pool: BackendPool, retention: RetentionExecutor | None, now_s: float
 ) -> dict[str, Any]:
     """The scheduler's queues, the policies' names, the retained lane, retention counters and
-    each backend's load, as plain JSON."""
+    each backend's load, as plain JSON, its moments in wall-clock time (:func:`with_wall_times`)."""
     snapshot = dispatcher.scheduler.snapshot(now_s)
     snapshot["admission"] = getattr(dispatcher.admission, "name", "")
     snapshot["router"] = getattr(dispatcher.router, "name", "")
@@ -39,7 +90,7 @@ def queues_snapshot(
         }
         for backend_id, state in pool.states.items()
     ]
-    return snapshot
+    return with_wall_times(snapshot, now_s)
 
 
 def collect_metrics(

@@ -1,0 +1,151 @@
+"""The controller's access log: one line per HTTP request, written when the request ends.
+
+Fields (JSON keys; the text form writes them as ``key=value`` after the time, method, path,
+status and latency)::
+
+    time               wall clock when the answer ended, ISO 8601 UTC with milliseconds
+    method, path       the request line (the path cut at 256 characters; no query string)
+    status             the HTTP status sent; null when none was (the client left first)
+    latency_ms         from the request head to the answer's last byte (milliseconds)
+    tenant             the caller's tenant (null: none authenticated, e.g. a probe)
+    session, program   the call's program key (generation calls; null elsewhere)
+    model              the model asked for (generation and routed calls)
+    backend            the backend that answered (null: none was reached)
+    prompt_tokens      tokens charged for the prompt (generation calls; the backend's usage
+    completion_tokens  when it reported one, else the controller's count)
+
+Text, e.g.::
+
+    2026-12-05T08:21:01.123Z POST /v1/chat/completions 200 41.7ms tenant=default session=s1
+        program=p1 model=m backend=b0 prompt_tokens=120 completion_tokens=16
+
+No prompt, answer, header or credential is ever written. The HTTP layer knows the status and
+the latency, the endpoints what the core decided: they fill the request's :class:`AccessFacts`
+(in ``scope["state"]``, :func:`access_facts`) and this middleware writes the line, at INFO on
+the ``agentrt.access`` logger (the CLI sends it to standard output; ``agentrt_serving.logs``).
+``--access-log off`` leaves the middleware out altogether.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
+from agentrt_serving.asgi import Message, Receive, Scope, Send
+from agentrt_serving.hardening import HttpLimits
+from agentrt_serving.logs import ACCESS_LOGGER, iso_time
+from agentrt_serving.uvicorn_server import GuardedApp
+
+__all__ = ["ACCESS_STATE", "AccessFacts", "AccessLog", "AccessLogFormat", "access_facts"]
+
+#: ``off``: no access log; ``text``: ``key=value`` lines; ``json``: one JSON object per line.
+AccessLogFormat = Literal["off", "text", "json"]
+#: The key of a request's :class:`AccessFacts` in ``scope["state"]``.
+ACCESS_STATE = "agentrt.access"
+_MAX_PATH = 256
+
+
+@dataclass(slots=True)
+class AccessFacts:
+    """What the endpoints learned about one request, for its access-log line (no prompt
+    content; ``None`` = not known or not applicable)."""
+
+    session: str | None = None
+    program: str | None = None
+    model: str | None = None
+    #: The backend that answered (its id).
+    backend: str | None = None
+    #: Tokens charged for the prompt and the answer (tokens).
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+def access_facts(scope: Scope) -> AccessFacts | None:
+    """The request's :class:`AccessFacts` to fill, ``None`` when the access log is off."""
+    facts = scope.get("state", {}).get(ACCESS_STATE)
+    return facts if isinstance(facts, AccessFacts) else None
+
+
+class AccessLog:
+    """ASGI middleware writing one access-log line per HTTP request (``text`` or ``json``)
+    to ``logger`` at INFO; does nothing extra when that level is disabled. ``limits`` are the
+    wrapped app's (uvicorn's settings read them)."""
+
+    def __init__(
+        self,
+        app: GuardedApp,
+        form: Literal["text", "json"],
+        *,
+        logger: logging.Logger | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.app = app
+        self.form = form
+        self.logger = logger or logging.getLogger(ACCESS_LOGGER)
+        self._wall_clock = wall_clock
+
+    @property
+    def limits(self) -> HttpLimits:
+        return self.app.limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.logger.isEnabledFor(logging.INFO):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        facts = AccessFacts()
+        scope.setdefault("state", {})[ACCESS_STATE] = facts
+        status: int | None = None
+
+        async def noted_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted_send)
+        finally:
+            latency_ms = (time.perf_counter() - started) * 1000.0
+            self.logger.info(self._line(scope, status, latency_ms, facts))
+
+    def _line(self, scope: Scope, status: int | None, latency_ms: float, facts: AccessFacts) -> str:
+        tenant = scope.get("state", {}).get(TENANT_STATE)
+        fields: dict[str, object] = {
+            "time": iso_time(self._wall_clock()),
+            "method": scope.get("method", ""),
+            "path": str(scope.get("path", ""))[:_MAX_PATH],
+            "status": status,
+            "latency_ms": round(latency_ms, 3),
+            "tenant": tenant.name if isinstance(tenant, Tenant) else None,
+            "session": facts.session,
+            "program": facts.program,
+            "model": facts.model,
+            "backend": facts.backend,
+            "prompt_tokens": facts.prompt_tokens,
+            "completion_tokens": facts.completion_tokens,
+        }
+        if self.form == "json":
+            return json.dumps(fields, separators=(",", ":"))
+        head = (
+            f"{fields['time']} {_text(fields['method'])} {_text(fields['path'])} "
+            f"{'-' if status is None else status} {fields['latency_ms']}ms"
+        )
+        rest = " ".join(
+            f"{key}={_text(value)}" for key, value in list(fields.items())[5:] if value is not None
+        )
+        return f"{head} {rest}" if rest else head
+
+
+def _text(value: object) -> str:
+    """A value for a text line: as is when it is plain, else JSON-quoted (a path or a model
+    name with spaces, quotes or control characters cannot forge a field or a line)."""
+    text = str(value)
+    if text and text.isprintable() and not any(c in text for c in ' "='):
+        return text
+    return json.dumps(text)
