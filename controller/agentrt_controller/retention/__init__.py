@@ -25,6 +25,7 @@ from agentrt_controller.retention.api import (
 )
 from agentrt_controller.retention.driver import (
     BackendTraits,
+    PinnedContext,
     RetentionAction,
     RetentionDriver,
     ThreadContext,
@@ -35,6 +36,7 @@ from agentrt_controller.retention.tracker import Retention, RetentionTracker
 
 __all__ = [
     "BackendTraits",
+    "PinnedContext",
     "Retention",
     "RetentionAction",
     "RetentionConfig",

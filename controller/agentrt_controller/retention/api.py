@@ -106,6 +106,10 @@ class RetentionDecision:
     #: holding the memory, both in prefill-seconds (docs/routing.md); 0 without a pin.
     expected_benefit_s: float = 0.0
     expected_cost_s: float = 0.0
+    #: When the program is expected back (seconds from the wait's start), given that it comes
+    #: back within ``ttl_s``; ``None`` = the policy does not say (the driver then uses the
+    #: client's prediction, else the TTL's end).
+    expected_return_s: float | None = None
 
 
 class RetentionPolicy(Protocol):

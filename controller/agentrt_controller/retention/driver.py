@@ -42,7 +42,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
@@ -52,6 +52,7 @@ from agentrt_controller.retention.tracker import Retention, RetentionTracker
 __all__ = [
     "ActionKind",
     "BackendTraits",
+    "PinnedContext",
     "ReleaseHook",
     "ReleaseReason",
     "RetentionAction",
@@ -147,6 +148,23 @@ class RetentionAction:
         return self.retention.pin_id
 
 
+class PinnedContext(NamedTuple):
+    """A context a backend holds with a native pin now (:meth:`RetentionDriver.pinned`)."""
+
+    program: ProgramKey
+    #: Context length held (tokens).
+    tokens: int
+    #: When its thread is expected back (seconds, driver's clock; ``<= until_s``): the
+    #: policy's expected return given a return within the TTL, else the client's prediction,
+    #: else the TTL's end.
+    due_s: float
+    #: When the pin ends at the latest (the TTL's end; seconds).
+    until_s: float
+    thread_id: str
+    #: When it was pinned (seconds).
+    pinned_s: float
+
+
 #: The backend's traits by id; ``None`` = unknown (removed).
 TraitsLookup = Callable[[str], BackendTraits | None]
 #: Tell the scheduler a program is retained until ``until_s`` (``None`` = no longer).
@@ -190,6 +208,8 @@ class RetentionDriver:
         self._kept_total: dict[str | None, int] = {}
         #: Programs holding a window (the scheduler is told when it ends).
         self._windows: set[ProgramKey] = set()
+        #: backend -> (program, thread) -> its live native pins, oldest pin first.
+        self._pins: dict[str, dict[tuple[ProgramKey, str], Retention]] = {}
         #: Decisions by reason (``pin``, ``retain``, ``short_context``...).
         self.decisions: dict[str, int] = {}
         #: Payloads not kept or dropped to stay within a tenant's byte budget.
@@ -282,6 +302,13 @@ class RetentionDriver:
             actions += self._release([replaced], "replaced", now_s)
         if retention is None:
             return actions
+        back_in_s = decision.expected_return_s
+        if back_in_s is None:
+            back_in_s = wait.predicted_duration_s
+        if back_in_s is not None and back_in_s >= 0:
+            retention.due_s = min(retention.until_s, now_s + back_in_s)
+        else:
+            retention.due_s = retention.until_s
         self._windows.add(key)
         self._set_window(key, self.tracker.retained_until(key))
         if not decision.pin:
@@ -290,6 +317,8 @@ class RetentionDriver:
             retention.rewarm_at_s = math.inf  # nothing kept to pin or re-warm with
         elif traits.pins:
             retention.rewarm_at_s = math.inf  # a native pin, no re-warm
+            retention.pinned = True
+            self._pins.setdefault(retention.backend_id, {})[(key, thread_id)] = retention
             actions.append(RetentionAction("pin", retention))
         elif not traits.rewarm:
             retention.rewarm_at_s = math.inf  # no observable prefix cache to re-warm
@@ -321,6 +350,7 @@ class RetentionDriver:
         """End the retentions whose TTL is over (the backend expires its pin itself: only
         the window changes) and return the re-warms that are due and have room."""
         for expired in self.tracker.expire(now_s):
+            self._unindex(expired)
             if self.on_release is not None:
                 self.on_release(expired, "ttl", expired.until_s)
             self._update_window(expired.program)
@@ -347,6 +377,20 @@ class RetentionDriver:
     def __len__(self) -> int:
         return len(self.tracker)
 
+    def pinned(self, backend_id: str) -> list[PinnedContext]:
+        """The contexts ``backend_id`` holds with a native pin now, oldest pin first (what an
+        admission policy must not evict; docs/routing.md, "KV retention"). A pin's TTL end
+        is counted as passed only once a method here has seen a ``now_s`` past it: call
+        :meth:`tick` first for an exact view."""
+        return [
+            PinnedContext(r.program, r.context_tokens, r.due_s, r.until_s, r.thread_id, r.started_s)
+            for r in self._pins.get(backend_id, {}).values()
+        ]
+
+    def pinned_tokens(self, backend_id: str) -> int:
+        """Tokens ``backend_id`` holds with native pins now (the sum over :meth:`pinned`)."""
+        return sum(r.context_tokens for r in self._pins.get(backend_id, {}).values())
+
     @property
     def kept_bytes(self) -> int:
         """Payload bytes kept now, all tenants (each tenant's share is within the budget)."""
@@ -363,12 +407,24 @@ class RetentionDriver:
     ) -> list[RetentionAction]:
         actions = []
         for retention in released:
+            self._unindex(retention)
             if self.on_release is not None:
                 self.on_release(retention, reason, now_s)
             traits = self._backends(retention.backend_id)
             if traits is not None and traits.pins:
                 actions.append(RetentionAction("unpin", retention, reason))
         return actions
+
+    def _unindex(self, retention: Retention) -> None:
+        """Forget ``retention``'s native pin (it ended)."""
+        if not retention.pinned:
+            return
+        pins = self._pins.get(retention.backend_id)
+        key = (retention.program, retention.thread_id)
+        if pins is not None and pins.get(key) is retention:
+            del pins[key]
+            if not pins:
+                del self._pins[retention.backend_id]
 
     def _charge(self, program: ProgramKey, thread_id: str, size: int, budget: int) -> None:
         """Charge ``size`` bytes to the program's tenant; drop the tenant's oldest payloads

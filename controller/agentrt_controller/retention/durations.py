@@ -69,6 +69,15 @@ class DurationModel:
         assert self.mean_s is not None
         return self.mean_s * (1.0 - math.exp(-t_s / self.mean_s))
 
+    def expected_within(self, t_s: float) -> float:
+        """E[D | D <= t_s] (seconds): when a program that comes back within ``t_s`` does, on
+        average; ``t_s`` when none does."""
+        within = self.cdf(t_s)
+        if within <= 0:
+            return max(0.0, t_s)
+        # E[min(D, t)] = F(t)·E[D | D <= t] + (1 − F(t))·t
+        return max(0.0, (self.expected_min(t_s) - (1.0 - within) * t_s) / within)
+
 
 class ToolDurations:
     """Recent durations per (tenant, tool name), and the shared prior per tool name."""

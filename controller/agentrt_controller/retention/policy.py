@@ -234,6 +234,7 @@ class TtlRetentionPolicy:
                     p_return_in_ttl=best[2],
                     expected_benefit_s=recompute_s * (best[0] + best[3]),
                     expected_cost_s=recompute_s * best[3],
+                    expected_return_s=model.expected_within(best[1]),
                 )
         cover = model.quantile(cfg.cover_quantile) + cfg.slack_s
         ttl = min(cover, residence, cfg.max_ttl_s)
@@ -244,6 +245,7 @@ class TtlRetentionPolicy:
             pin=False,
             reason="retain",
             p_return_in_ttl=p * model.cdf(ttl),
+            expected_return_s=model.expected_within(ttl),
         )
 
     # --- what the policy learns from -------------------------------------------------------

@@ -50,6 +50,10 @@ class Retention:
     #: When to re-warm a backend without native pins (seconds); ``math.inf`` = never.
     rewarm_at_s: float = math.inf
     rewarmed: bool = False
+    #: The backend holds the KV with a native pin (the driver set it when it asked for one).
+    pinned: bool = False
+    #: When the thread is expected back (seconds, driver's clock; within the TTL).
+    due_s: float = math.inf
     #: Free-form driver data (e.g. the prompt to re-warm with); never logged. ``None`` once
     #: the retention ended (nothing outlives it).
     payload: object = field(default=None, repr=False)
