@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention import RetentionConfig, ToolWaitFacts, TtlRetentionPolicy
 from agentrt_controller.retention.durations import DurationModel, ToolDurations
+from agentrt_controller.retention.policy import reload_s_per_token_of
 from agentrt_controller.retention.returns import ReturnModel
 
 pytestmark = pytest.mark.timeout(60)
@@ -137,20 +139,84 @@ def test_short_waits_under_free_memory_are_not_pinned() -> None:
     [
         ({"backend_id": None}, "no_backend"),
         ({"context_tokens": 10}, "short_context"),
-        ({"kv_cache_usage": 0.95}, "memory_full"),
-        ({"kv_cache_usage": 0.9, "kv_capacity_tokens": 20_000}, "memory_full"),  # + 2,000
+        # No memory-full gate any more: a full engine still gets a window (R is short) ...
         ({"kv_cache_usage": 0.9, "kv_capacity_tokens": 1_000_000}, "retain"),
         ({"kv_cache_usage": None}, "retain"),
+        # ... and nothing survives a full engine without a CPU tier: the context is dropped.
+        ({"kv_cache_usage": 1.0, "kv_capacity_tokens": 20_000}, "not_worth_it"),
     ],
 )
 def test_decision_gates(facts: dict[str, object], reason: str) -> None:
     assert TtlRetentionPolicy().decide(_facts(**facts)).reason == reason
 
 
-def test_a_big_context_is_not_retained_into_a_nearly_full_engine() -> None:
-    policy = TtlRetentionPolicy(RetentionConfig(kv_capacity_tokens=100_000))
-    assert policy.decide(_facts(context_tokens=2_000, kv_cache_usage=0.5)).ttl_s > 0
-    assert policy.decide(_facts(context_tokens=50_000, kv_cache_usage=0.5)).reason == "memory_full"
+def _coding_policy(**config: object) -> TtlRetentionPolicy:
+    """A tool of 2-6 s; 470,000 tokens of KV (one A100 with Llama-3-8B)."""
+    settings = RetentionConfig.from_mapping({"kv_capacity_tokens": 470_000, **config})
+    policy = TtlRetentionPolicy(settings)
+    for i in range(21):
+        policy.durations.record("search", 2.0 + i * 0.2)
+    return policy
+
+
+def test_a_full_engine_pins_a_long_context_due_back_soon() -> None:
+    """The case the old ``u + C/M >= max_usage`` gate refused: an 80 K context, memory full."""
+    policy = _coding_policy()
+    decision = policy.decide(_facts(context_tokens=80_000, kv_cache_usage=0.97))
+    assert (decision.reason, decision.pin) == ("pin", True)
+    # the saving: an 8 s recompute, likely; the cost: 17 % of the engine for ~4 s
+    assert decision.expected_benefit_s > decision.expected_cost_s > 0
+    assert decision.expected_return_s is not None
+    assert 2.0 <= decision.expected_return_s <= decision.ttl_s <= 6.5
+    # the same wait of a tool taking minutes: holding 17 % of the engine costs too much
+    slow = _coding_policy()
+    for i in range(21):
+        slow.durations.record("build", 100.0 + i)
+    assert not slow.decide(_facts(name="build", context_tokens=80_000, kv_cache_usage=0.97)).pin
+
+
+def test_with_a_cpu_tier_the_context_is_let_offload_unless_the_return_is_very_soon() -> None:
+    """Reload at 25 GB/s costs ~0.4 s for 80 K tokens instead of an 8 s recompute."""
+    reload = reload_s_per_token_of("a100-llama3-8b")
+    assert reload == pytest.approx(131072 / 25e9)
+    facts = _facts(context_tokens=80_000, kv_cache_usage=0.97, reload_s_per_token=reload)
+    assert not _coding_policy().decide(facts).pin  # let the engine offload it
+    # the window counts the CPU tier: the context survives there
+    tiered = _coding_policy().decide(replace(facts, cpu_kv_capacity_tokens=500_000))
+    assert (tiered.reason, tiered.ttl_s) == ("retain", pytest.approx(5.8 + 0.5))  # q95 + slack
+    # the configured rate stands in for a backend that does not say
+    configured = _coding_policy(reload_s_per_token=reload)
+    assert not configured.decide(_facts(context_tokens=80_000, kv_cache_usage=0.97)).pin
+    # a return within half a second is pinned even so: holding 17 % of the engine for 0.4 s
+    # costs less than the 0.42 s reload (with the engine this full, R = 0.005 * 470 K / 10 K
+    # = 0.24 s: the LRU would not keep it)
+    quick = _coding_policy()
+    for i in range(21):
+        quick.durations.record("grep", 0.3 + i * 0.01)
+    soon = quick.decide(replace(facts, name="grep", kv_cache_usage=0.995))
+    assert soon.pin and soon.expected_cost_s < soon.expected_benefit_s < 0.42
+
+
+def test_the_queueing_delay_of_evicted_programs_tips_the_balance() -> None:
+    policy = _coding_policy(queue_weight=1.0)
+    for i in range(21):
+        policy.durations.record("test", 40.0 + i)  # 40-60 s
+    facts = _facts(name="test", context_tokens=80_000, kv_cache_usage=0.97)
+    assert not policy.decide(facts).pin  # 8 s of recompute < holding 17 % for ~50 s
+    assert policy.decide(replace(facts, queue_wait_s=60.0)).pin
+    unweighted = _coding_policy(queue_weight=0.0)
+    for i in range(21):
+        unweighted.durations.record("test", 40.0 + i)
+    assert not unweighted.decide(replace(facts, queue_wait_s=60.0)).pin
+
+
+def test_pins_never_hold_more_than_their_share_of_the_memory() -> None:
+    policy = _coding_policy(max_pinned_fraction=0.5)
+    facts = _facts(context_tokens=80_000, kv_cache_usage=0.97)
+    assert policy.decide(replace(facts, pinned_tokens=150_000)).pin  # 230 K <= 235 K
+    held = policy.decide(replace(facts, pinned_tokens=160_000))  # 240 K > 235 K
+    assert not held.pin and held.reason in {"retain", "not_worth_it"}
+    assert not policy.decide(replace(facts, context_tokens=480_000)).pin  # bigger than M
 
 
 @settings(max_examples=60, deadline=None)
@@ -208,7 +274,14 @@ def test_the_policy_learns_tool_durations_from_wait_ends() -> None:
     [
         {"quantiles": ()},
         {"quantiles": (0.5, 1.0)},
-        {"max_usage": 0},
+        {"max_usage": 0.9},  # replaced by the cost comparison: an unknown key now
+        {"max_pinned_fraction": 0},
+        {"max_pinned_fraction": 1.5},
+        {"queue_weight": -1},
+        {"queue_wait_s": float("nan")},
+        {"reload_s_per_token": -1e-6},
+        {"reload_s_per_token": 2.0},
+        {"max_ttl_s": 1e9},
         {"cover_quantile": 1.0},
         {"churn_tokens_per_s": 0},
         {"prefill_s_per_token": 0},

@@ -85,6 +85,16 @@ class ToolWaitFacts:
     #: Calls of the program finished so far; ``None`` = not counted (the controller service).
     #: No policy reads it yet.
     calls_finished: int | None = None
+    #: Seconds to reload one token's KV from that backend's KV CPU tier over PCIe; ``None`` =
+    #: no tier known (an evicted context is recomputed).
+    reload_s_per_token: float | None = None
+    #: That backend's KV CPU tier (tokens; 0 = none): an evicted context survives there.
+    cpu_kv_capacity_tokens: int = 0
+    #: Recent queueing delay of calls on that backend (seconds): what a program whose
+    #: context was evicted waits again; ``None`` = unknown (then the policy's fallback).
+    queue_wait_s: float | None = None
+    #: Tokens that backend already holds with this controller's pins (not counting this one).
+    pinned_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,12 +108,13 @@ class RetentionDecision:
     #: predicted return (vLLM). ``False`` = rely on the engine's LRU cache.
     pin: bool = False
     #: Short reason: ``pin``, ``retain`` (window without a pin), ``no_backend``,
-    #: ``short_context``, ``memory_full``, ``unlikely_return``, ``not_worth_it``.
+    #: ``short_context``, ``unlikely_return``, ``not_worth_it``.
     reason: str = "not_worth_it"
     #: Probability the program comes back within ``ttl_s`` (0..1).
     p_return_in_ttl: float = 0.0
-    #: For a pin: expected engine seconds saved (recompute avoided) and the expected cost of
-    #: holding the memory, both in prefill-seconds (docs/routing.md); 0 without a pin.
+    #: For a pin: the expected saving (the reload or recompute avoided plus the weighted
+    #: queueing delay) and the expected cost of holding the memory, both in seconds
+    #: (docs/routing.md, "KV retention"); 0 without a pin.
     expected_benefit_s: float = 0.0
     expected_cost_s: float = 0.0
     #: When the program is expected back (seconds from the wait's start), given that it comes

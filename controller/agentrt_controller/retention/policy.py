@@ -1,45 +1,65 @@
-"""The retention policy: how long to keep a waiting program's KV (Continuum arXiv 2511.02230;
-docs/routing.md, "KV retention").
+"""The retention policy: how long to keep a waiting program's KV, and whether to hold it
+(Continuum arXiv 2511.02230, §4; docs/routing.md, "KV retention").
 
 A decision has two parts (:class:`~agentrt_controller.retention.api.RetentionDecision`):
 
 * ``ttl_s`` — the **retention window**: while it lasts the program keeps its engine binding
   and its returning call is admitted ahead of the scheduler's order (the Dispatcher's retained
-  lane). That costs no memory, but it is only worth it while the context is still cached;
+  lane). That costs no memory, but it is only worth it while the context is still cached (on
+  the GPU, or in the backend's KV CPU tier);
 * ``pin`` — whether to **hold the KV** for the window (a native pin on our emulator or
   SGLang, a re-warm before the predicted return on vLLM). That costs memory.
 
-**Inputs.** For a wait of tool ``name`` by a thread whose context is ``C`` tokens, on a backend
-at KV usage ``u`` (running + pinned, a fraction) with a KV capacity of ``M`` tokens: ``D`` the
-tool's duration distribution (:mod:`.durations`), ``p`` the probability the program comes back
-at all (:mod:`.returns`), and the **residence time** of an unpinned context in the engine's
-LRU cache, ``R = (1 − u)·M / churn`` (seconds): the free-or-evictable memory divided by the
-rate the engine allocates blocks (``churn_tokens_per_s``, by default the prefill speed
-``1 / prefill_s_per_token`` — an upper bound, so ``R`` is conservative). ``R = ∞`` when ``M``
-is unknown.
+**Inputs.** A wait of tool ``name`` by a thread whose context is ``C`` tokens, on a backend at
+KV usage ``u`` (running + pinned, a fraction) with a KV capacity of ``M`` tokens, holding
+``P`` tokens of this controller's pins already. ``D`` the tool's duration distribution
+(:mod:`.durations`), ``p`` the probability the program comes back at all (:mod:`.returns`).
+The **residence time** of an unpinned context in the engine's LRU cache is
+``R = (1 − u)·M / churn`` seconds: the free-or-evictable memory over the rate the engine
+allocates blocks (``churn_tokens_per_s``, by default the prefill speed
+``1 / prefill_s_per_token`` — an upper bound, so ``R`` is conservative; ``R = ∞`` when ``M``
+is unknown). The **cost of an eviction**, when the program comes back to a context that is
+gone, is ``miss = reload(C) + η·T`` seconds:
 
-**Rule.**
+* ``reload(C) = reload_s_per_token·C`` when the backend has a KV CPU tier (the evicted
+  blocks went there: ``kv_bytes_per_token / pcie_bytes_per_s`` per token, from the backend's
+  hardware profile), else the recompute ``prefill_s_per_token·C``;
+* ``T`` the recent queueing delay of calls on that backend (the driver's fact; the
+  ``queue_wait_s`` setting when it has none) — what an evicted program waits again, since
+  without its KV its call is new work the engine must find memory for — weighted by
+  ``η = queue_weight``.
 
-1. Gates: no backend, ``C < min_context_tokens``, ``u + C/M >= max_usage`` (pinning would
-   leave no room), or ``p < min_return_probability`` → no retention (``ttl_s = 0``).
-2. Pin: with candidate TTLs ``T = quantile_q(D) + slack_s`` (``q`` in ``quantiles``, capped at
-   ``max_ttl_s``), the expected net saving of a pin, in units of the context's recompute cost
-   ``a·C``, is::
+**Holding cost.** What the pinned memory denies the other programs, in seconds of the
+engine's work: a KV-bound engine's throughput is proportional to the KV its batch can use, so
+holding ``C`` of ``M`` tokens for ``H`` seconds costs at most ``H·C/M`` seconds of its work
+(when every freed token would be used: memory in demand); when memory is free, the pin only
+displaces the LRU cache, which costs the recompute of what is displaced and reused,
+``reuse_fraction·H·C / ((1 − u)·M)`` seconds (``C·H/R`` tokens displaced). So::
 
-       net(T) = p · P(R < D <= T)  −  reuse_fraction · E[min(D, T)] / R
+    hold(H) = H · (C/M) · min(1, reuse_fraction / (1 − u))
 
-   The first term is the recompute a pin avoids: the program returns within ``T`` *and* the
-   LRU would have evicted the context before (a wait shorter than ``R`` finds it cached
-   anyway). The second is what holding ``C`` tokens for the expected holding time costs
-   everyone else: the LRU then evicts ``C·E[min(D,T)]/R`` other tokens, of which
-   ``reuse_fraction`` would have been reused. Pin with the best ``T`` if its ``net > 0``.
-3. Otherwise the window is ``min(quantile_{cover_quantile}(D) + slack_s, R, max_ttl_s)``: the
-   program counts as retained while it likely comes back *and* its context likely survives.
+**Rule** (Continuum's, with our costs)::
 
-``C`` enters through ``u + C/M`` and the floor; it scales benefit and cost alike. Under free
-memory ``R`` is long, waits are shorter, nothing is pinned and the window covers the tail;
-as memory fills ``R`` shrinks, the window shrinks with it, and a pin is placed only where
-waits are about as long as ``R`` and the return is likely.
+    τ* = argmax_τ  p · P(min(R, τ) < D ≤ τ) · miss  −  hold(E[min(D, τ)])
+
+over candidate TTLs ``τ = quantile_q(D) + slack_s`` (``q`` in ``quantiles``, capped at
+``max_ttl_s``). The saving counts only returns within ``τ`` that the LRU would have missed (a
+wait shorter than ``R`` finds its context cached anyway); the holding time is
+``E[min(D, τ)]`` (released at the return or at the TTL).
+
+1. No retention (``ttl_s = 0``): no backend, ``C < min_context_tokens``, or
+   ``p < min_return_probability``.
+2. **Pin** with ``τ*`` when its net saving is positive, and ``P + C <= max_pinned_fraction·M``
+   (a sanity bound: pins never take the whole memory; the driver's deadlock guard unpins when
+   they leave no room for waiting calls). There is no memory-full gate: under full memory
+   ``R`` is short, so the saving is large exactly when the context is most at risk, and the
+   holding cost is the full ``H·C/M`` — a pin is placed when the return is likely and soon.
+   With a CPU tier ``miss`` is the reload, a few times cheaper than the recompute: the context
+   is let go to the tier unless the wait is short (**let-offload**).
+3. Otherwise the **window** is ``min(quantile_{cover_quantile}(D) + slack_s, R', max_ttl_s)``
+   with ``R' = ((1 − u)·M + cpu_tokens) / churn``, the residence counting the CPU tier: the
+   program counts as retained while it likely comes back *and* its context likely survives
+   somewhere on that backend. A window of 0 is **drop**.
 
 **What it learns, per tenant.** ``D`` and ``p`` are learned from traffic per (tenant, name)
 (:mod:`.learned`, bounded): one tenant's waits never change another's decisions. A tenant with
@@ -66,8 +86,9 @@ from agentrt_controller.retention.api import RetentionDecision, WaitInfo
 from agentrt_controller.retention.durations import DurationModel, ToolDurations
 from agentrt_controller.retention.learned import MAX_NAMES, MAX_NAMES_PER_TENANT
 from agentrt_controller.retention.returns import ReturnModel
+from agentrt_serving.hardware import PROFILES
 
-__all__ = ["RetentionConfig", "TtlRetentionPolicy"]
+__all__ = ["RetentionConfig", "TtlRetentionPolicy", "reload_s_per_token_of"]
 
 
 #: A probability or quantile strictly inside (0, 1).
@@ -94,11 +115,20 @@ class RetentionConfig:
         0.99,
     )
     #: Added to each candidate (seconds): the returning call's way to the engine.
-    slack_s: _NonNegative = 0.5
-    #: Longest TTL (seconds).
-    max_ttl_s: Annotated[float, Field(gt=0)] = 120.0
-    #: KV usage (fraction) at or above which nothing is retained (counting the pin).
-    max_usage: Annotated[float, Field(gt=0, le=1)] = 0.95
+    slack_s: Annotated[float, Field(ge=0, le=3600, allow_inf_nan=False)] = 0.5
+    #: Longest TTL (seconds; at most a day).
+    max_ttl_s: Annotated[float, Field(gt=0, le=86_400)] = 120.0
+    #: Most of a backend's KV capacity (fraction) this controller's pins may hold, counting the
+    #: new one: a pin alone never fills the memory.
+    max_pinned_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
+    #: Weight ``η`` of the queueing delay an evicted program waits again, in the saving.
+    queue_weight: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 1.0
+    #: Queueing delay assumed when the driver does not say (seconds).
+    queue_wait_s: Annotated[float, Field(ge=0, le=3600, allow_inf_nan=False)] = 0.0
+    #: Seconds to reload one token from the backends' KV CPU tier when the facts do not say
+    #: (``kv_bytes_per_token / pcie_bytes_per_s`` of its hardware profile,
+    #: :func:`reload_s_per_token_of`); ``None`` = no tier (an evicted context is recomputed).
+    reload_s_per_token: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
     #: Share of the blocks a pin pushes out of the LRU cache that would have been reused.
     reuse_fraction: _NonNegative = 0.5
     #: Contexts shorter than this are not worth retaining (tokens).
@@ -200,7 +230,7 @@ class TtlRetentionPolicy:
 
     def decide(self, facts: WaitInfo, key: str | None = None) -> RetentionDecision:
         """The decision for ``facts`` with the current history of its tenant (no side
-        effects)."""
+        effects); the rule is in the module docstring."""
         cfg = self.config
         tenant = facts.program.tenant
         context = facts.context_tokens
@@ -208,36 +238,21 @@ class TtlRetentionPolicy:
             return RetentionDecision(reason="no_backend")
         if context < max(1, cfg.min_context_tokens):
             return RetentionDecision(reason="short_context")
-        usage = facts.kv_cache_usage if facts.kv_cache_usage is not None else 0.0
-        capacity = getattr(facts, "kv_capacity_tokens", None) or cfg.kv_capacity_tokens
-        if usage + (context / capacity if capacity else 0.0) >= cfg.max_usage:
-            return RetentionDecision(reason="memory_full")
         p = self.returns.probability(key if key is not None else _return_key(facts), tenant=tenant)
         if p < cfg.min_return_probability:
             return RetentionDecision(reason="unlikely_return")
         model = self.durations.model(facts.name, facts.predicted_duration_s, tenant=tenant)
-        residence = max(0.0, 1.0 - usage) * capacity / cfg.churn if capacity else math.inf
-        recompute_s = cfg.prefill_s_per_token * context
-        if math.isfinite(residence) and residence > 0:
-            best = (0.0, 0.0, 0.0, 0.0)  # net, ttl, p(return in ttl), holding-cost share
-            evicted_by = model.cdf(residence)
-            for ttl in _candidates(model, cfg):
-                gain = p * max(0.0, model.cdf(ttl) - evicted_by)
-                cost = cfg.reuse_fraction * model.expected_min(ttl) / residence
-                if gain - cost > best[0] + 1e-12:
-                    best = (gain - cost, ttl, p * model.cdf(ttl), cost)
-            if best[0] > 0:
-                return RetentionDecision(
-                    ttl_s=best[1],
-                    pin=True,
-                    reason="pin",
-                    p_return_in_ttl=best[2],
-                    expected_benefit_s=recompute_s * (best[0] + best[3]),
-                    expected_cost_s=recompute_s * best[3],
-                    expected_return_s=model.expected_within(best[1]),
-                )
+        usage = min(1.0, max(0.0, facts.kv_cache_usage or 0.0))
+        capacity = getattr(facts, "kv_capacity_tokens", None) or cfg.kv_capacity_tokens
+        free_tokens = (1.0 - usage) * capacity if capacity else math.inf
+        residence = free_tokens / cfg.churn
+        pin = self._best_pin(facts, model, p, usage, capacity, residence)
+        if pin is not None:
+            return pin
+        cpu_tokens = getattr(facts, "cpu_kv_capacity_tokens", 0) or 0
+        survives = (free_tokens + cpu_tokens) / cfg.churn
         cover = model.quantile(cfg.cover_quantile) + cfg.slack_s
-        ttl = min(cover, residence, cfg.max_ttl_s)
+        ttl = min(cover, survives, cfg.max_ttl_s)
         if not ttl > 0:
             return RetentionDecision(reason="not_worth_it")
         return RetentionDecision(
@@ -247,6 +262,61 @@ class TtlRetentionPolicy:
             p_return_in_ttl=p * model.cdf(ttl),
             expected_return_s=model.expected_within(ttl),
         )
+
+    def _best_pin(
+        self,
+        facts: WaitInfo,
+        model: DurationModel,
+        p: float,
+        usage: float,
+        capacity: int | None,
+        residence: float,
+    ) -> RetentionDecision | None:
+        """A pin with the TTL of the best positive net saving, or ``None``."""
+        cfg = self.config
+        context = facts.context_tokens
+        pinned = getattr(facts, "pinned_tokens", 0) or 0
+        if (
+            not capacity
+            or not math.isfinite(residence)
+            or pinned + context > (cfg.max_pinned_fraction * capacity)
+        ):
+            return None
+        miss_s = self.eviction_cost_s(facts)
+        share = context / capacity
+        hold_rate = share if usage >= 1.0 else share * min(1.0, cfg.reuse_fraction / (1 - usage))
+        best: tuple[float, float, float, float] | None = None  # net, ttl, gain, cost
+        for ttl in _candidates(model, cfg):
+            gain = p * max(0.0, model.cdf(ttl) - model.cdf(min(residence, ttl))) * miss_s
+            cost = hold_rate * model.expected_min(ttl)
+            if gain - cost > (best[0] if best else 0.0) + 1e-12:
+                best = (gain - cost, ttl, gain, cost)
+        if best is None:
+            return None
+        _, ttl, gain, cost = best
+        return RetentionDecision(
+            ttl_s=ttl,
+            pin=True,
+            reason="pin",
+            p_return_in_ttl=p * model.cdf(ttl),
+            expected_benefit_s=gain,
+            expected_cost_s=cost,
+            expected_return_s=model.expected_within(ttl),
+        )
+
+    def eviction_cost_s(self, facts: WaitInfo) -> float:
+        """``miss = reload(C) + η·T`` (seconds): what the program pays when it comes back to
+        an evicted context — the reload from the backend's CPU tier (the facts' rate, else the
+        configured one) or else the recompute, plus the weighted queueing delay."""
+        cfg = self.config
+        reload = getattr(facts, "reload_s_per_token", None)
+        if reload is None:
+            reload = cfg.reload_s_per_token
+        per_token = cfg.prefill_s_per_token if reload is None else reload
+        queue = getattr(facts, "queue_wait_s", None)
+        if queue is None or not queue >= 0:
+            queue = cfg.queue_wait_s
+        return per_token * facts.context_tokens + cfg.queue_weight * queue
 
     # --- what the policy learns from -------------------------------------------------------
 
@@ -302,3 +372,19 @@ def _candidates(model: DurationModel, cfg: RetentionConfig) -> list[float]:
     """Pin TTL candidates: quantiles of ``model`` plus slack, capped, ascending."""
     ttls = {min(cfg.max_ttl_s, model.quantile(q) + cfg.slack_s) for q in cfg.quantiles}
     return sorted(t for t in ttls if t > 0)
+
+
+def reload_s_per_token_of(profile: str) -> float:
+    """Seconds to reload one token's KV over PCIe on hardware ``profile`` (a name in
+    ``agentrt_serving.hardware.PROFILES``): ``kv_bytes_per_token / pcie_bytes_per_s``, the
+    engine model's reload cost (docs/engine-model.md, "The KV CPU tier").
+
+    Raises:
+        ConfigError: unknown profile.
+    """
+    hardware = PROFILES.get(profile)
+    if hardware is None:
+        raise ConfigError(f"unknown hardware profile {profile!r}; known: {sorted(PROFILES)}")
+    if not hardware.kv_bytes_per_token or not math.isfinite(hardware.pcie_bytes_per_s):
+        return 0.0
+    return hardware.kv_bytes_per_token / hardware.pcie_bytes_per_s
