@@ -422,6 +422,9 @@ class Simulation:
         heap = self._heap
         horizon = heap[0][0] - now if heap else math.inf
         result = core.step(now, max_steps=self.config.max_fused_steps, horizon_s=horizon)
+        # Blocked by pinned memory: the retention driver's deadlock guard unpins, newest first.
+        while result is None and self.waits.relieve(slot, now):
+            result = core.step(now, max_steps=self.config.max_fused_steps, horizon_s=horizon)
         if result is None:  # blocked by pinned memory until a pin expires
             expiry = core.next_pin_expiry_s
             if expiry < slot.wake_s:

@@ -11,6 +11,14 @@ on the engine cores: a ``pin`` holds the prefix the thread's next call extends
 native pins, so the driver never asks them for a re-warm. The release points are therefore the
 controller's: the thread's next call *admitted*, the TTL's end (the engine expires its pin; the
 window ends), the program's end. Windows go to the dispatcher(s) that hold the program.
+
+The facts the driver's policy weighs an eviction with come from the engines exactly: the KV CPU
+tier (its size and ``kv_bytes_per_token / pcie_bytes_per_s``), and the recent queueing delay on
+each engine (:class:`~agentrt_controller.retention.recent.RecentWaits`, fed at each wait's start
+with the program's calls finished since its last wait: the time they spent neither in engine
+steps nor in a tool — controller queue, engine queue, preempted). When an engine cannot run
+because pinned memory leaves no room for any waiting request, the simulation asks
+:meth:`WaitHandler.relieve`: the driver's deadlock guard unpins the most recent pin.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from agentrt_controller.retention.driver import (
     ThreadContext,
     ToolWait,
 )
+from agentrt_controller.retention.recent import RecentWaits
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_sim.state import EngineSlot, ProgramRun
 from agentrt_sim.workloads.program import WaitNode
@@ -70,6 +79,25 @@ class WaitHandler:
         #: Retention pins that were placed (count) and that held blocks (count).
         self.pins_placed = 0
         self.pinned_blocks = 0
+        #: Recent queueing delay per engine, and per program what it had seen of its own calls
+        #: (summed wait, calls finished) at its last wait's start.
+        self._queue_waits = RecentWaits()
+        self._seen: dict[ProgramKey, tuple[float, int]] = {}
+        #: Per engine: the CPU tier (tokens) and its reload cost (seconds per token); fixed.
+        self._tiers: dict[str, tuple[int, float | None]] = {}
+        for slot in engines:
+            core = slot.core
+            tier_blocks = core.stats().num_cpu_blocks
+            hardware = core.profile
+            reload = (
+                hardware.kv_bytes_per_token / hardware.pcie_bytes_per_s
+                if tier_blocks and hardware.kv_bytes_per_token
+                else 0.0
+            )
+            self._tiers[slot.backend_id] = (
+                tier_blocks * core.config.block_size,
+                reload if tier_blocks else None,
+            )
 
     def start(self, run: ProgramRun, node: int, now: float) -> None:
         """A wait node was released: report it, maybe retain, schedule its end."""
@@ -87,6 +115,7 @@ class WaitHandler:
         )
         self._runs[run.key] = run
         engine = run.thread_engine.get(spec.thread_id)
+        self._observe_queue_wait(run, engine)
         prefix = run.tokens.pin_prefix(node)
         # The simulator knows the exact prefix the thread's next call extends (the driver's
         # on_finish would only know the last call's).
@@ -127,7 +156,9 @@ class WaitHandler:
 
     def on_call(self, run: ProgramRun, thread_id: str, now: float) -> str | None:
         """A released call of ``thread_id``: the engine holding its retained KV, or ``None``."""
-        return self.driver.on_call(run.key, thread_id, now)
+        backend, actions = self.driver.on_return(run.key, thread_id, now)
+        self._carry_out(actions, now)
+        return backend
 
     def call_admitted(self, run: ProgramRun, thread_id: str, now: float) -> None:
         """A call of ``thread_id`` left the controller's queues: its thread's pin is done."""
@@ -137,6 +168,14 @@ class WaitHandler:
         """Release every pin of an ended program (a TTL never outlives its program)."""
         self._carry_out(self.driver.on_program_end(run.key, now), now)
         self._runs.pop(run.key, None)
+        self._seen.pop(run.key, None)
+
+    def relieve(self, slot: EngineSlot, now: float) -> bool:
+        """``slot``'s engine cannot run: pins leave no room for its waiting requests. The
+        driver's deadlock guard releases its most recent pin; False when it holds none."""
+        actions = self.driver.relieve(slot.backend_id, now)
+        self._carry_out(actions, now)
+        return bool(actions)
 
     # --- the executor ----------------------------------------------------------------------
 
@@ -159,17 +198,33 @@ class WaitHandler:
                 core.unpin(action.pin_id)
             # "rewarm" is asked only of backends without pins; every simulated engine pins.
 
+    def _observe_queue_wait(self, run: ProgramRun, engine: int | None) -> None:
+        """The program's calls finished since its last wait: their mean queueing delay, one
+        observation of the engine that served the last one."""
+        seen_wait, seen_calls = self._seen.get(run.key, (0.0, 0))
+        self._seen[run.key] = (run.call_wait_s, run.calls_finished)
+        calls = run.calls_finished - seen_calls
+        if engine is not None and calls > 0:
+            mean = (run.call_wait_s - seen_wait) / calls
+            self._queue_waits.observe(self._slots[engine].backend_id, mean)
+
     def _traits(self, backend_id: str) -> BackendTraits | None:
         slot = self._engines.get(backend_id)
         if slot is None:
             return None
         core = slot.core
+        tier_tokens, reload = self._tiers[backend_id]
+        # No running / waiting gauges: the simulation calls relieve() when an engine is
+        # blocked, which it knows exactly.
         return BackendTraits(
             healthy=True,
             kv_cache_usage=slot.kv_cache_usage,
             in_flight=slot.in_flight,
             pins=True,
             kv_capacity_tokens=core.num_blocks * core.config.block_size,
+            reload_s_per_token=reload,
+            cpu_kv_capacity_tokens=tier_tokens,
+            queue_wait_s=self._queue_waits.get(backend_id),
         )
 
     def _set_window(self, program: ProgramKey, until_s: float | None) -> None:

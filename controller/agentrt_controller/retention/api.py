@@ -121,6 +121,10 @@ class RetentionDecision:
     #: back within ``ttl_s``; ``None`` = the policy does not say (the driver then uses the
     #: client's prediction, else the TTL's end).
     expected_return_s: float | None = None
+    #: For a pin: once the program is back within ``ttl_s``, how long to keep holding its KV
+    #: while its call waits to be admitted (seconds from its return; the pin ends at
+    #: admission anyway); 0 = only to the TTL's end.
+    hold_after_return_s: float = 0.0
 
 
 class RetentionPolicy(Protocol):

@@ -63,11 +63,15 @@ __all__ = [
 
 ActionKind = Literal["pin", "unpin", "rewarm"]
 #: Why a retention ended: its thread's next call was admitted, the thread was retained anew,
-#: the program ended (or expired idle), its TTL ran out.
-ReleaseReason = Literal["admitted", "replaced", "program_end", "ttl"]
+#: the program ended (or expired idle), its TTL ran out, the deadlock guard unpinned it (pins
+#: left no room for the backend's waiting calls).
+ReleaseReason = Literal["admitted", "replaced", "program_end", "ttl", "guard"]
 
 #: A backend at or above this KV usage gets no re-warm (it would evict someone else's cache).
 _REWARM_MAX_USAGE = 0.9
+#: With nothing running, calls waiting and at least this KV usage, pins hold the memory the
+#: waiting calls need (the deadlock guard, when their need is unknown).
+_BLOCKED_USAGE = 0.9
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +92,20 @@ class BackendTraits:
     rewarm: bool = False
     #: KV capacity (tokens); ``None`` = unknown (the policy's configured capacity then).
     kv_capacity_tokens: int | None = None
+    #: Seconds to reload one token's KV from its KV CPU tier (``kv_bytes_per_token /
+    #: pcie_bytes_per_s``); ``None`` = no tier known (the policy's configured rate then).
+    reload_s_per_token: float | None = None
+    #: Its KV CPU tier (tokens); 0 = none or unknown.
+    cpu_kv_capacity_tokens: int = 0
+    #: Recent queueing delay of calls on it (seconds, :class:`~agentrt_controller.retention.
+    #: recent.RecentWaits`); ``None`` = unknown.
+    queue_wait_s: float | None = None
+    #: Requests running in it and waiting in its own queue (the engine's gauges); ``None`` =
+    #: unknown. The deadlock guard reads them.
+    num_running: int | None = None
+    num_waiting: int | None = None
+    #: KV tokens the first of its waiting calls needs to start; ``None`` = unknown.
+    waiting_need_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +232,8 @@ class RetentionDriver:
         self.decisions: dict[str, int] = {}
         #: Payloads not kept or dropped to stay within a tenant's byte budget.
         self.kept_dropped = 0
+        #: Pins the deadlock guard released.
+        self.guard_releases = 0
         #: Called for every retention that ends (introspection, tests); ``None`` = nobody.
         self.on_release: ReleaseHook | None = None
 
@@ -221,13 +241,28 @@ class RetentionDriver:
 
     def on_call(self, program: ProgramKey, thread_id: str, now_s: float) -> str | None:
         """A thread's call arrived (it came back): the backend holding its retained context
-        (the call goes to the retained lane, to that backend), or ``None``."""
-        self.tick(now_s)
+        (the call goes to the retained lane, to that backend), or ``None``. An executor of
+        native pins calls :meth:`on_return` instead, which also holds a pin until admission."""
+        return self.on_return(program, thread_id, now_s)[0]
+
+    def on_return(
+        self, program: ProgramKey, thread_id: str, now_s: float
+    ) -> tuple[str | None, list[RetentionAction]]:
+        """A thread's call arrived: the backend holding its retained context (or ``None``),
+        and the actions to carry out — a native pin is held on for the decision's
+        ``hold_after_return_s`` while the call waits to be admitted (a ``pin`` action with
+        the later end; the admission releases it), so that the context the TTL kept is not
+        lost in the queue."""
+        actions = self.tick(now_s)
         self.policy.on_call_arrived(program, thread_id, now_s)
         retention = self.tracker.get(program, thread_id)
-        if retention is not None and retention.until_s > now_s:
-            return retention.backend_id
-        return None
+        if retention is None or not retention.until_s > now_s:
+            return None, actions
+        hold = retention.hold_after_return_s
+        if retention.pinned and hold > 0 and self.tracker.extend(retention, now_s + hold):
+            self._update_window(program)
+            actions.append(RetentionAction("pin", retention))
+        return retention.backend_id, actions
 
     def on_admitted(
         self, program: ProgramKey, thread_id: str, now_s: float
@@ -283,6 +318,10 @@ class RetentionDriver:
             kv_capacity_tokens=traits.kv_capacity_tokens if traits is not None else None,
             program_kind=wait.program_kind,
             calls_finished=wait.calls_finished,
+            reload_s_per_token=traits.reload_s_per_token if traits is not None else None,
+            cpu_kv_capacity_tokens=traits.cpu_kv_capacity_tokens if traits is not None else 0,
+            queue_wait_s=traits.queue_wait_s if traits is not None else None,
+            pinned_tokens=self.pinned_tokens(context.backend_id) if context is not None else 0,
         )
         decision = self.policy.on_wait_start(facts, now_s)
         self.decisions[decision.reason] = self.decisions.get(decision.reason, 0) + 1
@@ -309,6 +348,7 @@ class RetentionDriver:
             retention.due_s = min(retention.until_s, now_s + back_in_s)
         else:
             retention.due_s = retention.until_s
+        retention.hold_after_return_s = max(0.0, decision.hold_after_return_s)
         self._windows.add(key)
         self._set_window(key, self.tracker.retained_until(key))
         if not decision.pin:
@@ -355,10 +395,37 @@ class RetentionDriver:
                 self.on_release(expired, "ttl", expired.until_s)
             self._update_window(expired.program)
         actions: list[RetentionAction] = []
+        for backend_id in list(self._pins):
+            traits = self._backends(backend_id)
+            if traits is not None and _blocked(traits):
+                actions += self.relieve(backend_id, now_s, need_tokens=traits.waiting_need_tokens)
         for due in self.tracker.due_rewarms(now_s):
             traits = self._backends(due.backend_id)
             if traits is not None and self._has_room(traits):
                 actions.append(RetentionAction("rewarm", due))
+        return actions
+
+    def relieve(
+        self, backend_id: str, now_s: float, *, need_tokens: int | None = None
+    ) -> list[RetentionAction]:
+        """The **deadlock guard** (Continuum): pins on ``backend_id`` leave no room for any of
+        its waiting calls — unpin the most recently pinned first until ``need_tokens`` are
+        released (``None`` = unknown: one pin; a driver that sees the engine exactly, the
+        simulator, calls again while it stays blocked). The retentions end (reason
+        ``guard``): their windows too, since their contexts are no longer held."""
+        pins = self._pins.get(backend_id)
+        released: list[Retention] = []
+        freed = 0
+        while pins and (not released if need_tokens is None else freed < need_tokens):
+            retention = next(reversed(pins.values()))
+            self.tracker.release_thread(retention.program, retention.thread_id)
+            self._unindex(retention)
+            released.append(retention)
+            freed += retention.context_tokens
+        self.guard_releases += len(released)
+        actions = self._release(released, "guard", now_s)
+        for program in {r.program for r in released}:
+            self._update_window(program)
         return actions
 
     # --- for executors ---------------------------------------------------------------------
@@ -479,3 +546,22 @@ class RetentionDriver:
             and traits.in_flight < self.rewarm_max_in_flight
             and (usage is None or usage < _REWARM_MAX_USAGE)
         )
+
+
+def _blocked(traits: BackendTraits) -> bool:
+    """Whether the backend's waiting calls cannot start: the first needs more KV than is free,
+    or (its need unknown) nothing runs while calls wait and the KV is held (at least
+    :data:`_BLOCKED_USAGE`: with nothing running, by pins). A gauge of running and waiting
+    calls alone is no proof: a call just handed to an idle engine waits until its next step."""
+    if not traits.num_waiting:
+        return False
+    usage, capacity, need = (
+        traits.kv_cache_usage,
+        traits.kv_capacity_tokens,
+        traits.waiting_need_tokens,
+    )
+    if usage is None:
+        return False
+    if need is not None and capacity:
+        return (1.0 - usage) * capacity < need
+    return traits.num_running == 0 and usage >= _BLOCKED_USAGE

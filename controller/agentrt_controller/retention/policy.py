@@ -302,6 +302,9 @@ class TtlRetentionPolicy:
             expected_benefit_s=gain,
             expected_cost_s=cost,
             expected_return_s=model.expected_within(ttl),
+            # back, its return is certain: hold while the saving exceeds the full holding
+            # cost, miss > H·C/M, i.e. for at most miss·M/C seconds (released at admission)
+            hold_after_return_s=min(cfg.max_ttl_s, miss_s / share),
         )
 
     def eviction_cost_s(self, facts: WaitInfo) -> float:

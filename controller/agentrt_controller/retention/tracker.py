@@ -54,6 +54,8 @@ class Retention:
     pinned: bool = False
     #: When the thread is expected back (seconds, driver's clock; within the TTL).
     due_s: float = math.inf
+    #: How long a pin holds on once the thread is back, until its call is admitted (seconds).
+    hold_after_return_s: float = 0.0
     #: Free-form driver data (e.g. the prompt to re-warm with); never logged. ``None`` once
     #: the retention ended (nothing outlives it).
     payload: object = field(default=None, repr=False)
@@ -121,6 +123,17 @@ class RetentionTracker:
         heapq.heappush(self._expiry, (retention.until_s, self._seq, retention))
         return retention, replaced
 
+    def extend(self, retention: Retention, until_s: float) -> bool:
+        """Move a live retention's end to ``until_s`` when that is later; True if moved."""
+        if self.get(retention.program, retention.thread_id) is not retention:
+            return False
+        if not until_s > retention.until_s:
+            return False
+        retention.until_s = until_s
+        self._seq += 1
+        heapq.heappush(self._expiry, (until_s, self._seq, retention))
+        return True
+
     def get(self, program: ProgramKey, thread_id: str) -> Retention | None:
         return self._live.get(program, {}).get(thread_id)
 
@@ -162,9 +175,9 @@ class RetentionTracker:
         expired: list[Retention] = []
         heap = self._expiry
         while heap and heap[0][0] <= now_s:
-            _, _, retention = heapq.heappop(heap)
+            until_s, _, retention = heapq.heappop(heap)
             live = self._live.get(retention.program, {}).get(retention.thread_id)
-            if live is retention:
+            if live is retention and until_s == retention.until_s:  # not an extended one
                 self.release_thread(retention.program, retention.thread_id)
                 expired.append(retention)
         return expired
@@ -174,9 +187,10 @@ class RetentionTracker:
         """Earliest TTL end of a live retention (seconds); ``math.inf`` when none."""
         heap = self._expiry
         while heap:
-            retention = heap[0][2]
-            if self._live.get(retention.program, {}).get(retention.thread_id) is retention:
-                return heap[0][0]
+            until_s, _, retention = heap[0]
+            live = self._live.get(retention.program, {}).get(retention.thread_id)
+            if live is retention and until_s == retention.until_s:
+                return until_s
             heapq.heappop(heap)
         return math.inf
 

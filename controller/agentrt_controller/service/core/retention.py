@@ -60,6 +60,7 @@ from agentrt_controller.retention.driver import (
     ThreadContext,
     ToolWait,
 )
+from agentrt_controller.retention.recent import RecentWaits
 from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.service.core.clock import sleep_until
@@ -188,6 +189,8 @@ class RetentionExecutor:
             kept_bytes_per_tenant=kept_bytes_per_tenant,
         )
         self._on_error = on_error
+        #: Recent wait of calls from arrival to admission, per backend (seconds).
+        self.queue_waits = RecentWaits()
         #: Backend calls to make, in order (bounded: a flood drops, counted as ``dropped``).
         self._actions: deque[RetentionAction] = deque()
         #: Set by new work; the loop's sleep on the clock is cancelled when it is set.
@@ -213,11 +216,17 @@ class RetentionExecutor:
     def on_call(self, call: CallFacts) -> str | None:
         """A tagged call arrived (its thread came back): the backend holding its retained
         context, or ``None``."""
-        return self.driver.on_call(call.program, call.thread_id, self.clock())
+        backend, actions = self.driver.on_return(call.program, call.thread_id, self.clock())
+        self._enqueue(actions)
+        return backend
 
     def on_admitted(self, call: CallFacts, backend_id: str) -> None:
-        """The call left the queues: its thread's retention has done its job."""
-        self._enqueue(self.driver.on_admitted(call.program, call.thread_id, self.clock()))
+        """The call left the queues: its thread's retention has done its job. Its wait in the
+        queues is one sample of the backend's recent queueing delay (the retention policy's
+        eviction cost)."""
+        now = self.clock()
+        self.queue_waits.observe(backend_id, now - call.arrival_s)
+        self._enqueue(self.driver.on_admitted(call.program, call.thread_id, now))
 
     def on_finish(self, call: CallFacts, backend_id: str, body: Body, prompt_tokens: int) -> None:
         """A tagged call was answered: remember its context (backend, prompt tokens and, when
@@ -372,6 +381,11 @@ class RetentionExecutor:
             in_flight=state.in_flight,
             pins=pins_of(state.backend) is not None,
             rewarm=state.backend.capabilities.scrapes_metrics,
+            queue_wait_s=self.queue_waits.get(backend_id),
+            # the deadlock guard reads these; the CPU tier's reload rate and the KV capacity
+            # come from retention_options (a scrape does not say)
+            num_running=state.load.num_running,
+            num_waiting=state.load.num_waiting,
         )
 
     def _enqueue(self, actions: list[RetentionAction]) -> None:
