@@ -12,6 +12,7 @@ from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention import RetentionDecision, WaitInfo
 from agentrt_emulator.core.types import EngineConfig
 from agentrt_sim.sim import SimConfig
+from agentrt_sim.workloads.program import Program
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -45,9 +46,12 @@ SMALL = SimConfig(
 )
 
 
-def _programs() -> list:  # type: ignore[type-arg]
+def _programs() -> list[Program]:
+    """Three programs of ~14 blocks each (their own 200-token roots), waiting 50 s on a tool."""
     return [
-        react_program(f"p{i}", arrival_s=float(i), outputs=(8, 8), tool_s=(50.0,), system=16, root=200)
+        react_program(
+            f"p{i}", arrival_s=float(i), outputs=(8, 8), tool_s=(50.0,), system=16, root=200
+        )
         for i in range(3)
     ]
 
