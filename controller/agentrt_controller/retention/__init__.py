@@ -4,9 +4,11 @@ retention"): a pure policy and the bookkeeping around it.
 * :mod:`.api` — the :class:`RetentionPolicy` seam: what a policy is told (:class:`WaitInfo`,
   :class:`ToolWaitFacts`) and answers (:class:`RetentionDecision`);
 * :mod:`.policy` — :class:`TtlRetentionPolicy`: the TTL from the tool's duration distribution,
-  the return probability and memory pressure (the decision rule is in its docstring);
+  the return probability and the current cost of an eviction (reload or recompute, queueing)
+  against the cost of holding the memory (the decision rule is in its docstring);
 * :mod:`.durations`, :mod:`.returns` — what it learns from, per tenant (:mod:`.learned`:
   bounded tables, and the global prior fed only by tenants that opt in);
+* :mod:`.recent` — the recent queueing delay per backend (the policy's eviction cost);
 * :mod:`.tracker` — live retentions: release at TTL end, at the thread's next call, at
   program end; re-warm times;
 * :mod:`.driver` — :class:`RetentionDriver`: the retention the controller service and the

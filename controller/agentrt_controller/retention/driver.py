@@ -32,8 +32,18 @@ What it does, per event (every method takes ``now_s``; nothing here awaits or re
   (:meth:`RetentionDriver.on_program_end`): an ``unpin`` on a backend with pins. At TTL end the
   backend expires its pin itself: only the window changes. A TTL never outlives its program.
 
+* **held until admission** — a thread back within its TTL (:meth:`RetentionDriver.on_return`)
+  keeps its native pin for the decision's ``hold_after_return_s`` while its call waits in the
+  queues (a ``pin`` action with the later end);
+* **deadlock guard** (Continuum) — when pins leave no room for any waiting call on a backend
+  (:meth:`RetentionDriver.relieve`, and :meth:`RetentionDriver.tick` from the backend's gauges),
+  the most recently pinned are unpinned first, reason ``guard``;
+* **for admission** — :meth:`RetentionDriver.pinned` lists a backend's pinned contexts with
+  when each thread is due back.
+
 Every method first ends the retentions whose TTL is over at ``now_s``, so a driver that calls
-:meth:`RetentionDriver.tick` late (the simulator, between events) sees the same windows.
+:meth:`RetentionDriver.tick` late (the simulator, between events) sees the same windows. A pin
+of a program that died without an end event ends at its TTL like any (no leak).
 """
 
 from __future__ import annotations
