@@ -285,6 +285,8 @@ async def run_controller(events: list[Event]) -> Outcome:
         else:
             executor.on_program_end(cast(ProgramKey, payload))
         await executor.step()
+    # every admission was one sample of the backend's queueing delay (the policy's T)
+    assert executor.queue_waits.get(backend.backend_id) is not None
     return Outcome(pins, releases, dispatcher.windows, tagged)
 
 
