@@ -74,7 +74,7 @@ async def test_retention_keeps_prompts_within_the_budget_not_bodies() -> None:
         events = f"{url}{EVENTS_PREFIX}/programs/{PROGRAM}/tool-start"
         for thread in (0, CALLS - 1):
             wait = {"session_id": SESSION, "thread_id": f"t{thread}", "node_id": f"w{thread}",
-                    "tool_name": "search", "predicted_duration_s": 5.0}  # fmt: skip
+                    "tool_name": "search", "predicted_duration_s": 60.0}  # fmt: skip
             assert (await http.post(events, json=wait)).status_code == 200
         with anyio.fail_after(10):
             while len(await _pins(http, engine.base_url)) < 1:  # noqa: ASYNC110 - another server
@@ -118,7 +118,7 @@ async def test_one_tenants_prompts_never_push_out_anothers() -> None:
 
             # Alice's oldest thread still pins.
             wait = {"session_id": SESSION, "thread_id": "t0", "node_id": "w0",
-                    "tool_name": "search", "predicted_duration_s": 5.0}  # fmt: skip
+                    "tool_name": "search", "predicted_duration_s": 60.0}  # fmt: skip
             events = f"{url}{EVENTS_PREFIX}/programs/{PROGRAM}/tool-start"
             assert (await http.post(events, json=wait, headers=ALICE)).status_code == 200
             with anyio.fail_after(10):
