@@ -48,17 +48,33 @@ ATTR_CACHED_TOKENS = "agentrt.demo.cached_tokens"
 @dataclass(frozen=True, slots=True)
 class AgentContext:
     """What an agent gets: its planned program, the runtime it runs in (its program is
-    already entered) and the time scale (model seconds per wall second)."""
+    already entered) and the time scale (model seconds per wall second).
+
+    With several models (``agentrt demo --models``) the runtime's model is the planner's and
+    ``small_model`` names the small verifier / summariser; ``small_runtime`` is where its
+    calls go when no controller routes them (the direct phase: a runtime on an engine of that
+    model), None to send them through ``runtime`` (the controller routes by model)."""
 
     spec: ProgramSpec
     runtime: agentrt.Runtime
     time_scale: float
+    small_model: str | None = None
+    small_runtime: agentrt.Runtime | None = None
 
     @property
     def model(self) -> str:
         model = self.runtime.config.model
         assert model is not None
         return model
+
+    async def small_chat(self, messages: list[dict[str, Any]], **params: Any) -> Any:
+        """One call of the current program to the small model (the runtime's own model when
+        there is none): a node of the same program whichever engine answers it."""
+        if self.small_model is None:
+            return await agentrt.chat(messages, **params)
+        return await agentrt.chat(
+            messages, model=self.small_model, runtime=self.small_runtime, **params
+        )
 
 
 #: Runs one program's body inside its already-entered ``agentrt`` program.
@@ -90,6 +106,11 @@ _MAP_TOKENS = 50  # Parrot's map calls: ~50 output tokens
 _REDUCE_TOKENS = 120
 _CHUNK_WORDS = 600
 _MAP_PARALLEL = 4  # map calls of one program at once
+_VERDICT_TOKENS = 20  # the small verifier's verdict on a ReAct agent's first move
+_VERIFY_PROMPT = (
+    "You check an assistant's moves. Say whether the proposed next move helps answer the "
+    "question, in one sentence starting with yes or no."
+)
 
 
 def _hint(tokens: int) -> dict[str, Any]:
@@ -162,7 +183,8 @@ class PromptUsage:
 async def run_react(ctx: AgentContext) -> None:
     """A ReAct agent over three tools: ``size`` LLM calls, each but the last one acting with
     tools (the emulator's ``agentrt_tool_call`` hint), then an answer. The ReAct loop of
-    ``agentrt.react``, with the step count planned so both phases run the same program."""
+    ``agentrt.react``, with the step count planned so both phases run the same program.
+    With a small model (``--models``), it checks the planner's first move."""
     spec = ctx.spec
     tools = react_tools(spec, ctx.time_scale)
     schemas = [t.openai_schema() for t in tools]
@@ -182,11 +204,29 @@ async def run_react(ctx: AgentContext) -> None:
         usage.add(reply)
         message = reply.choices[0].message
         messages.append(message.model_dump(mode="json", exclude_none=True))
+        if step == 0 and ctx.small_model is not None:
+            await _verify_first_move(ctx, question, message)
         if not message.tool_calls:
             break
         results = await agentrt.execute_tool_calls(message.tool_calls, tools)
         messages.extend(r.message() for r in results)
     usage.record()
+
+
+async def _verify_first_move(ctx: AgentContext, question: str, message: Any) -> None:
+    """Planner + verifier: the small model checks the planner's first move (a tool call or
+    the answer) before it is acted upon. Its verdict stays out of the planner's history, so
+    the planner's prompts are the same with one model or two."""
+    move = message.content or ""
+    for call in message.tool_calls or ():
+        move += f"\ncall {call.function.name}({call.function.arguments})"
+    await ctx.small_chat(
+        [
+            {"role": "system", "content": _VERIFY_PROMPT},
+            {"role": "user", "content": f"{question}\n\nProposed next move: {move}"},
+        ],
+        **_hint(_VERDICT_TOKENS),
+    )
 
 
 @functools.cache
@@ -286,13 +326,15 @@ async def run_coding(ctx: AgentContext) -> None:
 
 
 async def run_map_reduce(ctx: AgentContext) -> None:
-    """Summarise ``size`` chunks in parallel threads, then combine (``agentrt.map_reduce``)."""
+    """Summarise ``size`` chunks in parallel threads (with the small model, when there is
+    one), then combine (``agentrt.map_reduce``)."""
     spec = ctx.spec
     rng = random.Random(f"agentrt-demo-doc-{spec.seed}")
     chunks = [filler_text(rng, _CHUNK_WORDS) for _ in range(spec.size)]
 
     async def summarise(chunk: str) -> str:
-        reply = await agentrt.chat(
+        # The small model summarises (with several models); the runtime's model combines.
+        reply = await ctx.small_chat(
             [
                 {"role": "system", "content": "Summarise the passage in two sentences."},
                 {"role": "user", "content": chunk},

@@ -38,6 +38,14 @@ from agentrt_demo.cluster import (
     since,
 )
 from agentrt_demo.frameworks import FrameworkAgents, framework_agents
+from agentrt_demo.models import (
+    ProcessTableSample,
+    backend_models,
+    engine_models,
+    model_figures,
+    sample_process_table,
+    scrape_engine_calls,
+)
 from agentrt_demo.progress import ProgressSink, make_progress
 from agentrt_demo.report import PhaseReport, render_summary, summary_json
 from agentrt_demo.runner import PhaseCapture, PhaseLabel, PhaseOutcome, run_phase
@@ -73,8 +81,13 @@ async def run_demo(settings: DemoSettings, out: TextIO = sys.stdout) -> DemoResu
     agents.update((str(kind), fn) for kind, fn in frameworks.agents.items())
     specs = plan_programs(settings, tuple(frameworks.agents))
     await anyio.Path(settings.out_dir).mkdir(parents=True, exist_ok=True)
+    models = (
+        f" serving {', '.join(settings.models)} (one engine per model in turn)"
+        if settings.models
+        else ""
+    )
     _say(
-        f"agentrt demo: {len(specs)} programs per phase, {settings.engines} engines, "
+        f"agentrt demo: {len(specs)} programs per phase, {settings.engines} engines{models}, "
         f"time scale {settings.time_scale:g}, seed {settings.seed}, output in {settings.out_dir}/"
     )
     for note in frameworks.notes:
@@ -128,39 +141,75 @@ class _Run:
         _say(f"controller phase: {setup.describe()}")
         capture = PhaseCapture("controller")
         server_spans = self.log_dir / "controller-spans.jsonl"
+        table = ProcessTableSample() if self.settings.models else None
         async with run_controller(setup, self.log_dir, server_spans) as controller:
             self.endpoints.append(controller.url)
             kinds = await backend_kinds(controller.url)
             _say(f"controller phase: backends detected as {', '.join(kinds)}")
+            served = await backend_models(controller.url) if table is not None else {}
             before = controller.cpu_times()
-            outcome = await self._run("controller", [controller.url], capture)
+            async with anyio.create_task_group() as sampler:
+                if table is not None:
+                    sampler.start_soon(sample_process_table, controller.url, table)
+                outcome = await self._run("controller", [controller.url], capture)
+                sampler.cancel_scope.cancel()
             cpu = since(before, controller.cpu_times())
             retention = await retention_decisions(controller.url)
         metrics = await scrape_engines(engine_urls)
         extra = await anyio.to_thread.run_sync(_read_if_there, server_spans)
         described = f"{setup.describe()}, backends {'/'.join(sorted(set(kinds)))}"
         self._finish(outcome, capture, metrics, described, extra, cpu)
-        self.reports[-1].retention = retention
+        report = self.reports[-1]
+        report.retention = retention
+        if table is not None:
+            calls = await scrape_engine_calls(engine_models(self.settings, engine_urls))
+            report.models = model_figures(report.programs, calls, table, served)
 
     async def direct_phase(self, engine_urls: list[str]) -> None:
         _say("direct phase: fresh FCFS engines, no controller, programs round-robin")
         capture = PhaseCapture("direct")
-        outcome = await self._run("direct", engine_urls, capture)
+        served = engine_models(self.settings, engine_urls)
+        if served:  # each model's calls to its own engines: the client picks, by model
+            planner, small = self._models()
+            urls = [url for url, model in served.items() if model == planner]
+            small_urls = [url for url, model in served.items() if model == small]
+            outcome = await self._run("direct", urls, capture, small_urls)
+        else:
+            outcome = await self._run("direct", engine_urls, capture)
         metrics = await scrape_engines(engine_urls)
         self._finish(outcome, capture, metrics, "FCFS engines, no controller", [])
+        if served:
+            report = self.reports[-1]
+            report.models = model_figures(report.programs, await scrape_engine_calls(served))
 
-    async def _run(self, label: PhaseLabel, urls: list[str], capture: PhaseCapture) -> PhaseOutcome:
+    def _models(self) -> tuple[str, str | None]:
+        """The planner (the runtimes' model) and the small model (None: only one model)."""
         from agentrt_emulator.server.config import DEFAULT_MODEL_NAME
 
+        models = self.settings.models
+        if not models:
+            return DEFAULT_MODEL_NAME, None
+        return models[0], models[1] if len(models) > 1 else None
+
+    async def _run(
+        self,
+        label: PhaseLabel,
+        urls: list[str],
+        capture: PhaseCapture,
+        small_urls: Sequence[str] = (),
+    ) -> PhaseOutcome:
+        planner, small = self._models()
         return await run_phase(
             label,
             self.settings,
             self.specs,
             self.agents,
             urls,
-            DEFAULT_MODEL_NAME,
+            planner,
             capture,
             self.progress,
+            small,
+            small_urls,
         )
 
     def _finish(

@@ -9,7 +9,7 @@ from typing import Any
 
 from agentrt_controller import defaults as product
 from agentrt_controller.admission_window import AdmissionWindow, parse_admission_window
-from agentrt_demo.settings import POLICIES, DemoSettings
+from agentrt_demo.settings import DEMO_MODELS, POLICIES, DemoSettings
 
 __all__ = ["register"]
 
@@ -18,6 +18,7 @@ examples:
   agentrt demo                       # the full run (about 1.5 minutes): the product defaults
   agentrt demo --quick --no-direct   # a few seconds: is everything wired?
   agentrt demo --policy atlas --window 8 --out /tmp/demo   # other controller choices
+  agentrt demo --models              # a planner model and a small verifier, one engine each
   agentrt timeline agentrt-demo-out/trace-controller.jsonl --format png"""
 
 
@@ -93,6 +94,16 @@ def register(subparsers: Any) -> None:
         "--engines", type=int, metavar="N", help=f"emulated engines (default {defaults.engines})"
     )
     demo.add_argument(
+        "--models",
+        nargs="?",
+        const=",".join(DEMO_MODELS),
+        metavar="PLANNER,SMALL",
+        help="several models: the engines serve these in turn, one engine per model (without "
+        f"a value: {', '.join(DEMO_MODELS)}); the agents plan with the first and verify "
+        "(ReAct) or summarise (map-reduce) with the second; the summary shows where each "
+        "model's calls went (default: one model)",
+    )
+    demo.add_argument(
         "--max-num-seqs",
         type=int,
         metavar="N",
@@ -164,6 +175,7 @@ def _demo(args: argparse.Namespace) -> int:
         "max_num_seqs": args.max_num_seqs,
         "num_gpu_blocks": args.num_gpu_blocks,
         "retention": None if args.retention is None else args.retention == "on",
+        "models": None if args.models is None else _models(args.models),
     }
     try:
         settings = DemoSettings(
@@ -186,6 +198,11 @@ def _demo(args: argparse.Namespace) -> int:
         return 2
     print(f"demo finished in {result.wall_s:.1f} s", file=sys.stderr)
     return result.status
+
+
+def _models(text: str) -> tuple[str, ...]:
+    """``--models``: comma-separated names (blanks dropped; DemoSettings checks the rest)."""
+    return tuple(name.strip() for name in text.split(",") if name.strip()) or ("",)
 
 
 def _window(text: str) -> AdmissionWindow:

@@ -21,6 +21,7 @@ from typing import Any
 
 from agentrt_demo.analysis import KindStats, ProgramRecord, Ratios, kind_stats, ratios
 from agentrt_demo.cluster import CpuTimes, EngineMetrics
+from agentrt_demo.models import ModelFigures, model_lines
 from agentrt_demo.runner import PhaseOutcome
 from agentrt_demo.settings import DemoSettings
 from agentrt_demo.verdict import verdict
@@ -48,6 +49,8 @@ class PhaseReport:
     #: The controller's retention decisions over the phase by kind (``{"retain": 57}``;
     #: controller phase with retention on); None else.
     retention: dict[str, int] | None = None
+    #: Where each model's calls went (``agentrt demo --models``); None with one model.
+    models: ModelFigures | None = None
 
     def stats(self) -> list[KindStats]:
         present = {p.kind for p in self.programs}
@@ -176,6 +179,8 @@ def _notes(
                 f"{report.label}: the phase budget ({settings.phase_budget_s:.0f} s) ran out; "
                 "unfinished programs were cancelled"
             )
+        if report.models is not None:
+            notes += model_lines(report.label, report.models)
         errors = [o for o in outcome.outcomes if o.status == "error"]
         for failed in errors[:3]:
             notes.append(f"{report.label}: {failed.spec.name} failed: {failed.error}")
@@ -209,6 +214,11 @@ def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict
             if report.controller_cpu is None
             else asdict(report.controller_cpu),
         }
+        if report.models is not None:
+            phases[report.label]["models"] = {
+                **asdict(report.models),
+                "wrong_routes": report.models.wrong_routes,
+            }
     result: dict[str, Any] = {
         "settings": {
             "programs": settings.programs,
@@ -219,6 +229,7 @@ def summary_json(reports: Sequence[PhaseReport], settings: DemoSettings) -> dict
             "retention": settings.retention,
             "priority": settings.priority,
             "engines": settings.engines,
+            "models": list(settings.models),
             "arrival_rate_per_model_s": settings.arrival_rate,
             "max_num_seqs": settings.max_num_seqs,
             "num_gpu_blocks": settings.num_gpu_blocks,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Literal
@@ -102,8 +103,14 @@ async def run_phase(
     model: str,
     capture: PhaseCapture,
     progress: ProgressSink,
+    small_model: str | None = None,
+    small_urls: Sequence[str] = (),
 ) -> PhaseOutcome:
-    """Run ``specs`` against ``base_urls`` (one controller URL, or the engines' URLs)."""
+    """Run ``specs`` against ``base_urls`` (one controller URL, or the engines' URLs) with
+    ``model`` as the runtimes' model. ``small_model``: the small verifier / summariser the
+    agents also call (several models); ``small_urls``: the engines serving it when no
+    controller routes (the direct phase: program ``i`` sends its small-model calls to
+    ``small_urls[i mod n]``), empty to send them with the rest."""
     outcomes = [ProgramOutcome(spec) for spec in specs]
     progress.phase_started(label, specs)
     started = time.monotonic()
@@ -111,11 +118,14 @@ async def run_phase(
     cut_short = False
     try:
         async with AsyncExitStack() as stack:
-            runtimes = []
-            for url in base_urls:
+            runtimes: list[agentrt.Runtime] = []
+            small_runtimes: list[agentrt.Runtime] = []
+            targets = [(url, model, runtimes) for url in base_urls]
+            targets += [(url, small_model or model, small_runtimes) for url in small_urls]
+            for url, url_model, group in targets:
                 config = agentrt.RuntimeConfig(
                     base_url=url + "/v1",
-                    model=model,
+                    model=url_model,
                     controller="required" if label == "controller" else "off",
                     tracer_provider=capture.provider,
                     request_timeout_s=settings.wall_s(settings.program_timeout_s) + 30.0,
@@ -123,15 +133,22 @@ async def run_phase(
                     # program must not fail for that (default 2 s).
                     event_timeout_s=10.0,
                 )
-                runtimes.append(await stack.enter_async_context(agentrt.Runtime(config)))
+                group.append(await stack.enter_async_context(agentrt.Runtime(config)))
             with anyio.move_on_after(settings.phase_budget_s) as budget:
-                async with anyio.create_task_group() as group:
+                async with anyio.create_task_group() as tasks:
                     t0 = anyio.current_time()
                     for outcome in outcomes:
                         await anyio.sleep_until(t0 + settings.wall_s(outcome.spec.arrival_s))
-                        runtime = runtimes[outcome.spec.index % len(runtimes)]
-                        group.start_soon(
-                            _run_program, label, settings, runtime, agents, outcome, progress
+                        index = outcome.spec.index
+                        context = AgentContext(
+                            outcome.spec,
+                            runtimes[index % len(runtimes)],
+                            settings.time_scale,
+                            small_model,
+                            small_runtimes[index % len(small_runtimes)] if small_runtimes else None,
+                        )
+                        tasks.start_soon(
+                            _run_program, label, settings, context, agents, outcome, progress
                         )
             cut_short = budget.cancelled_caught
     finally:
@@ -150,12 +167,12 @@ def _load_average() -> float:
 async def _run_program(
     label: str,
     settings: DemoSettings,
-    runtime: agentrt.Runtime,
+    context: AgentContext,
     agents: dict[str, AgentFn],
     outcome: ProgramOutcome,
     progress: ProgressSink,
 ) -> None:
-    spec = outcome.spec
+    spec, runtime = outcome.spec, context.runtime
     progress.program_started(spec)
     try:
         async with runtime.program(
@@ -166,7 +183,7 @@ async def _run_program(
             trace.get_current_span().set_attributes(
                 {ATTR_DEMO_KIND: spec.kind, ATTR_DEMO_INDEX: spec.index, ATTR_DEMO_PHASE: label}
             )
-            await agents[spec.kind](AgentContext(spec, runtime, settings.time_scale))
+            await agents[spec.kind](context)
         outcome.status = "ok"
     except DeadlineExceeded:
         outcome.status = "deadline"

@@ -21,7 +21,10 @@ from typing import Literal
 from agentrt.errors import ConfigError
 from agentrt_controller.admission_window import AdmissionWindow, window_label
 
-__all__ = ["POLICIES", "DemoSettings", "ProgressMode"]
+__all__ = ["DEMO_MODELS", "POLICIES", "DemoSettings", "ProgressMode"]
+
+#: ``agentrt demo --models``: a planner model and a small verifier / summariser model.
+DEMO_MODELS = ("demo/planner-8b", "demo/verifier-1b")
 
 #: Controller policies the demo offers (``srpt`` is simulator-only).
 POLICIES = ("atlas", "plas", "mlfq", "fcfs")
@@ -60,7 +63,10 @@ class DemoSettings:
     #: The models the engines serve, one engine per model in turn (engine ``i`` of a group
     #: serves ``models[i % len(models)]``; docs/routing.md, "Several models"); ``()`` = every
     #: engine serves the emulator's default model. The controller routes each call to the
-    #: engines of its model; the agents name the models they use.
+    #: engines of its model. The first model is the planner (every call that names no
+    #: other), the second the small model the ReAct agents verify their answers with and the
+    #: map-reduce agents summarise with (:mod:`agentrt_demo.models`); further ones get no
+    #: call.
     models: tuple[str, ...] = ()
     #: Program arrivals per model second (a Poisson process), > 0: with the batch below, the
     #: engines of an otherwise idle 2-core machine run near saturation while the programs

@@ -33,6 +33,7 @@ from agentrt_emulator.server.body import read_json
 from agentrt_emulator.server.driver import ChoiceEvent, RequestGroup
 from agentrt_emulator.server.errors import error_body, error_response, from_validation_error
 from agentrt_emulator.server.extras import ExtraEndpoints
+from agentrt_emulator.server.metrics import ServerMetrics
 from agentrt_emulator.server.openapi import OPENAPI_PATH, emulator_openapi
 from agentrt_emulator.server.pins import pin_routes
 from agentrt_emulator.server.prepare import (
@@ -75,11 +76,16 @@ def _validate(model: type[M], body: dict[str, Any]) -> M:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def _answers_errors(handler: Handler) -> Handler:
+def _answers_errors(handler: Handler, metrics: ServerMetrics) -> Handler:
+    """``handler`` answering our errors in vLLM's envelope; a refused model is counted
+    (``agentrt_engine_unserved_model_requests_total``)."""
+
     async def wrapped(request: Request) -> Response:
         try:
             return await handler(request)
         except InvalidRequest as exc:
+            if exc.status_code == 404 and exc.param == "model":
+                metrics.unserved_model += 1
             return error_response(exc)
 
     return wrapped
@@ -339,6 +345,7 @@ def build_app(state: EmulatorState) -> HardenedApp:
     answered 500, logged once and counted in ``agentrt_engine_internal_errors_total{route}``."""
     endpoints = _Endpoints(state)
     extras = ExtraEndpoints(state)
+    metrics = state.driver.metrics
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -357,11 +364,11 @@ def build_app(state: EmulatorState) -> HardenedApp:
 
     post = ["POST"]
     routes = [
-        Route("/v1/chat/completions", _answers_errors(endpoints.chat), methods=post),
-        Route("/v1/completions", _answers_errors(endpoints.completions), methods=post),
-        Route("/v1/responses", _answers_errors(ResponsesEndpoint(state)), methods=post),
-        Route("/v1/embeddings", _answers_errors(extras.embeddings), methods=post),
-        Route("/detokenize", _answers_errors(extras.detokenize), methods=post),
+        Route("/v1/chat/completions", _answers_errors(endpoints.chat, metrics), methods=post),
+        Route("/v1/completions", _answers_errors(endpoints.completions, metrics), methods=post),
+        Route("/v1/responses", _answers_errors(ResponsesEndpoint(state), metrics), methods=post),
+        Route("/v1/embeddings", _answers_errors(extras.embeddings, metrics), methods=post),
+        Route("/detokenize", _answers_errors(extras.detokenize, metrics), methods=post),
         Route("/v1/models", endpoints.models, methods=["GET"]),
         Route("/health", endpoints.health, methods=["GET"]),
         # Kubernetes-style probe names (docs/controller.md, "Lifecycle"): the emulator has no
@@ -369,12 +376,12 @@ def build_app(state: EmulatorState) -> HardenedApp:
         Route("/livez", endpoints.health, methods=["GET"]),
         Route("/readyz", endpoints.health, methods=["GET"]),
         Route("/version", endpoints.version, methods=["GET"]),
-        Route("/tokenize", _answers_errors(endpoints.tokenize), methods=post),
+        Route("/tokenize", _answers_errors(endpoints.tokenize, metrics), methods=post),
         Route("/metrics", endpoints.metrics, methods=["GET"]),
         Route("/agentrt/engine/v1/state", endpoints.engine_state, methods=["GET"]),
         Route(OPENAPI_PATH, OpenApiEndpoint(emulator_openapi()), methods=["GET"]),
         *[
-            Route(path, _answers_errors(handler), methods=methods)
+            Route(path, _answers_errors(handler, metrics), methods=methods)
             for path, handler, methods in pin_routes(state)
         ],
     ]

@@ -92,6 +92,9 @@ class ServerMetrics:
     dropped_model_s: float = 0.0
     #: Requests answered 500 because of an unhandled error, by route template.
     internal_errors: dict[str, int] = field(default_factory=dict)
+    #: Requests refused (404) because they named a model this engine does not serve: what a
+    #: router that ignores models sends (docs/routing.md, "Several models").
+    unserved_model: int = 0
 
     def internal_error(self, route: str) -> None:
         """Count one request that failed with an unhandled error on ``route``."""
@@ -201,6 +204,9 @@ class _EngineCollector(Collector):
                       m.schedule_resets)  # fmt: skip
         yield counter("agentrt_engine_dropped_model_seconds", "Model seconds of schedule given "
                       "up by those restarts.", m.dropped_model_s)  # fmt: skip
+        yield counter("agentrt_engine_unserved_model_requests", "Requests refused because "
+                      "they named a model this engine does not serve.",
+                      m.unserved_model)  # fmt: skip
         errors = CounterMetricFamily("agentrt_engine_internal_errors", "Requests answered 500 "
                                      "because of an unhandled error, by route (see the log).",
                                      labels=["model_name", "route"])  # fmt: skip
