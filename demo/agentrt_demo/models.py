@@ -150,6 +150,8 @@ class ModelFigures:
     #: Calls answered with an error, by model.
     failed: dict[str, int]
     engines: list[EngineCalls]
+    #: Programs whose calls named two or more models (from their spans).
+    programs_using_both: int = 0
     #: Controller phase: programs whose one process-table entry had calls on engines of two
     #: or more models; None in the direct phase (no controller) or when not sampled.
     two_model_programs: int | None = None
@@ -174,15 +176,19 @@ def model_figures(
     (controller phase) the process-table sample with the backend id → model map."""
     sent: dict[str, int] = {}
     failed: dict[str, int] = {}
+    using_both = 0
     for program in programs:
+        named = set()
         for node in program.nodes:
             if node.kind != "llm":
                 continue
+            named.add(node.name)
             sent[node.name] = sent.get(node.name, 0) + 1
             if node.error:
                 failed[node.name] = failed.get(node.name, 0) + 1
+        using_both += len(named) >= 2
     if table is None:
-        return ModelFigures(sent, failed, engines)
+        return ModelFigures(sent, failed, engines, using_both)
     to_model = backend_model or {}
     two_model = sum(
         1
@@ -190,7 +196,7 @@ def model_figures(
         if len({to_model.get(b, b) for b in backends}) >= 2
     )
     return ModelFigures(
-        sent, failed, engines, two_model, table.max_entries_per_program, table.readings
+        sent, failed, engines, using_both, two_model, table.max_entries_per_program, table.readings
     )
 
 
@@ -199,22 +205,22 @@ def model_lines(label: str, figures: ModelFigures) -> list[str]:
     lines: list[str] = []
     for model in sorted({e.model for e in figures.engines} | set(figures.sent)):
         engines = [e for e in figures.engines if e.model == model]
-        ran = sum(e.requests for e in engines)
-        per_engine = ", ".join(f"{e.url.rsplit(':', 1)[-1]}: {e.requests}" for e in engines)
+        ran = ", ".join(f"{e.requests} on :{e.url.rsplit(':', 1)[-1]}" for e in engines)
         failed = figures.failed.get(model, 0)
         lines.append(
             f"{label}: {model}: {figures.sent.get(model, 0)} calls sent"
             + (f" ({failed} failed)" if failed else "")
-            + f", {ran} run by its {len(engines)} engine(s) (port {per_engine})"
+            + f"; its engines ran {ran or 'none'}"
         )
     lines.append(
         f"{label}: calls that reached an engine not serving their model: {figures.wrong_routes} "
-        "(each engine's agentrt_engine_unserved_model_requests_total)"
+        "(the engines' agentrt_engine_unserved_model_requests_total)"
     )
     if figures.two_model_programs is not None:
         lines.append(
-            f"{label}: programs that used both models as one process-table entry: "
-            f"{figures.two_model_programs} (at most {figures.max_entries_per_program} entry per "
-            f"program id in {figures.readings} readings of GET /agentrt/v1/programs)"
+            f"{label}: {figures.programs_using_both} programs called both models; "
+            f"{figures.two_model_programs} were seen in the process table as one entry with "
+            f"calls on both models' engines (at most {figures.max_entries_per_program} entry "
+            f"per program in {figures.readings} readings of GET /agentrt/v1/programs)"
         )
     return lines

@@ -57,8 +57,12 @@ def test_quick_demo_with_two_models_reports_where_calls_went(tmp_path: Path) -> 
     assert controller["max_entries_per_program"] == 1
     # The map-reduce programs summarise with the small model, then combine with the planner:
     # their one entry holds calls on both models' engines.
-    assert controller["two_model_programs"] >= 1
-    assert "programs that used both models as one process-table entry:" in summary
+    assert 1 <= controller["two_model_programs"] <= controller["programs_using_both"]
+    assert (
+        document["phases"]["direct"]["models"]["programs_using_both"]
+        == (controller["programs_using_both"])
+    )
+    assert "programs called both models;" in summary
 
 
 @pytest.mark.anyio
