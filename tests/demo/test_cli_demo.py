@@ -21,6 +21,9 @@ pytestmark = pytest.mark.timeout(30)
         (["--window", "0"], "admission_window must be >= 1"),
         (["--max-num-seqs", "0"], "max_num_seqs must be >= 1"),
         (["--num-gpu-blocks", "10"], "num_gpu_blocks must be >= 64"),
+        (["--models", "a,a"], "models must differ, got ['a', 'a']"),
+        (["--models", " , "], "models must be non-empty names"),
+        (["--models", "a,b,c"], "engines must be >= the number of models (3)"),
     ],
 )
 def test_bad_options_exit_2_with_a_message_and_start_nothing(
