@@ -130,8 +130,9 @@ async def run_phase(
                     tracer_provider=capture.provider,
                     request_timeout_s=settings.wall_s(settings.program_timeout_s) + 30.0,
                     # A busy machine can make the controller slow to answer an event; a
-                    # program must not fail for that (default 2 s).
-                    event_timeout_s=10.0,
+                    # program must not fail for that (default 2 s). 10 s was not enough at a
+                    # load average of 15 on two cores (a tool-end event timed out).
+                    event_timeout_s=30.0,
                 )
                 group.append(await stack.enter_async_context(agentrt.Runtime(config)))
             with anyio.move_on_after(settings.phase_budget_s) as budget:
