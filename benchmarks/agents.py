@@ -1,5 +1,6 @@
-"""Agents benchmark: today's coding and research agents on KV-bound engines, the product
-defaults against a stock vLLM and the peer-like configurations (issue [agents], item 4).
+"""Agents benchmark: the product defaults, a stock vLLM and peer-like configurations.
+
+Today's coding and research agents on KV-bound simulated engines (issue [agents], item 4).
 
 Workloads ``coding``, ``research`` and ``agents`` (docs/simulator.md, "Coding, research,
 agents") at 0.5 / 0.8 / 1.0 / 1.5 × **direct's saturation**: the largest arrival rate at which a
@@ -612,14 +613,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "and 1.0, a100, one engine, 3 seeds. See docs/benchmarks.md, 'Agents'.",
     )
     grid = parser.add_argument_group("grid")
-    grid.add_argument("--workloads", default="coding,agents", help=f"of {', '.join(WORKLOADS)}")
+    grid.add_argument(
+        "--workloads",
+        default="coding,agents",
+        help=f"comma-separated, of {', '.join(WORKLOADS)} (default: %(default)s)",
+    )
     grid.add_argument(
         "--loads",
         default="0.5,1.0",
-        help="fractions of direct's saturation, comma-separated (full: 0.5,0.8,1.0,1.5)",
+        help="fractions of direct's saturation, comma-separated (default: %(default)s; the "
+        "issue's grid: 0.5,0.8,1.0,1.5)",
     )
-    grid.add_argument("--profiles", default="a100", help=f"of {', '.join(PROFILES)}")
-    grid.add_argument("--engines", default="1", help="engine counts, comma-separated (e.g. 1,4)")
+    grid.add_argument(
+        "--profiles",
+        default="a100",
+        help="comma-separated, of "
+        + ", ".join(f"{k} ({v})" for k, v in PROFILES.items())
+        + " (default: %(default)s)",
+    )
+    grid.add_argument(
+        "--engines", default="1", help="engine counts, comma-separated, e.g. 1,4 (default: 1)"
+    )
     grid.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     grid.add_argument(
         "--configs",

@@ -151,12 +151,13 @@ def test_unknown_configuration_names_the_valid_ones() -> None:
 
 
 def test_every_preset_runs_and_continuum_pins() -> None:
-    # coding programs on an engine of 6,000 blocks (96 K tokens): contexts compete for memory
+    # research programs (large fetched results) on an engine of 3,000 blocks (48 K tokens):
+    # contexts compete for memory
     results = {}
     for name, preset in PEERS.items():
-        engine = preset.engine_config(EngineConfig(max_model_len=131072, num_gpu_blocks=6000))
+        engine = preset.engine_config(EngineConfig(max_model_len=131072, num_gpu_blocks=3000))
         bench = BenchConfig(
-            workload="coding", rate_per_s=0.02, duration_s=300, seed=2, engine=engine
+            workload="research", rate_per_s=0.2, duration_s=40, seed=2, engine=engine
         )
         plans = [compile_program(p) for p in bench.programs()]
         policies = preset.build(CostModel(), None, 2.0)
@@ -169,5 +170,6 @@ def test_every_preset_runs_and_continuum_pins() -> None:
             assert isinstance(policies.retention, ContinuumRetention)
             assert policies.retention.decisions.get("pin", 0) > 0
     assert all(r["programs_completed"] > 0 for r in results.values())
+    assert all(r["preemptions"] > 0 for r in results.values())
     assert results["direct+cpu"]["reloaded_tokens"] > 0
     assert "reloaded_tokens" not in results["direct"]
