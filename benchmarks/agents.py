@@ -71,7 +71,13 @@ GOAL_WORKLOADS = ("coding", "agents")
 
 #: direct's saturation (programs/s) per (workload, profile, engines): ``--calibrate``'s
 #: result (docs/benchmarks.md, "Agents", gives the command and the date).
-SATURATION: dict[tuple[str, str, int], float] = {}
+#: Measured 2026-12-05 on main (seeds 1, 2, 3; 30 measured arrivals per run):
+#: ``benchmarks/agents.py --calibrate --workloads coding,agents``; coding kept up at 1.0 ×
+#: 0.0075, not at 1.25 ×; agents at 1.0 × 0.02, not at 1.25 × (both as ``agentrt_sim.rates``).
+SATURATION: dict[tuple[str, str, int], float] = {
+    ("coding", "a100", 1): 0.0075,
+    ("agents", "a100", 1): 0.02,
+}
 #: Multiples of ``DEFAULT_RATES[workload] × engines`` that ``--calibrate`` tries, in order.
 CALIBRATION_STEPS = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0)
 
