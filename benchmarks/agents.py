@@ -36,6 +36,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import statistics
 import sys
 import time
@@ -681,7 +682,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
-    args.command = " ".join([".venv/bin/python", "benchmarks/agents.py", *given])
+    args.command = shlex.join([".venv/bin/python", "benchmarks/agents.py", *given])
     if args.quick:
         args.workloads, args.loads, args.seeds, args.programs = "coding", "0.5,1.0", "1", 6
     args.workloads = _items(args.workloads, "--workloads", WORKLOADS)
