@@ -15,6 +15,7 @@ from tests.benchmark_modules import load_benchmark
 pytestmark = pytest.mark.timeout(60)
 
 agents = load_benchmark("agents")
+from benchmarks import _agents_report as report  # noqa: E402  (importable once loaded)
 
 #: Mean JCT (s) per configuration at load 1.0 in the fake runs; load 0.5 halves it.
 FAKE_MEAN = {
@@ -65,7 +66,7 @@ def test_defaults_and_quick() -> None:
     assert args.workloads == ["coding", "agents"]
     assert args.loads == [0.5, 1.0] and args.profiles == ["a100"] and args.engines == [1]
     assert args.seeds == [1, 2, 3] and args.jobs == 1
-    assert args.configs[0] == "direct" and set(args.configs) == set(agents.CONFIGS)
+    assert args.configs[0] == "direct" and set(args.configs) == set(report.CONFIGS)
     quick = agents.parse_args(["--quick"])
     assert quick.workloads == ["coding"] and quick.seeds == [1]
 
@@ -128,12 +129,12 @@ def _rows() -> list[dict[str, Any]]:
     assert {j.config for j in runner.calls[0]} == {"direct"}
     continuum = [j for j in runner.calls[1] if j.config == "continuum"]
     assert {j.seed: j.queueing_delay_s for j in continuum} == {1: 2.0, 2: 4.0, 3: 6.0}
-    return agents.compare(agents.aggregate(points, args.configs))
+    return report.compare(report.aggregate(points, args.configs))
 
 
 def test_aggregate_medians_ranges_and_ratios() -> None:
     rows = _rows()
-    assert [(r["load"], r["config"]) for r in rows[:7]] == [(0.5, c) for c in agents.CONFIGS] + [
+    assert [(r["load"], r["config"]) for r in rows[:7]] == [(0.5, c) for c in report.CONFIGS] + [
         (1.0, "direct")
     ]
     defaults = next(r for r in rows if r["load"] == 1.0 and r["config"] == "defaults")
@@ -148,7 +149,7 @@ def test_aggregate_medians_ranges_and_ratios() -> None:
 
 def test_goals_marked_met_and_not_met() -> None:
     rows = _rows()
-    marks = {g.text.split(" ≥")[0].split(" no")[0]: g for g in agents.goals(rows)}
+    marks = {g.text.split(" ≥")[0].split(" no")[0]: g for g in report.goals(rows)}
     assert marks["mean JCT vs direct"].ratio == pytest.approx(182 / 402)
     assert marks["mean JCT vs direct"].met is True
     assert marks["p95 JCT vs direct"].met is True
@@ -159,7 +160,7 @@ def test_goals_marked_met_and_not_met() -> None:
         if row["config"] == "defaults":
             row["vs_best_peer_mean"] = 0.9  # only 1.11x lower than the best peer-like
             row["vs_direct_throughput"] = 0.97
-    marks = {g.text.split(" ≥")[0].split(" no")[0]: g for g in agents.goals(rows)}
+    marks = {g.text.split(" ≥")[0].split(" no")[0]: g for g in report.goals(rows)}
     assert marks["mean JCT vs the best peer-like"].met is False
     assert marks["completed/s vs direct"].met is False
     assert marks["mean JCT vs direct"].met is True
@@ -167,7 +168,7 @@ def test_goals_marked_met_and_not_met() -> None:
 
 def test_goal_not_measured_without_the_load() -> None:
     rows = [r for r in _rows() if r["load"] == 1.0]
-    at_half = [g for g in agents.goals(rows) if "0.5 load" in g.text]
+    at_half = [g for g in report.goals(rows) if "0.5 load" in g.text]
     assert at_half and all(g.met is None and g.ratio is None for g in at_half)
 
 
