@@ -364,7 +364,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     run.add_argument("--quick", action="store_true", help="smoke run: coding, one seed, small")
     out = parser.add_argument_group("output")
     out.add_argument("--json", action="store_true", help="print the rows as JSON")
-    out.add_argument("--from-json", metavar="FILE", help="render saved --json output")
+    out.add_argument(
+        "--from-json",
+        metavar="FILE[,FILE...]",
+        help="render saved --json output; several files (runs of different points, e.g. "
+        "more loads) are rendered as one section",
+    )
     out.add_argument("--write-docs", action="store_true", help="update the docs section")
     out.add_argument(
         "--docs",
@@ -398,14 +403,44 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def merge_saved(
+    saved: Sequence[Mapping[str, Any]], configs: Sequence[str]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows and meta of several ``--json`` outputs as one: the rows of every file (a point
+    measured twice: the later file's), ordered as :func:`aggregate` orders them; the commands
+    and machine loads joined, the simulation times summed, the saturations merged."""
+    by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for one in saved:
+        for row in one["rows"]:
+            by_key[(*point_key(row), row["config"])] = row
+    rank = {c: i for i, c in enumerate(configs)}
+    workloads = {w: i for i, w in enumerate(WORKLOADS)}
+    rows = [
+        by_key[k]
+        for k in sorted(by_key, key=lambda k: (workloads.get(k[0], 99), *k[:4], rank.get(k[4], 99)))
+    ]
+    metas = [one["meta"] for one in saved]
+    saturation = {tuple(s): r for m in metas for s, r in m["saturation"]}
+    meta = {
+        **metas[0],
+        "command": "`; `".join(m["command"] for m in metas),
+        "machine": "; ".join(m["machine"] for m in metas),
+        "wall_s": sum(m["wall_s"] for m in metas),
+        "saturation": [[list(s), r] for s, r in saturation.items()],
+    }
+    return rows, meta
+
+
 def main(argv: Sequence[str] | None = None, runner: Runner = run_jobs) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     load_start = machine()
     setups = [(w, p, e) for w in args.workloads for p in args.profiles for e in args.engines]
     if args.from_json:
-        saved = json.loads(Path(args.from_json).read_text())
-        rows, meta = saved["rows"], saved["meta"]
+        rows, meta = merge_saved(
+            [json.loads(Path(f).read_text()) for f in _items(args.from_json, "--from-json")],
+            args.configs,
+        )
     else:
         saturation = dict(SATURATION)
         for setup in setups:

@@ -196,3 +196,28 @@ def test_section_and_write_docs(tmp_path: Path, capsys: pytest.CaptureFixture[st
         capsys.readouterr().out.strip()
         == text.split("\n\n## Other")[0].split("# Benchmarks\n\n")[1].strip()
     )
+
+
+def test_saved_runs_of_different_loads_render_as_one() -> None:
+    rows = _rows()
+    meta = {
+        "command": "first",
+        "machine": "load 1",
+        "wall_s": 60.0,
+        "saturation": [[["coding", "a100", 1], 0.01]],
+        "date": "2026-12-05",
+        "seeds": [1, 2, 3],
+        "note": "",
+        "programs": 30,
+        "duration": None,
+    }
+    half = {"rows": [r for r in rows if r["load"] == 0.5], "meta": meta}
+    full = {
+        "rows": [r for r in rows if r["load"] == 1.0],
+        "meta": {**meta, "command": "second", "machine": "load 2", "wall_s": 30.0},
+    }
+    merged, merged_meta = agents.merge_saved([full, half], list(report.CONFIGS))
+    assert merged == rows  # ordered by load, then configuration, whatever the file order
+    assert merged_meta["command"] == "second`; `first"
+    assert merged_meta["wall_s"] == 90.0
+    assert merged_meta["machine"] == "load 2; load 1"
