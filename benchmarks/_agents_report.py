@@ -231,6 +231,23 @@ def table_rows(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return lines
 
 
+def spread(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Per load, how far apart the configurations' median mean JCTs are: the highest over
+    the lowest, and which is lowest."""
+    parts = []
+    for load in dict.fromkeys(r["load"] for r in rows):
+        at = [r for r in rows if r["load"] == load and r["mean_s"] > 0]
+        if not at:
+            continue
+        low = min(at, key=lambda r: r["mean_s"])
+        high = max(at, key=lambda r: r["mean_s"])
+        parts.append(
+            f"load {load:g}: {high['mean_s'] / low['mean_s'] - 1:.0%} "
+            f"(lowest `{low['config']}`, highest `{high['config']}`)"
+        )
+    return "Spread of the median mean JCT over the configurations: " + "; ".join(parts) + "."
+
+
 HEADER = (
     "load (rate)",
     "config",
@@ -261,8 +278,9 @@ def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
         f"{meta['wall_s'] / 60:.1f} min of simulation on this machine ({meta['machine']}).",
         "",
     ]
-    if meta.get("note"):
-        lines += [f"**{meta['note']}**", ""]
+    notes = meta.get("note") or []
+    for index, note in enumerate([notes] if isinstance(notes, str) else notes):
+        lines += [f"**{note}**" if index == 0 else note, ""]
     lines += [
         "Configurations (`agentrt_sim/peers.py`; each follows its paper's rule as written, "
         "with its authors' recommended settings):",
@@ -306,7 +324,7 @@ def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
         ]
         lines += [f"**{workload}**, `{PROFILES[profile]}` × {engines}:", ""]
         lines += _report.table(HEADER, table_rows(mine))
-        lines.append("")
+        lines += ["", spread(mine), ""]
     marks = goals(rows)
     if marks:
         lines += [

@@ -376,7 +376,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=str(ROOT / "docs" / "benchmarks.md"),
         help="the markdown file --write-docs updates (default: docs/benchmarks.md)",
     )
-    out.add_argument("--note", default="", help="a line to print in bold under the heading")
+    out.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        help="a paragraph to print under the heading, the first in bold (repeatable; with "
+        "--from-json, replaces the saved ones)",
+    )
     out.add_argument(
         "--date",
         default=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
@@ -441,6 +447,8 @@ def main(argv: Sequence[str] | None = None, runner: Runner = run_jobs) -> int:
             [json.loads(Path(f).read_text()) for f in _items(args.from_json, "--from-json")],
             args.configs,
         )
+        if args.note:
+            meta["note"] = args.note
     else:
         saturation = dict(SATURATION)
         for setup in setups:

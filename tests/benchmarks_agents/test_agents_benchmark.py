@@ -185,6 +185,7 @@ def test_section_and_write_docs(tmp_path: Path, capsys: pytest.CaptureFixture[st
     text = docs.read_text()
     assert "stale figures" not in text and "## Other\n\nkept" in text
     assert "**before the new defaults**" in text
+    assert "Spread of the median mean JCT over the configurations: load 0.5:" in text
     assert "| 1 (0.01/s) | `defaults` | 182 [181–183] |" in text
     assert "coding, a100 x1, load 1: mean JCT vs direct ≥ 2× lower (≤ 0.50): 0.45 — met" in text
     assert "--kv-offloading-size 100`" in text  # the flags of each configuration
