@@ -295,8 +295,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
     )
     lines += [
         "",
-        "Saturation (programs/s; direct keeps up: completes ≥ 90 % of the offered programs, "
-        "≤ 1 % unfinished; `--calibrate` steps through "
+        "Saturation (programs/s; direct keeps up: median mean JCT ≤ 1.5 × its JCT at the "
+        "first step, ≤ 1 % of the programs unfinished; `--calibrate` steps through "
         f"{', '.join(f'{s:g}' for s in CALIBRATION_STEPS)} × `agentrt_sim.rates` × engines and "
         "stops at the first rate direct does not keep up with): "
         + "; ".join(f"{w} {p} x{e}: {rate:.4g}" for (w, p, e), rate in meta["saturation"])
@@ -334,7 +334,8 @@ def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
         ]
         for goal in marks:
             verdict = {True: "met", False: "NOT met", None: "not measured"}[goal.met]
-            lines.append(f"- {goal.point}: {goal.text}: {_r(goal.ratio)} — {verdict}")
+            measured = "" if goal.ratio is None else f": {_r(goal.ratio)}"
+            lines.append(f"- {goal.point}: {goal.text}{measured} — {verdict}")
         lines.append("")
     lines += [
         "Reproduce: `.venv/bin/python benchmarks/agents.py --write-docs` (the default grid; "

@@ -32,8 +32,10 @@ class FakeRunner:
     """Stands in for ``run_jobs``: figures from :data:`FAKE_MEAN`, seed-dependent by ±seed s;
     a direct engine that keeps up up to ``capacity`` programs/s."""
 
-    def __init__(self, capacity: float = 1.0) -> None:
+    def __init__(self, capacity: float = 1.0, slow_from: float = float("inf")) -> None:
         self.capacity = capacity
+        #: From this rate on (programs/s) every program takes twice as long.
+        self.slow_from = slow_from
         self.calls: list[list[Any]] = []
 
     def __call__(self, jobs: Sequence[Any], workers: int) -> list[dict[str, Any]]:
@@ -41,6 +43,7 @@ class FakeRunner:
         out = []
         for job in jobs:
             mean = FAKE_MEAN[job.config] * (0.5 if job.load == 0.5 else 1.0) + job.seed
+            mean *= 2.0 if job.rate >= self.slow_from else 1.0
             out.append(
                 {
                     **vars(job),
@@ -111,6 +114,15 @@ def test_calibration_stops_at_the_first_rate_direct_misses() -> None:
     # 0.5, 0.75, 1.0, 1.25 kept up, 1.5 did not: five steps of three seeds, then stop
     assert len(runner.calls) == 5 and len(points) == 15
     assert {j.config for jobs in runner.calls for j in jobs} == {"direct"}
+
+
+def test_calibration_stops_where_jct_blows_up() -> None:
+    base = agents.DEFAULT_RATES["agents"]
+    runner = FakeRunner(slow_from=base * 2.0)  # JCT doubles at 2 × (> 1.5 × light load)
+    rate, _ = agents.calibrate(
+        "agents", "a100", 1, seeds=[1, 2, 3], programs=30, workers=1, runner=runner
+    )
+    assert rate == pytest.approx(base * 1.5)
 
 
 def test_calibration_refuses_when_nothing_keeps_up() -> None:
