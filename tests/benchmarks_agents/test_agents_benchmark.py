@@ -32,8 +32,12 @@ class FakeRunner:
     """Stands in for ``run_jobs``: figures from :data:`FAKE_MEAN`, seed-dependent by ±seed s;
     a direct engine that keeps up up to ``capacity`` programs/s."""
 
-    def __init__(self, capacity: float = 1.0, slow_from: float = float("inf")) -> None:
+    def __init__(
+        self, capacity: float = 1.0, slow_from: float = float("inf"), light: float = 0.5
+    ) -> None:
         self.capacity = capacity
+        #: JCTs at load 0.5 are this fraction of those at 1.0 (the grid's fake).
+        self.light = light
         #: From this rate on (programs/s) every program takes twice as long.
         self.slow_from = slow_from
         self.calls: list[list[Any]] = []
@@ -42,7 +46,7 @@ class FakeRunner:
         self.calls.append(list(jobs))
         out = []
         for job in jobs:
-            mean = FAKE_MEAN[job.config] * (0.5 if job.load == 0.5 else 1.0) + job.seed
+            mean = FAKE_MEAN[job.config] * (self.light if job.load == 0.5 else 1.0) + job.seed
             mean *= 2.0 if job.rate >= self.slow_from else 1.0
             out.append(
                 {
@@ -106,7 +110,7 @@ def test_duration_covers_the_programs() -> None:
 
 def test_calibration_stops_at_the_first_rate_direct_misses() -> None:
     base = agents.DEFAULT_RATES["coding"]
-    runner = FakeRunner(capacity=base * 1.3)
+    runner = FakeRunner(capacity=base * 1.3, light=1.0)
     rate, points = agents.calibrate(
         "coding", "a100", 1, seeds=[1, 2, 3], programs=30, workers=1, runner=runner
     )
@@ -118,7 +122,7 @@ def test_calibration_stops_at_the_first_rate_direct_misses() -> None:
 
 def test_calibration_stops_where_jct_blows_up() -> None:
     base = agents.DEFAULT_RATES["agents"]
-    runner = FakeRunner(slow_from=base * 2.0)  # JCT doubles at 2 × (> 1.5 × light load)
+    runner = FakeRunner(slow_from=base * 2.0, light=1.0)  # JCT doubles at 2 × (> 1.5 × light load)
     rate, _ = agents.calibrate(
         "agents", "a100", 1, seeds=[1, 2, 3], programs=30, workers=1, runner=runner
     )
