@@ -407,7 +407,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     given = sys.argv[1:] if argv is None else list(argv)
-    args.command = shlex.join([".venv/bin/python", "benchmarks/agents.py", *given])
+    # the notes are printed in the section anyway: quote them as "…"
+    shown = ["…" if i > 0 and given[i - 1] == "--note" else a for i, a in enumerate(given)]
+    args.command = shlex.join([".venv/bin/python", "benchmarks/agents.py", *shown])
     if args.quick:
         args.workloads, args.loads, args.seeds, args.programs = "coding", "0.5,1.0", "1", 6
     args.workloads = _items(args.workloads, "--workloads", WORKLOADS)
