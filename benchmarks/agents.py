@@ -74,8 +74,7 @@ from benchmarks._agents_report import (  # noqa: E402
 #: direct's saturation (programs/s) per (workload, profile, engines): ``--calibrate``'s
 #: result. Measured 2026-12-05 on main (seeds 1, 2, 3; 30 measured arrivals per run):
 #: ``benchmarks/agents.py --calibrate --workloads coding,agents``. coding kept up at 2 ×
-#: ``agentrt_sim.rates`` (mean JCT within 1.5 × light load, nothing unfinished), not at 2.5 ×;
-#: agents at 1.5 ×, not at 2 ×.
+#: ``agentrt_sim.rates`` (:func:`kept_up`), not at 2.5 ×; agents at 1.5 ×, not at 2 ×.
 SATURATION: dict[tuple[str, str, int], float] = {
     ("coding", "a100", 1): 0.015,
     ("agents", "a100", 1): 0.03,
