@@ -183,8 +183,9 @@ NOT_MODELLED = {
     "the CPU tier of `direct+cpu`.",
     "direct+cpu": "the tier is vLLM's native offloading (LRU, PCIe cost not overlapped with the "
     "forward pass): LMCache's layer-wise pipelining and disk tiers are not modelled.",
-    "continuum": "its `T` (recent queueing delay of evicted requests) is not visible to a policy "
-    "here: the preset takes direct's mean per-call queueing delay at the same point, with "
+    "continuum": "its `T` (recent queueing delay of evicted requests): the backend's recent "
+    "queueing delay from the wait's facts where the driver gives it (since [agents] item 3), "
+    "else direct's mean per-call queueing delay at the same point (so in the figures below); "
     "η = 1; the deadlock guard refuses a pin that would not fit instead of unpinning the latest "
     "pins later; a pin holds the GPU blocks (no CPU offload of pinned KV).",
     "llm-d": "its flow control's saturation detector is stood in for by our adaptive admission "

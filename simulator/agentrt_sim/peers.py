@@ -118,14 +118,15 @@ class ContinuumConfig:
     """Parameters of :class:`ContinuumRetention` (Continuum, arXiv 2511.02230, §4)."""
 
     #: ``T``: the recent queueing delay of an evicted request's next call (seconds): what a
-    #: program loses by going back to the queue. The seam gives a policy no queue figures, so
-    #: the driver passes an estimate (``benchmarks/agents.py``: the mean per-call queueing
-    #: delay a stock vLLM shows at the same load).
+    #: program loses by going back to the queue. Used when the wait's facts carry no
+    #: ``queue_wait_s`` (``benchmarks/agents.py`` passes the mean per-call queueing delay a
+    #: stock vLLM shows at the same load).
     queueing_delay_s: float = 0.0
     #: ``η``: how much of that delay a pin saves (the "memoryfulness" correlation), in [0, 1].
     eta: float = 1.0
-    #: Seconds to bring one token of context back: recompute (the cost model's prefill
-    #: seconds per token) or, with a CPU tier, the PCIe reload.
+    #: Seconds to bring one token of context back when the wait's facts carry no
+    #: ``reload_s_per_token`` (a CPU tier's PCIe reload): recompute, the cost model's prefill
+    #: seconds per token.
     reload_s_per_token: float = 1.0e-4
     #: Below this many samples of a tool, the TTL comes from every tool's durations together.
     min_tool_samples: int = 100
@@ -150,8 +151,9 @@ class ContinuumRetention:
 
     where ``P(τ, f)`` is the empirical CDF of tool ``f``'s durations (every tool's together
     below :attr:`ContinuumConfig.min_tool_samples` samples of ``f``), ``T·η`` the queueing
-    delay a pin saves and ``reload(r)`` the cost of bringing the context back
-    (``reload_s_per_token`` × context tokens). Pin for ``τ*`` when its value is positive; no
+    delay a pin saves (``T``: the facts' ``queue_wait_s``, else the configured one) and
+    ``reload(r)`` the cost of bringing the context back (the facts' or the configured
+    ``reload_s_per_token`` × context tokens). Pin for ``τ*`` when its value is positive; no
     pin before any duration was seen. The deadlock guard: no pin when the context would not
     fit beside what the engine already holds (usage + context ≥ capacity), which leaves the
     latest program unpinned when memory is full. A :class:`RetentionPolicy`; pure."""
@@ -200,7 +202,13 @@ class ContinuumRetention:
         usage = facts.kv_cache_usage
         if capacity and usage is not None and usage + context / capacity >= 1.0:
             return RetentionDecision(reason="memory_full")
-        benefit_s = config.queueing_delay_s * config.eta + config.reload_s_per_token * context
+        # T and reload(r) from the wait's facts where the driver knows them (the backend's
+        # recent queueing delay, its CPU tier's reload speed), else from the configuration
+        queue_wait_s = getattr(facts, "queue_wait_s", None)
+        delay_s = config.queueing_delay_s if queue_wait_s is None else queue_wait_s
+        reload_s = getattr(facts, "reload_s_per_token", None)
+        per_token_s = config.reload_s_per_token if reload_s is None else reload_s
+        benefit_s = delay_s * config.eta + per_token_s * context
         tau, p = self.ttl_for(samples, benefit_s)
         if tau <= 0:
             return RetentionDecision(reason="not_worth_it")

@@ -4,6 +4,7 @@ and every preset running on the simulator."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -173,3 +174,14 @@ def test_every_preset_runs_and_continuum_pins() -> None:
     assert all(r["preemptions"] > 0 for r in results.values())
     assert results["direct+cpu"]["reloaded_tokens"] > 0
     assert "reloaded_tokens" not in results["direct"]
+
+
+def test_continuum_reads_the_queue_wait_and_reload_speed_from_the_facts() -> None:
+    policy = ContinuumRetention(ContinuumConfig(queueing_delay_s=0.0, min_tool_samples=1))
+    _learn(policy, [1.0, 2.0, 4.0, 30.0])
+    # benefit = 192 s of queue wait + 80,000 tokens × 1e-4 s = 200 s: τ = 30 (see above)
+    facts = replace(_wait(80_000), queue_wait_s=192.0)
+    assert policy.on_wait_start(facts, 0.0).ttl_s == 30.0
+    # with a CPU tier reloading at 1e-5 s per token: benefit 0.8 s, nothing worth a pin
+    facts = replace(_wait(80_000), reload_s_per_token=1e-5)
+    assert policy.on_wait_start(facts, 0.0).reason == "not_worth_it"
