@@ -212,6 +212,14 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
         "blocks are reloaded over PCIe instead of recomputed (default: 0, off; "
         "docs/engine-model.md)",
     )
+    engines.add_argument(
+        "--preemption-order",
+        choices=["newest", "shortest"],
+        default="newest",
+        help="which running request an engine preempts when its KV cache runs out: newest = "
+        "vLLM's (the most recently admitted), shortest = the fewest tokens of context first "
+        "(ThunderAgent's shortest-first eviction; default: %(default)s; docs/engine-model.md)",
+    )
 
 
 def _add_tenant_args(parser: argparse.ArgumentParser) -> None:
@@ -493,6 +501,7 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
         scheduling_policy=args.engine_policy,
         enable_prefix_caching=not args.no_prefix_caching,
         kv_offloading_size=args.kv_offloading_size,
+        preemption_order=args.preemption_order,
     )
     bench = BenchConfig(
         workload=args.workload,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentrt.errors import ConfigError
 from agentrt_emulator.core import EngineCore
 
 from .helpers import Trace, engine, record, request, run
@@ -122,3 +123,45 @@ def test_a_request_alone_that_cannot_grow_preempts_itself() -> None:
     rest = run(core, now_s=50.0)
     assert rest.tokens["r"] + trace.tokens["r"] == 6
     assert not core.has_unfinished()
+
+
+def _older_short_newer_long(order: str) -> tuple[EngineCore, Trace]:
+    """7 blocks of 4 tokens. ``short`` (4-token prompt) is admitted first, ``long`` (12-token
+    prompt) a step later; both decode 12 tokens, so they outgrow the 7 blocks together."""
+    core = engine(block_size=4, num_gpu_blocks=7, preemption_order=order)
+    core.add_request(request("short", 4, 12, first_token=100))
+    trace = Trace()
+    steps_done = 0
+    for step_index in range(200):
+        if step_index == 1:
+            core.add_request(request("long", range(200, 212), 12, arrival_s=trace.now_s))
+        result = core.step(trace.now_s)
+        if result is None:
+            break
+        record(trace, result, steps_done)
+        steps_done += result.num_steps
+    return core, trace
+
+
+@pytest.mark.parametrize(
+    ("order", "victim"),
+    [
+        # vLLM: the most recently admitted goes, whatever it holds
+        ("newest", "long"),
+        # ThunderAgent's shortest-first eviction: the fewest tokens of context goes
+        ("shortest", "short"),
+    ],
+)
+def test_preemption_order_picks_the_victim(order: str, victim: str) -> None:
+    core, trace = _older_short_newer_long(order)
+    preempting = [s for s in trace.steps if s.preempted]
+    assert preempting, "the scenario must run out of blocks"
+    assert preempting[0].preempted == [victim]
+    assert trace.tokens == {"short": 12, "long": 12}
+    assert not core.has_unfinished()
+    assert core.num_free_blocks == 7
+
+
+def test_unknown_preemption_order_is_refused() -> None:
+    with pytest.raises(ConfigError, match="preemption_order"):
+        engine(preemption_order="oldest")

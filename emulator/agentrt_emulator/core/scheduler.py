@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentrt.errors import ConfigError
 from agentrt_emulator.core.fusion import plan_fused_decode, run_fused_decode
 from agentrt_emulator.core.kv_cache import BlockPool, extend_hashes
 from agentrt_emulator.core.profiles import step_time_s
@@ -52,6 +53,7 @@ class Scheduler:
         "reload_s_per_token",
         "requests",
         "running",
+        "shortest_first",
         "step_reloaded",
         "waiting",
     )
@@ -62,6 +64,11 @@ class Scheduler:
         self.block_size = config.block_size
         self.caching = config.enable_prefix_caching
         self.fcfs = config.scheduling_policy == "fcfs"
+        if config.preemption_order not in ("newest", "shortest"):
+            raise ConfigError(
+                f"preemption_order must be 'newest' or 'shortest', got {config.preemption_order!r}"
+            )
+        self.shortest_first = config.preemption_order == "shortest"
         self.max_num_seqs = config.max_num_seqs
         self.max_num_batched_tokens = config.max_num_batched_tokens
         #: Admitted requests in admission order (vLLM ``running``).
@@ -233,13 +240,7 @@ class Scheduler:
         running = self.running
         pool = self.pool
         while need > pool.num_free:
-            if self.fcfs:
-                victim_index = len(running) - 1
-            else:
-                victim_index = max(
-                    range(len(running)),
-                    key=lambda k: (running[k].priority, running[k].arrival_s, -k),
-                )
+            victim_index = self._victim_index(running)
             victim = running.pop(victim_index)
             if victim_index < i:  # already scheduled this step: unschedule it
                 i -= 1
@@ -251,6 +252,23 @@ class Scheduler:
             if victim is req:
                 return -1
         return i
+
+    def _victim_index(self, running: list[RequestState]) -> int:
+        """Index in ``running`` of the request to preempt (``EngineConfig.preemption_order``).
+
+        vLLM (``newest``): under FCFS the most recently admitted; under priority the largest
+        (priority, arrival), later admission breaking ties. ``shortest`` (ThunderAgent,
+        arXiv 2602.13692, shortest-first eviction): the fewest tokens of context
+        (``num_tokens``: prompt plus output so far), because recomputing it costs least; a
+        tie goes to the most recently admitted."""
+        if self.shortest_first:
+            return min(range(len(running)), key=lambda k: (running[k].num_tokens, -k))
+        if self.fcfs:
+            return len(running) - 1
+        return max(
+            range(len(running)),
+            key=lambda k: (running[k].priority, running[k].arrival_s, -k),
+        )
 
     def _preempt(self, req: RequestState) -> None:
         pool = self.pool

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 SchedulingPolicy = Literal["fcfs", "priority"]
+#: Which running request is preempted when the KV cache runs out (see ``EngineConfig``).
+PreemptionOrder = Literal["newest", "shortest"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,12 @@ class EngineConfig:
     #: CPU tier size in blocks; ``None`` = derived from ``kv_offloading_size`` and the
     #: profile's KV bytes per block. Set it to size the tier in blocks (tests, simulator).
     num_cpu_blocks: int | None = None
+    #: Which running request is preempted when a step needs KV blocks and none are free:
+    #: ``newest`` = vLLM's (under ``fcfs`` the most recently admitted, under ``priority`` the
+    #: lowest priority, latest arrival); ``shortest`` = the request holding the fewest tokens
+    #: of context first (ThunderAgent's shortest-first eviction, arXiv 2602.13692: its
+    #: recompute is the cheapest), ties to the most recently admitted. Not a vLLM option.
+    preemption_order: PreemptionOrder = "newest"
 
 
 @dataclass(slots=True)
