@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from agentrt.errors import EndpointUnavailable, LLMCallError
+from agentrt_controller.backends.kv_capacity import KvCapacity
 
 __all__ = [
     "Backend",
@@ -186,6 +187,10 @@ class BackendLoad:
     #: The engine's batch size (the emulator's ``agentrt_engine_max_num_seqs``; vLLM publishes
     #: none), which bounds the adaptive admission window.
     max_num_seqs: int | None = None
+    #: Its KV memory (GPU capacity, CPU tier) as published (``vllm:cache_config_info``,
+    #: ``sglang:max_total_num_tokens``; :mod:`~agentrt_controller.backends.kv_capacity`);
+    #: ``None`` = not published.
+    capacity: KvCapacity | None = None
 
 
 class Backend(Protocol):

@@ -69,14 +69,8 @@ class EmulatorBackend(VllmBackend):
     def load_from_metrics(self, text: str) -> BackendLoad:
         load = super().load_from_metrics(text)
         pinned = sum_samples(text, ("agentrt_engine_pinned_blocks",))
-        return BackendLoad(
-            num_running=load.num_running,
-            num_waiting=load.num_waiting,
-            kv_cache_usage=load.kv_cache_usage,
-            prefix_cache_queries=load.prefix_cache_queries,
-            prefix_cache_hits=load.prefix_cache_hits,
-            pinned_blocks=count_or_none(pinned.get("agentrt_engine_pinned_blocks")),
-            max_num_seqs=load.max_num_seqs,
+        return replace(
+            load, pinned_blocks=count_or_none(pinned.get("agentrt_engine_pinned_blocks"))
         )
 
     async def pin(

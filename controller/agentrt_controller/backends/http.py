@@ -33,6 +33,7 @@ from agentrt_controller.backends.api import (
     BackendRequest,
     BackendUnavailable,
 )
+from agentrt_controller.backends.kv_capacity import vllm_capacity
 from agentrt_controller.backends.prometheus_text import max_samples, sum_samples
 from agentrt_controller.backends.tokens import TokenCounter
 from agentrt_controller.backends.transport import HttpPool
@@ -332,6 +333,7 @@ class VllmBackend(HttpBackend):
             prefix_cache_queries=counter_or_none(counts.get("vllm:prefix_cache_queries_total")),
             prefix_cache_hits=counter_or_none(counts.get("vllm:prefix_cache_hits_total")),
             max_num_seqs=count_or_none(counts.get("agentrt_engine_max_num_seqs")),
+            capacity=vllm_capacity(text),
         )
 
     async def _model_id(self) -> str | None:

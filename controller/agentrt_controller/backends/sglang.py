@@ -52,6 +52,7 @@ from agentrt_controller.backends.http import (
     counter_or_none,
     fraction_or_none,
 )
+from agentrt_controller.backends.kv_capacity import sglang_capacity
 from agentrt_controller.backends.prometheus_text import max_samples, sum_samples
 from agentrt_controller.backends.transport import HttpPool
 
@@ -142,6 +143,7 @@ class SGLangBackend(HttpBackend):
             kv_cache_usage=fraction_or_none(fractions.get("sglang:token_usage")),
             prefix_cache_hits=counter_or_none(counts.get("sglang:cached_tokens_total")),
             prefix_cache_hit_rate=fraction_or_none(fractions.get("sglang:cache_hit_rate")),
+            capacity=sglang_capacity(text),
         )
 
     # --- pins (SupportsPins) -----------------------------------------------------------------

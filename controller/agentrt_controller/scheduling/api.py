@@ -52,6 +52,9 @@ class BackendView:
     #: The models the backend serves (its ``/v1/models``, or as configured); ``None`` =
     #: unknown, it takes a call for any model (the ``model`` routing filter).
     models: frozenset[str] | None = None
+    #: Its KV capacity (tokens) as it publishes it (vLLM's ``vllm:cache_config_info``,
+    #: SGLang's ``sglang:max_total_num_tokens``; the simulator's engines); ``None`` = unknown.
+    kv_capacity_tokens: int | None = None
 
 
 class Scheduler(Protocol):

@@ -86,6 +86,14 @@ class ServerMetrics:
     delivery_lag: Histogram = field(default_factory=lambda: Histogram(_LAG_BUCKETS))
     #: Model seconds of engine steps run (the modelled GPU's busy time).
     busy_model_s: float = 0.0
+    #: vLLM's ``vllm:cache_config_info`` labels (its ``CacheConfig`` fields that the emulator
+    #: models: ``block_size``, ``num_gpu_blocks``, ``num_cpu_blocks``, ``kv_offloading_size``,
+    #: ``kv_cache_size_tokens``...), so a controller learns the KV capacity and the CPU tier
+    #: as from vLLM; empty = not published.
+    cache_config: dict[str, str] = field(default_factory=dict)
+    #: Seconds to reload one token's KV from the CPU tier (the profile's ``kv_bytes_per_token
+    #: / pcie_bytes_per_s``), as ``agentrt_engine_kv_reload_s_per_token``; ``None`` = no tier.
+    kv_reload_s_per_token: float | None = None
     #: Times the driver fell more than its lag bound behind its schedule and restarted it.
     schedule_resets: int = 0
     #: Model seconds given up by those restarts (busy time that became idle time).
@@ -192,6 +200,15 @@ class _EngineCollector(Collector):
         yield counter("agentrt_engine_kv_reload_model_seconds", "Model seconds of engine "
                       "steps spent reloading KV from the CPU tier over PCIe.",
                       stats.reload_s)  # fmt: skip
+        if m.cache_config:
+            info = GaugeMetricFamily("vllm:cache_config_info", "Information of the LLMEngine "
+                                     "CacheConfig", labels=list(m.cache_config))  # fmt: skip
+            info.add_metric(list(m.cache_config.values()), 1.0)
+            yield info
+        if m.kv_reload_s_per_token is not None:
+            yield gauge("agentrt_engine_kv_reload_s_per_token", "Seconds to reload one token's "
+                        "KV from the CPU tier over PCIe (the hardware profile's KV bytes per "
+                        "token over its PCIe bandwidth).", m.kv_reload_s_per_token)  # fmt: skip
         if m.max_num_seqs is not None:
             yield gauge("agentrt_engine_max_num_seqs", "Most requests the engine runs at once "
                         "(--max-num-seqs).", m.max_num_seqs)  # fmt: skip

@@ -45,6 +45,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend, BackendError, BackendLoad, DetectsFeatures
 from agentrt_controller.backends.breaker import BreakerConfig, BreakerState, CircuitBreaker
+from agentrt_controller.backends.kv_capacity import KvCapacity
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.service.core.clock import Clock
 
@@ -78,6 +79,10 @@ class BackendState:
     #: The batch size (``max_num_seqs``) its last scrape that had one reported; kept while a
     #: failed probe clears :attr:`load`. ``None`` = never reported.
     batch: int | None = None
+    #: Its KV memory (GPU capacity, CPU tier) from the last scrape that published it; kept
+    #: while a failed probe clears :attr:`load` (a restart publishes its new figures).
+    #: ``None`` = never published.
+    capacity: KvCapacity | None = None
     #: When :attr:`load` was scraped (seconds, controller clock); ``None`` = never.
     load_at_s: float | None = None
     #: Models from its ``/v1/models`` (or configured: the spec's ``models`` option), read at
@@ -130,6 +135,7 @@ class BackendState:
             "capabilities": asdict(backend.capabilities),
             "load": asdict(self.load),
             "load_age_s": None if self.load_at_s is None else max(0.0, now_s - self.load_at_s),
+            "kv_capacity": None if self.capacity is None else asdict(self.capacity),
             "models": [m["id"] for m in self.models],
         }
 
@@ -257,6 +263,8 @@ class BackendPool:
             state.load_at_s = self._clock()
             if state.load.max_num_seqs is not None and state.load.max_num_seqs >= 1:
                 state.batch = state.load.max_num_seqs
+            if state.load.capacity is not None:
+                state.capacity = state.load.capacity
         try:
             models = await backend.models()
         except BackendError:  # keep what it said last: a model list does not change often
@@ -448,6 +456,7 @@ class BackendPool:
                 state.load_at_s,
                 load.max_num_seqs,
                 state.model_ids,
+                state.capacity,
             )
             cached = cache.get(backend_id)
             if cached is not None and cached[0] == facts:
@@ -465,6 +474,7 @@ class BackendPool:
                 max_num_seqs=load.max_num_seqs,
                 # Unknown (it never listed its models): it takes a call for any model.
                 models=state.model_ids or None,
+                kv_capacity_tokens=None if state.capacity is None else state.capacity.gpu_tokens,
             )
             cache[backend_id] = (facts, view)
             out.append(view)

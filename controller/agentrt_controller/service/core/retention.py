@@ -51,6 +51,7 @@ from anyio.abc import TaskStatus
 
 from agentrt.errors import AgentrtError
 from agentrt_controller.backends.api import Backend, BackendLoad, BackendRequest, pins_of
+from agentrt_controller.backends.kv_capacity import DEFAULT_RELOAD_S_PER_TOKEN, KvCapacity
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention import RetentionConfig, RetentionTracker, TtlRetentionPolicy
 from agentrt_controller.retention.driver import (
@@ -149,6 +150,9 @@ class _State(Protocol):
 
     @property
     def load(self) -> BackendLoad: ...
+
+    @property
+    def capacity(self) -> KvCapacity | None: ...
 
 
 class _Pool(Protocol):
@@ -288,7 +292,21 @@ class RetentionExecutor:
             "kept_bytes_per_tenant": self.driver.kept_bytes_per_tenant,
             "counts": dict(self.counts),
             "policy": self.policy.snapshot(),
+            "backends": self._memory_snapshot(),
         }
+
+    def _memory_snapshot(self) -> dict[str, dict[str, object]]:
+        """Per backend, the memory facts the policy gets (``M``, the tier, its reload cost)."""
+        out: dict[str, dict[str, object]] = {}
+        for backend_id, state in self.pool.states.items():
+            capacity, reload, tier = self._memory(state.capacity)
+            out[backend_id] = {
+                "kv_capacity_tokens": capacity,
+                "cpu_kv_capacity_tokens": tier,
+                "reload_s_per_token": reload,
+                "published": state.capacity is not None,
+            }
+        return out
 
     # --- the loop that talks to backends ----------------------------------------------------
 
@@ -375,18 +393,41 @@ class RetentionExecutor:
         state = self.pool.states.get(backend_id)
         if state is None:
             return None
+        capacity, reload, tier = self._memory(state.capacity)
         return BackendTraits(
             healthy=state.healthy,
             kv_cache_usage=state.load.kv_cache_usage,
             in_flight=state.in_flight,
             pins=pins_of(state.backend) is not None,
             rewarm=state.backend.capabilities.scrapes_metrics,
+            kv_capacity_tokens=capacity,
+            reload_s_per_token=reload,
+            cpu_kv_capacity_tokens=tier,
             queue_wait_s=self.queue_waits.get(backend_id),
-            # the deadlock guard reads these; the CPU tier's reload rate and the KV capacity
-            # come from retention_options (a scrape does not say)
+            # the deadlock guard reads these
             num_running=state.load.num_running,
             num_waiting=state.load.num_waiting,
         )
+
+    def _memory(self, published: KvCapacity | None) -> tuple[int | None, float | None, int]:
+        """The backend's KV capacity ``M`` (tokens), its CPU tier's reload cost (seconds per
+        token; ``None`` = no tier) and the tier's size (tokens) for the policy: what the
+        backend publishes (:mod:`agentrt_controller.backends.kv_capacity`), with
+        ``retention_options.kv_capacity_tokens`` / ``reload_s_per_token`` overriding when
+        set (docs/routing.md, "Where M and the tier come from")."""
+        config = self.policy.config
+        capacity = config.kv_capacity_tokens
+        if capacity is None and published is not None:
+            capacity = published.gpu_tokens
+        if published is None or not published.has_tier:
+            # no tier published: the configured rate (None = recompute) applies, as before
+            return capacity, config.reload_s_per_token, 0
+        reload = config.reload_s_per_token
+        if reload is None:
+            reload = published.reload_s_per_token
+        if reload is None:
+            reload = DEFAULT_RELOAD_S_PER_TOKEN
+        return capacity, reload, published.tier_tokens()
 
     def _enqueue(self, actions: list[RetentionAction]) -> None:
         for action in actions:
