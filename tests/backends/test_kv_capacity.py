@@ -122,7 +122,7 @@ def test_label_values_with_escapes_are_read() -> None:
     assert labelled_samples(text, "m") == [{"a": 'x"y', "b": "c\\d", "c": "1,2"}]
 
 
-SGLANG_METRICS = """# HELP sglang:max_total_num_tokens Maximum total number of tokens in the KV cache pool.
+SGLANG_METRICS = """# HELP sglang:max_total_num_tokens Maximum total number of tokens.
 # TYPE sglang:max_total_num_tokens gauge
 sglang:max_total_num_tokens{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="0"} 161721.0
 sglang:max_total_num_tokens{model_name="meta-llama/Llama-3.1-8B-Instruct",tp_rank="1"} 161700.0

@@ -83,6 +83,13 @@ async def _snapshot(http: httpx.AsyncClient, url: str) -> dict[str, Any]:
     return retention
 
 
+async def _pins(http: httpx.AsyncClient, engine_url: str) -> list[dict[str, Any]]:
+    pins: list[dict[str, Any]] = (await http.get(engine_url + "/agentrt/engine/v1/pins")).json()[
+        "pins"
+    ]
+    return pins
+
+
 async def _wait_under_pressure(
     http: httpx.AsyncClient, url: str, engine_url: str, app: ControllerApp
 ) -> dict[str, Any]:
@@ -128,7 +135,7 @@ async def test_a_controller_without_options_learns_the_capacity_and_pins_under_p
                          "reload_s_per_token": None, "published": True}  # fmt: skip
         assert snapshot["counts"].get("pin") == 1, snapshot["counts"]
         with anyio.fail_after(10):
-            while not (await http.get(engine_url + "/agentrt/engine/v1/pins")).json()["pins"]:
+            while not await _pins(http, engine_url):  # noqa: ASYNC110 - another server
                 await anyio.sleep(0.02)
         tg.cancel_scope.cancel()
 
@@ -148,5 +155,5 @@ async def test_with_a_cpu_tier_the_rule_lets_the_context_go_to_the_tier() -> Non
         assert facts["reload_s_per_token"] == pytest.approx(131_072 / 25e9)
         assert snapshot["counts"].get("pin") is None, snapshot["counts"]
         assert snapshot["counts"].get("retain") == 1, snapshot["counts"]
-        assert (await http.get(engine_url + "/agentrt/engine/v1/pins")).json()["pins"] == []
+        assert await _pins(http, engine_url) == []
         tg.cancel_scope.cancel()
