@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from pydantic import Field
@@ -90,6 +90,10 @@ class CostModel:
     decode_s_per_token: _Rate = 1.0e-2
     #: ``c``: seconds per call, >= 0.
     per_call_s: _Rate = 0.0
+    #: The hardware profile the rates were derived from (:meth:`from_profile`); ``None`` =
+    #: given as rates. Retention reads a KV CPU tier's reload cost from it
+    #: (docs/routing.md, "Where M and the tier come from"); no charge depends on it.
+    profile: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -157,6 +161,7 @@ class CostModel:
             prefill_s_per_token=2 * hw.params / (hw.peak_flops * prefill_efficiency),
             decode_s_per_token=(hw.weight_bytes + kv_bytes) / hw.mem_bytes_per_s,
             per_call_s=per_call_s,
+            profile=profile,
         )
 
     @classmethod

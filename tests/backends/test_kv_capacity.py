@@ -5,8 +5,14 @@ malformed or missing exposition gives (unknown, never an error)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import httpx
 import pytest
 
+from agentrt.protocol import EVENTS_PREFIX
 from agentrt_controller.backends.http import VllmBackend
 from agentrt_controller.backends.kv_capacity import (
     DEFAULT_KV_BYTES_PER_TOKEN,
@@ -16,7 +22,12 @@ from agentrt_controller.backends.kv_capacity import (
 )
 from agentrt_controller.backends.prometheus_text import labelled_samples
 from agentrt_controller.backends.sglang import SGLangBackend
+from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.backends.transport import HttpPool
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
+
+from .fake_vllm import FakeVllm, build_app
+from .servers import serve_app
 
 pytestmark = [pytest.mark.timeout(30)]
 async_test = pytest.mark.anyio
@@ -142,3 +153,48 @@ async def test_sglang_publishes_its_kv_pool() -> None:
     finally:
         await pool.aclose()
     assert load.capacity == KvCapacity(gpu_tokens=161_700)
+
+
+async def _facts(config: ControllerConfig) -> dict[str, Any]:
+    apps: list[ControllerApp] = []
+    async with (
+        serve_controller(config, on_app=apps.append) as url,
+        httpx.AsyncClient(timeout=10) as http,
+    ):
+        with anyio.fail_after(10):
+            while True:
+                queues = (await http.get(url + EVENTS_PREFIX + "/queues")).json()
+                facts: dict[str, Any] = next(iter(queues["retention"]["backends"].values()))
+                if facts["published"]:
+                    return facts
+                await anyio.sleep(0.02)
+
+
+@async_test
+@pytest.mark.parametrize(
+    ("cost", "bytes_per_token", "pcie"),
+    [
+        (None, 131_072, 25e9),  # no profile: the reference (Llama-3-8B on PCIe 4.0)
+        ({"profile": "h100-llama3-8b"}, 131_072, 50e9),  # the controller's cost profile
+    ],
+)
+async def test_a_stock_vllm_with_an_offloading_tier_over_http(
+    cost: dict[str, str] | None, bytes_per_token: int, pcie: float
+) -> None:
+    fake = FakeVllm(metrics=_offloading(VLLM_METRICS))
+    async with serve_app(build_app(fake)) as vllm_url:
+        config = ControllerConfig(
+            port=0,
+            backends=(BackendSpec(vllm_url, kind="vllm"),),
+            scrape_interval_s=0.1,
+            **({"cost": cost} if cost else {}),
+        )
+        facts = await _facts(config)
+        assert facts["kv_capacity_tokens"] == 27_804 * 16
+        assert facts["cpu_kv_capacity_tokens"] == 8 * 2**30 // bytes_per_token
+        assert facts["reload_s_per_token"] == pytest.approx(bytes_per_token / pcie)
+        # configured values override what the backend publishes
+        options = {"kv_capacity_tokens": 1000, "reload_s_per_token": 1e-5}
+        overridden = await _facts(replace(config, retention_options=options))
+        assert overridden["kv_capacity_tokens"] == 1000
+        assert overridden["reload_s_per_token"] == 1e-5

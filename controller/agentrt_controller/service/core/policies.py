@@ -92,5 +92,6 @@ def build_retention(
         pool,
         clock,
         kept_bytes_per_tenant=config.retention_config.kept_bytes_per_tenant,
+        hardware_profile=config.cost.profile,
         on_error=on_error,
     )

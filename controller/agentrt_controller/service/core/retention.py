@@ -51,7 +51,11 @@ from anyio.abc import TaskStatus
 
 from agentrt.errors import AgentrtError
 from agentrt_controller.backends.api import Backend, BackendLoad, BackendRequest, pins_of
-from agentrt_controller.backends.kv_capacity import DEFAULT_RELOAD_S_PER_TOKEN, KvCapacity
+from agentrt_controller.backends.kv_capacity import (
+    DEFAULT_KV_BYTES_PER_TOKEN,
+    DEFAULT_RELOAD_S_PER_TOKEN,
+    KvCapacity,
+)
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention import RetentionConfig, RetentionTracker, TtlRetentionPolicy
 from agentrt_controller.retention.driver import (
@@ -61,10 +65,12 @@ from agentrt_controller.retention.driver import (
     ThreadContext,
     ToolWait,
 )
+from agentrt_controller.retention.policy import reload_s_per_token_of
 from agentrt_controller.retention.recent import RecentWaits
 from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.service.core.clock import sleep_until
+from agentrt_serving.hardware import PROFILES
 
 __all__ = ["KeptPrompt", "RetentionExecutor", "keep_prompt"]
 
@@ -174,11 +180,16 @@ class RetentionExecutor:
         rewarm_lead_s: float = 0.5,
         rewarm_max_in_flight: int = 8,
         kept_bytes_per_tenant: int | None = None,
+        hardware_profile: str | None = None,
         on_error: Callable[[str], None] = lambda action: None,
     ) -> None:
         """``kept_bytes_per_tenant``: the budget of kept prompts per tenant (bytes; ``None``
-        = :class:`RetentionConfig`'s default). ``on_error``: told the action (``pin``,
-        ``unpin``, ``rewarm``) of each backend call that failed."""
+        = :class:`RetentionConfig`'s default). ``hardware_profile``: the controller's cost
+        profile (``cost.profile``), whose KV bytes per token and PCIe bandwidth price a
+        backend's CPU tier when the backend does not publish its own rate; ``None`` = the
+        reference profile's (:data:`~agentrt_controller.backends.kv_capacity.
+        REFERENCE_PROFILE`). ``on_error``: told the action (``pin``, ``unpin``, ``rewarm``)
+        of each backend call that failed."""
         if kept_bytes_per_tenant is None:
             kept_bytes_per_tenant = RetentionConfig().kept_bytes_per_tenant
         self.policy = policy
@@ -193,6 +204,14 @@ class RetentionExecutor:
             kept_bytes_per_tenant=kept_bytes_per_tenant,
         )
         self._on_error = on_error
+        #: KV bytes per token and reload cost for a tier the backend publishes in bytes only
+        #: (the profile's when it has a KV size and a PCIe bandwidth, else the reference's).
+        self._kv_bytes_per_token = DEFAULT_KV_BYTES_PER_TOKEN
+        self._reload_s_per_token = DEFAULT_RELOAD_S_PER_TOKEN
+        profile = hardware_profile or ""
+        if profile in PROFILES and reload_s_per_token_of(profile) > 0:
+            self._kv_bytes_per_token = PROFILES[profile].kv_bytes_per_token
+            self._reload_s_per_token = reload_s_per_token_of(profile)
         #: Recent wait of calls from arrival to admission, per backend (seconds).
         self.queue_waits = RecentWaits()
         #: Backend calls to make, in order (bounded: a flood drops, counted as ``dropped``).
@@ -426,8 +445,8 @@ class RetentionExecutor:
         if reload is None:
             reload = published.reload_s_per_token
         if reload is None:
-            reload = DEFAULT_RELOAD_S_PER_TOKEN
-        return capacity, reload, published.tier_tokens()
+            reload = self._reload_s_per_token
+        return capacity, reload, published.tier_tokens(self._kv_bytes_per_token)
 
     def _enqueue(self, actions: list[RetentionAction]) -> None:
         for action in actions:
