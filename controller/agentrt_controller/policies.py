@@ -11,6 +11,9 @@ configuration is the controller's:
 * **derived parameters** come from the cost model (:class:`~agentrt_controller.cost_model.
   CostModel`, the one that charges service): the ``prefix`` router's and the retention
   policy's ``prefill_s_per_token``, unless given explicitly;
+* **memory-aware admission** (:mod:`agentrt_controller.scheduling.memory`) on by default,
+  except with an unlimited admission window (the controller then holds nothing back: the
+  engine's own queue, as a stock vLLM);
 * **block hashes**: a driver fills ``CallFacts.block_hashes`` when :func:`needs_block_hashes` says
   its router reads them (the router declares it), in both drivers alike.
 
@@ -36,6 +39,7 @@ from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_admission as factory_admission
 from agentrt_controller.scheduling.factory import build_scheduler as factory_scheduler
+from agentrt_controller.scheduling.memory import MemoryAdmission, MemoryAdmissionConfig
 from agentrt_controller.scheduling.srpt import SrptOracle
 from agentrt_controller.scheduling.tenancy import TenancyConfig
 
@@ -43,6 +47,7 @@ __all__ = [
     "PolicyConfig",
     "build_admission",
     "build_dispatcher",
+    "build_memory_admission",
     "build_retention_policy",
     "build_router",
     "build_scheduler",
@@ -72,6 +77,9 @@ class PolicyConfig:
     #: Adaptive-window parameters (an ``AdaptiveWindowConfig`` or a table of its fields); read
     #: only when :attr:`admission_window` is ``"adaptive"``.
     admission: AdaptiveWindowConfig | Params = field(default_factory=dict)
+    #: Memory-aware admission parameters (a ``MemoryAdmissionConfig`` or a table of its
+    #: fields; ``enabled=False`` turns it off). Not used with an unlimited window.
+    memory_admission: MemoryAdmissionConfig | Params = field(default_factory=dict)
     #: Weighted fair shares between tenants around the scheduler; ``None`` = off.
     tenancy: TenancyConfig | None = None
     #: The process table forgets a program idle this long (seconds).
@@ -115,9 +123,25 @@ def build_router(config: PolicyConfig) -> Router:
     return factory_router(config.router, params or None)
 
 
+def build_memory_admission(config: PolicyConfig) -> MemoryAdmission | None:
+    """The memory-aware admission rule, or ``None`` when it is off or the admission window
+    is unlimited (nothing is held at the controller then)."""
+    memory = config.memory_admission
+    if not isinstance(memory, MemoryAdmissionConfig):
+        memory = MemoryAdmissionConfig.from_mapping(memory)
+    if not memory.enabled or config.admission_window is None:
+        return None
+    return MemoryAdmission(memory)
+
+
 def build_dispatcher(config: PolicyConfig) -> Dispatcher:
-    """Scheduler, router and admission policy, fresh (they keep state)."""
-    return Dispatcher(build_scheduler(config), build_router(config), build_admission(config))
+    """Scheduler, router, admission policy and memory rule, fresh (they keep state)."""
+    return Dispatcher(
+        build_scheduler(config),
+        build_router(config),
+        build_admission(config),
+        memory=build_memory_admission(config),
+    )
 
 
 def build_retention_policy(

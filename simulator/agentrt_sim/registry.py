@@ -113,6 +113,9 @@ class PolicySpec:
     router_options: Mapping[str, Any] = field(default_factory=dict)
     #: Adaptive-window parameters (``AdaptiveWindowConfig`` fields); only with ``"adaptive"``.
     admission_options: Mapping[str, Any] = field(default_factory=lambda: dict(defaults.ADMISSION))
+    #: Memory-aware admission parameters (``MemoryAdmissionConfig`` fields, e.g.
+    #: ``{"enabled": False}``); the controller's default when empty.
+    memory_admission: Mapping[str, Any] = field(default_factory=dict)
     #: Weighted fair shares of charged service between tenants, the policy inside each
     #: tenant (docs/tenancy.md); ``False`` = one policy over every tenant's calls.
     tenancy: bool = False
@@ -234,6 +237,7 @@ def _policy_config(spec: PolicySpec, oracle: OracleBook) -> PolicyConfig:
         routing=spec.router_options,
         admission_window=spec.admission_window,
         admission=spec.admission_options,
+        memory_admission=spec.memory_admission,
         tenancy=_tenancy(spec),
         idle_timeout_s=_IDLE_TIMEOUT_S,
         oracle=oracle,

@@ -380,6 +380,7 @@ class Simulation:
                     supports_priority=slot.supports_priority,
                     metrics_at_s=slot.metrics_at_s,
                     max_num_seqs=max(1, slot.core.config.max_num_seqs // share),
+                    kv_capacity_tokens=slot.core.num_blocks * slot.core.config.block_size,
                 )
             )
         return views

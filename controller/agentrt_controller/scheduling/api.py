@@ -54,6 +54,8 @@ class BackendView:
     models: frozenset[str] | None = None
     #: Its KV capacity (tokens) as it publishes it (vLLM's ``vllm:cache_config_info``,
     #: SGLang's ``sglang:max_total_num_tokens``; the simulator's engines); ``None`` = unknown.
+    #: Memory-aware admission (:mod:`agentrt_controller.scheduling.memory`) acts only where
+    #: it is known (or configured).
     kv_capacity_tokens: int | None = None
 
 

@@ -42,6 +42,17 @@ tenant above its share of a backend's contended window while another tenant is a
 admitted there (:class:`~agentrt_controller.scheduling.isolation.TenantIsolation`): each round
 the Dispatcher pops only from tenants some candidate backend allows, and routes the call among
 the backends that allow its tenant. Retained-lane calls are counted and held like any.
+
+**Memory** (docs/scheduling.md, "Admission under memory pressure"). With a
+:class:`~agentrt_controller.scheduling.memory.MemoryAdmission`, a call goes only to a backend
+whose KV memory holds its prefill without evicting the resident programs' contexts or a pinned
+one. A call that fits nowhere is passed over and keeps its place in the queues; the round goes
+on with the calls behind it (mostly the resident programs' calls: their context is on the
+engine), but starts no other program that has invested less (its program's attained service;
+an anti-starvation promotion first) before it. Fair shares are untouched: every call still
+leaves through the scheduler's (the tenants') order, and a passed-over call is put back with
+its charge returned. Under memory pressure a backend that honours priorities gets the
+memory priority (the program's resident KV) instead of the scheduler's.
 """
 
 from __future__ import annotations
@@ -61,6 +72,7 @@ from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.isolation import TenantIsolation
 from agentrt_controller.scheduling.lane import RetainedLane
+from agentrt_controller.scheduling.memory import MemoryAdmission
 from agentrt_controller.scheduling.tenancy import TenantFairScheduler, tenant_of
 
 
@@ -85,12 +97,16 @@ class Dispatcher:
         admission: AdmissionPolicy,
         *,
         retained_lane: bool = True,
+        memory: MemoryAdmission | None = None,
     ) -> None:
         """``retained_lane``: serve calls of retained programs first (module docstring);
-        it only matters while something calls :meth:`set_retention`."""
+        it only matters while something calls :meth:`set_retention`. ``memory``: admit only
+        what the backends' KV memory holds (module docstring); ``None`` = no such rule."""
         self.scheduler = scheduler
         self.router = router
         self.admission = admission
+        #: The memory-aware admission rule, or ``None``.
+        self.memory = memory
         #: The process table (the scheduler's): read it for introspection and metrics.
         self.table: ProcessTable = scheduler.table
         #: Whether retained programs' calls enter the retained lane.
@@ -161,6 +177,11 @@ class Dispatcher:
         # are admitted meanwhile (docs/routing.md, "Several models").
         waiting_for_model: list[CallEntry] = []
         blocked: set[str | None] = set()
+        memory = self.memory
+        #: Calls passed over this round (they did not fit in memory): put back at the end.
+        passed: list[CallEntry] = []
+        #: The most invested program start passed over this round (none may overtake it).
+        blocked_start: tuple[int, float] | None = None
         while self.queued():
             if room is None:
                 room = CandidateSet(self._with_room(backends, now_s))
@@ -184,6 +205,17 @@ class Dispatcher:
                     self.queues.requeue(call, now_s)
                     break
                 candidates = fitting
+            if memory is not None:
+                fitting, blocked_start = self._fitting_memory(
+                    memory, call, candidates, blocked_start, now_s
+                )
+                if not fitting:
+                    passed.append(call)
+                    memory.held_total += 1
+                    if len(passed) >= memory.config.max_passed:
+                        break
+                    continue
+                candidates = fitting
             retained = call.retained_backend
             held = [b for b in candidates if b.backend_id == retained] if retained else []
             backend_id = self.router.route(call, held or candidates, now_s)
@@ -195,15 +227,53 @@ class Dispatcher:
                 room.update(updated)
             else:
                 room.remove(backend_id)
-            priority = self.queues.backend_priority(call) if chosen.supports_priority else None
+            priority = self._priority(call, chosen, now_s)
             self.table.bind(call.facts, backend_id, now_s)
+            if memory is not None:
+                memory.on_admit(call.facts, backend_id, now_s)
             if self.isolation is not None:
                 self.isolation.on_admit(call.facts.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
             self._demand.remove(call.facts.model)
-        for call in waiting_for_model:
+        for call in waiting_for_model:  # in pop order: each keeps its place
+            self.queues.requeue(call, now_s)
+        for call in passed:
             self.queues.requeue(call, now_s)
         return admissions
+
+    def _fitting_memory(
+        self,
+        memory: MemoryAdmission,
+        call: CallEntry,
+        candidates: Sequence[BackendView],
+        blocked: tuple[int, float] | None,
+        now_s: float,
+    ) -> tuple[list[BackendView], tuple[int, float] | None]:
+        """The candidates whose memory takes ``call`` (none when it is a long program start
+        that must not overtake the most invested one held this round, ``blocked``), and
+        ``blocked`` updated when the call is such a start and is held."""
+        fitting = [b for b in candidates if memory.fits(call.facts, b, now_s)]
+        ids = [b.backend_id for b in candidates]
+        if not memory.is_long_start(call.facts, ids, now_s):
+            return fitting, blocked
+        key = memory.invested_key(call, self._attained_s(call))
+        if fitting and (blocked is None or key > blocked):
+            return fitting, blocked
+        return [], key if blocked is None else max(blocked, key)
+
+    def _priority(self, call: CallEntry, chosen: BackendView, now_s: float) -> int | None:
+        """The ``priority`` for ``chosen`` (``None`` when it takes none): the memory priority
+        while the backend is under memory pressure, else the scheduler's."""
+        if not chosen.supports_priority:
+            return None
+        memory = self.memory
+        if memory is not None and memory.under_pressure(chosen, now_s):
+            return memory.backend_priority(call.facts, chosen.backend_id, now_s)
+        return self.queues.backend_priority(call)
+
+    def _attained_s(self, call: CallEntry) -> float:
+        entry = self.table.get(call.facts.program)
+        return entry.attained_service_s if entry is not None else 0.0
 
     def _with_room(self, backends: Sequence[BackendView], now_s: float) -> list[BackendView]:
         """The backends the admission policy gives room, in ``backends`` order
@@ -290,6 +360,8 @@ class Dispatcher:
         back in its place; the next :meth:`admit` may route it elsewhere."""
         if self.isolation is not None:
             self.isolation.on_release(call.facts.call_id, now_s)
+        if self.memory is not None:
+            self.memory.on_finish(call.facts, now_s)
         self.queues.requeue(call, now_s)
         self._demand.add(call.facts.model)
 
@@ -302,6 +374,8 @@ class Dispatcher:
         return cancelled
 
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
+        if self.memory is not None:
+            self.memory.on_tokens(call.facts, new_tokens)
         self.queues.on_tokens(call, new_tokens, now_s)
 
     def on_finish(
@@ -321,6 +395,8 @@ class Dispatcher:
             call.facts = replace(call.facts, block_hashes=block_hashes)
         if self.isolation is not None:
             self.isolation.on_release(call.facts.call_id, now_s, service_s)
+        if self.memory is not None:
+            self.memory.on_finish(call.facts, now_s)
         self.queues.on_finish(call, service_s, now_s)
         self.router.on_finish(call, backend_id, now_s)
 
@@ -342,6 +418,8 @@ class Dispatcher:
         self.table.start(program, now_s, name=name, deadline_s=deadline_s)
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        if self.memory is not None:
+            self.memory.on_program_end(program)
         self.queues.on_program_end(program, now_s)
         self.router.on_program_end(program, now_s)
 
@@ -385,6 +463,8 @@ class Dispatcher:
         removed = self.table.expire(now_s)
         for program in removed:
             self.router.on_program_end(program, now_s)
+            if self.memory is not None:
+                self.memory.on_program_end(program)
         return removed
 
     def lane_snapshot(self) -> dict[str, object]:
@@ -400,6 +480,9 @@ class Dispatcher:
         return {
             "scheduler": self.scheduler.snapshot(now_s),
             "retained_lane": self.lane_snapshot(),
+            "memory": (
+                self.memory.snapshot(now_s) if self.memory is not None else {"enabled": False}
+            ),
             "process_table": self.table.snapshot(now_s),
             "isolation": (
                 self.isolation.snapshot(now_s, self._fair.queued_by_tenant())

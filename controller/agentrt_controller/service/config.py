@@ -41,6 +41,7 @@ from agentrt_controller.routing.factory import build_router
 from agentrt_controller.scheduling.admission import AdaptiveWindowConfig
 from agentrt_controller.scheduling.config import SchedulerConfig
 from agentrt_controller.scheduling.isolation import IsolationConfig
+from agentrt_controller.scheduling.memory import MemoryAdmissionConfig
 
 __all__ = [
     "ENV_PREFIX",
@@ -254,6 +255,12 @@ class ControllerConfig:
     admission: Annotated[AdaptiveWindowConfig, from_table(AdaptiveWindowConfig)] = field(
         default_factory=lambda: AdaptiveWindowConfig.from_mapping(defaults.ADMISSION)
     )
+    #: Memory-aware admission (``MemoryAdmissionConfig`` fields: ``enabled``,
+    #: ``start_watermark``, ``idle_release_s``, ``max_passed``, ``kv_capacity_tokens``;
+    #: docs/scheduling.md, "Admission under memory pressure"); not with an unlimited window.
+    memory_admission: Annotated[MemoryAdmissionConfig, from_table(MemoryAdmissionConfig)] = field(
+        default_factory=MemoryAdmissionConfig
+    )
     #: Calls the controller holds in its queues at most; more arrivals get HTTP 503 with
     #: ``Retry-After`` (a bound on memory under a flood).
     max_queued_calls: _Count = 100_000
@@ -422,7 +429,7 @@ def _is_service_link(key: str, value: str) -> bool:
 #: The fields given as a table (a JSON object in the environment and on the command line).
 _TABLES = frozenset(
     ("scheduling", "cost", "admission", "breaker", "routing", "retention_options",
-     "tenant_isolation")
+     "tenant_isolation", "memory_admission")
 )  # fmt: skip
 # ``model_aliases`` and ``model_fallbacks`` read text themselves (JSON or NAME=VALUE items).
 

@@ -51,6 +51,7 @@ def policy_config(
         routing=config.routing,
         admission_window=config.admission_window,
         admission=config.admission,
+        memory_admission=config.memory_admission,
         tenancy=tenancy,
         idle_timeout_s=config.program_idle_timeout_s,
         cost=cost_model,

@@ -1,0 +1,375 @@
+"""Memory-aware admission: do not start a prefill the backend's KV memory cannot hold
+(docs/scheduling.md, "Admission under memory pressure").
+
+A long-context agent (a coding agent: 12 K → 85 K tokens of context over 30 calls, tool waits
+between them) keeps its context in the engine's prefix cache from one call to the next. One
+A100 with Llama-3-8B holds ~470 K tokens of KV: about five such programs. A stock engine admits
+every call first come, first served, so past that point each new program's prefill evicts the
+context of a program that is waiting on a tool; that one recomputes its 80 K tokens when it comes
+back, evicting another: the engine thrashes (preemptions, recompute), and every program slows
+down. ThunderAgent (arXiv 2602.13692, §4) limits the programs *active* on an engine to what its
+memory holds; this module does the same at the controller, before a call reaches the engine.
+
+**The ledger.** Per backend, the programs *resident* there: a program becomes resident when one
+of its calls is admitted to the backend, and holds ``tokens`` of KV — the largest context of its
+calls there (prompt, then prompt + streamed output). It stops being resident when it ends, when
+its calls go elsewhere, or when it has had no call running there for ``idle_release_s`` while no
+retention pin holds it (the engine may evict an idle context; we stop reserving room for it).
+The *demand* on a backend is the sum of its residents' tokens plus the tokens of the contexts
+pinned there (retention, :data:`PinnedSource`) of programs not resident.
+
+**The rule** (:meth:`MemoryAdmission.fits`), for a call of program ``P`` on a backend of KV
+capacity ``C`` tokens (``BackendView.kv_capacity_tokens``, else the configured
+``kv_capacity_tokens``; unknown = no rule):
+
+* a call whose growth is below ``min_context_tokens`` (8,192) is admitted: a short context is
+  cheap to recompute, so holding anyone back for it costs more than it saves (residents
+  holding less than that reserve nothing either);
+* ``P`` resident there: its growth is what the call adds, ``prompt_tokens - tokens(P)``; it is
+  admitted while ``demand + growth <= C``;
+* ``P`` not resident (a new program, or one whose context was released): its growth is its whole
+  prompt; it is admitted while ``demand + growth <= start_watermark x C`` — the rest is kept for
+  the residents' contexts to grow;
+* deadlock guard: a call is always admitted to a backend where none of our calls run
+  (``in_flight == 0``) — nothing of ours could free memory there.
+
+A call that fits nowhere waits in the controller's queue, in its program-level order; the
+Dispatcher passes over it to the calls that fit (mostly the residents': their context is on the
+engine), and starts no other program's prefill before it unless that program has more invested
+(:meth:`MemoryAdmission.invested_key`: a starvation promotion first, then attained service) —
+the order under memory pressure that stops thrashing: programs that already hold the most go
+first.
+
+**Priority under pressure** (:meth:`MemoryAdmission.backend_priority`). On a backend that honours
+a per-request priority (vLLM ``--scheduling-policy priority``) and whose demand is above
+``start_watermark x C``, the call is sent with a priority from its program's resident KV,
+``max(0, 8 - floor(log2(tokens / 1024)))``: 85 K tokens → 2, 12 K → 5, so when the engine must
+preempt it preempts the program cheapest to recompute (ThunderAgent's shortest-first eviction).
+
+Pure: no clock, no I/O; ``now_s`` is passed in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Protocol
+
+from pydantic import Field
+
+from agentrt_controller.config_check import SECTION, check_fields, parse_section
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.scheduling.api import BackendView
+from agentrt_controller.scheduling.call import CallEntry, CallFacts
+
+__all__ = [
+    "MemoryAdmission",
+    "MemoryAdmissionConfig",
+    "PinnedContextLike",
+    "PinnedSource",
+    "Resident",
+    "memory_priority",
+]
+
+#: Priorities under memory pressure: ``max(0, _PRIORITY_TOP - floor(log2(tokens / 1024)))``.
+_PRIORITY_TOP = 8
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryAdmissionConfig:
+    """The ``memory_admission`` parameters; validated on construction (:class:`ConfigError`)."""
+
+    __pydantic_config__ = SECTION
+
+    #: Apply the rule (it acts only on backends whose KV capacity is known).
+    enabled: bool = True
+    #: Fraction of the KV capacity a new program's prefill may fill (in (0, 1]); the rest is
+    #: kept for the resident programs' contexts to grow.
+    start_watermark: Annotated[float, Field(gt=0, le=1)] = 0.9
+    #: A resident program with no call running on the backend for this long, and no pin
+    #: there, stops reserving memory (seconds, > 0).
+    idle_release_s: Annotated[float, Field(gt=0)] = 10.0
+    #: Calls the Dispatcher may pass over per admission round when they do not fit (>= 1):
+    #: bounds the round's cost when many wait for memory.
+    max_passed: Annotated[int, Field(ge=1)] = 64
+    #: Contexts shorter than this are cheap to recompute (tokens, >= 0; 8,192 tokens are
+    #: under a second of prefill at the cost model's 1e-4 s per token): a resident holding
+    #: less reserves nothing, and a call adding less is never held.
+    min_context_tokens: Annotated[int, Field(ge=0)] = 8192
+    #: KV capacity (tokens) of a backend that reports none (``BackendView.kv_capacity_tokens``
+    #: unknown: a stock vLLM; it logs "GPU KV cache size: N tokens" at start); ``None`` = the
+    #: rule acts only on backends that report theirs.
+    kv_capacity_tokens: Annotated[int, Field(ge=1)] | None = None
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, object]) -> MemoryAdmissionConfig:
+        """From a config table; unknown keys raise :class:`ConfigError`."""
+        return parse_section(cls, values, "memory_admission")
+
+
+class PinnedContextLike(Protocol):
+    """A context a backend holds with a retention pin (the retention driver's
+    ``PinnedContext``)."""
+
+    @property
+    def program(self) -> ProgramKey: ...
+
+    #: Context length held (tokens).
+    @property
+    def tokens(self) -> int: ...
+
+    #: When its thread is expected back (seconds, driver's clock).
+    @property
+    def due_s(self) -> float: ...
+
+
+#: The contexts pinned on a backend now, by backend id (the retention driver's ``pinned``).
+PinnedSource = Callable[[str], Sequence[PinnedContextLike]]
+
+
+@dataclass(slots=True)
+class Resident:
+    """A program's context on one backend."""
+
+    #: KV the program holds there: the largest context of its calls there (tokens).
+    tokens: int
+    #: Its calls running there now.
+    running: int
+    #: Last admission or finish of one of its calls there (seconds).
+    last_active_s: float
+
+
+def memory_priority(tokens: int) -> int:
+    """The backend priority of a call whose program holds ``tokens`` of KV (lower runs first
+    and is preempted last): ``max(0, 8 - floor(log2(tokens / 1024)))``, 8 below 2 K tokens."""
+    if tokens < 2048:
+        return _PRIORITY_TOP
+    return max(0, _PRIORITY_TOP - int(math.log2(tokens / 1024)))
+
+
+class _Ledger:
+    """The residents of one backend, least recently touched first, and the total of those
+    holding at least ``min_tokens``."""
+
+    __slots__ = ("min_tokens", "residents", "total")
+
+    def __init__(self, min_tokens: int) -> None:
+        self.min_tokens = min_tokens
+        self.residents: OrderedDict[ProgramKey, Resident] = OrderedDict()
+        #: The sum of the tokens of the residents holding at least ``min_tokens``.
+        self.total = 0
+
+    def counted(self, tokens: int) -> int:
+        """What a context of ``tokens`` adds to :attr:`total`."""
+        return tokens if tokens >= self.min_tokens else 0
+
+    def touch(self, program: ProgramKey, tokens: int, running: int, now_s: float) -> None:
+        """The program's call was admitted (``running`` +1) or finished (-1) at ``now_s``; it
+        holds at least ``tokens``."""
+        entry = self.residents.get(program)
+        if entry is None:
+            if running <= 0:
+                return
+            self.residents[program] = Resident(tokens, running, now_s)
+            self.total += self.counted(tokens)
+            return
+        self.grow(entry, tokens)
+        entry.running = max(0, entry.running + running)
+        entry.last_active_s = now_s
+        self.residents.move_to_end(program)
+
+    def grow(self, entry: Resident, tokens: int) -> None:
+        if tokens > entry.tokens:
+            self.total += self.counted(tokens) - self.counted(entry.tokens)
+            entry.tokens = tokens
+
+    def remove(self, program: ProgramKey) -> None:
+        entry = self.residents.pop(program, None)
+        if entry is not None:
+            self.total -= self.counted(entry.tokens)
+
+    def release_idle(self, now_s: float, idle_s: float, pinned: set[ProgramKey]) -> None:
+        """Drop the residents idle for ``idle_s`` (no call running, not pinned). Only the
+        least recently touched ones can be: the scan stops at the first touched since."""
+        for program, entry in list(self.residents.items()):
+            if now_s - entry.last_active_s < idle_s:
+                break
+            if entry.running == 0 and program not in pinned:
+                self.remove(program)
+
+
+class MemoryAdmission:
+    """The ledger of resident programs per backend and the admission rule (module doc)."""
+
+    name = "memory"
+
+    def __init__(
+        self, config: MemoryAdmissionConfig | None = None, pinned: PinnedSource | None = None
+    ) -> None:
+        """``pinned``: the contexts pinned per backend (``None`` = none known; the driver may
+        set :attr:`pinned` later)."""
+        self.config = config if config is not None else MemoryAdmissionConfig()
+        #: The pinned contexts per backend, or ``None``.
+        self.pinned = pinned
+        #: backend id -> its residents.
+        self._ledgers: dict[str, _Ledger] = {}
+        #: call id -> (backend id, prompt tokens, output tokens streamed) of admitted calls.
+        self._running: dict[str, tuple[str, int, int]] = {}
+        #: Calls passed over because they did not fit (the Dispatcher counts them).
+        self.held_total = 0
+
+    # --- events (the Dispatcher's) ------------------------------------------------------------
+
+    def on_admit(self, facts: CallFacts, backend_id: str, now_s: float) -> None:
+        """``facts``' call was admitted to ``backend_id``."""
+        self._running[facts.call_id] = (backend_id, facts.prompt_tokens, 0)
+        for other, elsewhere in self._ledgers.items():
+            if other != backend_id:  # its context now grows elsewhere
+                elsewhere.remove(facts.program)
+        ledger = self._ledgers.get(backend_id)
+        if ledger is None:
+            ledger = self._ledgers[backend_id] = _Ledger(self.config.min_context_tokens)
+        ledger.touch(facts.program, facts.prompt_tokens, 1, now_s)
+
+    def on_tokens(self, facts: CallFacts, new_tokens: int) -> None:
+        """Output tokens streamed for an admitted call: its context grows."""
+        running = self._running.get(facts.call_id)
+        if running is None:
+            return
+        backend_id, prompt, output = running
+        output += new_tokens
+        self._running[facts.call_id] = (backend_id, prompt, output)
+        ledger = self._ledgers.get(backend_id)
+        entry = ledger.residents.get(facts.program) if ledger is not None else None
+        if ledger is not None and entry is not None:
+            ledger.grow(entry, prompt + output)
+
+    def on_finish(self, facts: CallFacts, now_s: float) -> None:
+        """An admitted call finished (or was put back: it is no longer running)."""
+        running = self._running.pop(facts.call_id, None)
+        if running is None:
+            return
+        ledger = self._ledgers.get(running[0])
+        if ledger is not None:
+            ledger.touch(facts.program, 0, -1, now_s)
+
+    def on_program_end(self, program: ProgramKey) -> None:
+        """The program ended (or expired): it holds nothing any more."""
+        for ledger in self._ledgers.values():
+            ledger.remove(program)
+
+    # --- decisions ------------------------------------------------------------------------------
+
+    def resident(self, program: ProgramKey, backend_id: str, now_s: float) -> Resident | None:
+        """The program's context on ``backend_id`` while it reserves memory there, else
+        ``None``."""
+        ledger = self._ledgers.get(backend_id)
+        if ledger is None:
+            return None
+        self._release_idle(backend_id, ledger, now_s)
+        return ledger.residents.get(program)
+
+    def demand_tokens(self, backend_id: str, now_s: float) -> int:
+        """Tokens reserved on ``backend_id``: its residents' contexts and the pinned contexts
+        of programs not resident (idle residents past ``idle_release_s`` without a pin are
+        released here)."""
+        pins = self.pinned(backend_id) if self.pinned is not None else ()
+        ledger = self._ledgers.get(backend_id)
+        if ledger is None:
+            return sum(pin.tokens for pin in pins)
+        self._release_idle(backend_id, ledger, now_s, pins)
+        residents = ledger.residents
+        return ledger.total + sum(pin.tokens for pin in pins if pin.program not in residents)
+
+    def capacity_tokens(self, view: BackendView) -> int | None:
+        """The backend's KV capacity (tokens): reported, else the configured
+        ``kv_capacity_tokens``; ``None`` when the rule is off or the capacity unknown."""
+        if not self.config.enabled:
+            return None
+        capacity = view.kv_capacity_tokens or self.config.kv_capacity_tokens
+        return capacity if capacity is not None and capacity > 0 else None
+
+    def fits(self, facts: CallFacts, view: BackendView, now_s: float) -> bool:
+        """Whether the call may start on ``view``'s backend now (the module doc's rule).
+        Always ``True`` when disabled or when the backend's KV capacity is unknown."""
+        capacity = self.capacity_tokens(view)
+        if capacity is None:
+            return True
+        if view.in_flight == 0:
+            return True  # deadlock guard: nothing of ours there could free memory
+        entry = self.resident(facts.program, view.backend_id, now_s)
+        growth = facts.prompt_tokens - (entry.tokens if entry is not None else 0)
+        if growth < self.config.min_context_tokens:
+            return True  # cheap either way: a short prompt, or a resident's next turn
+        demand = self.demand_tokens(view.backend_id, now_s)
+        if entry is not None:
+            return demand + growth <= capacity
+        return demand + growth <= self.config.start_watermark * capacity
+
+    def is_long_start(self, facts: CallFacts, backend_ids: Sequence[str], now_s: float) -> bool:
+        """Whether the call starts a long prefill: its prompt is at least
+        ``min_context_tokens`` and its program reserves memory on none of ``backend_ids``
+        (the calls whose order the Dispatcher keeps under memory pressure)."""
+        if facts.prompt_tokens < self.config.min_context_tokens:
+            return False
+        return all(self.resident(facts.program, b, now_s) is None for b in backend_ids)
+
+    def under_pressure(self, view: BackendView, now_s: float) -> bool:
+        """Whether the demand on ``view``'s backend is above ``start_watermark`` of its
+        capacity (``False`` when the capacity is unknown or the rule is off)."""
+        capacity = self.capacity_tokens(view)
+        if capacity is None:
+            return False
+        demand = self.demand_tokens(view.backend_id, now_s)
+        return demand > self.config.start_watermark * capacity
+
+    def backend_priority(self, facts: CallFacts, backend_id: str, now_s: float) -> int:
+        """The priority to send under memory pressure (:func:`memory_priority` of what the
+        program holds there, its prompt when it holds nothing)."""
+        entry = self.resident(facts.program, backend_id, now_s)
+        return memory_priority(max(facts.prompt_tokens, entry.tokens if entry else 0))
+
+    @staticmethod
+    def invested_key(call: CallEntry, attained_service_s: float) -> tuple[int, float]:
+        """How much a waiting program has invested, for the order of program starts under
+        memory pressure (larger = first): a call promoted by anti-starvation first, then the
+        program's attained service (seconds)."""
+        return (1 if call.promotions > 0 else 0, attained_service_s)
+
+    def snapshot(self, now_s: float) -> dict[str, object]:
+        """JSON-able: per backend the reserved tokens and resident programs."""
+        return {
+            "enabled": self.config.enabled,
+            "held_total": self.held_total,
+            "backends": {
+                backend_id: {
+                    "demand_tokens": self.demand_tokens(backend_id, now_s),
+                    "residents": len(ledger.residents),
+                }
+                for backend_id, ledger in self._ledgers.items()
+            },
+        }
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def _release_idle(
+        self,
+        backend_id: str,
+        ledger: _Ledger,
+        now_s: float,
+        pins: Sequence[PinnedContextLike] | None = None,
+    ) -> None:
+        residents = ledger.residents
+        if not residents:
+            return
+        oldest = next(iter(residents.values()))
+        if now_s - oldest.last_active_s < self.config.idle_release_s:
+            return  # nobody idle long enough (the common case: no pin lookup)
+        if pins is None:
+            pins = self.pinned(backend_id) if self.pinned is not None else ()
+        ledger.release_idle(now_s, self.config.idle_release_s, {pin.program for pin in pins})

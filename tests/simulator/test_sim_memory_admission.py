@@ -1,0 +1,46 @@
+"""Memory-aware admission in the simulator (docs/scheduling.md, "Admission under memory
+pressure"): on a small, memory-bound coding run the controller's default rule keeps new
+programs' prefills out of an engine whose KV memory is spoken for, so the engine stops
+preempting and recomputing; the programs finish no later on average."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentrt_emulator.core.types import EngineConfig
+from agentrt_sim.plan import compile_program
+from agentrt_sim.registry import PolicySpec
+from agentrt_sim.runner import BenchConfig, run_one
+
+pytestmark = pytest.mark.timeout(120)
+
+#: Short coding programs (8 calls, contexts growing to ~24 K tokens) on an engine of 5,000
+#: blocks of 16 tokens (80 K tokens of KV: about three such programs), at 0.2 programs/s.
+BENCH = BenchConfig(
+    workload="coding",
+    rate_per_s=0.2,
+    duration_s=120.0,
+    seed=1,
+    workload_params={
+        "coding": {
+            "calls_mean": 8.0,
+            "final_context_tokens_mean": 24_000.0,
+            "output_tokens_mean": 200.0,
+        }
+    },
+    engine=EngineConfig(max_model_len=131072, num_gpu_blocks=5000),
+)
+
+
+def test_memory_admission_stops_preemptions_on_a_memory_bound_coding_run() -> None:
+    plans = [compile_program(p) for p in BENCH.programs()]
+    off = run_one(plans, BENCH, PolicySpec(memory_admission={"enabled": False})).summary
+    on = run_one(plans, BENCH, PolicySpec()).summary
+    # Measured (seed 1): off 20 preemptions, 506 K prompt tokens recomputed, mean E2E 78 s;
+    # on 0 preemptions, 211 K recomputed, 71 s.
+    assert off["preemptions"] >= 10
+    assert on["preemptions"] < off["preemptions"] / 4
+    assert on["recomputed_prompt_tokens"] < off["recomputed_prompt_tokens"]
+    assert on["programs_completed"] >= off["programs_completed"]
+    assert on["e2e_latency_s"]["mean"] <= off["e2e_latency_s"]["mean"]
+    assert on["controller_wait_s_mean"] > off["controller_wait_s_mean"]  # it held calls back
