@@ -153,6 +153,9 @@ class Simulation:
             wait_ends_at=self.wait_ends_at,
             node_finished=self.node_finished,
         )
+        for dispatcher in self.dispatchers:  # admission counts the contexts retention pins
+            if dispatcher.memory is not None:
+                dispatcher.memory.pinned = self.waits.driver.pinned
         self._hash_block_size = config.engine.block_size if policies.block_hashes else None
         self.plans = plans
         self.now_s = 0.0

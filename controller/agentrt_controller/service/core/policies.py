@@ -87,7 +87,7 @@ def build_retention(
     def on_error(action: str) -> None:
         metrics.retention_errors.inc(1.0, action)
 
-    return RetentionExecutor(
+    executor = RetentionExecutor(
         policy,
         dispatcher,
         pool,
@@ -96,3 +96,6 @@ def build_retention(
         hardware_profile=config.cost.profile,
         on_error=on_error,
     )
+    if dispatcher.memory is not None:  # admission counts the contexts retention pins
+        dispatcher.memory.pinned = executor.driver.pinned
+    return executor
