@@ -98,9 +98,9 @@ class MemoryAdmissionConfig:
     #: under a second of prefill at the cost model's 1e-4 s per token): a resident holding
     #: less reserves nothing, and a call adding less is never held.
     min_context_tokens: Annotated[int, Field(ge=0)] = 8192
-    #: KV capacity (tokens) of a backend that reports none (``BackendView.kv_capacity_tokens``
-    #: unknown: a stock vLLM; it logs "GPU KV cache size: N tokens" at start); ``None`` = the
-    #: rule acts only on backends that report theirs.
+    #: KV capacity (tokens) of a backend that publishes none (``BackendView.kv_capacity_tokens``
+    #: unknown: e.g. an OpenAI-compatible server without metrics); ``None`` = the rule acts
+    #: only on backends that publish theirs.
     kv_capacity_tokens: Annotated[int, Field(ge=1)] | None = None
 
     def __post_init__(self) -> None:
