@@ -434,14 +434,16 @@ class RetentionExecutor:
         backend publishes (:mod:`agentrt_controller.backends.kv_capacity`), with
         ``retention_options.kv_capacity_tokens`` / ``reload_s_per_token`` overriding when
         set (docs/routing.md, "Where M and the tier come from")."""
-        config = self.policy.config
-        capacity = config.kv_capacity_tokens
+        # A policy given in code (tests, embedders) may have no RetentionConfig: no overrides.
+        config: RetentionConfig | None = getattr(self.policy, "config", None)
+        capacity = config.kv_capacity_tokens if config is not None else None
+        configured_reload = config.reload_s_per_token if config is not None else None
         if capacity is None and published is not None:
             capacity = published.gpu_tokens
         if published is None or not published.has_tier:
             # no tier published: the configured rate (None = recompute) applies, as before
-            return capacity, config.reload_s_per_token, 0
-        reload = config.reload_s_per_token
+            return capacity, configured_reload, 0
+        reload = configured_reload
         if reload is None:
             reload = published.reload_s_per_token
         if reload is None:
