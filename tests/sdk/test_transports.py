@@ -130,8 +130,8 @@ async def test_peer_hints_add_vllm_routers_agentic_context_only_when_enabled() -
         "session_id": "s-1",
         "program_id": "p-1",
         "agent_id": "main",
-        "step_id": "main:0",
-        "deadline_seconds": 1.5,
+        "step_id": 0,
+        "request_deadline_seconds": 1.5,
     }
     assert with_hint["model"] == "m1"
     assert int(sent[0].headers["content-length"]) == len(sent[0].content)

@@ -9,8 +9,9 @@ reduce of a wide map-reduce) lists the first ones plus the count and the digest 
 
 With ``peer_hints`` (``RuntimeConfig.peer_hints``) an LLM call's JSON body carries other
 routers' program hints too: ``"vllm-router"`` adds ``vllm_xargs.agentic_context`` (session,
-program, agent = thread, step = node, the budget in seconds) as a JSON string, the form vLLM
-itself accepts in ``vllm_xargs`` (docs/protocol.md, "Hints for other routers").
+program, agent = thread, step = the node's index in its thread, the budget in seconds) as a
+JSON string, which vllm-router reads as it reads an object and vLLM accepts in ``vllm_xargs``
+(docs/protocol.md, "Hints for other routers").
 """
 
 from __future__ import annotations
@@ -71,10 +72,13 @@ class TaggingTransport(httpx.AsyncBaseTransport):
             "session_id": self.session_id,
             "program_id": tags.program_id,
             "agent_id": tags.thread_id,
-            "step_id": tags.node_id,
         }
+        # vllm-router takes a step as a non-negative integer: the node's index in its thread.
+        step = tags.node_id.rpartition(":")[2]
+        if step.isdigit():
+            context["step_id"] = int(step)
         if tags.timeout_ms is not None:
-            context["deadline_seconds"] = tags.timeout_ms / 1000
+            context["request_deadline_seconds"] = tags.timeout_ms / 1000
         return context
 
     async def aclose(self) -> None:
