@@ -101,6 +101,8 @@ class ReplayConfig:
     #: Wall seconds before the first re-send of a call; each further one waits twice as long
     #: (at most :data:`MAX_BACKOFF_S`).
     retry_backoff_s: float = 0.1
+    #: Other routers' program hints the calls carry (``agentrt.RuntimeConfig.peer_hints``).
+    peer_hints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
@@ -364,6 +366,7 @@ async def replay(
             # The replay re-sends its own streamed calls (``_ProgramRun._send``); this is the
             # same bound for any call made through the runtime's ``openai`` client.
             max_retries=config.max_retries,
+            peer_hints=config.peer_hints,
         )
         before = await scrape_counters(http, metrics_root)
         history = DurationHistory()
