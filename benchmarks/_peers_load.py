@@ -60,10 +60,13 @@ def _answer() -> bytes:
 
 def _stream() -> bytes:
     def event(choices: list[object], usage: object = None) -> bytes:
-        chunk = {
+        # As vLLM frames them: no ``usage`` key but in the last chunk.
+        chunk: dict[str, object] = {
             "id": "chatcmpl-instant", "object": "chat.completion.chunk", "created": 0,
-            "model": MODEL, "choices": choices, "usage": usage,
+            "model": MODEL, "choices": choices,
         }  # fmt: skip
+        if usage is not None:
+            chunk["usage"] = usage
         return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
     parts = [

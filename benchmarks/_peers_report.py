@@ -34,6 +34,7 @@ OVERHEAD = (
     Measure("added_p50_ms", "added p50 latency (ms)", 3),
     Measure("added_p99_ms", "added p99 latency (ms)", 3),
     Measure("calls_per_s", "calls/s", 0, higher_is_better=True),
+    Measure("streamed_calls_per_s", "streamed calls/s", 0, higher_is_better=True),
     Measure("cpu_s_per_1k_calls", "proxy CPU s per 1,000 calls", 3),
     Measure("cpu_s_per_1k_chunks", "proxy CPU s per 1,000 streamed chunks", 4),
 )
@@ -42,6 +43,7 @@ PROGRAM = (
     Measure("e2e_mean_s", "program E2E mean (s)", 1),
     Measure("e2e_p95_s", "program E2E p95 (s)", 1),
     Measure("token_latency_mean_s", "token latency mean (s)", 3),
+    Measure("prefix_hit_rate", "prefix cache hit rate", 3, higher_is_better=True),
     Measure("proxy_cpu_s", "proxy CPU over the run (s)", 1),
 )
 
@@ -197,6 +199,16 @@ def markdown(result: Mapping[str, Any]) -> str:
     lines += ["", "Where each peer stands:", "", *verdicts(overhead, OVERHEAD)]
     if program:
         lines += verdicts(program, PROGRAM)
+    lines += [
+        "",
+        "How to read it: the CPU figures are the robust ones (they count the proxy's own "
+        "work, whatever else runs); latencies and calls/s share 2 cores with the load "
+        "generator, the backends and other people's jobs, so an added p99 can even come out "
+        "negative. In the program runs the proxies share the cores with the emulators, which "
+        "pace their engine steps in real time: a proxy that burns CPU slows the engines too, "
+        "which is part of what a heavy proxy's row shows. Ours runs its defaults (`plas`, "
+        "adaptive admission window, `prefix` router, retention on).",
+    ]
     lines += [
         "",
         "Reproduce: `.venv/bin/python benchmarks/peers.py --write-docs` (`--quick` for a "

@@ -219,6 +219,7 @@ def _program_point(
         "e2e_mean_s": summary["e2e_latency_s"]["mean"],
         "e2e_p95_s": summary["e2e_latency_s"]["p95"],
         "token_latency_mean_s": summary["token_latency_s"]["mean"],
+        "prefix_hit_rate": summary["prefix_hit_rate"],
         "proxy_cpu_s": cpu,
         "programs_completed": summary["programs_completed"],
         "programs_failed": len(failed),
