@@ -88,17 +88,19 @@ def launch(
     workdir: Path,
     metrics_port: int,
     api_key: str,
+    ours_options: Sequence[str] = (),
 ) -> Launch:
     """The command that starts ``proxy`` on loopback ``port`` in front of ``backends`` (server
     roots, ``http://host:port``) serving ``model``; ``metrics_port`` is a free port for the
     Rust routers' Prometheus listener (both default to the same one); ``api_key`` is
-    LiteLLM's master key, the others take any key."""
+    LiteLLM's master key, the others take any key; ``ours_options`` go to our
+    ``controller serve``."""
     host = ["--host", "127.0.0.1", "--port", str(port)]
     if proxy == "agentrt":
         argv = [sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(port)]
         for url in backends:
             argv += ["--backend", url]
-        return Launch([*argv, "--log-level", "warning"])
+        return Launch([*argv, "--log-level", "warning", *ours_options])
     if proxy == "vllm-router":
         return Launch(
             [

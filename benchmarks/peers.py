@@ -49,6 +49,9 @@ from benchmarks import _peers_setup as setup  # noqa: E402
 from benchmarks._processes import free_port, stop, wait_until  # noqa: E402
 from benchmarks._report import replace_section  # noqa: E402
 
+#: Extra ``agentrt controller serve`` options (``--ours-option``), set by :func:`main`.
+OURS_OPTIONS: list[str] = []
+
 #: The emulators' model (their default).
 ENGINE_MODEL = "agentrt/emulated-llama-3.1-8b"
 
@@ -79,7 +82,9 @@ def _proxy(
 ) -> Iterator[tuple[int, int]]:
     """``name`` started in front of ``backends``; yields (port, pid) once it lists models."""
     port = free_port()
-    spec = setup.launch(name, port, backends, model, workdir, free_port(), load.API_KEY)
+    spec = setup.launch(
+        name, port, backends, model, workdir, free_port(), load.API_KEY, OURS_OPTIONS
+    )
     for path, text in spec.files.items():
         path.write_text(text)
     log = workdir / f"{name}.log"
@@ -313,6 +318,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engines", type=int, default=2)
     parser.add_argument("--max-num-seqs", type=int, default=8, help="slots per emulator")
     parser.add_argument("--time-scale", type=float, default=10.0)
+    parser.add_argument(
+        "--ours-option",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra argument to our controller serve (repeat; e.g. "
+        "--ours-option=--admission-window --ours-option=unlimited)",
+    )
     parser.add_argument("--no-install", action="store_true", help="use .peers-venv as it is")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--from-json", metavar="FILE", help="render a saved --json result")
@@ -323,6 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve_backend:
         load.serve_backend(args.serve_backend)
         return 0
+    OURS_OPTIONS[:] = args.ours_option
     if args.quick:
         args.reps, args.calls, args.seconds = (
             min(args.reps, 3),
