@@ -209,6 +209,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         "which is part of what a heavy proxy's row shows. Ours runs its defaults (`plas`, "
         "adaptive admission window, `prefix` router, retention on).",
     ]
+    notes = result.get("notes", [])
+    if notes:
+        lines += ["", "Observed in this run:", "", *(f"- {note}" for note in notes)]
     lines += [
         "",
         "Reproduce: `.venv/bin/python benchmarks/peers.py --write-docs` (`--quick` for a "

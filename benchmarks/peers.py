@@ -326,6 +326,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="an extra argument to our controller serve (repeat; e.g. "
         "--ours-option=--admission-window --ours-option=unlimited)",
     )
+    parser.add_argument(
+        "--note",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="an observation to print under the tables (repeat; kept in --json)",
+    )
     parser.add_argument("--no-install", action="store_true", help="use .peers-venv as it is")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--from-json", metavar="FILE", help="render a saved --json result")
@@ -351,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = run(args)
         except ValueError as exc:
             parser.error(str(exc))
+    result["notes"] = [*result.get("notes", []), *args.note]
     section = report.markdown(result)
     print(json.dumps(result, indent=2) if args.json else section)
     if args.write_docs:

@@ -66,8 +66,9 @@ def test_the_section_has_command_versions_ratios_and_skips() -> None:
         "overhead": POINTS,
         "program": [_point("agentrt", 0, e2e_mean_s=30.0), _point("litellm", 0, e2e_mean_s=33.0)],
     }  # fmt: skip
-    section = report.markdown(result)
+    section = report.markdown({**result, "notes": ["LiteLLM needs a master key."]})
     assert section.startswith("## Peers\n")
+    assert "Observed in this run:\n\n- LiteLLM needs a master key.\n" in section
     assert "`python benchmarks/peers.py --quick`" in section
     assert "`vllm-router` 0.1.17" in section and "`litellm` 1.108.7" in section
     assert "Skipped `sglang-router`: pip install sglang-router==0.3.2 failed." in section
