@@ -83,13 +83,18 @@ def by_proxy(points: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str,
 
 def ratios(points: Sequence[Mapping[str, Any]], peer: str, key: str) -> Spread:
     """Ours ÷ ``peer`` of ``key``, one ratio per repetition both measured (interleaved runs
-    pair by repetition), as median and range."""
+    pair by repetition), as median and range. A repetition where either value is not
+    positive (an added latency that noise made negative) gives no ratio."""
     ours = {p["rep"]: p.get(key) for p in points if p["proxy"] == OURS}
     theirs = {p["rep"]: p.get(key) for p in points if p["proxy"] == peer}
     values = []
     for rep, mine in ours.items():
         other = theirs.get(rep)
-        if isinstance(mine, int | float) and isinstance(other, int | float) and other > 0:
+        if (
+            isinstance(mine, int | float)
+            and isinstance(other, int | float)
+            and min(mine, other) > 0
+        ):
             values.append(mine / other)
     return spread(values)
 
