@@ -46,6 +46,26 @@ def test_strips_only_the_usage_chunk_it_asked_for() -> None:
     assert out.count(b"data:") == 4
 
 
+def test_null_usage_chunks_are_tokens_and_a_text_naming_it_does_not_hide_the_usage() -> None:
+    # OpenAI and the emulator put "usage": null in every chunk; the scanner skips parsing them.
+    # A text that says "usage": null is escaped inside its JSON string and does not match.
+    last = {
+        "choices": [{"index": 0, "delta": {"content": 'a "usage": null b'}}],
+        "usage": {"prompt_tokens": 4, "completion_tokens": 2},
+    }
+    stream = (
+        _event({"choices": [{"index": 0, "delta": {"content": "a"}}], "usage": None})
+        + _event(last)
+        + _event({"choices": [], "usage": None})
+        + b"data: [DONE]\n\n"
+    )
+    scanner = SseScanner(strip_usage_chunk=True)
+    out, counted = scanner.feed(stream)
+    assert out == stream  # nothing to strip: no usage-only chunk with numbers
+    assert counted == 2
+    assert scanner.usage == {"prompt_tokens": 4, "completion_tokens": 2}
+
+
 def test_garbage_is_passed_on_not_raised() -> None:
     scanner = SseScanner(strip_usage_chunk=True)
     junk = b'data: {"usage": broken\n\n: comment\n\ndata: \xff\n\nno terminator'

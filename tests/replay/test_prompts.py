@@ -213,3 +213,32 @@ def test_base_url_must_end_in_v1() -> None:
         check_base_url("http://h:8000")
     with pytest.raises(ReplayError, match="http"):
         check_base_url("h:8000/v1")
+
+
+@pytest.mark.anyio
+async def test_no_message_is_ever_empty() -> None:
+    # Segments too short for the template's overhead, no system prompt, an empty answer:
+    # each would otherwise be a message with empty content (sglang-router refuses it).
+    costs = await _costs()
+    program = Program(
+        "tiny",
+        "react",
+        0.0,
+        "react",
+        0,
+        1,
+        (
+            LLMNode("c0", (), "main", None, 1, 1),
+            WaitNode("t1", ("c0",), "main", "tool", "search", 1.0, "c0", 1),
+            LLMNode("c2", ("t1",), "main", "t1", 1, 1, template="tpl", template_tokens=1),
+        ),
+    )
+    builder = PromptBuilder(program, costs)
+    c0 = builder.prompt("c0")
+    builder.record_output("c0", "", 0)
+    builder.record_wait("t1")
+    c2 = builder.prompt("c2")
+    for prompt in (c0, c2):
+        assert prompt.messages and all(m["content"].strip() for m in prompt.messages), prompt
+        assert _count(prompt.messages) == prompt.expected_prompt_tokens
+    assert c2.messages[len(c0.messages) + 1]["role"] == "assistant"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import anyio
@@ -112,3 +113,50 @@ async def test_sharding_layer_keeps_a_program_on_one_pool_and_frees_slots() -> N
     for _ in range(3):  # a limit of 1: each reply (read already) frees its slot at once
         await sharded.handle_async_request(llm_request(program_id="p-7"))
     assert sorted(len(sent) for sent in by_pool) == [0, 0, 3]
+
+
+async def test_peer_hints_add_vllm_routers_agentic_context_only_when_enabled() -> None:
+    sent: list[httpx.Request] = []
+    hinted = TaggingTransport(recorder(sent), "s-1", peer_hints=("vllm-router",))
+    plain = TaggingTransport(recorder(sent), "s-1")
+    request = llm_request()
+    request.extensions[EXTENSION].timeout_ms = 1500
+    await hinted.handle_async_request(request)
+    await plain.handle_async_request(llm_request())
+    await hinted.handle_async_request(httpx.Request("POST", URL, json={"model": "m1"}))
+    with_hint, without, not_a_call = (json.loads(r.content) for r in sent)
+    context = json.loads(with_hint["vllm_xargs"]["agentic_context"])
+    assert context == {
+        "session_id": "s-1",
+        "program_id": "p-1",
+        "agent_id": "main",
+        "step_id": 0,
+        "request_deadline_seconds": 1.5,
+    }
+    assert with_hint["model"] == "m1"
+    assert int(sent[0].headers["content-length"]) == len(sent[0].content)
+    assert sent[0].headers["x-agentrt-program-id"] == "p-1"  # the headers stay
+    assert without == not_a_call == {"model": "m1"}
+
+
+async def test_peer_hints_keep_a_callers_own_agentic_context_and_other_xargs() -> None:
+    sent: list[httpx.Request] = []
+    hinted = TaggingTransport(recorder(sent), "s-1", peer_hints=("vllm-router",))
+    own = {"model": "m1", "vllm_xargs": {"agentic_context": {"program_id": "theirs"}}}
+    other = {"model": "m1", "vllm_xargs": {"top_n": 3}}
+    for body in (own, other):
+        request = httpx.Request("POST", URL, json=body)
+        request.extensions[EXTENSION] = llm_request().extensions[EXTENSION]
+        await hinted.handle_async_request(request)
+    kept, merged = (json.loads(r.content) for r in sent)
+    assert kept == own
+    assert merged["vllm_xargs"]["top_n"] == 3
+    assert json.loads(merged["vllm_xargs"]["agentic_context"])["program_id"] == "p-1"
+
+
+def test_peer_hints_name_known_routers_only() -> None:
+    from agentrt import ConfigError, RuntimeConfig
+
+    assert RuntimeConfig(base_url="http://h/v1", peer_hints=("vllm-router",)).peer_hints
+    with pytest.raises(ConfigError, match="peer_hints must be a tuple of vllm-router"):
+        RuntimeConfig(base_url="http://h/v1", peer_hints=("nginx",))

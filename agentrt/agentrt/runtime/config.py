@@ -32,6 +32,7 @@ from agentrt.protocol import CallTags
 __all__ = [
     "API_KEY_ENV",
     "BASE_URL_ENV",
+    "PEER_HINTS",
     "ControllerMode",
     "RuntimeConfig",
     "ToolErrorMode",
@@ -40,6 +41,9 @@ __all__ = [
 
 #: Environment variables read for ``base_url`` when it is not given, first set wins.
 BASE_URL_ENV = ("AGENTRT_BASE_URL", "OPENAI_BASE_URL")
+#: Routers whose own program hints the SDK can write into an LLM call's body
+#: (``RuntimeConfig.peer_hints``; docs/protocol.md, "Hints for other routers").
+PEER_HINTS = ("vllm-router",)
 #: Environment variables read for ``api_key`` when it is not given, first set wins.
 API_KEY_ENV = ("AGENTRT_API_KEY", "OPENAI_API_KEY")
 #: The key sent when none is given or set (vLLM accepts any value unless started with a key).
@@ -156,6 +160,11 @@ class RuntimeConfig:
     #: benchmarks); None = a real connection pool of ``max_connections``. Not closed by the
     #: runtime when given.
     http_transport: httpx.AsyncBaseTransport | None = None
+    #: Other routers' program hints written on every LLM call besides the ``X-Agentrt-*``
+    #: headers, so a program keeps its identity behind them: ``("vllm-router",)`` adds
+    #: ``vllm_xargs.agentic_context`` to the body (:data:`PEER_HINTS`; docs/protocol.md,
+    #: "Hints for other routers"). Empty (the default) = the body is sent as the caller made it.
+    peer_hints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -224,6 +233,12 @@ class RuntimeConfig:
             problems.append("tracer_provider must be an OpenTelemetry TracerProvider")
         if self.meter_provider is not None and not hasattr(self.meter_provider, "get_meter"):
             problems.append("meter_provider must be an OpenTelemetry MeterProvider")
+        if not isinstance(self.peer_hints, tuple) or any(
+            hint not in PEER_HINTS for hint in self.peer_hints
+        ):
+            problems.append(
+                f"peer_hints must be a tuple of {', '.join(PEER_HINTS)}, got {self.peer_hints!r}"
+            )
         if problems:
             raise ConfigError("invalid RuntimeConfig: " + "; ".join(problems))
 

@@ -174,7 +174,7 @@ class Runtime:
                 hold_s=cfg.fallback_hold_s,
             )
             routed = self._fallback
-        tagged = TaggingTransport(routed, self.session_id)
+        tagged = TaggingTransport(routed, self.session_id, peer_hints=cfg.peer_hints)
         # Retry above the deadline layer: each resend gets a fresh budget check and header.
         retried = RetryTransport(DeadlineTransport(tagged), cfg.retry_budget_s)
         return RecordingTransport(retried, self)

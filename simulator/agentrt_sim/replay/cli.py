@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from typing import Any
 
@@ -20,6 +21,12 @@ examples:
   agentrt bench replay --trace t.jsonl --base-url http://127.0.0.1:8100/v1 --time-scale 10
   agentrt bench replay --trace t.jsonl --base-url http://ctl:8000/v1 \\
       --tokenize-url http://engine:8100 --metrics-url http://engine:8100 --json"""
+
+
+def api_key_of(args: argparse.Namespace) -> str:
+    """The bearer token of a parsed ``replay`` command: ``--api-key``, else
+    ``$OPENAI_API_KEY``, else ``EMPTY`` (what vLLM accepts when started without a key)."""
+    return str(args.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY")
 
 
 def add_parser(commands: Any) -> None:
@@ -38,7 +45,12 @@ def add_parser(commands: Any) -> None:
         "--base-url", required=True, metavar="URL", help="OpenAI base URL, e.g. http://h:8000/v1"
     )
     replay.add_argument("--model", default=None, help="model (default: first of /v1/models)")
-    replay.add_argument("--api-key", default="EMPTY", help="bearer token (default: EMPTY)")
+    replay.add_argument(
+        "--api-key",
+        default=None,
+        help="bearer token sent on every request, the probe included (default: "
+        "$OPENAI_API_KEY, else EMPTY)",
+    )
     replay.add_argument(
         "--time-scale",
         type=float,
@@ -141,7 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         base_url=args.base_url,
         model=args.model,
         time_scale=args.time_scale,
-        api_key=args.api_key,
+        api_key=api_key_of(args),
         tokenize_url=args.tokenize_url,
         metrics_url=args.metrics_url,
         controller=args.controller,

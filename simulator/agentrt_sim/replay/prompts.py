@@ -27,6 +27,10 @@ tokens the server will see (``live``) next to the tokens the trace counts (``tra
 sizes each new user message so that ``live + generation prompt == trace`` whenever the
 segment is long enough to absorb the template's overhead; otherwise the difference carries
 forward and is reported per call (:attr:`CallPrompt.expected_prompt_tokens`).
+
+**No empty message.** No client sends a message without content and some routers refuse one
+(sglang-router answers 400), so a message the sizing leaves empty carries one filler word
+instead (counted in ``live``), and so does an assistant message for an empty answer.
 """
 
 from __future__ import annotations
@@ -177,10 +181,11 @@ class PromptBuilder:
             pass  # the system message is always sent: it carries the shared prefix
         elif target <= 0:
             skip_error = abs(base.live + costs.generation_prompt - trace)
-            empty_error = abs(base.live + overhead + costs.generation_prompt - trace)
-            if tokens == 0 or skip_error <= empty_error:
+            shortest = overhead + costs.tokens_of(1)  # one word: a message is never empty
+            shortest_error = abs(base.live + shortest + costs.generation_prompt - trace)
+            if tokens == 0 or skip_error <= shortest_error:
                 return _Prefix(base.messages, base.live, trace)
-        words = costs.words_for(max(0, target))
+        words = max(1, costs.words_for(max(0, target)))
         message = {"role": role, "content": filler(words, *seed)}
         live = base.live + overhead + costs.tokens_of(words)
         return _Prefix((*base.messages, message), live, trace)
@@ -222,7 +227,7 @@ class PromptBuilder:
             # The memory messages' own tokens come out of the template (filler is
             # prefix-consistent: a shorter template is a prefix of the full one).
             absorbed = costs.user_overhead + len(node.memory) * costs.assistant_overhead
-            words = costs.words_for(max(0, node.template_tokens - absorbed))
+            words = max(1, costs.words_for(max(0, node.template_tokens - absorbed)))
             messages.append({"role": "user", "content": filler(words, "template", node.template)})
             live += costs.user_overhead + costs.tokens_of(words)
             trace += node.template_tokens
@@ -239,14 +244,16 @@ class PromptBuilder:
         prompt = self._prompts.pop(node_id)
         node = self._nodes[node_id]
         assert isinstance(node, LLMNode)
+        live = self._costs.assistant_overhead + output_tokens
+        if not text:  # an empty answer is sent back as one word: no message is empty
+            text = filler(1, "answer", self._program.program_id, node_id)
+            live += self._costs.tokens_of(1)
         message = {"role": "assistant", "content": text}
         if node_id in self._memory_refs:
-            self._memory[node_id] = _Prefix(
-                (message,), self._costs.assistant_overhead + output_tokens, node.output_tokens
-            )
+            self._memory[node_id] = _Prefix((message,), live, node.output_tokens)
         self._prefixes[node_id] = _Prefix(
             (*prompt.messages, message),
-            prompt.live + self._costs.assistant_overhead + output_tokens,
+            prompt.live + live,
             prompt.trace + node.output_tokens,
         )
 

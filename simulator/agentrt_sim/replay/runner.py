@@ -82,6 +82,7 @@ class ReplayConfig:
     #: Trace seconds per wall second: arrivals and waits run this many times faster, to match
     #: an emulator started with the same ``--time-scale``; results are reported × this.
     time_scale: float = 1.0
+    #: Bearer token sent on every request: the probe, the calls, the metrics scrapes.
     api_key: str = "EMPTY"
     #: Server root whose ``/tokenize`` sizes the prompts (default: the base URL's root; a
     #: controller has none, so point this at one of its engines).
@@ -100,6 +101,8 @@ class ReplayConfig:
     #: Wall seconds before the first re-send of a call; each further one waits twice as long
     #: (at most :data:`MAX_BACKOFF_S`).
     retry_backoff_s: float = 0.1
+    #: Other routers' program hints the calls carry (``agentrt.RuntimeConfig.peer_hints``).
+    peer_hints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not (self.time_scale > 0 and math.isfinite(self.time_scale)):
@@ -350,7 +353,8 @@ async def replay(
     are recorded (``ProgramResult.error``), not raised.
     """
     metrics_root = (config.metrics_url or check_base_url(config.base_url)).rstrip("/")
-    async with httpx.AsyncClient(timeout=30.0) as http:
+    auth = {"authorization": f"Bearer {config.api_key}"}
+    async with httpx.AsyncClient(timeout=30.0, headers=auth) as http:
         facts = await probe(config, http)
         check_lengths(programs, facts.max_model_len)
         runtime_config = agentrt.RuntimeConfig(
@@ -362,12 +366,15 @@ async def replay(
             # The replay re-sends its own streamed calls (``_ProgramRun._send``); this is the
             # same bound for any call made through the runtime's ``openai`` client.
             max_retries=config.max_retries,
+            peer_hints=config.peer_hints,
         )
         before = await scrape_counters(http, metrics_root)
         history = DurationHistory()
         done = 0
         async with agentrt.Runtime(runtime_config) as rt:
-            client = rt.http_client(timeout=httpx.Timeout(config.request_timeout_s, connect=10.0))
+            client = rt.http_client(
+                timeout=httpx.Timeout(config.request_timeout_s, connect=10.0), headers=auth
+            )
             zero_s = anyio.current_time()
             runs = [_ProgramRun(rt, client, p, facts, config, zero_s, history) for p in programs]
 

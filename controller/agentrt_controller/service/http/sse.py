@@ -58,6 +58,10 @@ class ChatUsage(TypedDict):
 #: A CR at the end of the buffer counts as a line ending (see the module docstring).
 _TERMINATOR = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+#: A ``usage`` that is null: OpenAI (and our emulator) put one in every chunk of a stream that
+#: asked for usage, and only the last carries numbers. Unescaped quotes occur in JSON only
+#: around keys and values, so a text that mentions it does not match.
+_NULL_USAGE = re.compile(rb'"usage":\s*null')
 #: A Responses API delta event's type (unescaped quotes occur in JSON only around keys and
 #: values, never inside a string, so text that mentions it does not match).
 _DELTA_TYPE = re.compile(rb'"type":\s*"response\.[a-z_.]+\.delta"')
@@ -140,7 +144,8 @@ class SseScanner:
             self._responses_event(payload)
             return True
         has_choices = b'"choices":[]' not in payload and b'"choices": []' not in payload
-        if b'"usage"' in payload:
+        # Parsed only when it may carry numbers: a chunk whose usage is null is one token.
+        if b'"usage"' in payload and _NULL_USAGE.search(payload) is None:
             parsed = _json(payload)
             if isinstance(parsed, dict):
                 usage = parsed.get("usage")

@@ -1,0 +1,277 @@
+"""The load side of ``benchmarks/peers.py``: a fixed-reply backend, a minimal HTTP/1.1 client,
+and the CPU time of a process tree.
+
+* :func:`serve_backend`: answers ``POST .../chat/completions`` at once with a fixed completion,
+  or, when the body asks for a stream, a fixed stream of :data:`STREAM_CHUNKS` content chunks,
+  a usage chunk and ``[DONE]``; ``GET /v1/models`` lists :data:`MODEL`; any other path answers
+  ``{}`` (the routers' health and info probes).
+* :class:`Connection`: one keep-alive connection on raw asyncio streams that reads bodies with
+  a Content-Length or chunked (the routers re-chunk a stream), reconnecting when the server
+  closes; its own cost is small and the same for every proxy.
+* :func:`tree_cpu_s`: user + system CPU seconds of a process and all its descendants, from
+  ``/proc`` (LiteLLM and the launchers of the Rust routers run children).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+#: The model the fixed-reply backend serves.
+MODEL = "instant"
+#: The bearer token every call carries: LiteLLM's master key (it refuses to start without
+#: one); the other proxies accept any.
+API_KEY = "sk-agentrt-peers-benchmark"
+#: Content chunks in each streamed answer.
+STREAM_CHUNKS = 64
+
+
+def request_body(stream: bool) -> bytes:
+    """The chat request every call sends (a streamed one asks for usage too)."""
+    body: dict[str, object] = {
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Say hello."},
+        ],
+        "max_tokens": STREAM_CHUNKS,
+    }
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return json.dumps(body).encode()
+
+
+def _answer() -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-instant", "object": "chat.completion", "created": 0, "model": MODEL,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello!"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 2, "total_tokens": 22},
+        }
+    ).encode()  # fmt: skip
+
+
+def _stream() -> bytes:
+    def event(choices: list[object], usage: object = None) -> bytes:
+        # As vLLM frames them: no ``usage`` key but in the last chunk.
+        chunk: dict[str, object] = {
+            "id": "chatcmpl-instant", "object": "chat.completion.chunk", "created": 0,
+            "model": MODEL, "choices": choices,
+        }  # fmt: skip
+        if usage is not None:
+            chunk["usage"] = usage
+        return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+    parts = [
+        event([{"index": 0, "delta": {"content": "tok "}, "finish_reason": None}])
+        for _ in range(STREAM_CHUNKS - 1)
+    ]
+    parts.append(event([{"index": 0, "delta": {"content": "end"}, "finish_reason": "stop"}]))
+    usage = {"prompt_tokens": 20, "completion_tokens": STREAM_CHUNKS, "total_tokens": 84}
+    parts.append(event([], usage))
+    parts.append(b"data: [DONE]\n\n")
+    return b"".join(parts)
+
+
+def _response(body: bytes, content_type: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: " + content_type
+        + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )  # fmt: skip
+
+
+class _FixedBackend(asyncio.Protocol):
+    completion = _response(_answer(), b"application/json")
+    stream = _response(_stream(), b"text/event-stream")
+    models = _response(
+        json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode(),
+        b"application/json",
+    )
+    metrics = _response(
+        b"vllm:num_requests_running 0\nvllm:num_requests_waiting 0\n", b"text/plain"
+    )
+    other = _response(b"{}", b"application/json")
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = self.buffer[:end].decode("latin-1")
+            if head.startswith("PRI * HTTP/2"):  # a client trying HTTP/2 first: refuse it
+                self.transport.close()
+                return
+            if re.search(r"(?im)^transfer-encoding:\s*chunked", head):
+                parsed = _dechunk(self.buffer, end + 4)
+                if parsed is None:
+                    return
+                body, rest = parsed
+            else:
+                match = re.search(r"(?im)^content-length:\s*(\d+)", head)
+                length = int(match.group(1)) if match else 0
+                if len(self.buffer) < end + 4 + length:
+                    return
+                body, rest = self.buffer[end + 4 : end + 4 + length], end + 4 + length
+            self.buffer = self.buffer[rest:]
+            path = head.split(" ", 2)[1].split("?")[0]
+            if path.endswith("/completions"):
+                streamed = re.search(rb'"stream"\s*:\s*true', body) is not None
+                self.transport.write(self.stream if streamed else self.completion)
+            elif path == "/v1/models":
+                self.transport.write(self.models)
+            elif path == "/metrics":
+                self.transport.write(self.metrics)
+            else:
+                self.transport.write(self.other)
+
+
+def _dechunk(buffer: bytes, start: int) -> tuple[bytes, int] | None:
+    """A chunked body starting at ``start``: (body, offset after it), None while incomplete."""
+    parts, at = [], start
+    while True:
+        line_end = buffer.find(b"\r\n", at)
+        if line_end < 0:
+            return None
+        size = int(buffer[at:line_end].split(b";")[0], 16)
+        if len(buffer) < line_end + 2 + size + 2:
+            return None
+        parts.append(buffer[line_end + 2 : line_end + 2 + size])
+        at = line_end + 2 + size + 2
+        if size == 0:
+            return b"".join(parts), at
+
+
+def serve_backend(port: int) -> None:
+    """Run the fixed-reply backend on loopback ``port`` until interrupted."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(_FixedBackend, "127.0.0.1", port, backlog=1024)
+        async with server:
+            await server.serve_forever()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection sending the same chat POST again and again."""
+
+    def __init__(self, port: int, *, stream: bool) -> None:
+        self.port = port
+        body = request_body(stream)
+        self.request = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+            f"content-type: application/json\r\nauthorization: Bearer {API_KEY}\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        ).encode() + body
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def _open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+            self.writer = None
+
+    async def call(self) -> None:
+        """Send the request, read the whole answer; RuntimeError for any status but 200."""
+        if self.writer is None:
+            await self._open()
+        assert self.writer is not None
+        self.writer.write(self.request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        lowered = head.lower()
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"port {self.port} answered {head[:80]!r}")
+        # Anchored at a line start: LiteLLM adds ``llm_provider-content-length``.
+        match = re.search(rb"(?m)^content-length:\s*(\d+)", lowered)
+        if match is not None:
+            await self.reader.readexactly(int(match.group(1)))
+        elif re.search(rb"(?m)^transfer-encoding:\s*chunked", lowered):
+            while True:
+                size = int((await self.reader.readline()).split(b";")[0], 16)
+                await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+        else:  # the body ends with the connection
+            await self.reader.read()
+            await self.close()
+            return
+        if re.search(rb"(?m)^connection:\s*close", lowered):
+            await self.close()
+
+
+async def latencies(port: int, calls: int, warmup: int = 20) -> list[float]:
+    """Seconds per non-streamed call, sequential on one connection."""
+    conn = Connection(port, stream=False)
+    try:
+        for _ in range(warmup):
+            await conn.call()
+        out = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            await conn.call()
+            out.append(time.perf_counter() - start)
+        return out
+    finally:
+        await conn.close()
+
+
+async def rate(port: int, concurrency: int, seconds: float, *, stream: bool) -> int:
+    """Calls completed by ``concurrency`` connections sending back to back for ``seconds``."""
+    done = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal done
+        conn = Connection(port, stream=stream)
+        try:
+            while time.perf_counter() < stop_at:
+                await conn.call()
+                done += 1
+        finally:
+            await conn.close()
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done
+
+
+def _stat(pid: int) -> tuple[int, float]:
+    """(parent pid, user + system + waited-for children's CPU seconds) of ``pid``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:15])
+    return int(fields[1]), ticks / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds of ``root`` and every live descendant (``/proc``)."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stats[int(entry.name)] = _stat(int(entry.name))
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += stats.get(pid, (0, 0.0))[1]
+        todo += children.get(pid, [])
+    return total

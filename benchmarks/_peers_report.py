@@ -1,0 +1,235 @@
+"""What ``benchmarks/peers.py`` does with its measurements: medians and ranges over
+repetitions, ratios ours ÷ peer paired by repetition, and the "Peers" section of
+docs/benchmarks.md. Nothing here starts a process; the tests feed it recorded points.
+
+A *point* is one proxy's figures in one repetition (a dict with ``proxy``, ``rep`` and the
+measures of :data:`OVERHEAD` or :data:`PROGRAM`). Every measure is lower-is-better except
+``calls_per_s``; a ratio ours ÷ peer above 1 then means the peer is ahead, below 1 that we are
+(for ``calls_per_s`` the other way round).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+OURS = "agentrt"
+
+
+@dataclass(frozen=True, slots=True)
+class Measure:
+    key: str
+    #: Column title, with its unit.
+    title: str
+    #: Digits after the point in the table.
+    digits: int
+    higher_is_better: bool = False
+
+
+#: The proxy-overhead measures (fixed-reply backend).
+OVERHEAD = (
+    Measure("added_p50_ms", "added p50 latency (ms)", 3),
+    Measure("added_p99_ms", "added p99 latency (ms)", 3),
+    Measure("calls_per_s", "calls/s", 0, higher_is_better=True),
+    Measure("streamed_calls_per_s", "streamed calls/s", 0, higher_is_better=True),
+    Measure("cpu_s_per_1k_calls", "proxy CPU s per 1,000 calls", 3),
+    Measure("cpu_s_per_1k_chunks", "proxy CPU s per 1,000 streamed chunks", 4),
+)
+#: The replayed-trace measures (model seconds; proxy CPU in seconds over the run).
+PROGRAM = (
+    Measure("e2e_mean_s", "program E2E mean (s)", 1),
+    Measure("e2e_p95_s", "program E2E p95 (s)", 1),
+    Measure("token_latency_mean_s", "token latency mean (s)", 3),
+    Measure("prefix_hit_rate", "prefix cache hit rate", 3, higher_is_better=True),
+    Measure("proxy_cpu_s", "proxy CPU over the run (s)", 1),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """Median and range of one measure over repetitions (NaN: no repetition had it)."""
+
+    median: float
+    low: float
+    high: float
+
+    def text(self, digits: int, suffix: str = "") -> str:
+        if math.isnan(self.median):
+            return "–"
+        cell = f"{self.median:,.{digits}f}{suffix}"
+        if self.low != self.high:
+            cell += f" [{self.low:,.{digits}f}–{self.high:,.{digits}f}]"
+        return cell
+
+
+def spread(values: Iterable[float]) -> Spread:
+    """Median, minimum and maximum of the finite ``values``."""
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return Spread(math.nan, math.nan, math.nan)
+    return Spread(statistics.median(finite), min(finite), max(finite))
+
+
+def by_proxy(points: Sequence[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    """``points`` grouped by proxy, in the order proxies first appear."""
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for point in points:
+        groups.setdefault(str(point["proxy"]), []).append(point)
+    return groups
+
+
+def ratios(points: Sequence[Mapping[str, Any]], peer: str, key: str) -> Spread:
+    """Ours ÷ ``peer`` of ``key``, one ratio per repetition both measured (interleaved runs
+    pair by repetition), as median and range. A repetition where either value is not
+    positive (an added latency that noise made negative) gives no ratio."""
+    ours = {p["rep"]: p.get(key) for p in points if p["proxy"] == OURS}
+    theirs = {p["rep"]: p.get(key) for p in points if p["proxy"] == peer}
+    values = []
+    for rep, mine in ours.items():
+        other = theirs.get(rep)
+        if (
+            isinstance(mine, int | float)
+            and isinstance(other, int | float)
+            and min(mine, other) > 0
+        ):
+            values.append(mine / other)
+    return spread(values)
+
+
+def _cell(points: Sequence[Mapping[str, Any]], key: str, digits: int) -> str:
+    values = [float(p[key]) for p in points if isinstance(p.get(key), int | float)]
+    return spread(values).text(digits)
+
+
+def absolute_table(points: Sequence[Mapping[str, Any]], measures: Sequence[Measure]) -> list[str]:
+    """One row per proxy: median [range] of each measure."""
+    header = ["proxy", *(m.title for m in measures)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for proxy, mine in by_proxy(points).items():
+        cells = [f"`{proxy}`", *(_cell(mine, m.key, m.digits) for m in measures)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def ratio_table(points: Sequence[Mapping[str, Any]], measures: Sequence[Measure]) -> list[str]:
+    """One row per measure, one column per peer: ours ÷ peer, median [range]."""
+    peers = [p for p in by_proxy(points) if p != OURS]
+    header = ["ours ÷ peer", *(f"vs `{p}`" for p in peers)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for measure in measures:
+        cells = [ratios(points, peer, measure.key).text(2, "×") for peer in peers]
+        lines.append("| " + " | ".join([measure.title, *cells]) + " |")
+    return lines
+
+
+def verdicts(points: Sequence[Mapping[str, Any]], measures: Sequence[Measure]) -> list[str]:
+    """Plain sentences: per peer, the measures where it is ahead of ours and where behind
+    (by the median ratio; within ±5 % counts as even)."""
+    lines = []
+    for peer in (p for p in by_proxy(points) if p != OURS):
+        ahead, behind = [], []
+        for measure in measures:
+            ratio = ratios(points, peer, measure.key).median
+            if math.isnan(ratio):
+                continue
+            # how many times better the peer is (> 1: the peer is ahead)
+            advantage = 1 / ratio if measure.higher_is_better else ratio
+            if advantage > 1.05:
+                ahead.append(f"{measure.title} ({advantage:.2f}× better)")
+            elif advantage < 1 / 1.05:
+                behind.append(f"{measure.title} ({1 / advantage:.2f}× worse)")
+        parts = [f"**`{peer}` is ahead of ours** in " + "; ".join(ahead)] if ahead else []
+        if behind:
+            parts.append(("behind" if ahead else f"`{peer}` is behind ours") + " in "
+                         + "; ".join(behind))  # fmt: skip
+        if not parts:
+            parts.append(f"`{peer}` is even with ours (within 5 %)")
+        lines.append("- " + ", ".join(parts) + ".")
+    return lines
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """The "Peers" section of docs/benchmarks.md from a ``peers.py --json`` result."""
+    overhead = result.get("overhead", [])
+    program = result.get("program", [])
+    versions = ", ".join(f"`{name}` {version}" for name, version in result["versions"].items())
+    lines = [
+        "## Peers",
+        "",
+        "`benchmarks/peers.py` — the routers users would put in front of vLLM instead of ours, "
+        f"each in front of the same backends, measured in one interleaved run: {versions}. "
+        f"Command: `{result['command']}`. {result['machine']}; 1-minute load average of the "
+        f"shared machine {result['load_average'][0]} before, {result['load_average'][1]} after "
+        "(others' work: CPU-per-call figures hold up under load far better than latencies).",
+        "",
+    ]
+    for peer, reason in result.get("skipped", {}).items():
+        lines.append(f"Skipped `{peer}`: {reason}.")
+    if overhead:
+        lines += [
+            "",
+            f"**Proxy overhead** (a backend that answers at once; {result['reps']} repetitions, "
+            "the proxies in rotating order; added latency = the proxy's percentile − direct's "
+            f"in the same repetition over {result['calls']} sequential calls; calls/s with "
+            f"{result['concurrency']} connections for {result['seconds']} s; CPU of the "
+            "proxy's process tree from `/proc` over that run, and over a streaming run of "
+            f"{result['chunks']}-chunk answers ÷ chunks). Ours ÷ peer, median [range] over "
+            "repetitions:",
+            "",
+            *ratio_table(overhead, OVERHEAD),
+            "",
+            "Absolute, median [range]:",
+            "",
+            *absolute_table(overhead, OVERHEAD),
+        ]
+    if program:
+        lines += [
+            "",
+            f"**Programs** (the `{result['trace']}` trace replayed with `agentrt bench replay`'s "
+            f"code in front of {result['engines']} fresh emulators per run, time scale "
+            f"{result['time_scale']}; model seconds; vllm-router with "
+            '`--enable-program-scheduling` and the SDK\'s `peer_hints=("vllm-router",)`, '
+            "sglang-router `cache_aware`, ours its defaults with the SDK's tool-wait events). "
+            "Ours ÷ peer:",
+            "",
+            *ratio_table(program, PROGRAM),
+            "",
+            "Absolute, median [range]:",
+            "",
+            *absolute_table(program, PROGRAM),
+        ]
+    lines += ["", "Where each peer stands:", "", *verdicts(overhead, OVERHEAD)]
+    if program:
+        lines += verdicts(program, PROGRAM)
+    lines += [
+        "",
+        "How to read it: the CPU figures are the robust ones (they count the proxy's own "
+        "work, whatever else runs); latencies and calls/s share 2 cores with the load "
+        "generator, the backends and other people's jobs, so an added p99 can even come out "
+        "negative. In the program runs the proxies share the cores with the emulators, which "
+        "pace their engine steps in real time: a proxy that burns CPU slows the engines too, "
+        "which is part of what a heavy proxy's row shows. Ours runs its defaults (`plas`, "
+        "adaptive admission window, `prefix` router, retention on).",
+    ]
+    notes = result.get("notes", [])
+    if notes:
+        lines += ["", "Observed in this run:", "", *(f"- {note}" for note in notes)]
+    lines += [
+        "",
+        "Reproduce: `.venv/bin/python benchmarks/peers.py --write-docs` (`--quick` for a "
+        "smaller run; the peers install into `.peers-venv`).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parse_proxies(text: str, known: Sequence[str]) -> list[str]:
+    """``--proxies`` (comma-separated): ours always first; ValueError naming an unknown one."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"--proxies: unknown {', '.join(unknown)}; known: {', '.join(known)}")
+    return [OURS, *(n for n in dict.fromkeys(names) if n != OURS)]

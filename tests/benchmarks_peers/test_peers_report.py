@@ -1,0 +1,124 @@
+"""``benchmarks/peers.py``'s parsing and reporting on recorded points (the run itself starts
+the peers and takes minutes: not in CI)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+from typing import Any
+
+import pytest
+
+from tests.benchmark_modules import load_benchmark
+
+pytestmark = pytest.mark.timeout(30)
+
+peers = load_benchmark("peers")
+report = peers.report
+load = peers.load
+
+
+def _point(proxy: str, rep: int, **values: float) -> dict[str, Any]:
+    return {"proxy": proxy, "rep": rep, **values}
+
+
+POINTS = [
+    _point("agentrt", 0, cpu_s_per_1k_calls=0.9, calls_per_s=1000.0),
+    _point("vllm-router", 0, cpu_s_per_1k_calls=0.3, calls_per_s=4000.0),
+    _point("litellm", 0, cpu_s_per_1k_calls=18.0, calls_per_s=50.0),
+    _point("agentrt", 1, cpu_s_per_1k_calls=1.2, calls_per_s=800.0),
+    _point("vllm-router", 1, cpu_s_per_1k_calls=0.2, calls_per_s=4000.0),
+    _point("litellm", 1, cpu_s_per_1k_calls=20.0, calls_per_s=40.0),
+    _point("vllm-router", 2, cpu_s_per_1k_calls=0.1, calls_per_s=1.0),  # ours missing: unpaired
+]
+
+
+def test_ratios_pair_repetitions_and_give_median_and_range() -> None:
+    ratio = report.ratios(POINTS, "vllm-router", "cpu_s_per_1k_calls")
+    assert ratio.median == pytest.approx((3.0 + 6.0) / 2)
+    assert (ratio.low, ratio.high) == (pytest.approx(3.0), pytest.approx(6.0))
+    assert ratio.text(2, "×") == "4.50× [3.00–6.00]"
+    assert math.isnan(report.ratios(POINTS, "sglang-router", "cpu_s_per_1k_calls").median)
+    assert report.spread([]).text(2) == "–"
+
+
+def test_verdicts_say_plainly_where_a_peer_is_ahead() -> None:
+    measures = [m for m in report.OVERHEAD if m.key in ("cpu_s_per_1k_calls", "calls_per_s")]
+    lines = report.verdicts(POINTS, measures)
+    vllm, litellm = lines
+    assert vllm == (
+        "- **`vllm-router` is ahead of ours** in calls/s (4.44× better); "
+        "proxy CPU s per 1,000 calls (4.50× better)."
+    )
+    assert litellm.startswith("- `litellm` is behind ours in calls/s (")
+
+
+def test_the_section_has_command_versions_ratios_and_skips() -> None:
+    result = {
+        "command": "python benchmarks/peers.py --quick",
+        "versions": {"agentrt": "0.9.0", "vllm-router": "0.1.17", "litellm": "1.108.7"},
+        "skipped": {"sglang-router": "pip install sglang-router==0.3.2 failed"},
+        "machine": "x86_64, 2 cores",
+        "load_average": [9.5, 11.0],
+        "reps": 2, "calls": 300, "concurrency": 16, "seconds": 2.0, "chunks": 64,
+        "engines": 2, "time_scale": 10.0, "trace": "mixed",
+        "overhead": POINTS,
+        "program": [_point("agentrt", 0, e2e_mean_s=30.0), _point("litellm", 0, e2e_mean_s=33.0)],
+    }  # fmt: skip
+    section = report.markdown({**result, "notes": ["LiteLLM needs a master key."]})
+    assert section.startswith("## Peers\n")
+    assert "Observed in this run:\n\n- LiteLLM needs a master key.\n" in section
+    assert "`python benchmarks/peers.py --quick`" in section
+    assert "`vllm-router` 0.1.17" in section and "`litellm` 1.108.7" in section
+    assert "Skipped `sglang-router`: pip install sglang-router==0.3.2 failed." in section
+    assert "| proxy CPU s per 1,000 calls | 4.50× [3.00–6.00] | 0.06× [0.05–0.06] |" in section
+    assert "| program E2E mean (s) | 0.91× |" in section
+    assert "9.5 before, 11.0 after" in section
+
+
+def test_proxies_are_checked_and_ours_always_comes_first() -> None:
+    known = peers.setup.PROXIES
+    assert report.parse_proxies("litellm,vllm-router,litellm", known) == [
+        "agentrt",
+        "litellm",
+        "vllm-router",
+    ]
+    with pytest.raises(ValueError, match="--proxies: unknown nginx; known: agentrt, "):
+        report.parse_proxies("nginx", known)
+
+
+def test_each_peer_starts_with_its_program_features_on(tmp_path: Any) -> None:
+    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    vllm = peers.setup.launch("vllm-router", 9, urls, "m", tmp_path, 10, "key")
+    assert "--enable-program-scheduling" in vllm.argv and vllm.argv.count("--worker-urls") == 1
+    sglang = peers.setup.launch("sglang-router", 9, urls, "m", tmp_path, 10, "key")
+    assert sglang.argv[sglang.argv.index("--policy") + 1] == "cache_aware"
+    litellm = peers.setup.launch("litellm", 9, urls, "m", tmp_path, 10, "key")
+    assert litellm.env["LITELLM_MASTER_KEY"] == "key" and litellm.env["HF_HUB_OFFLINE"] == "1"
+    (config,) = litellm.files.values()
+    assert config.count("api_base: http://127.0.0.1:") == 2
+    ours = peers.setup.launch("agentrt", 9, urls, "m", tmp_path, 10, "key")
+    assert ours.argv.count("--backend") == 2
+
+
+def test_the_fixed_backend_and_the_client_over_loopback() -> None:
+    # The load generator against the fixed-reply backend: a plain and a streamed call, the
+    # stream's chunks counted; the backend in a thread of its own event loop.
+    port = peers.free_port()
+    thread = threading.Thread(target=load.serve_backend, args=(port,), daemon=True)
+    thread.start()
+
+    async def main() -> tuple[list[float], int]:
+        for _ in range(100):
+            try:
+                return await load.latencies(port, 3, warmup=1), await load.rate(
+                    port, 2, 0.2, stream=True
+                )
+            except OSError:
+                await asyncio.sleep(0.05)
+        raise AssertionError("the backend did not start")
+
+    times, streamed = asyncio.run(main())
+    assert len(times) == 3 and streamed > 0
+    assert load._stream().count(b"data: ") == load.STREAM_CHUNKS + 2  # + usage + [DONE]
