@@ -259,3 +259,25 @@ async def test_backend_state_changes_say_why(caplog: pytest.LogCaptureFixture) -
     assert any(f"backend {removed_id} removed through the admin API" in line for line in lines)
     assert any(f"backend {removed_id} dropped: removed" in line for line in lines), lines
     assert not any(": )" in line for line in lines), lines
+
+
+async def test_a_client_that_leaves_before_its_event_body_is_a_499_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # An SDK that gives up on a tool-start event mid-body (its own timeout) closes the
+    # connection: the controller logs the request as 499 and no error.
+    caplog.set_level(logging.INFO)
+    async with running(FakeState(), access_log="text") as svc:
+        host, port = svc.url.removeprefix("http://").split(":")
+        path = "/agentrt/v1/programs/p1/tool-start"
+        head = (f"POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+                "content-length: 1000\r\n\r\n")  # fmt: skip
+        async with await anyio.connect_tcp(host, int(port)) as stream:
+            await stream.send(head.encode() + b'{"session_id": ')
+        with anyio.fail_after(10):
+            while not any(" 499 " in line for line in _access_lines(caplog)):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        assert (await svc.chat()).status_code == 200  # the controller carries on
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [r.getMessage() for r in errors]
+    assert not any(r.exc_info for r in caplog.records)

@@ -23,7 +23,7 @@ import anyio
 from opentelemetry.trace import TracerProvider
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -59,6 +59,17 @@ _GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/responses")
 #: Paths that need a tenant's API key when keys are configured (the backend admin API has its
 #: own token; the probes and /metrics have their own rules, see their endpoints).
 _TENANT_PATHS = ("/v1/", "/agentrt/v1/", "/tokenize", "/detokenize")
+
+
+def _client_gone_response(request: Request, exc: Exception) -> Response:
+    """The client left before its request body arrived (e.g. an SDK that gave up on a
+    tool-wait event): nobody reads an answer, so no traceback; 499 in the access log, as
+    nginx names it."""
+    return Response(status_code=_CLIENT_GONE)
+
+
+#: The status logged for a request whose client left before sending its body (nginx's).
+_CLIENT_GONE = 499
 
 
 def _routing_error_response(request: Request, exc: Exception) -> Response:
@@ -156,6 +167,7 @@ class ControllerApp:
             exception_handlers={
                 Exception: internal_error_response,
                 HTTPException: _routing_error_response,
+                ClientDisconnect: _client_gone_response,
             },
         )
 
