@@ -160,7 +160,7 @@ class Simulation:
         self.plans = plans
         self.now_s = 0.0
         self.calls: dict[str, CallRun] = {}
-        self.tokens = TokenSpace()
+        self.tokens = TokenSpace(config.engine.block_size)
         self.record = RunRecord(replica_calls=[0] * len(self.dispatchers))
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
@@ -331,8 +331,9 @@ class Simulation:
             prompt: list[int] = []
             output: list[int] = []
             hashes: tuple[int, ...] = ()
+            engine_hashes: list[int] = []
             if self._hash_block_size is not None:  # the router needs the chain now
-                prompt, output, hashes = run.tokens.prompt_and_output(node)
+                prompt, output, hashes, engine_hashes = run.tokens.prompt_and_output(node)
             facts = CallFacts(
                 call_id=f"{program_id}/{spec.node_id}",
                 program=key,
@@ -356,6 +357,7 @@ class Simulation:
             entry = dispatchers[replica].submit(facts, now, retained_backend=retained)
             call_run = calls[facts.call_id] = CallRun(entry, run, node, now)
             call_run.prompt, call_run.output = prompt, output
+            call_run.engine_hashes = engine_hashes
             call_run.replica = replica
         released.clear()
 
@@ -398,7 +400,9 @@ class Simulation:
             program = run.program
             self.waits.call_admitted(program, admission.call.facts.thread_id, now)
             if not run.prompt:  # built lazily: queued calls hold no token lists
-                run.prompt, run.output, _ = program.tokens.prompt_and_output(run.node)
+                run.prompt, run.output, _, run.engine_hashes = program.tokens.prompt_and_output(
+                    run.node
+                )
             run.engine = slot.index
             run.admitted_s = now
             slot.in_flight += 1
@@ -411,6 +415,7 @@ class Simulation:
                         output_token_ids=run.output,
                         arrival_s=run.arrival_s,
                         priority=admission.backend_priority or 0,
+                        prompt_hashes=run.engine_hashes,
                     )
                 )
             except InvalidRequest:  # longer than the engine accepts: the client gets an error
@@ -477,7 +482,7 @@ class Simulation:
         service_s = 0.0 if rejected else self.cost(prompt_len - cached, spec.output_tokens)
         # The router's index learns the chain over prompt + output: what the next call extends.
         chain = program.tokens.finish_call(
-            node, run.prompt, run.output, run.call.facts.block_hashes
+            node, run.prompt, run.output, run.call.facts.block_hashes, run.engine_hashes
         )
         dispatcher = self.dispatchers[run.replica]
         dispatcher.on_finish(run.call, slot.backend_id, service_s, now, block_hashes=chain)

@@ -96,6 +96,7 @@ class CallRun:
         "arrival_s",
         "call",
         "engine",
+        "engine_hashes",
         "exec_s",
         "first_token_s",
         "node",
@@ -123,6 +124,8 @@ class CallRun:
         self.replica = 0
         self.prompt: list[int] = []
         self.output: list[int] = []
+        #: The engine chain of ``prompt`` (``EngineRequest.prompt_hashes``).
+        self.engine_hashes: list[int] = []
 
 
 class EngineSlot:

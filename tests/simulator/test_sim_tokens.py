@@ -8,6 +8,9 @@ import pytest
 from simtest_helpers import react_program
 
 from agentrt_controller.routing.hashing import token_block_hashes
+from agentrt_emulator.core.engine import EngineCore
+from agentrt_emulator.core.profiles import get_profile
+from agentrt_emulator.core.types import EngineConfig
 from agentrt_sim.plan import compile_program
 from agentrt_sim.tokens import ProgramTokens, TokenSpace
 from agentrt_sim.workloads.generate import build_generator
@@ -15,14 +18,21 @@ from agentrt_sim.workloads.program import LLMNode, Program
 
 pytestmark = pytest.mark.timeout(30)
 
+_ENGINE = EngineCore(EngineConfig(num_gpu_blocks=64), get_profile("a100-llama3-8b"))
+
+
+def _engine_chain(prompt: list[int]) -> list[int]:
+    """The chain the engine computes itself for an unsalted prompt (block size 16)."""
+    return _ENGINE.prefix_hashes(prompt, None)
+
 
 def _run_chain(tokens: ProgramTokens, plan_nodes: int, is_llm: tuple[bool, ...]) -> list[list[int]]:
     prompts = []
     for node in range(plan_nodes):
         if is_llm[node]:
-            prompt, output, hashes = tokens.prompt_and_output(node)
+            prompt, output, hashes, engine = tokens.prompt_and_output(node)
             prompts.append(prompt + output)
-            tokens.finish_call(node, prompt, output, hashes)
+            tokens.finish_call(node, prompt, output, hashes, engine)
         else:
             tokens.finish_wait(node)
     return prompts
@@ -62,13 +72,14 @@ def _mcts_prompts(
     outputs: dict[str, list[int]] = {}
     for node, spec in enumerate(program.nodes):
         if plan.is_llm[node]:
-            prompt, output, hashes = tokens.prompt_and_output(node)
+            prompt, output, hashes, engine = tokens.prompt_and_output(node)
             assert len(prompt) == plan.prompt_len[node]
+            assert engine == _engine_chain(prompt)
             if block_size is not None:
                 assert hashes == tuple(token_block_hashes(prompt, block_size))
             prompts[spec.node_id] = prompt
             outputs[spec.node_id] = output
-            kept = tokens.finish_call(node, prompt, output, hashes)
+            kept = tokens.finish_call(node, prompt, output, hashes, engine)
             if block_size is not None:
                 assert kept == tuple(token_block_hashes(prompt + output, block_size))
         else:
@@ -142,8 +153,33 @@ def test_incremental_hash_chains_equal_hashing_each_prompt_whole() -> None:
     tokens = ProgramTokens(plan, TokenSpace(), block_size=16)
     for node in range(len(program.nodes)):
         if plan.is_llm[node]:
-            prompt, output, hashes = tokens.prompt_and_output(node)
+            prompt, output, hashes, engine = tokens.prompt_and_output(node)
             assert hashes == token_block_hashes(prompt, 16)
-            tokens.finish_call(node, prompt, output, hashes)
+            assert engine == _engine_chain(prompt)
+            tokens.finish_call(node, prompt, output, hashes, engine)
         else:
             tokens.finish_wait(node)
+
+
+@pytest.mark.parametrize(("kind", "seed"), [("coding", 1), ("research", 2), ("mcts", 4)])
+def test_engine_chains_handed_to_the_engine_equal_its_own(kind: str, seed: int) -> None:
+    """Programs sharing system prompts and templates in one token space, every call's engine
+    chain (kept per header, extended over new blocks only) equals the engine hashing the
+    whole prompt; so does the router chain."""
+    import random
+
+    space = TokenSpace()
+    generator = build_generator(kind)
+    for index in range(3):
+        program = generator.draw(random.Random(seed + index), f"p{index}", 0.0)
+        plan = compile_program(program)
+        tokens = ProgramTokens(plan, space, block_size=16)
+        for node in range(len(program.nodes)):  # node order is a topological order
+            if plan.is_llm[node]:
+                call = tokens.prompt_and_output(node)
+                assert call.engine_hashes == _engine_chain(call.prompt)
+                assert call.hashes == token_block_hashes(call.prompt, 16)
+                tokens.finish_call(node, call.prompt, call.output, call.hashes, call.engine_hashes)
+            else:
+                tokens.finish_wait(node)
+        assert tokens.kept_prefixes == 0

@@ -13,6 +13,7 @@ generous only where memory is cheap. Pure: no clock.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Collection
@@ -37,6 +38,8 @@ class DurationModel:
         if not self.samples and not (mean_s is not None and mean_s > 0):
             raise ConfigError("a duration model needs samples or a mean > 0")
         self.mean_s = mean_s if not self.samples else sum(self.samples) / len(self.samples)
+        #: Running sums of ``samples`` (left to right), built at the first ``expected_min``.
+        self._running_sums: list[float] | None = None
 
     @property
     def empirical(self) -> bool:
@@ -64,8 +67,15 @@ class DurationModel:
         (released when the program returns, or at the TTL)."""
         if t_s <= 0:
             return 0.0
-        if self.samples:
-            return sum(min(d, t_s) for d in self.samples) / len(self.samples)
+        samples = self.samples
+        if samples:
+            # = sum(min(d, t_s) for d in samples), summed in the same order (samples are
+            # sorted: those <= t_s, then t_s for each longer one), without a Python loop.
+            held = bisect.bisect_right(samples, t_s)
+            if self._running_sums is None:
+                self._running_sums = list(itertools.accumulate(samples))
+            start = self._running_sums[held - 1] if held else 0.0
+            return sum(itertools.repeat(t_s, len(samples) - held), start) / len(samples)
         assert self.mean_s is not None
         return self.mean_s * (1.0 - math.exp(-t_s / self.mean_s))
 

@@ -149,6 +149,13 @@ class EngineCore:
                 f"{self._pool.num_blocks}",
                 param="max_tokens",
             )
+        known = request.prompt_hashes
+        if len(known) > len(prompt) // self._block_size:
+            raise InvalidRequest(
+                f"{len(known)} prompt hashes given for {len(prompt) // self._block_size} full "
+                "blocks",
+                param="prompt_hashes",
+            )
         state = RequestState(
             request_id,
             prompt + output,
@@ -157,6 +164,8 @@ class EngineCore:
             request.priority,
             salt_seed(request.cache_salt),
         )
+        if known:
+            state.hashes = list(known)
         requests[request_id] = state
         self._sched.waiting.add(state)
 

@@ -64,6 +64,13 @@ class EngineRequest:
     #: Tenant salt mixed into the first block hash; requests with different salts never share
     #: KV blocks. ``None`` = no salt.
     cache_salt: str | None = None
+    #: Prefix-cache chain hashes of the prompt's leading full blocks, already computed by the
+    #: caller (:func:`agentrt_emulator.core.kv_cache.extend_hashes` over the prompt with this
+    #: request's :func:`~agentrt_emulator.core.kv_cache.salt_seed` and the engine's block size),
+    #: or empty. Only a speed-up for callers that keep chains of growing contexts (the
+    #: simulator): the engine computes the rest itself. A wrong chain makes false cache hits,
+    #: so the caller vouches for it; longer than the prompt's full blocks is refused.
+    prompt_hashes: Sequence[int] = ()
 
     def __repr__(self) -> str:  # never print token contents
         return (
