@@ -16,6 +16,19 @@ are the stable ones. ``--write-docs`` replaces the "## Simulator speed" section 
 docs/benchmarks.md with the results.
 
     .venv/bin/python benchmarks/sim_speed.py [--rate 0.3] [--reps 3] [--write-docs]
+
+**The goal of issue #25** (``--goal``): CPU seconds of one simulated hour —
+``agentrt bench sim --workload W --rate R --duration 3600 --seed 1`` with the default
+configuration (what ``agentrt controller serve`` runs) — for ``agents`` at its saturation
+(0.02 programs/s, ``agentrt_sim/rates.py``) and at twice that (the engine busy: queueing and
+preemptions), and for ``mixed`` at 0.9/s. Goal: ≤ 60 s of CPU. Save a run of the code before a
+change with ``--goal --json > before.json`` and render before → after with
+``--goal --before before.json [--write-docs]`` (section "## Simulator speed: CPU per simulated
+hour").
+
+    .venv/bin/python benchmarks/sim_speed.py --goal --reps 2 --json > after.json
+    .venv/bin/python benchmarks/sim_speed.py --from-json after.json --before before.json \\
+        --write-docs
 """
 
 from __future__ import annotations
@@ -40,6 +53,11 @@ from agentrt_sim.runner import BenchConfig, run_comparison  # noqa: E402
 from benchmarks import _report  # noqa: E402
 
 HEADING = "## Simulator speed"
+GOAL_HEADING = "## Simulator speed: CPU per simulated hour"
+#: Issue #25's goal: CPU seconds for one simulated hour.
+GOAL_CPU_S = 60.0
+#: (workload, programs/s): agents at its saturation and at twice it, mixed at 0.9/s.
+GOAL_CASES = (("agents", 0.02), ("agents", 0.04), ("mixed", 0.9))
 
 
 def _timed(bench: BenchConfig) -> dict[str, float]:
@@ -61,6 +79,98 @@ def _timed(bench: BenchConfig) -> dict[str, float]:
         "token_latency_mean_s": summary["token_latency_s"]["mean"],
         "programs_unfinished": summary["programs_unfinished"],
     }
+
+
+def _timed_default(bench: BenchConfig) -> dict[str, float]:
+    """CPU and wall seconds of what ``agentrt bench sim`` does with the default configuration:
+    generate, simulate, summarise."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    (outcome,) = run_comparison(bench, [PolicySpec()])
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    summary = outcome.summary
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "sim_end_s": summary["sim_end_s"],
+        "calls": summary["calls_completed"],
+        "engine_steps": summary["engine_steps"],
+        "preemptions": summary.get("preemptions", 0),
+        "programs_unfinished": summary["programs_unfinished"],
+    }
+
+
+def measure_goal(args: argparse.Namespace) -> dict[str, Any]:
+    """Each :data:`GOAL_CASES` case ``--reps`` times (cases interleaved), medians."""
+    runs: dict[str, list[dict[str, float]]] = {}
+    for _ in range(args.reps):
+        for workload, rate in GOAL_CASES:
+            bench = BenchConfig(workload=workload, rate_per_s=rate, duration_s=3600.0, seed=1)
+            runs.setdefault(f"{workload}@{rate:g}", []).append(_timed_default(bench))
+    cases = {}
+    for name, case_runs in runs.items():
+        first = case_runs[0]
+        cases[name] = {
+            "cpu_s": _median(case_runs, "cpu_s"),
+            "cpu_runs": [round(r["cpu_s"], 1) for r in case_runs],
+            "wall_s": _median(case_runs, "wall_s"),
+            "sim_end_s": first["sim_end_s"],
+            "calls": first["calls"],
+            "engine_steps": first["engine_steps"],
+            "preemptions": first["preemptions"],
+            "programs_unfinished": first["programs_unfinished"],
+        }
+    return {
+        "goal": True,
+        "label": args.label,
+        "reps": args.reps,
+        "cases": cases,
+        "load_average": os.getloadavg(),
+        "date": datetime.date.today().isoformat(),
+    }
+
+
+def goal_markdown(after: dict[str, Any], before: dict[str, Any] | None) -> str:
+    """The before → after table of :func:`measure_goal` results."""
+    rows = [
+        "| run (`--duration 3600 --seed 1`, defaults) | simulated s | LLM calls / preemptions "
+        "| CPU s before | CPU s after | speed-up | goal ≤ 60 s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, case in after["cases"].items():
+        workload, rate = name.split("@")
+        prior = (before or {}).get("cases", {}).get(name)
+        before_s = f"{prior['cpu_s']:.1f} {prior['cpu_runs']}" if prior else "–"
+        ratio = f"{prior['cpu_s'] / case['cpu_s']:.2f}×" if prior else "–"
+        met = "**met**" if case["cpu_s"] <= GOAL_CPU_S else "not met"
+        rows.append(
+            f"| `--workload {workload} --rate {rate}` | {case['sim_end_s']:,.0f} "
+            f"| {case['calls']:,} / {case['preemptions']:,} | {before_s} "
+            f"| {case['cpu_s']:.1f} {case['cpu_runs']} | {ratio} | {met} |"
+        )
+    load = ", ".join(f"{x:.1f}" for x in after["load_average"])
+    before_note = ""
+    if before is not None:
+        before_load = ", ".join(f"{x:.1f}" for x in before["load_average"])
+        before_note = (
+            f" Before: {before.get('label') or 'the previous code'} (load {before_load}, "
+            f"{before['date']})."
+        )
+    return f"""{GOAL_HEADING}
+
+Issue #25's goal: one simulated hour of `agents` at saturation on one `a100-llama3-8b` engine
+in ≤ 60 s of CPU. Each row is `agentrt bench sim --workload W --rate R --duration 3600 --seed 1`
+with the default configuration (generate, simulate until every program finished or 7,200 s,
+summarise), timed in-process as CPU seconds (median of {after["reps"]}; the runs in brackets).
+`agents` saturates one engine at 0.02 programs/s (`agentrt_sim/rates.py`); at 0.04 it is busy
+(queueing, preemptions). The machine is shared (2 cores, 1/5/15-min load at the end {load},
+{after["date"]}): wall time follows the load, CPU time much less so, but still varies by
+±20 % between runs.{before_note} After: {after.get("label") or "this code"}.
+
+{chr(10).join(rows)}
+
+Command: `.venv/bin/python benchmarks/sim_speed.py --goal --reps {after["reps"]} --json`, then
+`--from-json after.json --before before.json --write-docs`.
+"""
 
 
 def _median(runs: list[dict[str, float]], key: str) -> float:
@@ -172,6 +282,15 @@ def main() -> int:
     parser.add_argument(
         "--fusion-duration", type=float, default=300.0, help="window of the fusion ratio (s)"
     )
+    parser.add_argument(
+        "--goal",
+        action="store_true",
+        help="measure the goal cases instead (CPU per simulated hour: agents, mixed)",
+    )
+    parser.add_argument("--label", default="", help="what code was measured (goal JSON)")
+    parser.add_argument(
+        "--before", metavar="FILE", help="goal JSON of the code before, for the before column"
+    )
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
     parser.add_argument(
@@ -181,10 +300,17 @@ def main() -> int:
     if args.from_json:
         result = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
     else:
-        result = measure(args)
-    print(json.dumps(result, indent=2) if args.json else markdown(result))
+        result = measure_goal(args) if args.goal else measure(args)
+    if result.get("goal"):
+        before = None
+        if args.before:
+            before = json.loads(Path(args.before).read_text(encoding="utf-8"))
+        heading, text = GOAL_HEADING, goal_markdown(result, before)
+    else:
+        heading, text = HEADING, markdown(result)
+    print(json.dumps(result, indent=2) if args.json else text)
     if args.write_docs:
-        _report.replace_section(ROOT / "docs" / "benchmarks.md", HEADING, markdown(result))
+        _report.replace_section(ROOT / "docs" / "benchmarks.md", heading, text)
     return 0
 
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
-from operator import or_
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import compress, repeat
+from operator import add, not_, or_, sub
 
 __all__ = ["NO_SALT_SEED", "BlockPool", "extend_hashes", "salt_seed"]
 
@@ -65,6 +66,15 @@ def extend_hashes(
         parent = hash((parent, tokens[start:end]))
         append(parent)
         start = end
+
+
+#: Below this many blocks a plain loop is as fast as the C-level passes.
+_VECTOR_MIN = 32
+
+
+def _drain(calls: Iterator[object]) -> None:
+    """Run an iterator of calls (a ``map``) to its end in C, keeping nothing."""
+    deque(calls, maxlen=0)
 
 
 class BlockPool:
@@ -166,7 +176,7 @@ class BlockPool:
         cpu = self.cpu
         present = list(map(cpu.__contains__, hashes[first:limit]))
         run = present.index(False) if False in present else len(present)
-        deque(map(cpu.move_to_end, hashes[first : first + run]), maxlen=0)
+        _drain(map(cpu.move_to_end, hashes[first : first + run]))
         return run
 
     def release(self, blocks: Sequence[int]) -> None:
@@ -175,6 +185,14 @@ class BlockPool:
         ref = self.ref
         pin = self.pin
         free = self.free
+        if len(blocks) > _VECTOR_MIN and len(set(blocks)) == len(blocks):
+            # The same, in C-level passes (a long context holds thousands of blocks).
+            order = blocks[::-1]
+            refs = list(map(sub, map(ref.__getitem__, order), repeat(1)))
+            _drain(map(ref.__setitem__, order, refs))
+            idle = map(not_, map(or_, refs, map(pin.__getitem__, order)))
+            free.update(dict.fromkeys(compress(order, idle)))
+            return
         for block in reversed(blocks):
             r = ref[block] - 1
             ref[block] = r
@@ -197,11 +215,18 @@ class BlockPool:
             map(or_, map(self.ref.__getitem__, blocks), map(self.pin.__getitem__, blocks))
         ).count(0)
 
-    def touch(self, blocks: Iterable[int]) -> None:
+    def touch(self, blocks: Sequence[int]) -> None:
         """Take a reference on cache-hit blocks (removing free ones from the free queue)."""
         ref = self.ref
         pin = self.pin
         free = self.free
+        if len(blocks) > _VECTOR_MIN and len(set(blocks)) == len(blocks):
+            # The same, in C-level passes (a long prompt hits thousands of blocks).
+            refs = list(map(ref.__getitem__, blocks))
+            idle = map(not_, map(or_, refs, map(pin.__getitem__, blocks)))
+            _drain(map(free.__delitem__, compress(blocks, idle)))
+            _drain(map(ref.__setitem__, blocks, map(add, refs, repeat(1))))
+            return
         for block in blocks:
             if ref[block] == 0 and pin[block] == 0:
                 del free[block]
