@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from agentrt.errors import InvalidRequest
 from agentrt_emulator.core import EngineCore
 from agentrt_emulator.core.kv_cache import extend_hashes, salt_seed
 
@@ -186,3 +187,34 @@ def test_hash_probe_matches_token_probe_and_extends() -> None:
     extend_hashes(hashes, tuple(full), 4, salt_seed(None), len(full) // 4)
     assert hashes == core.prefix_hashes(full, None)
     assert core.cached_prefix_tokens_for(hashes) == 48  # 48 of 49 tokens were computed
+
+
+def test_a_prompts_chain_handed_in_changes_nothing() -> None:
+    """``EngineRequest.prompt_hashes`` (the simulator's kept chain) saves the engine hashing;
+    runs with the whole chain, a part of it or none are step for step the same."""
+    traces = []
+    for known in (None, 3, 6):
+        core = engine(block_size=16)
+        turn_one = request("a", 100, 20)
+        core.add_request(turn_one)
+        run(core)
+        turn_two = request("b", [*range(100), *range(20), *range(500, 530)], 5)
+        if known is not None:
+            turn_two.prompt_hashes = core.prefix_hashes(turn_two.prompt_token_ids, None)[:known]
+        core.add_request(turn_two)
+        traces.append((run(core), core.stats()))
+    (base, base_stats), *others = traces
+    assert base.cached["b"] == 112  # 7 full blocks of turn one's prompt + output
+    for trace, stats in others:
+        assert trace.steps == base.steps
+        assert stats == base_stats
+
+
+def test_a_chain_longer_than_the_prompt_is_refused() -> None:
+    core = engine(block_size=16)
+    too_long = request("a", 40, 2)
+    too_long.prompt_hashes = [1, 2, 3]  # 40 tokens hold 2 full blocks
+    with pytest.raises(InvalidRequest, match="3 prompt hashes given for 2 full blocks") as caught:
+        core.add_request(too_long)
+    assert caught.value.param == "prompt_hashes"
+    assert not core.has_unfinished()

@@ -29,10 +29,8 @@ hashes only — what the model needs to decide "reload instead of recompute".
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Iterator, Sequence
-from itertools import compress, repeat
-from operator import add, not_, or_, sub
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 
 __all__ = ["NO_SALT_SEED", "BlockPool", "extend_hashes", "salt_seed"]
 
@@ -66,15 +64,6 @@ def extend_hashes(
         parent = hash((parent, tokens[start:end]))
         append(parent)
         start = end
-
-
-#: Below this many blocks a plain loop is as fast as the C-level passes.
-_VECTOR_MIN = 32
-
-
-def _drain(calls: Iterator[object]) -> None:
-    """Run an iterator of calls (a ``map``) to its end in C, keeping nothing."""
-    deque(calls, maxlen=0)
 
 
 class BlockPool:
@@ -171,13 +160,12 @@ class BlockPool:
     def lookup_cpu(self, hashes: Sequence[int], first: int, limit: int) -> int:
         """How many of ``hashes[first:limit]``, from ``first`` on, the CPU tier holds (a
         leading run); marks them most recently used."""
-        # C-level passes (an admission probes thousands of blocks, and a blocked queue head
-        # probes them again every step): the run's length, then the touches in order.
         cpu = self.cpu
-        present = list(map(cpu.__contains__, hashes[first:limit]))
-        run = present.index(False) if False in present else len(present)
-        _drain(map(cpu.move_to_end, hashes[first : first + run]))
-        return run
+        i = first
+        while i < limit and hashes[i] in cpu:
+            cpu.move_to_end(hashes[i])
+            i += 1
+        return i - first
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop one reference from each block; blocks reaching zero (and not pinned) join the
@@ -185,14 +173,6 @@ class BlockPool:
         ref = self.ref
         pin = self.pin
         free = self.free
-        if len(blocks) > _VECTOR_MIN and len(set(blocks)) == len(blocks):
-            # The same, in C-level passes (a long context holds thousands of blocks).
-            order = blocks[::-1]
-            refs = list(map(sub, map(ref.__getitem__, order), repeat(1)))
-            _drain(map(ref.__setitem__, order, refs))
-            idle = map(not_, map(or_, refs, map(pin.__getitem__, order)))
-            free.update(dict.fromkeys(compress(order, idle)))
-            return
         for block in reversed(blocks):
             r = ref[block] - 1
             ref[block] = r
@@ -201,32 +181,26 @@ class BlockPool:
 
     def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
         """Blocks caching the longest prefix of ``hashes[:max_blocks]`` (no side effects)."""
-        # One C-level pass (map) then a cut at the first miss: long prompts hit for thousands
-        # of blocks, and a Python loop over them was a large part of an admission.
-        found = list(map(self.cached.get, hashes[:max_blocks]))
-        if None in found:
-            del found[found.index(None) :]
-        return found  # type: ignore[return-value]  # no None left
+        cached = self.cached
+        hits: list[int] = []
+        for h in hashes[:max_blocks]:
+            block = cached.get(h)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
 
-    def num_evictable(self, blocks: Sequence[int]) -> int:
+    def num_evictable(self, blocks: Iterable[int]) -> int:
         """How many of ``blocks`` sit in the free queue (touching them shrinks it)."""
-        # ref | pin is 0 exactly when both are (counts are >= 0); counted in C.
-        return list(
-            map(or_, map(self.ref.__getitem__, blocks), map(self.pin.__getitem__, blocks))
-        ).count(0)
+        ref = self.ref
+        pin = self.pin
+        return sum(1 for b in blocks if ref[b] == 0 and pin[b] == 0)
 
-    def touch(self, blocks: Sequence[int]) -> None:
+    def touch(self, blocks: Iterable[int]) -> None:
         """Take a reference on cache-hit blocks (removing free ones from the free queue)."""
         ref = self.ref
         pin = self.pin
         free = self.free
-        if len(blocks) > _VECTOR_MIN and len(set(blocks)) == len(blocks):
-            # The same, in C-level passes (a long prompt hits thousands of blocks).
-            refs = list(map(ref.__getitem__, blocks))
-            idle = map(not_, map(or_, refs, map(pin.__getitem__, blocks)))
-            _drain(map(free.__delitem__, compress(blocks, idle)))
-            _drain(map(ref.__setitem__, blocks, map(add, refs, repeat(1))))
-            return
         for block in blocks:
             if ref[block] == 0 and pin[block] == 0:
                 del free[block]
