@@ -34,7 +34,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from agentrt_controller.routing.hashing import extend_token_block_hashes
-from agentrt_emulator.core.kv_cache import salt_seed
+from agentrt_emulator.core.kv_cache import extend_hashes, salt_seed
 from agentrt_sim.plan import ProgramPlan
 from agentrt_sim.workloads.program import LLMNode, WaitNode
 
@@ -53,21 +53,12 @@ _ENGINE_SEED = salt_seed(None)
 
 def extend_engine_chain(base: list[int], tokens: list[int], block_size: int) -> list[int]:
     """A new list: ``base`` (the engine chain of a prefix of ``tokens``) extended over the
-    remaining full blocks of ``tokens`` — what
-    :func:`agentrt_emulator.core.kv_cache.extend_hashes` computes, for a list of token ids."""
+    remaining full blocks of ``tokens``, by the engine's own
+    :func:`~agentrt_emulator.core.kv_cache.extend_hashes`."""
     out = list(base)
     full = len(tokens) // block_size
-    i = len(out)
-    if i >= full:
-        return out
-    parent = out[-1] if i else _ENGINE_SEED
-    append = out.append
-    start = i * block_size
-    for _ in range(full - i):
-        end = start + block_size
-        parent = hash((parent, tuple(tokens[start:end])))
-        append(parent)
-        start = end
+    if len(out) < full:
+        extend_hashes(out, tuple(tokens), block_size, _ENGINE_SEED, full)
     return out
 
 
