@@ -39,7 +39,10 @@ calls in flight; with ``Policies.split_window`` the batch size it sees is its sh
 
 **Speed.** An idle engine steps with ``max_steps`` large and a horizon up to the next event,
 so the engine fuses identical pure-decode iterations; a simulated hour costs roughly one
-Python step per external event instead of one per decode iteration.
+Python step per external event instead of one per decode iteration. Each call hands the
+engine its prompt's block-hash chain (``EngineRequest.prompt_hashes``), kept per program and
+extended over the new blocks only (``agentrt_sim.tokens``): a long agent context is not
+hashed again at every call.
 """
 
 from __future__ import annotations
