@@ -290,7 +290,7 @@ class ProgramTokens:
         if spec.node_id in self._memory_refs:
             self._memory[spec.node_id] = output
         engine = engine_hashes or []
-        tokens, context, key = self._bodies.pop(node, None) or ([], _NO_PREFIX, None)
+        tokens, context, key = self._bodies.pop(node, ([], _NO_PREFIX, None))
         if key is not None:
             seen = self._chain(list(hashes), prompt + output)
             if self._refs[node]:
