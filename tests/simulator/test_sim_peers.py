@@ -171,10 +171,9 @@ def test_every_preset_runs_and_continuum_pins() -> None:
             assert isinstance(policies.retention, ContinuumRetention)
             assert policies.retention.decisions.get("pin", 0) > 0
     assert all(r["programs_completed"] > 0 for r in results.values())
-    # every configuration that admits what comes preempts here; the defaults' memory-aware
-    # admission (docs/scheduling.md, "Admission under memory pressure") holds new programs
-    # back instead
-    assert all(r["preemptions"] > 0 for name, r in results.items() if name != "defaults")
+    # a stock engine preempts here; the defaults' memory-aware admission (docs/scheduling.md,
+    # "Admission under memory pressure") holds new programs back instead
+    assert results["direct"]["preemptions"] > 0
     assert results["defaults"]["preemptions"] < results["direct"]["preemptions"]
     assert results["direct+cpu"]["reloaded_tokens"] > 0
     assert "reloaded_tokens" not in results["direct"]
