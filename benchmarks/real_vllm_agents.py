@@ -33,7 +33,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _vllm_launcher import ROOT, load_launcher  # noqa: E402
+from _vllm_launcher import ROOT, load_launcher
 
 #: The trace's scaled-down coding parameters (``--workload-param coding.K=V``): contexts
 #: that grow from ~1.3 K to ~2.6 K tokens over ~6 calls, tool waits of ~1-10 s.

@@ -36,7 +36,7 @@ def test_counter_deltas_sum_labels_and_mark_missing_counters(bench: ModuleType) 
     after_text = page(
         prefix_cache_queries_total=1100, prefix_cache_hits_total=640, num_preemptions_total=2
     )
-    after_text += f'vllm:prompt_tokens_total{{engine="1",model_name="tiny-llama"}} 7.0\n'
+    after_text += 'vllm:prompt_tokens_total{engine="1",model_name="tiny-llama"} 7.0\n'
     deltas = bench.counter_deltas(before, parse(after_text))
     assert deltas["vllm:prefix_cache_queries_total"] == 1000
     assert deltas["vllm:prefix_cache_hits_total"] == 600
