@@ -106,7 +106,9 @@ def controller_row(queues: Mapping[str, Any]) -> dict[str, Any]:
     retention = queues.get("retention") or {}
     counts = dict(retention.get("counts") or {})
     memory = retention.get("backends") or {}
-    first = next(iter(memory.values()), {}) if isinstance(memory, Mapping) else {}
+    first: Mapping[str, Any] = (
+        next(iter(memory.values()), {}) if isinstance(memory, Mapping) else {}
+    )
     return {
         "pins": counts.get("pins", 0),
         "unpins": counts.get("unpins", 0),
@@ -200,7 +202,8 @@ def replay(trace: Path, base_url: str, engine_url: str, controller: str) -> dict
     if done.returncode != 0:
         raise SystemExit(f"bench replay failed:\n{done.stderr[-3000:]}")
     parsed = json.loads(done.stdout)
-    return parsed[0] if isinstance(parsed, list) else parsed
+    found: dict[str, Any] = parsed[0] if isinstance(parsed, list) else parsed
+    return found
 
 
 def _start_controller(backend: str, log: Any) -> tuple[subprocess.Popen[bytes], str]:
