@@ -109,7 +109,9 @@ def controller_row(queues: Mapping[str, Any]) -> dict[str, Any]:
     first: Mapping[str, Any] = (
         next(iter(memory.values()), {}) if isinstance(memory, Mapping) else {}
     )
+    decisions = dict((retention.get("policy") or {}).get("decisions") or {})
     return {
+        "decisions": decisions,
         "pins": counts.get("pins", 0),
         "unpins": counts.get("unpins", 0),
         "rewarms": counts.get("rewarms", 0),
@@ -157,7 +159,8 @@ def render(result: Mapping[str, Any]) -> str:
             continue
         lines += [
             "",
-            f"controller (`{run['name']}`): pins {c['pins']}, unpins {c['unpins']}, re-warms "
+            f"controller (`{run['name']}`): retention decisions "
+            f"{json.dumps(c.get('decisions', {}), sort_keys=True)}; pins {c['pins']}, unpins {c['unpins']}, re-warms "
             f"{c['rewarms']}, errors {c['errors']}, dropped {c['dropped']}, retained at end "
             f"{_fmt(c['retained_at_end'])}; learned KV capacity {_fmt(c['kv_capacity_tokens'])} "
             f"tokens, CPU tier {_fmt(c['cpu_kv_capacity_tokens'])} tokens, reload "

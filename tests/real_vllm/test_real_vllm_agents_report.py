@@ -65,6 +65,7 @@ def test_controller_row_reads_the_retention_view(bench: ModuleType) -> None:
     queues = {
         "retention": {
             "retained": 0,
+            "policy": {"decisions": {"retain": 39, "pin": 1}},
             "counts": {"pins": 0, "unpins": 0, "rewarms": 4, "errors": 1, "dropped": 0},
             "backends": {
                 "127.0.0.1:8000": {
@@ -78,6 +79,7 @@ def test_controller_row_reads_the_retention_view(bench: ModuleType) -> None:
     }
     row = bench.controller_row(queues)
     assert (row["rewarms"], row["errors"], row["retained_at_end"]) == (4, 1, 0)
+    assert row["decisions"] == {"retain": 39, "pin": 1}
     assert row["kv_capacity_tokens"] == 4608 and row["capacity_published"] is True
     assert bench.controller_row({})["rewarms"] == 0  # retention off: zeros, no error
 
