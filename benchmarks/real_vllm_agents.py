@@ -160,8 +160,8 @@ def render(result: Mapping[str, Any]) -> str:
         lines += [
             "",
             f"controller (`{run['name']}`): retention decisions "
-            f"{json.dumps(c.get('decisions', {}), sort_keys=True)}; pins {c['pins']}, unpins {c['unpins']}, re-warms "
-            f"{c['rewarms']}, errors {c['errors']}, dropped {c['dropped']}, retained at end "
+            f"{json.dumps(c.get('decisions', {}), sort_keys=True)}; pins {c['pins']}, "
+            f"unpins {c['unpins']}, re-warms {c['rewarms']}, errors {c['errors']}, dropped {c['dropped']}, retained at end "
             f"{_fmt(c['retained_at_end'])}; learned KV capacity {_fmt(c['kv_capacity_tokens'])} "
             f"tokens, CPU tier {_fmt(c['cpu_kv_capacity_tokens'])} tokens, reload "
             f"{_fmt(c['reload_s_per_token'], 8)} s/token (published: "
