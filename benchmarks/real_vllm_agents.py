@@ -161,7 +161,8 @@ def render(result: Mapping[str, Any]) -> str:
             "",
             f"controller (`{run['name']}`): retention decisions "
             f"{json.dumps(c.get('decisions', {}), sort_keys=True)}; pins {c['pins']}, "
-            f"unpins {c['unpins']}, re-warms {c['rewarms']}, errors {c['errors']}, dropped {c['dropped']}, retained at end "
+            f"unpins {c['unpins']}, re-warms {c['rewarms']}, errors {c['errors']}, "
+            f"dropped {c['dropped']}, retained at end "
             f"{_fmt(c['retained_at_end'])}; learned KV capacity {_fmt(c['kv_capacity_tokens'])} "
             f"tokens, CPU tier {_fmt(c['cpu_kv_capacity_tokens'])} tokens, reload "
             f"{_fmt(c['reload_s_per_token'], 8)} s/token (published: "
