@@ -49,12 +49,14 @@ class Tool:
         self.seen_status: list[StepStatus | None] = []
         self.fail_with: Exception | None = None
         self.hang = False
+        self.hanging = anyio.Event()  # set when a hanging call has begun its effect
 
     async def __call__(self, key: str) -> dict[str, Any]:
         if self.journal is not None:  # the intent must be durable before the effect runs
             record = await self.journal.store.get_step_by_key(key)
             self.seen_status.append(None if record is None else record.status)
         if self.hang:
+            self.hanging.set()
             await anyio.sleep_forever()
         if self.fail_with is not None:
             raise self.fail_with
@@ -102,8 +104,13 @@ async def test_cancelled_effect_is_an_unknown_outcome(backend: Backend) -> None:
     tool = Tool()
     tool.hang = True
     async with backend.journal() as journal:
-        with anyio.move_on_after(0.2):
-            await journal.run_step(effect_step(), tool)
+        # Cancelled once the effect has begun (its intent durable), not after a fixed time:
+        # a loaded machine may not have written the intent within any short window.
+        with anyio.fail_after(10):  # a hang, not a measurement
+            async with anyio.create_task_group() as group:
+                group.start_soon(journal.run_step, effect_step(), tool)
+                await tool.hanging.wait()
+                group.cancel_scope.cancel()
         with pytest.raises(UnknownOutcome) as caught:
             await journal.run_step(effect_step(), Tool())
     (record,) = [caught.value.intent]
