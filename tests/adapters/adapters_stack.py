@@ -34,6 +34,13 @@ from agentrt_emulator.server import (
 #: The scripted model's calls take ~ms at this speed-up; the tests wait on tools, not on it.
 TIME_SCALE = 200.0
 
+#: Program deadline (seconds) of the tests in which the deadline must find work under way: a
+#: call in flight at the emulator (a 4000-token answer at a modelled GPU's speed runs far
+#: longer) or a hanging tool after one short call. A loaded CI machine can take over half a
+#: second to get a call through the SDK, the controller and into the emulator, and a call
+#: the deadline finds unsent is cancelled without the emulator ever seeing it.
+DEADLINE_S = 3.0
+
 
 @dataclass
 class Stack:
@@ -287,12 +294,13 @@ ToolAgentRun = Callable[[Stack, Tool[Any], str | None], Awaitable[Any]]
 async def check_deadline_cancels_the_call_upstream(
     run_in_program: Callable[[Stack], Awaitable[object]], name: str
 ) -> None:
-    """Inside a program with a 0.5 s deadline, ``run_in_program`` starts a 4000-token answer
-    at the modelled GPU's own speed: the program ends ``deadline_exceeded``, its one LLM node
-    ``cancelled``, and the emulator sees the client leave."""
+    """Inside a program with a ``DEADLINE_S`` deadline, ``run_in_program`` starts a
+    4000-token answer at the modelled GPU's own speed: the program ends
+    ``deadline_exceeded``, its one LLM node ``cancelled``, and the emulator sees the client
+    leave."""
     async with running_stack(time_scale=1.0) as stack:
         with pytest.raises(DeadlineExceeded):
-            async with stack.runtime.program(name, timeout_s=0.5) as program:
+            async with stack.runtime.program(name, timeout_s=DEADLINE_S) as program:
                 await run_in_program(stack)
         await wait_for_upstream_abort(stack)
     assert program.status == "deadline_exceeded"
@@ -302,11 +310,13 @@ async def check_deadline_cancels_the_call_upstream(
 async def check_hanging_tool_is_cancelled(
     run_in_program: Callable[[Stack], Awaitable[object]], program_id: str
 ) -> None:
-    """Inside a program with a 1 s deadline, ``run_in_program`` runs an agent calling
+    """Inside a program with a ``DEADLINE_S`` deadline, ``run_in_program`` runs an agent calling
     :func:`hang`: the tool node is cancelled and the controller's table forgets the program."""
     async with running_stack() as stack:
         with pytest.raises(DeadlineExceeded):
-            async with stack.runtime.program("hang", program_id=program_id, timeout_s=1.0) as p:
+            async with stack.runtime.program(
+                "hang", program_id=program_id, timeout_s=DEADLINE_S
+            ) as p:
                 await run_in_program(stack)
         after = await stack.programs()
     assert p.status == "deadline_exceeded"

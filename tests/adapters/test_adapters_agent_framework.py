@@ -15,6 +15,7 @@ pytest.importorskip("agent_framework")
 pytest.importorskip("agent_framework_openai")
 
 from adapters_stack import (
+    DEADLINE_S,
     HeaderLog,
     Stack,
     add,
@@ -222,7 +223,7 @@ async def test_the_program_deadline_cancels_the_model_call_upstream() -> None:
                 "Tell me everything.",
                 runtime=stack.runtime,
                 program_id="p-af-deadline",
-                timeout_s=1.0,
+                timeout_s=DEADLINE_S,
                 options=options,
             )
         await wait_for_upstream_abort(stack)  # the emulator notices the client leaving

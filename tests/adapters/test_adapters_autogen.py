@@ -13,6 +13,7 @@ pytest.importorskip("autogen_agentchat")
 pytest.importorskip("autogen_ext")
 
 from adapters_stack import (
+    DEADLINE_S,
     add,
     agent_spans,
     blocking_lookup,
@@ -233,7 +234,9 @@ async def test_the_program_deadline_cancels_a_hanging_tool() -> None:
         client = ToolFirstClient(stack.runtime, max_tokens=16)
         agent = AssistantAgent("hanger", model_client=client, tools=[*agentrt_tools([hang])])
         with pytest.raises(DeadlineExceeded):
-            async with stack.runtime.program("hang", program_id="p-ag-hang", timeout_s=1.0) as p:
+            async with stack.runtime.program(
+                "hang", program_id="p-ag-hang", timeout_s=DEADLINE_S
+            ) as p:
                 await agent.run(task="Look it up.")
         after = await stack.programs()
         await client.close()

@@ -13,6 +13,7 @@ pytest.importorskip("langgraph")
 pytest.importorskip("langchain_openai")
 
 from adapters_stack import (
+    DEADLINE_S,
     HeaderLog,
     add,
     agent_spans,
@@ -301,7 +302,9 @@ async def test_the_program_deadline_cancels_a_hanging_tool_and_closes_its_wait()
         agent = create_agent(llm, tools=[hang])
         inputs = {"messages": [{"role": "user", "content": "Look it up."}]}
         with pytest.raises(DeadlineExceeded):
-            async with stack.runtime.program("hang", program_id="p-lc-hang", timeout_s=1.0) as p:
+            async with stack.runtime.program(
+                "hang", program_id="p-lc-hang", timeout_s=DEADLINE_S
+            ) as p:
                 await agent.ainvoke(inputs, config=agentrt_config())
         after = await stack.programs()
     assert p.status == "deadline_exceeded"

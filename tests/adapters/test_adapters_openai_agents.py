@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("agents")
 
 from adapters_stack import (
+    DEADLINE_S,
     Stack,
     add,
     blocking_lookup,
@@ -212,7 +213,7 @@ async def test_the_deadline_cancels_a_call_in_flight_upstream() -> None:
     # At the modelled GPU's own speed, 4000 tokens take far longer than the budget.
     async with running_stack(time_scale=1.0) as stack:
         with pytest.raises(DeadlineExceeded):
-            await run_agent(stack.runtime, RAMBLER, "Tell me everything.", timeout_s=0.5)
+            await run_agent(stack.runtime, RAMBLER, "Tell me everything.", timeout_s=DEADLINE_S)
         await wait_for_upstream_abort(stack)
 
 
