@@ -200,7 +200,9 @@ async def test_deadline_closes_raw_streams(server: FakeServer, state: FakeState)
     async with Runtime(cfg(server)) as rt:
         client = rt.openai_client()
         with pytest.raises(DeadlineExceeded):
-            async with rt.program("stream", timeout_s=0.4) as prog:
+            # Long enough for a loaded machine to get the stream open before the deadline
+            # (a call the deadline finds unsent is cancelled without reaching the server).
+            async with rt.program("stream", timeout_s=2.0) as prog:
                 stream = await client.chat.completions.create(
                     model="m1",
                     messages=USER,  # type: ignore[arg-type]
