@@ -5,9 +5,8 @@ interval merges a stream's intermediate writes, never its first or last."""
 from __future__ import annotations
 
 import json
-import math
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import httpx
@@ -82,9 +81,16 @@ async def test_a_loop_that_cannot_keep_up_restarts_its_schedule_and_counts_it() 
     assert e2e_s > STEPS + metrics.dropped_model_s * 0.5
 
 
-async def _stream(interval_wall_s: float) -> tuple[int, float, str, dict[str, Any]]:
-    """Stream 30 tokens (a 10 ms wall step each); returns the number of network reads, the
-    wall seconds to the first content, the content and the usage."""
+class _Streamed(NamedTuple):
+    reads: int  # network reads the client made
+    first_s: float  # wall seconds to the read that brought the first content
+    last_s: float  # wall seconds to the last read
+    content: str
+    usage: dict[str, Any]
+
+
+async def _stream(interval_wall_s: float) -> _Streamed:
+    """Stream 30 tokens (a 10 ms wall step each), as the client reads them."""
     config = EmulatorConfig(
         engine=EngineConfig(num_gpu_blocks=256),
         profile="unit-step",
@@ -100,33 +106,42 @@ async def _stream(interval_wall_s: float) -> tuple[int, float, str, dict[str, An
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    reads, first_s, content, usage = 0, math.inf, [], {}
+    read_at: list[tuple[int, float]] = []  # (buffer length after the read, wall seconds)
+    buffer = b""
     async with serve_engine(config) as engine, httpx.AsyncClient() as http:
         started = time.monotonic()
         async with http.stream(
             "POST", engine.openai_base_url + "/chat/completions", json=body
         ) as r:
-            buffer = b""
             async for raw in r.aiter_raw():
-                reads += 1
                 buffer += raw
-        for line in buffer.decode().splitlines():
-            if not line.startswith("data: {"):
-                continue
+                read_at.append((len(buffer), time.monotonic() - started))
+    content, usage, first_byte = [], {}, -1
+    offset = 0
+    for line in buffer.split(b"\n"):
+        if line.startswith(b"data: {"):
             chunk = json.loads(line[6:])
             usage = chunk.get("usage") or usage
             for choice in chunk["choices"]:
                 if choice["delta"].get("content"):
                     content.append(choice["delta"]["content"])
-                    first_s = min(first_s, time.monotonic() - started)
-    return reads, first_s, "".join(content), usage
+                    first_byte = offset if first_byte < 0 else first_byte
+        offset += len(line) + 1
+    first_s = next(at for length, at in read_at if length > first_byte)
+    return _Streamed(len(read_at), first_s, read_at[-1][1], "".join(content), usage)
 
 
 async def test_a_stream_interval_merges_intermediate_tokens_only() -> None:
     every_step = await _stream(0.0)
     held = await _stream(0.06)
-    assert held[2] == every_step[2] and held[3] == every_step[3]  # the same bytes of text
-    assert held[3]["completion_tokens"] == STEPS
-    assert every_step[0] >= 15  # about one write per 10 ms step
-    assert held[0] <= 10  # first write, then one per 60 ms, then the finish
-    assert held[1] < every_step[1] + 0.03  # the first token is not held
+    assert (held.content, held.usage) == (every_step.content, every_step.usage)  # same text
+    assert held.usage["completion_tokens"] == STEPS
+    assert every_step.reads >= 15  # about one write per 10 ms step
+    assert held.reads <= 10  # first write, then one per 60 ms, then the finish
+    # Neither the first nor the finishing write is held: with an interval longer than the
+    # whole ~0.3 s stream, the first token still comes in an earlier read than the finish,
+    # and the stream ends long before one interval. (Read order, not a wall-time margin
+    # between two runs, which a loaded machine's stalls would decide.)
+    apart = await _stream(10.0)
+    assert apart.content == every_step.content
+    assert apart.first_s < apart.last_s < 10.0
