@@ -276,7 +276,9 @@ def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
         "the product defaults against a stock vLLM and peer-like configurations. "
         f"Run {meta['date']}, command: `{meta['command']}`; medians over seeds "
         f"{list(meta['seeds'])} with [min–max] ranges; "
-        f"{meta['wall_s'] / 60:.1f} min of simulation on this machine ({meta['machine']}).",
+        f"{meta['wall_s'] / 60:.1f} min of simulation"
+        + (f" ({meta['cpu_s'] / 60:.1f} min of CPU)" if meta.get("cpu_s") else "")
+        + f" on this machine ({meta['machine']}).",
         "",
     ]
     notes = meta.get("note") or []
@@ -339,8 +341,11 @@ def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
             lines.append(f"- {goal.point}: {goal.text}{measured} — {verdict}")
         lines.append("")
     lines += [
-        "Reproduce: `.venv/bin/python benchmarks/agents.py --write-docs` (the default grid; "
-        "`--quick` for a smoke run, `--help` for the grid options).",
+        "Reproduce: `.venv/bin/python benchmarks/agents.py --subset ran --write-docs` (what "
+        "is shown here; without `--subset` the issue's full grid, hours of CPU: run it in "
+        "pieces, `--piece 1/3 --json > a.json` …, and render them together with "
+        "`--from-json a.json,b.json,c.json --write-docs`; `--quick` for a smoke run, "
+        "`--help` for the grid options).",
         "",
     ]
     return "\n".join(lines)

@@ -75,8 +75,11 @@ from benchmarks._agents_report import (  # noqa: E402
 #: result. Measured 2026-12-05 on main (seeds 1, 2, 3; 30 measured arrivals per run):
 #: ``benchmarks/agents.py --calibrate --workloads coding,agents``. coding kept up at 2 ×
 #: ``agentrt_sim.rates`` (:func:`kept_up`), not at 2.5 ×; agents at 1.5 ×, not at 2 ×.
+#: research: ``benchmarks/agents.py --calibrate --workloads research --profiles a100
+#: --engines 1`` (seeds 1, 2, 3), kept up at 1.25 ×, not at 1.5 ×.
 SATURATION: dict[tuple[str, str, int], float] = {
     ("coding", "a100", 1): 0.015,
+    ("research", "a100", 1): 0.0625,
     ("agents", "a100", 1): 0.03,
 }
 
@@ -120,10 +123,15 @@ def run_job(job: Job) -> dict[str, Any]:
     cost = CostModel()
     policies = preset.build(cost, _report.cost_function("controller"), job.queueing_delay_s)
     config = bench.sim_config()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     record = Simulation(plans, config, policies).run(None)
     summary = summarize(record, warmup_s=config.warmup_s, window_end_s=config.window_end_s)
-    return {**vars(job), **figures(summary), "wall_s": time.perf_counter() - started}
+    return {
+        **vars(job),
+        **figures(summary),
+        "wall_s": time.perf_counter() - started,
+        "cpu_s": time.process_time() - cpu_started,
+    }
 
 
 def figures(summary: Mapping[str, Any]) -> dict[str, float]:
@@ -169,7 +177,7 @@ def run_jobs(jobs: Sequence[Job], workers: int) -> list[dict[str, Any]]:
         elapsed = time.perf_counter() - started
         print(
             f"[{done}/{len(jobs)}] {job.label()}: {result['wall_s']:.1f} s "
-            f"(elapsed {elapsed / 60:.1f} min)",
+            f"({result.get('cpu_s', result['wall_s']):.1f} s CPU; elapsed {elapsed / 60:.1f} min)",
             file=sys.stderr,
             flush=True,
         )
@@ -232,7 +240,18 @@ def calibrate(
         points += runs
         if light_mean_s is None:
             light_mean_s = statistics.median(r["mean_s"] for r in runs)
-        if not kept_up(runs, light_mean_s):
+        ok = kept_up(runs, light_mean_s)
+        median_s = statistics.median(r["mean_s"] for r in runs)
+        print(
+            f"  {workload} {profile} x{engines} at {rate:.4g}/s: median mean JCT "
+            f"{median_s:.0f} s ({median_s / light_mean_s:.2f} × light load), unfinished "
+            f"{[int(r['unfinished']) for r in runs]}, CPU "
+            f"{sum(r.get('cpu_s', r['wall_s']) for r in runs):.0f} s: "
+            + ("kept up" if ok else "did not keep up"),
+            file=sys.stderr,
+            flush=True,
+        )
+        if not ok:
             break
         saturation = rate
     if saturation is None:
@@ -262,20 +281,17 @@ def kept_up(runs: Sequence[Mapping[str, Any]], light_mean_s: float) -> bool:
 def grid_jobs(
     args: argparse.Namespace, saturation: Mapping[tuple[str, str, int], float]
 ) -> list[Job]:
-    """Every job of the grid, without Continuum's ``T`` (filled per point from direct)."""
+    """Every job of the grid (of ``--piece``'s setups), without Continuum's ``T`` (filled
+    per point from direct)."""
     jobs = []
-    for workload in args.workloads:
-        for profile in args.profiles:
-            for engines in args.engines:
-                rate_1 = saturation[(workload, profile, engines)]
-                for load in args.loads:
-                    rate = rate_1 * load
-                    duration = duration_for(rate, args.programs, args.duration)
-                    for config in args.configs:
-                        for seed in args.seeds:
-                            jobs.append(
-                                Job(workload, profile, engines, load, rate, duration, seed, config)
-                            )
+    for workload, profile, engines in setups_of(args):
+        rate_1 = saturation[(workload, profile, engines)]
+        for load in args.loads:
+            rate = rate_1 * load
+            duration = duration_for(rate, args.programs, args.duration)
+            for config in args.configs:
+                for seed in args.seeds:
+                    jobs.append(Job(workload, profile, engines, load, rate, duration, seed, config))
     return jobs
 
 
@@ -326,40 +342,81 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs, load average {one:.1f} (1 min) / {five:.1f} (5 min)"
 
 
+#: The issue's grid, the default: every workload, load, profile and engine count (3 × 4 × 2
+#: × 2 points × 6 configurations × 3 seeds = 864 runs; hours of CPU on a small machine: run it
+#: in pieces, ``--piece``, and render the pieces together with ``--from-json``).
+FULL_GRID: Mapping[str, str] = {
+    "workloads": ",".join(WORKLOADS),
+    "loads": ",".join(f"{x:g}" for x in LOADS),
+    "profiles": "a100,h100",
+    "engines": "1,4",
+}
+#: ``--subset``: named parts of the grid. ``ran`` is what docs/benchmarks.md ("Agents")
+#: shows: the goal workloads (coding, agents) on one a100 at every load, ~20–30 min of CPU
+#: (≈ 144 runs of ~10 s CPU each on main, 2026-12-05).
+SUBSETS: Mapping[str, Mapping[str, str]] = {
+    "full": FULL_GRID,
+    "ran": {
+        "workloads": "coding,agents",
+        "loads": FULL_GRID["loads"],
+        "profiles": "a100",
+        "engines": "1",
+    },
+}
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n")[0],
-        epilog="The full grid (3 workloads × 4 loads × 6 configurations × 2 profiles × 2 "
-        "engine counts × 3 seeds) is 864 runs; the default is coding and agents, loads 0.5 "
-        "and 1.0, a100, one engine, 3 seeds. See docs/benchmarks.md, 'Agents'.",
+        epilog="The default is the issue's full grid (3 workloads × 4 loads × 6 configurations "
+        "× 2 profiles × 2 engine counts × 3 seeds: 864 runs, hours of CPU); --subset ran is "
+        "what docs/benchmarks.md shows (~20–30 min of CPU). Split a long grid with --piece "
+        "1/3, 2/3, 3/3 (in parallel, each with --json > FILE) and render the pieces together: "
+        "--from-json A,B,C --write-docs. See docs/benchmarks.md, 'Agents'.",
     )
     grid = parser.add_argument_group("grid")
     grid.add_argument(
+        "--subset",
+        choices=tuple(SUBSETS),
+        default="full",
+        help="the grid's workloads, loads, profiles and engines unless given below: full "
+        "(the issue's grid) or ran (what the docs show: coding and agents on one a100 at "
+        "every load) (default: %(default)s)",
+    )
+    grid.add_argument(
         "--workloads",
-        default="coding,agents",
-        help=f"comma-separated, of {', '.join(WORKLOADS)} (default: %(default)s)",
+        default=None,
+        help=f"comma-separated, of {', '.join(WORKLOADS)} (default: all)",
     )
     grid.add_argument(
         "--loads",
-        default="0.5,1.0",
-        help="fractions of direct's saturation, comma-separated (default: %(default)s; the "
-        f"issue's grid: {','.join(f'{x:g}' for x in LOADS)})",
+        default=None,
+        help=f"fractions of direct's saturation, comma-separated (default: {FULL_GRID['loads']})",
     )
     grid.add_argument(
         "--profiles",
-        default="a100",
+        default=None,
         help="comma-separated, of "
         + ", ".join(f"{k} ({v})" for k, v in PROFILES.items())
-        + " (default: %(default)s)",
+        + f" (default: {FULL_GRID['profiles']})",
     )
     grid.add_argument(
-        "--engines", default="1", help="engine counts, comma-separated, e.g. 1,4 (default: 1)"
+        "--engines",
+        default=None,
+        help=f"engine counts, comma-separated (default: {FULL_GRID['engines']})",
     )
     grid.add_argument("--seeds", default="1,2,3", help="comma-separated seeds (default 1,2,3)")
     grid.add_argument(
         "--configs",
         default=",".join(CONFIGS),
         help=f"configurations, of {', '.join(CONFIGS)} (direct always runs: the baseline)",
+    )
+    grid.add_argument(
+        "--piece",
+        default=None,
+        metavar="K/N",
+        help="run the K-th of N pieces of the grid: every N-th (workload, profile, engines) "
+        "setup from the K-th on, whole (direct and the others of a point run together)",
     )
     grid.add_argument(
         "--programs",
@@ -410,8 +467,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     # the notes are printed in the section anyway: quote them as "…"
     shown = ["…" if i > 0 and given[i - 1] == "--note" else a for i, a in enumerate(given)]
     args.command = shlex.join([".venv/bin/python", "benchmarks/agents.py", *shown])
+    subset = SUBSETS[args.subset]
+    for name in ("workloads", "loads", "profiles", "engines"):
+        if getattr(args, name) is None:
+            setattr(args, name, subset[name])
     if args.quick:
         args.workloads, args.loads, args.seeds, args.programs = "coding", "0.5,1.0", "1", 6
+        args.profiles, args.engines = "a100", "1"
     args.workloads = _items(args.workloads, "--workloads", WORKLOADS)
     args.loads = _items(args.loads, "--loads", kind=float)
     args.profiles = _items(args.profiles, "--profiles", tuple(PROFILES))
@@ -425,25 +487,53 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         raise SystemExit("--duration must be > 0 seconds")
     if args.jobs < 1:
         raise SystemExit("--jobs must be >= 1")
+    args.piece = _piece(args.piece)
     return args
+
+
+def _piece(text: str | None) -> tuple[int, int]:
+    """``--piece K/N`` as ``(K, N)`` (``(1, 1)`` when not given); ``SystemExit`` naming it."""
+    if text is None:
+        return (1, 1)
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--piece: {text!r} is not K/N (e.g. 1/3)") from None
+    if not 1 <= k <= n:
+        raise SystemExit(f"--piece: {text!r} needs 1 <= K <= N")
+    return (k, n)
+
+
+def setups_of(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """The (workload, profile, engines) setups this run covers: the grid's, or with
+    ``--piece K/N`` every N-th from the K-th on."""
+    every = [(w, p, e) for w in args.workloads for p in args.profiles for e in args.engines]
+    k, n = args.piece
+    return every[k - 1 :: n]
 
 
 def merge_saved(
     saved: Sequence[Mapping[str, Any]], configs: Sequence[str]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Rows and meta of several ``--json`` outputs as one: the rows of every file (a point
-    measured twice: the later file's), ordered as :func:`aggregate` orders them; the commands
-    and machine loads joined, the simulation times summed, the saturations merged."""
+    measured twice: the later file's), ordered as :func:`aggregate` orders them, their ratios
+    to direct and the best peer-like taken again over the merged rows (a point whose
+    configurations came from different files is compared whole); the commands and machine
+    loads joined, the simulation times summed, the saturations merged, the seeds united."""
     by_key: dict[tuple[Any, ...], dict[str, Any]] = {}
     for one in saved:
         for row in one["rows"]:
             by_key[(*point_key(row), row["config"])] = row
     rank = {c: i for i, c in enumerate(configs)}
     workloads = {w: i for i, w in enumerate(WORKLOADS)}
-    rows = [
-        by_key[k]
-        for k in sorted(by_key, key=lambda k: (workloads.get(k[0], 99), *k[:4], rank.get(k[4], 99)))
-    ]
+    rows = compare(
+        [
+            by_key[k]
+            for k in sorted(
+                by_key, key=lambda k: (workloads.get(k[0], 99), *k[:4], rank.get(k[4], 99))
+            )
+        ]
+    )
     metas = [one["meta"] for one in saved]
     saturation = {tuple(s): r for m in metas for s, r in m["saturation"]}
     meta = {
@@ -452,6 +542,8 @@ def merge_saved(
         "machine": "; ".join(m["machine"] for m in metas),
         "wall_s": sum(m["wall_s"] for m in metas),
         "saturation": [[list(s), r] for s, r in saturation.items()],
+        "seeds": sorted({s for m in metas for s in m["seeds"]}),
+        "cpu_s": sum(m.get("cpu_s", m["wall_s"]) for m in metas),
     }
     return rows, meta
 
@@ -460,7 +552,7 @@ def main(argv: Sequence[str] | None = None, runner: Runner = run_jobs) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     load_start = machine()
-    setups = [(w, p, e) for w in args.workloads for p in args.profiles for e in args.engines]
+    setups = setups_of(args)
     if args.from_json:
         rows, meta = merge_saved(
             [json.loads(Path(f).read_text()) for f in _items(args.from_json, "--from-json")],
@@ -491,6 +583,7 @@ def main(argv: Sequence[str] | None = None, runner: Runner = run_jobs) -> int:
             "date": args.date,
             "seeds": args.seeds,
             "wall_s": time.perf_counter() - started,
+            "cpu_s": sum(p.get("cpu_s", p["wall_s"]) for p in points),
             "machine": f"at the start {load_start}; at the end {machine()}",
             "note": args.note,
             "saturation": [[list(s), saturation[s]] for s in setups],

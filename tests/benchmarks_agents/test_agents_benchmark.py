@@ -68,14 +68,44 @@ class FakeRunner:
         return out
 
 
-def test_defaults_and_quick() -> None:
+def test_defaults_are_the_issues_grid_and_quick_is_small() -> None:
     args = agents.parse_args([])
-    assert args.workloads == ["coding", "agents"]
-    assert args.loads == [0.5, 1.0] and args.profiles == ["a100"] and args.engines == [1]
-    assert args.seeds == [1, 2, 3] and args.jobs == 1
+    assert args.workloads == ["coding", "research", "agents"]
+    assert args.loads == [0.5, 0.8, 1.0, 1.5]
+    assert args.profiles == ["a100", "h100"] and args.engines == [1, 4]
+    assert args.seeds == [1, 2, 3] and args.jobs == 1 and args.piece == (1, 1)
     assert args.configs[0] == "direct" and set(args.configs) == set(report.CONFIGS)
     quick = agents.parse_args(["--quick"])
     assert quick.workloads == ["coding"] and quick.seeds == [1]
+    assert quick.profiles == ["a100"] and quick.engines == [1]
+
+
+def test_subset_ran_and_options_over_it() -> None:
+    ran = agents.parse_args(["--subset", "ran"])
+    assert ran.workloads == ["coding", "agents"] and ran.profiles == ["a100"]
+    assert ran.engines == [1] and ran.loads == [0.5, 0.8, 1.0, 1.5]
+    mine = agents.parse_args(["--subset", "ran", "--profiles", "h100"])
+    assert mine.profiles == ["h100"] and mine.workloads == ["coding", "agents"]
+
+
+def test_saturation_covers_every_setup_of_the_default_grid() -> None:
+    # the default grid runs on calibrated rates only: no setup calibrated on the fly
+    for name in ("ran",):
+        args = agents.parse_args(["--subset", name])
+        missing = [s for s in agents.setups_of(args) if s not in agents.SATURATION]
+        assert missing == [], f"--subset {name}: no SATURATION entry for {missing}"
+    assert all(rate > 0 for rate in agents.SATURATION.values())
+
+
+def test_pieces_split_the_setups_whole() -> None:
+    full = agents.setups_of(agents.parse_args([]))
+    pieces = [agents.setups_of(agents.parse_args(["--piece", f"{k}/3"])) for k in (1, 2, 3)]
+    assert sorted(s for piece in pieces for s in piece) == sorted(full)
+    assert all(pieces) and not set(pieces[0]) & set(pieces[1])
+    args = agents.parse_args(["--subset", "ran", "--piece", "2/2"])  # coding, agents
+    jobs = agents.grid_jobs(args, {s: 0.01 for s in agents.setups_of(args)})
+    assert {j.workload for j in jobs} == {"agents"}
+    assert {j.config for j in jobs} == set(report.CONFIGS)  # a point is never split
 
 
 @pytest.mark.parametrize(
@@ -90,6 +120,8 @@ def test_defaults_and_quick() -> None:
         (["--seeds", ""], "--seeds: give at least one value"),
         (["--duration", "-5"], "--duration must be > 0"),
         (["--jobs", "0"], "--jobs must be >= 1"),
+        (["--piece", "2"], "--piece: '2' is not K/N"),
+        (["--piece", "4/3"], "--piece: '4/3' needs 1 <= K <= N"),
     ],
 )
 def test_bad_options_name_the_option(argv: list[str], message: str) -> None:
@@ -137,7 +169,9 @@ def test_calibration_refuses_when_nothing_keeps_up() -> None:
 
 
 def _rows() -> list[dict[str, Any]]:
-    args = agents.parse_args(["--workloads", "coding", "--seeds", "1,2,3"])
+    args = agents.parse_args(
+        ["--workloads", "coding", "--loads", "0.5,1.0", "--profiles", "a100", "--engines", "1"]
+    )
     runner = FakeRunner()
     jobs = agents.grid_jobs(args, {("coding", "a100", 1): 0.01})
     points = agents.measure(jobs, 1, runner)
@@ -191,7 +225,8 @@ def test_goal_not_measured_without_the_load() -> None:
 def test_section_and_write_docs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     docs = tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n## Agents\n\nstale figures\n\n## Other\n\nkept\n")
-    argv = ["--workloads", "coding", "--docs", str(docs), "--note", "before the new defaults"]
+    argv = ["--workloads", "coding", "--loads", "0.5,1.0", "--profiles", "a100", "--engines", "1"]
+    argv += ["--docs", str(docs), "--note", "before the new defaults"]
     agents.SATURATION[("coding", "a100", 1)] = 0.01
     try:
         assert agents.main([*argv, "--write-docs", "--json"], runner=FakeRunner()) == 0
@@ -238,3 +273,27 @@ def test_saved_runs_of_different_loads_render_as_one() -> None:
     assert merged_meta["command"] == "second`; `first"
     assert merged_meta["wall_s"] == 90.0
     assert merged_meta["machine"] == "load 2; load 1"
+
+
+def test_saved_pieces_of_one_point_are_compared_whole() -> None:
+    rows = _rows()
+    meta = {
+        "command": "direct",
+        "machine": "load 1",
+        "wall_s": 10.0,
+        "saturation": [[["coding", "a100", 1], 0.01]],
+        "date": "2026-12-05",
+        "seeds": [1, 2, 3],
+        "note": "",
+        "programs": 30,
+        "duration": None,
+    }
+    # direct in one file, the others in another: each file alone has no ratios
+    direct = [{**r, "vs_direct_mean": None} for r in rows if r["config"] == "direct"]
+    others = [{**r, "vs_direct_mean": None} for r in rows if r["config"] != "direct"]
+    merged, merged_meta = agents.merge_saved(
+        [{"rows": others, "meta": meta}, {"rows": direct, "meta": {**meta, "seeds": [4]}}],
+        list(report.CONFIGS),
+    )
+    assert merged == rows
+    assert merged_meta["seeds"] == [1, 2, 3, 4]
