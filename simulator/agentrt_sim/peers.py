@@ -11,6 +11,9 @@ Each preset follows its paper's rule as written, with the settings its authors r
 * ``continuum`` — Continuum (arXiv 2511.02230): program-level FCFS inside the engine (each
   call carries its program's arrival rank as its vLLM priority, the engine runs ``priority``)
   and a TTL pin per tool wait by :class:`ContinuumRetention`; a program stays on its engine.
+  Its engines have the KV CPU tier, as Continuum is evaluated (its rule prices ``reload(r)``
+  "if CPU offloading enabled"; its baselines run LMCache's offload): what its TTL does not
+  keep on the GPU is reloaded instead of recomputed.
 * ``llm-d`` — llm-d's flow control with ``program-aware-fairness`` (least attained service
   over per-session queues, held in the gateway while the pods are saturated) and its session
   affinity: PLAS in the controller's queue, the adaptive admission window, ``autellix``
@@ -329,11 +332,12 @@ PEERS: Mapping[str, Peer] = {
         ),
         Peer(
             "continuum",
-            "Continuum: program FCFS in the engine, a TTL pin per tool wait (its rule)",
-            "--engine-policy priority --router autellix --admission-window unlimited; "
-            "scheduler ProgramFcfsScheduler, retention ContinuumRetention (no flag: "
-            "agentrt_sim/peers.py)",
-            {"scheduling_policy": "priority"},
+            "Continuum: program FCFS in the engine, a TTL pin per tool wait (its rule), "
+            f"the KV CPU tier ({CPU_TIER_GIB:g} GiB per engine) as in its evaluation",
+            "--engine-policy priority --router autellix --admission-window unlimited "
+            f"--kv-offloading-size {CPU_TIER_GIB:g}; scheduler ProgramFcfsScheduler, retention "
+            "ContinuumRetention (no flag: agentrt_sim/peers.py)",
+            {"scheduling_policy": "priority", "kv_offloading_size": CPU_TIER_GIB},
             _custom(ProgramFcfsScheduler, router="autellix", window=None, continuum=True),
         ),
         Peer(

@@ -176,6 +176,7 @@ def test_every_preset_runs_and_continuum_pins() -> None:
     assert results["direct"]["preemptions"] > 0
     assert results["defaults"]["preemptions"] < results["direct"]["preemptions"]
     assert results["direct+cpu"]["reloaded_tokens"] > 0
+    assert results["continuum"]["reloaded_tokens"] > 0  # its CPU tier, as evaluated
     assert "reloaded_tokens" not in results["direct"]
 
 
