@@ -187,7 +187,8 @@ NOT_MODELLED = {
     "queueing delay from the wait's facts where the driver gives it (since [agents] item 3), "
     "else direct's mean per-call queueing delay at the same point (so in the figures below); "
     "η = 1; the deadlock guard refuses a pin that would not fit instead of unpinning the latest "
-    "pins later; a pin holds the GPU blocks (no CPU offload of pinned KV).",
+    "pins later; a pin holds the GPU blocks (no CPU offload of pinned KV); its CPU tier is "
+    "the engine model's (vLLM's native offloading), not LMCache's.",
     "llm-d": "its flow control's saturation detector is stood in for by our adaptive admission "
     "window; its prefix- and load-aware scorers (which decide a session's first pod) by "
     "`autellix`'s least-loaded first placement; no per-pod KV-utilisation threshold.",

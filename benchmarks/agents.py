@@ -352,16 +352,12 @@ FULL_GRID: Mapping[str, str] = {
     "engines": "1,4",
 }
 #: ``--subset``: named parts of the grid. ``ran`` is what docs/benchmarks.md ("Agents")
-#: shows: the goal workloads (coding, agents) on one a100 at every load, ~20–30 min of CPU
-#: (≈ 144 runs of ~10 s CPU each on main, 2026-12-05).
+#: shows: every workload and load on one a100 (216 runs; ~3 s of CPU each on coding and
+#: agents, ~1 s on research, on main 2026-12-05: ~10–15 min of CPU, run in pieces with
+#: ``--workloads``).
 SUBSETS: Mapping[str, Mapping[str, str]] = {
     "full": FULL_GRID,
-    "ran": {
-        "workloads": "coding,agents",
-        "loads": FULL_GRID["loads"],
-        "profiles": "a100",
-        "engines": "1",
-    },
+    "ran": {**FULL_GRID, "profiles": "a100", "engines": "1"},
 }
 
 
@@ -370,7 +366,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description=__doc__.split("\n")[0],
         epilog="The default is the issue's full grid (3 workloads × 4 loads × 6 configurations "
         "× 2 profiles × 2 engine counts × 3 seeds: 864 runs, hours of CPU); --subset ran is "
-        "what docs/benchmarks.md shows (~20–30 min of CPU). Split a long grid with --piece "
+        "what docs/benchmarks.md shows (every workload and load on one a100: 216 runs, "
+        "~10–20 min of CPU). Split a long grid with --piece "
         "1/3, 2/3, 3/3 (in parallel, each with --json > FILE) and render the pieces together: "
         "--from-json A,B,C --write-docs. See docs/benchmarks.md, 'Agents'.",
     )
@@ -380,8 +377,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         choices=tuple(SUBSETS),
         default="full",
         help="the grid's workloads, loads, profiles and engines unless given below: full "
-        "(the issue's grid) or ran (what the docs show: coding and agents on one a100 at "
-        "every load) (default: %(default)s)",
+        "(the issue's grid) or ran (what the docs show: every workload and load on one "
+        "a100) (default: %(default)s)",
     )
     grid.add_argument(
         "--workloads",

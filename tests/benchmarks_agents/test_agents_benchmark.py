@@ -82,10 +82,10 @@ def test_defaults_are_the_issues_grid_and_quick_is_small() -> None:
 
 def test_subset_ran_and_options_over_it() -> None:
     ran = agents.parse_args(["--subset", "ran"])
-    assert ran.workloads == ["coding", "agents"] and ran.profiles == ["a100"]
+    assert ran.workloads == ["coding", "research", "agents"] and ran.profiles == ["a100"]
     assert ran.engines == [1] and ran.loads == [0.5, 0.8, 1.0, 1.5]
-    mine = agents.parse_args(["--subset", "ran", "--profiles", "h100"])
-    assert mine.profiles == ["h100"] and mine.workloads == ["coding", "agents"]
+    mine = agents.parse_args(["--subset", "ran", "--profiles", "h100", "--workloads", "coding"])
+    assert mine.profiles == ["h100"] and mine.workloads == ["coding"] and mine.engines == [1]
 
 
 def test_saturation_covers_every_setup_of_the_default_grid() -> None:
@@ -102,7 +102,7 @@ def test_pieces_split_the_setups_whole() -> None:
     pieces = [agents.setups_of(agents.parse_args(["--piece", f"{k}/3"])) for k in (1, 2, 3)]
     assert sorted(s for piece in pieces for s in piece) == sorted(full)
     assert all(pieces) and not set(pieces[0]) & set(pieces[1])
-    args = agents.parse_args(["--subset", "ran", "--piece", "2/2"])  # coding, agents
+    args = agents.parse_args(["--subset", "ran", "--workloads", "coding,agents", "--piece", "2/2"])
     jobs = agents.grid_jobs(args, {s: 0.01 for s in agents.setups_of(args)})
     assert {j.workload for j in jobs} == {"agents"}
     assert {j.config for j in jobs} == set(report.CONFIGS)  # a point is never split
