@@ -75,11 +75,17 @@ from benchmarks._agents_report import (  # noqa: E402
 #: result. Measured 2026-12-05 on main (seeds 1, 2, 3; 30 measured arrivals per run):
 #: ``benchmarks/agents.py --calibrate --workloads coding,agents``. coding kept up at 2 ×
 #: ``agentrt_sim.rates`` (:func:`kept_up`), not at 2.5 ×; agents at 1.5 ×, not at 2 ×.
-#: research: ``benchmarks/agents.py --calibrate --workloads research --profiles a100
-#: --engines 1`` (seeds 1, 2, 3), kept up at 1.25 ×, not at 1.5 ×.
+#: research (seeds 1, 2, 3; direct on four engines is round robin per call, so a program's
+#: context is rarely on the engine its next call lands on: less per engine than on one):
+#: ``benchmarks/agents.py --calibrate --workloads research --profiles a100 --engines 1``: kept
+#: up at 1.25 ×, not at 1.5 ×; ``--workloads research,coding,agents --profiles a100
+#: --engines 4``: research at 0.75 ×, not at 1 ×; ``... --profiles h100 --engines 4``:
+#: research at 1.5 ×, not at 2 ×. Setups not here are calibrated before a run.
 SATURATION: dict[tuple[str, str, int], float] = {
     ("coding", "a100", 1): 0.015,
     ("research", "a100", 1): 0.0625,
+    ("research", "a100", 4): 0.15,
+    ("research", "h100", 4): 0.3,
     ("agents", "a100", 1): 0.03,
 }
 
