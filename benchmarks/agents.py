@@ -80,9 +80,11 @@ from benchmarks._agents_report import (  # noqa: E402
 #: ``benchmarks/agents.py --calibrate --workloads research --profiles a100 --engines 1``: kept
 #: up at 1.25 ×, not at 1.5 ×; ``--workloads research,coding,agents --profiles a100
 #: --engines 4``: research at 0.75 ×, not at 1 ×; ``... --profiles h100 --engines 4``:
-#: research at 1.5 ×, not at 2 ×. Setups not here are calibrated before a run.
+#: research at 1.5 ×, not at 2 ×. ``--workloads coding,agents,research --profiles h100
+#: --engines 1``: coding at 2.5 ×, not at 3 ×. Setups not here are calibrated before a run.
 SATURATION: dict[tuple[str, str, int], float] = {
     ("coding", "a100", 1): 0.015,
+    ("coding", "h100", 1): 0.01875,
     ("research", "a100", 1): 0.0625,
     ("research", "a100", 4): 0.15,
     ("research", "h100", 4): 0.3,
