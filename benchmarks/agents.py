@@ -75,20 +75,29 @@ from benchmarks._agents_report import (  # noqa: E402
 #: result. Measured 2026-12-05 on main (seeds 1, 2, 3; 30 measured arrivals per run):
 #: ``benchmarks/agents.py --calibrate --workloads coding,agents``. coding kept up at 2 ×
 #: ``agentrt_sim.rates`` (:func:`kept_up`), not at 2.5 ×; agents at 1.5 ×, not at 2 ×.
-#: research (seeds 1, 2, 3; direct on four engines is round robin per call, so a program's
-#: context is rarely on the engine its next call lands on: less per engine than on one):
-#: ``benchmarks/agents.py --calibrate --workloads research --profiles a100 --engines 1``: kept
-#: up at 1.25 ×, not at 1.5 ×; ``--workloads research,coding,agents --profiles a100
-#: --engines 4``: research at 0.75 ×, not at 1 ×; ``... --profiles h100 --engines 4``:
-#: research at 1.5 ×, not at 2 ×. ``--workloads coding,agents,research --profiles h100
-#: --engines 1``: coding at 2.5 ×, not at 3 ×. Setups not here are calibrated before a run.
+#: The rest measured 2026-12-05 on main (seeds 1, 2, 3; 30 measured arrivals per run), the
+#: step (× DEFAULT_RATES × engines) direct kept up with, then the first it did not:
+#: ``benchmarks/agents.py --calibrate --workloads research --profiles a100 --engines 1``:
+#: 1.25 ×, not 1.5 ×; ``--calibrate --workloads coding,agents,research --profiles h100
+#: --engines 1``: coding 3 × / 4 ×, agents 2.5 × / 3 ×, research 3 × / 4 ×;
+#: ``--calibrate --workloads research,coding,agents --profiles a100 --engines 4``: research
+#: 0.75 × / 1 ×, coding 1 × / 1.25 ×, agents 0.5 × / 0.75 × (0.5 × is the first step: a lower
+#: bound); ``... --profiles h100 --engines 4``: research 1.5 × / 2 ×, coding 1 × / 1.25 ×,
+#: agents 0.75 × / 1 ×. On four engines direct routes each call round robin, so a program's
+#: context is rarely on the engine its next call lands on: less per engine than on one.
 SATURATION: dict[tuple[str, str, int], float] = {
     ("coding", "a100", 1): 0.015,
-    ("coding", "h100", 1): 0.01875,
+    ("coding", "a100", 4): 0.03,
+    ("coding", "h100", 1): 0.0225,
+    ("coding", "h100", 4): 0.03,
     ("research", "a100", 1): 0.0625,
     ("research", "a100", 4): 0.15,
+    ("research", "h100", 1): 0.15,
     ("research", "h100", 4): 0.3,
     ("agents", "a100", 1): 0.03,
+    ("agents", "a100", 4): 0.04,
+    ("agents", "h100", 1): 0.05,
+    ("agents", "h100", 4): 0.06,
 }
 
 

@@ -90,7 +90,7 @@ def test_subset_ran_and_options_over_it() -> None:
 
 def test_saturation_covers_every_setup_of_the_default_grid() -> None:
     # the default grid runs on calibrated rates only: no setup calibrated on the fly
-    for name in ("ran",):
+    for name in agents.SUBSETS:
         args = agents.parse_args(["--subset", name])
         missing = [s for s in agents.setups_of(args) if s not in agents.SATURATION]
         assert missing == [], f"--subset {name}: no SATURATION entry for {missing}"
