@@ -34,6 +34,7 @@ from agentrt_controller.routing.api import (
     clamp_score,
 )
 from agentrt_controller.routing.filters import ModelFilter
+from agentrt_controller.routing.locality import LocalityStats
 from agentrt_controller.routing.prefix_index import PrefixIndex
 from agentrt_controller.routing.pruning import PRUNE_MIN_CANDIDATES, PrefixPruning
 from agentrt_controller.scheduling.api import BackendView
@@ -103,6 +104,8 @@ class PipelineRouter:
         self._checked_models: set[str] = set()
         #: Calls routed so far.
         self.routed_total = 0
+        #: Calls that landed on another backend than their program's previous call.
+        self.locality = LocalityStats()
         #: Per filter name: calls for which it would have removed every candidate (skipped).
         self.filter_skips: dict[str, int] = {n: 0 for n, _ in filters}
         #: Whether a stage reads ``CallFacts.block_hashes`` (drivers fill them only then).
@@ -176,6 +179,7 @@ class PipelineRouter:
 
     def _routed(self, call: CallEntry, chosen: str, now_s: float) -> str:
         self.routed_total += 1
+        self.locality.on_routed(call, chosen, now_s)
         for observer in self.observers:
             observer.on_routed(call, chosen, now_s)
         return chosen
@@ -204,6 +208,7 @@ class PipelineRouter:
             observer.on_finish(call, backend_id, now_s)
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
+        self.locality.on_program_end(program, now_s)
         for observer in self.observers:
             observer.on_program_end(program, now_s)
 
@@ -216,6 +221,7 @@ class PipelineRouter:
             "scorers": {s.name: s.weight for s in self.scorers},
             "picker": type(self.picker).__name__,
             "routed_total": self.routed_total,
+            "locality": self.locality.snapshot(),
             "filter_skips": dict(self.filter_skips),
             "pruning": (
                 {

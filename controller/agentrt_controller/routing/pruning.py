@@ -146,6 +146,8 @@ class PrefixPruning:
             supported.append((scorer, weight))
         if len(costs) != 1 or not costs[0][1] > 0 or affinities > 1:
             return None
+        if costs[0][0].kv_full_tokens > 0:  # a per-backend term the bounds do not cover
+            return None
         return cls(predicates, supported, costs[0][0], picker)
 
     # --- the decision ------------------------------------------------------------------------

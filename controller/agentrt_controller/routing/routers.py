@@ -105,6 +105,12 @@ class PrefixParams:
     affinity_ttl_s: float = 600.0
     #: Backends at or above this scraped KV usage (fraction) are avoided while others exist.
     max_kv_usage: float = 0.95
+    #: What a full engine's KV costs a call placed there, as prefill tokens (the contexts it
+    #: would evict), rising linearly from ``kv_free_usage`` to full; 0 = off (docs/routing.md,
+    #: "Keeping a program's context where it is").
+    kv_full_tokens: float = 0.0
+    #: KV usage (fraction) below which an engine's fill costs nothing.
+    kv_free_usage: float = 0.5
 
     def __post_init__(self) -> None:
         for name in (
@@ -112,6 +118,8 @@ class PrefixParams:
             "queued_tokens_per_call",
             "affinity_weight",
             "shared_weight",
+            "kv_full_tokens",
+            "kv_free_usage",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -136,6 +144,8 @@ def prefix_router(params: PrefixParams | None = None) -> PipelineRouter:
         shared_weight=params.shared_weight,
         # Empty until a driver feeds it KV events: every lookup is the estimate's until then.
         exact=ExactPrefixIndex(),
+        kv_full_tokens=params.kv_full_tokens,
+        kv_free_usage=params.kv_free_usage,
     )
     return PipelineRouter(
         "prefix",

@@ -95,6 +95,8 @@ class PrefixCostScorer:
         queued_s_per_call: float,
         shared_weight: float = 0.1,
         exact: ExactPrefixIndex | None = None,
+        kv_full_tokens: float = 0.0,
+        kv_free_usage: float = 0.5,
     ) -> None:
         self.index = index
         self.exact = exact
@@ -105,13 +107,32 @@ class PrefixCostScorer:
         self.shared_weight = _positive("shared_weight", shared_weight)
         if self.shared_weight > 1:
             raise ConfigError(f"shared_weight must be in [0, 1], got {shared_weight!r}")
+        #: What a full engine costs a call placed there, as prefill tokens: the contexts its
+        #: KV would evict (docs/routing.md, "Keeping a program's context where it is"); 0 = off.
+        self.kv_full_tokens = _positive("kv_full_tokens", kv_full_tokens)
+        #: KV usage (fraction) below which an engine counts as not filling up at all.
+        self.kv_free_usage = _positive("kv_free_usage", kv_free_usage)
+        if self.kv_free_usage >= 1:
+            raise ConfigError(f"kv_free_usage must be in [0, 1), got {kv_free_usage!r}")
+
+    def kv_s(self, view: BackendView) -> float:
+        """The KV-fill part of ``cost_b`` (seconds): ``prefill_s_per_token × kv_full_tokens ×
+        max(0, usage − kv_free_usage) / (1 − kv_free_usage)``; 0 for unknown usage."""
+        usage = view.kv_cache_usage
+        if not self.kv_full_tokens or usage is None or usage <= self.kv_free_usage:
+            return 0.0
+        fill = min(1.0, (usage - self.kv_free_usage) / (1.0 - self.kv_free_usage))
+        return self.prefill_s_per_token * self.kv_full_tokens * fill
 
     def costs(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         """``cost_b`` per backend (seconds), aligned with ``backends``."""
         hashes = call.facts.block_hashes
         a, q = self.prefill_s_per_token, self.queued_s_per_call
         if not hashes:  # nothing to match: the prompt is uncached everywhere
-            return [a * max(0, call.facts.prompt_tokens) + q * backend_load(b) for b in backends]
+            return [
+                a * max(0, call.facts.prompt_tokens) + q * backend_load(b) + self.kv_s(b)
+                for b in backends
+            ]
         shared = self.shared_of(call)
         matches = self.index.match_all([b.backend_id for b in backends], hashes, now_s)
         # The prefill part depends on the backend only through its match, and most backends
@@ -122,7 +143,7 @@ class PrefixCostScorer:
             prefill = prefill_of.get(matched)
             if prefill is None:
                 prefill = prefill_of[matched] = self.prefill_s(call, matched, shared)
-            out.append(prefill + q * (b.in_flight + (b.num_waiting or 0)))
+            out.append(prefill + q * (b.in_flight + (b.num_waiting or 0)) + self.kv_s(b))
         return out
 
     def shared_of(self, call: CallEntry) -> tuple[int, int]:
@@ -180,7 +201,8 @@ class PrefixCostScorer:
                 head = self.index.shared_prefix(hashes) if hashes else 0
                 shared = cached_prompt_tokens(call, head)
             uncached = max(0, call.facts.prompt_tokens - cached) - relief * max(0, shared - cached)
-            out[i] = a * max(0.0, uncached) + self.queued_s_per_call * backend_load(b)
+            load_s = self.queued_s_per_call * backend_load(b)
+            out[i] = a * max(0.0, uncached) + load_s + self.kv_s(b)
         return out
 
     def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
