@@ -343,9 +343,14 @@ PEERS: Mapping[str, Peer] = {
         Peer(
             "llm-d",
             "llm-d: least attained service per program in the gateway, session affinity",
-            "--policy plas --router autellix --retention off --admission-window adaptive",
+            "--policy plas --router autellix --retention off --admission-window adaptive; "
+            "memory-aware admission off (ours, not llm-d's: agentrt_sim/peers.py)",
             {},
-            _from_spec(PolicySpec("plas", "autellix", "off", "adaptive")),
+            _from_spec(
+                PolicySpec(
+                    "plas", "autellix", "off", "adaptive", memory_admission={"enabled": False}
+                )
+            ),
         ),
         Peer(
             "thunderagent",
