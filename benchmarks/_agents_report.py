@@ -197,6 +197,7 @@ NOT_MODELLED = {
     "their engine, orders the queue by program and evicts the shortest context first inside "
     "the engine when memory runs out; its tool-environment management is out of scope.",
     "defaults": "—",
+    "defaults+cpu": "—",
 }
 
 

@@ -369,6 +369,14 @@ PEERS: Mapping[str, Peer] = {
             {},
             _from_spec(PolicySpec()),
         ),
+        Peer(
+            "defaults+cpu",
+            f"the product defaults in front of engines with the KV CPU tier ({CPU_TIER_GIB:g} GiB "
+            "per engine): what to compare with direct+cpu and continuum",
+            f"(no controller flag) --kv-offloading-size {CPU_TIER_GIB:g}",
+            {"kv_offloading_size": CPU_TIER_GIB},
+            _from_spec(PolicySpec()),
+        ),
     )
 }
 
