@@ -23,6 +23,7 @@ from agentrt_controller.service.errors import (
 from agentrt_controller.service.http.identity import foreign_identity, strip_agentic_context
 from agentrt_controller.service.http.responses_api import prompt_chars
 from agentrt_serving.asgi import Receive, Scope, Send
+from agentrt_serving.hardening import NOT_JSON, checked_json
 
 __all__ = [
     "Api",
@@ -114,9 +115,15 @@ def _decode(raw: bytes) -> object:
         raise BadRequest(f"request body is not valid JSON: {str(exc)[:200]}") from exc
 
 
-async def decode_body(raw: bytes) -> object:
-    """The JSON value of ``raw`` (in a worker thread from :data:`THREAD_DECODE_BYTES` on).
-    Raises :class:`BadRequest` for invalid JSON."""
+async def decode_body(raw: bytes, scope: Scope | None = None) -> object:
+    """The JSON value of ``raw``: the one the hardened guard parsed from it when ``scope``
+    holds it (:func:`~agentrt_serving.hardening.checked_json`: one parse per request), else
+    parsed here (in a worker thread from :data:`THREAD_DECODE_BYTES` on). Raises
+    :class:`BadRequest` for invalid JSON."""
+    if scope is not None:
+        checked = checked_json(scope, raw)
+        if checked is not NOT_JSON:
+            return checked
     if len(raw) < THREAD_DECODE_BYTES:
         return _decode(raw)
     return await anyio.to_thread.run_sync(_decode, raw)

@@ -116,7 +116,7 @@ class PassthroughEndpoint:
         core = self.core
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         raw = await read_body(receive, headers, self.limits.max_body_bytes)
-        body = await decode_body(raw)
+        body = await decode_body(raw, scope)
         if not isinstance(body, dict):
             raise BadRequest("request body must be a JSON object")
         model = body.get("model")

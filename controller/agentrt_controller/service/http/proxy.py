@@ -147,7 +147,7 @@ class CompletionsEndpoint:
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             raw = await read_body(receive, headers, self.limits.max_body_bytes)
-            decoded = await decode_body(raw)
+            decoded = await decode_body(raw, scope)
             parsed = parse_call(
                 raw,
                 headers,
