@@ -175,7 +175,10 @@ def documented(doc: str) -> set[str]:
 async def test_the_metrics_tables_in_the_docs_match_the_live_expositions() -> None:
     controller, engine = await live_expositions()
     assert documented("controller.md") == families(controller)
-    assert documented("engine-emulator.md") == families(engine)
+    # the stack here has no KV CPU tier: the one family the emulator publishes only with
+    # --kv-offloading-size (its docs row says so) is absent
+    only_with_a_tier = {"agentrt_engine_kv_reload_s_per_token"}
+    assert documented("engine-emulator.md") - only_with_a_tier == families(engine)
 
 
 @pytest.mark.anyio

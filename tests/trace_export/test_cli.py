@@ -60,7 +60,7 @@ def test_exports_the_demos_trace_file(tmp_path: Path) -> None:
     planned = summary["phases"]["controller"]["programs"]
     programs = load_trace(trace_out)
     assert len(programs) == len(planned)
-    assert {p.kind for p in programs} <= {"react", "map_reduce", "mcts", "chatbot"}
+    assert {p.kind for p in programs} <= {"react", "map_reduce", "mcts", "chatbot", "coding"}
     assert "skipped" in done.stderr  # the controller's own chat spans
     assert "max 0 tokens" in done.stderr
     assert all(p.llm_calls() >= 1 for p in programs)
