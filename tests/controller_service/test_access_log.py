@@ -9,17 +9,17 @@ import json
 import logging
 import re
 import signal
-import sys
 import time
 
 import anyio
 import httpx
 import pytest
-from anyio.abc import ByteReceiveStream, Process
+from anyio.abc import ByteReceiveStream
 
 from agentrt.protocol import CallTags
 from agentrt_emulator.server import EmulatorConfig, serve_engine
 from agentrt_serving.logs import ACCESS_LOGGER, IsoFormatter, iso_time, server_log_config
+from tests.ops.processes import AGENTRT, free_port, reap
 
 from .conftest import controller, fake_backends, running
 from .fake_openai import FakeState
@@ -27,26 +27,8 @@ from .fake_openai import FakeState
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 _ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-#: The CLI run by the interpreter of the tests.
-AGENTRT = (sys.executable, "-m", "agentrt.cli")
 _FIELDS = ["time", "method", "path", "status", "latency_ms", "tenant", "session", "program",
            "model", "backend", "prompt_tokens", "completion_tokens"]  # fmt: skip
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def reap(process: Process) -> None:
-    if process.returncode is None:
-        process.kill()
-    with anyio.move_on_after(5):
-        await process.wait()
-    await process.aclose()
 
 
 def _access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
