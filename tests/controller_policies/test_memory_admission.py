@@ -112,6 +112,55 @@ def test_short_contexts_reserve_nothing_and_are_never_held() -> None:
     assert not memory.fits(make_facts("K", prompt_tokens=8_192), _view(), 1.0)  # 93,192
 
 
+def _chain(*segments: tuple[int, int]) -> tuple[int, ...]:
+    """A block-hash chain: ``(seed, blocks)`` segments, each block chained to its parent as
+    the routers' hashes are, so two chains share exactly their common prefix."""
+    out: list[int] = []
+    parent = 0
+    for seed, blocks in segments:
+        for index in range(blocks):
+            parent = hash((parent, seed, index))
+            out.append(parent)
+    return tuple(out)
+
+
+def test_a_prefix_shared_by_residents_is_counted_once() -> None:
+    memory = MemoryAdmission()
+    repo = (1, 1_000)  # 16,000 tokens of system prompt and repository, 16 tokens a block
+    a = make_facts("A", prompt_tokens=20_000, block_hashes=_chain(repo, (2, 250)))
+    b = make_facts("B", prompt_tokens=24_000, block_hashes=_chain(repo, (3, 500)))
+    memory.on_admit(a, "b0", 0.0)
+    memory.on_admit(b, "b0", 0.0)
+    assert memory.demand_tokens("b0", 1.0) == 20_000 + 24_000 - 16_000
+    # A's next turn extends its own chain: only its new blocks count, the shared ones still once.
+    a2 = make_facts("A", prompt_tokens=30_000, block_hashes=_chain(repo, (2, 250), (4, 625)))
+    memory.on_admit(a2, "b0", 2.0)
+    assert memory.demand_tokens("b0", 3.0) == 30_000 + 24_000 - 16_000
+    # A new program on the same repository needs room for its own part only: 60,000 tokens
+    # of which 16,000 are there, 38,000 + 44,000 = 82,000 <= 90,000 (98,000 if counted
+    # whole); with 70,000 tokens, 38,000 + 54,000 = 92,000 is held.
+    c = make_facts("C", prompt_tokens=60_000, block_hashes=_chain(repo, (5, 2_750)))
+    assert memory.fits(c, _view(), 3.0)
+    c = make_facts("C", prompt_tokens=70_000, block_hashes=_chain(repo, (5, 3_375)))
+    assert not memory.fits(c, _view(), 3.0)
+    assert not memory.fits(make_facts("D", prompt_tokens=60_000), _view(), 3.0)  # no chain
+    memory.on_program_end(a.program)
+    assert memory.demand_tokens("b0", 3.0) == 24_000  # B alone: nothing shared any more
+    memory.on_program_end(b.program)
+    assert memory.demand_tokens("b0", 3.0) == 0
+    ledger = memory._ledgers["b0"]
+    assert ledger.refs == {} and ledger.shared == 0  # nothing left behind
+
+
+def test_a_context_below_the_minimum_shares_nothing() -> None:
+    memory = MemoryAdmission()  # min_context_tokens 8,192
+    repo = (1, 400)  # 6,400 tokens
+    memory.on_admit(make_facts("A", prompt_tokens=7_000, block_hashes=_chain(repo)), "b0", 0.0)
+    b = make_facts("B", prompt_tokens=30_000, block_hashes=_chain(repo, (2, 1_000)))
+    memory.on_admit(b, "b0", 0.0)
+    assert memory.demand_tokens("b0", 1.0) == 30_000  # A reserves nothing, so nothing shared
+
+
 def test_deadlock_guard_unknown_capacity_and_disabled_always_admit() -> None:
     memory = MemoryAdmission()
     memory.on_admit(make_facts("B", prompt_tokens=95_000), "b0", 0.0)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import IO
 
 import anyio
 import httpx
@@ -51,17 +52,32 @@ async def controller_process(
                "--scrape-interval-s", "0.2", *options]  # fmt: skip
     for url in backends:
         command += ["--backend", url if kind is None else f"{url},kind={kind}"]
-    process = await anyio.open_process(command, env=env, stderr=subprocess.PIPE)
+    # stderr goes to a file, not a pipe: a child whose pipe fills (64 KiB of warnings nobody
+    # reads) blocks on its next log line, and a blocked controller answers nothing.
+    log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in the finally below
+    process = await anyio.open_process(command, env=env, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        assert process.stderr is not None
-        seen = b""
         with anyio.fail_after(20):
-            while b"agentrt controller on" not in seen:
-                seen += await process.stderr.receive()
+            while b"agentrt controller on" not in _read(log):
+                if process.returncode is not None:
+                    raise RuntimeError(f"controller exited: {_read(log)[-2000:]!r}")
+                await anyio.sleep(0.05)
             async with httpx.AsyncClient() as http:
                 while (await http.get(url + "/readyz")).status_code != 200:  # noqa: ASYNC110 - over HTTP, no event to await
                     await anyio.sleep(0.05)
-        yield process, url
+        try:
+            yield process, url
+        except BaseException:  # pytest shows what a failing test printed
+            print(f"--- stderr of {' '.join(command)} (last 8 KiB):")
+            print(_read(log)[-8192:].decode(errors="replace"))
+            raise
     finally:
         await reap(process)
+        log.close()
+
+
+def _read(log: IO[bytes]) -> bytes:
+    """Everything written to ``log`` so far."""
+    log.seek(0)
+    return log.read()

@@ -40,13 +40,16 @@ def test_memory_admission_stops_preemptions_on_a_memory_bound_coding_run() -> No
     off = run_one(plans, BENCH, PolicySpec(memory_admission={"enabled": False})).summary
     on = run_one(plans, BENCH, PolicySpec()).summary
     # Measured (seed 1): off 16 preemptions, 531 K prompt tokens recomputed, mean E2E 112 s;
-    # on 0 preemptions, 204 K recomputed, 100 s; 15 programs measured and finished in both.
+    # on 2 preemptions, 245 K recomputed, 97 s; 15 programs measured and finished in both.
     assert off["preemptions"] >= 10
     assert on["preemptions"] < off["preemptions"] / 4
     assert on["recomputed_prompt_tokens"] < off["recomputed_prompt_tokens"]
     assert on["programs_completed"] >= off["programs_completed"]
     assert on["e2e_latency_s"]["mean"] <= off["e2e_latency_s"]["mean"]
-    assert on["controller_wait_s_mean"] > off["controller_wait_s_mean"]  # it held calls back
+    policies = build_policies(PolicySpec())
+    Simulation(plans, BENCH.sim_config(), policies).run(None)
+    memory = policies.dispatcher.memory
+    assert memory is not None and memory.held_total > 0  # the rule held calls back
 
 
 def test_the_simulated_controller_counts_the_retention_pins() -> None:

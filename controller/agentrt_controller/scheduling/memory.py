@@ -16,7 +16,9 @@ calls there (prompt, then prompt + streamed output). It stops being resident whe
 its calls go elsewhere, or when it has had no call running there for ``idle_release_s`` while no
 retention pin holds it (the engine may evict an idle context; we stop reserving room for it).
 The *demand* on a backend is the sum of its residents' tokens plus the tokens of the contexts
-pinned there (retention, :data:`PinnedSource`) of programs not resident.
+pinned there (retention, :data:`PinnedSource`) of programs not resident. A prefix several
+residents hold — a shared repository, a system prompt: the same leading blocks of their prompts'
+hash chains (``CallFacts.block_hashes``; the engine caches it once) — is counted once.
 
 **The rule** (:meth:`MemoryAdmission.fits`), for a call of program ``P`` on a backend of KV
 capacity ``C`` tokens (``BackendView.kv_capacity_tokens``, else the configured
@@ -27,9 +29,10 @@ capacity ``C`` tokens (``BackendView.kv_capacity_tokens``, else the configured
   holding less than that reserve nothing either);
 * ``P`` resident there: its growth is what the call adds, ``prompt_tokens - tokens(P)``; it is
   admitted while ``demand + growth <= C``;
-* ``P`` not resident (a new program, or one whose context was released): its growth is its whole
-  prompt; it is admitted while ``demand + growth <= start_watermark x C`` — the rest is kept for
-  the residents' contexts to grow;
+* ``P`` not resident (a new program, or one whose context was released): its growth is its
+  prompt past the prefix the residents hold there; it is admitted while
+  ``demand + growth <= start_watermark x C`` — the rest is kept for the residents' contexts to
+  grow;
 * deadlock guard: a call is always admitted to a backend where none of our calls run
   (``in_flight == 0``) — nothing of ours could free memory there.
 
@@ -61,6 +64,7 @@ from pydantic import Field
 
 from agentrt_controller.config_check import SECTION, check_fields, parse_section
 from agentrt_controller.keys import ProgramKey
+from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 
@@ -75,6 +79,9 @@ __all__ = [
 
 #: Priorities under memory pressure: ``max(0, _PRIORITY_TOP - floor(log2(tokens / 1024)))``.
 _PRIORITY_TOP = 8
+#: Tokens per element of a ``CallFacts.block_hashes`` chain (the routers' and the
+#: simulator's block size).
+_CHAIN_BLOCK_TOKENS = DEFAULT_BLOCK_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +149,9 @@ class Resident:
     running: int
     #: Last admission or finish of one of its calls there (seconds).
     last_active_s: float
+    #: The block-hash chain of its longest prompt there (``CallFacts.block_hashes``; empty
+    #: when unknown): the prefix it shares with other residents is counted once.
+    chain: tuple[int, ...] = ()
 
 
 def memory_priority(tokens: int) -> int:
@@ -153,31 +163,57 @@ def memory_priority(tokens: int) -> int:
 
 
 class _Ledger:
-    """The residents of one backend, least recently touched first, and the total of those
-    holding at least ``min_tokens``."""
+    """The residents of one backend, least recently touched first; the total of those
+    holding at least ``min_tokens``, less the prefix blocks they share (counted once)."""
 
-    __slots__ = ("min_tokens", "residents", "total")
+    __slots__ = ("min_tokens", "refs", "residents", "shared", "total")
 
     def __init__(self, min_tokens: int) -> None:
         self.min_tokens = min_tokens
         self.residents: OrderedDict[ProgramKey, Resident] = OrderedDict()
         #: The sum of the tokens of the residents holding at least ``min_tokens``.
         self.total = 0
+        #: Block hash -> how many counted residents' chains hold it.
+        self.refs: dict[int, int] = {}
+        #: Tokens of the blocks held by more than one counted resident, beyond the first.
+        self.shared = 0
 
     def counted(self, tokens: int) -> int:
         """What a context of ``tokens`` adds to :attr:`total`."""
         return tokens if tokens >= self.min_tokens else 0
 
-    def touch(self, program: ProgramKey, tokens: int, running: int, now_s: float) -> None:
-        """The program's call was admitted (``running`` +1) or finished (-1) at ``now_s``; it
-        holds at least ``tokens``."""
+    def demand(self) -> int:
+        """The counted residents' KV, each shared prefix block once (tokens)."""
+        return max(0, self.total - self.shared)
+
+    def touch(
+        self,
+        program: ProgramKey,
+        tokens: int,
+        running: int,
+        now_s: float,
+        chain: tuple[int, ...] = (),
+    ) -> None:
+        """The program's call was admitted (``running`` +1, its prompt's ``chain``) or
+        finished (-1) at ``now_s``; it holds at least ``tokens``."""
         entry = self.residents.get(program)
         if entry is None:
             if running <= 0:
                 return
-            self.residents[program] = Resident(tokens, running, now_s)
-            self.total += self.counted(tokens)
+            entry = self.residents[program] = Resident(tokens, running, now_s, chain)
+            if self.counted(tokens):
+                self.total += tokens
+                self._share(entry.chain, 1)
             return
+        old = entry.chain
+        if len(chain) > len(old):
+            if self.counted(entry.tokens):
+                if old and chain[len(old) - 1] == old[-1]:
+                    self._share(chain[len(old) :], 1)  # the usual next turn: it extends
+                else:
+                    self._share(old, -1)
+                    self._share(chain, 1)
+            entry.chain = chain
         self.grow(entry, tokens)
         entry.running = max(0, entry.running + running)
         entry.last_active_s = now_s
@@ -185,13 +221,45 @@ class _Ledger:
 
     def grow(self, entry: Resident, tokens: int) -> None:
         if tokens > entry.tokens:
-            self.total += self.counted(tokens) - self.counted(entry.tokens)
+            was = self.counted(entry.tokens)
+            self.total += self.counted(tokens) - was
             entry.tokens = tokens
+            if not was and self.counted(tokens):
+                self._share(entry.chain, 1)
 
     def remove(self, program: ProgramKey) -> None:
         entry = self.residents.pop(program, None)
-        if entry is not None:
-            self.total -= self.counted(entry.tokens)
+        if entry is not None and self.counted(entry.tokens):
+            self.total -= entry.tokens
+            self._share(entry.chain, -1)
+
+    def held_prefix(self, chain: tuple[int, ...]) -> int:
+        """Tokens of ``chain``'s leading blocks that counted residents hold already."""
+        refs = self.refs
+        blocks = 0
+        for block in chain:
+            if block not in refs:
+                break
+            blocks += 1
+        return blocks * _CHAIN_BLOCK_TOKENS
+
+    def _share(self, chain: tuple[int, ...], step: int) -> None:
+        """Add (``step`` 1) or take away (-1) a counted resident's chain (or the part of it
+        past what was added before). A chain's hashes chain their parents, so two chains
+        share exactly their common prefix."""
+        refs = self.refs
+        shared = 0
+        for block in chain:
+            held = refs.get(block, 0)
+            if step > 0:
+                refs[block] = held + 1
+                shared += held > 0
+            elif held <= 1:
+                refs.pop(block, None)
+            else:
+                refs[block] = held - 1
+                shared += 1
+        self.shared += step * shared * _CHAIN_BLOCK_TOKENS
 
     def release_idle(self, now_s: float, idle_s: float, pinned: set[ProgramKey]) -> None:
         """Drop the residents idle for ``idle_s`` (no call running, not pinned). Only the
@@ -234,7 +302,7 @@ class MemoryAdmission:
         ledger = self._ledgers.get(backend_id)
         if ledger is None:
             ledger = self._ledgers[backend_id] = _Ledger(self.config.min_context_tokens)
-        ledger.touch(facts.program, facts.prompt_tokens, 1, now_s)
+        ledger.touch(facts.program, facts.prompt_tokens, 1, now_s, facts.block_hashes)
 
     def on_tokens(self, facts: CallFacts, new_tokens: int) -> None:
         """Output tokens streamed for an admitted call: its context grows."""
@@ -284,7 +352,7 @@ class MemoryAdmission:
             return sum(pin.tokens for pin in pins)
         self._release_idle(backend_id, ledger, now_s, pins)
         residents = ledger.residents
-        return ledger.total + sum(pin.tokens for pin in pins if pin.program not in residents)
+        return ledger.demand() + sum(pin.tokens for pin in pins if pin.program not in residents)
 
     def capacity_tokens(self, view: BackendView) -> int | None:
         """The backend's KV capacity (tokens): reported, else the configured
@@ -303,7 +371,12 @@ class MemoryAdmission:
         if view.in_flight == 0:
             return True  # deadlock guard: nothing of ours there could free memory
         entry = self.resident(facts.program, view.backend_id, now_s)
-        growth = facts.prompt_tokens - (entry.tokens if entry is not None else 0)
+        if entry is not None:
+            held = entry.tokens
+        else:  # a prefix the residents hold (a shared repository, a system prompt) is there
+            ledger = self._ledgers.get(view.backend_id)
+            held = ledger.held_prefix(facts.block_hashes) if ledger is not None else 0
+        growth = facts.prompt_tokens - held
         if growth < self.config.min_context_tokens:
             return True  # cheap either way: a short prompt, or a resident's next turn
         demand = self.demand_tokens(view.backend_id, now_s)
