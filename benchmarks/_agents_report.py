@@ -266,12 +266,14 @@ HEADER = (
 )
 
 
-def markdown(rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
-    """The docs section (``## Agents``) for ``rows`` (from :func:`compare`) and the run's
+def markdown(
+    rows: Sequence[Mapping[str, Any]], meta: Mapping[str, Any], heading: str = "## Agents"
+) -> str:
+    """The docs section (under ``heading``) for ``rows`` (from :func:`compare`) and the run's
     ``meta`` (``command``, ``date``, ``seeds``, ``wall_s``, ``machine``, ``note``,
     ``saturation``, ``programs``, ``duration``)."""
     lines = [
-        "## Agents",
+        heading,
         "",
         "`benchmarks/agents.py` — today's agents (`coding`, `research`, `agents`; "
         "docs/simulator.md) on simulated engines at fractions of **direct's saturation**, "

@@ -465,6 +465,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="the markdown file --write-docs updates (default: docs/benchmarks.md)",
     )
     out.add_argument(
+        "--heading",
+        default="## Agents",
+        help="the section --write-docs replaces or appends, e.g. '## Agents: two-hour windows' "
+        "for a run with --duration 7200 (default: '## Agents')",
+    )
+    out.add_argument(
         "--note",
         action="append",
         default=[],
@@ -605,10 +611,10 @@ def main(argv: Sequence[str] | None = None, runner: Runner = run_jobs) -> int:
             "duration": args.duration,
         }
     meta_view = {**meta, "saturation": [(tuple(s), r) for s, r in meta["saturation"]]}
-    section = markdown(rows, meta_view)
+    section = markdown(rows, meta_view, args.heading)
     print(json.dumps({"meta": meta, "rows": rows}, indent=2) if args.json else section)
     if args.write_docs:
-        _report.replace_section(Path(args.docs), "## Agents", section)
+        _report.replace_section(Path(args.docs), args.heading, section)
     return 0
 
 

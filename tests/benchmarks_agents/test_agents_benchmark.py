@@ -250,6 +250,13 @@ def test_section_and_write_docs(tmp_path: Path, capsys: pytest.CaptureFixture[st
         capsys.readouterr().out.strip()
         == text.split("\n\n## Other")[0].split("# Benchmarks\n\n")[1].strip()
     )
+    # another heading is a section of its own, next to the first
+    heading = "## Agents: two-hour windows"
+    argv = ["--from-json", str(path), "--docs", str(docs), "--heading", heading, "--write-docs"]
+    assert agents.main(argv) == 0
+    text = docs.read_text()
+    assert text.count("| 1 (0.01/s) | `defaults` | 182 [181–183] |") == 2
+    assert f"\n{heading}\n" in text and "## Other\n\nkept" in text
 
 
 def test_saved_runs_of_different_loads_render_as_one() -> None:
