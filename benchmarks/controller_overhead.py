@@ -21,7 +21,7 @@ Measured in the same run, interleaved per repetition, *direct* (client → backe
   :data:`STREAM_CHUNKS` SSE chunks on its own, one per event-loop turn, as an engine writes
   one per decode step; the figure includes the call's own share, a 64th of it); and per call
   with prompts of ``--prompt-words`` words (sequential calls, ``max_tokens`` 1, each prompt
-  different in its first word so that nothing is reused by identity).
+  the one before but for its last word).
 
 Goal: ≤ 1 ms added at p50 and ≥ 1,000 calls/s.
 
@@ -112,9 +112,10 @@ _STREAMED = re.compile(rb'"stream":\s*true')
 
 
 def prompt_body(words: int, variant: int) -> bytes:
-    """A chat call with a user prompt of ``words`` words (≈ as many tokens), its first word
-    ``variant``; one output token."""
-    content = f"{variant} " + "word " * words
+    """A chat call with a user prompt of ``words`` words (≈ as many tokens), its last word
+    ``variant``: consecutive calls share all but their last block, as an agent's next prompt
+    repeats its last one; one output token."""
+    content = "word " * words + str(variant)
     return json.dumps(
         {"model": "instant", "messages": [{"role": "user", "content": content}], "max_tokens": 1}
     ).encode()
@@ -502,8 +503,8 @@ def _cpu_table(result: dict[str, Any]) -> list[str]:
         f"The controller's CPU per streamed chunk ({result['stream_chunks']} chunks per call, "
         f"each written on its own by the backend; {result['concurrency']} connections for "
         f"{result['seconds_per_stream_run']} s; the call's own share included) and per call "
-        f"with longer prompts (sequential calls for {result['prompt_seconds']} s per size, one "
-        "output token each):",
+        f"with longer prompts (sequential calls for {result['prompt_seconds']} s per size, each "
+        "prompt the one before but for its last word, one output token each):",
         "",
         head,
         "|" + "---|" * (head.count("|") - 1),

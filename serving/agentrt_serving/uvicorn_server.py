@@ -14,9 +14,8 @@ in the caller's event loop (docs/security.md, "Hardened HTTP surface").
   incomplete-event limit is the head size limit); ``protocol="h11"``.
 * :func:`uvicorn_config` — the protocol, the head timeout, the head size limit, the
   connection limit, no uvicorn access log (the controller writes its own,
-  :mod:`agentrt_serving.logs`), no proxy-header rewriting (nothing reads the client address),
-  the app's lifespan on; a server process runs on uvloop where it is installed (uvicorn's
-  ``loop="auto"``).
+  :mod:`agentrt_serving.logs`), the app's lifespan on; a server process runs on uvloop
+  where it is installed (uvicorn's ``loop="auto"``).
 * :func:`listening_socket` and :func:`running` — bind before anything is printed, then serve
   on that socket until the ``async with`` block exits.
 """
@@ -235,8 +234,6 @@ def uvicorn_config(
         http=HardenedHttpToolsProtocol if protocol == "httptools" else HeadTimeoutH11Protocol,
         # h11's incomplete-event limit; HardenedHttpToolsProtocol reads it as its own.
         h11_max_incomplete_event_size=limits.max_header_bytes,
-        # uvicorn would rewrite the client address from X-Forwarded-For; nothing reads it.
-        proxy_headers=False,
         # Annotated int by uvicorn; used as loop.call_later's delay and asyncio.timeout's
         # (float seconds both).
         timeout_keep_alive=limits.header_timeout_s,  # type: ignore[arg-type]
