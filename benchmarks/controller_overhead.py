@@ -20,8 +20,8 @@ Measured in the same run, interleaved per repetition, *direct* (client → backe
   run of streamed calls (``--stream-seconds``; the backend writes each of its
   :data:`STREAM_CHUNKS` SSE chunks on its own, one per event-loop turn, as an engine writes
   one per decode step; the figure includes the call's own share, a 64th of it); and per call
-  with prompts of ``--prompt-words`` words (sequential calls, ``max_tokens`` 1, each prompt
-  the one before but for its last word).
+  with prompts of ``--prompt-words`` words (sequential calls, ``max_tokens`` 1; a history of
+  1,000-word turns that each call repeats, then a short message of its own).
 
 Goal: ≤ 1 ms added at p50 and ≥ 1,000 calls/s.
 
@@ -109,16 +109,22 @@ STREAM_EVENTS = [
 
 
 _STREAMED = re.compile(rb'"stream":\s*true')
+#: Words per turn of the history in :func:`prompt_body`.
+TURN_WORDS = 1000
 
 
 def prompt_body(words: int, variant: int) -> bytes:
-    """A chat call with a user prompt of ``words`` words (≈ as many tokens), its last word
-    ``variant``: consecutive calls share all but their last block, as an agent's next prompt
-    repeats its last one; one output token."""
-    content = "word " * words + str(variant)
-    return json.dumps(
-        {"model": "instant", "messages": [{"role": "user", "content": content}], "max_tokens": 1}
-    ).encode()
+    """A chat call whose prompt holds ``words`` words (≈ as many tokens) as an agent's does: a
+    history of turns of up to :data:`TURN_WORDS` words, then a short new message naming
+    ``variant`` — consecutive calls repeat the history and differ in the last message, as an
+    agent's next prompt repeats its last one; one output token."""
+    turns = []
+    for index, start in enumerate(range(0, words, TURN_WORDS)):
+        size = min(TURN_WORDS, words - start)
+        role = "user" if index % 2 == 0 else "assistant"
+        turns.append({"role": role, "content": f"turn {index} " + "word " * (size - 2)})
+    turns.append({"role": "user", "content": f"next step {variant}"})
+    return json.dumps({"model": "instant", "messages": turns, "max_tokens": 1}).encode()
 
 
 # --- the instant backend --------------------------------------------------------------------
@@ -503,8 +509,9 @@ def _cpu_table(result: dict[str, Any]) -> list[str]:
         f"The controller's CPU per streamed chunk ({result['stream_chunks']} chunks per call, "
         f"each written on its own by the backend; {result['concurrency']} connections for "
         f"{result['seconds_per_stream_run']} s; the call's own share included) and per call "
-        f"with longer prompts (sequential calls for {result['prompt_seconds']} s per size, each "
-        "prompt the one before but for its last word, one output token each):",
+        f"with longer prompts (sequential calls for {result['prompt_seconds']} s per size; each "
+        "prompt a history of 1,000-word turns that every call repeats, then a short message of "
+        "its own, as an agent's; one output token each):",
         "",
         head,
         "|" + "---|" * (head.count("|") - 1),
