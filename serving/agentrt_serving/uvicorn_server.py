@@ -131,7 +131,7 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
         self._max_head_bytes = config.h11_max_incomplete_event_size or HttpLimits().max_header_bytes
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
         self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
@@ -191,6 +191,45 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
         if self._idle():
             self.transport.write(_TOO_LARGE)
         self.transport.close()
+
+
+class _CoalescingTransport:
+    """A transport that sends a response's head with what follows it in the same turn of the
+    event loop: uvicorn writes a head and its body separately, each a system call (on
+    loopback, the costliest single step of a proxied call). A head (a write starting with the
+    status line) is held until the next write, which goes out joined with it, or until the end
+    of the turn (a callback the loop runs right after the current ones, before it polls
+    again). Other writes, a stream's chunks, go out at once. ``close`` writes what is held
+    first. Everything else is the transport's."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held = b""
+
+    def write(self, data: bytes) -> None:
+        if self._held:
+            data, self._held = self._held + data, b""
+        elif data.startswith(b"HTTP/1.1 "):
+            self._held = data
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._held:
+            data, self._held = self._held, b""
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 class GuardedApp(Protocol):
