@@ -117,7 +117,7 @@ class AccessLog:
             # handle(makeRecord(...)) is logger.info(line) without logging's search of the
             # stack for the caller (a third of the cost), which the line does not show.
             logger = self.logger
-            record = logger.makeRecord(logger.name, logging.INFO, __file__, 0, line, None, None)
+            record = logger.makeRecord(logger.name, logging.INFO, __file__, 0, line, (), None)
             logger.handle(record)
 
     def _line(self, scope: Scope, status: int | None, latency_ms: float, facts: AccessFacts) -> str:
