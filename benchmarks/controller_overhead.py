@@ -15,7 +15,13 @@ Measured in the same run, interleaved per repetition, *direct* (client → backe
 * latency: sequential calls on one connection; p50 / p99 per repetition; the added latency
   is ``via - direct`` of each repetition's percentile; reported: the median over repetitions;
 * throughput: ``--concurrency`` connections sending back to back for ``--seconds``; calls/s;
-  reported: the median over repetitions.
+  reported: the median over repetitions;
+* the controller's CPU (``/proc``) per call in that throughput run; per streamed chunk in a
+  run of streamed calls (``--stream-seconds``; the backend writes each of its
+  :data:`STREAM_CHUNKS` SSE chunks on its own, one per event-loop turn, as an engine writes
+  one per decode step; the figure includes the call's own share, a 64th of it); and per call
+  with prompts of ``--prompt-words`` words (sequential calls, ``max_tokens`` 1; a history of
+  1,000-word turns that each call repeats, then a short message of its own).
 
 Goal: ≤ 1 ms added at p50 and ≥ 1,000 calls/s.
 
@@ -23,6 +29,8 @@ Run::
 
     .venv/bin/python benchmarks/controller_overhead.py               # a table and JSON
     .venv/bin/python benchmarks/controller_overhead.py --write-docs  # + docs/benchmarks.md
+    .venv/bin/python benchmarks/controller_overhead.py --reps 3 --calls 300 --seconds 2 \
+        --policies fcfs --prompt-words ''                              # short, no prompt sizes
 """
 
 from __future__ import annotations
@@ -74,6 +82,49 @@ ANSWER = json.dumps(
     }
 ).encode()  # fmt: skip
 MODELS = json.dumps({"object": "list", "data": [{"id": "instant", "object": "model"}]}).encode()
+#: Content chunks in each streamed answer (a usage chunk and ``[DONE]`` follow them).
+STREAM_CHUNKS = 64
+STREAM_BODY = json.dumps(
+    {**json.loads(BODY), "max_tokens": STREAM_CHUNKS, "stream": True,
+     "stream_options": {"include_usage": True}}
+).encode()  # fmt: skip
+
+
+def _sse(choices: list[object], usage: object = None) -> bytes:
+    chunk: dict[str, object] = {"id": "chatcmpl-instant", "object": "chat.completion.chunk",
+                                "created": 0, "model": "instant", "choices": choices,
+                                "usage": usage}  # fmt: skip
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+#: The streamed answer as OpenAI frames it (``usage`` null but in the last chunk), one SSE
+#: event per HTTP chunk.
+STREAM_EVENTS = [
+    *(_sse([{"index": 0, "delta": {"content": "tok "}, "finish_reason": None}])
+      for _ in range(STREAM_CHUNKS)),
+    _sse([], {"prompt_tokens": 20, "completion_tokens": STREAM_CHUNKS,
+              "total_tokens": 20 + STREAM_CHUNKS}),
+    b"data: [DONE]\n\n",
+]  # fmt: skip
+
+
+_STREAMED = re.compile(rb'"stream":\s*true')
+#: Words per turn of the history in :func:`prompt_body`.
+TURN_WORDS = 1000
+
+
+def prompt_body(words: int, variant: int) -> bytes:
+    """A chat call whose prompt holds ``words`` words (≈ as many tokens) as an agent's does: a
+    history of turns of up to :data:`TURN_WORDS` words, then a short new message naming
+    ``variant`` — consecutive calls repeat the history and differ in the last message, as an
+    agent's next prompt repeats its last one; one output token."""
+    turns = []
+    for index, start in enumerate(range(0, words, TURN_WORDS)):
+        size = min(TURN_WORDS, words - start)
+        role = "user" if index % 2 == 0 else "assistant"
+        turns.append({"role": role, "content": f"turn {index} " + "word " * (size - 2)})
+    turns.append({"role": "user", "content": f"next step {variant}"})
+    return json.dumps({"model": "instant", "messages": turns, "max_tokens": 1}).encode()
 
 
 # --- the instant backend --------------------------------------------------------------------
@@ -110,14 +161,32 @@ class _InstantBackend(asyncio.Protocol):
             length = int(match.group(1)) if match else 0
             if len(self.buffer) < end + 4 + length:
                 return
+            body = self.buffer[end + 4 : end + 4 + length]
             self.buffer = self.buffer[end + 4 + length :]
             path = head.split(" ", 2)[1]
-            if path.endswith("/completions"):
+            if path.endswith("/completions") and _STREAMED.search(body):
+                self.transport.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n"
+                )
+                self._write_events(0)
+            elif path.endswith("/completions"):
                 self.transport.write(self.completion)
             elif path == "/v1/models":
                 self.transport.write(self.models)
             else:  # /health, /metrics
                 self.transport.write(self.metrics)
+
+    def _write_events(self, index: int) -> None:
+        """Write event ``index`` as one HTTP chunk, the next one on the loop's next turn."""
+        if self.transport.is_closing():
+            return
+        if index == len(STREAM_EVENTS):
+            self.transport.write(b"0\r\n\r\n")
+            return
+        event = STREAM_EVENTS[index]
+        self.transport.write(b"%x\r\n%s\r\n" % (len(event), event))
+        asyncio.get_running_loop().call_soon(self._write_events, index + 1)
 
 
 def serve_backend(port: int) -> None:
@@ -135,14 +204,18 @@ def serve_backend(port: int) -> None:
 
 
 class _Connection:
-    """One keep-alive HTTP/1.1 connection sending the same POST again and again."""
+    """One keep-alive HTTP/1.1 connection sending a POST again and again (``body``, or the
+    bodies :meth:`call` is given); reads answers with a Content-Length or chunked."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, body: bytes = BODY) -> None:
         self.port = port
-        self.request = (
-            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
-            f"content-type: application/json\r\ncontent-length: {len(BODY)}\r\n\r\n"
-        ).encode() + BODY
+        self.request = self._request(body)
+
+    def _request(self, body: bytes) -> bytes:
+        return (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{self.port}\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
     async def __aenter__(self) -> _Connection:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -153,15 +226,22 @@ class _Connection:
         with contextlib.suppress(OSError):
             await self.writer.wait_closed()
 
-    async def call(self) -> None:
-        self.writer.write(self.request)
+    async def call(self, body: bytes | None = None) -> None:
+        self.writer.write(self.request if body is None else self._request(body))
         head = await self.reader.readuntil(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.1 200"):
             raise RuntimeError(f"unexpected answer: {head[:60]!r}")
         match = re.search(rb"(?i)content-length:\s*(\d+)", head)
-        if match is None:
-            raise RuntimeError("answer without content-length")
-        await self.reader.readexactly(int(match.group(1)))
+        if match is not None:
+            await self.reader.readexactly(int(match.group(1)))
+        elif re.search(rb"(?i)transfer-encoding:\s*chunked", head):
+            while True:
+                size = int((await self.reader.readline()).split(b";")[0], 16)
+                await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+        else:
+            raise RuntimeError("answer without content-length or chunked encoding")
 
 
 async def latencies(port: int, calls: int, warmup: int = 50) -> list[float]:
@@ -177,14 +257,14 @@ async def latencies(port: int, calls: int, warmup: int = 50) -> list[float]:
     return out
 
 
-async def throughput(port: int, concurrency: int, seconds: float) -> float:
-    """Calls per second with ``concurrency`` connections sending back to back."""
+async def throughput(port: int, concurrency: int, seconds: float, body: bytes = BODY) -> float:
+    """Calls per second with ``concurrency`` connections sending ``body`` back to back."""
     done = 0
     stop_at = 0.0
 
     async def worker() -> None:
         nonlocal done
-        async with _Connection(port) as conn:
+        async with _Connection(port, body) as conn:
             await conn.call()  # warm-up
             while time.perf_counter() < stop_at:
                 await conn.call()
@@ -249,6 +329,24 @@ async def stack(policy: str, window: str) -> AsyncIterator[tuple[int, int, int]]
             yield backend_port, controller_port, controller.pid
 
 
+async def prompt_cpu_s(
+    port: int, pid: int, words: int, seconds: float, warmup: int = 3, at_least: int = 5
+) -> float:
+    """The controller's CPU seconds per call with a ``words``-word prompt: sequential calls on
+    one connection for ``seconds`` (at least ``at_least`` calls; ``/proc`` counts CPU in
+    10 ms ticks, so a run must be long enough to hold many)."""
+    async with _Connection(port) as conn:
+        for variant in range(warmup):
+            await conn.call(prompt_body(words, variant))
+        cpu_before = cpu_s(pid)
+        stop_at = time.perf_counter() + seconds
+        calls = 0
+        while calls < at_least or time.perf_counter() < stop_at:
+            await conn.call(prompt_body(words, warmup + calls))
+            calls += 1
+        return (cpu_s(pid) - cpu_before) / calls
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -265,6 +363,18 @@ async def measure(policy: str, args: argparse.Namespace) -> dict[str, Any]:
             cpu_before = cpu_s(pid)
             via_rate = await throughput(controller, args.concurrency, args.seconds)
             cpu_per_call = (cpu_s(pid) - cpu_before) / (via_rate * args.seconds)
+            extra: dict[str, float] = {}
+            if args.stream_seconds > 0:
+                cpu_before = cpu_s(pid)
+                rate = await throughput(
+                    controller, args.concurrency, args.stream_seconds, STREAM_BODY
+                )
+                chunks = rate * args.stream_seconds * STREAM_CHUNKS
+                extra["controller_cpu_us_per_chunk"] = (cpu_s(pid) - cpu_before) / chunks * 1e6
+            for words in args.prompt_words:
+                extra[f"controller_cpu_us_per_call_{words}_words"] = (
+                    await prompt_cpu_s(controller, pid, words, args.prompt_seconds) * 1e6
+                )
             reps.append(
                 {
                     "direct_p50_ms": _pct(direct, 0.5) * 1e3,
@@ -280,6 +390,7 @@ async def measure(policy: str, args: argparse.Namespace) -> dict[str, Any]:
                     # figures, these hardly depend on what else runs on the machine.
                     "controller_cpu_us_per_call": cpu_per_call * 1e6,
                     "calls_per_controller_cpu_s": 1.0 / cpu_per_call,
+                    **extra,
                 }
             )
     median = {key: statistics.median(r[key] for r in reps) for key in reps[0]}
@@ -295,6 +406,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "reps": args.reps,
         "concurrency": args.concurrency,
         "seconds_per_rate_run": args.seconds,
+        "seconds_per_stream_run": args.stream_seconds,
+        "stream_chunks": STREAM_CHUNKS,
+        "prompt_words": args.prompt_words,
+        "prompt_seconds": args.prompt_seconds,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}",
         # The machine is shared: its 1-minute load average says how much CPU others took.
@@ -350,10 +465,59 @@ def markdown(result: dict[str, Any]) -> str:
             f"Goals: ≤ 1 ms added at p50 — {verdict(latency_met)}; ≥ 1,000 calls/s — "
             f"{verdict(wall_met)} in wall-clock throughput, {verdict(cpu_met)} per controller "
             "CPU-second.",
+            *_cpu_table(result),
             "Reproduce: `.venv/bin/python benchmarks/controller_overhead.py --write-docs`.",
             "",
         ]
     )
+
+
+def _word_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not comma-separated word counts: {text!r}") from None
+    if any(count < 1 for count in counts):
+        raise argparse.ArgumentTypeError(f"word counts must be at least 1: {text!r}")
+    return counts
+
+
+def _cpu_table(result: dict[str, Any]) -> list[str]:
+    """The controller's CPU per streamed chunk and per call against the prompt's size."""
+    words = result.get("prompt_words", [])
+    streamed = result.get("seconds_per_stream_run", 0) > 0
+    if not words and not streamed:
+        return []
+    head = "| policy |" + (
+        " CPU µs per streamed chunk | chunks per CPU-second |" if streamed else ""
+    )
+    head += "".join(f" CPU µs per call, {w:,}-word prompt |" for w in words)
+    head += " largest ÷ smallest |" if len(words) > 1 else ""
+    rows = []
+    for policy, data in result["policies"].items():
+        m = data["median"]
+        row = f"| `{policy}` |"
+        if streamed:
+            per_chunk = m["controller_cpu_us_per_chunk"]
+            row += f" **{per_chunk:.1f}** | {1e6 / per_chunk:,.0f} |"
+        per_call = [m[f"controller_cpu_us_per_call_{w}_words"] for w in words]
+        row += "".join(f" {value:,.0f} |" for value in per_call)
+        row += f" **{per_call[-1] / per_call[0]:.2f}×** |" if len(words) > 1 else ""
+        rows.append(row)
+    return [
+        "",
+        f"The controller's CPU per streamed chunk ({result['stream_chunks']} chunks per call, "
+        f"each written on its own by the backend; {result['concurrency']} connections for "
+        f"{result['seconds_per_stream_run']} s; the call's own share included) and per call "
+        f"with longer prompts (sequential calls for {result['prompt_seconds']} s per size; each "
+        "prompt a history of 1,000-word turns that every call repeats, then a short message of "
+        "its own, as an agent's; one output token each):",
+        "",
+        head,
+        "|" + "---|" * (head.count("|") - 1),
+        *rows,
+        "",
+    ]
 
 
 def main() -> int:
@@ -364,6 +528,20 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="per throughput run")
     parser.add_argument("--policies", default="fcfs,atlas", help="comma-separated")
     parser.add_argument("--window", default="32", help="controller --admission-window")
+    parser.add_argument(
+        "--stream-seconds", type=float, default=3.0,
+        help=f"per run of streamed calls ({STREAM_CHUNKS} chunks each) for the CPU per chunk; "
+        "0 = none",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prompt-words", type=_word_counts, default=[1000, 32000, 128000],
+        help="comma-separated prompt sizes (words, ≈ tokens) for the CPU per call against the "
+        "prompt; '' = none (default: 1000,32000,128000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prompt-seconds", type=float, default=2.0,
+        help="sequential calls for this long per prompt size (at least 5)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)

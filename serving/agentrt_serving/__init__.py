@@ -4,9 +4,9 @@ surface, the reading of an OpenAI Responses API request, and the hardware profil
 * :mod:`agentrt_serving.hardening` — :class:`~agentrt_serving.hardening.HardenedApp`, the ASGI
   guard in front of a server's application (limits, input checks, the catch-all 500), and
   :class:`~agentrt_serving.hardening.HttpLimits`;
-* :mod:`agentrt_serving.uvicorn_server` — uvicorn's h11 protocol with a request-head timeout,
-  the uvicorn settings that apply the limits, a listening socket and an embedded server run in
-  the caller's event loop;
+* :mod:`agentrt_serving.uvicorn_server` — uvicorn's httptools (or h11) protocol with a
+  request-head timeout and a head size limit, the uvicorn settings that apply the limits, a
+  listening socket and an embedded server run in the caller's event loop;
 * :mod:`agentrt_serving.asgi` — the ASGI callable types;
 * :mod:`agentrt_serving.responses_chat` — an OpenAI Responses API request as the chat request
   it amounts to (the emulator serves by it, the controller hashes and pins by it);

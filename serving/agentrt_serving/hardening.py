@@ -81,7 +81,7 @@ class HttpLimits:
 
     #: Largest request body, bytes: 413 as soon as the declared or read length passes it.
     max_body_bytes: int = 16 * 1024 * 1024
-    #: Largest request head (request line + headers), bytes (h11's incomplete-event limit).
+    #: Largest request head (request line + headers), bytes (431 beyond).
     max_header_bytes: int = 64 * 1024
     #: Seconds a connection has to deliver a complete request head; idle keep-alive
     #: connections are closed after the same time.
@@ -319,8 +319,8 @@ class HardenedApp:
             try:
                 head_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
                 if head_bytes > self.limits.max_header_bytes:
-                    # h11 enforces its limit only on a head still incomplete in its buffer;
-                    # one that arrived in a single read is measured here.
+                    # The server protocol enforces its limit only on a head still
+                    # incomplete; one that arrived in a single read is measured here.
                     limit = self.limits.max_header_bytes
                     raise BadInput(431, f"request headers over {limit} bytes")
                 check_headers(scope["headers"], self._ascii_only, self._numeric)

@@ -18,7 +18,9 @@ must stay one JSON object per line. Diagnostics go to standard error, as before.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
+import math
 from typing import Any
 
 __all__ = ["ACCESS_LOGGER", "IsoFormatter", "iso_time", "server_log_config"]
@@ -33,8 +35,17 @@ _LEVELS = {"critical": 50, "error": 40, "warning": 30, "info": 20, "debug": 10, 
 def iso_time(wall_s: float) -> str:
     """``wall_s`` (seconds since the epoch) as ISO 8601 in UTC with milliseconds and a ``Z``,
     e.g. ``2026-12-05T08:21:01.123Z``."""
-    moment = dt.datetime.fromtimestamp(wall_s, dt.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    # Rounded to the microsecond first, as datetime.fromtimestamp does.
+    fraction, whole = math.modf(wall_s)
+    second, micros = divmod(int(whole) * 1_000_000 + round(fraction * 1e6), 1_000_000)
+    return f"{_iso_second(second)}.{micros // 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=8)
+def _iso_second(second: int) -> str:
+    """Up to the seconds (formatted once per second: the access log writes a line per
+    request)."""
+    return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 class IsoFormatter(logging.Formatter):

@@ -1,15 +1,21 @@
-"""uvicorn for a hardened server: the h11 protocol with a request-head timeout, the settings
-that apply :class:`~agentrt_serving.hardening.HttpLimits`, a listening socket, and an embedded
-server run in the caller's event loop (docs/security.md, "Hardened HTTP surface").
+"""uvicorn for a hardened server: uvicorn's httptools (or h11) protocol with a request-head
+timeout and a head size limit, the settings that apply
+:class:`~agentrt_serving.hardening.HttpLimits`, a listening socket, and an embedded server run
+in the caller's event loop (docs/security.md, "Hardened HTTP surface").
 
-* :class:`HeadTimeoutH11Protocol` — uvicorn's h11 protocol with a **request-head timeout**: a
-  connection must deliver a whole request line + headers within ``timeout_keep_alive``
-  seconds of connecting (or of its first byte after a finished request), else it is closed.
-  uvicorn itself only times out *idle* keep-alive connections, so a client trickling one
-  header byte at a time held its connection forever (slow loris).
-* :func:`uvicorn_config` — h11 explicitly (its head size limit applies to it), the head
-  timeout, the connection limit, no uvicorn access log (the controller writes its own,
-  :mod:`agentrt_serving.logs`), the app's lifespan on.
+* :class:`HardenedHttpToolsProtocol` (the default) — uvicorn's httptools protocol (llhttp, in
+  C: about a tenth of h11's CPU per request) with a **request-head timeout**: a connection
+  must deliver a whole request line + headers within ``timeout_keep_alive`` seconds of
+  connecting (or of its first byte after a finished request), else it is closed — uvicorn
+  itself only times out *idle* keep-alive connections, so a client trickling one header byte
+  at a time held its connection forever (slow loris); and a **head size limit**, which llhttp
+  does not have: a head still incomplete after ``max_header_bytes`` is answered 431.
+* :class:`HeadTimeoutH11Protocol` — the same on uvicorn's pure-Python h11 protocol (h11's own
+  incomplete-event limit is the head size limit); ``protocol="h11"``.
+* :func:`uvicorn_config` — the protocol, the head timeout, the head size limit, the
+  connection limit, no uvicorn access log (the controller writes its own,
+  :mod:`agentrt_serving.logs`), the app's lifespan on; a server process runs on uvloop
+  where it is installed (uvicorn's ``loop="auto"``).
 * :func:`listening_socket` and :func:`running` — bind before anything is printed, then serve
   on that socket until the ``async with`` block exits.
 """
@@ -20,13 +26,15 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import anyio
 import h11
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from agentrt_serving.asgi import Receive, Scope, Send
 from agentrt_serving.hardening import HttpLimits
@@ -34,7 +42,9 @@ from agentrt_serving.hardening import HttpLimits
 __all__ = [
     "EmbeddedServer",
     "GuardedApp",
+    "HardenedHttpToolsProtocol",
     "HeadTimeoutH11Protocol",
+    "HttpProtocol",
     "listening_socket",
     "running",
     "uvicorn_config",
@@ -42,6 +52,13 @@ __all__ = [
 
 #: Pending connections the listening socket queues (uvicorn's default backlog).
 _BACKLOG = 2048
+#: The HTTP/1.1 implementation a server runs on: ``httptools`` (llhttp, in C) or ``h11``
+#: (pure Python); both hardened alike.
+HttpProtocol = Literal["httptools", "h11"]
+_TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8"
+    b"\r\ncontent-length: 32\r\nconnection: close\r\n\r\nRequest header fields too large."
+)
 
 
 class HeadTimeoutH11Protocol(H11Protocol):
@@ -85,6 +102,136 @@ class HeadTimeoutH11Protocol(H11Protocol):
             self.transport.close()
 
 
+class HardenedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools (llhttp) protocol with the hardening :class:`HeadTimeoutH11Protocol`
+    gives h11: the **request-head timeout** (as there), and the **head size limit**, which
+    llhttp lacks — while a request head is incomplete, the bytes received for it are counted,
+    and past ``max_header_bytes`` the connection is answered 431 and closed (a head that
+    arrived whole in one read is measured by :class:`~agentrt_serving.hardening.HardenedApp`).
+    Malformed requests are answered 400 and closed by uvicorn, as with h11."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+    #: A request head is expected or under way (from connecting, or from the end of a
+    #: request's body, to the end of the next head).
+    _in_head: bool = True
+    #: Bytes received for the head under way (counted while it is incomplete).
+    _head_bytes: int = 0
+    #: Heads completed on this connection (tells a read that ended a head from one that did
+    #: not).
+    _heads: int = 0
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self._max_head_bytes = config.h11_max_incomplete_event_size or HttpLimits().max_header_bytes
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._in_head:
+            super().data_received(data)
+            return
+        if self._head_timer is None and self._idle():
+            self._arm_head_timer()
+        heads = self._heads
+        super().data_received(data)
+        if heads == self._heads and not self.transport.is_closing():  # still incomplete
+            self._head_bytes += len(data)
+            if self._head_bytes > self._max_head_bytes:
+                self._send_431()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        self._heads += 1
+        self._disarm_head_timer()
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # what comes next is the next request's head
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def on_response_complete(self) -> None:
+        self._disarm_head_timer()  # uvicorn's keep-alive timer takes over
+        super().on_response_complete()
+
+    def _idle(self) -> bool:
+        """No request is being answered (the h11 protocol's client state IDLE)."""
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and self._idle() and not self.transport.is_closing():
+            self.transport.close()
+
+    def _send_431(self) -> None:
+        """Answer 431 and close (only close while an answer is being sent: a status line in
+        the middle of it would corrupt it)."""
+        self.logger.warning("request head over %d bytes", self._max_head_bytes)
+        if self._idle():
+            self.transport.write(_TOO_LARGE)
+        self.transport.close()
+
+
+class _CoalescingTransport:
+    """A transport that sends a response's head with what follows it in the same turn of the
+    event loop: uvicorn writes a head and its body separately, each a system call (on
+    loopback, the costliest single step of a proxied call). A head (a write starting with the
+    status line) is held until the next write, which goes out joined with it, or until the end
+    of the turn (a callback the loop runs right after the current ones, before it polls
+    again). Other writes, a stream's chunks, go out at once. ``close`` writes what is held
+    first. Everything else is the transport's."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held = b""
+
+    def write(self, data: bytes) -> None:
+        if self._held:
+            data, self._held = self._held + data, b""
+        elif data.startswith(b"HTTP/1.1 "):
+            self._held = data
+            self._loop.call_soon(self._flush)
+            return
+        self._transport.write(data)
+
+    def _flush(self) -> None:
+        if self._held:
+            data, self._held = self._held, b""
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self._flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class GuardedApp(Protocol):
     """An ASGI app that carries the limits it is served under
     (:class:`~agentrt_serving.hardening.HardenedApp`, or a wrapper around one)."""
@@ -103,15 +250,16 @@ def uvicorn_config(
     log_level: str,
     graceful_shutdown_s: float,
     log_config: dict[str, Any] | None = None,
+    protocol: HttpProtocol = "httptools",
 ) -> uvicorn.Config:
-    """uvicorn's settings for ``app`` under its limits: h11 with the request-head timeout
-    (``header_timeout_s``, also the idle keep-alive timeout), h11's head size limit
-    (``max_header_bytes``), the connection limit (``max_concurrency``; 503 beyond), no access
-    log (it would name every path), lifespan on. ``host`` / ``port`` are what uvicorn reports
-    (the server serves on the socket it is given); in-flight requests get
-    ``graceful_shutdown_s`` seconds when the server stops. ``log_config`` (a ``dictConfig``,
-    :func:`agentrt_serving.logs.server_log_config` for a server process) is applied when the
-    config is made; ``None`` = uvicorn's own, for embedded servers."""
+    """uvicorn's settings for ``app`` under its limits: ``protocol`` with the request-head
+    timeout (``header_timeout_s``, also the idle keep-alive timeout), the head size limit
+    (``max_header_bytes``; 431, or 400 from h11), the connection limit (``max_concurrency``;
+    503 beyond), no access log (it would name every path), lifespan on. ``host`` / ``port``
+    are what uvicorn reports (the server serves on the socket it is given); in-flight requests
+    get ``graceful_shutdown_s`` seconds when the server stops. ``log_config`` (a
+    ``dictConfig``, :func:`agentrt_serving.logs.server_log_config` for a server process) is
+    applied when the config is made; ``None`` = uvicorn's own, for embedded servers."""
     limits = app.limits
     return uvicorn.Config(
         app,
@@ -122,7 +270,8 @@ def uvicorn_config(
         # None given: uvicorn's own default (uvicorn.config.LOGGING_CONFIG).
         log_config=LOGGING_CONFIG if log_config is None else log_config,
         lifespan="on",
-        http=HeadTimeoutH11Protocol,
+        http=HardenedHttpToolsProtocol if protocol == "httptools" else HeadTimeoutH11Protocol,
+        # h11's incomplete-event limit; HardenedHttpToolsProtocol reads it as its own.
         h11_max_incomplete_event_size=limits.max_header_bytes,
         # Annotated int by uvicorn; used as loop.call_later's delay and asyncio.timeout's
         # (float seconds both).

@@ -200,3 +200,37 @@ def test_responses_deltas_count_and_completed_usage_is_read(eol: bytes) -> None:
         "completion_tokens": 3,
         "prompt_tokens_details": {"cached_tokens": 8},
     }
+
+
+#: Events of every kind a chat stream may carry: tokens with and without a null usage, with
+#: empty choices, the usage chunk (compact and spaced), text naming usage, comments, several
+#: data lines, [DONE].
+_KINDS = [
+    b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}',
+    b'data: {"choices": [{"index": 0, "delta": {"content": "y"}}], "usage": null}',
+    b'data: {"choices":[],"usage":null}',
+    b'data: {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}',
+    b'data: {"choices":[],"usage":{"prompt_tokens":6,"completion_tokens":1}}',
+    b'data: {"choices":[{"delta":{"content":"\\"usage\\": {\\"prompt_tokens\\": 1}"}}]}',
+    b'data: {"choices":[{"index":0,"delta":{}}],"usage":{"prompt_tokens":7}}',
+    b": keep-alive comment",
+    b'event: message\ndata: {"choices":[{"delta":{"content":"z"}}]}',
+    b"data: [DONE]",
+]
+
+
+@pytest.mark.parametrize("strip", [False, True])
+@pytest.mark.parametrize("order", range(6))
+def test_the_lf_fast_path_decides_like_the_general_one(strip: bool, order: int) -> None:
+    # The same events framed with LF (the fast path for one-line events) and with CRLF (every
+    # event through the general path) are counted, read and kept alike.
+    events = _KINDS[order:] + _KINDS[:order] + _KINDS[::-1]
+    results = []
+    for eol in (b"\n", b"\r\n"):
+        scanner = SseScanner(strip_usage_chunk=strip)
+        framed = b"".join(event.replace(b"\n", eol) + eol + eol for event in events)
+        out, _ = scanner.feed(framed)
+        kept = [e.replace(eol, b"\n") for e in out.split(eol + eol) if e]
+        results.append((scanner.chunks, scanner.usage, kept))
+    assert results[0] == results[1]
+    assert results[0][0] == 10  # five of the kinds carry output, each twice

@@ -9,8 +9,10 @@ import sys
 import pytest
 
 from agentrt_controller.routing.hashing import (
+    MessageChains,
     extend_token_block_hashes,
     message_block_hashes,
+    request_block_hashes,
     token_block_hashes,
 )
 
@@ -101,3 +103,22 @@ def test_message_boundaries_matter_and_parts_and_tools_count() -> None:
     assert len(message_block_hashes([{"role": "user", "content": "x" * 200}], block_tokens=16)) == 4
     with pytest.raises(ValueError):
         message_block_hashes([], block_tokens=0)
+
+
+def test_the_message_memo_changes_nothing_but_the_work_and_stays_bounded() -> None:
+    memo = MessageChains(max_bytes=40_000, min_bytes=1024)
+    history: list[dict[str, object]] = [{"role": "system", "content": "be brief " * 200}]
+    for turn in range(12):  # an agent's conversation, each call repeating the one before
+        history.append({"role": "user", "content": f"step {turn} " + "data " * 700})
+        for salt, blocks in (("tenant-a", 8192), ("tenant-b", 8192), ("tenant-a", 300)):
+            plain = message_block_hashes(history, salt=salt, max_blocks=blocks)
+            assert message_block_hashes(history, salt=salt, max_blocks=blocks, memo=memo) == plain
+        body = {"model": "m", "messages": history}
+        assert request_block_hashes(body, memo) == request_block_hashes(body)
+        history.append({"role": "assistant", "content": "ok " + "x" * turn})  # short: not kept
+    assert len(memo) > 0 and memo.held_bytes <= 40_000  # the oldest dropped
+    roomy = MessageChains()
+    first = message_block_hashes(history, salt="tenant-a", memo=roomy)
+    held = len(roomy)
+    assert message_block_hashes(history, salt="tenant-a", memo=roomy) == first
+    assert len(roomy) == held == 13  # the second time every long message was looked up

@@ -133,7 +133,11 @@ class _Connection(asyncio.Protocol):
     async def body(self, read_timeout_s: float | None) -> AsyncIterator[bytes]:
         while True:
             if self._chunks:
-                chunk = self._chunks.popleft()
+                # Whatever arrived since the last turn goes on as one piece: a read holding
+                # many HTTP chunks (SSE events) becomes one write to the client, not one each.
+                chunks = self._chunks
+                chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
                 self._buffered -= len(chunk)
                 if self._paused and self._buffered < _HIGH_WATER // 4 and self.transport:
                     self._paused = False

@@ -14,7 +14,9 @@ Two ways to build a chain, one per kind of driver:
   service): each message is serialised canonically and cut into chunks of about
   ``block_tokens`` tokens (``block_tokens * chars_per_token`` characters); a message's last
   chunk may be short, so chains still align at every *message boundary*. A conversation that
-  extends an earlier one shares all of the earlier one's elements.
+  extends an earlier one shares all of the earlier one's elements. A :class:`MessageChains`
+  memo (the controller keeps one) remembers the elements of recent messages, so that a
+  program's next call, which repeats its history, hashes only its new messages.
 
 Both are deterministic across processes (no use of Python's salted ``str`` hash): token
 chains hash tuples of ints, which Python hashes deterministically; text chains use BLAKE2b.
@@ -25,11 +27,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
     "DEFAULT_BLOCK_TOKENS",
     "DEFAULT_CHARS_PER_TOKEN",
+    "MessageChains",
     "extend_token_block_hashes",
     "message_block_hashes",
     "request_block_hashes",
@@ -111,6 +115,49 @@ def _message_text(message: Mapping[str, object]) -> str:
     return "\x1f".join(fields)
 
 
+class MessageChains:
+    """A memo of the chain elements of whole messages for :func:`message_block_hashes`: the
+    elements a message adds depend only on the chain before it and on its bytes, so a message
+    seen after the same chain is looked up (one hash of its bytes, C speed) instead of cut and
+    hashed block by block. Holds at most ``max_bytes`` of message bytes (least recently used
+    dropped first); messages shorter than ``min_bytes`` are always hashed (cheaper than the
+    lookup). Output is the same with or without it."""
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024, min_bytes: int = 1024) -> None:
+        self.max_bytes = max_bytes
+        self.min_bytes = min_bytes
+        #: (chain before, message bytes) → (elements it adds, chain after).
+        self._entries: OrderedDict[tuple[bytes, bytes], tuple[tuple[int, ...], bytes]] = (
+            OrderedDict()
+        )
+        self._bytes = 0
+
+    def get(self, parent: bytes, data: bytes) -> tuple[tuple[int, ...], bytes] | None:
+        found = self._entries.get((parent, data))
+        if found is not None:
+            self._entries.move_to_end((parent, data))
+        return found
+
+    def put(self, parent: bytes, data: bytes, elements: tuple[int, ...], after: bytes) -> None:
+        if len(data) > self.max_bytes:
+            return
+        key = (parent, data)
+        if key not in self._entries:
+            self._bytes += len(data)
+        self._entries[key] = (elements, after)
+        while self._bytes > self.max_bytes:
+            (_, dropped), _ = self._entries.popitem(last=False)
+            self._bytes -= len(dropped)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the messages held (at most ``max_bytes``)."""
+        return self._bytes
+
+
 def message_block_hashes(
     messages: Iterable[Mapping[str, object]],
     *,
@@ -118,12 +165,14 @@ def message_block_hashes(
     block_tokens: int = DEFAULT_BLOCK_TOKENS,
     chars_per_token: int = DEFAULT_CHARS_PER_TOKEN,
     max_blocks: int = DEFAULT_MAX_BLOCKS,
+    memo: MessageChains | None = None,
 ) -> tuple[int, ...]:
     """The chain over chat ``messages`` (OpenAI format), cut at message boundaries.
 
     Each message yields ``ceil(len(text) / (block_tokens * chars_per_token))`` elements (at
     least one), so an element stands for about ``block_tokens`` tokens; the chain ends after
-    ``max_blocks`` elements. Raises ``ValueError`` for non-positive sizes.
+    ``max_blocks`` elements. ``memo`` (the same sizes on every call) saves rehashing messages
+    seen before after the same chain. Raises ``ValueError`` for non-positive sizes.
     """
     if block_tokens < 1 or chars_per_token < 1 or max_blocks < 1:
         raise ValueError("block_tokens, chars_per_token and max_blocks must be >= 1")
@@ -135,32 +184,49 @@ def message_block_hashes(
         if room <= 0:
             break
         data = _utf8(_message_text(message))
+        whole = len(data) <= room * chunk
+        remembered = memo is not None and whole and len(data) >= memo.min_bytes
+        if remembered:
+            assert memo is not None
+            found = memo.get(parent, data)
+            if found is not None:
+                out.extend(found[0])
+                parent = found[1]
+                continue
+        before, first = parent, len(out)
         # A boundary marker per message: "ab" + "c" and "a" + "bc" must not collide.
         pieces = [data[i : i + chunk] for i in range(0, min(len(data), room * chunk), chunk)]
-        if len(data) <= room * chunk:
+        if whole:
             pieces = pieces or [b""]
             pieces[-1] += b"\x1e"
         for piece in pieces:
             parent = hashlib.blake2b(parent + piece, digest_size=8).digest()
             out.append(int.from_bytes(parent, "big"))
+        if remembered:
+            assert memo is not None
+            memo.put(before, data, tuple(out[first:]), parent)
     return tuple(out)
 
 
-def request_block_hashes(body: Mapping[str, object]) -> tuple[int, ...]:
+def request_block_hashes(
+    body: Mapping[str, object], memo: MessageChains | None = None
+) -> tuple[int, ...]:
     """The chain of an OpenAI request body: its ``messages`` (chat) or ``prompt`` (text
     completion: a string, or a list of strings / token ids, serialised as one message), salted
     with its ``model`` and its ``cache_salt`` (KV is never shared across models or salts: a
     backend serving two models holds one cache per model, so the prefix index must not match
-    one model's prefix for the other's call). ``()`` when the body has neither."""
+    one model's prefix for the other's call). ``()`` when the body has neither. ``memo``: see
+    :func:`message_block_hashes`."""
     parts = [body.get("model"), body.get("cache_salt")]
     texts = [p for p in parts if isinstance(p, str) and p]
     salt = "\x1f".join(texts) if texts else None
     messages = body.get("messages")
     if isinstance(messages, list):
-        return message_block_hashes((m for m in messages if isinstance(m, Mapping)), salt=salt)
+        chat = (m for m in messages if isinstance(m, Mapping))
+        return message_block_hashes(chat, salt=salt, memo=memo)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
-        return message_block_hashes([{"content": prompt}], salt=salt)
+        return message_block_hashes([{"content": prompt}], salt=salt, memo=memo)
     if isinstance(prompt, list) and prompt:
-        return message_block_hashes([{"content": json.dumps(prompt)}], salt=salt)
+        return message_block_hashes([{"content": json.dumps(prompt)}], salt=salt, memo=memo)
     return ()

@@ -70,8 +70,8 @@ def uvicorn_config(
     *,
     log_config: dict[str, Any] | None = None,
 ) -> uvicorn.Config:
-    """uvicorn's settings: h11 (explicitly, so that its head size limit applies) with a
-    request-head timeout, and the config's connection limit (docs/security.md); ``log_config``
+    """uvicorn's settings: the hardened httptools protocol (request-head timeout, head size
+    limit) and the config's connection limit (docs/security.md); ``log_config``
     for a server process (:func:`agentrt_serving.logs.server_log_config`), ``None`` when
     embedded."""
     return hardened_uvicorn_config(

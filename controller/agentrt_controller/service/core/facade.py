@@ -73,6 +73,7 @@ from agentrt_controller.backends.api import (
 from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
+from agentrt_controller.routing.hashing import MessageChains
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.config import ControllerConfig
@@ -178,6 +179,9 @@ class ControllerCore:
         self.retry = RetryPolicy(config.max_retries)
         #: Fill ``CallFacts.block_hashes`` (message-boundary chains) for a prefix-aware router.
         self._hashes = uses_block_hashes(self.dispatcher.router)
+        #: The chains of recent messages: a program's next call repeats its history, whose
+        #: hashing would otherwise grow the cost of a call with its prompt.
+        self._chains = MessageChains()
         #: vLLM's KV events for the exact prefix index (backends with ``kv_events``); ``None``
         #: = none configured (the estimate alone).
         self.kv_events = KvEventsFeed.build(
@@ -293,7 +297,7 @@ class ControllerCore:
             self._check_program(call.program, tenant)
             self.metrics.tenant_calls.inc(1.0, tenant.name)
         if self._hashes:
-            call = replace(call, block_hashes=request_block_hashes(body))
+            call = replace(call, block_hashes=request_block_hashes(body, self._chains))
         retained = None
         if tagged and self.retention is not None:
             retained = self.retention.on_call(call)

@@ -1,10 +1,10 @@
 """Running the controller: embedded on a free loopback port, or as the CLI's server.
 
 Both serve the :class:`ControllerApp` behind :class:`~agentrt_serving.hardening.HardenedApp`
-(the hardened HTTP surface the controller shares with the engine emulator) on uvicorn's h11
-protocol with a request-head timeout, the header size limit and the connection limit of the
-config (docs/security.md, "Hardened HTTP surface"); every answer the guard makes itself is in
-the controller's OpenAI error envelope.
+(the hardened HTTP surface the controller shares with the engine emulator) on uvicorn's
+httptools protocol with a request-head timeout, the header size limit and the connection limit
+of the config (docs/security.md, "Hardened HTTP surface"), on uvloop as a process; every
+answer the guard makes itself is in the controller's OpenAI error envelope.
 
 The CLI's server binds its socket before anything is printed (a port in use is a
 :class:`ConfigError`, and the start-up line never appears) and drains on SIGTERM or SIGINT

@@ -86,12 +86,16 @@ def responses_usage(usage: object) -> ChatUsage | None:
 class SseScanner:
     """Feed raw stream bytes; get back the bytes to forward (whole events only)."""
 
-    __slots__ = ("_buffer", "_crlf", "_responses", "_strip_usage_chunk", "chunks", "usage")
+    __slots__ = (
+        "_buffer", "_chat_plain", "_crlf", "_responses", "_strip_usage_chunk", "chunks", "usage"
+    )  # fmt: skip
 
     def __init__(self, *, strip_usage_chunk: bool, dialect: Dialect = "chat") -> None:
         self._buffer = b""
         self._strip_usage_chunk = strip_usage_chunk and dialect == "chat"
         self._responses = dialect == "responses"
+        #: Chat dialect: one-line events take the fast path in :meth:`feed`.
+        self._chat_plain = dialect == "chat"
         #: A CR was seen: the general framing path from now on (LF-only streams stay fast).
         self._crlf = False
         #: Events that carried output (≈ output tokens so far).
@@ -112,7 +116,25 @@ class SseScanner:
             self._buffer = buffer
             return b"", 0
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
-        out = [event for event in complete.split(b"\n\n") if event and self._keep(event)]
+        out = []
+        plain = self._chat_plain
+        for event in complete.split(b"\n\n"):
+            if not event:
+                continue
+            # The common event, one ``data: {...}`` line of a chat stream whose usage is absent
+            # or null, decided here in a few byte searches; anything else by _keep.
+            if (
+                plain
+                and event.startswith(b"data: {")
+                and b"\n" not in event
+                and (b'"usage"' not in event or _NULL_USAGE.search(event) is not None)
+            ):
+                if b'"choices":[]' not in event and b'"choices": []' not in event:
+                    self.chunks += 1
+                out.append(event)
+                continue
+            if self._keep(event):
+                out.append(event)
         forwarded = b"\n\n".join(out) + b"\n\n" if out else b""
         return forwarded, self.chunks - before
 

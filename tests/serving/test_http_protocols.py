@@ -1,0 +1,196 @@
+"""Both HTTP/1.1 protocols a hardened server can run on (httptools, the default, and h11) keep
+the same hardening over real sockets: the head size limit on a head that arrives in pieces,
+the request-head timeout (slow loris) on a new and on a kept-alive connection, the idle
+keep-alive timeout, malformed requests refused, and pipelined requests answered in order
+without their bytes counting towards the next head."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+import anyio.abc
+import pytest
+
+from agentrt_serving.asgi import Receive, Scope, Send
+from agentrt_serving.hardening import HardenedApp, HttpLimits
+from agentrt_serving.uvicorn_server import (
+    EmbeddedServer,
+    HttpProtocol,
+    listening_socket,
+    running,
+    uvicorn_config,
+)
+from tests.backends.servers import request_body
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+LIMITS = HttpLimits(max_header_bytes=4096, header_timeout_s=0.5)
+PROTOCOLS = ["httptools", "h11"]
+
+
+class NotStarted(Exception):
+    pass
+
+
+async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        while (await receive())["type"] != "lifespan.shutdown":
+            await send({"type": "lifespan.startup.complete"})
+        await send({"type": "lifespan.shutdown.complete"})
+        return
+    body = await request_body(receive)
+    answer = scope["path"].encode() + b" " + body
+    headers = [(b"content-length", b"%d" % len(answer))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": answer})
+
+
+@contextlib.asynccontextmanager
+async def _serve(protocol: HttpProtocol) -> AsyncIterator[int]:
+    app = HardenedApp(
+        _echo,
+        limits=LIMITS,
+        ascii_only=lambda name: False,
+        numeric=frozenset(),
+        error_body=lambda status, message, param: b'{"status": %d}' % status,
+        on_internal_error=lambda route: None,
+        route_of=lambda scope: "unmatched",
+        logger=logging.getLogger("tests.serving.protocols"),
+    )
+    sock = listening_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    config = uvicorn_config(
+        app, host="127.0.0.1", port=port, log_level="critical", graceful_shutdown_s=0.5,
+        protocol=protocol,
+    )  # fmt: skip
+    async with running(EmbeddedServer(config), sock, not_started=NotStarted):
+        yield port
+
+
+async def _until_closed(stream: anyio.abc.SocketStream, limit_s: float) -> tuple[bytes, float]:
+    """What the server sends until it closes the connection (or ``limit_s`` passes), and
+    how long that took (``math.inf``: not closed)."""
+    start = time.monotonic()
+    data = b""
+    with anyio.move_on_after(limit_s):
+        while True:
+            try:
+                data += await stream.receive()
+            except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                return data, time.monotonic() - start
+    return data, math.inf
+
+
+def _request(path: str, body: bytes = b"") -> bytes:
+    return b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%s" % (
+        path.encode(),
+        len(body),
+        body,
+    )
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_head_growing_past_the_limit_in_pieces_is_refused(protocol: HttpProtocol) -> None:
+    async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(b"GET /x HTTP/1.1\r\nhost: x\r\nx-big: ")
+        raw = b""
+        for _ in range(12):  # 6 KiB of one header value, 512 bytes at a time, until answered
+            await stream.send(b"a" * 512)
+            with anyio.move_on_after(0.02):
+                raw = await stream.receive()  # (sending on would reset the connection)
+            if raw:
+                break
+        rest, took = await _until_closed(stream, 5)
+        raw += rest
+    assert took < 5, "the connection stayed open"
+    # httptools: the protocol's own 431; h11: uvicorn answers its limit with a 400.
+    assert raw.startswith(b"HTTP/1.1 431 " if protocol == "httptools" else b"HTTP/1.1 400 ")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_head_under_the_limit_in_pieces_is_served(protocol: HttpProtocol) -> None:
+    async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nx-big: ")
+        for _ in range(7):  # 3.5 KiB
+            await anyio.sleep(0.005)
+            await stream.send(b"a" * 512)
+        await stream.send(b"\r\nconnection: close\r\n\r\nok")
+        raw, _ = await _until_closed(stream, 5)
+    assert raw.startswith(b"HTTP/1.1 200 ") and raw.endswith(b"/x ok")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_pipelined_requests_are_answered_in_order_and_their_bodies_are_no_head(
+    protocol: HttpProtocol,
+) -> None:
+    # Ten requests with 3 KiB bodies in one write: 30 KiB, far over the head limit in total.
+    requests = b"".join(_request(f"/r{i}", b"b" * 3000) for i in range(10))
+    async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(requests)
+        raw = b""
+        with anyio.fail_after(5):
+            while raw.count(b"HTTP/1.1 200 ") < 10 or not raw.endswith(b"b"):
+                raw += await stream.receive()
+    order = [raw.index(b"/r%d " % i) for i in range(10)]
+    assert order == sorted(order)
+    assert raw.count(b"HTTP/1.1 ") == 10
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_trickled_head_is_dropped_new_or_kept_alive(protocol: HttpProtocol) -> None:
+    async with _serve(protocol) as port:
+        for first in (b"", _request("/first")):
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+                await stream.send(first + b"GET /slow HTTP/1.1\r\nhost: x\r\n")
+                closed_after = math.inf
+                start = time.monotonic()
+                for _ in range(30):  # one header byte every 0.05 s, never the end of the head
+                    await anyio.sleep(0.05)
+                    try:
+                        await stream.send(b"X")
+                    except (anyio.BrokenResourceError, OSError):
+                        closed_after = time.monotonic() - start
+                        break
+                if closed_after == math.inf:
+                    _, took = await _until_closed(stream, 0.5)
+                    closed_after = time.monotonic() - start if took < 0.5 else math.inf
+            assert closed_after < LIMITS.header_timeout_s + 0.5, first
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_an_idle_connection_is_closed_after_the_timeout(protocol: HttpProtocol) -> None:
+    async with _serve(protocol) as port:
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:  # says nothing
+            _, took = await _until_closed(stream, 3)
+        assert took < LIMITS.header_timeout_s + 0.5
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:  # one call, then idle
+            await stream.send(_request("/once", b"1"))
+            raw, took = await _until_closed(stream, 3)
+        assert raw.startswith(b"HTTP/1.1 200 ") and raw.endswith(b"/once 1")
+        assert took < LIMITS.header_timeout_s + 0.5
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"GET /x HTTP/1.1\r\nhost: x\r\nbad header: 1\r\n\r\n",
+        b"GET /x HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab",
+        b"POST /x HTTP/1.1\r\nhost: x\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS client hello
+    ],
+    ids=["space-in-name", "two-lengths", "bad-chunk", "tls"],
+)
+async def test_a_malformed_request_is_a_400_and_closed(
+    protocol: HttpProtocol, request_bytes: bytes
+) -> None:
+    async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(request_bytes)
+        raw, took = await _until_closed(stream, 5)
+    assert took < 5
+    assert raw.startswith(b"HTTP/1.1 400 ")
