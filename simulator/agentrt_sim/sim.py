@@ -389,6 +389,7 @@ class Simulation:
                     metrics_at_s=slot.metrics_at_s,
                     max_num_seqs=max(1, slot.core.config.max_num_seqs // share),
                     kv_capacity_tokens=slot.core.num_blocks * slot.core.config.block_size,
+                    cpu_kv_capacity_tokens=slot.cpu_tier_tokens,
                 )
             )
         return views

@@ -135,6 +135,7 @@ class EngineSlot:
         "backend_id",
         "busy",
         "core",
+        "cpu_tier_tokens",
         "in_flight",
         "index",
         "kv_cache_usage",
@@ -154,6 +155,8 @@ class EngineSlot:
         #: Calls the controller admitted here that have not finished.
         self.in_flight = 0
         self.supports_priority = core.config.scheduling_policy == "priority"
+        #: Tokens of KV its CPU tier holds (0 = no tier), as the engine would publish it.
+        self.cpu_tier_tokens = core.stats().num_cpu_blocks * core.config.block_size
         #: Last scraped gauges (BackendView), and when (seconds); -inf = never.
         self.num_running = 0
         self.num_waiting = 0

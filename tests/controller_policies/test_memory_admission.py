@@ -161,6 +161,17 @@ def test_a_context_below_the_minimum_shares_nothing() -> None:
     assert memory.demand_tokens("b0", 1.0) == 30_000  # A reserves nothing, so nothing shared
 
 
+def test_a_cpu_tier_is_room_too() -> None:
+    memory = MemoryAdmission()
+    memory.on_admit(make_facts("B", prompt_tokens=85_000), "b0", 0.0)
+    new = make_facts("C", prompt_tokens=20_000)  # 105,000 against 90,000 of GPU room
+    assert not memory.fits(new, _view(), 1.0)
+    # What memory cannot hold is offloaded and reloaded, not recomputed: 15,000 over 90,000
+    # fit in a 15,000-token tier, not in one of 14,999.
+    assert memory.fits(new, _view(cpu_kv_capacity_tokens=15_000), 1.0)
+    assert not memory.fits(new, _view(cpu_kv_capacity_tokens=14_999), 1.0)
+
+
 def test_deadlock_guard_unknown_capacity_and_disabled_always_admit() -> None:
     memory = MemoryAdmission()
     memory.on_admit(make_facts("B", prompt_tokens=95_000), "b0", 0.0)

@@ -156,6 +156,9 @@ async def test_with_a_cpu_tier_the_rule_lets_the_context_go_to_the_tier() -> Non
         assert facts["kv_capacity_tokens"] == CAPACITY
         assert facts["cpu_kv_capacity_tokens"] == 16_384
         assert facts["reload_s_per_token"] == pytest.approx(131_072 / 25e9)
+        # the dispatcher's view has the tier too: memory admission counts it as room
+        (view,) = app.core.pool.views()
+        assert (view.kv_capacity_tokens, view.cpu_kv_capacity_tokens) == (CAPACITY, 16_384)
         assert snapshot["counts"].get("pin") is None, snapshot["counts"]
         assert snapshot["counts"].get("retain") == 1, snapshot["counts"]
         assert await _pins(http, engine_url) == []

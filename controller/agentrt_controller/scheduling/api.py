@@ -57,6 +57,10 @@ class BackendView:
     #: Memory-aware admission (:mod:`agentrt_controller.scheduling.memory`) acts only where
     #: it is known (or configured).
     kv_capacity_tokens: int | None = None
+    #: Tokens of KV its CPU tier holds (vLLM's native offloading, ``--kv-offloading-size``;
+    #: the simulator's ``kv_offloading_size``): what memory cannot hold is offloaded there and
+    #: reloaded at host-link bandwidth instead of recomputed. 0 = none or unknown.
+    cpu_kv_capacity_tokens: int = 0
 
 
 class Scheduler(Protocol):

@@ -33,6 +33,10 @@ capacity ``C`` tokens (``BackendView.kv_capacity_tokens``, else the configured
   prompt past the prefix the residents hold there; it is admitted while
   ``demand + growth <= start_watermark x C`` — the rest is kept for the residents' contexts to
   grow;
+* a backend with a KV CPU tier (``BackendView.cpu_kv_capacity_tokens``: vLLM's native
+  offloading) has that much more room in both comparisons: what its memory cannot hold is
+  offloaded and reloaded at host-link bandwidth, not recomputed — and a recompute thrash is
+  what the rule prevents;
 * deadlock guard: a call is always admitted to a backend where none of our calls run
   (``in_flight == 0``) — nothing of ours could free memory there.
 
@@ -380,9 +384,12 @@ class MemoryAdmission:
         if growth < self.config.min_context_tokens:
             return True  # cheap either way: a short prompt, or a resident's next turn
         demand = self.demand_tokens(view.backend_id, now_s)
+        # What memory cannot hold goes to the backend's CPU tier and comes back at host-link
+        # bandwidth: room too (a recompute thrash is what the rule prevents, not a reload).
+        spill = view.cpu_kv_capacity_tokens
         if entry is not None:
-            return demand + growth <= capacity
-        return demand + growth <= self.config.start_watermark * capacity
+            return demand + growth <= capacity + spill
+        return demand + growth <= self.config.start_watermark * capacity + spill
 
     def is_long_start(self, facts: CallFacts, backend_ids: Sequence[str], now_s: float) -> bool:
         """Whether the call starts a long prefill: its prompt is at least

@@ -446,6 +446,7 @@ class BackendPool:
         for backend_id, state in self.states.items():
             load = state.load
             supports_priority = state.backend.capabilities.supports_priority
+            capacity = state.capacity
             facts = (
                 state.sequences_in_flight,
                 state.healthy,
@@ -474,7 +475,8 @@ class BackendPool:
                 max_num_seqs=load.max_num_seqs,
                 # Unknown (it never listed its models): it takes a call for any model.
                 models=state.model_ids or None,
-                kv_capacity_tokens=None if state.capacity is None else state.capacity.gpu_tokens,
+                kv_capacity_tokens=None if capacity is None else capacity.gpu_tokens,
+                cpu_kv_capacity_tokens=0 if capacity is None else capacity.tier_tokens(),
             )
             cache[backend_id] = (facts, view)
             out.append(view)
