@@ -344,6 +344,15 @@ def markdown(
             measured = "" if goal.ratio is None else f": {_r(goal.ratio)}"
             lines.append(f"- {goal.point}: {goal.text}{measured} — {verdict}")
         lines.append("")
+    if heading != "## Agents":
+        lines += [
+            "Reproduce: the commands above, each with its output saved (`… --json > a.json`), "
+            "then `.venv/bin/python benchmarks/agents.py --from-json a.json,b.json,… "
+            f"--heading '{heading}' --write-docs` (a point measured in two files: the later "
+            "file's).",
+            "",
+        ]
+        return "\n".join(lines)
     lines += [
         "Reproduce: `.venv/bin/python benchmarks/agents.py --subset ran --write-docs` (what "
         "is shown here; without `--subset` the issue's full grid, hours of CPU: run it in "

@@ -257,6 +257,7 @@ def test_section_and_write_docs(tmp_path: Path, capsys: pytest.CaptureFixture[st
     text = docs.read_text()
     assert text.count("| 1 (0.01/s) | `defaults` | 182 [181–183] |") == 2
     assert f"\n{heading}\n" in text and "## Other\n\nkept" in text
+    assert f"--heading '{heading}' --write-docs" in text  # its own way to reproduce it
 
 
 def test_saved_runs_of_different_loads_render_as_one() -> None:
