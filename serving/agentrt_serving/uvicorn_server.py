@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 import h11
@@ -61,19 +61,47 @@ _TOO_LARGE = (
 )
 
 
-class HeadTimeoutH11Protocol(H11Protocol):
+class _HeadTimer:
+    """The request-head timer both hardened protocols share: armed on connecting and on the
+    first byte of the next request, disarmed when the head is complete; when it fires while
+    the protocol still awaits a head (:meth:`_awaiting_head`), the connection is closed."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+    if TYPE_CHECKING:  # the protocol's (uvicorn sets them)
+        loop: asyncio.AbstractEventLoop
+        timeout_keep_alive: int
+        transport: asyncio.Transport
+
+    def _awaiting_head(self) -> bool:
+        """No request is being answered and its head is not complete."""
+        raise NotImplementedError
+
+    def _arm_head_timer(self) -> None:
+        self._disarm_head_timer()
+        self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._awaiting_head() and not self.transport.is_closing():
+            self.transport.close()
+
+
+class HeadTimeoutH11Protocol(_HeadTimer, H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request head is not complete within
     ``timeout_keep_alive`` seconds (of connecting, or of the first byte of the next request
     on a kept-alive connection)."""
-
-    _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm_head_timer()
 
     def data_received(self, data: bytes) -> None:
-        if self._head_timer is None and self.conn.their_state is h11.IDLE:
+        if self._head_timer is None and self._awaiting_head():
             self._arm_head_timer()
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # the head is complete
@@ -87,22 +115,11 @@ class HeadTimeoutH11Protocol(H11Protocol):
         self._disarm_head_timer()  # uvicorn's keep-alive timer takes over
         super().on_response_complete()
 
-    def _arm_head_timer(self) -> None:
-        self._disarm_head_timer()
-        self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
-
-    def _disarm_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            self.transport.close()
+    def _awaiting_head(self) -> bool:
+        return self.conn.their_state is h11.IDLE
 
 
-class HardenedHttpToolsProtocol(HttpToolsProtocol):
+class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
     """uvicorn's httptools (llhttp) protocol with the hardening :class:`HeadTimeoutH11Protocol`
     gives h11: the **request-head timeout** (as there), and the **head size limit**, which
     llhttp lacks — while a request head is incomplete, the bytes received for it are counted,
@@ -110,7 +127,6 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
     arrived whole in one read is measured by :class:`~agentrt_serving.hardening.HardenedApp`).
     Malformed requests are answered 400 and closed by uvicorn, as with h11."""
 
-    _head_timer: asyncio.TimerHandle | None = None
     #: A request head is expected or under way (from connecting, or from the end of a
     #: request's body, to the end of the next head).
     _in_head: bool = True
@@ -170,19 +186,8 @@ class HardenedHttpToolsProtocol(HttpToolsProtocol):
         """No request is being answered (the h11 protocol's client state IDLE)."""
         return self.cycle is None or self.cycle.response_complete
 
-    def _arm_head_timer(self) -> None:
-        self._disarm_head_timer()
-        self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
-
-    def _disarm_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
-
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        if self._in_head and self._idle() and not self.transport.is_closing():
-            self.transport.close()
+    def _awaiting_head(self) -> bool:
+        return self._in_head and self._idle()
 
     def _send_431(self) -> None:
         """Answer 431 and close (only close while an answer is being sent: a status line in
