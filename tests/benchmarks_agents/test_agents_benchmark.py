@@ -260,19 +260,25 @@ def test_section_and_write_docs(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert f"--heading '{heading}' --write-docs" in text  # its own way to reproduce it
 
 
-def test_saved_runs_of_different_loads_render_as_one() -> None:
-    rows = _rows()
-    meta = {
-        "command": "first",
+def _saved_meta(**values: Any) -> dict[str, Any]:
+    """The ``meta`` of a saved ``--json`` run of the coding point at 0.01/s (``values`` over)."""
+    return {
+        "command": "run",
         "machine": "load 1",
-        "wall_s": 60.0,
+        "wall_s": 10.0,
         "saturation": [[["coding", "a100", 1], 0.01]],
         "date": "2026-12-05",
         "seeds": [1, 2, 3],
         "note": "",
         "programs": 30,
         "duration": None,
+        **values,
     }
+
+
+def test_saved_runs_of_different_loads_render_as_one() -> None:
+    rows = _rows()
+    meta = _saved_meta(command="first", wall_s=60.0)
     half = {"rows": [r for r in rows if r["load"] == 0.5], "meta": meta}
     full = {
         "rows": [r for r in rows if r["load"] == 1.0],
@@ -287,17 +293,7 @@ def test_saved_runs_of_different_loads_render_as_one() -> None:
 
 def test_saved_pieces_of_one_point_are_compared_whole() -> None:
     rows = _rows()
-    meta = {
-        "command": "direct",
-        "machine": "load 1",
-        "wall_s": 10.0,
-        "saturation": [[["coding", "a100", 1], 0.01]],
-        "date": "2026-12-05",
-        "seeds": [1, 2, 3],
-        "note": "",
-        "programs": 30,
-        "duration": None,
-    }
+    meta = _saved_meta(command="direct", wall_s=10.0)
     # direct in one file, the others in another: each file alone has no ratios
     direct = [{**r, "vs_direct_mean": None} for r in rows if r["config"] == "direct"]
     others = [{**r, "vs_direct_mean": None} for r in rows if r["config"] != "direct"]
