@@ -28,13 +28,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 
 __all__ = [
     "DEFAULT_BLOCK_TOKENS",
     "DEFAULT_CHARS_PER_TOKEN",
     "MessageChains",
     "extend_token_block_hashes",
+    "leading_matches",
     "message_block_hashes",
     "request_block_hashes",
     "token_block_hashes",
@@ -60,6 +61,18 @@ def _utf8(text: str) -> bytes:
     """UTF-8 bytes of ``text``; a lone surrogate (valid in a JSON string, not in UTF-8) is
     kept as its 3-byte form, so any decoded request hashes instead of raising."""
     return text.encode("utf-8", "surrogatepass")
+
+
+def leading_matches(chain: Iterable[int], present: Container[int]) -> int:
+    """How many leading elements of ``chain`` are in ``present``: every element hashes its
+    parent, so this is the prefix ``chain`` shares with the chains ``present`` was filled
+    from."""
+    count = 0
+    for element in chain:
+        if element not in present:
+            break
+        count += 1
+    return count
 
 
 def token_block_hashes(

@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from agentrt.errors import ConfigError
-from agentrt_controller.routing.hashing import token_block_hashes
+from agentrt_controller.routing.hashing import leading_matches, token_block_hashes
 
 __all__ = [
     "BYTES_PER_BLOCK",
@@ -227,13 +227,7 @@ class ExactPrefixIndex:
             return None
         if state.block_size is not None and state.block_size != block_size:
             return None
-        present = state.present
-        count = 0
-        for element in chain:
-            if element not in present:
-                break
-            count += 1
-        return count
+        return leading_matches(chain, state.present)
 
     def is_synced(self, backend_id: str) -> bool:
         """Whether :meth:`match` answers for ``backend_id`` (block size aside)."""

@@ -68,7 +68,7 @@ from pydantic import Field
 
 from agentrt_controller.config_check import SECTION, check_fields, parse_section
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS
+from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS, leading_matches
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 
@@ -239,13 +239,7 @@ class _Ledger:
 
     def held_prefix(self, chain: tuple[int, ...]) -> int:
         """Tokens of ``chain``'s leading blocks that counted residents hold already."""
-        refs = self.refs
-        blocks = 0
-        for block in chain:
-            if block not in refs:
-                break
-            blocks += 1
-        return blocks * _CHAIN_BLOCK_TOKENS
+        return leading_matches(chain, self.refs) * _CHAIN_BLOCK_TOKENS
 
     def _share(self, chain: tuple[int, ...], step: int) -> None:
         """Add (``step`` 1) or take away (-1) a counted resident's chain (or the part of it
