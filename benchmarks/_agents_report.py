@@ -9,14 +9,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentrt_sim.peers import PEERS
+from agentrt_sim.peers import EXTRA, PEERS
 from benchmarks import _report
 
 WORKLOADS = ("coding", "research", "agents")
 LOADS = (0.5, 0.8, 1.0, 1.5)
 #: Short profile names -> the simulator's hardware profiles.
 PROFILES = {"a100": "a100-llama3-8b", "h100": "h100-llama3-8b"}
+#: The default grid's configurations, in report order.
 CONFIGS = tuple(PEERS)
+#: Every configuration ``--configs`` takes: the grid's, then the extra ones (a peer-like on
+#: other engines, the clairvoyant bounds; ``agentrt_sim.peers.EXTRA``).
+ALL_CONFIGS = (*PEERS, *EXTRA)
 #: The peer-like configurations ("the best peer-like" is the best of these at a point).
 PEER_LIKE = ("continuum", "llm-d", "thunderagent")
 #: The goals are judged on these workloads (the issue: "near direct's saturation on coding
@@ -179,6 +183,9 @@ def goals(rows: Sequence[Mapping[str, Any]]) -> list[Goal]:
 
 #: What of each paper the preset could not model (docs/benchmarks.md).
 NOT_MODELLED = {
+    "continuum-gpu": "as `continuum`.",
+    "oracle": "a bound, not a product: it knows each program's remaining service.",
+    "oracle+cpu": "a bound, not a product: it knows each program's remaining service.",
     "direct": "vLLM's own preemption is recompute (v1); swap to CPU is not modelled apart from "
     "the CPU tier of `direct+cpu`.",
     "direct+cpu": "the tier is vLLM's native offloading (LRU, PCIe cost not overlapped with the "
@@ -272,6 +279,7 @@ def markdown(
     """The docs section (under ``heading``) for ``rows`` (from :func:`compare`) and the run's
     ``meta`` (``command``, ``date``, ``seeds``, ``wall_s``, ``machine``, ``note``,
     ``saturation``, ``programs``, ``duration``)."""
+    shown = {r["config"] for r in rows}
     lines = [
         heading,
         "",
@@ -297,7 +305,7 @@ def markdown(
         ("config", "what", "flags", "what we could not model"),
         (
             [f"`{p.name}`", p.summary, f"`{p.flags}`", NOT_MODELLED.get(p.name, "—")]
-            for p in PEERS.values()
+            for p in [*PEERS.values(), *(EXTRA[c] for c in EXTRA if c in shown)]
         ),
     )
     lines += [

@@ -14,7 +14,9 @@ there is calibrated before the run.
 Configurations (``agentrt_sim.peers``; docs/benchmarks.md, "Agents", lists the flags of
 each and what of each paper could not be modelled): ``direct`` (stock vLLM), ``direct+cpu``
 (with the KV CPU tier), ``continuum``, ``llm-d``, ``thunderagent`` (the peer-like ones) and
-``defaults`` (the product with no flags). The same programs for every configuration of a
+``defaults`` (the product with no flags); on request (``--configs``) ``continuum-gpu``
+(Continuum without the CPU tier) and ``oracle`` / ``oracle+cpu`` (a bound: the defaults with
+clairvoyant program SRPT). The same programs for every configuration of a
 point; ``continuum``'s queueing delay ``T`` is the mean per-call queueing delay ``direct``
 showed at the same point (its rule needs one and the policy seam carries none).
 
@@ -60,6 +62,7 @@ from agentrt_sim.runner import BenchConfig  # noqa: E402
 from agentrt_sim.sim import Simulation  # noqa: E402
 from benchmarks import _report  # noqa: E402
 from benchmarks._agents_report import (  # noqa: E402
+    ALL_CONFIGS,
     CALIBRATION_STEPS,
     CONFIGS,
     LOADS,
@@ -312,6 +315,10 @@ def grid_jobs(
     return jobs
 
 
+#: The configurations that run Continuum's rule (its ``T`` comes from direct).
+CONTINUUM = ("continuum", "continuum-gpu")
+
+
 def measure(jobs: Sequence[Job], workers: int, runner: Runner = run_jobs) -> list[dict[str, Any]]:
     """Run ``jobs``: direct first, then the rest with Continuum's ``T`` taken from direct's
     run of the same point and seed."""
@@ -320,7 +327,7 @@ def measure(jobs: Sequence[Job], workers: int, runner: Runner = run_jobs) -> lis
     delay = {(*point_key(p), p["seed"]): p["queue_delay_s"] for p in points}
     rest = [
         replace(j, queueing_delay_s=delay.get((*point_key(vars(j)), j.seed), 0.0))
-        if j.config == "continuum"
+        if j.config in CONTINUUM
         else j
         for j in jobs
         if j.config != "direct"
@@ -423,7 +430,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     grid.add_argument(
         "--configs",
         default=",".join(CONFIGS),
-        help=f"configurations, of {', '.join(CONFIGS)} (direct always runs: the baseline)",
+        help=f"configurations, of {', '.join(ALL_CONFIGS)} (default: {', '.join(CONFIGS)}; "
+        "direct always runs: the baseline; oracle and oracle+cpu are clairvoyant bounds)",
     )
     grid.add_argument(
         "--piece",
@@ -499,7 +507,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args.profiles = _items(args.profiles, "--profiles", tuple(PROFILES))
     args.engines = _items(args.engines, "--engines", kind=int)
     args.seeds = [int(s) for s in _items(args.seeds, "--seeds", kind=int)]
-    configs = _items(args.configs, "--configs", CONFIGS)
+    configs = _items(args.configs, "--configs", ALL_CONFIGS)
     args.configs = ["direct", *[c for c in configs if c != "direct"]]
     if args.programs < 1:
         raise SystemExit("--programs must be >= 1")

@@ -24,6 +24,16 @@ Each preset follows its paper's rule as written, with the settings its authors r
   the shortest context first (``EngineConfig.preemption_order = "shortest"``).
 * ``defaults`` — ``agentrt controller serve`` with no flags (:mod:`agentrt_controller.defaults`).
 
+Not in the default grid (:data:`EXTRA`; ``benchmarks/agents.py --configs`` names them):
+
+* ``continuum-gpu`` — ``continuum`` on engines without the CPU tier (what its rule does on
+  the same engines as ``direct`` and ``defaults``).
+* ``oracle`` / ``oracle+cpu`` — a bound, not a product: the defaults with clairvoyant SRPT at
+  program level (:class:`~agentrt_controller.scheduling.srpt.SrptScheduler`: the program with
+  the least remaining service first, known from the simulator's plans) instead of PLAS,
+  without / with the CPU tier. No scheduler that has to guess the remaining work orders
+  programs better by mean JCT; what it cannot beat is the engines' capacity.
+
 Policies are pure, as every policy here (docs/architecture.md, "Design rules"): no clock, no
 I/O; ``now_s`` comes in.
 """
@@ -59,6 +69,7 @@ from agentrt_sim.sim import Policies
 
 __all__ = [
     "CPU_TIER_GIB",
+    "EXTRA",
     "PEERS",
     "ContinuumRetention",
     "Peer",
@@ -381,9 +392,45 @@ PEERS: Mapping[str, Peer] = {
 }
 
 
+_CPU = {"kv_offloading_size": CPU_TIER_GIB}
+
+#: Configurations outside the default grid: a peer-like on other engines and the bounds
+#: (module docstring).
+EXTRA: Mapping[str, Peer] = {
+    p.name: p
+    for p in (
+        Peer(
+            "continuum-gpu",
+            "Continuum as `continuum`, on engines without the KV CPU tier",
+            "--engine-policy priority --router autellix --admission-window unlimited; "
+            "scheduler ProgramFcfsScheduler, retention ContinuumRetention "
+            "(no flag: agentrt_sim/peers.py)",
+            {"scheduling_policy": "priority"},
+            _custom(ProgramFcfsScheduler, router="autellix", window=None, continuum=True),
+        ),
+        Peer(
+            "oracle",
+            "a bound: the defaults with clairvoyant program SRPT instead of PLAS",
+            "--policy srpt (simulator only: it reads the plans' remaining service)",
+            {},
+            _from_spec(PolicySpec(policy="srpt")),
+        ),
+        Peer(
+            "oracle+cpu",
+            f"a bound: `oracle` on engines with the KV CPU tier ({CPU_TIER_GIB:g} GiB per engine)",
+            f"--policy srpt --kv-offloading-size {CPU_TIER_GIB:g} (simulator only)",
+            _CPU,
+            _from_spec(PolicySpec(policy="srpt")),
+        ),
+    )
+}
+
+
 def peer(name: str) -> Peer:
-    """The :data:`PEERS` entry ``name``; :class:`ConfigError` naming the valid ones."""
-    try:
-        return PEERS[name]
-    except KeyError:
-        raise ConfigError(f"unknown configuration {name!r}; valid: {', '.join(PEERS)}") from None
+    """The :data:`PEERS` or :data:`EXTRA` entry ``name``; :class:`ConfigError` naming the
+    valid ones."""
+    found = PEERS.get(name) or EXTRA.get(name)
+    if found is None:
+        valid = ", ".join([*PEERS, *EXTRA])
+        raise ConfigError(f"unknown configuration {name!r}; valid: {valid}")
+    return found

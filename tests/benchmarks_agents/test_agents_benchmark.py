@@ -26,6 +26,9 @@ FAKE_MEAN = {
     "thunderagent": 350.0,
     "defaults": 180.0,
     "defaults+cpu": 170.0,
+    "continuum-gpu": 390.0,
+    "oracle": 175.0,
+    "oracle+cpu": 165.0,
 }
 
 
@@ -133,6 +136,24 @@ def test_bad_options_name_the_option(argv: list[str], message: str) -> None:
 def test_direct_always_runs_first() -> None:
     args = agents.parse_args(["--configs", "defaults,continuum"])
     assert args.configs == ["direct", "defaults", "continuum"]
+
+
+def test_extra_configurations_on_request_only(capsys: pytest.CaptureFixture[str]) -> None:
+    # the bounds and Continuum without its tier are not in the default grid ...
+    assert not {"oracle", "oracle+cpu", "continuum-gpu"} & set(agents.parse_args([]).configs)
+    # ... but run when named: continuum-gpu gets Continuum's T from direct like continuum
+    grid = ["--workloads", "coding", "--loads", "1", "--profiles", "a100", "--engines", "1"]
+    args = agents.parse_args([*grid, "--configs", "defaults+cpu,oracle+cpu,continuum-gpu"])
+    runner = FakeRunner()
+    points = agents.measure(agents.grid_jobs(args, {("coding", "a100", 1): 0.01}), 1, runner)
+    gpu = [j for j in runner.calls[1] if j.config == "continuum-gpu"]
+    assert {j.seed: j.queueing_delay_s for j in gpu} == {1: 2.0, 2: 4.0, 3: 6.0}
+    rows = report.compare(report.aggregate(points, args.configs))
+    meta = {**_saved_meta(), "saturation": [[("coding", "a100", 1), 0.01]]}
+    text = report.markdown(rows, meta)
+    # the configuration table names each extra one that ran, and only those
+    assert "| `oracle+cpu` | a bound:" in text and "| `continuum-gpu` |" in text
+    assert "| `oracle` |" not in text
 
 
 def test_duration_covers_the_programs() -> None:

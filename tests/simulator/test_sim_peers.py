@@ -12,9 +12,11 @@ from agentrt.errors import ConfigError
 from agentrt_controller.cost_model import CostModel
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention.api import ToolWaitFacts
+from agentrt_controller.scheduling.srpt import SrptScheduler
 from agentrt_emulator.core.types import EngineConfig
 from agentrt_sim.metrics import summarize
 from agentrt_sim.peers import (
+    EXTRA,
     PEERS,
     ContinuumConfig,
     ContinuumRetention,
@@ -178,6 +180,33 @@ def test_every_preset_runs_and_continuum_pins() -> None:
     assert results["direct+cpu"]["reloaded_tokens"] > 0
     assert results["continuum"]["reloaded_tokens"] > 0  # its CPU tier, as evaluated
     assert "reloaded_tokens" not in results["direct"]
+
+
+def test_the_extra_configurations_run() -> None:
+    # Continuum without its CPU tier pins on the engines the defaults get; the bounds schedule
+    # by the plans' remaining service (clairvoyant SRPT), with and without the tier
+    assert set(EXTRA) == {"continuum-gpu", "oracle", "oracle+cpu"}
+    with pytest.raises(ConfigError, match=r"valid: direct.*oracle\+cpu"):
+        peer("srpt")
+    for name in EXTRA:
+        preset = peer(name)
+        engine = preset.engine_config(EngineConfig(max_model_len=131072, num_gpu_blocks=3000))
+        assert (engine.kv_offloading_size > 0) == name.endswith("+cpu")
+        bench = BenchConfig(
+            workload="research", rate_per_s=0.2, duration_s=40, seed=2, engine=engine
+        )
+        policies = preset.build(CostModel(), None, 2.0)
+        if name.startswith("oracle"):
+            assert isinstance(policies.dispatcher.scheduler, SrptScheduler)
+        config = bench.sim_config()
+        plans = [compile_program(p) for p in bench.programs()]
+        record = Simulation(plans, config, policies).run(None)
+        summary = summarize(record, warmup_s=config.warmup_s, window_end_s=config.window_end_s)
+        assert summary["programs_completed"] > 0
+        if name == "continuum-gpu":
+            assert isinstance(policies.retention, ContinuumRetention)
+            assert policies.retention.decisions.get("pin", 0) > 0
+            assert "reloaded_tokens" not in summary  # no tier: nothing is reloaded
 
 
 def test_continuum_reads_the_queue_wait_and_reload_speed_from_the_facts() -> None:
