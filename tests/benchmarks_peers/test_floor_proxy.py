@@ -1,0 +1,68 @@
+"""``benchmarks/_floor_proxy.py``, the Python floor row of the peers benchmark: it relays plain
+and streamed calls to the fixed-reply backend byte for byte, round robin over its backends."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from tests.benchmark_modules import ROOT, load_benchmark
+
+pytestmark = pytest.mark.timeout(60)
+
+peers = load_benchmark("peers")
+load = peers.load
+floor = load_benchmark("_floor_proxy")
+
+
+def _start(argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, *argv], cwd=ROOT)
+
+
+@pytest.fixture
+def relay() -> Iterator[int]:
+    """A floor proxy in front of two fixed-reply backends: its port."""
+    backends = [peers.free_port(), peers.free_port()]
+    port = peers.free_port()
+    code = "import sys; from benchmarks._peers_load import serve_backend; serve_backend({})"
+    started = [_start(["-c", code.format(p)]) for p in backends]
+    urls = [arg for p in backends for arg in ("--backend", f"http://127.0.0.1:{p}")]
+    started.append(_start(["benchmarks/_floor_proxy.py", "--port", str(port), *urls]))
+    try:
+        yield port
+    finally:
+        for process in started:
+            process.terminate()
+            process.wait(timeout=10)
+
+
+def test_the_floor_relays_plain_and_streamed_calls(relay: int) -> None:
+    async def main() -> tuple[list[float], int, int]:
+        for _ in range(200):
+            try:
+                times = await load.latencies(relay, 5, warmup=1)
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the floor proxy did not start")
+        # several connections at once, each with its own upstream connections
+        return (
+            times,
+            await load.rate(relay, 4, 0.3, stream=False),
+            await load.rate(relay, 4, 0.3, stream=True),
+        )
+
+    times, plain, streamed = asyncio.run(main())
+    # Connection.call raises unless each answer is a whole 200 with its full body
+    assert len(times) == 5 and plain > 0 and streamed > 0
+
+
+def test_content_length_is_read_from_the_head() -> None:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 42\r\nA: b"
+    assert floor._content_length(head) == 42
+    assert floor._content_length(b"GET / HTTP/1.1\r\nHost: x") == 0
