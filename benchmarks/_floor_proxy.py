@@ -23,12 +23,8 @@ import json
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-try:
-    import orjson
-
-    _loads = orjson.loads
-except ImportError:  # pragma: no cover - orjson is a dependency of the controller
-    _loads = json.loads
+#: The body's parser: the standard library's, as our controller's.
+_loads = json.loads
 
 
 def _content_length(head: bytes) -> int:
