@@ -160,7 +160,9 @@ def test_the_coding_trace_compares_direct_with_the_defaults_in_its_own_section()
     text = svl.markdown(result)
     assert text.startswith(svl.CODING_HEADING + "\n")
     assert "one coding trace (30 programs, seed 1; the `coding` workload scaled down" in text
-    assert "--workload coding --write-docs" in text
+    # its way to reproduce it names the loads it ran (only near here) and the window
+    assert "--workload coding --loads near --write-docs" in text
+    assert "for 600 s" in text and setup.duration_s == 600.0
 
 
 def test_the_coding_trace_is_the_scaled_coding_workload(tmp_path: Path) -> None:
