@@ -66,7 +66,7 @@ class LinearIndex(PrefixIndex):
             programs.popitem(last=False)
 
     def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
-        blocks = self._blocks.get(backend_id)
+        blocks = self.elements(backend_id)
         if not blocks:
             return 0
         oldest = now_s - self.ttl_s

@@ -27,6 +27,12 @@ its predecessor. :meth:`PrefixIndex.match` therefore bisects the chain — O(log
 backend instead of walking the matched run, which a prompt's shared head (a system prompt held
 by every backend) would make O(backends × head) per routing decision.
 
+**Cost per insert: what is new.** A backend's elements are kept in runs touched a run at a
+time (:mod:`~agentrt_controller.routing.prefix_index_runs`): recording a chain writes the
+elements the backend lacks and touches each run on the chain's path, with the same result as
+touching every element — an agent's next call, which repeats its history and adds a few
+blocks, costs those blocks, not its whole prompt, twice per call.
+
 **Per salt.** Chains are salted (:func:`~agentrt_controller.routing.hashing.request_block_hashes`
 takes the body's ``cache_salt``, which the controller sets per tenant or cache group), so the
 index holds one disjoint set of elements per salt: a tenant's call never matches, and never
@@ -64,6 +70,7 @@ from types import MappingProxyType
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
+from agentrt_controller.routing.prefix_index_runs import BackendChains
 from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = ["DEFAULT_CAPACITY_BLOCKS", "SHARED_HEAD_BLOCKS", "PrefixIndex"]
@@ -109,7 +116,7 @@ class PrefixIndex:
         self.capacity_blocks = capacity_blocks
         self.shared_programs = shared_programs
         self.popularity_capacity = popularity_capacity
-        self._blocks: dict[str, OrderedDict[int, float]] = {}
+        self._chains: dict[str, BackendChains] = {}
         #: element -> (programs that used it, approximately; the last of them as a plain
         #: tuple of the key's fields: compared in C, where a ProgramKey's ``==`` runs Python
         #: code once per head element of every routed call)
@@ -165,20 +172,20 @@ class PrefixIndex:
         oldest = now_s - self.ttl_s
         head = hashes[0]
         length = len(hashes)
-        by_backend = self._blocks
+        by_backend = self._chains
         out = []
         for backend_id in backend_ids:
-            blocks = by_backend.get(backend_id)
-            seen = blocks.get(head) if blocks else None
-            if seen is None or seen < oldest:
+            chains = by_backend.get(backend_id)
+            run = chains.run_of.get(head) if chains is not None else None
+            if run is None or run.last_s < oldest:
                 out.append(0)
                 continue
-            get = blocks.get  # type: ignore[union-attr]  # seen is not None: blocks exist
+            get = chains.run_of.get  # type: ignore[union-attr]  # run is not None: chains exist
             low, high = 1, length  # hashes[:low] held; hashes[high:] not (or unknown)
             while low < high:
                 middle = (low + high + 1) // 2
-                seen = get(hashes[middle - 1])
-                if seen is not None and not seen < oldest:  # the walk's test, NaN included
+                run = get(hashes[middle - 1])
+                if run is not None and not run.last_s < oldest:  # the walk's test, NaN included
                     low = middle
                 else:
                     high = middle - 1
@@ -186,37 +193,39 @@ class PrefixIndex:
         return out
 
     def insert(self, backend_id: str, hashes: Sequence[int], now_s: float) -> None:
-        """Record ``hashes`` as cached on ``backend_id`` now (touching each)."""
+        """Record ``hashes`` as cached on ``backend_id`` now (touching each). Costs the
+        elements the backend lacks plus one touch per run on the chain's path, not one write
+        per element (:mod:`~agentrt_controller.routing.prefix_index_runs`)."""
         if not hashes:
             return
-        blocks = self._blocks.get(backend_id)
-        if blocks is None:
-            blocks = self._blocks[backend_id] = OrderedDict()
+        chains = self._chains.get(backend_id)
+        if chains is None:
+            chains = self._chains[backend_id] = BackendChains()
         holders = self._holders
-        # Walk backwards so the chain's head ends most recent: under LRU eviction a prefix
-        # then outlives its extensions, as in the engine. While holders are kept, the tail
-        # the backend lacks (typically the few elements a call adds to its program's
-        # history) is walked first, noting new holders; the leading run it holds needs none.
-        held_run = len(hashes)
+        # Stale elements go first (a touch would revive them); then the least recently used
+        # past the capacity: the same elements go as when the TTL purge ran after the cap.
+        if math.isfinite(self.ttl_s):
+            self._dropped(backend_id, chains.expire(now_s - self.ttl_s))
+        added = chains.record(hashes, now_s)
         if holders is not None:
-            held_run = self.match_all((backend_id,), hashes, now_s)[0] if blocks else 0
-            for h in reversed(hashes[held_run:]):
-                if h not in blocks:
-                    _add_holder(holders, h, backend_id)
-                blocks[h] = now_s
-                blocks.move_to_end(h)
-        for h in reversed(hashes[:held_run]):
-            blocks[h] = now_s
-            blocks.move_to_end(h)
-        self._purge(backend_id, blocks, now_s)
-        if blocks and holders is not None and math.isfinite(self.ttl_s):
-            self._push_front(backend_id, blocks)
+            for h in added:
+                _add_holder(holders, h, backend_id)
+        if self.capacity_blocks is not None:
+            self._dropped(backend_id, chains.evict_to(self.capacity_blocks))
+        if chains and holders is not None and math.isfinite(self.ttl_s):
+            self._push_front(backend_id, chains)
+
+    @property
+    def written_total(self) -> int:
+        """Element entries written by inserts so far, all backends (new elements, and those
+        moved when a run is split): what recording costs, in elements."""
+        return sum(chains.written_total for chains in self._chains.values())
 
     def forget_backend(self, backend_id: str) -> None:
         """Drop everything recorded for a backend (it restarted or was removed)."""
-        blocks = self._blocks.pop(backend_id, None)
-        for h in blocks or ():
-            self._drop_holder(h, backend_id)
+        chains = self._chains.pop(backend_id, None)
+        if chains is not None:
+            self._dropped(backend_id, chains.run_of)
 
     # --- holders: what the router's pruning reads (module docstring, "Holders") -------------
 
@@ -234,11 +243,11 @@ class PrefixIndex:
         fronts = self._fronts
         while fronts and fronts[0][0] < oldest:
             _, backend_id = heapq.heappop(fronts)
-            blocks = self._blocks.get(backend_id)
-            if blocks:
-                self._purge(backend_id, blocks, now_s)
-                if blocks:
-                    self._push_front(backend_id, blocks)
+            chains = self._chains.get(backend_id)
+            if chains:
+                self._dropped(backend_id, chains.expire(oldest))
+                if chains:
+                    self._push_front(backend_id, chains)
 
     def holder_count(self, h: int) -> int:
         """Backends holding element ``h`` (fresh ones only after :meth:`purge_stale`; none
@@ -255,7 +264,8 @@ class PrefixIndex:
     def elements(self, backend_id: str) -> Mapping[int, float]:
         """What ``backend_id`` holds: element -> last use (seconds), read-only (fresh only
         after :meth:`purge_stale`)."""
-        return self._blocks.get(backend_id) or _NOTHING
+        chains = self._chains.get(backend_id)
+        return chains.stamps() if chains else _NOTHING
 
     def match_levels(self, hashes: Sequence[int]) -> list[int]:
         """Every value :meth:`match` takes for ``hashes`` over all backends, 0 included,
@@ -295,8 +305,8 @@ class PrefixIndex:
     def size(self, backend_id: str | None = None) -> int:
         """Elements recorded (for one backend, or in total)."""
         if backend_id is not None:
-            return len(self._blocks.get(backend_id, ()))
-        return sum(len(b) for b in self._blocks.values())
+            return len(self._chains.get(backend_id, ()))
+        return sum(len(b) for b in self._chains.values())
 
     # --- RouteObserver: the driver's facts keep the index up to date ----------------------
 
@@ -312,19 +322,10 @@ class PrefixIndex:
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         """Nothing: cached prefixes outlive their program (others may share them)."""
 
-    def _purge(self, backend_id: str, blocks: OrderedDict[int, float], now_s: float) -> None:
-        capacity = self.capacity_blocks
-        if capacity is not None:
-            while len(blocks) > capacity:
-                h, _ = blocks.popitem(last=False)
-                self._drop_holder(h, backend_id)
-        if math.isfinite(self.ttl_s):
-            oldest = now_s - self.ttl_s
-            while blocks:
-                h, seen = next(iter(blocks.items()))
-                if seen >= oldest:
-                    break
-                del blocks[h]
+    def _dropped(self, backend_id: str, elements: Collection[int]) -> None:
+        """``backend_id`` no longer holds ``elements``: their holders forget it."""
+        if self._holders is not None:
+            for h in elements:
                 self._drop_holder(h, backend_id)
 
     def _drop_holder(self, h: int, backend_id: str) -> None:
@@ -344,25 +345,27 @@ class PrefixIndex:
     def _track_holders(self) -> None:
         """Start keeping the holders and the heap of oldest entries, from what is held."""
         holders: dict[int, str | set[str]] = {}
-        for backend_id, blocks in self._blocks.items():
-            for h in blocks:
+        for backend_id, chains in self._chains.items():
+            for h in chains.run_of:
                 _add_holder(holders, h, backend_id)
         self._holders = holders
         self._rebuild_fronts()
 
-    def _push_front(self, backend_id: str, blocks: OrderedDict[int, float]) -> None:
+    def _push_front(self, backend_id: str, chains: BackendChains) -> None:
         """Note ``backend_id``'s oldest entry; rebuild the heap when stale duplicates (one per
         insert) outnumber the backends: O(backends) per O(backends) inserts."""
         fronts = self._fronts
-        heapq.heappush(fronts, (next(iter(blocks.values())), backend_id))
-        if len(fronts) > 2 * len(self._blocks) + 64:
+        oldest = chains.oldest_s()
+        assert oldest is not None  # callers push a backend holding something
+        heapq.heappush(fronts, (oldest, backend_id))
+        if len(fronts) > 2 * len(self._chains) + 64:
             self._rebuild_fronts()
 
     def _rebuild_fronts(self) -> None:
         """The heap of oldest entries, one per backend holding something, without stale
         duplicates; rebuilt in place (:meth:`purge_stale` holds the list while it pops)."""
         fronts = self._fronts
-        fronts[:] = [(next(iter(b.values())), i) for i, b in self._blocks.items() if b]
+        fronts[:] = [(c.oldest_s(), i) for i, c in self._chains.items() if c]  # type: ignore[misc]
         heapq.heapify(fronts)
 
 
