@@ -122,3 +122,14 @@ def test_the_message_memo_changes_nothing_but_the_work_and_stays_bounded() -> No
     held = len(roomy)
     assert message_block_hashes(history, salt="tenant-a", memo=roomy) == first
     assert len(roomy) == held == 13  # the second time every long message was looked up
+
+
+def test_the_memo_tells_apart_messages_alike_at_both_ends() -> None:
+    """The memo is keyed by a message's length and ends; one that differs only in the middle
+    is hashed, never taken for the one held."""
+    memo = MessageChains(min_bytes=16)
+    middle_a, middle_b = "a" * 2000, "b" * 2000
+    for content in (middle_a, middle_b, middle_a, middle_b):
+        messages = [{"role": "user", "content": "h" * 100 + content + "t" * 100}]
+        assert message_block_hashes(messages, memo=memo) == message_block_hashes(messages)
+    assert len(memo) == 1  # one key: the latest message held under it
