@@ -68,7 +68,8 @@ from pydantic import Field
 
 from agentrt_controller.config_check import SECTION, check_fields, parse_section
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS, leading_matches
+from agentrt_controller.routing.chain_counts import ChainCounts
+from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 
@@ -177,8 +178,9 @@ class _Ledger:
         self.residents: OrderedDict[ProgramKey, Resident] = OrderedDict()
         #: The sum of the tokens of the residents holding at least ``min_tokens``.
         self.total = 0
-        #: Block hash -> how many counted residents' chains hold it.
-        self.refs: dict[int, int] = {}
+        #: Block hash -> how many counted residents' chains hold it (kept per run of blocks:
+        #: a resident's arrival and end cost its new blocks, not its whole chain).
+        self.refs = ChainCounts()
         #: Tokens of the blocks held by more than one counted resident, beyond the first.
         self.shared = 0
 
@@ -213,7 +215,7 @@ class _Ledger:
         if len(chain) > len(old):
             if self.counted(entry.tokens):
                 if old and chain[len(old) - 1] == old[-1]:
-                    self._share(chain[len(old) :], 1)  # the usual next turn: it extends
+                    self._share(chain, 1, counted=len(old))  # the usual next turn: it extends
                 else:
                     self._share(old, -1)
                     self._share(chain, 1)
@@ -239,24 +241,13 @@ class _Ledger:
 
     def held_prefix(self, chain: tuple[int, ...]) -> int:
         """Tokens of ``chain``'s leading blocks that counted residents hold already."""
-        return leading_matches(chain, self.refs) * _CHAIN_BLOCK_TOKENS
+        return self.refs.leading(chain) * _CHAIN_BLOCK_TOKENS
 
-    def _share(self, chain: tuple[int, ...], step: int) -> None:
-        """Add (``step`` 1) or take away (-1) a counted resident's chain (or the part of it
-        past what was added before). A chain's hashes chain their parents, so two chains
-        share exactly their common prefix."""
-        refs = self.refs
-        shared = 0
-        for block in chain:
-            held = refs.get(block, 0)
-            if step > 0:
-                refs[block] = held + 1
-                shared += held > 0
-            elif held <= 1:
-                refs.pop(block, None)
-            else:
-                refs[block] = held - 1
-                shared += 1
+    def _share(self, chain: tuple[int, ...], step: int, counted: int = 0) -> None:
+        """Add (``step`` 1) or take away (-1) a counted resident's chain (adding: past its
+        first ``counted`` blocks, added before). A chain's hashes chain their parents, so two
+        chains share exactly their common prefix."""
+        shared = self.refs.add(chain, counted) if step > 0 else self.refs.remove(chain)
         self.shared += step * shared * _CHAIN_BLOCK_TOKENS
 
     def release_idle(self, now_s: float, idle_s: float, pinned: set[ProgramKey]) -> None:
