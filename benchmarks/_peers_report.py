@@ -185,25 +185,29 @@ def markdown(result: Mapping[str, Any]) -> str:
             "",
             *absolute_table(overhead, OVERHEAD),
         ]
-    if program:
+    traces = [("mixed", program), ("coding", result.get("program_coding", []))]
+    for trace, points in traces:
+        if not points:
+            continue
         lines += [
             "",
-            f"**Programs** (the `{result['trace']}` trace replayed with `agentrt bench replay`'s "
-            f"code in front of {result['engines']} fresh emulators per run, time scale "
+            f"**Programs, `{trace}` trace** (replayed with `agentrt bench replay`'s code in "
+            f"front of {result['engines']} fresh emulators per run, time scale "
             f"{result['time_scale']}; model seconds; vllm-router with "
             '`--enable-program-scheduling` and the SDK\'s `peer_hints=("vllm-router",)`, '
             "sglang-router `cache_aware`, ours its defaults with the SDK's tool-wait events). "
             "Ours ÷ peer:",
             "",
-            *ratio_table(program, PROGRAM),
+            *ratio_table(points, PROGRAM),
             "",
             "Absolute, median [range]:",
             "",
-            *absolute_table(program, PROGRAM),
+            *absolute_table(points, PROGRAM),
         ]
     lines += ["", "Where each peer stands:", "", *verdicts(overhead, OVERHEAD)]
-    if program:
-        lines += verdicts(program, PROGRAM)
+    for trace, points in traces:
+        if points:
+            lines += [f"{line[:-1]} (`{trace}` trace)." for line in verdicts(points, PROGRAM)]
     lines += [
         "",
         "How to read it: the CPU figures are the robust ones (they count the proxy's own "

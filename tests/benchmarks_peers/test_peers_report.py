@@ -75,6 +75,31 @@ def test_the_section_has_command_versions_ratios_and_skips() -> None:
     assert "| proxy CPU s per 1,000 calls | 4.50× [3.00–6.00] | 0.06× [0.05–0.06] |" in section
     assert "| program E2E mean (s) | 0.91× |" in section
     assert "9.5 before, 11.0 after" in section
+    assert "**Programs, `mixed` trace**" in section and "`coding` trace" not in section
+
+
+def test_the_coding_trace_gets_tables_and_verdicts_of_its_own() -> None:
+    result = {
+        "command": "python benchmarks/peers.py --coding",
+        "versions": {"agentrt": "0.9.0", "vllm-router": "0.1.17"},
+        "machine": "x86_64, 2 cores",
+        "load_average": [1.0, 1.5],
+        "reps": 1, "calls": 300, "concurrency": 16, "seconds": 2.0, "chunks": 64,
+        "engines": 2, "time_scale": 10.0, "trace": "mixed, coding",
+        "overhead": [],
+        "program": [
+            _point("agentrt", 0, e2e_mean_s=30.0), _point("vllm-router", 0, e2e_mean_s=20.0)
+        ],
+        "program_coding": [
+            _point("agentrt", 0, e2e_mean_s=40.0), _point("vllm-router", 0, e2e_mean_s=80.0)
+        ],
+    }  # fmt: skip
+    section = report.markdown(result)
+    mixed, coding = section.split("**Programs, `coding` trace**")
+    assert "**Programs, `mixed` trace**" in mixed and "| program E2E mean (s) | 1.50× |" in mixed
+    assert "| program E2E mean (s) | 0.50× |" in coding
+    assert "program E2E mean (s) (1.50× better) (`mixed` trace)." in section
+    assert "program E2E mean (s) (2.00× worse) (`coding` trace)." in section
 
 
 def test_proxies_are_checked_and_ours_always_comes_first() -> None:
