@@ -82,9 +82,12 @@ class BackendChains:
         """How many leading elements of ``hashes`` are held where the chain puts them
         (bisection: held elements form a prefix of any chain)."""
         run_of = self.run_of
-        if not hashes or not _at(run_of, hashes[0], 0):
+        length = len(hashes)
+        if not length or not _at(run_of, hashes[0], 0):
             return 0
-        low, high = 1, len(hashes)  # hashes[:low] held; hashes[high:] not (or unknown)
+        if _at(run_of, hashes[-1], length - 1):  # all of it: a call's finish, a retry
+            return length
+        low, high = 1, length - 1  # hashes[:low] held; hashes[high:] not (or unknown)
         while low < high:
             middle = (low + high + 1) // 2
             if _at(run_of, hashes[middle - 1], middle - 1):
