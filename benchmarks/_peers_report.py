@@ -195,8 +195,13 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"front of {result['engines']} fresh emulators per run, time scale "
             f"{result['time_scale']}; model seconds; vllm-router with "
             '`--enable-program-scheduling` and the SDK\'s `peer_hints=("vllm-router",)`, '
-            "sglang-router `cache_aware`, ours its defaults with the SDK's tool-wait events). "
-            "Ours ÷ peer:",
+            "sglang-router `cache_aware`, ours its defaults "
+            + (
+                "without the SDK's program events: `--ours-events off`). "
+                if result.get("ours_events") == "off"
+                else "with the SDK's program and tool-wait events). "
+            )
+            + "Ours ÷ peer:",
             "",
             *ratio_table(points, PROGRAM),
             "",

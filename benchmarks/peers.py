@@ -207,7 +207,7 @@ def _program_point(
             api_key=load.API_KEY,
             tokenize_url=engines[0],
             metrics_url=engines[0],
-            controller="auto" if name == report.OURS else "off",
+            controller="auto" if name == report.OURS and args.ours_events == "on" else "off",
             peer_hints=("vllm-router",) if name == "vllm-router" else (),
         )
         before = load.tree_cpu_s(pid)
@@ -273,6 +273,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "reps": args.reps, "calls": args.calls, "concurrency": args.concurrency,
         "seconds": args.seconds, "chunks": load.STREAM_CHUNKS,
         "engines": args.engines, "time_scale": args.time_scale, "trace": "mixed",
+        "ours_events": args.ours_events,
     }  # fmt: skip
     started = time.monotonic()
     result["overhead"] = overhead(usable, args, workdir) if args.reps else []
@@ -326,6 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="an extra argument to our controller serve (repeat; e.g. "
         "--ours-option=--admission-window --ours-option=unlimited)",
     )
+    parser.add_argument(
+        "--ours-events", choices=("on", "off"), default="on",
+        help="whether the SDK sends ours its program and tool-wait events in the program runs "
+        "(default on, as an agentrt runtime does; off = ours gets what the others get)",
+    )  # fmt: skip
     parser.add_argument(
         "--note",
         action="append",
