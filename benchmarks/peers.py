@@ -177,6 +177,8 @@ def _engines(args: argparse.Namespace, workdir: Path) -> Iterator[list[str]]:
             argv = [
                 sys.executable, "-m", "agentrt.cli", "engine", "serve", "--port", str(port),
                 "--time-scale", str(args.time_scale), "--max-num-seqs", str(args.max_num_seqs),
+                # the coding trace's prompts reach ~90 K tokens (the default is 32,768)
+                "--max-model-len", "131072",
             ]  # fmt: skip
             proc = stack.enter_context(
                 _started(argv, dict(os.environ), workdir / f"engine{index}.log")
@@ -279,8 +281,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["overhead"] = overhead(usable, args, workdir) if args.reps else []
     result["program"] = []
     if args.program_reps:
-        result["program"] = programs(usable, make_trace("mixed", args, workdir), args, workdir)
-        if args.coding:
+        if not args.coding_only:
+            mixed = make_trace("mixed", args, workdir)
+            result["program"] = programs(usable, mixed, args, workdir)
+        if args.coding or args.coding_only:
             result["trace"] = "mixed, coding"
             coding = programs(usable, make_trace("coding", args, workdir), args, workdir)
             result["program_coding"] = coding
@@ -310,6 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--coding", action="store_true", help="replay the coding workload's trace too"
+    )
+    parser.add_argument(
+        "--coding-only", action="store_true", help="replay the coding trace only (no mixed)"
     )
     parser.add_argument("--rate", type=float, default=0.6, help="mixed trace: programs per second")
     parser.add_argument(
