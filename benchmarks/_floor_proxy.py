@@ -28,6 +28,10 @@ import orjson
 _loads = orjson.loads
 
 
+#: The answer when a backend cannot be reached or drops the connection.
+_BAD_GATEWAY = b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n"
+
+
 def _content_length(head: bytes) -> int:
     lowered = head.lower()
     at = lowered.find(b"\r\ncontent-length:")
@@ -126,11 +130,14 @@ class _Client(asyncio.Protocol):
             if body:
                 _loads(body)  # what any router reads: the model, the messages
             backend = self.backends[next(self.turn) % len(self.backends)]
-            upstream = await self._upstream(backend)
-            upstream.done = loop.create_future()
-            assert upstream.transport is not None
-            upstream.transport.write(request)
-            await upstream.done
+            try:
+                upstream = await self._upstream(backend)
+                upstream.done = loop.create_future()
+                assert upstream.transport is not None
+                upstream.transport.write(request)
+                await upstream.done
+            except OSError:  # a backend down: the client hears it rather than waits
+                self.transport.write(_BAD_GATEWAY)
 
 
 def serve(port: int, backends: Sequence[str]) -> None:

@@ -24,8 +24,8 @@ def _start(argv: list[str]) -> subprocess.Popen[bytes]:
 
 
 @pytest.fixture
-def relay() -> Iterator[int]:
-    """A floor proxy in front of two fixed-reply backends: its port."""
+def relay() -> Iterator[tuple[int, list[int]]]:
+    """A floor proxy in front of two fixed-reply backends: its port and theirs."""
     backends = [peers.free_port(), peers.free_port()]
     port = peers.free_port()
     code = "import sys; from benchmarks._peers_load import serve_backend; serve_backend({})"
@@ -33,23 +33,28 @@ def relay() -> Iterator[int]:
     urls = [arg for p in backends for arg in ("--backend", f"http://127.0.0.1:{p}")]
     started.append(_start(["benchmarks/_floor_proxy.py", "--port", str(port), *urls]))
     try:
-        yield port
+        yield port, backends
     finally:
         for process in started:
             process.terminate()
             process.wait(timeout=10)
 
 
-def test_the_floor_relays_plain_and_streamed_calls(relay: int) -> None:
+def test_the_floor_relays_plain_and_streamed_calls(relay: tuple[int, list[int]]) -> None:
+    relay, backends = relay
+
     async def main() -> tuple[list[float], int, int]:
-        for _ in range(200):
-            try:
-                times = await load.latencies(relay, 5, warmup=1)
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the floor proxy did not start")
+        # every backend up first (a loaded machine starts them slowly), then the proxy
+        for port in (*backends, relay):
+            for _ in range(400):
+                try:
+                    await load.latencies(port, 1, warmup=0)
+                    break
+                except OSError:
+                    await asyncio.sleep(0.05)
+            else:
+                raise AssertionError(f"port {port} did not start")
+        times = await load.latencies(relay, 5, warmup=1)
         # several connections at once, each with its own upstream connections
         return (
             times,
@@ -60,6 +65,27 @@ def test_the_floor_relays_plain_and_streamed_calls(relay: int) -> None:
     times, plain, streamed = asyncio.run(main())
     # Connection.call raises unless each answer is a whole 200 with its full body
     assert len(times) == 5 and plain > 0 and streamed > 0
+
+
+def test_a_backend_down_is_a_502_not_a_hang() -> None:
+    port, dead = peers.free_port(), peers.free_port()
+    proxy = _start(["benchmarks/_floor_proxy.py", "--port", str(port), "--backend",
+                    f"http://127.0.0.1:{dead}"])  # fmt: skip
+
+    async def main() -> None:
+        for _ in range(400):
+            try:
+                await load.latencies(port, 1, warmup=0)
+            except OSError:
+                await asyncio.sleep(0.05)
+                continue
+
+    try:
+        with pytest.raises(RuntimeError, match="502"):
+            asyncio.run(main())
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=10)
 
 
 def test_content_length_is_read_from_the_head() -> None:
