@@ -25,8 +25,14 @@ PINS = {
     "sglang-router": "sglang-router==0.3.2",
     "litellm": "litellm[proxy]==1.108.7",
 }
-#: Every proxy measured, ours first.
+#: Every proxy measured by default, ours first.
 PROXIES = ("agentrt", *PINS)
+#: Reference rows, not peers, measured when ``--proxies`` names them: nothing to install.
+#: ``python-floor`` is the least a Python chat relay on asyncio does per call
+#: (``benchmarks/_floor_proxy.py``): what our controller's stack costs above it.
+REFERENCES = {"python-floor": "benchmarks/_floor_proxy.py"}
+#: Every name ``--proxies`` takes.
+KNOWN = (*PROXIES, *REFERENCES)
 
 #: LiteLLM offline: no tokenizer download from a hub, the bundled model cost map.
 #: It refuses to start without a master key: the benchmark's clients send it.
@@ -101,6 +107,11 @@ def launch(
         for url in backends:
             argv += ["--backend", url]
         return Launch([*argv, "--log-level", "warning", *ours_options])
+    if proxy in REFERENCES:
+        argv = [sys.executable, str(ROOT / REFERENCES[proxy]), "--port", str(port)]
+        for url in backends:
+            argv += ["--backend", url]
+        return Launch(argv)
     if proxy == "vllm-router":
         return Launch(
             [

@@ -251,11 +251,14 @@ def programs(
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    proxies = report.parse_proxies(args.proxies, setup.PROXIES)
+    proxies = report.parse_proxies(args.proxies, setup.KNOWN)
     workdir = Path(tempfile.mkdtemp(prefix="agentrt-peers-"))
-    peers = [p for p in proxies if p != report.OURS]
+    peers = [p for p in proxies if p != report.OURS and p not in setup.REFERENCES]
     skipped = {} if args.no_install else setup.install(peers, log=workdir / "pip.log")
     versions: dict[str, str] = {"agentrt": _our_version()}
+    versions.update(
+        {r: f"reference ({setup.REFERENCES[r]})" for r in proxies if r in setup.REFERENCES}
+    )
     for peer in peers:
         version = setup.installed_version(peer)
         if version is None:
@@ -302,7 +305,10 @@ def _our_version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--proxies", default=",".join(setup.PROXIES), help="comma-separated (default: all)"
+        "--proxies",
+        default=",".join(setup.PROXIES),
+        help=f"comma-separated, of {', '.join(setup.KNOWN)} (default: all but the reference "
+        "python-floor, the least a Python relay costs)",
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter runs")
     parser.add_argument("--reps", type=int, default=5, help="overhead repetitions (0 = skip)")

@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -86,6 +87,21 @@ def test_a_backend_down_is_a_502_not_a_hang() -> None:
     finally:
         proxy.terminate()
         proxy.wait(timeout=10)
+
+
+def test_the_floor_is_a_reference_row_on_request(tmp_path: Path) -> None:
+    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+    launch = peers.setup.launch("python-floor", 9, urls, "m", tmp_path, 10, "key")
+    assert (
+        launch.argv[1].endswith("benchmarks/_floor_proxy.py")
+        and launch.argv.count("--backend") == 2
+    )
+    assert "python-floor" not in peers.setup.PROXIES  # not in the default run ...
+    args = peers.parse_args(["--proxies", "agentrt,python-floor"])  # ... but on request
+    assert peers.report.parse_proxies(args.proxies, peers.setup.KNOWN) == [
+        "agentrt",
+        "python-floor",
+    ]
 
 
 def test_content_length_is_read_from_the_head() -> None:
