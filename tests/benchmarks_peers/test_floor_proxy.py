@@ -97,11 +97,8 @@ def test_the_floor_is_a_reference_row_on_request(tmp_path: Path) -> None:
         and launch.argv.count("--backend") == 2
     )
     assert "python-floor" not in peers.setup.PROXIES  # not in the default run ...
-    args = peers.parse_args(["--proxies", "agentrt,python-floor"])  # ... but on request
-    assert peers.report.parse_proxies(args.proxies, peers.setup.KNOWN) == [
-        "agentrt",
-        "python-floor",
-    ]
+    named = peers.report.parse_proxies("python-floor", peers.setup.KNOWN)  # ... but on request
+    assert named == ["agentrt", "python-floor"]
 
 
 def test_content_length_is_read_from_the_head() -> None:
