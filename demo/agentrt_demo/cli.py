@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentrt_controller import defaults as product
 from agentrt_controller.admission_window import AdmissionWindow, parse_admission_window
 from agentrt_demo.settings import DEMO_MODELS, POLICIES, DemoSettings
+
+if TYPE_CHECKING:
+    from agentrt_demo.app import DemoResult
 
 __all__ = ["register"]
 
@@ -192,12 +196,49 @@ def _demo(args: argparse.Namespace) -> int:
             settings = settings.quick_variant()
             if args.time_scale is not None:
                 settings = dataclasses.replace(settings, time_scale=args.time_scale)
-        result = anyio.run(run_demo, settings)
+        result = anyio.run(_until_interrupted, run_demo, settings)
     except AgentrtError as exc:
         print(f"agentrt demo: {exc}", file=sys.stderr)
         return 2
     print(f"demo finished in {result.wall_s:.1f} s", file=sys.stderr)
     return result.status
+
+
+async def _until_interrupted(
+    run: Callable[[DemoSettings], Awaitable[DemoResult]], settings: DemoSettings
+) -> DemoResult:
+    """``await run(settings)``, stopped by Ctrl-C: the first SIGINT cancels it through an
+    anyio cancel scope (it keeps cancelling until the demo has stopped its children, which a
+    bare ``task.cancel()`` — asyncio's own handler — does not: a shielded clean-up could absorb
+    it and the demo went on to its next phase), then raises ``KeyboardInterrupt`` (exit status
+    130); a second SIGINT interrupts at once."""
+    import asyncio
+    import signal
+    import threading
+
+    import anyio
+
+    loop = asyncio.get_running_loop()
+    scope = anyio.CancelScope()
+    interrupted: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if interrupted:
+            raise KeyboardInterrupt
+        interrupted.append(signum)
+        loop.call_soon_threadsafe(scope.cancel)
+
+    if threading.current_thread() is not threading.main_thread():
+        return await run(settings)  # signals reach the main thread only
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with scope:
+            result = await run(settings)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
 
 
 def _models(text: str) -> tuple[str, ...]:
