@@ -7,13 +7,13 @@ is counted once, and a new program's call is charged past the prefix they hold. 
 element, a resident's arrival and its end each walk its whole chain — 8,192 elements for a
 128 K-token prompt — although its elements are mostly those of the program before it.
 
-Here the elements form a tree of **runs** (consecutive elements of one chain; a run's parent
-holds the elements before its first): every counted chain ends at the end of a run, so one
-count per run says how many counted chains hold each of its elements. Adding a chain touches
-the runs of its path past what was counted before, plus its new elements; removing one touches
-the runs of its path. Runs no chain holds any more are kept (up to ``idle_elements``
-elements, the longest idle dropped first, always a leaf): the next program with the same
-history finds them.
+Here the elements form a tree of runs (:mod:`.chain_runs`, the tree the prefix index's
+last-use times use too) whose payload is a count: every counted chain ends at the end of a
+run, so one count per run says how many counted chains hold each of its elements. Adding a
+chain touches the runs of its path past what was counted before, plus its new elements;
+removing one touches the runs of its path. Runs no chain holds any more are kept (up to
+``idle_elements`` elements, the longest idle dropped first, always a leaf): the next program
+with the same history finds them.
 
 The counts are exactly the per-element ones. Elements are assumed to determine their prefix
 (hash chains); a sequence that is not one (an element repeated, or held at another position)
@@ -25,23 +25,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 
+from agentrt_controller.routing.chain_runs import Run, RunTree
+
 __all__ = ["ChainCounts"]
 
 #: Elements of idle runs kept by default (65,536 blocks of 16 tokens: 1 M tokens).
 DEFAULT_IDLE_ELEMENTS = 65_536
-
-
-class _Run:
-    __slots__ = ("children", "count", "elements", "parent", "start")
-
-    def __init__(self, elements: list[int], start: int, count: int, parent: _Run | None):
-        self.elements = elements
-        #: Chain position of ``elements[0]``.
-        self.start = start
-        #: Counted chains holding every element here.
-        self.count = count
-        self.parent = parent
-        self.children: set[_Run] = set()
 
 
 class ChainCounts(Mapping[int, int]):
@@ -49,16 +38,20 @@ class ChainCounts(Mapping[int, int]):
     held (reading it whole walks every element: for tests and views, not per call)."""
 
     def __init__(self, idle_elements: int = DEFAULT_IDLE_ELEMENTS) -> None:
-        self.idle_elements = idle_elements
-        self._run_of: dict[int, _Run] = {}
-        #: Runs no counted chain holds, the longest idle first.
-        self._idle: OrderedDict[_Run, None] = OrderedDict()
-        self._idle_held = 0
+        self._runs = _CountedRuns(idle_elements)
         #: Per-element counts, once a sequence that is not a chain came (module docstring).
         self._flat: dict[int, int] | None = None
-        #: Elements written to runs: new ones, and a split run's head. What counting costs,
-        #: in elements (tests read it).
-        self.written_total = 0
+
+    @property
+    def idle_elements(self) -> int:
+        """Elements of runs no counted chain holds that are kept (>= 0)."""
+        return self._runs.idle_elements
+
+    @property
+    def written_total(self) -> int:
+        """Elements written to runs: new ones, and a split run's head. What counting costs,
+        in elements (tests read it)."""
+        return self._runs.written_total
 
     @property
     def per_run(self) -> bool:
@@ -70,7 +63,7 @@ class ChainCounts(Mapping[int, int]):
         """How many counted chains hold element ``h``."""
         if self._flat is not None:
             return self._flat.get(h, 0)
-        run = self._run_of.get(h)
+        run = self._runs.run_of.get(h)
         return 0 if run is None else run.count
 
     def __getitem__(self, h: int) -> int:
@@ -82,7 +75,7 @@ class ChainCounts(Mapping[int, int]):
     def __iter__(self) -> Iterator[int]:
         if self._flat is not None:
             return iter(list(self._flat))
-        return iter([h for h, run in self._run_of.items() if run.count])
+        return iter([h for h, run in self._runs.run_of.items() if run.count])
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -97,14 +90,14 @@ class ChainCounts(Mapping[int, int]):
                     break
                 held += 1
             return held
-        return self._leading(chain, counted_only=True)
+        return self._runs.leading(chain, live=_counted)
 
     def add(self, chain: Sequence[int], counted: int = 0) -> int:
         """Count ``chain`` once more, past its first ``counted`` elements (counted already:
         the same chain's earlier part). Returns how many of the elements it adds to were held
         before (by other chains)."""
         if self._flat is None:
-            shared = self._add_runs(chain, counted)
+            shared = self._runs.add(chain, counted)
             if shared is not None:
                 return shared
             self._go_flat()
@@ -121,7 +114,7 @@ class ChainCounts(Mapping[int, int]):
         """Count ``chain`` (as counted: whole) once less. Returns how many of its elements
         other chains still hold."""
         if self._flat is None:
-            still = self._remove_runs(chain)
+            still = self._runs.remove(chain)
             if still is not None:
                 return still
             self._go_flat()
@@ -137,65 +130,86 @@ class ChainCounts(Mapping[int, int]):
             return still
         return 0
 
-    # --- runs -------------------------------------------------------------------------------
+    def _go_flat(self) -> None:
+        runs = self._runs
+        self._flat = {h: run.count for h, run in runs.run_of.items() if run.count}
+        runs.run_of.clear()
+        runs.idle.clear()
+        runs.idle_held = 0
 
-    def _leading(self, chain: Sequence[int], *, counted_only: bool) -> int:
-        run_of = self._run_of
 
-        def held(position: int) -> bool:
-            run = run_of.get(chain[position])
-            if run is None or (counted_only and run.count == 0):
-                return False
-            offset = position - run.start
-            return 0 <= offset < len(run.elements) and run.elements[offset] == chain[position]
+class _CountedRun(Run):
+    """A run with the number of counted chains that hold every element of it."""
 
-        if not chain or not held(0):
-            return 0
-        low, high = 1, len(chain)
-        while low < high:
-            middle = (low + high + 1) // 2
-            if held(middle - 1):
-                low = middle
-            else:
-                high = middle - 1
-        return low
+    __slots__ = ("count",)
 
-    def _add_runs(self, chain: Sequence[int], counted: int) -> int | None:
-        """:meth:`add` on the runs; ``None``, changing nothing, when ``chain`` is not one."""
-        run_of = self._run_of
-        present = self._leading(chain, counted_only=False)
-        new = chain[present:]
-        if present < counted or any(h in run_of for h in new) or len(set(new)) < len(new):
+    def __init__(
+        self, elements: list[int], start: int, count: int, parent: _CountedRun | None
+    ) -> None:
+        super().__init__(elements, start, parent)
+        #: Counted chains holding every element here.
+        self.count = count
+
+    def copy_head(self, cut: int) -> _CountedRun:
+        return _CountedRun(self.elements[:cut], self.start, self.count, self.parent)
+
+
+def _counted(run: _CountedRun) -> bool:
+    return run.count > 0
+
+
+class _CountedRuns(RunTree[_CountedRun]):
+    """The runs, with the idle ones (count 0) kept up to ``idle_elements`` elements."""
+
+    __slots__ = ("idle", "idle_elements", "idle_held")
+
+    def __init__(self, idle_elements: int) -> None:
+        super().__init__()
+        self.idle_elements = idle_elements
+        #: Runs no counted chain holds, the longest idle first.
+        self.idle: OrderedDict[_CountedRun, None] = OrderedDict()
+        #: Elements of the idle runs.
+        self.idle_held = 0
+
+    def add(self, chain: Sequence[int], counted: int) -> int | None:
+        """:meth:`ChainCounts.add` on the runs; ``None``, changing nothing, when ``chain`` is
+        not one."""
+        present = self.leading(chain)
+        if present < counted:
             return None
+        run: _CountedRun | None = None
+        if present < len(chain):
+            run = _CountedRun([], present, 0, None)
+            new = chain[present:]
+            if self.append(run, new) < len(new):  # not a chain: undo
+                self.drop(run)
+                self.written_total -= len(run.elements)
+                return None
         if counted:
-            self._boundary(chain, counted)
-        tip = self._boundary(chain, present) if present else None
-        if new:
-            run = _Run(list(new), present, 0, tip)
-            for h in new:
-                run_of[h] = run
-            self.written_total += len(new)
-            if tip is not None:
-                tip.children.add(run)
+            self.end_at(chain, counted)
+        tip = self.end_at(chain, present) if present else None
+        if run is not None:
+            run.parent = tip
+            self.attach(run)
             tip = run
         shared = 0
-        idle = self._idle
+        idle = self.idle
         while tip is not None and tip.start >= counted:
             if tip.count:
                 shared += len(tip.elements)
             elif tip in idle:
                 del idle[tip]
-                self._idle_held -= len(tip.elements)
+                self.idle_held -= len(tip.elements)
             tip.count += 1
             tip = tip.parent
         return shared
 
-    def _remove_runs(self, chain: Sequence[int]) -> int | None:
-        """:meth:`remove` on the runs; ``None``, changing nothing, when ``chain`` is not one
-        counted here."""
+    def remove(self, chain: Sequence[int]) -> int | None:
+        """:meth:`ChainCounts.remove` on the runs; ``None``, changing nothing, when ``chain``
+        is not one counted here."""
         if not chain:
             return 0
-        run = self._run_of.get(chain[-1])
+        run = self.run_of.get(chain[-1])
         end = len(chain) - 1
         if (
             run is None
@@ -205,51 +219,29 @@ class ChainCounts(Mapping[int, int]):
         ):
             return None
         still = 0
-        tip: _Run | None = run
+        tip: _CountedRun | None = run
         while tip is not None:  # deepest first: a child goes idle before its parent
             tip.count -= 1
             if tip.count > 0:
                 still += len(tip.elements)
             else:
-                self._idle[tip] = None
-                self._idle_held += len(tip.elements)
+                self.idle[tip] = None
+                self.idle_held += len(tip.elements)
             tip = tip.parent
         self._trim_idle()
         return still
 
-    def _boundary(self, chain: Sequence[int], length: int) -> _Run:
-        """The run ending at ``chain[length - 1]`` (held), split there if it goes on."""
-        run = self._run_of[chain[length - 1]]
-        cut = length - run.start
-        if cut == len(run.elements):
-            return run
-        head = _Run(run.elements[:cut], run.start, run.count, run.parent)
-        del run.elements[:cut]
-        run.start += cut
-        if run.parent is not None:
-            run.parent.children.discard(run)
-            run.parent.children.add(head)
-        run.parent = head
-        head.children.add(run)
-        for h in head.elements:
-            self._run_of[h] = head
-        self.written_total += cut
-        if run in self._idle:  # both idle: the head must outlive the rest, so it goes last
-            self._idle[head] = None
+    def split(self, run: _CountedRun, cut: int) -> _CountedRun:
+        """:meth:`RunTree.split`; a split idle run's head is idle too, and goes last: it must
+        outlive the rest (its child)."""
+        head = super().split(run, cut)
+        if run in self.idle:
+            self.idle[head] = None
         return head
 
     def _trim_idle(self) -> None:
-        idle, run_of = self._idle, self._run_of
-        while self._idle_held > self.idle_elements and idle:
+        idle = self.idle
+        while self.idle_held > self.idle_elements and idle:
             run, _ = idle.popitem(last=False)
-            self._idle_held -= len(run.elements)
-            for h in run.elements:
-                del run_of[h]
-            if run.parent is not None:
-                run.parent.children.discard(run)
-
-    def _go_flat(self) -> None:
-        self._flat = {h: run.count for h, run in self._run_of.items() if run.count}
-        self._run_of.clear()
-        self._idle.clear()
-        self._idle_held = 0
+            self.idle_held -= len(run.elements)
+            self.drop(run)

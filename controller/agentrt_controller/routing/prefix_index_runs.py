@@ -4,10 +4,10 @@ A chain is recorded from its head, every element with the same time and the head
 last (:mod:`agentrt_controller.routing.prefix_index`). Kept per element, that costs a write
 per element of the chain on every insert — at a 128 K-token prompt 8,192 writes, twice per
 call, although an agent's next prompt repeats its last one and adds a few blocks. Here the
-elements a backend holds form a tree of **runs**: a run is consecutive elements of one chain
-that were always touched together (one last-use time, one place in the least-recently-used
-order); its parent run holds the elements before its first one. Recording a chain then costs
-its *new* elements plus one touch per run on its path:
+elements a backend holds form a tree of runs (:mod:`.chain_runs`, the tree the memory ledger's
+counts use too) whose payload is a last-use time and a place in the least-recently-used
+order: a run is consecutive elements of one chain that were always touched together.
+Recording a chain then costs its *new* elements plus one touch per run on its path:
 
 * the leading part of the chain the backend holds is found by bisection (present elements
   form a prefix of any chain: below);
@@ -32,43 +32,40 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 
-__all__ = ["BackendChains", "Run"]
+from agentrt_controller.routing.chain_runs import Run, RunTree
+
+__all__ = ["BackendChains", "StampedRun"]
 
 
-class Run:
-    """Consecutive elements of one chain, last used at :attr:`last_s`, evicted tail first."""
+class StampedRun(Run):
+    """A run whose elements were last used at :attr:`last_s`, with its place in the
+    least-recently-used ring; evicted tail first."""
 
-    __slots__ = ("children", "elements", "last_s", "newer", "older", "parent", "start")
+    __slots__ = ("last_s", "newer", "older")
 
-    def __init__(self, elements: list[int], start: int, last_s: float, parent: Run | None):
-        #: The elements, in chain order.
-        self.elements = elements
-        #: The chain position (0-based) of ``elements[0]``.
-        self.start = start
+    def __init__(
+        self, elements: list[int], start: int, last_s: float, parent: StampedRun | None
+    ) -> None:
+        super().__init__(elements, start, parent)
         #: Last use of every element here (seconds, the index's clock).
         self.last_s = last_s
-        #: The run holding the elements before ``elements[0]``; ``None`` at a chain's head.
-        self.parent = parent
-        #: The runs whose parent this is.
-        self.children: set[Run] = set()
         #: Neighbours in the least-recently-used ring (the backend's sentinel closes it).
-        self.older: Run = self
-        self.newer: Run = self
+        self.older: StampedRun = self
+        self.newer: StampedRun = self
+
+    def copy_head(self, cut: int) -> StampedRun:
+        return StampedRun(self.elements[:cut], self.start, self.last_s, self.parent)
 
 
-class BackendChains:
-    """The runs one backend holds: element -> its run, and the runs least recently used first
-    (a ring through a sentinel). ``now_s`` never goes backwards."""
+class BackendChains(RunTree[StampedRun]):
+    """The runs one backend holds: element -> its run (:attr:`run_of`), and the runs least
+    recently used first (a ring through a sentinel). ``now_s`` never goes backwards."""
 
-    __slots__ = ("_ring", "run_of", "written_total")
+    __slots__ = ("_ring",)
 
     def __init__(self) -> None:
-        #: Element -> the run holding it.
-        self.run_of: dict[int, Run] = {}
-        self._ring = Run([], 0, float("-inf"), None)
-        #: Element entries written: new elements, and those moved to a run of their own when
-        #: a run is split. What recording chains cost, in elements (tests read it).
-        self.written_total = 0
+        super().__init__()
+        self._ring = StampedRun([], 0, float("-inf"), None)
 
     def __len__(self) -> int:
         return len(self.run_of)
@@ -81,48 +78,23 @@ class BackendChains:
     def held_run(self, hashes: Sequence[int]) -> int:
         """How many leading elements of ``hashes`` are held where the chain puts them
         (bisection: held elements form a prefix of any chain)."""
-        run_of = self.run_of
-        length = len(hashes)
-        if not length or not _at(run_of, hashes[0], 0):
-            return 0
-        if _at(run_of, hashes[-1], length - 1):  # all of it: a call's finish, a retry
-            return length
-        low, high = 1, length - 1  # hashes[:low] held; hashes[high:] not (or unknown)
-        while low < high:
-            middle = (low + high + 1) // 2
-            if _at(run_of, hashes[middle - 1], middle - 1):
-                low = middle
-            else:
-                high = middle - 1
-        return low
+        return self.leading(hashes, last_first=True)
 
     def record(self, hashes: Sequence[int], now_s: float) -> Sequence[int]:
         """Touch ``hashes`` at ``now_s`` (head last), adding what is new; returns the elements
         added. Call :meth:`expire` first: a stale element would be touched back to life."""
-        run_of = self.run_of
-        held = self.held_run(hashes)
-        tip: Run | None = None
-        if held:
-            tip = run_of[hashes[held - 1]]
-            if held - tip.start < len(tip.elements):
-                tip = self._split(tip, held - tip.start)
+        held = self.leading(hashes, last_first=True)
+        tip = self.end_at(hashes, held) if held else None
         added: Sequence[int] = ()
         if held < len(hashes):
             extend = tip is not None and not tip.children
-            run = tip if extend else Run([], held, now_s, tip)
+            run = tip if extend else StampedRun([], held, now_s, tip)
             assert run is not None
-            elements = run.elements
-            before = len(elements)
-            for h in hashes[held:]:
-                if h in run_of:  # not a chain (module docstring): record up to here
-                    break
-                run_of[h] = run
-                elements.append(h)
-            added = elements[before:]
-            self.written_total += len(added)
+            before = len(run.elements)
+            self.append(run, hashes[held:])  # up to an element held already: not a chain
+            added = run.elements[before:]
             if added and not extend:
-                if tip is not None:
-                    tip.children.add(run)
+                self.attach(run)
                 self._link_newest(run)
                 tip = run
         while tip is not None:  # deepest first: the head ends most recent
@@ -137,10 +109,9 @@ class BackendChains:
         dropped: list[int] = []
         ring = self._ring
         while (run := ring.newer) is not ring and run.last_s < oldest_s:
-            for h in run.elements:
-                del self.run_of[h]
             dropped.extend(run.elements)
-            self._remove(run)
+            self._unlink(run)
+            self.drop(run)
         return dropped
 
     def evict_to(self, capacity: int) -> list[int]:
@@ -151,68 +122,43 @@ class BackendChains:
         while len(run_of) > capacity:
             run = ring.newer
             over = len(run_of) - capacity
-            gone = run.elements[-over:] if over < len(run.elements) else run.elements
-            for h in gone:
-                del run_of[h]
-            dropped.extend(reversed(gone))
-            if gone is run.elements:
-                self._remove(run)
-            else:
+            if over < len(run.elements):
+                gone = run.elements[-over:]
+                for h in gone:
+                    del run_of[h]
+                dropped.extend(reversed(gone))
                 del run.elements[-over:]
+            else:
+                dropped.extend(reversed(run.elements))
+                self._unlink(run)
+                self.drop(run)
         return dropped
 
     def stamps(self) -> Mapping[int, float]:
         """Element -> last use, read-only, live."""
         return _Stamps(self.run_of)
 
-    # --- the ring and the tree -----------------------------------------------------------------
+    # --- the ring --------------------------------------------------------------------------
 
-    def _split(self, run: Run, cut: int) -> Run:
-        """Make ``run.elements[:cut]`` a run of its own, the parent of the rest; returns it.
-        The rest keeps ``run`` (its children stay attached) and its place in the order; the
-        head goes just after it (a parent is more recent than its children)."""
-        head = Run(run.elements[:cut], run.start, run.last_s, run.parent)
-        del run.elements[:cut]
-        run.start += cut
-        if run.parent is not None:
-            run.parent.children.discard(run)
-            run.parent.children.add(head)
-        run.parent = head
-        head.children.add(run)
-        run_of = self.run_of
-        for h in head.elements:
-            run_of[h] = head
-        self.written_total += cut
+    def split(self, run: StampedRun, cut: int) -> StampedRun:
+        """:meth:`RunTree.split`; the rest keeps ``run``'s place in the order, the head goes
+        just after it (a parent is more recent than its children)."""
+        head = super().split(run, cut)
         head.older, head.newer = run, run.newer
         run.newer.older = head
         run.newer = head
         return head
 
-    def _remove(self, run: Run) -> None:
-        """Take an emptied (or dropped) run out of the ring and off its parent."""
-        self._unlink(run)
-        if run.parent is not None:
-            run.parent.children.discard(run)
-
-    def _unlink(self, run: Run) -> None:
+    def _unlink(self, run: StampedRun) -> None:
         run.older.newer = run.newer
         run.newer.older = run.older
         run.older = run.newer = run
 
-    def _link_newest(self, run: Run) -> None:
+    def _link_newest(self, run: StampedRun) -> None:
         ring = self._ring
         run.older, run.newer = ring.older, ring
         ring.older.newer = run
         ring.older = run
-
-
-def _at(run_of: dict[int, Run], h: int, position: int) -> bool:
-    """Whether ``h`` is held at chain ``position``."""
-    run = run_of.get(h)
-    if run is None:
-        return False
-    offset = position - run.start
-    return 0 <= offset < len(run.elements) and run.elements[offset] == h
 
 
 class _Stamps(Mapping[int, float]):
@@ -220,7 +166,7 @@ class _Stamps(Mapping[int, float]):
 
     __slots__ = ("_run_of",)
 
-    def __init__(self, run_of: dict[int, Run]) -> None:
+    def __init__(self, run_of: dict[int, StampedRun]) -> None:
         self._run_of = run_of
 
     def __getitem__(self, h: int) -> float:
