@@ -28,10 +28,11 @@ backend instead of walking the matched run, which a prompt's shared head (a syst
 by every backend) would make O(backends × head) per routing decision.
 
 **Cost per insert: what is new.** A backend's elements are kept in runs touched a run at a
-time (:mod:`~agentrt_controller.routing.prefix_index_runs`): recording a chain writes the
-elements the backend lacks and touches each run on the chain's path, with the same result as
-touching every element — an agent's next call, which repeats its history and adds a few
-blocks, costs those blocks, not its whole prompt, twice per call.
+time (:mod:`~agentrt_controller.routing.prefix_index_runs`, on the run tree of
+:mod:`~agentrt_controller.routing.chain_runs` that the memory ledger's counts share): recording
+a chain writes the elements the backend lacks and touches each run on the chain's path, with
+the same result as touching every element — an agent's next call, which repeats its history
+and adds a few blocks, costs those blocks, not its whole prompt, twice per call.
 
 **Per salt.** Chains are salted (:func:`~agentrt_controller.routing.hashing.request_block_hashes`
 takes the body's ``cache_salt``, which the controller sets per tenant or cache group), so the
