@@ -4,10 +4,12 @@ held prefix in either order of lookups."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import pytest
 
 from agentrt_controller.routing.chain_counts import ChainCounts
-from agentrt_controller.routing.chain_runs import Run, RunTree
+from agentrt_controller.routing.chain_runs import Run, RunTree, held_at
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -78,7 +80,11 @@ def test_the_leading_held_part_by_bisection(last_first: bool) -> None:
     assert lead([1, 2, 9], last_first=last_first) == 2
     assert lead([4, 5], last_first=last_first) == 0  # held, but not at the head
     assert lead([], last_first=last_first) == 0
-    assert lead([1, 2, 3, 4], live=lambda run: run.label == "a", last_first=last_first) == 3
+
+    def in_a(run_of: Mapping[int, LabelledRun], chain: Sequence[int], position: int) -> bool:
+        return run_of[chain[position]].label == "a" and held_at(run_of, chain, position)
+
+    assert lead([1, 2, 3, 4], last_first, in_a) == 3
 
 
 def test_an_element_held_elsewhere_leaves_the_counts_as_they_were_before_per_element() -> None:

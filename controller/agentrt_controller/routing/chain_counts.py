@@ -90,7 +90,7 @@ class ChainCounts(Mapping[int, int]):
                     break
                 held += 1
             return held
-        return self._runs.leading(chain, live=_counted)
+        return self._runs.leading(chain, held=_counted_at)
 
     def add(self, chain: Sequence[int], counted: int = 0) -> int:
         """Count ``chain`` once more, past its first ``counted`` elements (counted already:
@@ -154,8 +154,15 @@ class _CountedRun(Run):
         return _CountedRun(self.elements[:cut], self.start, self.count, self.parent)
 
 
-def _counted(run: _CountedRun) -> bool:
-    return run.count > 0
+def _counted_at(run_of: Mapping[int, _CountedRun], chain: Sequence[int], position: int) -> bool:
+    """:func:`~.chain_runs.held_at`, in a run some counted chain holds (inlined: it is asked
+    once per bisection step)."""
+    h = chain[position]
+    run = run_of.get(h)
+    if run is None or run.count == 0:
+        return False
+    offset = position - run.start
+    return 0 <= offset < len(run.elements) and run.elements[offset] == h
 
 
 class _CountedRuns(RunTree[_CountedRun]):

@@ -29,10 +29,10 @@ to place the new head in its own order. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, Self, TypeVar
 
-__all__ = ["Run", "RunTree"]
+__all__ = ["Run", "RunTree", "held_at"]
 
 
 class Run:
@@ -59,6 +59,16 @@ class Run:
 R = TypeVar("R", bound=Run)
 
 
+def held_at(run_of: Mapping[int, Run], chain: Sequence[int], position: int) -> bool:
+    """Whether ``chain[position]`` is held at chain position ``position``."""
+    h = chain[position]
+    run = run_of.get(h)
+    if run is None:
+        return False
+    offset = position - run.start
+    return 0 <= offset < len(run.elements) and run.elements[offset] == h
+
+
 class RunTree(Generic[R]):
     """Element -> the run holding it, and the runs' tree. ``written_total`` counts element
     entries written (new elements, and a split run's head): what keeping them costs."""
@@ -75,38 +85,29 @@ class RunTree(Generic[R]):
     def leading(
         self,
         chain: Sequence[int],
-        *,
-        live: Callable[[R], bool] | None = None,
         last_first: bool = False,
+        held: Callable[[dict[int, R], Sequence[int], int], bool] = held_at,
     ) -> int:
-        """How many leading elements of ``chain`` are held where the chain puts them, in runs
-        ``live`` accepts (all when ``None``; it must hold of a run's parent when it holds of
-        the run): a bisection. ``last_first`` tries the whole chain first (one lookup when a
-        call's finish or a retry records a chain held whole). On a sequence that is not a
-        chain the bisection's answer depends on the lookups it makes; the two orders are kept
-        apart so that each user's answers stay as they were."""
+        """How many leading elements of ``chain`` are held where the chain puts them: a
+        bisection, each step asking ``held(run_of, chain, position)`` (:func:`held_at`, or a
+        stricter test that holds of a run's parent when it holds of the run). ``last_first``
+        tries the whole chain first (one lookup when a call's finish or a retry records a
+        chain held whole). On a sequence that is not a chain the answer depends on the
+        lookups made; the two orders are kept apart so that each user's answers stay as they
+        were."""
         run_of = self.run_of
-
-        def held(position: int) -> bool:
-            h = chain[position]
-            run = run_of.get(h)
-            if run is None or (live is not None and not live(run)):
-                return False
-            offset = position - run.start
-            return 0 <= offset < len(run.elements) and run.elements[offset] == h
-
         length = len(chain)
-        if not length or not held(0):
+        if not length or not held(run_of, chain, 0):
             return 0
         high = length  # chain[:low] held; chain[high:] not (or unknown)
         if last_first:
-            if held(length - 1):
+            if held(run_of, chain, length - 1):
                 return length
             high = length - 1
         low = 1
         while low < high:
             middle = (low + high + 1) // 2
-            if held(middle - 1):
+            if held(run_of, chain, middle - 1):
                 low = middle
             else:
                 high = middle - 1

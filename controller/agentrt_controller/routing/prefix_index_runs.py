@@ -78,12 +78,12 @@ class BackendChains(RunTree[StampedRun]):
     def held_run(self, hashes: Sequence[int]) -> int:
         """How many leading elements of ``hashes`` are held where the chain puts them
         (bisection: held elements form a prefix of any chain)."""
-        return self.leading(hashes, last_first=True)
+        return self.leading(hashes, True)
 
     def record(self, hashes: Sequence[int], now_s: float) -> Sequence[int]:
         """Touch ``hashes`` at ``now_s`` (head last), adding what is new; returns the elements
         added. Call :meth:`expire` first: a stale element would be touched back to life."""
-        held = self.leading(hashes, last_first=True)
+        held = self.leading(hashes, True)  # the whole chain first
         tip = self.end_at(hashes, held) if held else None
         added: Sequence[int] = ()
         if held < len(hashes):
