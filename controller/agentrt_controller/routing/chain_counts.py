@@ -133,9 +133,7 @@ class ChainCounts(Mapping[int, int]):
     def _go_flat(self) -> None:
         runs = self._runs
         self._flat = {h: run.count for h, run in runs.run_of.items() if run.count}
-        runs.run_of.clear()
-        runs.idle.clear()
-        runs.idle_held = 0
+        runs.clear()
 
 
 class _CountedRun(Run):
@@ -245,6 +243,12 @@ class _CountedRuns(RunTree[_CountedRun]):
         if run in self.idle:
             self.idle[head] = None
         return head
+
+    def clear(self) -> None:
+        """Forget every run (``written_total`` stays: what counting cost so far)."""
+        self.run_of.clear()
+        self.idle.clear()
+        self.idle_held = 0
 
     def _trim_idle(self) -> None:
         idle = self.idle
