@@ -1,4 +1,5 @@
-"""A lean HTTP/1.1 keep-alive transport for ``http://`` backends, behind httpx's transport seam.
+"""A lean HTTP/1.1 keep-alive transport for ``http://`` backends, behind httpx's transport seam
+and, for generation requests, without it (:meth:`FastHTTPTransport.open`).
 
 Why: a proxied call costs the controller roughly twice the CPU of everything else together in
 httpcore's pure-Python HTTP/1.1 machinery (h11 state machine, pool bookkeeping, anyio stream
@@ -13,6 +14,13 @@ exactly as for httpx's transport.
 asyncio only (the controller runs on asyncio / uvloop): the protocol callbacks are the cheapest
 way to read a socket. Closing an unfinished response closes its connection, which is how an
 upstream request is aborted (vLLM stops generating when the connection drops).
+
+Generation requests skip httpx altogether: :meth:`FastHTTPTransport.open` takes the serialised
+request and gives a :class:`FastResponse` (the backend seam's ``BackendResponse``), so a proxied
+call builds no ``httpx.Request``, ``httpx.Response``, ``Headers`` or body-stream wrappers (about
+a tenth of the controller's CPU per call, and two generator levels per streamed chunk). Its
+body errors are the seam's (``BackendDisconnected``, ``BackendError``), mapped as
+:mod:`~agentrt_controller.backends.wire` maps httpx's.
 """
 
 from __future__ import annotations
@@ -27,15 +35,18 @@ import httptools
 import httpx
 
 from agentrt.errors import ConfigError
+from agentrt_controller.backends.wire import broken
 
-__all__ = ["FastHTTPTransport"]
+__all__ = ["FastHTTPTransport", "FastResponse", "Origin"]
 
 #: Idle keep-alive connections older than this are not reused (seconds). Below uvicorn's
 #: default server-side keep-alive timeout (5 s), so we rarely race a server closing one.
 _IDLE_EXPIRY_S = 4.0
 #: Pause reading a streamed body when this many bytes wait unread; resume below a quarter.
 _HIGH_WATER = 1 << 20
-_Origin = tuple[str, int]
+#: ``(host, port)`` of a backend server.
+Origin = tuple[str, int]
+_Origin = Origin
 _T = TypeVar("_T")
 
 
@@ -196,15 +207,66 @@ class _Body(httpx.AsyncByteStream):
         self._release()
 
     def _release(self) -> None:
-        if self._released:
-            return
-        self._released = True
-        conn = self._conn
-        if conn.complete and conn.keep_alive and not conn.closed:
-            self._transport._checkin(conn)
-        else:
-            conn.close()
-        self._transport._slots.release()
+        if not self._released:
+            self._released = True
+            self._transport._release(self._conn)
+
+
+class FastResponse:
+    """An answer read straight off a pooled connection: status, headers (lower-case names;
+    repeated ones joined with ``", "``) and the body. Closing it before the body's end closes
+    (aborts) the connection; otherwise the connection goes back to the pool."""
+
+    __slots__ = ("_conn", "_released", "_timeout", "_transport", "headers", "status_code")
+
+    def __init__(
+        self,
+        transport: FastHTTPTransport,
+        conn: _Connection,
+        status: int,
+        raw_headers: list[tuple[bytes, bytes]],
+        timeout: float | None,
+    ) -> None:
+        self._transport = transport
+        self._conn = conn
+        self._timeout = timeout
+        self._released = False
+        self.status_code = status
+        headers: dict[str, str] = {}
+        for raw_name, raw_value in raw_headers:
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        self.headers = headers
+
+    async def aread(self) -> bytes:
+        """The whole body. Raises ``BackendDisconnected`` / ``BackendError`` when the
+        connection breaks or stalls past the read timeout."""
+        parts = []
+        try:
+            async for chunk in self._conn.body(self._timeout):
+                parts.append(chunk)
+        except httpx.HTTPError as exc:
+            raise broken(exc, "answer") from exc
+        finally:
+            self._release()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (what arrived since the last turn as one piece)."""
+        try:
+            async for chunk in self._conn.body(self._timeout):
+                yield chunk
+        except httpx.HTTPError as exc:
+            raise broken(exc, "stream") from exc
+        self._release()
+
+    async def aclose(self) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._transport._release(self._conn)
 
 
 class FastHTTPTransport(httpx.AsyncBaseTransport):
@@ -227,38 +289,79 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         if url.scheme != "http" or not isinstance(request.stream, httpx.ByteStream):
             return await self._fallback.handle_async_request(request)
         timeouts = request.extensions.get("timeout", {})
-        origin = (url.host, url.port or 80)
-        data = _serialise(request)
-        await self._slots.acquire()
-        try:
-            conn = self._checkout(origin)
-            if conn is not None:
-                try:
-                    return await self._exchange(conn, data, timeouts)
-                except httpx.RemoteProtocolError:
-                    pass  # a kept-alive connection the server had closed: once more, fresh
-            conn = await self._connect(origin, timeouts.get("connect"))
-            return await self._exchange(conn, data, timeouts)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    async def _exchange(
-        self, conn: _Connection, data: bytes, timeouts: dict[str, float | None]
-    ) -> httpx.Response:
         read_timeout = timeouts.get("read")
-        try:
-            conn.start(data)
-            status, headers = await conn.head(read_timeout)
-        except BaseException:
-            conn.close()
-            raise
+        conn, status, headers = await self._exchange(
+            (url.host, url.port or 80), _serialise(request), read_timeout, timeouts.get("connect")
+        )
         return httpx.Response(
             status,
             headers=headers,
             stream=_Body(self, conn, read_timeout),
             extensions={"http_version": b"HTTP/1.1"},
         )
+
+    async def open(
+        self,
+        origin: Origin,
+        data: bytes,
+        *,
+        read_timeout_s: float | None,
+        connect_timeout_s: float | None,
+    ) -> FastResponse:
+        """Send ``data`` (a whole HTTP/1.1 request: head and ``Content-Length`` body) to
+        ``origin``; the answer once its head arrived. Waits for a free slot first
+        (``max_connections``). ``read_timeout_s``: the longest silence of the server (for the
+        head and between body parts; ``None`` = none).
+
+        Raises httpx's errors, as :meth:`handle_async_request` does: ``ConnectError`` /
+        ``ConnectTimeout`` (nothing sent), ``RemoteProtocolError`` (closed or garbled before
+        the head), ``ReadTimeout``."""
+        conn, status, headers = await self._exchange(
+            origin, data, read_timeout_s, connect_timeout_s
+        )
+        return FastResponse(self, conn, status, headers, read_timeout_s)
+
+    async def _exchange(
+        self,
+        origin: Origin,
+        data: bytes,
+        read_timeout_s: float | None,
+        connect_timeout_s: float | None,
+    ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:
+        """A connection (holding one of the slots) whose answer's head arrived."""
+        await self._slots.acquire()
+        try:
+            conn = self._checkout(origin)
+            if conn is not None:
+                try:
+                    return await self._request(conn, data, read_timeout_s)
+                except httpx.RemoteProtocolError:
+                    pass  # a kept-alive connection the server had closed: once more, fresh
+            conn = await self._connect(origin, connect_timeout_s)
+            return await self._request(conn, data, read_timeout_s)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    @staticmethod
+    async def _request(
+        conn: _Connection, data: bytes, read_timeout_s: float | None
+    ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:
+        try:
+            conn.start(data)
+            status, headers = await conn.head(read_timeout_s)
+        except BaseException:
+            conn.close()
+            raise
+        return conn, status, headers
+
+    def _release(self, conn: _Connection) -> None:
+        """The answer on ``conn`` was read or given up: keep the connection or close it."""
+        if conn.complete and conn.keep_alive and not conn.closed:
+            self._checkin(conn)
+        else:
+            conn.close()
+        self._slots.release()
 
     async def _connect(self, origin: _Origin, connect_timeout_s: float | None) -> _Connection:
         loop = asyncio.get_running_loop()

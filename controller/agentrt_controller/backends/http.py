@@ -31,8 +31,10 @@ from agentrt_controller.backends.api import (
     BackendError,
     BackendLoad,
     BackendRequest,
+    BackendResponse,
     BackendUnavailable,
 )
+from agentrt_controller.backends.fasthttp import FastHTTPTransport, Origin
 from agentrt_controller.backends.kv_capacity import vllm_capacity
 from agentrt_controller.backends.prometheus_text import max_samples, sum_samples
 from agentrt_controller.backends.tokens import TokenCounter
@@ -115,6 +117,15 @@ class HttpBackend:
         self._probe_timeout = httpx.Timeout(config.probe_timeout_s)
         self._aux_timeout = httpx.Timeout(config.aux_timeout_s)
         self._urls: dict[str, httpx.URL] = {}  # parsed once per path: URL parsing is not free
+        # http:// behind the lean transport: generation requests go to its pool directly,
+        # serialised here (no httpx request or response objects on the hot path).
+        self._fast: FastHTTPTransport | None = None
+        if isinstance(http.transport, FastHTTPTransport) and self.url.startswith("http://"):
+            self._fast = http.transport
+        self._targets: dict[str, tuple[Origin, bytes]] = {}  # per path: origin, request line
+        self._read_s = http.timeout.read
+        self._stream_read_s = http.stream_timeout.read
+        self._connect_s = http.timeout.connect
         #: How the priority switch was configured (``"auto"`` resolves in detect_features).
         self.priority_mode: PriorityMode = config.send_priority
         self.capabilities = self._capabilities(config.send_priority is True)
@@ -143,7 +154,7 @@ class HttpBackend:
         """Load figures from the server's Prometheus text; unknown ones stay ``None``."""
         return BackendLoad()
 
-    async def send(self, request: BackendRequest) -> HttpxResponse:
+    async def send(self, request: BackendRequest) -> BackendResponse:
         extra: dict[str, Any] = {}
         if request.priority is not None and self.capabilities.supports_priority:
             extra = self.encode_priority(request.priority)
@@ -155,15 +166,17 @@ class HttpBackend:
             headers = [h for h in headers if h[0] != b"authorization"]
             headers.append((b"authorization", self._auth))
         headers.append((b"content-type", b"application/json"))
-        url = self._urls.get(request.path)
-        if url is None:
-            url = self._urls[request.path] = httpx.URL(self.url + request.path)
-        # A stream's read timeout is the stall limit: a silent backend is given up sooner.
-        extensions = self._stream_extensions if request.stream else self._extensions
-        http_request = httpx.Request(
-            "POST", url, content=body, headers=headers, extensions=extensions
-        )
         try:
+            if self._fast is not None:
+                return await self._send_fast(self._fast, request, headers, body)
+            url = self._urls.get(request.path)
+            if url is None:
+                url = self._urls[request.path] = httpx.URL(self.url + request.path)
+            # A stream's read timeout is the stall limit: a silent backend is given up sooner.
+            extensions = self._stream_extensions if request.stream else self._extensions
+            http_request = httpx.Request(
+                "POST", url, content=body, headers=headers, extensions=extensions
+            )
             response = await self._transport.handle_async_request(http_request)
         except NOTHING_RECEIVED as exc:
             raise BackendUnavailable(
@@ -186,6 +199,34 @@ class HttpBackend:
         except httpx.HTTPError as exc:
             raise BackendError(f"backend {self.backend_id} failed: {exc!r}") from exc
         return HttpxResponse(response)
+
+    async def _send_fast(
+        self,
+        fast: FastHTTPTransport,
+        request: BackendRequest,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> BackendResponse:
+        """``send`` over the lean transport's pool: the request serialised here, in one
+        buffer (one write); raises httpx's errors, which ``send`` maps."""
+        target = self._targets.get(request.path)
+        if target is None:
+            url = httpx.URL(self.url + request.path)
+            # What httpx would write: the path as given, Host without the default port.
+            head = b"POST " + url.raw_path + b" HTTP/1.1\r\nhost: " + url.netloc + b"\r\n"
+            target = self._targets[request.path] = ((url.host, url.port or 80), head)
+        origin, head = target
+        data = b"".join(
+            [head, *[name + b": " + value + b"\r\n" for name, value in headers],
+             b"content-length: %d\r\n\r\n" % len(body), body]
+        )  # fmt: skip
+        return await fast.open(
+            origin,
+            data,
+            # A stream's read timeout is the stall limit: a silent backend is given up sooner.
+            read_timeout_s=self._stream_read_s if request.stream else self._read_s,
+            connect_timeout_s=self._connect_s,
+        )
 
     async def _request(
         self, method: str, path: str, limits: httpx.Timeout, body: Any = None

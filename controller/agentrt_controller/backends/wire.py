@@ -14,6 +14,7 @@ __all__ = [
     "BROKEN_BEFORE_STATUS",
     "NOTHING_RECEIVED",
     "HttpxResponse",
+    "broken",
     "encode_body",
     "json_answer",
 ]
@@ -70,7 +71,7 @@ class HttpxResponse:
         try:
             return await self._response.aread()
         except httpx.HTTPError as exc:
-            raise _broken(exc, "answer") from exc
+            raise broken(exc, "answer") from exc
         finally:
             await self._response.aclose()
 
@@ -79,13 +80,15 @@ class HttpxResponse:
             async for chunk in self._response.aiter_bytes():
                 yield chunk
         except httpx.HTTPError as exc:
-            raise _broken(exc, "stream") from exc
+            raise broken(exc, "stream") from exc
 
     async def aclose(self) -> None:
         await self._response.aclose()
 
 
-def _broken(exc: httpx.HTTPError, what: str) -> BackendError:
+def broken(exc: httpx.HTTPError, what: str) -> BackendError:
+    """The seam's error for ``exc``, raised while reading an answer's body (``what``):
+    :class:`BackendDisconnected` when the connection died, else :class:`BackendError`."""
     if isinstance(exc, _CONNECTION_LOST) and not isinstance(exc, httpx.TimeoutException):
         return BackendDisconnected(f"backend connection lost during its {what}: {exc!r}")
     return BackendError(f"backend broke off its {what}: {exc!r}")

@@ -1,0 +1,175 @@
+"""Generation requests over the lean transport's pool without httpx objects
+(``HttpBackend.send`` → ``FastHTTPTransport.open``), against raw loopback servers: the wire
+format, keep-alive, aborts and the error mapping the controller's retries rely on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from agentrt_controller.backends.api import (
+    BackendDisconnected,
+    BackendError,
+    BackendRequest,
+    BackendUnavailable,
+)
+from agentrt_controller.backends.fasthttp import FastResponse
+from agentrt_controller.backends.http import HttpBackend, HttpBackendConfig
+from agentrt_controller.backends.transport import HttpPool
+from tests.controller_service.test_fasthttp import (
+    Server,
+    keep_alive_echo,
+    read_request,
+    response,
+    serving,
+)
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
+
+BODY = b'{"model":"m","messages":[]}'
+
+
+def request(*, stream: bool = False, headers: dict[str, str] | None = None) -> BackendRequest:
+    return BackendRequest(
+        path="/v1/chat/completions",
+        raw_body=BODY,
+        body={"model": "m", "messages": []},
+        stream=stream,
+        headers=headers or {},
+    )
+
+
+@contextlib.asynccontextmanager
+async def backend(
+    url: str,
+    *,
+    read_timeout_s: float = 2.0,
+    credential: str | None = None,
+    max_connections: int = 1024,
+) -> AsyncIterator[HttpBackend]:
+    pool = HttpPool.create(
+        read_timeout_s=read_timeout_s, connect_timeout_s=2.0, max_connections=max_connections
+    )
+    try:
+        yield HttpBackend("b0", url, pool, HttpBackendConfig(credential=credential))
+    finally:
+        await pool.aclose()
+
+
+async def test_requests_reuse_one_connection_and_carry_host_length_and_credential() -> None:
+    heads: list[bytes] = []
+
+    async def recording(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        server: Server) -> None:  # fmt: skip
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            heads.append(head)
+            await reader.readexactly(len(BODY))
+            writer.write(response(b"ok", b"X-Request-Id: r1\r\nset-cookie: a\r\nSet-Cookie: b\r\n"))
+            await writer.drain()
+
+    async with serving(recording) as (url, server), backend(url, credential="own") as b:
+        for _ in range(3):
+            answer = await b.send(request(headers={"authorization": "Bearer tenant"}))
+            assert isinstance(answer, FastResponse)
+            assert answer.status_code == 200
+            assert answer.headers["x-request-id"] == "r1"  # lower-case names
+            assert answer.headers["set-cookie"] == "a, b"  # repeated ones joined
+            assert await answer.aread() == b"ok"
+    assert server.connections == 1
+    port = url.rsplit(":", 1)[1]
+    lines = heads[0].decode().split("\r\n")
+    assert lines[0] == "POST /v1/chat/completions HTTP/1.1"
+    assert f"host: 127.0.0.1:{port}" in lines
+    assert f"content-length: {len(BODY)}" in lines
+    # The controller's own credential replaces the tenant's key.
+    assert "authorization: Bearer own" in lines
+    assert "authorization: Bearer tenant" not in lines
+
+
+async def test_closing_an_unfinished_stream_closes_the_connection() -> None:
+    closed = anyio.Event()
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        try:
+            while True:
+                writer.write(b"6\r\ndata:\n\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        except ConnectionError:
+            closed.set()
+
+    async with serving(endless) as (url, _), backend(url) as b:
+        answer = await b.send(request(stream=True))
+        chunks = aiter(answer.aiter_bytes())
+        assert (await anext(chunks)).startswith(b"data:")
+        await chunks.aclose()  # type: ignore[attr-defined]
+        await answer.aclose()
+        with anyio.fail_after(5):
+            await closed.wait()
+
+
+async def test_a_refused_connection_is_retryable_elsewhere() -> None:
+    listener = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    listener.close()
+    await listener.wait_closed()
+    async with backend(f"http://127.0.0.1:{port}") as b:
+        with pytest.raises(BackendUnavailable) as caught:
+            await b.send(request())
+    assert caught.value.connect_failed
+
+
+async def test_a_server_closing_before_its_head_leaves_the_call_retryable() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+
+    async with serving(hang_up) as (url, _), backend(url) as b:
+        with pytest.raises(BackendUnavailable) as caught:
+            await b.send(request())
+    assert not caught.value.connect_failed
+
+
+async def test_a_connection_lost_mid_body_is_a_disconnect() -> None:
+    async def half(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+        await writer.drain()
+
+    async with serving(half) as (url, _), backend(url) as b:
+        answer = await b.send(request())
+        with pytest.raises(BackendDisconnected):
+            await answer.aread()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_silent_server_times_out(stream: bool) -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        await reader.read()
+
+    async with serving(silent) as (url, _), backend(url, read_timeout_s=0.2) as b:
+        with pytest.raises(BackendError) as caught:
+            await b.send(request(stream=stream))
+    # A stream's head comes at once: silence means stalled, and another backend may answer;
+    # a whole answer's head comes last: slow, not stalled.
+    assert isinstance(caught.value, BackendUnavailable) is stream
+
+
+async def test_an_answer_closed_unread_gives_its_slot_back() -> None:
+    async with serving(keep_alive_echo) as (url, _), backend(url, max_connections=1) as b:
+        for _ in range(3):
+            await (await b.send(request())).aclose()
+        with anyio.fail_after(5):  # the one slot is free again
+            answer = await b.send(request())
+        assert await answer.aread() == b"echo:" + BODY
