@@ -127,7 +127,12 @@ class SseScanner:
                 plain
                 and event.startswith(b"data: {")
                 and b"\n" not in event
-                and (b'"usage"' not in event or _NULL_USAGE.search(event) is not None)
+                and (
+                    b'"usage"' not in event
+                    or b'"usage": null' in event  # a memchr first; the pattern if need be
+                    or b'"usage":null' in event
+                    or _NULL_USAGE.search(event) is not None
+                )
             ):
                 if b'"choices":[]' not in event and b'"choices": []' not in event:
                     self.chunks += 1
