@@ -19,12 +19,14 @@ __all__ = ["BackendAnswer"]
 class BackendAnswer:
     """The whole body of a non-streamed (or failed) answer, or the first chunk of a stream."""
 
-    __slots__ = ("_first", "_rest", "body", "response")
+    __slots__ = ("_first", "_rest", "body", "closed", "response")
 
     def __init__(self, response: BackendResponse) -> None:
         self.response = response
         #: The whole answer; ``None`` for a stream (read :meth:`chunks`).
         self.body: bytes | None = None
+        #: The response is closed (its connection released): :meth:`aclose` has nothing to do.
+        self.closed = False
         self._first = b""
         self._rest: AsyncIterator[bytes] | None = None
 
@@ -38,6 +40,7 @@ class BackendAnswer:
                 answer._first = await anext(answer._rest, b"")
             else:
                 answer.body = await response.aread()
+                await answer.aclose()  # read whole: the connection goes back at once
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await answer.aclose()
@@ -53,8 +56,11 @@ class BackendAnswer:
                 yield chunk
 
     async def aclose(self) -> None:
+        if self.closed:
+            return
         rest, self._rest = self._rest, None
         aclose = getattr(rest, "aclose", None)
         if aclose is not None:
             await aclose()
         await self.response.aclose()
+        self.closed = True

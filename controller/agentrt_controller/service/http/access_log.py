@@ -28,6 +28,7 @@ the ``agentrt.access`` logger (the CLI sends it to standard output; ``agentrt_se
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -186,6 +187,7 @@ class AccessLog:
 _PLAIN = re.compile(r"[!#-<>-~]+")
 
 
+@functools.lru_cache(maxsize=4096)  # the same methods, paths, tenants, models, backends
 def _text(value: object) -> str:
     """A value for a text line: as is when it is plain, else JSON-quoted (a path or a model
     name with spaces, quotes or control characters cannot forge a field or a line)."""

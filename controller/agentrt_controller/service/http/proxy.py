@@ -321,8 +321,9 @@ class CompletionsEndpoint:
                 f"backend {forwarded.backend_id} failed mid-answer: {exc}"
             ) from exc
         finally:
-            with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
-                await answer.aclose()
+            if not answer.closed:  # a whole answer is closed once read (no scope needed)
+                with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
+                    await answer.aclose()
             charge = self.core.settle(pending, forwarded, usage, ok=ok, reason=failure)
             if exchange.access is not None:
                 exchange.access.prompt_tokens = charge.prompt_tokens
