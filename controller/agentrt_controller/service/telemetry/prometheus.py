@@ -11,7 +11,11 @@ The wrappers keep the call sites short (``counter.inc(1.0, backend)``: label val
 in the order the metric declared its label names) and give tests :meth:`Counter.value`. They
 keep each series' child once made: ``prometheus_client``'s ``labels()`` validates, converts
 and locks on every call, several microseconds each, and a proxied call updates about ten
-series.
+series. **Counters are added up in bulk**: :meth:`Counter.inc` adds to a plain float per series
+(a dictionary update, no lock: increments come from the event loop's thread), and the
+registry moves what was added since into ``prometheus_client``'s counters right before every
+collection (a scrape, the OTLP bridge's read, :meth:`Counter.value`) — nine counter updates
+per proxied call cost one lock each at the next scrape instead of one each per call.
 """
 
 from __future__ import annotations
@@ -47,25 +51,53 @@ def _sample_value(metric: prometheus_client.metrics.MetricWrapperBase, suffix: s
 class Counter:
     """A monotonically increasing total (its name ends ``_total``)."""
 
-    def __init__(self, registry: CollectorRegistry, name: str, help_text: str,
+    def __init__(self, registry: Registry, name: str, help_text: str,
                  labels: Sequence[str]) -> None:  # fmt: skip
         if not name.endswith("_total"):
             raise ConfigError(f"counter {name} must end in _total")
+        self.name = name
         self.label_names = tuple(labels)
         self._metric = prometheus_client.Counter(
             name, help_text, self.label_names, registry=registry
         )
+        self._flush_lock = threading.Lock()
+        #: Each series' child (made at its first increment, so its ``_created`` is right).
         self._children: dict[LabelValues, Any] = {}
+        #: Each series' total so far; written by :meth:`inc` only (the event loop's thread).
+        self._totals: dict[LabelValues, float] = {}
+        #: The part of each total already in its child; written by :meth:`flush` only.
+        self._flushed: dict[LabelValues, float] = {}
+        registry.flush_before_collect(self)
 
     def inc(self, amount: float = 1.0, *labels: str) -> None:
-        child = self._children.get(labels)
-        if child is None:
-            child = self._children[labels] = (
-                self._metric.labels(*labels) if labels else self._metric
-            )
-        child.inc(amount)
+        """Add ``amount`` (≥ 0) to the series of ``labels``; the registry's next collection
+        carries it. Raises :class:`ValueError` for a negative amount, as Prometheus does."""
+        totals = self._totals
+        total = totals.get(labels)
+        if total is None:
+            if len(labels) != len(self.label_names):
+                raise ValueError(
+                    f"{self.name}: label values {labels!r} do not match {self.label_names!r}"
+                )
+            self._children[labels] = self._metric.labels(*labels) if labels else self._metric
+            total = 0.0
+        if amount < 0:
+            raise ValueError("counters can only be incremented by non-negative amounts")
+        totals[labels] = total + amount
+
+    def flush(self) -> None:
+        """Move what was added since the last flush into ``prometheus_client``'s children
+        (from any thread; one flush at a time)."""
+        with self._flush_lock:
+            # A copy taken in one C call, while the event loop may add a series meanwhile.
+            for labels, total in tuple(self._totals.items()):
+                added = total - self._flushed.get(labels, 0.0)
+                if added > 0:
+                    self._children[labels].inc(added)
+                    self._flushed[labels] = total
 
     def value(self, *labels: str) -> float:
+        self.flush()
         return _sample_value(self._metric, "_total", labels, self.label_names)
 
 
@@ -120,6 +152,11 @@ class Registry(CollectorRegistry):
         super().__init__(auto_describe=True)
         self._refreshers: list[Callable[[], None]] = []
         self._refresh_lock = threading.Lock()
+        self._bulk: list[Counter] = []
+
+    def flush_before_collect(self, counter: Counter) -> None:
+        """Have ``counter``'s increments moved in before each collection."""
+        self._bulk.append(counter)
 
     def counter(self, name: str, help_text: str, labels: Sequence[str] = ()) -> Counter:
         return Counter(self, name, help_text, labels)
@@ -142,6 +179,8 @@ class Registry(CollectorRegistry):
 
     def collect(self) -> Iterable[Metric]:
         with self._refresh_lock:
+            for counter in self._bulk:
+                counter.flush()
             for refresh in self._refreshers:
                 refresh()
         yield from super().collect()
