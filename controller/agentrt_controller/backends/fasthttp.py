@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
 import httptools
@@ -236,7 +236,7 @@ class FastResponse:
         for raw_name, raw_value in raw_headers:
             name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
             headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        self.headers = headers
+        self.headers: Mapping[str, str] = headers
 
     async def aread(self) -> bytes:
         """The whole body. Raises ``BackendDisconnected`` / ``BackendError`` when the
