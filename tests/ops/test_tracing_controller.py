@@ -185,6 +185,22 @@ async def test_without_a_provider_the_client_context_goes_to_the_backend_unchang
     assert {name: sent[name] for name in TRACE_HEADERS} == TRACE_HEADERS
 
 
+@pytest.mark.parametrize("name", sorted(TRACE_HEADERS))
+async def test_without_a_provider_each_trace_header_alone_goes_to_the_backend(name: str) -> None:
+    """Whichever one of the W3C headers a client sends alone reaches the backend (a call
+    without any skips the propagators: nothing to read, nothing to forward)."""
+    state = FakeState()
+    tags = CallTags(session_id="s", program_id="p", thread_id="main", node_id="n")
+    async with running(state) as svc:
+        with_one = await svc.chat(headers={**tags.to_headers(), name: TRACE_HEADERS[name]})
+        without = await svc.chat(headers=tags.to_headers())
+    assert with_one.status_code == without.status_code == 200
+    sent_with_one, sent_without = state.headers
+    if name != "tracestate":  # a tracestate without its traceparent means nothing: dropped
+        assert sent_with_one[name] == TRACE_HEADERS[name]
+    assert not TRACE_HEADERS.keys() & sent_without.keys()
+
+
 @pytest.mark.parametrize(
     ("variables", "message"),
     [

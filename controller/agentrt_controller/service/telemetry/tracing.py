@@ -10,6 +10,10 @@ with a tracer provider, our span is the backend's parent (it inherits the client
 The tracer provider is passed in explicitly: the CLI builds one from the standard ``OTEL_*``
 variables (:mod:`agentrt_controller.service.telemetry.otel`); an embedding program passes its
 own. Prompt and completion contents are never recorded (docs/controller.md, "Traces").
+
+A call without trace headers, with tracing off and the default W3C propagators, skips the
+propagators altogether (about twenty Python calls a call): there is nothing to read and
+nothing to forward.
 """
 
 from __future__ import annotations
@@ -18,9 +22,15 @@ from collections.abc import Mapping
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.trace import Span, SpanKind, TracerProvider
 
 __all__ = ["CallTracing"]
+
+#: The headers the default propagators (W3C trace context and baggage) read and write.
+_W3C_FIELDS = frozenset({"traceparent", "tracestate", "baggage"})
+#: The context of a call that sent no trace headers (see the module docstring).
+_NOTHING = Context()
 
 
 class CallTracing:
@@ -31,11 +41,23 @@ class CallTracing:
         self._tracer: trace.Tracer = trace.NoOpTracer()
         if provider is not None:
             self._tracer = provider.get_tracer("agentrt.controller")
+        #: The last global propagator seen, and whether it reads only the W3C headers.
+        self._textmap: TextMapPropagator | None = None
+        self._w3c_only = False
 
-    @staticmethod
-    def incoming(headers: Mapping[str, str]) -> Context:
+    def incoming(self, headers: Mapping[str, str]) -> Context:
         """The trace context (parent span, baggage) the client sent in ``headers`` (lower-case
         names); an empty context when it sent none, or none the propagator accepts."""
+        textmap = propagate.get_global_textmap()
+        if textmap is not self._textmap:  # looked at once per propagator, not per call
+            self._textmap, self._w3c_only = textmap, set(textmap.fields) == _W3C_FIELDS
+        if (
+            self._w3c_only
+            and "traceparent" not in headers
+            and "tracestate" not in headers
+            and "baggage" not in headers
+        ):
+            return _NOTHING
         return propagate.extract(headers, context=Context())
 
     def start(self, operation: str, model: str, parent: Context) -> Span:
@@ -57,6 +79,8 @@ class CallTracing:
     def outgoing_headers(self, span: Span, parent: Context) -> dict[str, str]:
         """Trace headers for the backend request: ``parent`` with ``span`` as the current span
         (the client's own span when ``span`` is the invalid one), and ``parent``'s baggage."""
+        if parent is _NOTHING and not self.enabled:
+            return {}  # no span of ours, none of the client's, no baggage: nothing to write
         context = trace.set_span_in_context(span, parent) if self.enabled else parent
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=context)
