@@ -25,12 +25,17 @@ Measured in the same run, interleaved per repetition, *direct* (client → backe
 
 Goal: ≤ 1 ms added at p50 and ≥ 1,000 calls/s.
 
+``--count-calls`` measures something else, which hardly depends on the machine's load: the
+Python function calls one request makes, by layer (the controller under ``python -m
+cProfile``, twice; :mod:`benchmarks._call_counts`).
+
 Run::
 
     .venv/bin/python benchmarks/controller_overhead.py               # a table and JSON
     .venv/bin/python benchmarks/controller_overhead.py --write-docs  # + docs/benchmarks.md
     .venv/bin/python benchmarks/controller_overhead.py --reps 3 --calls 300 --seconds 2 \
         --policies fcfs --prompt-words ''                              # short, no prompt sizes
+    .venv/bin/python benchmarks/controller_overhead.py --count-calls --policies plas
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -54,7 +60,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import _report  # noqa: E402
+from benchmarks import _call_counts, _report  # noqa: E402
 from benchmarks._processes import cpu_s, free_port  # noqa: E402
 
 BODY = json.dumps(
@@ -329,6 +335,46 @@ async def stack(policy: str, window: str) -> AsyncIterator[tuple[int, int, int]]
             yield backend_port, controller_port, controller.pid
 
 
+#: Requests of the two runs of ``--count-calls`` (16 connections each).
+COUNT_RUNS = (1600, 4000)
+_COUNT_CONNECTIONS = 16
+
+
+async def _profiled_run(policy: str, window: str, requests: int, out: str) -> None:
+    """``requests`` calls (``_COUNT_CONNECTIONS`` connections) to a controller running under
+    cProfile, which writes ``out`` when the controller exits (SIGINT: it drains and exits)."""
+    backend_port, controller_port = free_port(), free_port()
+    python = sys.executable
+    with _process([python, __file__, "--serve-backend", str(backend_port)]):
+        await _wait_ready(backend_port, b"/health")
+        command = [
+            python, "-m", "cProfile", "-o", out, "-m", "agentrt.cli", "controller", "serve",
+            "--port", str(controller_port), "--backend", f"http://127.0.0.1:{backend_port}",
+            "--policy", policy, "--admission-window", window, "--log-level", "warning",
+        ]  # fmt: skip
+        with _process(command):
+            await _wait_ready(controller_port, b"/health")
+
+            async def worker(calls: int) -> None:
+                async with _Connection(controller_port) as conn:
+                    for _ in range(calls):
+                        await conn.call()
+
+            share, rest = divmod(requests, _COUNT_CONNECTIONS)
+            await asyncio.gather(*(worker(share + (i < rest)) for i in range(_COUNT_CONNECTIONS)))
+
+
+async def count_calls(policy: str, window: str) -> dict[str, float]:
+    """Python calls per request by layer (:mod:`benchmarks._call_counts`)."""
+    small, large = COUNT_RUNS
+    with tempfile.TemporaryDirectory() as folder:
+        outs = [str(Path(folder) / f"{n}.prof") for n in COUNT_RUNS]
+        for requests, out in zip(COUNT_RUNS, outs, strict=True):
+            await _profiled_run(policy, window, requests, out)
+        counts = [_call_counts.calls_by_layer(out) for out in outs]
+    return _call_counts.per_request(counts[0], counts[1], small, large)
+
+
 async def prompt_cpu_s(
     port: int, pid: int, words: int, seconds: float, warmup: int = 3, at_least: int = 5
 ) -> float:
@@ -542,12 +588,24 @@ def main() -> int:
         "--prompt-seconds", type=float, default=2.0,
         help="sequential calls for this long per prompt size (at least 5)",
     )  # fmt: skip
+    parser.add_argument(
+        "--count-calls", action="store_true",
+        help="instead of timing: Python function calls per request by layer, from the "
+        f"controller run twice under cProfile ({COUNT_RUNS[0]:,} and {COUNT_RUNS[1]:,} calls, "
+        "the first of --policies)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_backend:
         serve_backend(args.serve_backend)
+        return 0
+    if args.count_calls:
+        policy = args.policies.split(",")[0]
+        per_request = asyncio.run(count_calls(policy, args.window))
+        print(json.dumps(per_request, indent=2) if args.json
+              else _call_counts.markdown({policy: per_request}))  # fmt: skip
         return 0
     result = asyncio.run(run(args))
     if args.json:

@@ -1,0 +1,62 @@
+"""``benchmarks/_call_counts.py``: layers by source path, calls per request from two real
+cProfile runs, the table."""
+
+from __future__ import annotations
+
+import cProfile
+from pathlib import Path
+
+import pytest
+
+from tests.benchmark_modules import load_benchmark
+
+pytestmark = pytest.mark.timeout(30)
+
+counts = load_benchmark("_call_counts")
+
+
+@pytest.mark.parametrize(
+    ("filename", "layer"),
+    [
+        ("/x/site-packages/uvicorn/protocols/http/httptools_impl.py", "server"),
+        ("/repo/controller/agentrt_controller/service/http/server.py", "server"),
+        ("/repo/controller/agentrt_controller/service/http/access_log.py", "access log"),
+        ("/repo/controller/agentrt_controller/service/http/proxy.py", "endpoint"),
+        ("/repo/controller/agentrt_controller/backends/fasthttp.py", "backend leg"),
+        ("/repo/controller/agentrt_controller/service/telemetry/prometheus.py", "metrics"),
+        ("/repo/controller/agentrt_controller/service/core/facade.py", "core"),
+        ("/repo/controller/agentrt_controller/routing/prefix_index.py", "policies"),
+        ("/usr/lib/python3.11/asyncio/tasks.py", "asyncio"),
+        ("~", "C builtins"),
+        ("/somewhere/else.py", "other"),
+    ],
+)
+def test_a_function_belongs_to_the_layer_its_file_names(filename: str, layer: str) -> None:
+    assert counts.layer_of(filename).startswith(layer)
+
+
+def _requests(n: int) -> None:
+    for _ in range(n):
+        sorted([3, 1, 2])  # one builtin call per "request", plus the loop's own
+
+
+def test_calls_per_request_cancel_what_both_runs_share(tmp_path: Path) -> None:
+    outs = []
+    for n in (100, 300):
+        profiler = cProfile.Profile()
+        profiler.runcall(_requests, n)
+        out = tmp_path / f"{n}.prof"
+        profiler.dump_stats(out)
+        outs.append(counts.calls_by_layer(str(out)))
+    per_request = counts.per_request(outs[0], outs[1], 100, 300)
+    assert per_request[counts.BUILTINS] == pytest.approx(1.0)  # sorted, once per request
+    table = counts.markdown({"before": per_request, "after": per_request})
+    assert "| C builtins and methods (all layers) | 1 | 1 |" in table
+    assert table.splitlines()[-1].startswith("| **total** |")
+
+
+def test_bad_inputs_are_refused_with_a_reason(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="more requests"):
+        counts.per_request({}, {}, 10, 10)
+    with pytest.raises(FileNotFoundError, match="no profile"):
+        counts.calls_by_layer(str(tmp_path / "missing.prof"))
