@@ -409,6 +409,20 @@ EXTRA: Mapping[str, Peer] = {
             _custom(ProgramFcfsScheduler, router="autellix", window=None, continuum=True),
         ),
         Peer(
+            "gittins",
+            "the defaults with the program-level Gittins index (learned sizes) instead of PLAS",
+            "--policy gittins",
+            {},
+            _from_spec(PolicySpec(policy="gittins")),
+        ),
+        Peer(
+            "gittins+cpu",
+            f"`gittins` on engines with the KV CPU tier ({CPU_TIER_GIB:g} GiB per engine)",
+            f"--policy gittins --kv-offloading-size {CPU_TIER_GIB:g}",
+            _CPU,
+            _from_spec(PolicySpec(policy="gittins")),
+        ),
+        Peer(
             "oracle",
             "a bound: the defaults with clairvoyant program SRPT instead of PLAS",
             "--policy srpt (simulator only: it reads the plans' remaining service)",

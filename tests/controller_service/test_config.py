@@ -151,7 +151,9 @@ def test_policies_are_validated_when_the_app_is_built(options: dict[str, object]
 def test_cli_reports_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["controller", "serve", "--backend", "http://a:1", "--policy", "nope"]) == 2
     err = capsys.readouterr().err
-    assert "controller.policy: must be 'fcfs', 'mlfq', 'plas' or 'atlas', got 'nope'" in err
+    assert (
+        "controller.policy: must be 'fcfs', 'mlfq', 'plas', 'atlas' or 'gittins', got 'nope'" in err
+    )
     assert "(--policy)" in err
     assert main(["controller", "serve"]) == 2
     assert "no backend" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """Build schedulers and admission policies by name (docs/architecture.md, design rule 2: unknown
 names and bad parameters are :class:`~agentrt.errors.ConfigError`, never a silent fallback).
 
-Schedulers: ``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``srpt`` (clairvoyant: only with the
+Schedulers: ``fcfs``, ``mlfq``, ``plas``, ``atlas``, ``gittins`` (PLAS that learns programs'
+sizes), ``srpt`` (clairvoyant: only with the
 simulator's ``oracle``), each optionally inside fair shares between tenants (``tenancy=``:
 :class:`~agentrt_controller.scheduling.tenancy.TenantFairScheduler`, docs/tenancy.md).
 Admission: ``fixed`` (``window``: calls or ``None`` = unlimited) and
@@ -19,21 +20,32 @@ from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission, Ada
 from agentrt_controller.scheduling.api import AdmissionPolicy, Scheduler
 from agentrt_controller.scheduling.basic import FcfsScheduler, FixedWindowAdmission
 from agentrt_controller.scheduling.config import SchedulerConfig
-from agentrt_controller.scheduling.multilevel import AtlasScheduler, MlfqScheduler, PlasScheduler
+from agentrt_controller.scheduling.gittins import GittinsScheduler
+from agentrt_controller.scheduling.multilevel import (
+    AtlasScheduler,
+    MlfqScheduler,
+    MultiLevelScheduler,
+    PlasScheduler,
+)
 from agentrt_controller.scheduling.srpt import SrptOracle, SrptScheduler
 from agentrt_controller.scheduling.tenancy import TenancyConfig, TenantFairScheduler
 
 __all__ = ["ADMISSION_NAMES", "SCHEDULER_NAMES", "build_admission", "build_scheduler"]
 
 #: Every scheduler name :func:`build_scheduler` knows, in the order benchmarks list them.
-SCHEDULER_NAMES = ("fcfs", "mlfq", "plas", "atlas", "srpt")
+SCHEDULER_NAMES = ("fcfs", "mlfq", "plas", "atlas", "gittins", "srpt")
 #: Every admission policy name :func:`build_admission` knows.
 ADMISSION_NAMES = ("fixed", "adaptive")
 
 #: ``fixed`` admission's window when ``config`` gives none (calls).
 _FIXED_WINDOW = 32
 
-_MULTILEVEL = {"mlfq": MlfqScheduler, "plas": PlasScheduler, "atlas": AtlasScheduler}
+_MULTILEVEL: dict[str, type[MultiLevelScheduler]] = {
+    "mlfq": MlfqScheduler,
+    "plas": PlasScheduler,
+    "atlas": AtlasScheduler,
+    "gittins": GittinsScheduler,
+}
 
 
 def build_scheduler(

@@ -56,7 +56,7 @@ __all__ = [
 ENV_PREFIX = "AGENTRT_CONTROLLER_"
 
 #: The scheduling policies the controller runs (``srpt`` needs the simulator's oracle).
-PolicyName = Literal["fcfs", "mlfq", "plas", "atlas"]
+PolicyName = Literal["fcfs", "mlfq", "plas", "atlas", "gittins"]
 #: The routers :func:`agentrt_controller.routing.factory.build_router` builds.
 RouterName = Literal["prefix", "round_robin", "least_loaded", "autellix", "pipeline"]
 #: uvicorn's log levels.
