@@ -183,6 +183,10 @@ CONFIGS: dict[str, tuple[str, bool]] = {
     "plas": ("plas", True),
     "atlas": ("atlas", True),
     "defaults": ("", True),
+    # The defaults with one policy named (``--policy``): to compare a policy with the default
+    # one on the same stack, e.g. the previous default.
+    "defaults-plas": ("plas", True),
+    "defaults-gittins": ("gittins", True),
 }
 LOADS = ("half", "near")
 
@@ -238,11 +242,12 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
         ),
     )
     policy, via_controller = CONFIGS[config]
-    if config == "defaults":
+    if config.startswith("defaults"):
         # What `controller serve --backend URL` runs: the shared defaults table, the
         # controller's default cost model (not the simulator's roofline default) and its
         # default probe period for the adaptive window's engine gauges.
-        spec, cost = PolicySpec(), CostModel.from_mapping({}).service_s
+        spec = PolicySpec(policy=policy) if policy else PolicySpec()
+        cost = CostModel.from_mapping({}).service_s
         bench = dataclasses.replace(bench, scrape_interval_s=1.0)
     else:
         spec = PolicySpec(
@@ -295,11 +300,13 @@ def engine_argv(setup: Setup, port: int) -> list[str]:
 def controller_argv(setup: Setup, config: str, port: int, engine_url: str) -> list[str]:
     """``agentrt controller serve`` for ``config`` in front of ``engine_url``."""
     argv = [AGENTRT, "controller", "serve", "--port", str(port)]
-    if config == "defaults":
-        # No policy flag; kind=emulator so that retention (on by default) can pin, as the
-        # simulated engines do (a backend of the default kind, vllm, has no pins).
-        return [*argv, "--backend", f"{engine_url},kind=emulator"]
     policy, _ = CONFIGS[config]
+    if config.startswith("defaults"):
+        # No policy flag (``defaults-<policy>``: that one); kind=emulator so that retention
+        # (on by default) can pin, as the simulated engines do (a backend of the default kind,
+        # vllm, has no pins).
+        named = ["--policy", policy] if policy else []
+        return [*argv, "--backend", f"{engine_url},kind=emulator", *named]
     return [
         *argv,
         "--backend", f"{engine_url},kind=emulator,priority=off",
@@ -458,7 +465,11 @@ def _ranked(result: Mapping[str, Any], load: str) -> list[dict[str, Any]]:
     (``defaults`` runs another cost model and probe period, so it is compared on its own);
     for the coding trace ``direct`` and ``defaults``, its only two configurations."""
     coding = result["setup"].get("workload") == "coding"
-    return [r for r in rows(result) if r["load"] == load and (coding or r["config"] != "defaults")]
+    return [
+        r
+        for r in rows(result)
+        if r["load"] == load and (coding or not r["config"].startswith("defaults"))
+    ]
 
 
 def ranking(result: Mapping[str, Any], load: str, label: str) -> tuple[list[str], list[str]]:
@@ -640,7 +651,7 @@ def run(
         runs: dict[str, dict[str, Any]] = {}
         for load in loads:
             for config in configs:
-                if config == "defaults" and load != "near" and setup.workload != "coding":
+                if config.startswith("defaults") and load != "near" and setup.workload != "coding":
                     continue
                 sim = simulate(setup, traces[load], config)
                 live = []
