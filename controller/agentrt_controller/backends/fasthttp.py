@@ -187,8 +187,11 @@ def _expire(future: asyncio.Future[Any], what: str) -> None:
         future.set_exception(httpx.ReadTimeout(f"timed out {what}"))
 
 
-class _Body(httpx.AsyncByteStream):
-    """The response body; closing it early closes (aborts) the connection."""
+class _Pooled:
+    """A body read off a pooled connection: hands the connection back once (to the pool when
+    the body was read to its end, else closed: an abort)."""
+
+    __slots__ = ("_conn", "_released", "_timeout", "_transport")
 
     def __init__(
         self, transport: FastHTTPTransport, conn: _Connection, timeout: float | None
@@ -197,11 +200,6 @@ class _Body(httpx.AsyncByteStream):
         self._conn = conn
         self._timeout = timeout
         self._released = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._conn.body(self._timeout):
-            yield chunk
-        self._release()
 
     async def aclose(self) -> None:
         self._release()
@@ -212,12 +210,21 @@ class _Body(httpx.AsyncByteStream):
             self._transport._release(self._conn)
 
 
-class FastResponse:
+class _Body(_Pooled, httpx.AsyncByteStream):
+    """The response body; closing it early closes (aborts) the connection."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._conn.body(self._timeout):
+            yield chunk
+        self._release()
+
+
+class FastResponse(_Pooled):
     """An answer read straight off a pooled connection: status, headers (lower-case names;
     repeated ones joined with ``", "``) and the body. Closing it before the body's end closes
     (aborts) the connection; otherwise the connection goes back to the pool."""
 
-    __slots__ = ("_conn", "_released", "_timeout", "_transport", "headers", "status_code")
+    __slots__ = ("headers", "status_code")
 
     def __init__(
         self,
@@ -227,10 +234,7 @@ class FastResponse:
         raw_headers: list[tuple[bytes, bytes]],
         timeout: float | None,
     ) -> None:
-        self._transport = transport
-        self._conn = conn
-        self._timeout = timeout
-        self._released = False
+        super().__init__(transport, conn, timeout)
         self.status_code = status
         headers: dict[str, str] = {}
         for raw_name, raw_value in raw_headers:
@@ -259,14 +263,6 @@ class FastResponse:
         except httpx.HTTPError as exc:
             raise broken(exc, "stream") from exc
         self._release()
-
-    async def aclose(self) -> None:
-        self._release()
-
-    def _release(self) -> None:
-        if not self._released:
-            self._released = True
-            self._transport._release(self._conn)
 
 
 class FastHTTPTransport(httpx.AsyncBaseTransport):
