@@ -537,6 +537,7 @@ def markdown(result: Mapping[str, Any]) -> str:
     """The docs section."""
     setup = Setup(**result["setup"])
     table_rows = rows(result)
+    ran_half = any(r["load"] == "half" for r in table_rows)
     if setup.workload == "coding":
         trace = (
             f"one coding trace ({result['programs']} programs, seed {setup.seed}; the "
@@ -546,18 +547,27 @@ def markdown(result: Mapping[str, Any]) -> str:
         )
         loads = (
             f"`near` = {setup.rate_per_s:g} programs/s for {setup.duration_s:g} s (the KV "
-            "cache holds about four last contexts: contexts are evicted and recomputed), "
-            f"`half` = the same programs at {setup.rate_per_s / 2:g}/s (arrivals × 2). "
-            "`defaults` = `controller serve --backend URL,kind=emulator` with no policy flag "
-            "(retention on, native pins)."
+            "cache holds about four last contexts: contexts are evicted and recomputed)"
+            + (
+                f", `half` = the same programs at {setup.rate_per_s / 2:g}/s (arrivals × 2)"
+                if ran_half
+                else " (`half` not run)"
+            )
+            + ". `defaults` = `controller serve --backend URL,kind=emulator` with no policy "
+            "flag (retention on, native pins); `defaults-<policy>` the same with `--policy`."
         )
     else:
         trace = f"one {setup.workload} trace ({result['programs']} programs, seed {setup.seed})"
         loads = (
             f"`near` = {setup.rate_per_s:g} programs/s for {setup.duration_s:g} s (a burst at "
-            f"about twice the {setup.rate_per_s / 2:g}/s this engine sustains), `half` = the "
-            f"same programs at {setup.rate_per_s / 2:g}/s (arrivals × 2). Controller: fixed "
-            f"window {setup.window} (batch + 2), round robin, retention off, priority off."
+            f"about twice the {setup.rate_per_s / 2:g}/s this engine sustains)"
+            + (
+                f", `half` = the same programs at {setup.rate_per_s / 2:g}/s (arrivals × 2)"
+                if ran_half
+                else " (`half` not run)"
+            )
+            + f". Controller: fixed window {setup.window} (batch + 2), round robin, retention "
+            "off, priority off."
         )
     lines = [
         heading(setup),
@@ -567,8 +577,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"`--time-scale {setup.time_scale:g}`; engine {setup.profile}, batch "
         f"{setup.max_num_seqs}, {setup.num_gpu_blocks} KV blocks of {setup.block_size}, FCFS, "
         f"prefix caching, streams written at most every {setup.stream_interval_ms:g} ms. "
-        f"Loads: {loads} Live = median of {setup.reps} runs (`near`) / {setup.reps_half} "
-        "(`half`); cells are live / simulated / error; times in model seconds; thr/s = "
+        f"Loads: {loads} Live = median of {setup.reps} runs (`near`)"
+        + (f" / {setup.reps_half} (`half`)" if ran_half else "")
+        + "; cells are live / simulated / error; times in model seconds; thr/s = "
         "completed programs per second in the arrival window.",
         "",
     ]

@@ -109,6 +109,9 @@ def test_both_sides_get_the_same_engine_and_explicit_controller_flags() -> None:
     assert ctl[ctl.index("--admission-window") + 1] == str(setup.max_num_seqs + 2)
     defaults = svl.controller_argv(setup, "defaults", 1, "http://x")
     assert defaults[-2:] == ["--backend", "http://x,kind=emulator"]
+    # The defaults with one policy named: the same, plus that policy.
+    named = svl.controller_argv(setup, "defaults-gittins", 1, "http://x")
+    assert named[-4:] == ["--backend", "http://x,kind=emulator", "--policy", "gittins"]
 
 
 def test_metrics_parser_reads_the_emulators_health() -> None:
@@ -162,6 +165,7 @@ def test_the_coding_trace_compares_direct_with_the_defaults_in_its_own_section()
     assert "one coding trace (30 programs, seed 1; the `coding` workload scaled down" in text
     # its way to reproduce it names the loads it ran (only near here) and the window
     assert "--workload coding --loads near --write-docs" in text
+    assert "(`half` not run)" in text and "arrivals × 2" not in text
     assert "for 600 s" in text and setup.duration_s == 600.0
 
 
