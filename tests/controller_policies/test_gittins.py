@@ -10,7 +10,12 @@ import pytest
 
 from agentrt.errors import ConfigError
 from agentrt_controller.scheduling.factory import build_scheduler
-from agentrt_controller.scheduling.gittins import GittinsScheduler, SizeSample, gittins_rank
+from agentrt_controller.scheduling.gittins import (
+    MAX_KINDS,
+    GittinsScheduler,
+    SizeSample,
+    gittins_rank,
+)
 from tests.controller_policies.helpers import make_call
 
 pytestmark = pytest.mark.timeout(30)
@@ -131,6 +136,15 @@ def test_bad_sizes_are_ignored_and_bad_parameters_refused() -> None:
     assert len(sample) == 0
     with pytest.raises(ConfigError, match="min_samples"):
         SizeSample(min_samples=0)
+
+
+def test_kinds_are_bounded_further_kinds_teach_all_kinds_only() -> None:
+    sample = SizeSample(min_samples=1)
+    for index in range(MAX_KINDS + 10):
+        sample.record(f"kind{index}", 1.0)
+    snapshot = sample.snapshot()
+    assert len(snapshot) == MAX_KINDS + 1  # the kinds and "*"
+    assert snapshot["*"] == MAX_KINDS + 10
 
 
 def test_the_sample_keeps_the_last_programs_only() -> None:

@@ -29,7 +29,8 @@ of the programs above ``a`` — the rank smoothed to what the sample can resolve
 
 **What is learned.** At each program's end (its end event) its attained service is recorded
 under its kind (:attr:`ProgramEntry.name`, from the program-start event) and under all kinds
-together; the last ``capacity`` per kind are kept. A program ranks on its kind's sample when
+together; the last ``capacity`` per kind are kept, for at most :data:`MAX_KINDS` kinds (names
+come from clients). A program ranks on its kind's sample when
 that sample holds ``min_samples`` programs larger than what it has attained, else on the
 sample of all kinds; a program larger than nearly every program seen (fewer than
 ``min_samples`` larger) ranks 0 and goes first, in arrival order among such programs: under
@@ -66,6 +67,9 @@ __all__ = ["GittinsScheduler", "SizeSample", "gittins_rank"]
 
 #: Finished programs kept per kind (and for all kinds together).
 CAPACITY = 512
+#: Kinds with a sample of their own; programs of further kinds teach all kinds' sample only
+#: (program names come from clients: their number must not grow memory without bound).
+MAX_KINDS = 256
 #: Programs above a program's attained service a sample must hold to rank it.
 MIN_SAMPLES = 8
 #: Δ finishes at least 1/_SMOOTHING of the programs above the attained service (in
@@ -142,8 +146,9 @@ class SizeSample:
         if not math.isfinite(size_s) or size_s < 0:
             return
         for sizes in (self._all, self._kind(kind)):
-            sizes.recent.append(size_s)
-            sizes.recorded += 1
+            if sizes is not None:
+                sizes.recent.append(size_s)
+                sizes.recorded += 1
 
     def __len__(self) -> int:
         return len(self._all.recent)
@@ -179,9 +184,9 @@ class SizeSample:
             cache[bucket] = rank
         return rank if math.isfinite(rank) else None
 
-    def _kind(self, kind: str) -> _Sizes:
+    def _kind(self, kind: str) -> _Sizes | None:
         sizes = self._kinds.get(kind)
-        if sizes is None:
+        if sizes is None and len(self._kinds) < MAX_KINDS:
             sizes = self._kinds[kind] = _Sizes(collections.deque(maxlen=self.capacity))
         return sizes
 
