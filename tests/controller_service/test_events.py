@@ -131,3 +131,20 @@ async def test_each_call_gets_a_span_joined_to_the_client_trace() -> None:
     assert forwarded.split("-")[1] == trace_id
     assert forwarded.split("-")[2] == format(span.context.span_id, "016x")
     provider.shutdown()
+
+
+async def test_gittins_learns_program_sizes_from_the_program_events() -> None:
+    """``--policy gittins``: each program that ends through its end event teaches the
+    scheduler its size, under its kind (the start event's name) and under all kinds."""
+    async with running(FakeState(), policy="gittins") as svc:
+        post = svc.http.post
+        for index in range(3):
+            pid = f"p{index}"
+            await post(svc.url + EV + f"/programs/{pid}/start",
+                       json={"session_id": "s", "name": "coding"})  # fmt: skip
+            tags = CallTags(session_id="s", program_id=pid, thread_id="t", node_id="n")
+            assert (await svc.chat(headers=tags.to_headers())).status_code == 200
+            await post(svc.url + EV + f"/programs/{pid}/end", json={"session_id": "s"})
+        queues = (await svc.http.get(svc.url + EV + "/queues")).json()
+    assert queues["policy"] == "gittins"
+    assert queues["learned_programs"] == {"*": 3, "coding": 3}
