@@ -58,6 +58,25 @@ async def keep_alive_echo(reader: asyncio.StreamReader, writer: asyncio.StreamWr
         await writer.drain()
 
 
+def endless_stream(chunk: bytes, closed: anyio.Event) -> Handler:
+    """A handler that answers one request with a chunked body of ``chunk`` every 10 ms until
+    the client goes away, then sets ``closed``."""
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        try:
+            while True:
+                writer.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        finally:
+            closed.set()
+
+    return endless
+
+
 @contextlib.asynccontextmanager
 async def serving(handler: Handler) -> AsyncIterator[tuple[str, Server]]:
     server = Server(handler)
@@ -109,20 +128,7 @@ async def test_chunked_body_is_streamed_as_it_arrives() -> None:
 
 async def test_closing_an_unfinished_response_closes_the_connection() -> None:
     closed = anyio.Event()
-
-    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      server: Server) -> None:  # fmt: skip
-        await read_request(reader, server)
-        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        try:
-            while True:
-                writer.write(b"1\r\nx\r\n")
-                await writer.drain()
-                await asyncio.sleep(0.01)
-        finally:
-            closed.set()
-
-    async with serving(endless) as (url, _), client() as http:
+    async with serving(endless_stream(b"x", closed)) as (url, _), client() as http:
         async with http.stream("POST", url, content=b"{}") as streamed:
             async for _ in streamed.aiter_bytes():
                 break

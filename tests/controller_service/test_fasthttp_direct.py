@@ -22,6 +22,7 @@ from agentrt_controller.backends.http import HttpBackend, HttpBackendConfig
 from agentrt_controller.backends.transport import HttpPool
 from tests.controller_service.test_fasthttp import (
     Server,
+    endless_stream,
     keep_alive_echo,
     read_request,
     response,
@@ -93,20 +94,7 @@ async def test_requests_reuse_one_connection_and_carry_host_length_and_credentia
 
 async def test_closing_an_unfinished_stream_closes_the_connection() -> None:
     closed = anyio.Event()
-
-    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      server: Server) -> None:  # fmt: skip
-        await read_request(reader, server)
-        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        try:
-            while True:
-                writer.write(b"6\r\ndata:\n\r\n")
-                await writer.drain()
-                await asyncio.sleep(0.01)
-        except ConnectionError:
-            closed.set()
-
-    async with serving(endless) as (url, _), backend(url) as b:
+    async with serving(endless_stream(b"data:\n", closed)) as (url, _), backend(url) as b:
         answer = await b.send(request(stream=True))
         chunks = aiter(answer.aiter_bytes())
         assert (await anext(chunks)).startswith(b"data:")
