@@ -101,7 +101,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MODEL=A,B",
         help="when every backend of MODEL is out, run its calls on A, else B; repeatable",
     )
-    serve.add_argument("--policy", help=f"fcfs | mlfq | plas | atlas (default {defaults.POLICY})")
+    serve.add_argument(
+        "--policy", help=f"fcfs | mlfq | plas | atlas | gittins (default {defaults.POLICY})"
+    )
     serve.add_argument(
         "--admission-window",
         metavar="N|adaptive|unlimited",

@@ -95,7 +95,7 @@ def test_policy_help_lists_only_what_the_controller_runs(
     help_text = _help(capsys, "controller")
     policy_line = next(line for line in help_text.splitlines() if "--policy" in line)
     assert "srpt" not in help_text and "fcfs" in help_text, policy_line
-    with pytest.raises(Exception, match="'fcfs', 'mlfq', 'plas' or 'atlas', got 'srpt'"):
+    with pytest.raises(Exception, match="'fcfs', 'mlfq', 'plas', 'atlas' or 'gittins', got 'srpt'"):
         ControllerConfig(backends=("http://127.0.0.1:9",), policy="srpt")  # type: ignore[arg-type]
 
 

@@ -12,6 +12,7 @@ from agentrt.errors import ConfigError
 from agentrt_controller.cost_model import CostModel
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.retention.api import ToolWaitFacts
+from agentrt_controller.scheduling.gittins import GittinsScheduler
 from agentrt_controller.scheduling.srpt import SrptScheduler
 from agentrt_emulator.core.types import EngineConfig
 from agentrt_sim.metrics import summarize
@@ -184,8 +185,9 @@ def test_every_preset_runs_and_continuum_pins() -> None:
 
 def test_the_extra_configurations_run() -> None:
     # Continuum without its CPU tier pins on the engines the defaults get; the bounds schedule
-    # by the plans' remaining service (clairvoyant SRPT), with and without the tier
-    assert set(EXTRA) == {"continuum-gpu", "oracle", "oracle+cpu"}
+    # by the plans' remaining service (clairvoyant SRPT), with and without the tier; gittins
+    # is the defaults with the learned program order, with and without the tier
+    assert set(EXTRA) == {"continuum-gpu", "gittins", "gittins+cpu", "oracle", "oracle+cpu"}
     with pytest.raises(ConfigError, match=r"valid: direct.*oracle\+cpu"):
         peer("srpt")
     for name in EXTRA:
@@ -198,6 +200,8 @@ def test_the_extra_configurations_run() -> None:
         policies = preset.build(CostModel(), None, 2.0)
         if name.startswith("oracle"):
             assert isinstance(policies.dispatcher.scheduler, SrptScheduler)
+        if name.startswith("gittins"):
+            assert isinstance(policies.dispatcher.scheduler, GittinsScheduler)
         config = bench.sim_config()
         plans = [compile_program(p) for p in bench.programs()]
         record = Simulation(plans, config, policies).run(None)
