@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.benchmark_modules import ROOT, load_benchmark
+from tests.benchmarks_peers.helpers import until_answering
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,14 +48,7 @@ def test_the_floor_relays_plain_and_streamed_calls(relay: tuple[int, list[int]])
     async def main() -> tuple[list[float], int, int]:
         # every backend up first (a loaded machine starts them slowly), then the proxy
         for port in (*backends, relay):
-            for _ in range(400):
-                try:
-                    await load.latencies(port, 1, warmup=0)
-                    break
-                except OSError:
-                    await asyncio.sleep(0.05)
-            else:
-                raise AssertionError(f"port {port} did not start")
+            await until_answering(load, port)
         times = await load.latencies(relay, 5, warmup=1)
         # several connections at once, each with its own upstream connections
         return (

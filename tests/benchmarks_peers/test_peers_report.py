@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.benchmark_modules import ROOT, load_benchmark
+from tests.benchmarks_peers.helpers import until_answering
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -155,14 +156,7 @@ def test_the_fixed_backend_and_the_client_over_loopback(backend: int) -> None:
     port = backend
 
     async def main() -> tuple[list[float], int]:
-        for _ in range(400):  # a loaded machine starts the process slowly
-            try:
-                await load.latencies(port, 1, warmup=0)
-                break
-            except OSError:
-                await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the backend did not start")
+        await until_answering(load, port)
         return await load.latencies(port, 3, warmup=1), await load.rate(port, 2, 0.2, stream=True)
 
     times, streamed = asyncio.run(main())
