@@ -46,14 +46,13 @@ _IDLE_EXPIRY_S = 4.0
 _HIGH_WATER = 1 << 20
 #: ``(host, port)`` of a backend server.
 Origin = tuple[str, int]
-_Origin = Origin
 _T = TypeVar("_T")
 
 
 class _Connection(asyncio.Protocol):
     """One TCP connection; one request/response at a time."""
 
-    def __init__(self, origin: _Origin) -> None:
+    def __init__(self, origin: Origin) -> None:
         self.origin = origin
         self.transport: asyncio.Transport | None = None
         self.closed = False
@@ -275,7 +274,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
     def __init__(self, max_connections: int = 1024) -> None:
         if max_connections < 1:
             raise ConfigError("FastHTTPTransport needs max_connections >= 1")
-        self._idle: dict[_Origin, list[_Connection]] = {}
+        self._idle: dict[Origin, list[_Connection]] = {}
         self._slots = asyncio.Semaphore(max_connections)
         limits = httpx.Limits(max_connections=max_connections)
         self._fallback = httpx.AsyncHTTPTransport(limits=limits, retries=0)
@@ -359,7 +358,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
             conn.close()
         self._slots.release()
 
-    async def _connect(self, origin: _Origin, connect_timeout_s: float | None) -> _Connection:
+    async def _connect(self, origin: Origin, connect_timeout_s: float | None) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
             connecting = loop.create_connection(lambda: _Connection(origin), *origin)
@@ -370,7 +369,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
             raise httpx.ConnectError(f"cannot connect to {origin[0]}:{origin[1]}: {exc}") from exc
         return conn
 
-    def _checkout(self, origin: _Origin) -> _Connection | None:
+    def _checkout(self, origin: Origin) -> _Connection | None:
         idle = self._idle.get(origin)
         now = time.monotonic()
         while idle:
