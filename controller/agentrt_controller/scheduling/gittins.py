@@ -79,13 +79,15 @@ _SMOOTHING = 10
 _BUCKET = math.log(1.01)
 
 
-def gittins_rank(sorted_sizes: list[float], prefix: list[float], attained_s: float) -> float:
+def gittins_rank(
+    sorted_sizes: list[float], prefix: list[float], attained_s: float, min_above: int = 1
+) -> float:
     """The rank (module docstring) of a program that attained ``attained_s``, on the sizes
     ``sorted_sizes`` (ascending) with ``prefix[i]`` = the sum of the first ``i``; ``inf`` when
-    no size exceeds ``attained_s``."""
+    fewer than ``min_above`` sizes exceed ``attained_s``."""
     n = len(sorted_sizes)
     k = bisect.bisect_right(sorted_sizes, attained_s)
-    if k >= n:
+    if n - k < max(min_above, 1):
         return math.inf
     best = math.inf
     base = prefix[k]
@@ -177,11 +179,7 @@ class SizeSample:
         bucket = round(math.log1p(max(attained_s, 0.0)) / _BUCKET)
         rank = cache.get(bucket)
         if rank is None:
-            above = len(ordered) - bisect.bisect_right(ordered, attained_s)
-            rank = (
-                gittins_rank(ordered, prefix, attained_s) if above >= self.min_samples else math.inf
-            )
-            cache[bucket] = rank
+            rank = cache[bucket] = gittins_rank(ordered, prefix, attained_s, self.min_samples)
         return rank if math.isfinite(rank) else None
 
     def _kind(self, kind: str) -> _Sizes | None:
