@@ -25,6 +25,7 @@ connection limit are uvicorn's part (:mod:`agentrt_serving.uvicorn_server`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -141,15 +142,19 @@ def check_headers(
     """Raise :class:`BadInput` (400) for a header named by ``ascii_only`` whose value is not
     ASCII, or a ``numeric`` header holding an integer beyond int64 (names lower-case)."""
     for raw_name, raw_value in headers:
-        name = raw_name.decode("latin-1").lower()
-        if not ascii_only(name):
-            continue
-        if not raw_value.isascii():
-            raise BadInput(400, f"header {name} must be ASCII", param=name)
-        if name in numeric:
+        if raw_value.isascii():  # the common case: only a numeric header has more to check
+            if not numeric:
+                continue
+            name = raw_name.decode("latin-1").lower()
+            if name not in numeric or not ascii_only(name):
+                continue
             value = raw_value.decode("ascii")
             if _INTEGER.fullmatch(value) and abs(int(value)) > MAX_INT_MAGNITUDE:
                 raise BadInput(400, f"header {name} is out of range (|n| < 2**63)", param=name)
+            continue
+        name = raw_name.decode("latin-1").lower()
+        if ascii_only(name):
+            raise BadInput(400, f"header {name} must be ASCII", param=name)
 
 
 def check_json_body(body: bytes, max_depth: int) -> Any:
@@ -384,7 +389,8 @@ class HardenedApp:
         """Raise :class:`BadInput`: 431 for headers over ``max_header_bytes`` (the server
         protocol enforces its limit only on a head still incomplete; one that arrived in a
         single read is measured here), 400 for a header :func:`check_headers` refuses."""
-        head_bytes = sum(len(k) + len(v) + 4 for k, v in headers)
+        # (name, value) pairs flattened: the lengths summed without a Python frame per header.
+        head_bytes = sum(map(len, itertools.chain.from_iterable(headers))) + 4 * len(headers)
         if head_bytes > self.limits.max_header_bytes:
             raise BadInput(431, f"request headers over {self.limits.max_header_bytes} bytes")
         check_headers(headers, self._ascii_only, self._numeric)

@@ -191,12 +191,15 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             return False
         http_version = parser.get_http_version()
+        transport = self.transport
+        if isinstance(transport, _CoalescingTransport):  # a direct answer is one write already
+            transport = transport.transport
         exchange = DirectExchange(
             method=parser.get_method().decode("ascii"),
             path=self.url.decode("ascii"),
             headers=self.headers,
             client=self.client,
-            transport=self.transport,
+            transport=transport,
             flow=self.flow,
             default_headers=self.server_state.default_headers,
             keep_alive=http_version != "1.0" and parser.should_keep_alive(),
@@ -265,6 +268,11 @@ class _CoalescingTransport:
             self._loop.call_soon(self._flush)
             return
         self._transport.write(data)
+
+    @property
+    def transport(self) -> asyncio.Transport:
+        """The transport written to."""
+        return self._transport
 
     def _flush(self) -> None:
         if self._held:
