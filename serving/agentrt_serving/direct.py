@@ -65,6 +65,7 @@ class DirectExchange:
     keep-alive timer)."""
 
     __slots__ = (
+        "_held",
         "_late",
         "_waiter",
         "body",
@@ -127,6 +128,8 @@ class DirectExchange:
         self.message_event = self
         self._waiter: asyncio.Future[None] | None = None
         self._late = False
+        #: A stream's head, until its first part goes out with it.
+        self._held = b""
 
     # --- the protocol's side -----------------------------------------------------------------
 
@@ -216,7 +219,15 @@ class DirectExchange:
             return
         head = self._head(status, headers)
         head.append(b"transfer-encoding: chunked\r\n\r\n")
-        self.transport.write(b"".join(head))
+        # Held for the first part (a stream's first chunk is usually at hand: one write for
+        # both), or until the end of this turn of the event loop.
+        self._held = b"".join(head)
+        asyncio.get_running_loop().call_soon(self._flush_head)
+
+    def _flush_head(self) -> None:
+        held, self._held = self._held, b""
+        if held and not self.transport.is_closing():
+            self.transport.write(held)
 
     async def send_chunk(self, data: bytes) -> None:
         """One part of a chunked answer; waits while the client's socket buffer is full."""
@@ -224,7 +235,8 @@ class DirectExchange:
             await self.flow.drain()
         if self.disconnected or self.response_complete or not data:
             return
-        self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        self.transport.write(b"%b%x\r\n%b\r\n" % (self._held, len(data), data))
+        self._held = b""
 
     async def end_stream(self, data: bytes = b"") -> None:
         """The last part of a chunked answer (``data`` may be empty)."""
@@ -233,7 +245,8 @@ class DirectExchange:
         if self.disconnected or self.response_complete:
             return
         last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data) if data else _LAST_CHUNK
-        self._write_last(last, close=not self.keep_alive)
+        held, self._held = self._held, b""
+        self._write_last(held + last if held else last, close=not self.keep_alive)
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> list[bytes]:
         """The status line and headers (without the blank line); raises :class:`RuntimeError`
