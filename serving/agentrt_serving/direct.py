@@ -177,27 +177,36 @@ class DirectExchange:
             if self.waiting_for_100_continue and not self.transport.is_closing():
                 self.transport.write(_CONTINUE)
             self.waiting_for_100_continue = False
-            loop = asyncio.get_running_loop()
-            timer = loop.call_later(timeout_s, self._body_late)
-            try:
-                while self.more_body and not self.disconnected:
-                    if len(self.body) > limit:
+        # What arrived is taken out of ``body`` at each wake, so that the protocol's buffer
+        # stays under its high-water mark (past it, each read pauses the socket's reading).
+        parts: list[bytearray] = []
+        size = 0
+        timer: asyncio.TimerHandle | None = None
+        try:
+            while True:
+                if self.body:
+                    part, self.body = self.body, bytearray()
+                    parts.append(part)
+                    size += len(part)
+                    if size > limit:
                         raise BadInput(413, f"request body over {limit} bytes")
-                    self.flow.resume_reading()
-                    waiter = self._waiter = loop.create_future()
-                    await waiter
-                    if self._late:
-                        raise BadInput(408, f"request body not received within {timeout_s} s")
-            finally:
+                if not self.more_body or self.disconnected:
+                    break
+                loop = asyncio.get_running_loop()
+                if timer is None:
+                    timer = loop.call_later(timeout_s, self._body_late)
+                self.flow.resume_reading()
+                waiter = self._waiter = loop.create_future()
+                await waiter
+                if self._late:
+                    raise BadInput(408, f"request body not received within {timeout_s} s")
+        finally:
+            if timer is not None:
                 timer.cancel()
-                self._waiter = None
+            self._waiter = None
         if self.disconnected:
             return None
-        body = bytes(self.body)
-        self.body = bytearray()
-        if len(body) > limit:
-            raise BadInput(413, f"request body over {limit} bytes")
-        return body
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
 
     def _body_late(self) -> None:
         self._late = True
