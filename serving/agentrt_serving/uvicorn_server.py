@@ -284,6 +284,9 @@ class _CoalescingTransport:
         self._flush()
         self._transport.close()
 
+    def is_closing(self) -> bool:  # asked once a request (not through __getattr__)
+        return self._transport.is_closing()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
