@@ -188,7 +188,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="how POST /v1/chat/completions and /v1/completions are served: direct (the fast "
         "path, answered by the server's protocol with the same checks, limits, errors, log "
         "line and metrics) or asgi (through the ASGI app, like every other route); default "
-        "direct (docs/controller.md, 'The fast path')",
+        "direct (docs/controller.md, 'Performance notes')",
     )
     serve.add_argument(
         "--api-key",

@@ -1,5 +1,6 @@
 """Direct routes: a request answered by a handler that reads and writes the connection itself,
-without ASGI (docs/security.md, "Hardened HTTP surface"; docs/controller.md, "The fast path").
+without ASGI (docs/security.md, "Hardened HTTP surface"; docs/controller.md, "Performance
+notes": the fast path).
 
 A server's hot routes (the controller's two OpenAI generation paths) cost a request far less
 when they skip the ASGI machinery: the scope and message dicts, the middleware chain, the

@@ -15,7 +15,7 @@ with the guard's catch-all around it all (an unhandled error: logged once, count
 answered 500 in the OpenAI envelope). What it leaves out is the ASGI machinery: the scope and
 message dicts, four middlewares, uvicorn's per-message checks, an anyio cancel scope and a
 watcher task per call. ``http_path = "asgi"`` (``--http-path asgi``) serves every route the
-ASGI way instead (docs/controller.md, "The fast path").
+ASGI way instead (docs/controller.md, "Performance notes": the fast path).
 """
 
 from __future__ import annotations
