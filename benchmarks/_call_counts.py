@@ -22,11 +22,21 @@ __all__ = ["BUILTINS", "LAYERS", "calls_by_layer", "layer_of", "markdown", "per_
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "server: uvicorn's protocol, ASGI middlewares, hardening",
-        ("uvicorn/", "agentrt_serving/", "service/http/server.py", "service/http/hardening.py"),
+        (
+            "uvicorn/",
+            "agentrt_serving/",
+            "service/http/server.py",
+            "service/http/hardening.py",
+            "service/http/direct.py",
+        ),
     ),
     ("access log and `logging`", ("service/http/access_log.py", "logging/")),
     ("endpoint: auth, parse, proxy, SSE", ("service/http/",)),
-    ("backend leg: the lean transport, `backends/`, httpx", ("backends/", "httpx/", "httpcore/")),
+    # Not bare "backends/": anyio's own "anyio/_backends/" would match it.
+    (
+        "backend leg: the lean transport, `backends/`, httpx",
+        ("agentrt_controller/backends/", "httpx/", "httpcore/"),
+    ),
     (
         "metrics (`prometheus_client` and our wrappers)",
         ("telemetry/prometheus.py", "telemetry/metrics.py", "prometheus_client/"),

@@ -182,6 +182,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "session, program, model, backend, prompt / completion tokens (default text)",
     )
     serve.add_argument(
+        "--http-path",
+        choices=["direct", "asgi"],
+        default=None,
+        help="how POST /v1/chat/completions and /v1/completions are served: direct (the fast "
+        "path, answered by the server's protocol with the same checks, limits, errors, log "
+        "line and metrics) or asgi (through the ASGI app, like every other route); default "
+        "direct (docs/controller.md, 'Performance notes')",
+    )
+    serve.add_argument(
         "--api-key",
         help="one API key for the one tenant 'default' (like vLLM's --api-key); prefer "
         "AGENTRT_CONTROLLER_API_KEY or a key file: flags show in the process list",
@@ -291,6 +300,7 @@ _OVERRIDES = (
     "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
     "max_concurrency", "api_key", "api_key_file", "max_programs", "max_predicted_wait_s",
     "fair_share", "tenant_isolation", "model_aliases", "model_fallbacks", "access_log",
+    "http_path",
 )  # fmt: skip
 
 

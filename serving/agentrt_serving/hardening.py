@@ -25,6 +25,7 @@ connection limit are uvicorn's part (:mod:`agentrt_serving.uvicorn_server`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -141,15 +142,19 @@ def check_headers(
     """Raise :class:`BadInput` (400) for a header named by ``ascii_only`` whose value is not
     ASCII, or a ``numeric`` header holding an integer beyond int64 (names lower-case)."""
     for raw_name, raw_value in headers:
-        name = raw_name.decode("latin-1").lower()
-        if not ascii_only(name):
-            continue
-        if not raw_value.isascii():
-            raise BadInput(400, f"header {name} must be ASCII", param=name)
-        if name in numeric:
+        if raw_value.isascii():  # the common case: only a numeric header has more to check
+            if not numeric:
+                continue
+            name = raw_name.decode("latin-1").lower()
+            if name not in numeric or not ascii_only(name):
+                continue
             value = raw_value.decode("ascii")
             if _INTEGER.fullmatch(value) and abs(int(value)) > MAX_INT_MAGNITUDE:
                 raise BadInput(400, f"header {name} is out of range (|n| < 2**63)", param=name)
+            continue
+        name = raw_name.decode("latin-1").lower()
+        if ascii_only(name):
+            raise BadInput(400, f"header {name} must be ASCII", param=name)
 
 
 def check_json_body(body: bytes, max_depth: int) -> Any:
@@ -366,32 +371,53 @@ class HardenedApp:
 
         try:
             try:
-                head_bytes = sum(len(k) + len(v) + 4 for k, v in scope["headers"])
-                if head_bytes > self.limits.max_header_bytes:
-                    # The server protocol enforces its limit only on a head still
-                    # incomplete; one that arrived in a single read is measured here.
-                    limit = self.limits.max_header_bytes
-                    raise BadInput(431, f"request headers over {limit} bytes")
-                check_headers(scope["headers"], self._ascii_only, self._numeric)
+                self.check_head(scope["headers"])
                 if scope["method"] in _BODY_METHODS:
                     receive = await self._checked_body(scope, receive)
             except BadInput as bad:
-                await self._answer(send, bad.status, bad.message, bad.param)
+                await self._answer(send, bad)
                 return
             await self.app(scope, receive, tracked_send)
         except Exception as exc:  # the catch-all: anything the app did not answer itself
-            route = self._route_of(scope)
-            # Once, at error level; the request body is never logged (it holds prompts).
-            self._log.error(
-                "unhandled %s answering %s %s",
-                type(exc).__name__,
-                scope.get("method"),
-                route,
-                exc_info=exc,
-            )
-            self._on_internal_error(route)
+            self.crashed(scope.get("method"), self._route_of(scope), exc)
             if not started:  # else a framework answered (Starlette: with its handler) and re-raised
-                await self._answer(send, 500, INTERNAL_ERROR_MESSAGE)
+                await self._answer(send, BadInput(500, INTERNAL_ERROR_MESSAGE))
+
+    # --- the checks, also for a server's direct routes (agentrt_serving.direct) -------------
+
+    def check_head(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Raise :class:`BadInput`: 431 for headers over ``max_header_bytes`` (the server
+        protocol enforces its limit only on a head still incomplete; one that arrived in a
+        single read is measured here), 400 for a header :func:`check_headers` refuses."""
+        # (name, value) pairs flattened: the lengths summed without a Python frame per header.
+        head_bytes = sum(map(len, itertools.chain.from_iterable(headers))) + 4 * len(headers)
+        if head_bytes > self.limits.max_header_bytes:
+            raise BadInput(431, f"request headers over {self.limits.max_header_bytes} bytes")
+        check_headers(headers, self._ascii_only, self._numeric)
+
+    async def checked_value(self, body: bytes) -> Any:
+        """:func:`check_json_body` of ``body`` under the limits (in a worker thread from
+        ``thread_bytes`` on); raises :class:`BadInput` 400."""
+        if len(body) >= self.limits.thread_bytes:
+            return await anyio.to_thread.run_sync(check_json_body, body, self.limits.max_json_depth)
+        return check_json_body(body, self.limits.max_json_depth)
+
+    def refusal(self, bad: BadInput) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """The headers (without ``content-length``) and body answering ``bad`` (its status)
+        in the server's envelope; 408 and 413 close the connection (the rest of the body is
+        not read)."""
+        body = self._error_body(bad.status, bad.message, bad.param)
+        headers = [(b"content-type", b"application/json")]
+        if bad.status in (408, 413):
+            headers.append((b"connection", b"close"))
+        return headers, body
+
+    def crashed(self, method: object, route: str, exc: BaseException) -> None:
+        """Log an unhandled error once, at error level (the request body is never logged: it
+        holds prompts), and count it for ``route``."""
+        self._log.error("unhandled %s answering %s %s", type(exc).__name__, method, route,
+                        exc_info=exc)  # fmt: skip
+        self._on_internal_error(route)
 
     async def _checked_body(self, scope: Scope, receive: Receive) -> Receive:
         """Read the whole body under the limits and check it; a receive that replays it."""
@@ -419,24 +445,15 @@ class HardenedApp:
             raise BadInput(408, f"request body not received within {self.limits.body_timeout_s} s")
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         if disconnected is None and body:
-            if len(body) >= self.limits.thread_bytes:
-                value = await anyio.to_thread.run_sync(
-                    check_json_body, body, self.limits.max_json_depth
-                )
-            else:
-                value = check_json_body(body, self.limits.max_json_depth)
+            value = await self.checked_value(body)
             if value is not NOT_JSON:  # the application reads it: one parse per request
                 scope[_SCOPE_KEY] = (body, value)
         return _replay(body, receive, disconnected)
 
-    async def _answer(
-        self, send: Send, status: int, message: str, param: str | None = None
-    ) -> None:
-        body = self._error_body(status, message, param)
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-        if status in (408, 413):  # the rest of the body is not read: the connection must go
-            headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+    async def _answer(self, send: Send, bad: BadInput) -> None:
+        headers, body = self.refusal(bad)
+        headers.append((b"content-length", b"%d" % len(body)))
+        await send({"type": "http.response.start", "status": bad.status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 

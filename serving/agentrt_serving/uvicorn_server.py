@@ -37,6 +37,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from agentrt_serving.asgi import Receive, Scope, Send
+from agentrt_serving.direct import DirectExchange, DirectRoutes
 from agentrt_serving.hardening import HttpLimits
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "HardenedHttpToolsProtocol",
     "HeadTimeoutH11Protocol",
     "HttpProtocol",
+    "WithDirectRoutes",
     "listening_socket",
     "running",
     "uvicorn_config",
@@ -135,6 +137,8 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
     #: Heads completed on this connection (tells a read that ended a head from one that did
     #: not).
     _heads: int = 0
+    #: Requests on this connection answered by a direct route (agentrt_serving.direct).
+    direct_requests: int = 0
 
     def __init__(
         self,
@@ -145,6 +149,9 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._max_head_bytes = config.h11_max_incomplete_event_size or HttpLimits().max_header_bytes
+        #: The served app's direct routes (agentrt_serving.direct; empty: every request
+        #: goes through the ASGI app).
+        self._direct: DirectRoutes = getattr(config.app, "direct_routes", None) or {}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -168,7 +175,46 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         self._head_bytes = 0
         self._heads += 1
         self._disarm_head_timer()
-        super().on_headers_complete()
+        if not (self._direct and self._take_direct()):
+            super().on_headers_complete()
+
+    def _take_direct(self) -> bool:
+        """Hand the request to its direct route's handler (agentrt_serving.direct) when it
+        has one — the method and the exact raw path (a query string or an escape takes the
+        ASGI way), no upgrade, within the connection limit (over it uvicorn answers 503) —
+        queued behind the request being answered, like uvicorn's cycles; whether it did."""
+        parser = self.parser
+        handler = self._direct.get((parser.get_method(), self.url))
+        if handler is None or parser.should_upgrade():
+            return False
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            return False
+        http_version = parser.get_http_version()
+        transport = self.transport
+        if isinstance(transport, _CoalescingTransport):  # a direct answer is one write already
+            transport = transport.transport
+        exchange = DirectExchange(
+            method=parser.get_method().decode("ascii"),
+            path=self.url.decode("ascii"),
+            headers=self.headers,
+            client=self.client,
+            transport=transport,
+            flow=self.flow,
+            default_headers=self.server_state.default_headers,
+            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
+            expect_100_continue=self.expect_100_continue,
+            on_response=self.on_response_complete,
+        )
+        self.direct_requests += 1
+        existing = self.cycle
+        self.cycle = exchange  # type: ignore[assignment]  # the protocol's use of a cycle
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(exchange, handler)  # type: ignore[arg-type]
+        else:
+            self.flow.pause_reading()
+            self.pipeline.appendleft((exchange, handler))  # type: ignore[arg-type]
+        return True
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -223,6 +269,11 @@ class _CoalescingTransport:
             return
         self._transport.write(data)
 
+    @property
+    def transport(self) -> asyncio.Transport:
+        """The transport written to."""
+        return self._transport
+
     def _flush(self) -> None:
         if self._held:
             data, self._held = self._held, b""
@@ -232,6 +283,9 @@ class _CoalescingTransport:
     def close(self) -> None:
         self._flush()
         self._transport.close()
+
+    def is_closing(self) -> bool:  # asked once a request (not through __getattr__)
+        return self._transport.is_closing()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
@@ -245,6 +299,22 @@ class GuardedApp(Protocol):
     def limits(self) -> HttpLimits: ...
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None: ...
+
+
+class WithDirectRoutes:
+    """A served ASGI app (every route but the direct ones goes to it, unchanged) with the
+    direct routes the hardened httptools protocol takes itself."""
+
+    def __init__(self, app: GuardedApp, routes: DirectRoutes) -> None:
+        self.app = app
+        self.direct_routes = routes
+
+    @property
+    def limits(self) -> HttpLimits:
+        return self.app.limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
 
 
 def uvicorn_config(

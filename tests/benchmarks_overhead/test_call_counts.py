@@ -23,6 +23,8 @@ counts = load_benchmark("_call_counts")
         ("/repo/controller/agentrt_controller/service/http/access_log.py", "access log"),
         ("/repo/controller/agentrt_controller/service/http/proxy.py", "endpoint"),
         ("/repo/controller/agentrt_controller/backends/fasthttp.py", "backend leg"),
+        ("/x/site-packages/anyio/_backends/_asyncio.py", "anyio"),
+        ("/repo/controller/agentrt_controller/service/http/direct.py", "server"),
         ("/repo/controller/agentrt_controller/service/telemetry/prometheus.py", "metrics"),
         ("/repo/controller/agentrt_controller/service/core/facade.py", "core"),
         ("/repo/controller/agentrt_controller/routing/prefix_index.py", "policies"),

@@ -318,6 +318,11 @@ class ControllerConfig:
     #: (service/http/access_log.py). On by default: a proxy's operators expect one, and a
     #: line holds no prompt content.
     access_log: Literal["off", "text", "json"] = "text"
+    #: How ``POST /v1/chat/completions`` and ``POST /v1/completions`` are served: ``direct``
+    #: (the fast path: read and answered on the connection by the server's protocol, with
+    #: the same checks, limits, errors, log line and metrics; service/http/direct.py) or
+    #: ``asgi`` (through the ASGI application, as every other route).
+    http_path: Literal["direct", "asgi"] = "direct"
     #: Largest request head (request line + headers, bytes); larger ones are refused.
     max_header_bytes: _Count = 64 * 1024
     #: A connection must deliver a complete request head within this many seconds of its

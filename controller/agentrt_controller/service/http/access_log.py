@@ -115,8 +115,25 @@ class AccessLog:
         try:
             await self.app(scope, receive, noted_send)
         finally:
-            latency_ms = (time.perf_counter() - started) * 1000.0
-            self.logger.handle(self._record(self._line(scope, status, latency_ms, facts)))
+            tenant = scope.get("state", {}).get(TENANT_STATE)
+            self.write(scope.get("method", ""), str(scope.get("path", "")),
+                       tenant.name if isinstance(tenant, Tenant) else None, status,
+                       (time.perf_counter() - started) * 1000.0, facts)  # fmt: skip
+
+    def write(
+        self,
+        method: str,
+        path: str,
+        tenant: str | None,
+        status: int | None,
+        latency_ms: float,
+        facts: AccessFacts,
+    ) -> None:
+        """Write one request's line (the middleware's, and the fast path's:
+        service/http/direct.py)."""
+        self.logger.handle(
+            self._record(self._line(method, path, tenant, status, latency_ms, facts))
+        )
 
     def _record(self, line: str) -> logging.LogRecord:
         """The INFO record of ``line``: what ``logger.info(line)`` makes, without logging's
@@ -140,12 +157,17 @@ class AccessLog:
         record.relativeCreated = template.relativeCreated + (now - template.created) * 1000
         return record
 
-    def _line(self, scope: Scope, status: int | None, latency_ms: float, facts: AccessFacts) -> str:
-        tenant = scope.get("state", {}).get(TENANT_STATE)
-        tenant_name = tenant.name if isinstance(tenant, Tenant) else None
+    def _line(
+        self,
+        method: str,
+        path: str,
+        tenant_name: str | None,
+        status: int | None,
+        latency_ms: float,
+        facts: AccessFacts,
+    ) -> str:
         moment = iso_time(self._wall_clock())
-        method = scope.get("method", "")
-        path = str(scope.get("path", ""))[:_MAX_PATH]
+        path = path[:_MAX_PATH]
         latency = round(latency_ms, 3)
         if self.form == "json":
             fields: dict[str, object] = {

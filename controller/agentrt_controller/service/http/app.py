@@ -37,7 +37,7 @@ from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.clock import MONOTONIC, Clock
 from agentrt_controller.service.core.facade import ControllerCore
-from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE
+from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant
 from agentrt_controller.service.errors import Forbidden, Unauthorized, error_body
 from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes, is_privileged
 from agentrt_controller.service.http.events import event_routes
@@ -134,6 +134,8 @@ class ControllerApp:
         )
         #: Set on SIGTERM (service/http/server.py): readiness answers 503 while calls drain.
         self.draining = False
+        #: Requests the fast path took (service/http/direct.py; tests read it).
+        self.direct_calls = 0
         self._admin_token = config.admin_token.encode() if config.admin_token else None
         tracing = CallTracing(tracer_provider)
         limits = RequestLimits(
@@ -187,6 +189,12 @@ class ControllerApp:
                 return
         await self._starlette(scope, receive, send)
 
+    def endpoint(self, path: str) -> CompletionsEndpoint:
+        """The generation endpoint of ``path`` (``/v1/chat/completions``, ...)."""
+        endpoint = self._generation[path]
+        assert isinstance(endpoint, CompletionsEndpoint)
+        return endpoint
+
     @contextlib.asynccontextmanager
     async def _lifespan(self, _app: object) -> AsyncIterator[None]:
         async with self.http.client, anyio.create_task_group() as group:
@@ -205,23 +213,32 @@ class ControllerApp:
             if name == b"authorization":
                 authorization = value.decode("latin-1")
                 break
+        tenant, admin, refusal = self.credentials(authorization)
         state = scope.setdefault("state", {})
+        if admin:
+            state[ADMIN_STATE] = True
+        if tenant is not None:
+            state[TENANT_STATE] = tenant
+        return refusal
+
+    def credentials(
+        self, authorization: str | None
+    ) -> tuple[Tenant | None, bool, Unauthorized | None]:
+        """Who sends ``authorization`` (the ``Authorization`` header's value, ``None``: none):
+        ``(tenant, admin, refusal)`` — the tenant whose key it holds, whether it holds the
+        admin token, and the refusal when it holds neither."""
         admin = False
         if self._admin_token is not None and authorization is not None:
             scheme, _, token = authorization.strip().partition(" ")
             admin = scheme.lower() == "bearer" and hmac.compare_digest(
                 token.strip().encode(), self._admin_token
             )
-        if admin:
-            state[ADMIN_STATE] = True
         tenant = self.core.authenticate(authorization)
-        if tenant is not None:
-            state[TENANT_STATE] = tenant
         if tenant is not None or admin:
-            return None
+            return tenant, admin, None
         if authorization is None:
-            return Unauthorized("missing API key: send Authorization: Bearer <key>")
-        return Unauthorized("invalid API key")
+            return None, False, Unauthorized("missing API key: send Authorization: Bearer <key>")
+        return None, False, Unauthorized("invalid API key")
 
     def _build_backend(self, spec: BackendSpec) -> Backend:
         """The backend of ``spec`` on the app's HTTP pool (start-up and the admin API's POST);

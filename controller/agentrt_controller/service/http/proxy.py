@@ -24,6 +24,7 @@ import asyncio
 import itertools
 import json
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 from opentelemetry.context import Context
@@ -58,8 +59,10 @@ from agentrt_controller.service.http.responses_api import RESPONSES_PATH, chat_v
 from agentrt_controller.service.http.sse import SseScanner, responses_usage
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 from agentrt_controller.service.telemetry.tracing import CallTracing
+from agentrt_serving.direct import DirectExchange
+from agentrt_serving.hardening import NOT_JSON
 
-__all__ = ["CompletionsEndpoint"]
+__all__ = ["CompletionsEndpoint", "Reply", "send_error"]
 
 _PASSED_BACK = frozenset({"x-request-id", "openai-processing-ms", "openai-version"})
 _JSON = [(b"content-type", b"application/json")]
@@ -76,6 +79,50 @@ class _Exchange:
     completed: bool = False
     #: The request's access-log facts to fill (None: the access log is off).
     access: AccessFacts | None = None
+
+
+class Reply(Protocol):
+    """How the endpoint answers: over ASGI (:class:`_AsgiReply`) or straight to the connection
+    (a direct route's :class:`~agentrt_serving.direct.DirectExchange`)."""
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """A whole answer (``content-length`` added)."""
+
+    async def start_stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The head of a streamed answer."""
+
+    async def send_chunk(self, data: bytes) -> None:
+        """A part of it."""
+
+    async def end_stream(self, data: bytes = b"") -> None:
+        """Its last part."""
+
+
+class _AsgiReply:
+    """:class:`Reply` over an ASGI ``send``."""
+
+    __slots__ = ("send",)
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        headers.append((b"content-length", b"%d" % len(body)))
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": body})
+
+    async def start_stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+
+    async def send_chunk(self, data: bytes) -> None:
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+
+    async def end_stream(self, data: bytes = b"") -> None:
+        await self.send({"type": "http.response.body", "body": data, "more_body": False})
+
+
+def _error_headers(error: ServiceError) -> list[tuple[bytes, bytes]]:
+    return _JSON + [(k.encode(), v.encode()) for k, v in error.headers().items()]
 
 
 async def _send_json(
@@ -143,12 +190,100 @@ class CompletionsEndpoint:
         if not isinstance(tenant, Tenant):  # the admin token is no tenant's key
             await send_error(send, Unauthorized("calls need a tenant's API key"))
             return
-        core = self.core
         access = access_facts(scope)
+        reply = _AsgiReply(send)
         try:
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
             raw = await read_body(receive, headers, self.limits.max_body_bytes)
             decoded = await decode_body(raw, scope)
+        except ServiceError as error:
+            self._status.inc(1.0, self.operation, str(error.status_code))
+            await reply.respond(error.status_code, _error_headers(error), error.body())
+            return
+        except ClientGone:
+            return
+        accepted = await self._accept(reply, headers, raw, decoded, tenant, access)
+        if accepted is None:
+            return
+        parsed, pending = accepted
+        exchange = _Exchange(access=access)
+        with anyio.CancelScope() as call_scope:
+            # The disconnect watcher is a bare asyncio task, not one of an anyio task group:
+            # a task group costs ~25 µs per call, a twentieth of the whole call. It never
+            # outlives the call: once the answer is complete the server wakes its pending
+            # receive with http.disconnect (ASGI; uvicorn does), so it ends in the next loop
+            # iteration (already scheduled, so the loop holds it); otherwise it is cancelled.
+            watcher = asyncio.get_running_loop().create_task(
+                self._watch_disconnect(receive, call_scope, exchange)
+            )
+            try:
+                await self._handle(parsed, pending, reply, exchange)
+            finally:
+                if not exchange.completed:
+                    watcher.cancel()
+
+    async def direct(
+        self,
+        connection: DirectExchange,
+        headers: dict[str, str],
+        raw: bytes,
+        decoded: object,
+        tenant: Tenant,
+        access: AccessFacts | None,
+    ) -> None:
+        """Answer a call the server's direct route read (service/http/direct.py: the body is
+        checked, ``decoded`` its JSON value or ``NOT_JSON``, the tenant authenticated) straight
+        on ``connection``. A client that leaves before its whole answer cancels this task
+        (the upstream request aborted, the call settled), as the watcher does on the ASGI
+        path; the cancellation ends here."""
+        if decoded is NOT_JSON:
+            try:
+                decoded = await decode_body(raw)  # answers a body that is not JSON in its words
+            except ServiceError as error:
+                self._status.inc(1.0, self.operation, str(error.status_code))
+                await connection.respond(error.status_code, _error_headers(error), error.body())
+                return
+        accepted = await self._accept(connection, headers, raw, decoded, tenant, access)
+        if accepted is None:
+            return
+        parsed, pending = accepted
+        exchange = _Exchange(access=access)
+        task = asyncio.current_task()
+        assert task is not None
+        left = False
+
+        def client_left() -> None:
+            nonlocal left
+            if not exchange.completed:  # the client left before its whole answer
+                left = True
+                self.metrics.client_disconnects.inc()
+                task.cancel()
+
+        connection.on_disconnect = client_left
+        if connection.disconnected:
+            client_left()
+        try:
+            await self._handle(parsed, pending, connection, exchange)
+        except asyncio.CancelledError:
+            if not left:
+                raise
+            task.uncancel()
+        finally:
+            connection.on_disconnect = None
+
+    async def _accept(
+        self,
+        reply: Reply,
+        headers: dict[str, str],
+        raw: bytes,
+        decoded: object,
+        tenant: Tenant,
+        access: AccessFacts | None,
+    ) -> tuple[IncomingCall, PendingCall] | None:
+        """Parse the call and hand it to the core (``core.accept``); ``None`` when it was
+        refused (answered here)."""
+        core = self.core
+        try:
             parsed = parse_call(
                 raw,
                 headers,
@@ -171,25 +306,9 @@ class CompletionsEndpoint:
             pending = core.accept(parsed.call, seen, tagged=not parsed.untagged, tenant=tenant)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
-            await send_error(send, error)
-            return
-        except ClientGone:
-            return
-        exchange = _Exchange(access=access)
-        with anyio.CancelScope() as call_scope:
-            # The disconnect watcher is a bare asyncio task, not one of an anyio task group:
-            # a task group costs ~25 µs per call, a twentieth of the whole call. It never
-            # outlives the call: once the answer is complete the server wakes its pending
-            # receive with http.disconnect (ASGI; uvicorn does), so it ends in the next loop
-            # iteration (already scheduled, so the loop holds it); otherwise it is cancelled.
-            watcher = asyncio.get_running_loop().create_task(
-                self._watch_disconnect(receive, call_scope, exchange)
-            )
-            try:
-                await self._handle(parsed, pending, send, exchange)
-            finally:
-                if not exchange.completed:
-                    watcher.cancel()
+            await reply.respond(error.status_code, _error_headers(error), error.body())
+            return None
+        return parsed, pending
 
     async def _watch_disconnect(
         self, receive: Receive, scope: anyio.CancelScope, exchange: _Exchange
@@ -205,12 +324,12 @@ class CompletionsEndpoint:
     # --- the call --------------------------------------------------------------------------
 
     async def _handle(
-        self, parsed: IncomingCall, pending: PendingCall, send: Send, exchange: _Exchange
+        self, parsed: IncomingCall, pending: PendingCall, reply: Reply, exchange: _Exchange
     ) -> None:
         trace_parent = self.tracing.incoming(parsed.headers)
         span = self.tracing.start(self.operation, parsed.model, trace_parent)
         try:
-            await self._admit_and_forward(parsed, pending, send, span, trace_parent, exchange)
+            await self._admit_and_forward(parsed, pending, reply, span, trace_parent, exchange)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             span.set_status(Status(StatusCode.ERROR, error.message))
@@ -218,10 +337,10 @@ class CompletionsEndpoint:
                 # Marked before sending: the server wakes the watcher with http.disconnect as
                 # soon as the last byte is out, and an answered client did not go away.
                 exchange.started = exchange.completed = True
-                await send_error(send, error)
+                await reply.respond(error.status_code, _error_headers(error), error.body())
             elif not exchange.completed:
                 exchange.completed = True
-                await _stream_error(send, error)
+                await _stream_error(reply, error)
         finally:
             span.end()
             self.core.call_ended(pending)
@@ -232,7 +351,7 @@ class CompletionsEndpoint:
         self,
         parsed: IncomingCall,
         pending: PendingCall,
-        send: Send,
+        reply: Reply,
         span: Span,
         trace_parent: Context,
         exchange: _Exchange,
@@ -269,14 +388,14 @@ class CompletionsEndpoint:
                     "gen_ai.conversation.id": call.program.session_id,
                 }
             )
-            await self._pass_through(parsed, pending, forwarded, send, span, exchange)
+            await self._pass_through(parsed, pending, forwarded, reply, span, exchange)
 
     async def _pass_through(
         self,
         parsed: IncomingCall,
         pending: PendingCall,
         forwarded: Forwarded,
-        send: Send,
+        reply: Reply,
         span: Span,
         exchange: _Exchange,
     ) -> None:
@@ -288,7 +407,7 @@ class CompletionsEndpoint:
         failure = ""
         try:
             if answer.body is None:
-                await self._stream(parsed, forwarded.admission.call, answer, send, usage, exchange)
+                await self._stream(parsed, forwarded.admission.call, answer, reply, usage, exchange)
             else:
                 body = answer.body
                 if self.api == "responses":
@@ -306,12 +425,9 @@ class CompletionsEndpoint:
                     (k.encode(), v.encode()) for k, v in response.headers.items()
                     if k in _PASSED_BACK
                 ]  # fmt: skip
-                headers.append((b"content-length", str(len(body)).encode()))
-                exchange.started = True
-                await send({"type": "http.response.start", "status": response.status_code,
-                            "headers": headers})  # fmt: skip
-                exchange.completed = True
-                await send({"type": "http.response.body", "body": body})
+                # Marked before sending (see _handle).
+                exchange.started = exchange.completed = True
+                await reply.respond(response.status_code, headers, body)
                 self._status.inc(1.0, self.operation, str(response.status_code))
             ok = response.status_code < 500
             failure = "" if ok else f"HTTP {response.status_code}"
@@ -341,7 +457,7 @@ class CompletionsEndpoint:
         parsed: IncomingCall,
         entry: CallEntry,
         answer: BackendAnswer,
-        send: Send,
+        reply: Reply,
         usage: Usage,
         exchange: _Exchange,
     ) -> None:
@@ -355,7 +471,7 @@ class CompletionsEndpoint:
             if k in _PASSED_BACK
         ]
         exchange.started = True
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await reply.start_stream(200, headers)
         try:
             first_token = True
             async for data in answer.chunks():
@@ -367,13 +483,13 @@ class CompletionsEndpoint:
                     self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
                 usage.streamed_chunks = scanner.chunks
                 if out:
-                    await send({"type": "http.response.body", "body": out, "more_body": True})
+                    await reply.send_chunk(out)
         finally:
             usage.streamed_chunks = scanner.chunks
             usage.read_usage(scanner.usage)
         rest = scanner.flush()
         exchange.completed = True
-        await send({"type": "http.response.body", "body": rest, "more_body": False})
+        await reply.end_stream(rest)
         self._status.inc(1.0, self.operation, "200")
 
 
@@ -394,10 +510,10 @@ def _queue_ms(call: CallEntry) -> tuple[bytes, bytes]:
     return (b"x-agentrt-queue-ms", f"{max(0.0, call.wait_s) * 1000:.3f}".encode())
 
 
-async def _stream_error(send: Send, error: ServiceError) -> None:
+async def _stream_error(reply: Reply, error: ServiceError) -> None:
     """Report a failure inside an SSE stream already started, then end it."""
     event = b"data: " + error.body() + b"\n\n"
     try:
-        await send({"type": "http.response.body", "body": event, "more_body": False})
+        await reply.end_stream(event)
     except OSError:  # the client may be gone already
         return

@@ -37,6 +37,7 @@ from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.errors import error_body
 from agentrt_controller.service.http.access_log import AccessLog
 from agentrt_controller.service.http.app import ControllerApp
+from agentrt_controller.service.http.direct import direct_routes
 from agentrt_controller.service.telemetry.otel import ControllerTelemetry
 from agentrt_serving.asgi import Receive, Scope, Send
 from agentrt_serving.hardening import HardenedApp, HttpLimits
@@ -44,6 +45,7 @@ from agentrt_serving.logs import iso_time, server_log_config
 from agentrt_serving.uvicorn_server import (
     EmbeddedServer,
     GuardedApp,
+    WithDirectRoutes,
     listening_socket,
     running,
     uvicorn_config,
@@ -146,31 +148,36 @@ class _DrainGate:
             "draining",
         )
 
+    def answer(self) -> tuple[list[tuple[bytes, bytes]], bytes]:
+        """The 503's headers (without ``content-length``) and body."""
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"retry-after", self._retry_after),
+            (b"connection", b"close"),
+        ]
+        return headers, self._body
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self.app
         if not (app.draining and scope["type"] == "http" and scope["path"].startswith("/v1/")):
             await app(scope, receive, send)
             return
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"retry-after", self._retry_after),
-            (b"connection", b"close"),
-            (b"content-length", str(len(self._body)).encode()),
-        ]
+        headers, body = self.answer()
+        headers.append((b"content-length", str(len(body)).encode()))
         await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": self._body})
+        await send({"type": "http.response.body", "body": body})
 
 
-def hardened(app: ControllerApp) -> HardenedApp:
-    """``app`` behind the hardening middleware; crashes count in
-    ``agentrt_controller_http_internal_errors_total{route}``."""
+def hardened(app: ControllerApp, gate: _DrainGate | None = None) -> HardenedApp:
+    """``app`` (behind ``gate``, by default a new drain gate) behind the hardening middleware;
+    crashes count in ``agentrt_controller_http_internal_errors_total{route}``."""
     crashes = app.metrics.registry.counter(
         "agentrt_controller_http_internal_errors_total",
         "Requests answered 500 because of an unhandled error, by route (see the log)",
         ("route",),
     )
     return HardenedApp(
-        _DrainGate(app),
+        gate or _DrainGate(app),
         limits=HttpLimits.from_config(app.config),
         ascii_only=_ascii_only,
         numeric=_NUMERIC_HEADERS,
@@ -183,10 +190,17 @@ def hardened(app: ControllerApp) -> HardenedApp:
 
 def served(app: ControllerApp) -> GuardedApp:
     """What uvicorn serves: :func:`hardened` ``app``, inside the access log unless
-    ``access_log = "off"`` (outermost, so the guard's own refusals are logged too)."""
-    guarded = hardened(app)
+    ``access_log = "off"`` (outermost, so the guard's own refusals are logged too); with
+    ``http_path = "direct"`` (the default), the fast path's routes beside it
+    (service/http/direct.py), which the guard, the drain gate and the access log serve too."""
+    gate = _DrainGate(app)
+    guarded = hardened(app, gate)
     form = app.config.access_log
-    return guarded if form == "off" else AccessLog(guarded, form)
+    outer: GuardedApp = guarded if form == "off" else AccessLog(guarded, form)
+    if app.config.http_path == "asgi":
+        return outer
+    log = outer if isinstance(outer, AccessLog) else None
+    return WithDirectRoutes(outer, direct_routes(app, guarded, gate.answer(), log))
 
 
 def _uvicorn_config(

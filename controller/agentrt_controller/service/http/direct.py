@@ -1,0 +1,144 @@
+"""The controller's fast path: ``POST /v1/chat/completions`` and ``POST /v1/completions``
+answered as direct routes (agentrt_serving.direct), not through the ASGI stack.
+
+The same steps as the ASGI path, in the same order, each by the same code::
+
+    the guard's checks (HardenedApp.check_head: 431 / 400; the body read under its limits:
+        413 / 408, 100-continue; HardenedApp.checked_value: 400, one parse)
+    → draining: 503 (the drain gate's answer)
+    → authentication (ControllerApp.credentials: 401)
+    → the endpoint (CompletionsEndpoint.direct: parse, core.accept, forward, the answer or
+        its SSE stream written to the connection, settle; a client that leaves aborts it)
+    → the access-log line (AccessLog.write)
+
+with the guard's catch-all around it all (an unhandled error: logged once, counted by route,
+answered 500 in the OpenAI envelope). What it leaves out is the ASGI machinery: the scope and
+message dicts, four middlewares, uvicorn's per-message checks, an anyio cancel scope and a
+watcher task per call. ``http_path = "asgi"`` (``--http-path asgi``) serves every route the
+ASGI way instead (docs/controller.md, "Performance notes": the fast path).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from agentrt_controller.service.errors import ServiceError, Unauthorized
+from agentrt_controller.service.http.access_log import AccessFacts, AccessLog
+from agentrt_controller.service.http.app import ControllerApp
+from agentrt_serving.direct import DirectExchange, DirectRoutes
+from agentrt_serving.hardening import INTERNAL_ERROR_MESSAGE, NOT_JSON, BadInput, HardenedApp
+
+__all__ = ["DIRECT_PATHS", "DirectCalls", "direct_routes"]
+
+#: The generation paths the fast path serves.
+DIRECT_PATHS = ("/v1/chat/completions", "/v1/completions")
+_JSON = (b"content-type", b"application/json")
+
+
+class DirectCalls:
+    """The direct route of one generation path: ``app``'s endpoint for it behind ``guard``'s
+    checks and the drain gate's answer, logged by ``access_log`` (None: off)."""
+
+    def __init__(
+        self,
+        path: str,
+        app: ControllerApp,
+        guard: HardenedApp,
+        drain_answer: tuple[list[tuple[bytes, bytes]], bytes],
+        access_log: AccessLog | None,
+    ) -> None:
+        self.path = path
+        self.app = app
+        self.endpoint = app.endpoint(path)
+        self.guard = guard
+        self.access_log = access_log
+        self._drain_headers, self._drain_body = drain_answer
+        self._limit = guard.limits.max_body_bytes
+        self._timeout_s = guard.limits.body_timeout_s
+
+    async def __call__(self, connection: DirectExchange) -> None:
+        self.app.direct_calls += 1
+        log = self.access_log
+        if log is None or not log.logger.isEnabledFor(logging.INFO):
+            await self._guarded(connection, None, None)
+            return
+        started = time.perf_counter()
+        facts = AccessFacts()
+        tenant: list[str | None] = [None]
+        try:
+            await self._guarded(connection, facts, tenant)
+        finally:
+            latency_ms = (time.perf_counter() - started) * 1000.0
+            log.write(connection.method, self.path, tenant[0], connection.status, latency_ms, facts)
+
+    async def _guarded(
+        self,
+        connection: DirectExchange,
+        facts: AccessFacts | None,
+        tenant_out: list[str | None] | None,
+    ) -> None:
+        """The guard's catch-all around the call (HardenedApp.__call__'s)."""
+        try:
+            await self._serve(connection, facts, tenant_out)
+        except Exception as exc:
+            self.guard.crashed(connection.method, self.path, exc)
+            if not connection.response_started:
+                await self._refuse(connection, BadInput(500, INTERNAL_ERROR_MESSAGE))
+            else:
+                connection.transport.close()
+
+    async def _serve(
+        self,
+        connection: DirectExchange,
+        facts: AccessFacts | None,
+        tenant_out: list[str | None] | None,
+    ) -> None:
+        guard = self.guard
+        try:
+            guard.check_head(connection.headers)
+            raw = await connection.read_body(self._limit, self._timeout_s)
+            if raw is None:  # the client left before its whole body
+                return
+            value = await guard.checked_value(raw) if raw else NOT_JSON
+        except BadInput as bad:
+            await self._refuse(connection, bad)
+            return
+        app = self.app
+        if app.draining:
+            await connection.respond(503, list(self._drain_headers), self._drain_body)
+            return
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in connection.headers}
+        tenant, _admin, refusal = app.credentials(headers.get("authorization"))
+        if tenant_out is not None and tenant is not None:
+            tenant_out[0] = tenant.name
+        if refusal is not None:
+            app.metrics.tenant_refusals.inc(1.0, "", "401")
+            await _answer_error(connection, refusal)
+            return
+        if tenant is None:  # the admin token is no tenant's key
+            await _answer_error(connection, Unauthorized("calls need a tenant's API key"))
+            return
+        await self.endpoint.direct(connection, headers, raw, value, tenant, facts)
+
+    async def _refuse(self, connection: DirectExchange, bad: BadInput) -> None:
+        headers, body = self.guard.refusal(bad)
+        await connection.respond(bad.status, headers, body)
+
+
+async def _answer_error(connection: DirectExchange, error: ServiceError) -> None:
+    headers = [_JSON, *((k.encode(), v.encode()) for k, v in error.headers().items())]
+    await connection.respond(error.status_code, headers, error.body())
+
+
+def direct_routes(
+    app: ControllerApp,
+    guard: HardenedApp,
+    drain_answer: tuple[list[tuple[bytes, bytes]], bytes],
+    access_log: AccessLog | None,
+) -> DirectRoutes:
+    """The fast path's routes for a server of ``app`` (service/http/server.py)."""
+    return {
+        (b"POST", path.encode()): DirectCalls(path, app, guard, drain_answer, access_log)
+        for path in DIRECT_PATHS
+    }

@@ -1,0 +1,289 @@
+"""Direct routes: a request answered by a handler that reads and writes the connection itself,
+without ASGI (docs/security.md, "Hardened HTTP surface"; docs/controller.md, "Performance
+notes": the fast path).
+
+A server's hot routes (the controller's two OpenAI generation paths) cost a request far less
+when they skip the ASGI machinery: the scope and message dicts, the middleware chain, the
+per-message checks of uvicorn's ``send``. :class:`~agentrt_serving.uvicorn_server.
+HardenedHttpToolsProtocol` recognises a direct route when a request head is complete (the
+method and the exact raw path, no query string) and hands the request to its
+:data:`DirectHandler` as a :class:`DirectExchange` — in place of uvicorn's request-response
+cycle, so everything of the protocol around it stays as it is: the request-head timeout and
+the 431 head limit (the protocol's), the connection limit (a request over it is not taken
+directly: uvicorn answers it 503), keep-alive and pipelining (the exchange is queued like a
+cycle), graceful shutdown (the exchange's ``keep_alive`` is cleared, its task awaited, then
+cancelled). What the ASGI guard does per request (limits, input checks, the catch-all) the
+handler does with the guard's own methods (:class:`~agentrt_serving.hardening.HardenedApp`).
+
+What an exchange offers a handler::
+
+    exchange.method, .path, .headers        the request head (header names lower-case)
+    await exchange.read_body(limit, timeout_s)   the whole body (413, 408: BadInput),
+                                             None when the client left; 100-continue
+    exchange.on_disconnect = callback        called once if the client leaves before the end
+    await exchange.respond(status, headers, body)    a whole answer, one write
+    await exchange.start_stream(status, headers)     a chunked answer: head,
+    await exchange.send_chunk(data)                  parts (flow-controlled),
+    await exchange.end_stream(data)                  the last part
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
+
+from agentrt_serving.hardening import BadInput
+
+__all__ = ["DirectExchange", "DirectHandler", "DirectRoutes"]
+
+_log = logging.getLogger("uvicorn.error")
+
+#: The handler of a direct route: answers the request of one exchange.
+DirectHandler = Callable[["DirectExchange"], Awaitable[None]]
+#: Direct routes by (method, raw path), e.g. ``(b"POST", b"/v1/chat/completions")``.
+DirectRoutes = Mapping[tuple[bytes, bytes], DirectHandler]
+
+_CHUNK_END = b"\r\n"
+_LAST_CHUNK = b"0\r\n\r\n"
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_CLOSE = b"connection: close\r\n"
+_INTERNAL_ERROR = (
+    b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
+    b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
+)
+
+
+class DirectExchange:
+    """One request on a direct route, in the place of uvicorn's ``RequestResponseCycle``: the
+    protocol feeds it the body (``body``, ``more_body``, ``message_event.set()``), marks a
+    lost connection (``disconnected``) and, on shutdown, clears ``keep_alive``; it runs the
+    handler in a task of the server (``run_asgi``, the cycle's name) and tells the protocol
+    when its answer is complete (``on_response``: the next pipelined request starts, or the
+    keep-alive timer)."""
+
+    __slots__ = (
+        "_held",
+        "_late",
+        "_waiter",
+        "body",
+        "client",
+        "default_headers",
+        "disconnected",
+        "flow",
+        "headers",
+        "keep_alive",
+        "message_event",
+        "method",
+        "more_body",
+        "on_disconnect",
+        "on_response",
+        "path",
+        "response_complete",
+        "response_started",
+        "status",
+        "transport",
+        "waiting_for_100_continue",
+    )
+
+    def __init__(
+        self,
+        *,
+        method: str,
+        path: str,
+        headers: list[tuple[bytes, bytes]],
+        client: tuple[str, int] | None,
+        transport: asyncio.Transport,
+        flow: FlowControl,
+        default_headers: list[tuple[bytes, bytes]],
+        keep_alive: bool,
+        expect_100_continue: bool,
+        on_response: Callable[[], None],
+    ) -> None:
+        self.method = method
+        #: The raw path (a direct route has no query string).
+        self.path = path
+        #: The request's headers as received (names lower-case).
+        self.headers = headers
+        self.client = client
+        self.transport = transport
+        self.flow = flow
+        self.default_headers = default_headers
+        self.keep_alive = keep_alive
+        self.waiting_for_100_continue = expect_100_continue
+        self.on_response = on_response
+        #: Called once when the client leaves before the answer is complete (None: nobody
+        #: listens).
+        self.on_disconnect: Callable[[], None] | None = None
+        self.body = bytearray()
+        self.more_body = True
+        self.disconnected = False
+        self.response_started = False
+        self.response_complete = False
+        #: The status sent (None: no answer yet).
+        self.status: int | None = None
+        #: uvicorn's protocol wakes a cycle's reader with ``message_event.set()``.
+        self.message_event = self
+        self._waiter: asyncio.Future[None] | None = None
+        self._late = False
+        #: A stream's head, until its first part goes out with it.
+        self._held = b""
+
+    # --- the protocol's side -----------------------------------------------------------------
+
+    def set(self) -> None:
+        """Body bytes arrived, the body is complete, or the connection was lost."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if self.disconnected and not self.response_complete:
+            callback, self.on_disconnect = self.on_disconnect, None
+            if callback is not None:
+                callback()
+
+    async def run_asgi(self, handler: DirectHandler) -> None:
+        """Run ``handler`` (uvicorn's protocol starts a cycle's task by this name). Like
+        uvicorn's cycle, the last resort for what the handler leaves: a 500 when nothing was
+        sent, else the connection closed."""
+        try:
+            await handler(self)
+        except BaseException as exc:  # uvicorn's cycle does the same (the task ends here)
+            _log.error("Exception in a direct route's handler", exc_info=exc)
+            if not self.response_started:
+                self.response_started = True
+                self.status = 500
+                self._write_last(_INTERNAL_ERROR, close=True)
+            else:
+                self.transport.close()
+        else:
+            if not self.response_complete and not self.disconnected:
+                _log.error("a direct route's handler returned without completing its answer")
+                self.transport.close()
+        finally:
+            self.on_response = _nothing
+
+    # --- the handler's side ------------------------------------------------------------------
+
+    async def read_body(self, limit: int, timeout_s: float) -> bytes | None:
+        """The whole request body, at most ``limit`` bytes, within ``timeout_s`` seconds;
+        ``None`` when the client left first. Raises :class:`BadInput` 413 (declared or read
+        length over ``limit``) or 408. Sends ``100 Continue`` when the client waits for it."""
+        if self.more_body:
+            for name, value in self.headers:
+                if name == b"content-length" and value.isdigit() and int(value) > limit:
+                    raise BadInput(413, f"request body over {limit} bytes")
+            if self.waiting_for_100_continue and not self.transport.is_closing():
+                self.transport.write(_CONTINUE)
+            self.waiting_for_100_continue = False
+        # What arrived is taken out of ``body`` at each wake, so that the protocol's buffer
+        # stays under its high-water mark (past it, each read pauses the socket's reading).
+        parts: list[bytearray] = []
+        size = 0
+        timer: asyncio.TimerHandle | None = None
+        try:
+            while True:
+                if self.body:
+                    part, self.body = self.body, bytearray()
+                    parts.append(part)
+                    size += len(part)
+                    if size > limit:
+                        raise BadInput(413, f"request body over {limit} bytes")
+                if not self.more_body or self.disconnected:
+                    break
+                loop = asyncio.get_running_loop()
+                if timer is None:
+                    timer = loop.call_later(timeout_s, self._body_late)
+                self.flow.resume_reading()
+                waiter = self._waiter = loop.create_future()
+                await waiter
+                if self._late:
+                    raise BadInput(408, f"request body not received within {timeout_s} s")
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._waiter = None
+        if self.disconnected:
+            return None
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+    def _body_late(self) -> None:
+        self._late = True
+        self.set()
+
+    async def respond(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """A whole answer (``content-length`` is added): head and body in one write."""
+        if self.disconnected or self.response_started:
+            return
+        head = self._head(status, headers)
+        head.append(b"content-length: %d\r\n\r\n" % len(body))
+        head.append(body)
+        self._write_last(b"".join(head), close=not self.keep_alive)
+
+    async def start_stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """The head of a chunked answer (its parts follow: :meth:`send_chunk`,
+        :meth:`end_stream`)."""
+        if self.disconnected or self.response_started:
+            return
+        head = self._head(status, headers)
+        head.append(b"transfer-encoding: chunked\r\n\r\n")
+        # Held for the first part (a stream's first chunk is usually at hand: one write for
+        # both), or until the end of this turn of the event loop.
+        self._held = b"".join(head)
+        asyncio.get_running_loop().call_soon(self._flush_head)
+
+    def _flush_head(self) -> None:
+        held, self._held = self._held, b""
+        if held and not self.transport.is_closing():
+            self.transport.write(held)
+
+    async def send_chunk(self, data: bytes) -> None:
+        """One part of a chunked answer; waits while the client's socket buffer is full."""
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected or self.response_complete or not data:
+            return
+        self.transport.write(b"%b%x\r\n%b\r\n" % (self._held, len(data), data))
+        self._held = b""
+
+    async def end_stream(self, data: bytes = b"") -> None:
+        """The last part of a chunked answer (``data`` may be empty)."""
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected or self.response_complete:
+            return
+        last = b"%x\r\n%b\r\n0\r\n\r\n" % (len(data), data) if data else _LAST_CHUNK
+        held, self._held = self._held, b""
+        self._write_last(held + last if held else last, close=not self.keep_alive)
+
+    def _head(self, status: int, headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+        """The status line and headers (without the blank line); raises :class:`RuntimeError`
+        for a header value with a control character (as uvicorn does)."""
+        self.response_started = True
+        self.status = status
+        head = [STATUS_LINE[status]]
+        for name, value in (*self.default_headers, *headers):
+            if HEADER_VALUE_RE.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            if name == b"connection" and b"close" in value.lower():
+                self.keep_alive = False
+            head += (name, b": ", value, _CHUNK_END)
+        # One connection header: a handler's own "connection: close" is not repeated.
+        if not self.keep_alive and not any(name == b"connection" for name, _ in headers):
+            head.append(_CLOSE)
+        return head
+
+    def _write_last(self, data: bytes, *, close: bool) -> None:
+        """Write the answer's last bytes; the answer is complete."""
+        self.response_complete = True
+        self.transport.write(data)
+        if close:
+            self.keep_alive = False
+            self.transport.close()
+        self.on_response()
+
+
+def _nothing() -> None:
+    return None
