@@ -68,7 +68,7 @@ def test_kv_fill_sends_a_new_program_to_the_emptier_engine_and_keeps_a_long_cont
         BackendView("b0", in_flight=2, kv_cache_usage=0.98),
         BackendView("b1", in_flight=0, kv_cache_usage=0.1),
     )
-    placement_off = {"placement_kv_tokens": 0}  # the fill cost alone (test_placement.py)
+    placement_off = {"placement_kv_weight": 0}  # the fill cost alone (test_placement.py)
     for options, new_program_goes_to in (
         (placement_off, "b0"),
         ({**placement_off, "kv_full_tokens": 8192}, "b1"),

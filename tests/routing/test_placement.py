@@ -58,7 +58,7 @@ def _warm(router: PipelineRouter) -> None:
 
 @pytest.mark.parametrize(
     ("options", "new_program_goes_to"),
-    [({}, "b1"), ({"placement_kv_tokens": 0}, "b0")],
+    [({}, "b1"), ({"placement_kv_weight": 0}, "b0")],
 )
 def test_a_new_program_goes_where_the_kv_is_least_used(
     options: dict[str, object], new_program_goes_to: str
@@ -74,7 +74,8 @@ def test_a_bound_program_stays_with_its_context_however_full_its_engine() -> Non
     router = _prefix()
     _warm(router)
     # Program 0's 2,000 own tokens cost 0.2 s to recompute on b1, far less than the
-    # placement term's difference (65,536 × 0.5 tokens): it is a follow-up, not a placement.
+    # placement term's difference (4 × 17,500 × 0.5 tokens): it is a follow-up, not a
+    # placement.
     assert _route(router, 0, _prompt(0, 2_500), [BUSY, IDLE]) == "b0"
     # Once the program ended its binding is gone: a call under its id places it afresh.
     router.on_program_end(ProgramKey.untagged("p0"), 1.0)
@@ -92,9 +93,9 @@ def test_unknown_kv_usage_costs_nothing() -> None:
 
 
 @pytest.mark.parametrize("value", [-1, float("nan"), float("inf"), "many", True])
-def test_bad_placement_kv_tokens_name_the_field(value: object) -> None:
-    with pytest.raises(ConfigError, match="placement_kv_tokens"):
-        build_router("prefix", {"placement_kv_tokens": value})
+def test_bad_placement_kv_weight_name_the_field(value: object) -> None:
+    with pytest.raises(ConfigError, match="placement_kv_weight"):
+        build_router("prefix", {"placement_kv_weight": value})
 
 
 def test_the_placement_term_needs_the_routers_affinity() -> None:
@@ -103,14 +104,14 @@ def test_the_placement_term_needs_the_routers_affinity() -> None:
             PrefixIndex(),
             prefill_s_per_token=1e-4,
             queued_s_per_call=0.0128,
-            placement_kv_tokens=1024,
+            placement_kv_weight=4,
         )
     scorer = PrefixCostScorer(
         PrefixIndex(),
         prefill_s_per_token=1e-4,
         queued_s_per_call=0.0128,
-        placement_kv_tokens=1024,
+        placement_kv_weight=4,
         affinity=ProgramAffinity(),
     )
-    assert scorer.placement_s(BUSY) == pytest.approx(1e-4 * 1024 * 0.6)
-    assert scorer.placement_s(BackendView("b", in_flight=0)) == 0.0
+    assert scorer.placement_s(BUSY, 1000) == pytest.approx(1e-4 * 4 * 1000 * 0.6)
+    assert scorer.placement_s(BackendView("b", in_flight=0), 1000) == 0.0

@@ -112,9 +112,9 @@ class PrefixParams:
     #: KV usage (fraction) below which an engine's fill costs nothing.
     kv_free_usage: float = 0.5
     #: What a full engine's KV costs a program's placement there (a call whose program is
-    #: bound to no backend), as prefill tokens, linear in the KV usage from empty; 0 = off
-    #: (docs/routing.md, "Placing a program by its engine's KV").
-    placement_kv_tokens: float = 65536.0
+    #: bound to no backend), per prompt token of that call, as prefill tokens; linear in the
+    #: KV usage from empty; 0 = off (docs/routing.md, "Placing a program by its engine's KV").
+    placement_kv_weight: float = 4.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -124,7 +124,7 @@ class PrefixParams:
             "shared_weight",
             "kv_full_tokens",
             "kv_free_usage",
-            "placement_kv_tokens",
+            "placement_kv_weight",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -151,7 +151,7 @@ def prefix_router(params: PrefixParams | None = None) -> PipelineRouter:
         exact=ExactPrefixIndex(),
         kv_full_tokens=params.kv_full_tokens,
         kv_free_usage=params.kv_free_usage,
-        placement_kv_tokens=params.placement_kv_tokens,
+        placement_kv_weight=params.placement_kv_weight,
         affinity=affinity,
     )
     return PipelineRouter(

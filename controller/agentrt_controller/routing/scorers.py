@@ -83,9 +83,10 @@ class PrefixCostScorer:
 
     A program's *placement* — a call whose program has no backend bound in ``affinity``
     (its first call, or its first after the binding expired) — also pays
-    :meth:`placement_s`: ``prefill_s_per_token × placement_kv_tokens × usage_b``, the decode
-    slowdown it would live with there (docs/routing.md, "Placing a program by its engine's
-    KV"). Follow-up calls never pay it: their context decides.
+    :meth:`placement_s`: ``prefill_s_per_token × placement_kv_weight × prompt_tokens ×
+    usage_b`` — its context and the KV already on ``b`` slow each other's decode steps, more
+    the larger both are (docs/routing.md, "Placing a program by its engine's KV"). Follow-up
+    calls never pay it: their context decides.
 
     ``exact``: the index fed by vLLM's KV events (:meth:`exact_costs`). For a backend it is
     synced for, and a call with a token chain (``CallFacts.token_block_hashes``), the cached tokens
@@ -103,7 +104,7 @@ class PrefixCostScorer:
         exact: ExactPrefixIndex | None = None,
         kv_full_tokens: float = 0.0,
         kv_free_usage: float = 0.5,
-        placement_kv_tokens: float = 0.0,
+        placement_kv_weight: float = 0.0,
         affinity: ProgramAffinity | None = None,
     ) -> None:
         self.index = index
@@ -122,11 +123,12 @@ class PrefixCostScorer:
         self.kv_free_usage = _positive("kv_free_usage", kv_free_usage)
         if self.kv_free_usage >= 1:
             raise ConfigError(f"kv_free_usage must be in [0, 1), got {kv_free_usage!r}")
-        #: What a full engine's KV costs a program's placement there, as prefill tokens,
-        #: linear in the KV usage from empty; 0 = off. Needs ``affinity`` to tell placements.
-        self.placement_kv_tokens = _positive("placement_kv_tokens", placement_kv_tokens)
-        if self.placement_kv_tokens and affinity is None:
-            raise ConfigError("placement_kv_tokens needs the router's program affinity")
+        #: What a full engine's KV costs a program's placement there, per prompt token of
+        #: the placing call, as prefill tokens (linear in the KV usage from empty); 0 = off.
+        #: Needs ``affinity`` to tell placements from follow-up calls.
+        self.placement_kv_weight = _positive("placement_kv_weight", placement_kv_weight)
+        if self.placement_kv_weight and affinity is None:
+            raise ConfigError("placement_kv_weight needs the router's program affinity")
         #: The bindings that tell a program's placement from its follow-up calls.
         self.affinity = affinity
 
@@ -144,19 +146,22 @@ class PrefixCostScorer:
         bound to the program in :attr:`affinity`)."""
         affinity = self.affinity
         return (
-            bool(self.placement_kv_tokens)
+            bool(self.placement_kv_weight)
             and affinity is not None
             and affinity.backend_of_call(call, now_s) is None
         )
 
-    def placement_s(self, view: BackendView) -> float:
-        """The placement part of ``cost_b`` (seconds): ``prefill_s_per_token ×
-        placement_kv_tokens × usage``; 0 for unknown usage. Linear from an empty cache
-        because a decode step's time grows with the KV it reads (docs/engine-model.md)."""
+    def placement_s(self, view: BackendView, prompt_tokens: int) -> float:
+        """The placement part of ``cost_b`` (seconds) for a placing call of ``prompt_tokens``:
+        ``prefill_s_per_token × placement_kv_weight × prompt_tokens × usage``; 0 for unknown
+        usage. Linear from an empty cache because a decode step's time grows with the KV it
+        reads (docs/engine-model.md), and in the prompt because the program's context starts
+        there and only grows."""
         usage = view.kv_cache_usage
         if usage is None or usage <= 0:
             return 0.0
-        return self.prefill_s_per_token * self.placement_kv_tokens * min(1.0, usage)
+        tokens = self.placement_kv_weight * max(0, prompt_tokens)
+        return self.prefill_s_per_token * tokens * min(1.0, usage)
 
     def _extra_s(
         self, call: CallEntry, backends: Sequence[BackendView], now_s: float
@@ -164,7 +169,10 @@ class PrefixCostScorer:
         """The per-backend terms beyond prefill and load (seconds): :meth:`kv_s`, and
         :meth:`placement_s` for a placement."""
         placement = self.is_placement(call, now_s)
-        return [self.kv_s(b) + (self.placement_s(b) if placement else 0.0) for b in backends]
+        tokens = call.facts.prompt_tokens
+        return [
+            self.kv_s(b) + (self.placement_s(b, tokens) if placement else 0.0) for b in backends
+        ]
 
     def costs(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         """``cost_b`` per backend (seconds), aligned with ``backends``."""
@@ -251,7 +259,9 @@ class PrefixCostScorer:
                 shared = cached_prompt_tokens(call, head)
             uncached = max(0, call.facts.prompt_tokens - cached) - relief * max(0, shared - cached)
             load_s = self.queued_s_per_call * backend_load(b)
-            extra_s = self.kv_s(b) + (self.placement_s(b) if placement else 0.0)
+            extra_s = self.kv_s(b)
+            if placement:
+                extra_s += self.placement_s(b, call.facts.prompt_tokens)
             out[i] = a * max(0.0, uncached) + load_s + extra_s
         return out
 
