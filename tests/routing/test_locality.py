@@ -68,7 +68,11 @@ def test_kv_fill_sends_a_new_program_to_the_emptier_engine_and_keeps_a_long_cont
         BackendView("b0", in_flight=2, kv_cache_usage=0.98),
         BackendView("b1", in_flight=0, kv_cache_usage=0.1),
     )
-    for options, new_program_goes_to in (({}, "b0"), ({"kv_full_tokens": 8192}, "b1")):
+    placement_off = {"placement_kv_weight": 0}  # the fill cost alone (test_placement.py)
+    for options, new_program_goes_to in (
+        (placement_off, "b0"),
+        ({**placement_off, "kv_full_tokens": 8192}, "b1"),
+    ):
         router = _prefix(max_kv_usage=1.0, **options)
         for program in (0, 1, 2):  # the system prompt becomes shared (3 programs)
             _route(router, program, _prompt(program, 40_000), [full])

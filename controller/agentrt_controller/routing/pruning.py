@@ -35,7 +35,8 @@ evaluated once per backend per round, and the pipeline's rule (a filter that wou
 every candidate is skipped, and counted) is applied to the counts.
 
 Not pruned (the full pipeline runs): other stages, a cost weight of 0, calls the exact KV
-index could answer for some backend (its per-backend costs are not by level), and rounds that
+index could answer for some backend (its per-backend costs are not by level), a program's
+placement when the placement term is on (per backend too: one call per program), and rounds that
 are not a :class:`CandidateSet` of at least :data:`PRUNE_MIN_CANDIDATES` backends.
 """
 
@@ -175,6 +176,9 @@ class PrefixPruning:
             return PrunedRoute(order[0][1], tuple(skipped), 0)
         exact = self.cost.exact
         if exact is not None and call.facts.token_block_hashes and exact.any_synced():
+            self.fallback_total += 1
+            return None
+        if self.cost.is_placement(call, now_s):  # a per-backend term, not by level
             self.fallback_total += 1
             return None
         index, hashes = self.index, call.facts.block_hashes

@@ -111,6 +111,10 @@ class PrefixParams:
     kv_full_tokens: float = 0.0
     #: KV usage (fraction) below which an engine's fill costs nothing.
     kv_free_usage: float = 0.5
+    #: What a full engine's KV costs a program's placement there (a call whose program is
+    #: bound to no backend), per prompt token of that call, as prefill tokens; linear in the
+    #: KV usage from empty; 0 = off (docs/routing.md, "Placing a program by its engine's KV").
+    placement_kv_weight: float = 4.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -120,6 +124,7 @@ class PrefixParams:
             "shared_weight",
             "kv_full_tokens",
             "kv_free_usage",
+            "placement_kv_weight",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float):
@@ -146,6 +151,8 @@ def prefix_router(params: PrefixParams | None = None) -> PipelineRouter:
         exact=ExactPrefixIndex(),
         kv_full_tokens=params.kv_full_tokens,
         kv_free_usage=params.kv_free_usage,
+        placement_kv_weight=params.placement_kv_weight,
+        affinity=affinity,
     )
     return PipelineRouter(
         "prefix",

@@ -81,6 +81,13 @@ class PrefixCostScorer:
     ratios. ``queued_s_per_call`` says what one more outstanding call on an engine costs a
     new call there, in prefill-seconds (docs/routing.md discusses its choice).
 
+    A program's *placement* — a call whose program has no backend bound in ``affinity``
+    (its first call, or its first after the binding expired) — also pays
+    :meth:`placement_s`: ``prefill_s_per_token × placement_kv_weight × prompt_tokens ×
+    usage_b`` — its context and the KV already on ``b`` slow each other's decode steps, more
+    the larger both are (docs/routing.md, "Placing a program by its engine's KV"). Follow-up
+    calls never pay it: their context decides.
+
     ``exact``: the index fed by vLLM's KV events (:meth:`exact_costs`). For a backend it is
     synced for, and a call with a token chain (``CallFacts.token_block_hashes``), the cached tokens
     are exact — matched blocks × block size — instead of the estimate's share of the prompt;
@@ -97,6 +104,8 @@ class PrefixCostScorer:
         exact: ExactPrefixIndex | None = None,
         kv_full_tokens: float = 0.0,
         kv_free_usage: float = 0.5,
+        placement_kv_weight: float = 0.0,
+        affinity: ProgramAffinity | None = None,
     ) -> None:
         self.index = index
         self.exact = exact
@@ -114,6 +123,14 @@ class PrefixCostScorer:
         self.kv_free_usage = _positive("kv_free_usage", kv_free_usage)
         if self.kv_free_usage >= 1:
             raise ConfigError(f"kv_free_usage must be in [0, 1), got {kv_free_usage!r}")
+        #: What a full engine's KV costs a program's placement there, per prompt token of
+        #: the placing call, as prefill tokens (linear in the KV usage from empty); 0 = off.
+        #: Needs ``affinity`` to tell placements from follow-up calls.
+        self.placement_kv_weight = _positive("placement_kv_weight", placement_kv_weight)
+        if self.placement_kv_weight and affinity is None:
+            raise ConfigError("placement_kv_weight needs the router's program affinity")
+        #: The bindings that tell a program's placement from its follow-up calls.
+        self.affinity = affinity
 
     def kv_s(self, view: BackendView) -> float:
         """The KV-fill part of ``cost_b`` (seconds): ``prefill_s_per_token × kv_full_tokens ×
@@ -124,14 +141,48 @@ class PrefixCostScorer:
         fill = min(1.0, (usage - self.kv_free_usage) / (1.0 - self.kv_free_usage))
         return self.prefill_s_per_token * self.kv_full_tokens * fill
 
+    def is_placement(self, call: CallEntry, now_s: float) -> bool:
+        """Whether the call places its program (the placement term is on and no backend is
+        bound to the program in :attr:`affinity`)."""
+        affinity = self.affinity
+        return (
+            bool(self.placement_kv_weight)
+            and affinity is not None
+            and affinity.backend_of_call(call, now_s) is None
+        )
+
+    def placement_s(self, view: BackendView, prompt_tokens: int) -> float:
+        """The placement part of ``cost_b`` (seconds) for a placing call of ``prompt_tokens``:
+        ``prefill_s_per_token × placement_kv_weight × prompt_tokens × usage``; 0 for unknown
+        usage. Linear from an empty cache because a decode step's time grows with the KV it
+        reads (docs/engine-model.md), and in the prompt because the program's context starts
+        there and only grows."""
+        usage = view.kv_cache_usage
+        if usage is None or usage <= 0:
+            return 0.0
+        tokens = self.placement_kv_weight * max(0, prompt_tokens)
+        return self.prefill_s_per_token * tokens * min(1.0, usage)
+
+    def _extra_s(
+        self, call: CallEntry, backends: Sequence[BackendView], now_s: float
+    ) -> list[float]:
+        """The per-backend terms beyond prefill and load (seconds): :meth:`kv_s`, and
+        :meth:`placement_s` for a placement."""
+        placement = self.is_placement(call, now_s)
+        tokens = call.facts.prompt_tokens
+        return [
+            self.kv_s(b) + (self.placement_s(b, tokens) if placement else 0.0) for b in backends
+        ]
+
     def costs(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
         """``cost_b`` per backend (seconds), aligned with ``backends``."""
         hashes = call.facts.block_hashes
         a, q = self.prefill_s_per_token, self.queued_s_per_call
+        extra = self._extra_s(call, backends, now_s)
         if not hashes:  # nothing to match: the prompt is uncached everywhere
             return [
-                a * max(0, call.facts.prompt_tokens) + q * backend_load(b) + self.kv_s(b)
-                for b in backends
+                a * max(0, call.facts.prompt_tokens) + q * backend_load(b) + extra_s
+                for b, extra_s in zip(backends, extra, strict=True)
             ]
         shared = self.shared_of(call)
         matches = self.index.match_all([b.backend_id for b in backends], hashes, now_s)
@@ -139,11 +190,11 @@ class PrefixCostScorer:
         # share a few match values (none, the shared head): computed once per value.
         prefill_of: dict[int, float] = {}
         out = []
-        for b, matched in zip(backends, matches, strict=True):
+        for b, matched, extra_s in zip(backends, matches, extra, strict=True):
             prefill = prefill_of.get(matched)
             if prefill is None:
                 prefill = prefill_of[matched] = self.prefill_s(call, matched, shared)
-            out.append(prefill + q * (b.in_flight + (b.num_waiting or 0)) + self.kv_s(b))
+            out.append(prefill + q * (b.in_flight + (b.num_waiting or 0)) + extra_s)
         return out
 
     def shared_of(self, call: CallEntry) -> tuple[int, int]:
@@ -178,10 +229,16 @@ class PrefixCostScorer:
         )
 
     def exact_costs(
-        self, call: CallEntry, backends: Sequence[BackendView], costs: Sequence[float]
+        self,
+        call: CallEntry,
+        backends: Sequence[BackendView],
+        costs: Sequence[float],
+        *,
+        placement: bool = False,
     ) -> list[float]:
         """``costs`` (:meth:`costs`, from the estimate) with the prefill part of every backend
-        the exact index answers for recomputed from its cached tokens (seconds)."""
+        the exact index answers for recomputed from its cached tokens (seconds).
+        ``placement``: the call places its program (:meth:`is_placement`)."""
         if self.exact is None or not call.facts.token_block_hashes:
             # No backend can answer (exact_cached says None for each): skip the per-backend
             # loop, which costs every routing decision O(backends) for nothing.
@@ -202,11 +259,19 @@ class PrefixCostScorer:
                 shared = cached_prompt_tokens(call, head)
             uncached = max(0, call.facts.prompt_tokens - cached) - relief * max(0, shared - cached)
             load_s = self.queued_s_per_call * backend_load(b)
-            out[i] = a * max(0.0, uncached) + load_s + self.kv_s(b)
+            extra_s = self.kv_s(b)
+            if placement:
+                extra_s += self.placement_s(b, call.facts.prompt_tokens)
+            out[i] = a * max(0.0, uncached) + load_s + extra_s
         return out
 
     def score(self, call: CallEntry, backends: Sequence[BackendView], now_s: float) -> list[float]:
-        costs = self.exact_costs(call, backends, self.costs(call, backends, now_s))
+        costs = self.exact_costs(
+            call,
+            backends,
+            self.costs(call, backends, now_s),
+            placement=self.is_placement(call, now_s),
+        )
         soft = self.soft_s
         best = min(costs) + soft
         return [best / (cost + soft) for cost in costs]
