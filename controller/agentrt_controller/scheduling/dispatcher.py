@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ToolWait
@@ -222,7 +222,7 @@ class Dispatcher:
             chosen = room.get(backend_id)
             if chosen is None:
                 raise ValueError(f"router {self.router.name!r} chose {backend_id!r}, no candidate")
-            updated = replace(chosen, in_flight=chosen.in_flight + call.facts.sequences)
+            updated = chosen.with_in_flight(chosen.in_flight + call.facts.sequences)
             if self._room_of(updated, now_s):
                 room.update(updated)
             else:
@@ -315,7 +315,7 @@ class Dispatcher:
         its sample was acted on already when ``view`` got into the round's candidates."""
         if view.in_flight == 0:
             return True
-        bigger = replace(view, in_flight=view.in_flight + sequences - 1)
+        bigger = view.with_in_flight(view.in_flight + sequences - 1)
         return self.admission.has_room(bigger, now_s)
 
     def _pop_capped(
@@ -392,7 +392,7 @@ class Dispatcher:
         when the driver knows it (the simulator): the entry's facts take it, so the router's
         prefix index learns what the thread's next call extends; ``None`` = the prompt's."""
         if block_hashes is not None:
-            call.facts = replace(call.facts, block_hashes=block_hashes)
+            call.facts = call.facts.with_block_hashes(block_hashes)
         if self.isolation is not None:
             self.isolation.on_release(call.facts.call_id, now_s, service_s)
         if self.memory is not None:
