@@ -182,7 +182,8 @@ class Dispatcher:
         passed: list[CallEntry] = []
         #: The most invested program start passed over this round (none may overtake it).
         blocked_start: tuple[int, float] | None = None
-        while self.queued():
+        queues = self.queues
+        while queues.queued():
             if room is None:
                 room = CandidateSet(self._with_room(backends, now_s))
             if not room or not self._demand.any_servable(room, blocked):
@@ -191,7 +192,7 @@ class Dispatcher:
             if self._fair is not None:
                 call, candidates = self._pop_capped(now_s, candidates)
             else:
-                call = self.queues.pop(now_s)
+                call = queues.pop(now_s)
             if call is None:
                 break
             candidates = self.router.eligible(call, candidates, now_s)
@@ -253,7 +254,7 @@ class Dispatcher:
         that must not overtake the most invested one held this round, ``blocked``), and
         ``blocked`` updated when the call is such a start and is held."""
         fitting = [b for b in candidates if memory.fits(call.facts, b, now_s)]
-        ids = [b.backend_id for b in candidates]
+        ids = (b.backend_id for b in candidates)  # read only for a long prompt
         if not memory.is_long_start(call.facts, ids, now_s):
             return fitting, blocked
         key = memory.invested_key(call, self._attained_s(call))
