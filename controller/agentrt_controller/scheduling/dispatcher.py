@@ -183,7 +183,11 @@ class Dispatcher:
         #: The most invested program start passed over this round (none may overtake it).
         blocked_start: tuple[int, float] | None = None
         queues = self.queues
-        while queues.queued():
+        # The calls queued, counted down rather than asked again each turn: a turn pops one
+        # call, and nothing enters the queues during a round (what it puts back, it puts back
+        # when it ends, or as it stops).
+        left = queues.queued()
+        while left:
             if room is None:
                 room = CandidateSet(self._with_room(backends, now_s))
             if not room or not self._demand.any_servable(room, blocked):
@@ -195,6 +199,7 @@ class Dispatcher:
                 call = queues.pop(now_s)
             if call is None:
                 break
+            left -= 1
             candidates = self.router.eligible(call, candidates, now_s)
             if not candidates:
                 waiting_for_model.append(call)
