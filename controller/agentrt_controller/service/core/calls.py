@@ -6,8 +6,7 @@ Dispatcher` (docs/architecture.md, "Design rules", rule 1); this object feeds it
 :class:`~agentrt_controller.service.core.facade.ControllerCore` (the HTTP layer never sees it) and
 runs on the event loop's thread. A call's life here::
 
-    submit(call) -> PendingCall           queued in the scheduler; decided at once when nothing
-                                          was queued before it, else the dispatch loop woken
+    submit(call) -> PendingCall           queued in the scheduler, the dispatch loop woken
     dispatch()                            one round: expired calls out, admitted calls get a
                                           backend (in flight)
     await admitted(pending) -> Admission  the verdict (or DeadlinePassed, or NoBackend)
@@ -24,7 +23,6 @@ at most :meth:`CallQueue.sequence_cap`, checked by :meth:`CallQueue.check_sequen
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,8 +51,6 @@ __all__ = ["DEFAULT_SEQUENCE_CAP", "CallQueue", "Forwarded", "PendingCall"]
 #: batch size says (vLLM's default ``--max-num-seqs``).
 DEFAULT_SEQUENCE_CAP = 256
 
-_log = logging.getLogger("agentrt.controller")
-
 
 @dataclass(slots=True, eq=False)
 class PendingCall:
@@ -73,8 +69,8 @@ class PendingCall:
     #: The verdict: set by :meth:`decide` (and cleared by a requeue).
     admission: Admission | None = None
     error: ServiceError | None = None
-    #: What a client waiting for its verdict waits on; made only when it has to wait (a call
-    #: admitted at its arrival never does: :meth:`CallQueue.submit`).
+    #: What a client waiting for its verdict waits on; made only when it has to wait (not
+    #: when the verdict came before the client asked: :meth:`CallQueue.admitted`).
     waiter: anyio.Event | None = field(default=None, repr=False)
     #: The backend retaining the call's thread context (retention's word when the call
     #: arrived), given to the Dispatcher at submission; ``None`` = not retained.
@@ -222,11 +218,9 @@ class CallQueue:
         """Queue an arrived call; raises :class:`NoBackend` when no backend is healthy or
         ``max_queued_calls`` are already queued.
 
-        A call that finds nothing queued before it is decided here, at once: the admission
-        round the dispatch loop would run next, run by the arriving call itself — one of the
-        orders the event loop could run the two tasks in — instead of waking the loop and
-        waiting for it (:meth:`_admit_at_once`). Otherwise, or when that round could not admit
-        it, the loop is woken as before."""
+        The call is decided by the dispatch loop, woken here, not by a round of its own: under
+        many connections one round admits several calls, and a round per call cost more CPU
+        than the wake-ups it saves (docs/benchmarks.md, "Per-call policy work")."""
         if not self.pool.any_healthy(pending.call.model):
             raise self.no_backend(pending.call.model)
         if len(self._queued) >= self.max_queued_calls:
@@ -236,31 +230,11 @@ class CallQueue:
                 retry_after_s=self.retry_after_s,
                 code="overloaded",
             )
-        first = not self._queued
         self._queued[pending.call.call_id] = pending
         pending.entry = self.dispatcher.submit(
             pending.call, self.clock(), retained_backend=pending.retained_backend
         )
-        if not (first and self._admit_at_once(pending)):
-            self._wake()
-
-    def _admit_at_once(self, pending: PendingCall) -> bool:
-        """The dispatcher's admission round for ``pending``, the only queued call, now;
-        whether it was admitted. What else :meth:`dispatch` does first has nothing to do:
-        no other call is queued, and :meth:`submit` checked that a backend serves the call's
-        model; a call whose deadline passed already is left to the dispatch loop (it drops
-        it). A policy bug is logged and counted as in the dispatch loop (the loop, woken,
-        tries again)."""
-        now = self.clock()
-        if pending.call.deadline_s <= now:
-            return False
-        try:
-            self._carry_out(self.dispatcher.admit(now, self.pool.views()), now)
-        except Exception:
-            self.metrics.internal_errors.inc()
-            _log.exception("dispatch round failed")
-            return False
-        return pending.admission is not None
+        self._wake()
 
     async def admitted(self, pending: PendingCall) -> Admission:
         """Wait for the call's admission. Raises :class:`DeadlinePassed` when :meth:`expire`
