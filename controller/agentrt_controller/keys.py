@@ -12,7 +12,7 @@ when it creates the program) and carries it on the call's facts
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from agentrt.protocol import DEFAULT_SESSION_ID
 
@@ -26,11 +26,7 @@ DEFAULT_SESSION = DEFAULT_SESSION_ID
 _ONE_CALL_PREFIX = "call-"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProgramKey:
-    """A program as the controller tells programs apart (keyword-only: the two ids are both
-    strings and must not be swapped)."""
-
+class _ProgramKeyFields(NamedTuple):
     #: The client session (``X-Agentrt-Session``) the program runs in.
     session_id: str
     #: The program id, unique within its session.
@@ -38,6 +34,25 @@ class ProgramKey:
     #: The authenticated tenant (the controller fills it from the caller's API key, never
     #: from a client header; docs/security.md); ``None`` = no tenant (the simulator).
     tenant: str | None = None
+
+
+class ProgramKey(_ProgramKeyFields):
+    """A program as the controller tells programs apart (keyword-only: the two ids are both
+    strings and must not be swapped). Immutable.
+
+    A tuple underneath, for speed: every policy keys dictionaries by it, dozens of lookups
+    per call, and a tuple's hash and ``==`` run in C where a frozen dataclass's run Python
+    code each time. Its hash is the same as the frozen dataclass's it replaced (the hash of
+    the tuple of its fields), so iteration orders of sets of keys are unchanged.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *, session_id: str, program_id: str, tenant: str | None = None) -> ProgramKey:
+        return super().__new__(cls, session_id, program_id, tenant)
+
+    def __getnewargs_ex__(self) -> tuple[tuple[()], dict[str, Any]]:  # pickle, copy
+        return (), {"session_id": self[0], "program_id": self[1], "tenant": self[2]}
 
     @classmethod
     def untagged(cls, program_id: str, tenant: str | None = None) -> ProgramKey:

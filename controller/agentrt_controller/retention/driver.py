@@ -399,6 +399,10 @@ class RetentionDriver:
     def tick(self, now_s: float) -> list[RetentionAction]:
         """End the retentions whose TTL is over (the backend expires its pin itself: only
         the window changes) and return the re-warms that are due and have room."""
+        if not self._pins and not self.tracker.holds_any():
+            # Nothing retained, so nothing to expire, relieve or re-warm: the usual case of
+            # the two ticks every call makes (its admission, an untagged call's end).
+            return []
         for expired in self.tracker.expire(now_s):
             self._unindex(expired)
             if self.on_release is not None:

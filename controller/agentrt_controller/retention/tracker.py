@@ -82,6 +82,10 @@ class RetentionTracker:
     def __len__(self) -> int:
         return sum(len(t) for t in self._live.values())
 
+    def holds_any(self) -> bool:
+        """Whether some retention is live (O(1): a program's entry goes with its last one)."""
+        return bool(self._live)
+
     def start(
         self,
         program: ProgramKey,

@@ -62,6 +62,26 @@ class BackendView:
     #: reloaded at host-link bandwidth instead of recomputed. 0 = none or unknown.
     cpu_kv_capacity_tokens: int = 0
 
+    def with_in_flight(self, in_flight: int) -> BackendView:
+        """This view with ``in_flight`` instead (what :func:`dataclasses.replace` does, spelt
+        out: an admission round makes one per admitted call, and ``replace`` walks the fields
+        one ``getattr`` at a time; ``tests/controller_policies/test_copies.py`` keeps the two
+        equal when a field is added)."""
+        return BackendView(
+            backend_id=self.backend_id,
+            in_flight=in_flight,
+            healthy=self.healthy,
+            num_running=self.num_running,
+            num_waiting=self.num_waiting,
+            kv_cache_usage=self.kv_cache_usage,
+            supports_priority=self.supports_priority,
+            metrics_at_s=self.metrics_at_s,
+            max_num_seqs=self.max_num_seqs,
+            models=self.models,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            cpu_kv_capacity_tokens=self.cpu_kv_capacity_tokens,
+        )
+
 
 class Scheduler(Protocol):
     """Orders queued calls. Implementations keep their own queues; program-level facts

@@ -80,6 +80,30 @@ class CallFacts:
     #: "Several models"). ``None`` = any backend (a driver with one model: the simulator).
     model: str | None = None
 
+    def with_block_hashes(self, block_hashes: tuple[int, ...]) -> CallFacts:
+        """These facts with ``block_hashes`` instead (:func:`dataclasses.replace` spelt out: the
+        controller makes one per call, and ``replace`` walks the fields one ``getattr`` at a
+        time; ``tests/controller_policies/test_copies.py`` keeps the two equal when a field is
+        added)."""
+        return CallFacts(
+            call_id=self.call_id,
+            program=self.program,
+            thread_id=self.thread_id,
+            node_id=self.node_id,
+            parent_ids=self.parent_ids,
+            arrival_s=self.arrival_s,
+            deadline_s=self.deadline_s,
+            prompt_tokens=self.prompt_tokens,
+            max_tokens=self.max_tokens,
+            sequences=self.sequences,
+            objective=self.objective,
+            attempt=self.attempt,
+            block_hashes=block_hashes,
+            token_block_hashes=self.token_block_hashes,
+            token_block_size=self.token_block_size,
+            model=self.model,
+        )
+
 
 @dataclass(slots=True, eq=False)
 class CallEntry:

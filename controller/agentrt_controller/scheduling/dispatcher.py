@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ToolWait
@@ -182,7 +182,12 @@ class Dispatcher:
         passed: list[CallEntry] = []
         #: The most invested program start passed over this round (none may overtake it).
         blocked_start: tuple[int, float] | None = None
-        while self.queued():
+        queues = self.queues
+        # The calls queued, counted down rather than asked again each turn: a turn pops one
+        # call, and nothing enters the queues during a round (what it puts back, it puts back
+        # when it ends, or as it stops).
+        left = queues.queued()
+        while left:
             if room is None:
                 room = CandidateSet(self._with_room(backends, now_s))
             if not room or not self._demand.any_servable(room, blocked):
@@ -191,9 +196,10 @@ class Dispatcher:
             if self._fair is not None:
                 call, candidates = self._pop_capped(now_s, candidates)
             else:
-                call = self.queues.pop(now_s)
+                call = queues.pop(now_s)
             if call is None:
                 break
+            left -= 1
             candidates = self.router.eligible(call, candidates, now_s)
             if not candidates:
                 waiting_for_model.append(call)
@@ -222,7 +228,7 @@ class Dispatcher:
             chosen = room.get(backend_id)
             if chosen is None:
                 raise ValueError(f"router {self.router.name!r} chose {backend_id!r}, no candidate")
-            updated = replace(chosen, in_flight=chosen.in_flight + call.facts.sequences)
+            updated = chosen.with_in_flight(chosen.in_flight + call.facts.sequences)
             if self._room_of(updated, now_s):
                 room.update(updated)
             else:
@@ -253,7 +259,7 @@ class Dispatcher:
         that must not overtake the most invested one held this round, ``blocked``), and
         ``blocked`` updated when the call is such a start and is held."""
         fitting = [b for b in candidates if memory.fits(call.facts, b, now_s)]
-        ids = [b.backend_id for b in candidates]
+        ids = (b.backend_id for b in candidates)  # read only for a long prompt
         if not memory.is_long_start(call.facts, ids, now_s):
             return fitting, blocked
         key = memory.invested_key(call, self._attained_s(call))
@@ -315,7 +321,7 @@ class Dispatcher:
         its sample was acted on already when ``view`` got into the round's candidates."""
         if view.in_flight == 0:
             return True
-        bigger = replace(view, in_flight=view.in_flight + sequences - 1)
+        bigger = view.with_in_flight(view.in_flight + sequences - 1)
         return self.admission.has_room(bigger, now_s)
 
     def _pop_capped(
@@ -392,7 +398,7 @@ class Dispatcher:
         when the driver knows it (the simulator): the entry's facts take it, so the router's
         prefix index learns what the thread's next call extends; ``None`` = the prompt's."""
         if block_hashes is not None:
-            call.facts = replace(call.facts, block_hashes=block_hashes)
+            call.facts = call.facts.with_block_hashes(block_hashes)
         if self.isolation is not None:
             self.isolation.on_release(call.facts.call_id, now_s, service_s)
         if self.memory is not None:

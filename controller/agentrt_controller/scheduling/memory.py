@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Protocol
 
@@ -202,25 +202,27 @@ class _Ledger:
     ) -> None:
         """The program's call was admitted (``running`` +1, its prompt's ``chain``) or
         finished (-1) at ``now_s``; it holds at least ``tokens``."""
+        # ``counted`` inlined (``tokens >= min_tokens``): one admission and one finish per call
         entry = self.residents.get(program)
         if entry is None:
             if running <= 0:
                 return
             entry = self.residents[program] = Resident(tokens, running, now_s, chain)
-            if self.counted(tokens):
+            if tokens >= self.min_tokens:
                 self.total += tokens
                 self._share(entry.chain, 1)
             return
         old = entry.chain
         if len(chain) > len(old):
-            if self.counted(entry.tokens):
+            if entry.tokens >= self.min_tokens:
                 if old and chain[len(old) - 1] == old[-1]:
                     self._share(chain, 1, counted=len(old))  # the usual next turn: it extends
                 else:
                     self._share(old, -1)
                     self._share(chain, 1)
             entry.chain = chain
-        self.grow(entry, tokens)
+        if tokens > entry.tokens:
+            self.grow(entry, tokens)
         entry.running = max(0, entry.running + running)
         entry.last_active_s = now_s
         self.residents.move_to_end(program)
@@ -235,7 +237,7 @@ class _Ledger:
 
     def remove(self, program: ProgramKey) -> None:
         entry = self.residents.pop(program, None)
-        if entry is not None and self.counted(entry.tokens):
+        if entry is not None and entry.tokens >= self.min_tokens:
             self.total -= entry.tokens
             self._share(entry.chain, -1)
 
@@ -376,7 +378,7 @@ class MemoryAdmission:
             return demand + growth <= capacity + spill
         return demand + growth <= self.config.start_watermark * capacity + spill
 
-    def is_long_start(self, facts: CallFacts, backend_ids: Sequence[str], now_s: float) -> bool:
+    def is_long_start(self, facts: CallFacts, backend_ids: Iterable[str], now_s: float) -> bool:
         """Whether the call starts a long prefill: its prompt is at least
         ``min_context_tokens`` and its program reserves memory on none of ``backend_ids``
         (the calls whose order the Dispatcher keeps under memory pressure)."""

@@ -59,7 +59,12 @@ class MultiLevelScheduler:
         record calls in and read program facts from (a private one when ``None``)."""
         self.config = config if config is not None else SchedulerConfig()
         self.table = table if table is not None else ProcessTable()
-        self._queues = LevelQueues(self.config.levels, key=self._queue_key)
+        # The default in-level order given as itself (not through _queue_key): one call less
+        # per queued call.
+        default_key = type(self)._queue_key is MultiLevelScheduler._queue_key
+        self._queues = LevelQueues(
+            self.config.levels, key=fcfs_key if default_key else self._queue_key
+        )
         self._seq = itertools.count()
         self._last_sweep_s = -math.inf
         #: Calls moved to Q1 by anti-starvation so far.
@@ -99,7 +104,12 @@ class MultiLevelScheduler:
         self._queues.push(call)
 
     def pop(self, now_s: float) -> CallEntry | None:
-        self.promote_starving(now_s)
+        config = self.config
+        if (  # promote_starving's own guards first: a sweep is rare, a pop is per call
+            config.starvation_beta is not None
+            and now_s - self._last_sweep_s >= config.starvation_check_interval_s
+        ):
+            self.promote_starving(now_s)
         call = self._queues.pop()
         if call is None:
             return None

@@ -66,15 +66,28 @@ class PendingCall:
     tenant: Tenant | None = None
     #: The call entered its tenant's in-flight quota (it leaves at the end of the exchange).
     quota_entered: bool = False
-    #: Set once :attr:`admission` or :attr:`error` is.
-    decided: anyio.Event = field(default_factory=anyio.Event, repr=False)
+    #: The verdict: set by :meth:`decide` (and cleared by a requeue).
     admission: Admission | None = None
     error: ServiceError | None = None
+    #: What a client waiting for its verdict waits on; made only when it has to wait (not
+    #: when the verdict came before the client asked: :meth:`CallQueue.admitted`).
+    waiter: anyio.Event | None = field(default=None, repr=False)
     #: The backend retaining the call's thread context (retention's word when the call
     #: arrived), given to the Dispatcher at submission; ``None`` = not retained.
     retained_backend: str | None = None
     #: The Dispatcher's entry for the call, once submitted (the handle for its events).
     entry: CallEntry | None = None
+
+    def decided(self) -> bool:
+        """Whether :attr:`admission` or :attr:`error` is set."""
+        return self.admission is not None or self.error is not None
+
+    def decide(self, admission: Admission | None, error: ServiceError | None = None) -> None:
+        """Set the verdict (one of the two) and wake the waiting client, if one waits."""
+        self.admission = admission
+        self.error = error
+        if self.waiter is not None:
+            self.waiter.set()
 
     def submitted(self) -> CallEntry:
         """:attr:`entry`; raises :class:`RuntimeError` before :meth:`CallQueue.submit`."""
@@ -91,10 +104,9 @@ class Forwarded:
     answer: BackendAnswer
     #: Backends that failed the call before this one answered.
     retries: int
-
-    @property
-    def backend_id(self) -> str:
-        return self.admission.backend_id
+    #: The backend that answers, ``admission.backend_id`` (a field, not a property: read
+    #: several times per call).
+    backend_id: str
 
 
 class CallQueue:
@@ -149,19 +161,21 @@ class CallQueue:
         if self._queued and not self.pool.any_healthy():
             for waiting in list(self._queued.values()):
                 self._cancel(waiting, now)
-                waiting.error = self.no_backend()
-                waiting.decided.set()
+                waiting.decide(None, self.no_backend())
             return
         if self._queued:
             self._refuse_models_out(now)
-        for admission in self.dispatcher.admit(now, self.pool.views()):
+        self._carry_out(self.dispatcher.admit(now, self.pool.views()), now)
+
+    def _carry_out(self, admissions: list[Admission], now: float) -> None:
+        """Hand a round's admissions to their waiting clients (in flight from now on)."""
+        for admission in admissions:
             self.pool.acquire(admission.backend_id, admission.call.facts.sequences)
             pending = self._queued.pop(admission.call.facts.call_id, None)
             if pending is None:  # its client left between cancel and this round
                 self.finish(admission.call, admission.backend_id, 0.0)
                 continue
-            pending.admission = admission
-            pending.decided.set()
+            pending.decide(admission)
             self.metrics.admitted(admission, now)
             self._on_admitted(admission)
 
@@ -176,8 +190,7 @@ class CallQueue:
             model = waiting.call.model
             if model in out:
                 self._cancel(waiting, now)
-                waiting.error = self.no_backend(model)
-                waiting.decided.set()
+                waiting.decide(None, self.no_backend(model))
 
     def sequence_cap(self) -> int:
         """The most sequences (``n``, ``best_of``) one call may ask for: the configured
@@ -203,7 +216,11 @@ class CallQueue:
 
     def submit(self, pending: PendingCall) -> None:
         """Queue an arrived call; raises :class:`NoBackend` when no backend is healthy or
-        ``max_queued_calls`` are already queued."""
+        ``max_queued_calls`` are already queued.
+
+        The call is decided by the dispatch loop, woken here, not by a round of its own: under
+        many connections one round admits several calls, and a round per call cost more CPU
+        than the wake-ups it saves (docs/benchmarks.md, "Per-call policy work")."""
         if not self.pool.any_healthy(pending.call.model):
             raise self.no_backend(pending.call.model)
         if len(self._queued) >= self.max_queued_calls:
@@ -224,18 +241,25 @@ class CallQueue:
         dropped it, :class:`NoBackend` when every backend went down. If the waiting task is
         cancelled (client gone, deadline), the call leaves the queues — or, if it was just
         admitted, its slot is released."""
-        try:
-            await pending.decided.wait()
-        except BaseException:
-            if pending.admission is not None:
-                self.finish(pending.admission.call, pending.admission.backend_id, 0.0)
-            else:
-                self._cancel(pending, self.clock())
-            raise
+        if not pending.decided():
+            pending.waiter = waiter = anyio.Event()
+            try:
+                await waiter.wait()
+            except BaseException:
+                self._abandon(pending)
+                raise
         if pending.admission is not None:
             return pending.admission
         assert pending.error is not None  # decided: admitted or refused
         raise pending.error
+
+    def _abandon(self, pending: PendingCall) -> None:
+        """The client waiting for ``pending``'s verdict went away: the call leaves the queues,
+        or, if it was just admitted, its slot is released."""
+        if pending.admission is not None:
+            self.finish(pending.admission.call, pending.admission.backend_id, 0.0)
+        else:
+            self._cancel(pending, self.clock())
 
     def requeue(
         self, pending: PendingCall, backend_id: str, backend_down: bool, reason: str
@@ -256,7 +280,7 @@ class CallQueue:
             self.dispatcher.on_finish(entry, backend_id, 0.0, now)
             raise self.no_backend(entry.facts.model)
         pending.admission = None
-        pending.decided = anyio.Event()
+        pending.waiter = None
         self._queued[pending.call.call_id] = pending
         self.dispatcher.requeue(entry, now)
         self.metrics.retries.inc(1.0, backend_id)
@@ -286,7 +310,8 @@ class CallQueue:
         self.pool.release(backend_id, call.facts.sequences)
         self.dispatcher.on_finish(call, backend_id, service_s, self.clock())
         self.metrics.service_charged.inc(service_s)
-        self._wake()
+        if self._queued:  # room for a queued call; with none queued a round has nothing to do
+            self._wake()
 
     def queued(self) -> int:
         """Calls waiting for admission now."""
@@ -305,6 +330,5 @@ class CallQueue:
 
     def _reject(self, call: CallEntry, error: ServiceError) -> None:
         pending = self._queued.pop(call.facts.call_id, None)
-        if pending is not None and not pending.decided.is_set():
-            pending.error = error
-            pending.decided.set()
+        if pending is not None and not pending.decided():
+            pending.decide(None, error)

@@ -22,7 +22,8 @@ __all__ = ["Charge", "Charger", "Usage"]
 
 
 def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+    # ``type() is int``: JSON's integers (not bool, a subclass of int), in one test.
+    return value if type(value) is int and value >= 0 else None
 
 
 class Usage:

@@ -20,12 +20,12 @@ drives it (tests/controller_service/test_core_fake_clock.py). Event loop thread 
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
+from types import TracebackType
 
 import anyio
 from anyio.abc import TaskStatus
@@ -37,16 +37,67 @@ from agentrt_controller.service.errors import DeadlinePassed
 __all__ = ["Deadlines"]
 
 
-@dataclass(eq=False, slots=True)
 class _Watch:
-    """One watched exchange."""
+    """One watched exchange: the context manager :meth:`Deadlines.watch` returns (a class, not
+    a generator: one per call)."""
 
-    call: CallFacts
-    scope: anyio.CancelScope = field(repr=False)
-    #: The exchange is still running (its block has not been left).
-    open: bool = True
-    #: Its deadline cancelled it.
-    expired: bool = False
+    __slots__ = ("call", "deadlines", "expired", "open", "scope")
+
+    def __init__(self, deadlines: Deadlines, call: CallFacts) -> None:
+        self.deadlines = deadlines
+        self.call = call
+        self.scope = anyio.CancelScope()
+        #: The exchange is still running (its block has not been left).
+        self.open = False
+        #: Its deadline cancelled it.
+        self.expired = False
+
+    def __enter__(self) -> None:
+        self.scope.__enter__()
+        deadline_s = self.call.deadline_s
+        deadlines = self.deadlines
+        heapq.heappush(deadlines._heap, (deadline_s, next(deadlines._order), self))
+        self.open = True
+        deadlines._open += 1
+        if deadline_s < deadlines._sleeping_until and deadlines._sleep is not None:
+            deadlines._sleep.cancel()  # the loop sleeps past this deadline: wake it to re-plan
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        deadlines = self.deadlines
+        self.open = False
+        deadlines._open -= 1
+        deadlines._compact()
+        scope = self.scope
+        swallowed = scope.__exit__(exc_type, exc, traceback)
+        if self.expired and scope.cancelled_caught:
+            deadlines._on_expired()
+            raise DeadlinePassed("the call's deadline passed before its answer was complete")
+        return swallowed
+
+
+class _Unwatched:
+    """The context manager of a call without a deadline: nothing to do."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        return None
+
+
+_UNWATCHED = _Unwatched()
 
 
 class Deadlines:
@@ -64,30 +115,14 @@ class Deadlines:
         self._sleep: anyio.CancelScope | None = None
         self._sleeping_until = math.inf
 
-    @contextlib.contextmanager
-    def watch(self, call: CallFacts) -> Iterator[None]:
-        """Run the block under ``call.deadline_s``: when the deadline passes before the block
-        is left, the block is cancelled and :class:`DeadlinePassed` (504) raised here. A call
-        without a deadline runs unwatched."""
-        deadline_s = call.deadline_s
-        if math.isinf(deadline_s):
-            yield
-            return
-        with anyio.CancelScope() as scope:
-            watch = _Watch(call, scope)
-            heapq.heappush(self._heap, (deadline_s, next(self._order), watch))
-            self._open += 1
-            if deadline_s < self._sleeping_until and self._sleep is not None:
-                self._sleep.cancel()  # the loop sleeps past this deadline: wake it to re-plan
-            try:
-                yield
-            finally:
-                watch.open = False
-                self._open -= 1
-                self._compact()
-        if watch.expired and scope.cancelled_caught:
-            self._on_expired()
-            raise DeadlinePassed("the call's deadline passed before its answer was complete")
+    def watch(self, call: CallFacts) -> AbstractContextManager[None]:
+        """Run the block (``with deadlines.watch(call):``) under ``call.deadline_s``: when the
+        deadline passes before the block is left, the block is cancelled and
+        :class:`DeadlinePassed` (504) raised when it is left. A call without a deadline runs
+        unwatched."""
+        if math.isinf(call.deadline_s):
+            return _UNWATCHED
+        return _Watch(self, call)
 
     def next_deadline_s(self) -> float:
         """The earliest deadline of a watched call still running (``math.inf``: none)."""

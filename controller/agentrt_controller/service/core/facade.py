@@ -45,11 +45,10 @@ need (Autellix, arXiv 2502.13965: the program-level process table; Continuum, ar
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import anyio
@@ -126,6 +125,9 @@ class ControllerCore:
         self.config = config
         self.metrics = metrics if metrics is not None else ServiceMetrics()
         self.clock = clock
+        #: ``now()``: the core's clock (seconds) — the clock itself, not a method calling it
+        #: (the endpoints read it several times per call).
+        self.now: Clock = clock
         #: API keys -> tenants (open mode without keys); raises ConfigError for bad sources.
         self.tenants = (
             tenants
@@ -247,10 +249,6 @@ class ControllerCore:
 
     # --- one call ----------------------------------------------------------------------------
 
-    def now(self) -> float:
-        """The core's clock (seconds)."""
-        return self.clock()
-
     def authenticate(self, authorization: str | None) -> Tenant | None:
         """The tenant whose API key is the bearer token of an ``Authorization`` header value;
         ``None`` when there is none (open mode: always the one tenant)."""
@@ -297,7 +295,7 @@ class ControllerCore:
             self._check_program(call.program, tenant)
             self.metrics.tenant_calls.inc(1.0, tenant.name)
         if self._hashes:
-            call = replace(call, block_hashes=request_block_hashes(body, self._chains))
+            call = call.with_block_hashes(request_block_hashes(body, self._chains))
         retained = None
         if tagged and self.retention is not None:
             retained = self.retention.on_call(call)
@@ -324,15 +322,13 @@ class ControllerCore:
             self.metrics.evictions.inc()
             self._end_program(victim, evicted=True)
 
-    @contextlib.contextmanager
-    def deadline(self, pending: PendingCall) -> Iterator[None]:
+    def deadline(self, pending: PendingCall) -> AbstractContextManager[None]:
         """Hold the call's exchange (:meth:`forward` up to :meth:`settle`) under its one
         deadline, ``call.deadline_s`` on the core's clock: queued, the call is dropped from
         the queues; otherwise the block is cancelled (the upstream request aborted). Either
         way :class:`DeadlinePassed` (504) is raised. The core's deadline loop enforces it
         (service/core/deadlines.py)."""
-        with self.calls.deadlines.watch(pending.call):
-            yield
+        return self.calls.deadlines.watch(pending.call)
 
     async def forward(self, pending: PendingCall, request: GenerationRequest) -> Forwarded:
         """Queue the call, wait for its admission, send ``request`` as the admitted backend
@@ -369,7 +365,7 @@ class ControllerCore:
                         raise BackendUnavailable(
                             f"backend {backend_id} answered HTTP {status}", connect_failed=False
                         )
-                    return Forwarded(admission, answer, retries)
+                    return Forwarded(admission, answer, retries, backend_id)
                 raise BackendDisconnected(  # only reached when the pool aborted the block
                     f"backend {backend_id} failed (health probe or circuit) before its answer "
                     "started"

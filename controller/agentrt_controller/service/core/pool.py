@@ -33,10 +33,10 @@ their sequences (a call's ``n``); the policies' view of a backend counts sequenc
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from types import TracebackType
 from typing import Any
 
 import anyio
@@ -147,6 +147,34 @@ def _why_out(state: BackendState) -> str:
     if not state.breaker.allows_calls():
         return state.breaker.reason or "circuit open"
     return state.last_error or "health probe failed"
+
+
+class _Abortable:
+    """The context manager of :meth:`BackendPool.abortable` (a class, not a generator: one
+    per call, entered on every forward)."""
+
+    __slots__ = ("_scope", "_state")
+
+    def __init__(self, scope: anyio.CancelScope, state: BackendState | None) -> None:
+        self._scope = scope
+        self._state = state
+
+    def __enter__(self) -> anyio.CancelScope:
+        scope = self._scope
+        scope.__enter__()
+        if self._state is not None:
+            self._state.abortable.add(scope)
+        return scope
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        if self._state is not None:
+            self._state.abortable.discard(self._scope)
+        return self._scope.__exit__(exc_type, exc, traceback)
 
 
 class BackendPool:
@@ -299,23 +327,16 @@ class BackendPool:
                     scope.cancel()
             self._on_change()
 
-    @contextlib.contextmanager
-    def abortable(self, backend_id: str) -> Iterator[anyio.CancelScope]:
+    def abortable(self, backend_id: str) -> _Abortable:
         """A cancel scope the pool cancels when ``backend_id`` fails (probe or circuit) while
-        the block runs; check ``cancelled_caught`` after the block. Cancelled at once when the
-        backend is already out of routing for a failure."""
+        the block runs (``with pool.abortable(backend_id) as scope:``); check
+        ``cancelled_caught`` after the block. Cancelled at once when the backend is already
+        out of routing for a failure."""
         scope = anyio.CancelScope()
         state = self.states.get(backend_id)
         if state is not None and not state.healthy and not state.draining:
             scope.cancel()
-        with scope:
-            if state is not None:
-                state.abortable.add(scope)
-            try:
-                yield scope
-            finally:
-                if state is not None:
-                    state.abortable.discard(scope)
+        return _Abortable(scope, state)
 
     # --- facts from calls --------------------------------------------------------------------
 
@@ -488,20 +509,20 @@ class BackendPool:
     def largest_batch(self) -> int | None:
         """The largest batch size (``max_num_seqs``) a backend not being removed reported
         (:attr:`BackendState.batch`); ``None`` when none did (a stock vLLM)."""
-        batches = [
-            state.batch
-            for state in self.states.values()
-            if not state.draining and state.batch is not None
-        ]
-        return max(batches) if batches else None
+        largest: int | None = None  # a loop, not max() over a list: asked once per call
+        for state in self.states.values():
+            batch = state.batch
+            if batch is not None and not state.draining and (largest is None or batch > largest):
+                largest = batch
+        return largest
 
     def any_healthy(self, model: str | None = None) -> bool:
         """Some backend takes calls — for ``model`` when given (it serves it, or its models
         are unknown)."""
-        return any(
-            state.healthy and (model is None or not state.model_ids or model in state.model_ids)
-            for state in self.states.values()
-        )
+        for state in self.states.values():  # a loop, not any(): asked several times per call
+            if state.healthy and (model is None or not state.model_ids or model in state.model_ids):
+                return True
+        return False
 
     def model_list(self) -> list[dict[str, Any]]:
         """The union of all live backends' models, first occurrence of each id wins."""
@@ -516,7 +537,10 @@ class BackendPool:
     def known_model_ids(self) -> set[str] | None:
         """Model ids served somewhere, or ``None`` when no backend told us (then any model
         name is forwarded and the backend judges it)."""
-        ids = {m for s in self.states.values() if not s.draining for m in s.model_ids}
+        ids: set[str] = set()
+        for state in self.states.values():  # asked once per call: no comprehension frame
+            if state.model_ids and not state.draining:
+                ids |= state.model_ids
         return ids or None
 
     def serving(self, model: str) -> list[BackendState]:

@@ -49,8 +49,11 @@ class _Ledger:
     #: Token bucket level (tokens) and when it was last refilled (seconds, engine clock).
     tokens: float = 0.0
     refilled_s: float = 0.0
-    #: Set (and replaced) whenever a call leaves or tokens may have refilled.
+    #: Set (and replaced) whenever a call leaves while some call waits on it.
     changed: anyio.Event = field(default_factory=anyio.Event)
+    #: Calls waiting on :attr:`changed` (``queue`` mode): with none, a leaving call need not
+    #: set and replace the event (an event made per call otherwise).
+    waiting: int = 0
 
 
 class TenantQuotas:
@@ -119,16 +122,21 @@ class TenantQuotas:
             if tenant.quota.over_quota == "reject":
                 raise blocked
             # Wait for a call to leave, or for the bucket to refill (Retry-After's estimate).
-            with anyio.move_on_after(blocked.retry_after_s):
-                await ledger.changed.wait()
+            ledger.waiting += 1
+            try:
+                with anyio.move_on_after(blocked.retry_after_s):
+                    await ledger.changed.wait()
+            finally:
+                ledger.waiting -= 1
         ledger.in_flight += sequences
 
     def leave(self, tenant: Tenant, sequences: int = 1) -> None:
         """A call of ``sequences`` sequences that entered is over."""
         ledger = self._ledger(tenant)
         ledger.in_flight = max(0, ledger.in_flight - sequences)
-        ledger.changed.set()
-        ledger.changed = anyio.Event()
+        if ledger.waiting:
+            ledger.changed.set()
+            ledger.changed = anyio.Event()
 
     def charge_tokens(self, tenant: Tenant, tokens: int) -> None:
         """Take ``tokens`` (prompt + output of a finished call) from the tenant's bucket.

@@ -1,0 +1,89 @@
+"""When the core wakes its dispatch loop (``CallQueue``): on every arrival, and on a finish only
+while calls are queued — a round with none queued has nothing to do. The client waits on an
+event made only when it has to. On a fake clock, through the facade as the HTTP layer calls it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from agentrt_controller.backends.api import BackendRequest
+from agentrt_controller.backends.fake import FakeBackend, FakeResponse
+from agentrt_controller.service.config import ControllerConfig
+from agentrt_controller.service.core.calls import PendingCall
+from agentrt_controller.service.core.clock import FakeClock
+from agentrt_controller.service.core.facade import ControllerCore
+from agentrt_controller.service.core.tenants import DEFAULT_TENANT, TenantDirectory
+from agentrt_controller.service.http.incoming import parse_call
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
+
+
+async def _answer(request: BackendRequest) -> FakeResponse:
+    return FakeResponse.json({"choices": [{"message": {"content": "ok"}}]})
+
+
+async def _settle() -> None:
+    for _ in range(20):
+        await anyio.lowlevel.checkpoint()
+
+
+@asynccontextmanager
+async def _core() -> AsyncIterator[ControllerCore]:
+    """A running core with one fake backend and an admission window of one call."""
+    config = ControllerConfig(
+        policy="plas", admission_window=1, scrape_interval_s=3600.0, retention="off"
+    )
+    backend = FakeBackend("b0", _answer)
+    core = ControllerCore(
+        config, [backend], clock=FakeClock(10.0), tenants=TenantDirectory.open_mode()
+    )
+    async with anyio.create_task_group() as group:
+        await group.start(core.run)
+        await _settle()  # the dispatch loop reaches its wait
+        yield core
+        group.cancel_scope.cancel()
+    await core.aclose()
+
+
+def _pending(core: ControllerCore, call_id: str) -> PendingCall:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": call_id}]}
+    parsed = parse_call(
+        json.dumps(body).encode(), {}, call_id, core.now(), core.known_models(),
+        tenant=DEFAULT_TENANT,
+    )  # fmt: skip
+    return core.accept(parsed.call, parsed.body, tagged=False)
+
+
+async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
+    async with _core() as core:
+        first = _pending(core, "first")
+        core.calls.submit(first)
+        assert core._wake_event.is_set()  # an arrival wakes the loop
+        await _settle()
+        assert first.admission is not None and first.waiter is None  # decided before asked
+        assert await core.calls.admitted(first) is first.admission
+
+        second = _pending(core, "second")  # the window (one call) is full: it is queued
+        core.calls.submit(second)
+        await _settle()
+        assert second.admission is None and core.calls.queued() == 1
+
+        async def wait_second() -> None:
+            await core.calls.admitted(second)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait_second)
+            await _settle()
+            assert second.waiter is not None and not second.waiter.is_set()
+            core.calls.finish(first.admission.call, "b0", 0.1, ok=True)
+            assert core._wake_event.is_set()  # a call is queued: the finish wakes the loop
+        assert second.admission is not None and core.calls.queued() == 0
+
+        core.calls.finish(second.admission.call, "b0", 0.1, ok=True)
+        assert not core._wake_event.is_set()  # nothing queued: no round to run
