@@ -157,12 +157,28 @@ def _operation(op: Operation) -> dict[str, Any]:
     return out
 
 
+#: One server-sent event as a client's parser reads it: its data (a JSON chunk, or ``[DONE]``),
+#: its event type, id and retry.
+_SSE_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {
+        "data": {"type": "string"},
+        "event": {"type": "string"},
+        "id": {"type": "string"},
+        "retry": {"type": "integer", "minimum": 0},
+    },
+}
+
+
 def _answer(answer: Answer) -> dict[str, Any]:
     out: dict[str, Any] = {"description": answer.description}
     if answer.schema is not None:
         content = {answer.media_type: {"schema": dict(answer.schema)}}
         if answer.streams:
-            content["text/event-stream"] = {"schema": {"type": "string"}}
+            # Before OpenAPI 3.2's itemSchema, an event stream's schema describes each event
+            # (its fields as a client's SSE parser reads them), not the body as one string.
+            content["text/event-stream"] = {"schema": _SSE_EVENT}
         out["content"] = content
     return out
 

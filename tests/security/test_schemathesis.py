@@ -151,3 +151,27 @@ def test_an_answer_outside_the_document_is_reported(stack: Stack) -> None:
     figures = _fuzz(stack.controller_url, {}, document)
     assert figures.examples >= 1
     assert figures.failures and all("violates schema" in f for f in figures.failures)
+
+
+def test_a_streamed_answer_conforms_event_by_event(stack: Stack) -> None:
+    """A 200 event stream from either server passes schemathesis' schema check: every event
+    (chunks, the usage chunk, ``[DONE]``) matches the document's event schema."""
+    for base_url, headers in (
+        (stack.engine_url, {}),
+        (stack.controller_url, {"Authorization": f"Bearer {TENANT_KEY}"}),
+    ):
+        schema = schemathesis.openapi.from_dict(_document(base_url))
+        operation = schema["/v1/chat/completions"]["POST"]
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hello"}],
+            "max_tokens": 4,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        case = operation.Case(body=body, media_type="application/json")
+        response = case.call(base_url=base_url, headers=headers, timeout=20)
+        assert response.status_code == 200
+        assert response.headers["content-type"][0].startswith("text/event-stream")
+        assert b"[DONE]" in response.content
+        case.validate_response(response, checks=CHECKS)

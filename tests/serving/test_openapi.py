@@ -49,3 +49,14 @@ def test_an_operation_listed_twice_is_refused() -> None:
     op = Operation("get", "/x", "x", _OK)
     with pytest.raises(ValueError, match="GET /x is listed twice"):
         _document(op, op)
+
+
+def test_an_event_stream_documents_each_event_as_a_parser_reads_it() -> None:
+    """OpenAPI 3.1 has an event stream's schema describe each event (schemathesis validates
+    every event of a 200 stream against it): its data, event type, id and retry."""
+    op = Operation("post", "/gen", "generate", {200: Answer("out", JSON_OBJECT, streams=True)},
+                   body=JSON_OBJECT)  # fmt: skip
+    content = _document(op)["paths"]["/gen"]["post"]["responses"]["200"]["content"]
+    event = content["text/event-stream"]["schema"]
+    assert event["type"] == "object" and event["required"] == ["data"]
+    assert event["properties"]["data"] == {"type": "string"}
