@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -162,6 +163,9 @@ def serve_backend(port: int) -> None:
         async with server:
             await server.serve_forever()
 
+    # A process started from a shell's background job inherits SIGINT ignored, and Python then
+    # leaves it so: the interrupt this backend stops on must always reach it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())
 
