@@ -143,9 +143,7 @@ def backend() -> Iterator[int]:
     finally:
         process.send_signal(signal.SIGINT)  # what serve_backend stops on
         try:
-            # Generous: on a loaded 2-core machine (CI beside simulations) a clean stop once
-            # took longer than 10 s.
-            process.wait(timeout=30)
+            process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
