@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 import time
 
-from agentrt_controller.service.errors import ServiceError, Unauthorized
+from agentrt_controller.service.errors import Unauthorized
 from agentrt_controller.service.http.access_log import AccessFacts, AccessLog
 from agentrt_controller.service.http.app import ControllerApp
+from agentrt_controller.service.http.proxy import answer_error
 from agentrt_serving.direct import DirectExchange, DirectRoutes
 from agentrt_serving.hardening import INTERNAL_ERROR_MESSAGE, NOT_JSON, BadInput, HardenedApp
 
@@ -33,7 +34,6 @@ __all__ = ["DIRECT_PATHS", "DirectCalls", "direct_routes"]
 
 #: The generation paths the fast path serves.
 DIRECT_PATHS = ("/v1/chat/completions", "/v1/completions")
-_JSON = (b"content-type", b"application/json")
 
 
 class DirectCalls:
@@ -114,21 +114,16 @@ class DirectCalls:
             tenant_out[0] = tenant.name
         if refusal is not None:
             app.metrics.tenant_refusals.inc(1.0, "", "401")
-            await _answer_error(connection, refusal)
+            await answer_error(connection, refusal)
             return
         if tenant is None:  # the admin token is no tenant's key
-            await _answer_error(connection, Unauthorized("calls need a tenant's API key"))
+            await answer_error(connection, Unauthorized("calls need a tenant's API key"))
             return
         await self.endpoint.direct(connection, headers, raw, value, tenant, facts)
 
     async def _refuse(self, connection: DirectExchange, bad: BadInput) -> None:
         headers, body = self.guard.refusal(bad)
         await connection.respond(bad.status, headers, body)
-
-
-async def _answer_error(connection: DirectExchange, error: ServiceError) -> None:
-    headers = [_JSON, *((k.encode(), v.encode()) for k, v in error.headers().items())]
-    await connection.respond(error.status_code, headers, error.body())
 
 
 def direct_routes(

@@ -62,7 +62,7 @@ from agentrt_controller.service.telemetry.tracing import CallTracing
 from agentrt_serving.direct import DirectExchange
 from agentrt_serving.hardening import NOT_JSON
 
-__all__ = ["CompletionsEndpoint", "Reply", "send_error"]
+__all__ = ["CompletionsEndpoint", "Reply", "answer_error", "send_error"]
 
 _PASSED_BACK = frozenset({"x-request-id", "openai-processing-ms", "openai-version"})
 _JSON = [(b"content-type", b"application/json")]
@@ -121,8 +121,10 @@ class _AsgiReply:
         await self.send({"type": "http.response.body", "body": data, "more_body": False})
 
 
-def _error_headers(error: ServiceError) -> list[tuple[bytes, bytes]]:
-    return _JSON + [(k.encode(), v.encode()) for k, v in error.headers().items()]
+async def answer_error(reply: Reply, error: ServiceError) -> None:
+    """``error`` answered in the OpenAI envelope with its own headers, on either path."""
+    headers = _JSON + [(k.encode(), v.encode()) for k, v in error.headers().items()]
+    await reply.respond(error.status_code, headers, error.body())
 
 
 async def _send_json(
@@ -198,7 +200,7 @@ class CompletionsEndpoint:
             decoded = await decode_body(raw, scope)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
-            await reply.respond(error.status_code, _error_headers(error), error.body())
+            await answer_error(reply, error)
             return
         except ClientGone:
             return
@@ -241,7 +243,7 @@ class CompletionsEndpoint:
                 decoded = await decode_body(raw)  # answers a body that is not JSON in its words
             except ServiceError as error:
                 self._status.inc(1.0, self.operation, str(error.status_code))
-                await connection.respond(error.status_code, _error_headers(error), error.body())
+                await answer_error(connection, error)
                 return
         accepted = await self._accept(connection, headers, raw, decoded, tenant, access)
         if accepted is None:
@@ -306,7 +308,7 @@ class CompletionsEndpoint:
             pending = core.accept(parsed.call, seen, tagged=not parsed.untagged, tenant=tenant)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
-            await reply.respond(error.status_code, _error_headers(error), error.body())
+            await answer_error(reply, error)
             return None
         return parsed, pending
 
@@ -337,7 +339,7 @@ class CompletionsEndpoint:
                 # Marked before sending: the server wakes the watcher with http.disconnect as
                 # soon as the last byte is out, and an answered client did not go away.
                 exchange.started = exchange.completed = True
-                await reply.respond(error.status_code, _error_headers(error), error.body())
+                await answer_error(reply, error)
             elif not exchange.completed:
                 exchange.completed = True
                 await _stream_error(reply, error)
