@@ -5,6 +5,7 @@ still see every line (docs/controller.md, "Performance notes")."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import logging.config
@@ -104,3 +105,31 @@ def test_a_custom_formatter_or_handler_class_gets_records(logger: logging.Logger
     handler.setLevel(logging.NOTSET)
     logger.propagate = True
     assert log._plain_handler() is None
+
+
+class _CountingStream(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes: list[str] = []  # what the stream held at each flush
+
+    def flush(self) -> None:
+        self.flushes.append(self.getvalue())
+        super().flush()
+
+
+@pytest.mark.anyio
+async def test_lines_of_one_event_loop_turn_are_flushed_once_at_its_end(
+    logger: logging.Logger,
+) -> None:
+    _stream, handler = _plain(logger)
+    stream = _CountingStream()
+    handler.setStream(stream)
+    log = _log(logger, "text")
+    for index in range(3):
+        log.write("POST", f"/v1/completions/{index}", "t", 200, 1.0, AccessFacts())
+    assert stream.getvalue().count("\n") == 3 and stream.flushes == []
+    await asyncio.sleep(0)  # the end of the turn
+    assert stream.flushes == [stream.getvalue()]
+    log.write("GET", "/health", None, 200, 1.0, AccessFacts())
+    await asyncio.sleep(0)
+    assert len(stream.flushes) == 2 and stream.flushes[-1].count("\n") == 4

@@ -80,9 +80,14 @@ def _loads(body: bytes) -> Any:
 
 
 def _holds_huge_float(usage: dict[str, Any]) -> bool:
+    """One of the counts :meth:`Usage.read_usage` reads is a float past 64 bits (a loop, not
+    a generator: this runs on every whole answer)."""
     details = usage.get("prompt_tokens_details")
-    values = [*usage.values(), *(details.values() if isinstance(details, dict) else ())]
-    return any(type(v) is float and abs(v) >= _PAST_64_BITS for v in values)
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    for value in (usage.get("prompt_tokens"), usage.get("completion_tokens"), cached):
+        if type(value) is float and value >= _PAST_64_BITS:
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,7 @@ the ``agentrt.access`` logger (the CLI sends it to standard output; ``agentrt_se
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -95,6 +96,8 @@ class AccessLog:
         #: The handler and formatter last found to write the message alone (_plain_handler).
         self._checked_handler: logging.Handler | None = None
         self._checked_form: logging.Formatter | None = None
+        #: A flush of the stream is scheduled for the end of this turn of the event loop.
+        self._flush_pending = False
 
     @property
     def limits(self) -> HttpLimits:
@@ -140,13 +143,31 @@ class AccessLog:
             self.logger.handle(self._record(line))
             return
         # What the handler's emit writes for the line's record, without the record, the
-        # filters and the formatting (the line is the whole message).
+        # filters and the formatting (the line is the whole message) ...
         try:
             with handler.lock:  # type: ignore[union-attr]  # a StreamHandler has its lock
-                stream = handler.stream
-                stream.write(line + handler.terminator)
-                stream.flush()
+                handler.stream.write(line + handler.terminator)
         except Exception:  # as emit does: the handler reports it (logging.raiseExceptions)
+            handler.handleError(self._record(line))
+            return
+        # ... and the stream flushed once per turn of the event loop, not once per line: the
+        # lines of the calls that ended in one turn leave in one write (a system call per
+        # call saved under load), before the loop waits for I/O again.
+        if self._flush_pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a direct use): flush now
+            self._flush(handler, line)
+            return
+        self._flush_pending = True
+        loop.call_soon(self._flush, handler, line)
+
+    def _flush(self, handler: logging.StreamHandler[Any], line: str) -> None:
+        self._flush_pending = False
+        try:
+            handler.flush()
+        except Exception:
             handler.handleError(self._record(line))
 
     def _plain_handler(self) -> logging.StreamHandler[Any] | None:
