@@ -324,31 +324,33 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         connect_timeout_s: float | None,
     ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:
         """A connection (holding one of the slots) whose answer's head arrived."""
+        # The request written and its head awaited here, not in a coroutine of its own: every
+        # frame of the chain is resumed when the head arrives. A connection that fails is
+        # closed before the error goes on.
         await self._slots.acquire()
         try:
             conn = self._checkout(origin)
             if conn is not None:
                 try:
-                    return await self._request(conn, data, read_timeout_s)
+                    conn.start(data)
+                    status, headers = await conn.head(read_timeout_s)
+                    return conn, status, headers
                 except httpx.RemoteProtocolError:
-                    pass  # a kept-alive connection the server had closed: once more, fresh
+                    conn.close()  # a kept-alive connection the server had closed: once more
+                except BaseException:
+                    conn.close()
+                    raise
             conn = await self._connect(origin, connect_timeout_s)
-            return await self._request(conn, data, read_timeout_s)
+            try:
+                conn.start(data)
+                status, headers = await conn.head(read_timeout_s)
+            except BaseException:
+                conn.close()
+                raise
+            return conn, status, headers
         except BaseException:
             self._slots.release()
             raise
-
-    @staticmethod
-    async def _request(
-        conn: _Connection, data: bytes, read_timeout_s: float | None
-    ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:
-        try:
-            conn.start(data)
-            status, headers = await conn.head(read_timeout_s)
-        except BaseException:
-            conn.close()
-            raise
-        return conn, status, headers
 
     def _release(self, conn: _Connection) -> None:
         """The answer on ``conn`` was read or given up: keep the connection or close it."""
