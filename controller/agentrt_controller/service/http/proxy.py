@@ -463,18 +463,31 @@ class CompletionsEndpoint:
         ]
         exchange.started = True
         await reply.start_stream(200, headers)
+        first_token = True
+        core = self.core
+
+        def take(data: bytes) -> bytes:
+            """Scan one piece of the stream and count its tokens; what to send on."""
+            nonlocal first_token
+            out, new_chunks = scanner.feed(data)
+            core.tokens(entry, new_chunks)
+            if first_token and new_chunks:
+                first_token = False
+                ttft_s = core.now() - parsed.call.arrival_s
+                self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
+            usage.streamed_chunks = scanner.chunks
+            return out
+
+        first, more = answer.parts()
         try:
-            first_token = True
-            async for data in answer.chunks():
-                out, new_chunks = scanner.feed(data)
-                self.core.tokens(entry, new_chunks)
-                if first_token and new_chunks:
-                    first_token = False
-                    ttft_s = self.core.now() - parsed.call.arrival_s
-                    self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
-                usage.streamed_chunks = scanner.chunks
-                if out:
-                    await reply.send_chunk(out)
+            out = take(first) if first else b""
+            if out:
+                await reply.send_chunk(out)
+            if more is not None:
+                async for data in more:
+                    out = take(data)
+                    if out:
+                        await reply.send_chunk(out)
         finally:
             usage.streamed_chunks = scanner.chunks
             usage.read_usage(scanner.usage)
