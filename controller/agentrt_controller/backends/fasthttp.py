@@ -71,6 +71,10 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
+        #: The body's silence limit: the moment the current wait times out (the loop's
+        #: clock), and the timer that checks it (:meth:`_check_silence`).
+        self._silent_until = 0.0
+        self._expiry: asyncio.TimerHandle | None = None
         self.complete = False
         self.keep_alive = True
         self._error: Exception | None = None
@@ -141,26 +145,58 @@ class _Connection(asyncio.Protocol):
         return await _wait(self._loop, self._head, read_timeout_s, "waiting for the response head")
 
     async def body(self, read_timeout_s: float | None) -> AsyncIterator[bytes]:
-        while True:
-            if self._chunks:
-                # Whatever arrived since the last turn goes on as one piece: a read holding
-                # many HTTP chunks (SSE events) becomes one write to the client, not one each.
-                chunks = self._chunks
-                chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-                chunks.clear()
-                self._buffered -= len(chunk)
-                if self._paused and self._buffered < _HIGH_WATER // 4 and self.transport:
-                    self._paused = False
-                    self.transport.resume_reading()
-                yield chunk
-            elif self.complete:
-                return
-            elif self._error is not None:
-                raise self._error
-            else:
-                self._waiter = self._loop.create_future()
-                await _wait(self._loop, self._waiter, read_timeout_s, "reading the response body")
-                self._waiter = None
+        """The body as it arrives; ``httpx.ReadTimeout`` after ``read_timeout_s`` seconds of
+        waiting without a byte (``None``: no limit).
+
+        The limit is one timer per body, not one per wait: each wait moves the deadline
+        (:attr:`_silent_until`), and the timer, when it fires early, sets itself again for
+        the deadline (:meth:`_check_silence`) — a stream of many chunks would otherwise make
+        and cancel a timer for each."""
+        loop = self._loop
+        try:
+            while True:
+                if self._chunks:
+                    # Whatever arrived since the last turn goes on as one piece: a read holding
+                    # many HTTP chunks (SSE events) becomes one write to the client, not one each.
+                    chunks = self._chunks
+                    chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                    chunks.clear()
+                    self._buffered -= len(chunk)
+                    if self._paused and self._buffered < _HIGH_WATER // 4 and self.transport:
+                        self._paused = False
+                        self.transport.resume_reading()
+                    yield chunk
+                elif self.complete:
+                    return
+                elif self._error is not None:
+                    raise self._error
+                else:
+                    waiter = self._waiter = loop.create_future()
+                    if read_timeout_s is not None:
+                        self._silent_until = loop.time() + read_timeout_s
+                        if self._expiry is None:
+                            self._expiry = loop.call_at(self._silent_until, self._check_silence)
+                    try:
+                        await waiter
+                    finally:
+                        self._waiter = None
+        finally:
+            if self._expiry is not None:
+                self._expiry.cancel()
+                self._expiry = None
+
+    def _check_silence(self) -> None:
+        """The body's timer: fail the wait whose deadline passed; set the timer again for a
+        later deadline; nothing when no wait is on (the next wait sets it again)."""
+        self._expiry = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        left_s = self._silent_until - self._loop.time()
+        if left_s <= 0:
+            waiter.set_exception(httpx.ReadTimeout("timed out reading the response body"))
+        else:
+            self._expiry = self._loop.call_later(left_s, self._check_silence)
 
     def close(self) -> None:
         self.closed = True
