@@ -23,6 +23,9 @@ No prompt, answer, header or credential is ever written. The HTTP layer knows th
 the latency, the endpoints what the core decided: they fill the request's :class:`AccessFacts`
 (in ``scope["state"]``, :func:`access_facts`) and this middleware writes the line, at INFO on
 the ``agentrt.access`` logger (the CLI sends it to standard output; ``agentrt_serving.logs``).
+When that logger's configuration comes down to writing the line to a stream (the CLI's), the
+line is written to the stream directly and the stream flushed once per turn of the event loop
+(:meth:`AccessLog.write`); any other configuration gets a log record as usual.
 ``--access-log off`` leaves the middleware out altogether.
 """
 
