@@ -350,19 +350,20 @@ class CompletionsEndpoint:
                 forwarded = await self.core.forward(pending, request)
                 if exchange.access is not None:
                     exchange.access.backend = forwarded.backend_id
-                priority = forwarded.admission.backend_priority
-                entry = forwarded.admission.call
-                span.set_attributes(
-                    {
-                        "agentrt.backend": forwarded.backend_id,
-                        "agentrt.priority": -1 if priority is None else priority,
-                        "agentrt.queue_level": entry.level,
-                        "agentrt.queue_wait_s": max(0.0, entry.wait_s),
-                        "agentrt.retries": forwarded.retries,
-                        "agentrt.program_id": call.program.program_id,
-                        "gen_ai.conversation.id": call.program.session_id,
-                    }
-                )
+                if self.tracing.enabled:  # else the span is the invalid one: nothing to set
+                    priority = forwarded.admission.backend_priority
+                    entry = forwarded.admission.call
+                    span.set_attributes(
+                        {
+                            "agentrt.backend": forwarded.backend_id,
+                            "agentrt.priority": -1 if priority is None else priority,
+                            "agentrt.queue_level": entry.level,
+                            "agentrt.queue_wait_s": max(0.0, entry.wait_s),
+                            "agentrt.retries": forwarded.retries,
+                            "agentrt.program_id": call.program.program_id,
+                            "gen_ai.conversation.id": call.program.session_id,
+                        }
+                    )
                 await self._pass_through(parsed, pending, forwarded, reply, span, exchange)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
@@ -435,13 +436,14 @@ class CompletionsEndpoint:
             if exchange.access is not None:
                 exchange.access.prompt_tokens = charge.prompt_tokens
                 exchange.access.completion_tokens = charge.output_tokens
-            span.set_attributes(
-                {
-                    "gen_ai.usage.input_tokens": charge.prompt_tokens,
-                    "gen_ai.usage.output_tokens": charge.output_tokens,
-                    "agentrt.service_charged_s": charge.service_s,
-                }
-            )
+            if self.tracing.enabled:
+                span.set_attributes(
+                    {
+                        "gen_ai.usage.input_tokens": charge.prompt_tokens,
+                        "gen_ai.usage.output_tokens": charge.output_tokens,
+                        "agentrt.service_charged_s": charge.service_s,
+                    }
+                )
 
     async def _stream(
         self,
