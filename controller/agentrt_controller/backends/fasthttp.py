@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 import httptools
@@ -144,9 +144,18 @@ class _Connection(asyncio.Protocol):
     async def head(self, read_timeout_s: float | None) -> tuple[int, list[tuple[bytes, bytes]]]:
         return await _wait(self._loop, self._head, read_timeout_s, "waiting for the response head")
 
-    async def body(self, read_timeout_s: float | None) -> AsyncIterator[bytes]:
+    async def body(
+        self,
+        read_timeout_s: float | None,
+        *,
+        on_end: Callable[[], None] | None = None,
+        broken_what: str | None = None,
+    ) -> AsyncIterator[bytes]:
         """The body as it arrives; ``httpx.ReadTimeout`` after ``read_timeout_s`` seconds of
-        waiting without a byte (``None``: no limit).
+        waiting without a byte (``None``: no limit). ``on_end`` is called when the body was
+        read to its end; with ``broken_what`` httpx's errors are raised as the backend errors
+        of :func:`~agentrt_controller.backends.wire.broken` (a stream read by the proxy needs
+        no generator of its own around this one for that: one more frame per chunk).
 
         The limit is one timer per body, not one per wait: each wait moves the deadline
         (:attr:`_silent_until`), and the timer, when it fires early, sets itself again for
@@ -167,6 +176,8 @@ class _Connection(asyncio.Protocol):
                         self.transport.resume_reading()
                     yield chunk
                 elif self.complete:
+                    if on_end is not None:
+                        on_end()
                     return
                 elif self._error is not None:
                     raise self._error
@@ -180,6 +191,10 @@ class _Connection(asyncio.Protocol):
                         await waiter
                     finally:
                         self._waiter = None
+        except httpx.HTTPError as exc:
+            if broken_what is None:
+                raise
+            raise broken(exc, broken_what) from exc
         finally:
             if self._expiry is not None:
                 self._expiry.cancel()
@@ -290,14 +305,10 @@ class FastResponse(_Pooled):
             self._release()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """The body as it arrives (what arrived since the last turn as one piece)."""
-        try:
-            async for chunk in self._conn.body(self._timeout):
-                yield chunk
-        except httpx.HTTPError as exc:
-            raise broken(exc, "stream") from exc
-        self._release()
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (what arrived since the last turn as one piece). Raises
+        ``BackendDisconnected`` / ``BackendError`` when the connection breaks or stalls."""
+        return self._conn.body(self._timeout, on_end=self._release, broken_what="stream")
 
 
 class FastHTTPTransport(httpx.AsyncBaseTransport):
