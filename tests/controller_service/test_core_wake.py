@@ -80,7 +80,7 @@ async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
         async with anyio.create_task_group() as group:
             group.start_soon(wait_second)
             await _settle()
-            assert second.waiter is not None and not second.waiter.is_set()
+            assert second.waiter is not None and not second.waiter.done()
             core.calls.finish(first.admission.call, "b0", 0.1, ok=True)
             assert core._wake_event.is_set()  # a call is queued: the finish wakes the loop
         assert second.admission is not None and core.calls.queued() == 0

@@ -161,3 +161,42 @@ async def test_an_answer_closed_unread_gives_its_slot_back() -> None:
         with anyio.fail_after(5):  # the one slot is free again
             answer = await b.send(request())
         assert await answer.aread() == b"echo:" + BODY
+
+
+async def test_a_stream_silent_after_its_first_chunks_times_out_as_a_broken_stream() -> None:
+    async def then_silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for _ in range(3):
+            writer.write(b"2\r\nab\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        await reader.read()  # silent, the connection open
+
+    async with serving(then_silent) as (url, _), backend(url, read_timeout_s=0.3) as b:
+        answer = await b.send(request(stream=True))
+        received = b""
+        with pytest.raises(BackendError, match="timed out reading the response body"):
+            async for chunk in answer.aiter_bytes():
+                received += chunk
+        await answer.aclose()
+    assert received == b"ababab"
+
+
+async def test_a_stream_whose_chunks_keep_coming_does_not_time_out() -> None:
+    # Chunks 10 ms apart for 0.5 s under a limit of 0.2 s: the limit is on each silence (one
+    # timer per body moved at every wait), not on the body as a whole.
+    closed = anyio.Event()
+    async with serving(endless_stream(b"x", closed)) as (url, _):
+        async with backend(url, read_timeout_s=0.2) as b:
+            answer = await b.send(request(stream=True))
+            received = 0
+            started = asyncio.get_running_loop().time()
+            async for chunk in answer.aiter_bytes():
+                received += len(chunk)
+                if asyncio.get_running_loop().time() - started > 0.5:
+                    break
+            await answer.aclose()
+        await closed.wait()
+    assert received > 10

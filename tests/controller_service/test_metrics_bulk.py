@@ -1,10 +1,11 @@
-"""Counters added up in bulk (service/telemetry/prometheus.py): what a scrape shows equals the
-increments made, however collections and increments interleave."""
+"""Counters and histograms added up in bulk (service/telemetry/prometheus.py): what a scrape
+shows equals the increments and observations made, however collections and updates interleave."""
 
 from __future__ import annotations
 
 import threading
 
+import prometheus_client
 import pytest
 
 from agentrt_controller.service.telemetry.prometheus import Registry
@@ -58,3 +59,36 @@ def test_collections_from_another_thread_lose_nothing() -> None:
         stop.set()
         scraper.join()
     assert sum(scraped(registry, f'calls_total{{backend="b{i}"}}') for i in range(7)) == 20_000
+
+
+def _without_created(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "_created" not in line]
+
+
+def test_histograms_scrape_exactly_as_prometheus_client_s_own() -> None:
+    bounds = (0.01, 0.1, 1.0, 10.0)
+    ours = Registry()
+    histogram = ours.histogram("wait_seconds", "wait", bounds, ("op",))
+    theirs = prometheus_client.CollectorRegistry()
+    reference = prometheus_client.Histogram(
+        "wait_seconds", "wait", ("op",), registry=theirs, buckets=bounds
+    )
+    values = [0.0, 0.01, 0.010000001, 0.3, 1.0, 9.99, 10.0, 11.0, -1.0, float("inf"), 0.1 / 3]
+    values += [0.001 * i for i in range(500)] + [float("nan")]
+    for step, value in enumerate(values):
+        op = "chat" if step % 3 else "completions"
+        histogram.observe(value, op)
+        reference.labels(op).observe(value)
+        if step % 97 == 0:  # scrapes in between change nothing
+            ours.render()
+    assert _without_created(ours.render()) == _without_created(
+        prometheus_client.generate_latest(theirs).decode()
+    )
+    # The NaN (the last value, a "chat" one) counts in no bucket, as prometheus_client has it.
+    assert histogram.count("chat") == sum(1 for step in range(len(values)) if step % 3) - 1
+
+
+def test_bad_observations_are_refused_at_once() -> None:
+    histogram = Registry().histogram("wait_seconds", "wait", (1.0,), ("op",))
+    with pytest.raises(ValueError, match="label values"):
+        histogram.observe(1.0)

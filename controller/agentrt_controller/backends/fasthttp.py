@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 import httptools
@@ -71,6 +71,10 @@ class _Connection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
+        #: The body's silence limit: the moment the current wait times out (the loop's
+        #: clock), and the timer that checks it (:meth:`_check_silence`).
+        self._silent_until = 0.0
+        self._expiry: asyncio.TimerHandle | None = None
         self.complete = False
         self.keep_alive = True
         self._error: Exception | None = None
@@ -140,27 +144,74 @@ class _Connection(asyncio.Protocol):
     async def head(self, read_timeout_s: float | None) -> tuple[int, list[tuple[bytes, bytes]]]:
         return await _wait(self._loop, self._head, read_timeout_s, "waiting for the response head")
 
-    async def body(self, read_timeout_s: float | None) -> AsyncIterator[bytes]:
-        while True:
-            if self._chunks:
-                # Whatever arrived since the last turn goes on as one piece: a read holding
-                # many HTTP chunks (SSE events) becomes one write to the client, not one each.
-                chunks = self._chunks
-                chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-                chunks.clear()
-                self._buffered -= len(chunk)
-                if self._paused and self._buffered < _HIGH_WATER // 4 and self.transport:
-                    self._paused = False
-                    self.transport.resume_reading()
-                yield chunk
-            elif self.complete:
-                return
-            elif self._error is not None:
-                raise self._error
-            else:
-                self._waiter = self._loop.create_future()
-                await _wait(self._loop, self._waiter, read_timeout_s, "reading the response body")
-                self._waiter = None
+    async def body(
+        self,
+        read_timeout_s: float | None,
+        *,
+        on_end: Callable[[], None] | None = None,
+        broken_what: str | None = None,
+    ) -> AsyncIterator[bytes]:
+        """The body as it arrives; ``httpx.ReadTimeout`` after ``read_timeout_s`` seconds of
+        waiting without a byte (``None``: no limit). ``on_end`` is called when the body was
+        read to its end; with ``broken_what`` httpx's errors are raised as the backend errors
+        of :func:`~agentrt_controller.backends.wire.broken` (a stream read by the proxy needs
+        no generator of its own around this one for that: one more frame per chunk).
+
+        The limit is one timer per body, not one per wait: each wait moves the deadline
+        (:attr:`_silent_until`), and the timer, when it fires early, sets itself again for
+        the deadline (:meth:`_check_silence`) — a stream of many chunks would otherwise make
+        and cancel a timer for each."""
+        loop = self._loop
+        try:
+            while True:
+                if self._chunks:
+                    # Whatever arrived since the last turn goes on as one piece: a read holding
+                    # many HTTP chunks (SSE events) becomes one write to the client, not one each.
+                    chunks = self._chunks
+                    chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                    chunks.clear()
+                    self._buffered -= len(chunk)
+                    if self._paused and self._buffered < _HIGH_WATER // 4 and self.transport:
+                        self._paused = False
+                        self.transport.resume_reading()
+                    yield chunk
+                elif self.complete:
+                    if on_end is not None:
+                        on_end()
+                    return
+                elif self._error is not None:
+                    raise self._error
+                else:
+                    waiter = self._waiter = loop.create_future()
+                    if read_timeout_s is not None:
+                        self._silent_until = loop.time() + read_timeout_s
+                        if self._expiry is None:
+                            self._expiry = loop.call_at(self._silent_until, self._check_silence)
+                    try:
+                        await waiter
+                    finally:
+                        self._waiter = None
+        except httpx.HTTPError as exc:
+            if broken_what is None:
+                raise
+            raise broken(exc, broken_what) from exc
+        finally:
+            if self._expiry is not None:
+                self._expiry.cancel()
+                self._expiry = None
+
+    def _check_silence(self) -> None:
+        """The body's timer: fail the wait whose deadline passed; set the timer again for a
+        later deadline; nothing when no wait is on (the next wait sets it again)."""
+        self._expiry = None
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        left_s = self._silent_until - self._loop.time()
+        if left_s <= 0:
+            waiter.set_exception(httpx.ReadTimeout("timed out reading the response body"))
+        else:
+            self._expiry = self._loop.call_later(left_s, self._check_silence)
 
     def close(self) -> None:
         self.closed = True
@@ -254,14 +305,10 @@ class FastResponse(_Pooled):
             self._release()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    async def aiter_bytes(self) -> AsyncIterator[bytes]:
-        """The body as it arrives (what arrived since the last turn as one piece)."""
-        try:
-            async for chunk in self._conn.body(self._timeout):
-                yield chunk
-        except httpx.HTTPError as exc:
-            raise broken(exc, "stream") from exc
-        self._release()
+    def aiter_bytes(self) -> AsyncIterator[bytes]:
+        """The body as it arrives (what arrived since the last turn as one piece). Raises
+        ``BackendDisconnected`` / ``BackendError`` when the connection breaks or stalls."""
+        return self._conn.body(self._timeout, on_end=self._release, broken_what="stream")
 
 
 class FastHTTPTransport(httpx.AsyncBaseTransport):
@@ -324,31 +371,33 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         connect_timeout_s: float | None,
     ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:
         """A connection (holding one of the slots) whose answer's head arrived."""
+        # The request written and its head awaited here, not in a coroutine of its own: every
+        # frame of the chain is resumed when the head arrives. A connection that fails is
+        # closed before the error goes on.
         await self._slots.acquire()
         try:
             conn = self._checkout(origin)
             if conn is not None:
                 try:
-                    return await self._request(conn, data, read_timeout_s)
+                    conn.start(data)
+                    status, headers = await conn.head(read_timeout_s)
+                    return conn, status, headers
                 except httpx.RemoteProtocolError:
-                    pass  # a kept-alive connection the server had closed: once more, fresh
+                    conn.close()  # a kept-alive connection the server had closed: once more
+                except BaseException:
+                    conn.close()
+                    raise
             conn = await self._connect(origin, connect_timeout_s)
-            return await self._request(conn, data, read_timeout_s)
+            try:
+                conn.start(data)
+                status, headers = await conn.head(read_timeout_s)
+            except BaseException:
+                conn.close()
+                raise
+            return conn, status, headers
         except BaseException:
             self._slots.release()
             raise
-
-    @staticmethod
-    async def _request(
-        conn: _Connection, data: bytes, read_timeout_s: float | None
-    ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:
-        try:
-            conn.start(data)
-            status, headers = await conn.head(read_timeout_s)
-        except BaseException:
-            conn.close()
-            raise
-        return conn, status, headers
 
     def _release(self, conn: _Connection) -> None:
         """The answer on ``conn`` was read or given up: keep the connection or close it."""

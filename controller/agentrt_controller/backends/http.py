@@ -167,8 +167,26 @@ class HttpBackend:
             headers.append((b"authorization", self._auth))
         headers.append((b"content-type", b"application/json"))
         try:
-            if self._fast is not None:
-                return await self._send_fast(self._fast, request, headers, body)
+            fast = self._fast
+            if fast is not None:
+                # Over the lean transport's pool, the request serialised here in one buffer
+                # (one write); inline, not a coroutine of its own (a frame fewer to resume).
+                target = self._targets.get(request.path)
+                if target is None:
+                    target = self._targets[request.path] = self._target(request.path)
+                origin, head = target
+                data = b"".join(
+                    [head, *[name + b": " + value + b"\r\n" for name, value in headers],
+                     b"content-length: %d\r\n\r\n" % len(body), body]
+                )  # fmt: skip
+                return await fast.open(
+                    origin,
+                    data,
+                    # A stream's read timeout is the stall limit: a silent backend is given up
+                    # sooner.
+                    read_timeout_s=self._stream_read_s if request.stream else self._read_s,
+                    connect_timeout_s=self._connect_s,
+                )
             url = self._urls.get(request.path)
             if url is None:
                 url = self._urls[request.path] = httpx.URL(self.url + request.path)
@@ -200,33 +218,12 @@ class HttpBackend:
             raise BackendError(f"backend {self.backend_id} failed: {exc!r}") from exc
         return HttpxResponse(response)
 
-    async def _send_fast(
-        self,
-        fast: FastHTTPTransport,
-        request: BackendRequest,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-    ) -> BackendResponse:
-        """``send`` over the lean transport's pool: the request serialised here, in one
-        buffer (one write); raises httpx's errors, which ``send`` maps."""
-        target = self._targets.get(request.path)
-        if target is None:
-            url = httpx.URL(self.url + request.path)
-            # What httpx would write: the path as given, Host without the default port.
-            head = b"POST " + url.raw_path + b" HTTP/1.1\r\nhost: " + url.netloc + b"\r\n"
-            target = self._targets[request.path] = ((url.host, url.port or 80), head)
-        origin, head = target
-        data = b"".join(
-            [head, *[name + b": " + value + b"\r\n" for name, value in headers],
-             b"content-length: %d\r\n\r\n" % len(body), body]
-        )  # fmt: skip
-        return await fast.open(
-            origin,
-            data,
-            # A stream's read timeout is the stall limit: a silent backend is given up sooner.
-            read_timeout_s=self._stream_read_s if request.stream else self._read_s,
-            connect_timeout_s=self._connect_s,
-        )
+    def _target(self, path: str) -> tuple[tuple[str, int], bytes]:
+        """The lean transport's origin for ``path`` and the request line and ``host`` header
+        httpx would write: the path as given, Host without the default port."""
+        url = httpx.URL(self.url + path)
+        head = b"POST " + url.raw_path + b" HTTP/1.1\r\nhost: " + url.netloc + b"\r\n"
+        return (url.host, url.port or 80), head
 
     async def _request(
         self, method: str, path: str, limits: httpx.Timeout, body: Any = None

@@ -47,13 +47,11 @@ class BackendAnswer:
             raise
         return answer
 
-    async def chunks(self) -> AsyncIterator[bytes]:
-        """The stream: the first chunk, then the rest as it arrives."""
-        if self._first:
-            yield self._first
-        if self._rest is not None:
-            async for chunk in self._rest:
-                yield chunk
+    def parts(self) -> tuple[bytes, AsyncIterator[bytes] | None]:
+        """The stream: its first chunk (``b""``: none) and the rest as it arrives (``None``:
+        nothing more). Two parts, not one async generator over both: a generator is one more
+        frame resumed for every chunk of the stream."""
+        return self._first, self._rest
 
     async def aclose(self) -> None:
         if self.closed:

@@ -23,11 +23,10 @@ at most :meth:`CallQueue.sequence_cap`, checked by :meth:`CallQueue.check_sequen
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-
-import anyio
 
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
@@ -70,8 +69,10 @@ class PendingCall:
     admission: Admission | None = None
     error: ServiceError | None = None
     #: What a client waiting for its verdict waits on; made only when it has to wait (not
-    #: when the verdict came before the client asked: :meth:`CallQueue.admitted`).
-    waiter: anyio.Event | None = field(default=None, repr=False)
+    #: when the verdict came before the client asked: :meth:`CallQueue.admitted`). A bare
+    #: future, not an ``anyio.Event``: the event costs an async-library lookup and several
+    #: frames per call, and the controller runs on asyncio only (uvicorn's loop).
+    waiter: asyncio.Future[None] | None = field(default=None, repr=False)
     #: The backend retaining the call's thread context (retention's word when the call
     #: arrived), given to the Dispatcher at submission; ``None`` = not retained.
     retained_backend: str | None = None
@@ -86,8 +87,9 @@ class PendingCall:
         """Set the verdict (one of the two) and wake the waiting client, if one waits."""
         self.admission = admission
         self.error = error
-        if self.waiter is not None:
-            self.waiter.set()
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():  # done: its client was cancelled
+            waiter.set_result(None)
 
     def submitted(self) -> CallEntry:
         """:attr:`entry`; raises :class:`RuntimeError` before :meth:`CallQueue.submit`."""
@@ -242,9 +244,9 @@ class CallQueue:
         cancelled (client gone, deadline), the call leaves the queues — or, if it was just
         admitted, its slot is released."""
         if not pending.decided():
-            pending.waiter = waiter = anyio.Event()
+            pending.waiter = waiter = asyncio.get_running_loop().create_future()
             try:
-                await waiter.wait()
+                await waiter
             except BaseException:
                 self._abandon(pending)
                 raise

@@ -15,6 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.scheduling.call import CallFacts
 
@@ -52,11 +54,40 @@ class Usage:
         if b'"usage"' not in body:
             return
         try:
-            parsed = json.loads(body)
+            parsed = _loads(body)
         except ValueError:
             return
         if isinstance(parsed, dict):
             self.read_usage(parsed.get("usage"))
+
+
+#: orjson reads an integer past 64 bits as a float at least this large (``json``: an int).
+_PAST_64_BITS = 2.0**63
+
+
+def _loads(body: bytes) -> Any:
+    """``json.loads(body)``'s value (raises :class:`ValueError` alike), parsed by orjson when
+    that gives the same usage: orjson is several times faster, but refuses what ``json``
+    takes (``NaN``, lone surrogates, UTF-16) and makes integers past 64 bits floats."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
+    usage = value.get("usage") if isinstance(value, dict) else None
+    if isinstance(usage, dict) and _holds_huge_float(usage):
+        return json.loads(body)
+    return value
+
+
+def _holds_huge_float(usage: dict[str, Any]) -> bool:
+    """One of the counts :meth:`Usage.read_usage` reads is a float past 64 bits (a loop, not
+    a generator: this runs on every whole answer)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    for value in (usage.get("prompt_tokens"), usage.get("completion_tokens"), cached):
+        if type(value) is float and value >= _PAST_64_BITS:
+            return True
+    return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -355,17 +355,19 @@ class ControllerCore:
             backend = self.pool.states[backend_id].backend
             try:
                 # The pool aborts the block when this backend fails meanwhile (pool.py).
-                with self.pool.abortable(backend_id):
-                    sent = request.for_backend(backend.capabilities, admission.backend_priority)
-                    response = await backend.send(sent)
-                    answer = await BackendAnswer.start(request.stream, response)
-                    status = response.status_code
-                    if self.retry.retryable_status(status) and self.retry.may_retry(retries):
-                        await answer.aclose()  # nothing of it reached the client: try another
-                        raise BackendUnavailable(
-                            f"backend {backend_id} answered HTTP {status}", connect_failed=False
-                        )
-                    return Forwarded(admission, answer, retries, backend_id)
+                with self.pool.abortable(backend_id) as block:
+                    if not block.aborted:  # else its backend is out already
+                        sent = request.for_backend(backend.capabilities, admission.backend_priority)
+                        response = await backend.send(sent)
+                        answer = await BackendAnswer.start(request.stream, response)
+                        status = response.status_code
+                        if self.retry.retryable_status(status) and self.retry.may_retry(retries):
+                            await answer.aclose()  # nothing of it reached the client: retry
+                            raise BackendUnavailable(
+                                f"backend {backend_id} answered HTTP {status}",
+                                connect_failed=False,
+                            )
+                        return Forwarded(admission, answer, retries, backend_id)
                 raise BackendDisconnected(  # only reached when the pool aborted the block
                     f"backend {backend_id} failed (health probe or circuit) before its answer "
                     "started"

@@ -33,6 +33,7 @@ their sequences (a call's ``n``); the policies' view of a backend counts sequenc
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -49,7 +50,7 @@ from agentrt_controller.backends.kv_capacity import KvCapacity
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.service.core.clock import Clock
 
-__all__ = ["BackendPool", "BackendState"]
+__all__ = ["Abortable", "BackendPool", "BackendState"]
 
 _log = logging.getLogger("agentrt.controller")
 
@@ -101,7 +102,7 @@ class BackendState:
     #: Cancels its probe loop.
     probe_scope: anyio.CancelScope | None = None
     #: Calls sent to it whose answer has not started (:meth:`BackendPool.abortable`).
-    abortable: set[anyio.CancelScope] = field(default_factory=set)
+    abortable: set[Abortable] = field(default_factory=set)
 
     def status(self) -> str:
         """``up``, ``down`` (probe failed), ``open`` / ``half_open`` (circuit) or ``draining``.
@@ -149,22 +150,47 @@ def _why_out(state: BackendState) -> str:
     return state.last_error or "health probe failed"
 
 
-class _Abortable:
-    """The context manager of :meth:`BackendPool.abortable` (a class, not a generator: one
-    per call, entered on every forward)."""
+class Abortable:
+    """The context manager of :meth:`BackendPool.abortable`: the block runs in its task, which
+    :meth:`abort` cancels (once) and whose :class:`asyncio.CancelledError` it stops at the
+    block's end — unless some other cancellation is pending too (a client gone, a deadline:
+    those go on up).
 
-    __slots__ = ("_scope", "_state")
+    Task cancellation, not an ``anyio.CancelScope``: a scope per call cost ~10 µs of the
+    controller's CPU per call (docs/controller.md, "Performance notes"); the count of the
+    task's cancellation requests (``cancelling`` / ``uncancel``, as ``asyncio.timeout`` does)
+    tells its own cancellation from the others. :meth:`abort` comes from other tasks (a probe
+    loop, another call's outcome): the pool never aborts a call from the call's own task."""
 
-    def __init__(self, scope: anyio.CancelScope, state: BackendState | None) -> None:
-        self._scope = scope
+    __slots__ = ("_cancelled", "_cancelling", "_state", "_task", "aborted", "cancelled_caught")
+
+    def __init__(self, state: BackendState | None, *, aborted: bool) -> None:
         self._state = state
+        self._task: asyncio.Task[Any] | None = None
+        #: The task's cancellation requests when the block began; :meth:`abort` sent one.
+        self._cancelling = 0
+        self._cancelled = False
+        #: The block was aborted: at once (its backend was out of routing already, check it
+        #: before sending) or by :meth:`abort`.
+        self.aborted = aborted
+        #: The block ended by the abort's cancellation (stopped here).
+        self.cancelled_caught = False
 
-    def __enter__(self) -> anyio.CancelScope:
-        scope = self._scope
-        scope.__enter__()
-        if self._state is not None:
-            self._state.abortable.add(scope)
-        return scope
+    def __enter__(self) -> Abortable:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("an abortable block runs in an asyncio task")
+        self._task = task
+        self._cancelling = task.cancelling()
+        if self._state is not None and not self.aborted:
+            self._state.abortable.add(self)
+        return self
+
+    def abort(self) -> None:
+        """Cancel the block (its task); once."""
+        if not self.aborted and self._task is not None:
+            self.aborted = self._cancelled = True
+            self._task.cancel()
 
     def __exit__(
         self,
@@ -173,8 +199,14 @@ class _Abortable:
         traceback: TracebackType | None,
     ) -> bool:
         if self._state is not None:
-            self._state.abortable.discard(self._scope)
-        return self._scope.__exit__(exc_type, exc, traceback)
+            self._state.abortable.discard(self)
+        task = self._task
+        if not self._cancelled or task is None:
+            return False
+        if task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+            self.cancelled_caught = True
+            return True
+        return False
 
 
 class BackendPool:
@@ -323,20 +355,18 @@ class BackendPool:
             )  # fmt: skip
             state.healthy = healthy
             if not healthy and not state.draining:
-                for scope in state.abortable:
-                    scope.cancel()
+                for block in list(state.abortable):
+                    block.abort()
             self._on_change()
 
-    def abortable(self, backend_id: str) -> _Abortable:
-        """A cancel scope the pool cancels when ``backend_id`` fails (probe or circuit) while
-        the block runs (``with pool.abortable(backend_id) as scope:``); check
-        ``cancelled_caught`` after the block. Cancelled at once when the backend is already
-        out of routing for a failure."""
-        scope = anyio.CancelScope()
+    def abortable(self, backend_id: str) -> Abortable:
+        """A block (``with pool.abortable(backend_id) as block:``) the pool cancels when
+        ``backend_id`` fails (probe or circuit) while it runs; ``block.aborted`` says whether
+        it was. Aborted from the start (nothing cancelled: the block checks ``aborted``
+        before it sends) when the backend is already out of routing for a failure."""
         state = self.states.get(backend_id)
-        if state is not None and not state.healthy and not state.draining:
-            scope.cancel()
-        return _Abortable(scope, state)
+        out = state is not None and not state.healthy and not state.draining
+        return Abortable(state, aborted=out)
 
     # --- facts from calls --------------------------------------------------------------------
 

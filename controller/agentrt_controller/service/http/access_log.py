@@ -23,11 +23,15 @@ No prompt, answer, header or credential is ever written. The HTTP layer knows th
 the latency, the endpoints what the core decided: they fill the request's :class:`AccessFacts`
 (in ``scope["state"]``, :func:`access_facts`) and this middleware writes the line, at INFO on
 the ``agentrt.access`` logger (the CLI sends it to standard output; ``agentrt_serving.logs``).
+When that logger's configuration comes down to writing the line to a stream (the CLI's), the
+line is written to the stream directly and the stream flushed once per turn of the event loop
+(:meth:`AccessLog.write`); any other configuration gets a log record as usual.
 ``--access-log off`` leaves the middleware out altogether.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -35,7 +39,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_serving.asgi import Message, Receive, Scope, Send
@@ -92,6 +96,11 @@ class AccessLog:
         self._wall_clock = wall_clock
         #: The attributes of the first line's record, copied for each next one (_record).
         self._template: logging.LogRecord | None = None
+        #: The handler and formatter last found to write the message alone (_plain_handler).
+        self._checked_handler: logging.Handler | None = None
+        self._checked_form: logging.Formatter | None = None
+        #: A flush of the stream is scheduled for the end of this turn of the event loop.
+        self._flush_pending = False
 
     @property
     def limits(self) -> HttpLimits:
@@ -131,9 +140,59 @@ class AccessLog:
     ) -> None:
         """Write one request's line (the middleware's, and the fast path's:
         service/http/direct.py)."""
-        self.logger.handle(
-            self._record(self._line(method, path, tenant, status, latency_ms, facts))
-        )
+        line = self._line(method, path, tenant, status, latency_ms, facts)
+        handler = self._plain_handler()
+        if handler is None:
+            self.logger.handle(self._record(line))
+            return
+        # What the handler's emit writes for the line's record, without the record, the
+        # filters and the formatting (the line is the whole message) ...
+        try:
+            with handler.lock:  # type: ignore[union-attr]  # a StreamHandler has its lock
+                handler.stream.write(line + handler.terminator)
+        except Exception:  # as emit does: the handler reports it (logging.raiseExceptions)
+            handler.handleError(self._record(line))
+            return
+        # ... and the stream flushed once per turn of the event loop, not once per line: the
+        # lines of the calls that ended in one turn leave in one write (a system call per
+        # call saved under load), before the loop waits for I/O again.
+        if self._flush_pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a direct use): flush now
+            self._flush(handler, line)
+            return
+        self._flush_pending = True
+        loop.call_soon(self._flush, handler, line)
+
+    def _flush(self, handler: logging.StreamHandler[Any], line: str) -> None:
+        self._flush_pending = False
+        try:
+            handler.flush()
+        except Exception:
+            handler.handleError(self._record(line))
+
+    def _plain_handler(self) -> logging.StreamHandler[Any] | None:
+        """The logger's one handler when what ``logger.handle`` does with a line comes down to
+        writing it to a stream: the logger enabled, without filters, not propagating, and
+        its only handler exactly a ``StreamHandler`` that takes INFO, without filters, whose
+        formatter writes the message alone (the CLI's setup: ``agentrt_serving.logs``).
+        ``None`` for anything else a user configured (their handlers get a record). Checked
+        per line, so a configuration changed at run time is followed."""
+        logger = self.logger
+        handlers = logger.handlers
+        if len(handlers) != 1 or logger.filters or logger.propagate or logger.disabled:
+            return None
+        handler = handlers[0]
+        if handler is not self._checked_handler or handler.formatter is not self._checked_form:
+            self._checked_handler = self._checked_form = None
+            if not _writes_message_alone(handler):
+                return None
+            self._checked_handler, self._checked_form = handler, handler.formatter
+        if handler.filters or handler.level > logging.INFO:
+            return None
+        return handler  # type: ignore[return-value]  # _writes_message_alone checked it
 
     def _record(self, line: str) -> logging.LogRecord:
         """The INFO record of ``line``: what ``logger.info(line)`` makes, without logging's
@@ -202,6 +261,19 @@ class AccessLog:
             if value is not None:
                 line += f" {key}={_text(value)}"
         return line
+
+
+def _writes_message_alone(handler: logging.Handler) -> bool:
+    """``handler`` is exactly a ``logging.StreamHandler`` whose formatter is exactly a
+    ``logging.Formatter`` of ``%(message)s`` (a subclass may do anything in ``emit`` or
+    ``format``)."""
+    form = handler.formatter
+    return (
+        type(handler) is logging.StreamHandler
+        and type(form) is logging.Formatter
+        and type(form._style) is logging.PercentStyle
+        and form._fmt == "%(message)s"
+    )
 
 
 #: A value written as is: printable ASCII but space, quote and equals sign (the common case,

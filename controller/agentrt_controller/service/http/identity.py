@@ -86,7 +86,7 @@ def _text(context: Mapping[str, object], key: str) -> str | None:
 
 def _agentic_context(body: Mapping[str, object]) -> Mapping[str, object] | None:
     xargs = body.get("vllm_xargs")
-    if not isinstance(xargs, Mapping):
+    if xargs is None or not isinstance(xargs, Mapping):  # None first: no ABC check per call
         return None
     context = xargs.get("agentic_context")
     if context is None:

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
-from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from agentrt_controller.backends.api import BackendError
@@ -328,10 +327,44 @@ class CompletionsEndpoint:
     async def _handle(
         self, parsed: IncomingCall, pending: PendingCall, reply: Reply, exchange: _Exchange
     ) -> None:
+        # Admission, forwarding and the answer in this one coroutine (not one more nested):
+        # every frame of the chain is resumed at each wake-up of the call.
         trace_parent = self.tracing.incoming(parsed.headers)
         span = self.tracing.start(self.operation, parsed.model, trace_parent)
         try:
-            await self._admit_and_forward(parsed, pending, reply, span, trace_parent, exchange)
+            call = parsed.call
+            outgoing = self.tracing.outgoing_headers(span, trace_parent)
+            request = GenerationRequest(
+                path=self.path,
+                raw_body=parsed.raw_body,
+                body=parsed.body,
+                stream=parsed.stream,
+                headers={**parsed.forward_headers, **outgoing},
+                cache_salt=parsed.cache_salt,
+                # The Responses API always reports usage (response.completed).
+                want_stream_usage=parsed.stream
+                and self.api != "responses"
+                and not parsed.client_wants_usage,
+            )
+            with self.core.deadline(pending):
+                forwarded = await self.core.forward(pending, request)
+                if exchange.access is not None:
+                    exchange.access.backend = forwarded.backend_id
+                if self.tracing.enabled:  # else the span is the invalid one: nothing to set
+                    priority = forwarded.admission.backend_priority
+                    entry = forwarded.admission.call
+                    span.set_attributes(
+                        {
+                            "agentrt.backend": forwarded.backend_id,
+                            "agentrt.priority": -1 if priority is None else priority,
+                            "agentrt.queue_level": entry.level,
+                            "agentrt.queue_wait_s": max(0.0, entry.wait_s),
+                            "agentrt.retries": forwarded.retries,
+                            "agentrt.program_id": call.program.program_id,
+                            "gen_ai.conversation.id": call.program.session_id,
+                        }
+                    )
+                await self._pass_through(parsed, pending, forwarded, reply, span, exchange)
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             span.set_status(Status(StatusCode.ERROR, error.message))
@@ -348,49 +381,6 @@ class CompletionsEndpoint:
             self.core.call_ended(pending)
             elapsed_s = self.core.now() - parsed.call.arrival_s
             self.metrics.call_e2e.observe(max(0.0, elapsed_s), self.operation)
-
-    async def _admit_and_forward(
-        self,
-        parsed: IncomingCall,
-        pending: PendingCall,
-        reply: Reply,
-        span: Span,
-        trace_parent: Context,
-        exchange: _Exchange,
-    ) -> None:
-        call = parsed.call
-        outgoing = self.tracing.outgoing_headers(span, trace_parent)
-
-        request = GenerationRequest(
-            path=self.path,
-            raw_body=parsed.raw_body,
-            body=parsed.body,
-            stream=parsed.stream,
-            headers={**parsed.forward_headers, **outgoing},
-            cache_salt=parsed.cache_salt,
-            # The Responses API always reports usage (response.completed).
-            want_stream_usage=parsed.stream
-            and self.api != "responses"
-            and not parsed.client_wants_usage,
-        )
-        with self.core.deadline(pending):
-            forwarded = await self.core.forward(pending, request)
-            if exchange.access is not None:
-                exchange.access.backend = forwarded.backend_id
-            priority = forwarded.admission.backend_priority
-            entry = forwarded.admission.call
-            span.set_attributes(
-                {
-                    "agentrt.backend": forwarded.backend_id,
-                    "agentrt.priority": -1 if priority is None else priority,
-                    "agentrt.queue_level": entry.level,
-                    "agentrt.queue_wait_s": max(0.0, entry.wait_s),
-                    "agentrt.retries": forwarded.retries,
-                    "agentrt.program_id": call.program.program_id,
-                    "gen_ai.conversation.id": call.program.session_id,
-                }
-            )
-            await self._pass_through(parsed, pending, forwarded, reply, span, exchange)
 
     async def _pass_through(
         self,
@@ -446,13 +436,14 @@ class CompletionsEndpoint:
             if exchange.access is not None:
                 exchange.access.prompt_tokens = charge.prompt_tokens
                 exchange.access.completion_tokens = charge.output_tokens
-            span.set_attributes(
-                {
-                    "gen_ai.usage.input_tokens": charge.prompt_tokens,
-                    "gen_ai.usage.output_tokens": charge.output_tokens,
-                    "agentrt.service_charged_s": charge.service_s,
-                }
-            )
+            if self.tracing.enabled:
+                span.set_attributes(
+                    {
+                        "gen_ai.usage.input_tokens": charge.prompt_tokens,
+                        "gen_ai.usage.output_tokens": charge.output_tokens,
+                        "agentrt.service_charged_s": charge.service_s,
+                    }
+                )
 
     async def _stream(
         self,
@@ -474,18 +465,31 @@ class CompletionsEndpoint:
         ]
         exchange.started = True
         await reply.start_stream(200, headers)
+        first_token = True
+        core = self.core
+
+        def take(data: bytes) -> bytes:
+            """Scan one piece of the stream and count its tokens; what to send on."""
+            nonlocal first_token
+            out, new_chunks = scanner.feed(data)
+            core.tokens(entry, new_chunks)
+            if first_token and new_chunks:
+                first_token = False
+                ttft_s = core.now() - parsed.call.arrival_s
+                self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
+            usage.streamed_chunks = scanner.chunks
+            return out
+
+        first, more = answer.parts()
         try:
-            first_token = True
-            async for data in answer.chunks():
-                out, new_chunks = scanner.feed(data)
-                self.core.tokens(entry, new_chunks)
-                if first_token and new_chunks:
-                    first_token = False
-                    ttft_s = self.core.now() - parsed.call.arrival_s
-                    self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
-                usage.streamed_chunks = scanner.chunks
-                if out:
-                    await reply.send_chunk(out)
+            out = take(first) if first else b""
+            if out:
+                await reply.send_chunk(out)
+            if more is not None:
+                async for data in more:
+                    out = take(data)
+                    if out:
+                        await reply.send_chunk(out)
         finally:
             usage.streamed_chunks = scanner.chunks
             usage.read_usage(scanner.usage)
