@@ -53,11 +53,15 @@ class ModelDemand:
 
     def any_servable(self, backends: Sequence[BackendView], blocked: set[str | None]) -> bool:
         """Whether some queued call's model, not in ``blocked`` (found without a backend this
-        round), is served by one of ``backends``."""
-        return any(
-            model not in blocked and any(serves(b, model) for b in backends)
-            for model in self._queued
-        )
+        round), is served by one of ``backends``. (Loops, not generators: this runs once per
+        admission round, and a generator costs a Python call per item.)"""
+        for model in self._queued:
+            if model in blocked:
+                continue
+            for b in backends:
+                if serves(b, model):
+                    return True
+        return False
 
 
 class ModelFilter:
@@ -77,7 +81,13 @@ class ModelFilter:
         """Whether every one of ``backends`` serves the call's model (the common case: one
         model everywhere), so the candidate set can be passed on as it is."""
         model = call.facts.model
-        return model is None or all(serves(b, model) for b in backends)
+        if model is None:
+            return True
+        # A loop, not all(generator): see ModelDemand.any_servable.
+        for b in backends:  # noqa: SIM110
+            if not serves(b, model):
+                return False
+        return True
 
 
 class HealthyFilter:
