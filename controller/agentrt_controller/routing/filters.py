@@ -53,11 +53,16 @@ class ModelDemand:
 
     def any_servable(self, backends: Sequence[BackendView], blocked: set[str | None]) -> bool:
         """Whether some queued call's model, not in ``blocked`` (found without a backend this
-        round), is served by one of ``backends``."""
-        return any(
-            model not in blocked and any(serves(b, model) for b in backends)
-            for model in self._queued
-        )
+        round), is served by one of ``backends``. (Loops, not generators, and :func:`serves`
+        inlined: this runs once per admission round, and a generator or a function costs a
+        Python call per item.)"""
+        for model in self._queued:
+            if model in blocked:
+                continue
+            for b in backends:  # serves(b, model), inlined
+                if model is None or b.models is None or model in b.models:
+                    return True
+        return False
 
 
 class ModelFilter:
@@ -77,7 +82,13 @@ class ModelFilter:
         """Whether every one of ``backends`` serves the call's model (the common case: one
         model everywhere), so the candidate set can be passed on as it is."""
         model = call.facts.model
-        return model is None or all(serves(b, model) for b in backends)
+        if model is None:
+            return True
+        # A loop, not all(generator), and serves() inlined: see ModelDemand.any_servable.
+        for b in backends:  # noqa: SIM110
+            if b.models is not None and model not in b.models:
+                return False
+        return True
 
 
 class HealthyFilter:
@@ -108,7 +119,8 @@ class KvPressureFilter:
     def filter(
         self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
-        return [b for b in backends if self.keeps(b)]
+        limit = self.max_usage  # :meth:`keeps`, inlined: one call per backend saved
+        return [b for b in backends if b.kv_cache_usage is None or b.kv_cache_usage < limit]
 
     def keeps(self, view: BackendView) -> bool:
         """Whether :meth:`filter` keeps ``view``: its usage is unknown or below the limit."""

@@ -25,6 +25,7 @@ A ``salt`` (tenant / ``cache_salt`` / model) changes every element, so tenants n
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections import OrderedDict
@@ -51,7 +52,10 @@ DEFAULT_CHARS_PER_TOKEN = 4
 DEFAULT_MAX_BLOCKS = 8192
 
 
+@functools.lru_cache(maxsize=1024)
 def _seed(salt: str | None) -> int:
+    """The chain's seed for ``salt`` (memoised: a handful of salts, one per model, tenant or
+    cache group, each asked for on every call)."""
     if not salt:
         return 0
     return int.from_bytes(hashlib.blake2b(_utf8(salt), digest_size=8).digest(), "big")
@@ -215,7 +219,7 @@ def message_block_hashes(
         room = max_blocks - len(out)
         if room <= 0:
             break
-        data = _utf8(_message_text(message))
+        data = _message_text(message).encode("utf-8", "surrogatepass")  # _utf8, inlined
         whole = len(data) <= room * chunk
         remembered = memo is not None and whole and len(data) >= memo.min_bytes
         if remembered:
@@ -227,7 +231,10 @@ def message_block_hashes(
                 continue
         before, first = parent, len(out)
         # A boundary marker per message: "ab" + "c" and "a" + "bc" must not collide.
-        pieces = [data[i : i + chunk] for i in range(0, min(len(data), room * chunk), chunk)]
+        if len(data) <= chunk:  # one piece (room >= 1), the usual short message
+            pieces = [data]
+        else:
+            pieces = [data[i : i + chunk] for i in range(0, min(len(data), room * chunk), chunk)]
         if whole:
             pieces = pieces or [b""]
             pieces[-1] += b"\x1e"
@@ -249,12 +256,15 @@ def request_block_hashes(
     backend serving two models holds one cache per model, so the prefix index must not match
     one model's prefix for the other's call). ``()`` when the body has neither. ``memo``: see
     :func:`message_block_hashes`."""
-    parts = [body.get("model"), body.get("cache_salt")]
-    texts = [p for p in parts if isinstance(p, str) and p]
+    texts = []
+    for part in (body.get("model"), body.get("cache_salt")):
+        if isinstance(part, str) and part:
+            texts.append(part)
     salt = "\x1f".join(texts) if texts else None
     messages = body.get("messages")
     if isinstance(messages, list):
-        chat = (m for m in messages if isinstance(m, Mapping))
+        # A list, not a generator: a generator costs a Python call per message.
+        chat = [m for m in messages if isinstance(m, Mapping)]
         return message_block_hashes(chat, salt=salt, memo=memo)
     prompt = body.get("prompt")
     if isinstance(prompt, str):

@@ -205,15 +205,22 @@ class PrefixIndex:
         holders = self._holders
         # Stale elements go first (a touch would revive them); then the least recently used
         # past the capacity: the same elements go as when the TTL purge ran after the cap.
+        # (Holders are told only when kept: most controllers never prune, and every routed
+        # call inserts twice.)
         if math.isfinite(self.ttl_s):
-            self._dropped(backend_id, chains.expire(now_s - self.ttl_s))
+            expired = chains.expire(now_s - self.ttl_s)
+            if holders is not None:
+                self._dropped(backend_id, expired)
         added = chains.record(hashes, now_s)
         if holders is not None:
             for h in added:
                 _add_holder(holders, h, backend_id)
-        if self.capacity_blocks is not None:
-            self._dropped(backend_id, chains.evict_to(self.capacity_blocks))
-        if chains and holders is not None and math.isfinite(self.ttl_s):
+        capacity = self.capacity_blocks
+        if capacity is not None and len(chains.run_of) > capacity:
+            evicted = chains.evict_to(capacity)
+            if holders is not None:
+                self._dropped(backend_id, evicted)
+        if holders is not None and chains and math.isfinite(self.ttl_s):
             self._push_front(backend_id, chains)
 
     @property
