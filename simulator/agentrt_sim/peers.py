@@ -28,6 +28,10 @@ Not in the default grid (:data:`EXTRA`; ``benchmarks/agents.py --configs`` names
 
 * ``continuum-gpu`` — ``continuum`` on engines without the CPU tier (what its rule does on
   the same engines as ``direct`` and ``defaults``).
+* ``program-fcfs+cpu`` — an ablation, not a product: the defaults (memory-aware admission, the
+  adaptive window, ``prefix`` routing, retention on) with :class:`ProgramFcfsScheduler` in the
+  controller's queue instead of PLAS, on engines with the CPU tier: Continuum's order in our
+  controller (docs/benchmarks.md, "Agents: the CPU tier on one engine").
 * ``oracle`` / ``oracle+cpu`` — a bound, not a product: the defaults with clairvoyant SRPT at
   program level (:class:`~agentrt_controller.scheduling.srpt.SrptScheduler`: the program with
   the least remaining service first, known from the simulator's plans) instead of PLAS,
@@ -320,6 +324,23 @@ def _custom(
     return build
 
 
+def _defaults_with(
+    scheduler: Callable[[], FcfsScheduler],
+) -> Callable[[CostModel, CostFunction | None, float], Policies]:
+    """The defaults' policies with ``scheduler`` in the controller's queue (the router, the
+    admission window, the memory rule and retention as built for the defaults)."""
+
+    def build(cost: CostModel, charge: CostFunction | None, queueing_delay_s: float) -> Policies:
+        policies = build_policies(PolicySpec(), charge)
+        built = policies.dispatcher
+        policies.dispatcher = Dispatcher(
+            scheduler(), built.router, built.admission, memory=built.memory
+        )
+        return policies
+
+    return build
+
+
 _DIRECT = PolicySpec("fcfs", "round_robin", "off", None)
 
 #: Every configuration by name, in the order the benchmark reports them.
@@ -421,6 +442,15 @@ EXTRA: Mapping[str, Peer] = {
             f"--policy gittins --kv-offloading-size {CPU_TIER_GIB:g}",
             _CPU,
             _from_spec(PolicySpec(policy="gittins")),
+        ),
+        Peer(
+            "program-fcfs+cpu",
+            "an ablation: the defaults with Continuum's program FCFS in the controller's queue "
+            f"instead of PLAS, on engines with the KV CPU tier ({CPU_TIER_GIB:g} GiB per engine)",
+            f"--kv-offloading-size {CPU_TIER_GIB:g}; scheduler ProgramFcfsScheduler "
+            "(no flag: agentrt_sim/peers.py)",
+            _CPU,
+            _defaults_with(ProgramFcfsScheduler),
         ),
         Peer(
             "oracle",

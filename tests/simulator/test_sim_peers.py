@@ -187,7 +187,14 @@ def test_the_extra_configurations_run() -> None:
     # Continuum without its CPU tier pins on the engines the defaults get; the bounds schedule
     # by the plans' remaining service (clairvoyant SRPT), with and without the tier; gittins
     # is the defaults with the learned program order, with and without the tier
-    assert set(EXTRA) == {"continuum-gpu", "gittins", "gittins+cpu", "oracle", "oracle+cpu"}
+    assert set(EXTRA) == {
+        "continuum-gpu",
+        "gittins",
+        "gittins+cpu",
+        "program-fcfs+cpu",
+        "oracle",
+        "oracle+cpu",
+    }
     with pytest.raises(ConfigError, match=r"valid: direct.*oracle\+cpu"):
         peer("srpt")
     for name in EXTRA:
@@ -202,6 +209,9 @@ def test_the_extra_configurations_run() -> None:
             assert isinstance(policies.dispatcher.scheduler, SrptScheduler)
         if name.startswith("gittins"):
             assert isinstance(policies.dispatcher.scheduler, GittinsScheduler)
+        if name == "program-fcfs+cpu":  # the defaults' controller, Continuum's order
+            assert isinstance(policies.dispatcher.scheduler, ProgramFcfsScheduler)
+            assert policies.dispatcher.memory is not None
         config = bench.sim_config()
         plans = [compile_program(p) for p in bench.programs()]
         record = Simulation(plans, config, policies).run(None)
