@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from agentrt_controller.service.http import sse
 from agentrt_controller.service.http.sse import SseScanner
 
 pytestmark = pytest.mark.timeout(10)
@@ -274,3 +275,27 @@ def test_a_read_that_ends_inside_an_event_forwards_the_complete_ones_whole() -> 
     assert (out, counted) == (events, 3)
     out, counted = scanner.feed(b':{"content":"w"}}]}\n\n')
     assert (out, counted) == (b'data: {"choices":[{"delta":{"content":"w"}}]}\n\n', 1)
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        b'data: {"a":1}\ndata: {"b":2}\n\n\n',  # runs of one and of three LFs
+        b'data: {"a":1}\n\n\n\ndata: {"b":2}\n\n',  # an empty event
+        b'data: {"a":1}\n\n\ndata: {"b":2}\n\n',  # a run of three
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n\n',  # ends with three
+        b'data: {"a":1}\n\n: comment\n\ndata: {"b":2}\n\n',
+        b'data: {"a":"data: {"}\n\ndata: {"usage": null}\n\n',
+        b'data: {"usage":null,"x":{"usage":{"prompt_tokens":1}}}\n\n',
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n',
+    ],
+)
+def test_odd_framings_are_decided_as_event_by_event(
+    read: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The whole-read check takes only what the per-event path would keep and count as tokens.
+    whole = SseScanner(strip_usage_chunk=True)
+    got = (whole.feed(read), whole.flush(), whole.chunks, whole.usage)
+    monkeypatch.setattr(sse, "_plain_tokens", lambda complete: 0)
+    each = SseScanner(strip_usage_chunk=True)
+    assert got == (each.feed(read), each.flush(), each.chunks, each.usage)

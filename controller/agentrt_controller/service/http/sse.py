@@ -117,11 +117,13 @@ class SseScanner:
             return b"", 0
         complete, self._buffer = buffer[: end + 2], buffer[end + 2 :]
         plain = self._chat_plain
-        if plain and _all_plain_tokens(complete):
-            # A read of many token events (a server that writes faster than we read) passes
-            # whole: a few scans of the bytes in C, no Python work per event.
-            self.chunks += complete.count(b"\n\n")
-            return complete, self.chunks - before
+        if plain:
+            tokens = _plain_tokens(complete)
+            if tokens:
+                # A read of many token events (a server that writes faster than we read)
+                # passes whole: a few scans of the bytes in C, no Python work per event.
+                self.chunks += tokens
+                return complete, self.chunks - before
         out = []
         for event in complete.split(b"\n\n"):
             if not event:
@@ -208,27 +210,31 @@ class SseScanner:
                 self.usage = usage
 
 
-def _all_plain_tokens(complete: bytes) -> bool:
-    """``complete`` (LF-framed events, ending with a terminator) holds only events the fast
-    path of :meth:`SseScanner.feed` counts as a token and keeps: one ``data: {...}`` line each,
-    choices not empty, usage absent or null — decided for all of them at once. A raw LF occurs
-    in JSON only between values, never inside a string, so every LF is framing; the checks:
-    the text starts with an event; every run of LFs is one terminator (as many LFs as twice the
-    terminators) and each but the last is followed by the next event; every ``"usage"`` is a
-    null one (unescaped quotes occur in JSON only around keys and values)."""
-    terminators = complete.count(b"\n\n")
+def _plain_tokens(complete: bytes) -> int:
+    """How many events ``complete`` (LF-framed events ending with a terminator) holds when
+    all are events the fast path of :meth:`SseScanner.feed` counts as a token and keeps — one
+    ``data: {...}`` line each, choices not empty, usage absent or null — else 0; decided for
+    all of them at once. A raw LF occurs in JSON only between values, never inside a string,
+    so every LF is framing. With ``n`` LFs (``n`` even), ``n / 2 - 1`` of them followed by an
+    event's start, and the text starting with one, every run of LFs is exactly one terminator
+    followed by the next event (a run of one or of three and more leaves too few). Every
+    ``"usage"`` must be a null one (unescaped quotes occur in JSON only around keys and
+    values)."""
+    lfs = complete.count(b"\n")
     if (
-        not complete.startswith(b"data: {")
-        or complete.count(b"\n") != 2 * terminators
-        or complete.count(b"\n\ndata: {") != terminators - 1
+        lfs & 1
+        or not complete.startswith(b"data: {")
+        or complete.count(b"\n\ndata: {") != lfs // 2 - 1
         or b'"choices":[]' in complete
         or b'"choices": []' in complete
     ):
-        return False
+        return 0
     usages = complete.count(b'"usage"')
-    return not usages or usages == (
-        complete.count(b'"usage":null') + complete.count(b'"usage": null')
-    )
+    if usages:
+        nulls = complete.count(b'"usage":null')
+        if nulls != usages and nulls + complete.count(b'"usage": null') != usages:
+            return 0
+    return lfs // 2
 
 
 #: Responses API events whose ``response`` carries the final usage.
