@@ -5,6 +5,7 @@ pipelining, 100-continue, draining, disconnects and crashes."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -25,7 +26,7 @@ from agentrt_controller.service import ControllerApp, ControllerConfig, serve_co
 from agentrt_serving.hardening import HttpLimits
 from agentrt_serving.logs import ACCESS_LOGGER
 
-from .conftest import Running, chat_body, fake_backends, running
+from .conftest import Running, chat_body, controller, fake_backends, running
 from .fake_openai import FakeState
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -455,3 +456,56 @@ async def test_a_body_too_slow_is_a_408_on_both_paths(
         assert answer[0] == 408 and answer[1]["connection"] == "close"
         assert "not received within 0.3 s" in json.loads(answer[2])["error"]["message"]
         assert svc.app.direct_calls == (1 if path == "direct" else 0)
+
+
+#: A stream as a fast engine's answer may reach the controller: every event in one read.
+_WHOLE_STREAM = (
+    b"".join(
+        b"data: " + json.dumps(chunk).encode() + b"\n\n"
+        for chunk in (
+            *({"choices": [{"index": 0, "delta": {"content": c}}], "usage": None} for c in "abc"),
+            {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 3}},
+        )
+    )
+    + b"data: [DONE]\n\n"
+)
+
+
+async def _whole_stream_backend(reader: Any, writer: Any) -> None:
+    """Answers a chat call with :data:`_WHOLE_STREAM` in one write; anything else ``{}``."""
+    with contextlib.suppress(ConnectionError, anyio.IncompleteRead, EOFError):
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            match = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            await reader.readexactly(int(match.group(1)) if match else 0)
+            if head.startswith(b"POST"):
+                chunked = b"%x\r\n%b\r\n0\r\n\r\n" % (len(_WHOLE_STREAM), _WHOLE_STREAM)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"transfer-encoding: chunked\r\n\r\n" + chunked
+                )
+            else:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+            await writer.drain()
+    writer.close()
+
+
+@pytest.mark.parametrize("http_path", PATHS)
+async def test_a_stream_that_arrived_whole_goes_on_intact_and_is_charged(http_path: str) -> None:
+    # The last piece of a stream is written with the stream's end (here all of it): one HTTP
+    # chunk before the terminating one, the events as the backend framed them, usage charged.
+
+    listener = await asyncio.start_server(_whole_stream_backend, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    body = json.dumps(chat_body(True, stream_options={"include_usage": True})).encode()
+    try:
+        async with controller([f"http://127.0.0.1:{port}"], http_path=http_path) as (url, _):
+            raw = await _exchange(url, _request(CHAT, body, close=True))
+            async with httpx.AsyncClient(timeout=10) as http:
+                metrics = (await http.get(url + "/metrics")).text
+    finally:
+        listener.close()
+    head, _, rest = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert rest == b"%x\r\n%b\r\n0\r\n\r\n" % (len(_WHOLE_STREAM), _WHOLE_STREAM)
+    assert re.search(r"(?m)^agentrt_controller_output_tokens_total(\{[^}]*\})? 3(\.0)?$", metrics)

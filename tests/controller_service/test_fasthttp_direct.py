@@ -200,3 +200,34 @@ async def test_a_stream_whose_chunks_keep_coming_does_not_time_out() -> None:
             await answer.aclose()
         await closed.wait()
     assert received > 10
+
+
+async def test_a_stream_says_when_its_last_byte_was_handed_on() -> None:
+    # The proxy writes the last piece of a stream together with its end when the body says it
+    # arrived whole: never before the last byte, and then the iterator ends without waiting.
+    go_on = asyncio.Event()
+
+    async def two_reads(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await writer.drain()
+        await go_on.wait()
+        writer.write(b"4\r\nlast\r\n0\r\n\r\n")
+        await writer.drain()
+        await keep_alive_echo(reader, writer, server)
+
+    async with serving(two_reads) as (url, server), backend(url) as b:
+        answer = await b.send(request(stream=True))
+        assert isinstance(answer, FastResponse)
+        chunks = aiter(answer.aiter_bytes())
+        assert await anext(chunks) == b"first"
+        assert not answer.body_arrived()
+        go_on.set()
+        assert await anext(chunks) == b"last"
+        assert answer.body_arrived()
+        assert await anext(chunks, None) is None
+        # Read to its end, the connection went back to the pool.
+        again = await b.send(request())
+        assert await again.aread() == b"echo:" + BODY
+        assert server.connections == 1

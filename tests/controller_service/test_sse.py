@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from agentrt_controller.service.http import sse
 from agentrt_controller.service.http.sse import SseScanner
 
 pytestmark = pytest.mark.timeout(10)
@@ -234,3 +235,67 @@ def test_the_lf_fast_path_decides_like_the_general_one(strip: bool, order: int) 
         results.append((scanner.chunks, scanner.usage, kept))
     assert results[0] == results[1]
     assert results[0][0] == 10  # five of the kinds carry output, each twice
+
+
+#: One-line token events a read may hold many of (the whole-read path), and events that send
+#: a read through the per-event path: usage numbers, empty choices, [DONE], a comment, an
+#: empty event, an event of two lines.
+_TOKENS = [_KINDS[0], _KINDS[1], _KINDS[5]]
+_OTHERS = [_KINDS[2], _KINDS[3], _KINDS[6], _KINDS[7], _KINDS[8], _KINDS[9], b""]
+
+
+@pytest.mark.parametrize("strip", [False, True])
+@pytest.mark.parametrize("other", [None, *range(len(_OTHERS))])
+@pytest.mark.parametrize("at", [0, 3, 8])
+def test_a_read_of_many_events_is_decided_like_event_by_event(
+    strip: bool, other: int | None, at: int
+) -> None:
+    # A read of eight token events, or of those with one other event among them, is counted,
+    # read and forwarded as the general (CRLF) path does it, byte for byte as it came.
+    events = [_TOKENS[i % len(_TOKENS)] for i in range(8)]
+    if other is not None:
+        events.insert(at, _OTHERS[other])
+    results = []
+    for eol in (b"\n", b"\r\n"):
+        scanner = SseScanner(strip_usage_chunk=strip)
+        framed = b"".join(event.replace(b"\n", eol) + eol + eol for event in events)
+        out, counted = scanner.feed(framed)
+        kept = [e.replace(eol, b"\n") for e in out.split(eol + eol) if e]
+        results.append((scanner.chunks, counted, scanner.usage, kept))
+        if other is None:
+            assert out == framed
+    assert results[0] == results[1]
+    assert results[0][0] == 8 + (other is not None and _OTHERS[other] in (_KINDS[6], _KINDS[8]))
+
+
+def test_a_read_that_ends_inside_an_event_forwards_the_complete_ones_whole() -> None:
+    scanner = SseScanner(strip_usage_chunk=True)
+    events = b"".join(token + b"\n\n" for token in _TOKENS)
+    out, counted = scanner.feed(events + b'data: {"choices":[{"delta"')
+    assert (out, counted) == (events, 3)
+    out, counted = scanner.feed(b':{"content":"w"}}]}\n\n')
+    assert (out, counted) == (b'data: {"choices":[{"delta":{"content":"w"}}]}\n\n', 1)
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        b'data: {"a":1}\ndata: {"b":2}\n\n\n',  # runs of one and of three LFs
+        b'data: {"a":1}\n\n\n\ndata: {"b":2}\n\n',  # an empty event
+        b'data: {"a":1}\n\n\ndata: {"b":2}\n\n',  # a run of three
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n\n',  # ends with three
+        b'data: {"a":1}\n\n: comment\n\ndata: {"b":2}\n\n',
+        b'data: {"a":"data: {"}\n\ndata: {"usage": null}\n\n',
+        b'data: {"usage":null,"x":{"usage":{"prompt_tokens":1}}}\n\n',
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n',
+    ],
+)
+def test_odd_framings_are_decided_as_event_by_event(
+    read: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The whole-read check takes only what the per-event path would keep and count as tokens.
+    whole = SseScanner(strip_usage_chunk=True)
+    got = (whole.feed(read), whole.flush(), whole.chunks, whole.usage)
+    monkeypatch.setattr(sse, "_plain_tokens", lambda complete: 0)
+    each = SseScanner(strip_usage_chunk=True)
+    assert got == (each.feed(read), each.flush(), each.chunks, each.usage)

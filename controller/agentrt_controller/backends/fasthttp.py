@@ -310,6 +310,12 @@ class FastResponse(_Pooled):
         ``BackendDisconnected`` / ``BackendError`` when the connection breaks or stalls."""
         return self._conn.body(self._timeout, on_end=self._release, broken_what="stream")
 
+    def body_arrived(self) -> bool:
+        """The whole body arrived and :meth:`aiter_bytes` handed all of it on: the iterator
+        ends at its next step, without waiting."""
+        conn = self._conn
+        return conn.complete and not conn._chunks
+
 
 class FastHTTPTransport(httpx.AsyncBaseTransport):
     """Keep-alive HTTP/1.1 over asyncio + httptools for ``http://``; httpx for the rest.

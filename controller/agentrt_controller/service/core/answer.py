@@ -7,7 +7,7 @@ retryable on another backend (:mod:`agentrt_controller.service.core.retry`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 
@@ -19,7 +19,7 @@ __all__ = ["BackendAnswer"]
 class BackendAnswer:
     """The whole body of a non-streamed (or failed) answer, or the first chunk of a stream."""
 
-    __slots__ = ("_first", "_rest", "body", "closed", "response")
+    __slots__ = ("_first", "_rest", "arrived", "body", "closed", "response")
 
     def __init__(self, response: BackendResponse) -> None:
         self.response = response
@@ -29,6 +29,10 @@ class BackendAnswer:
         self.closed = False
         self._first = b""
         self._rest: AsyncIterator[bytes] | None = None
+        #: Whether the stream's last byte arrived and was handed on (its iterator ends without
+        #: waiting): a response that can tell offers ``body_arrived`` (the fast transport's
+        #: :class:`~agentrt_controller.backends.fasthttp.FastResponse`); others never say so.
+        self.arrived: Callable[[], bool] = getattr(response, "body_arrived", _never)
 
     @classmethod
     async def start(cls, stream: bool, response: BackendResponse) -> BackendAnswer:
@@ -62,3 +66,7 @@ class BackendAnswer:
             await aclose()
         await self.response.aclose()
         self.closed = True
+
+
+def _never() -> bool:
+    return False
