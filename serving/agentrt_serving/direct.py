@@ -76,7 +76,6 @@ class DirectExchange:
         "flow",
         "headers",
         "keep_alive",
-        "message_event",
         "method",
         "more_body",
         "on_disconnect",
@@ -125,14 +124,19 @@ class DirectExchange:
         self.response_complete = False
         #: The status sent (None: no answer yet).
         self.status: int | None = None
-        #: uvicorn's protocol wakes a cycle's reader with ``message_event.set()``.
-        self.message_event = self
         self._waiter: asyncio.Future[None] | None = None
         self._late = False
         #: A stream's head, until its first part goes out with it.
         self._held = b""
 
     # --- the protocol's side -----------------------------------------------------------------
+
+    @property
+    def message_event(self) -> DirectExchange:
+        """uvicorn's protocol wakes a cycle's reader with ``message_event.set()``: the
+        exchange itself (a property, not an attribute: an exchange holding itself would be a
+        reference cycle, freed by the garbage collector only — a collection's work per call)."""
+        return self
 
     def set(self) -> None:
         """Body bytes arrived, the body is complete, or the connection was lost."""
