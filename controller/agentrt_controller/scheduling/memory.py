@@ -202,27 +202,25 @@ class _Ledger:
     ) -> None:
         """The program's call was admitted (``running`` +1, its prompt's ``chain``) or
         finished (-1) at ``now_s``; it holds at least ``tokens``."""
-        # ``counted`` inlined (``tokens >= min_tokens``): one admission and one finish per call
         entry = self.residents.get(program)
         if entry is None:
             if running <= 0:
                 return
             entry = self.residents[program] = Resident(tokens, running, now_s, chain)
-            if tokens >= self.min_tokens:
+            if self.counted(tokens):
                 self.total += tokens
                 self._share(entry.chain, 1)
             return
         old = entry.chain
         if len(chain) > len(old):
-            if entry.tokens >= self.min_tokens:
+            if self.counted(entry.tokens):
                 if old and chain[len(old) - 1] == old[-1]:
                     self._share(chain, 1, counted=len(old))  # the usual next turn: it extends
                 else:
                     self._share(old, -1)
                     self._share(chain, 1)
             entry.chain = chain
-        if tokens > entry.tokens:
-            self.grow(entry, tokens)
+        self.grow(entry, tokens)
         entry.running = max(0, entry.running + running)
         entry.last_active_s = now_s
         self.residents.move_to_end(program)
@@ -237,7 +235,7 @@ class _Ledger:
 
     def remove(self, program: ProgramKey) -> None:
         entry = self.residents.pop(program, None)
-        if entry is not None and entry.tokens >= self.min_tokens:
+        if entry is not None and self.counted(entry.tokens):
             self.total -= entry.tokens
             self._share(entry.chain, -1)
 
