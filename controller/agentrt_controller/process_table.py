@@ -478,12 +478,7 @@ class ProcessTable:
         entry = self._entries.get(call.program)
         if entry is None:
             return None, None
-        # _touch inlined: two per call
-        if now_s > entry.last_seen_s:
-            entry.last_seen_s = now_s
-        if now_s > entry._order_s:
-            entry._order_s = now_s
-        self._entries.move_to_end(entry.key)
+        self._touch(entry, now_s)
         return entry, entry.active.get(call.call_id)
 
     @staticmethod

@@ -51,10 +51,8 @@ class RetainedLane:
 
     # --- Scheduler protocol -----------------------------------------------------------------
 
-    # The per-call methods test the lane inline (no _queue_of frame): each runs once a call.
-
     def submit(self, call: CallEntry, now_s: float) -> None:
-        (self._lane if call.lane == "retained" else self.policy).submit(call, now_s)
+        self._queue_of(call).submit(call, now_s)
 
     def pop(self, now_s: float) -> CallEntry | None:
         if self._lane.queued():
@@ -72,13 +70,13 @@ class RetainedLane:
 
     def backend_priority(self, call: CallEntry) -> int:
         """0 (the first level) for a lane call; the policy's priority for the others."""
-        return (self._lane if call.lane == "retained" else self.policy).backend_priority(call)
+        return self._queue_of(call).backend_priority(call)
 
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
-        (self._lane if call.lane == "retained" else self.policy).on_tokens(call, new_tokens, now_s)
+        self._queue_of(call).on_tokens(call, new_tokens, now_s)
 
     def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
-        (self._lane if call.lane == "retained" else self.policy).on_finish(call, service_s, now_s)
+        self._queue_of(call).on_finish(call, service_s, now_s)
 
     def drop_expired(self, now_s: float) -> list[CallEntry]:
         dropped = self.policy.drop_expired(now_s)

@@ -104,12 +104,7 @@ class MultiLevelScheduler:
         self._queues.push(call)
 
     def pop(self, now_s: float) -> CallEntry | None:
-        config = self.config
-        if (  # promote_starving's own guards first: a sweep is rare, a pop is per call
-            config.starvation_beta is not None
-            and now_s - self._last_sweep_s >= config.starvation_check_interval_s
-        ):
-            self.promote_starving(now_s)
+        self.promote_starving(now_s)
         call = self._queues.pop()
         if call is None:
             return None

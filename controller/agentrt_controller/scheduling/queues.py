@@ -61,8 +61,7 @@ class LevelQueues:
         self._heap_entries += 1
         if not math.isinf(call.facts.deadline_s):
             heapq.heappush(self._deadlines, (call.facts.deadline_s, call.seq))
-        if self._heap_entries > 2 * len(self._live) + 64 or len(self._deadlines) > 64:
-            self._maybe_compact()  # (its own test is exact; this one only saves a call)
+        self._maybe_compact()
 
     def pop(self) -> CallEntry | None:
         """Remove and return the first call of the highest non-empty level."""
