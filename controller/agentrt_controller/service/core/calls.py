@@ -106,9 +106,10 @@ class Forwarded:
     answer: BackendAnswer
     #: Backends that failed the call before this one answered.
     retries: int
-    #: The backend that answers, ``admission.backend_id`` (a field, not a property: read
-    #: several times per call).
-    backend_id: str
+
+    @property
+    def backend_id(self) -> str:
+        return self.admission.backend_id
 
 
 class CallQueue:

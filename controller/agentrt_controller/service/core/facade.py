@@ -367,7 +367,7 @@ class ControllerCore:
                                 f"backend {backend_id} answered HTTP {status}",
                                 connect_failed=False,
                             )
-                        return Forwarded(admission, answer, retries, backend_id)
+                        return Forwarded(admission, answer, retries)
                 raise BackendDisconnected(  # only reached when the pool aborted the block
                     f"backend {backend_id} failed (health probe or circuit) before its answer "
                     "started"
