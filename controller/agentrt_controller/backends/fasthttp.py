@@ -383,24 +383,23 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         await self._slots.acquire()
         try:
             conn = self._checkout(origin)
-            if conn is not None:
+            kept = conn is not None
+            while True:
+                if conn is None:
+                    conn = await self._connect(origin, connect_timeout_s)
                 try:
                     conn.start(data)
                     status, headers = await conn.head(read_timeout_s)
                     return conn, status, headers
                 except httpx.RemoteProtocolError:
-                    conn.close()  # a kept-alive connection the server had closed: once more
+                    conn.close()
+                    if not kept:
+                        raise
+                    # A kept-alive connection the server had closed: once more, fresh.
+                    conn, kept = None, False
                 except BaseException:
                     conn.close()
                     raise
-            conn = await self._connect(origin, connect_timeout_s)
-            try:
-                conn.start(data)
-                status, headers = await conn.head(read_timeout_s)
-            except BaseException:
-                conn.close()
-                raise
-            return conn, status, headers
         except BaseException:
             self._slots.release()
             raise
