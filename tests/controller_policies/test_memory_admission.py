@@ -24,6 +24,7 @@ from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.scheduling.memory import (
     MemoryAdmission,
     MemoryAdmissionConfig,
+    _Ledger,
     memory_priority,
 )
 from agentrt_controller.service.config import load_config
@@ -333,3 +334,16 @@ def test_under_fair_shares_a_held_call_keeps_its_tenants_charge() -> None:
     [admission] = d.admit(1.0, [_view(in_flight=1)])
     assert admission.call.facts.program.tenant == "t2"  # t2's resident call, in its share
     assert d.queued() == 1
+
+
+def test_a_context_that_grows_past_the_minimum_is_shared_once() -> None:
+    # With no minimum, a resident admitted holding nothing yet, then grown, shares its chain
+    # once: its end leaves no count behind (touch and grow ask the same test).
+    ledger = _Ledger(0)
+    key = ProgramKey(session_id="s", program_id="A")
+    chain = _chain((1, 8))
+    ledger.touch(key, 0, 1, 0.0, chain)
+    ledger.touch(key, 128, 0, 1.0, chain)
+    assert ledger.total == 128
+    ledger.remove(key)
+    assert ledger.refs == {} and ledger.shared == 0 and ledger.total == 0
