@@ -107,6 +107,9 @@ def _pct(values: Sequence[float], q: float) -> float:
 async def _overhead_point(
     name: str, rep: int, port: int, pid: int, backend: int, args: argparse.Namespace
 ) -> dict[str, Any]:
+    idle_from = load.tree_cpu_s(pid)
+    await asyncio.sleep(args.idle_seconds)
+    idle = load.tree_cpu_s(pid) - idle_from
     direct = await load.latencies(backend, args.calls)
     via = await load.latencies(port, args.calls)
     before = load.tree_cpu_s(pid)
@@ -125,6 +128,7 @@ async def _overhead_point(
         "cpu_s_per_1k_calls": (middle - before) / max(calls, 1) * 1e3,
         "streamed_calls_per_s": streamed / args.seconds,
         "cpu_s_per_1k_chunks": (after - middle) / max(streamed * load.STREAM_CHUNKS, 1) * 1e3,
+        "idle_cpu_ms_per_s": idle / max(args.idle_seconds, 1e-9) * 1e3,
     }
 
 
@@ -276,7 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "reps": args.reps, "calls": args.calls, "concurrency": args.concurrency,
-        "seconds": args.seconds, "chunks": load.STREAM_CHUNKS,
+        "seconds": args.seconds, "chunks": load.STREAM_CHUNKS, "idle_seconds": args.idle_seconds,
         "engines": args.engines, "time_scale": args.time_scale, "trace": "mixed",
         "ours_events": args.ours_events,
     }  # fmt: skip
@@ -315,6 +319,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=1000, help="sequential calls per latency run")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=3.0, help="per calls/s and streaming run")
+    parser.add_argument(
+        "--idle-seconds",
+        type=float,
+        default=1.0,
+        help="before each overhead repetition, the proxy's CPU with no calls is measured for "
+        "this long (a proxy whose threads poll burns CPU idle, which the per-call figures "
+        "include)",
+    )
     parser.add_argument(
         "--program-reps", type=int, default=3, help="trace replays per proxy (0 = skip)"
     )

@@ -162,3 +162,23 @@ def test_the_fixed_backend_and_the_client_over_loopback(backend: int) -> None:
     times, streamed = asyncio.run(main())
     assert len(times) == 3 and streamed > 0
     assert load._stream().count(b"data: ") == load.STREAM_CHUNKS + 2  # + usage + [DONE]
+
+
+def test_idle_cpu_is_shown_absolute_and_never_as_a_ratio() -> None:
+    points = [
+        _point("agentrt", 0, cpu_s_per_1k_calls=0.4, idle_cpu_ms_per_s=0.0),
+        _point("vllm-router", 0, cpu_s_per_1k_calls=0.2, idle_cpu_ms_per_s=12.5),
+    ]
+    result = {
+        "command": "python benchmarks/peers.py", "versions": {"agentrt": "0.9.0"},
+        "machine": "x86_64, 2 cores", "load_average": [1.0, 1.0], "reps": 1, "calls": 10,
+        "concurrency": 4, "seconds": 1.0, "chunks": 64, "idle_seconds": 2.0, "overhead": points,
+    }  # fmt: skip
+    section = report.markdown(result)
+    idle_column = len(report.OVERHEAD) + 1  # the proxy, the measures, then idle
+    rows = [line.split(" | ") for line in section.splitlines() if line.startswith("| `")]
+    assert [row[idle_column].rstrip(" |") for row in rows] == ["0.0", "12.5"]
+    assert "CPU idle (ms per s)" not in [
+        line.split(" | ")[0].lstrip("| ") for line in section.splitlines()
+    ]
+    assert "no calls for 2.0 s before each repetition" in section
