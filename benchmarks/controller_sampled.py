@@ -26,6 +26,8 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import functools
+import itertools
 import os
 import re
 import runpy
@@ -34,7 +36,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -201,7 +203,8 @@ async def run(args: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory() as folder:
         gc_out = Path(folder) / "gc.txt" if args.gc_stats else None
         async with _stack(args.policy, gc_out) as (port, pid):
-            await overhead.throughput(port, args.concurrency, 2.0)  # warm-up
+            load = _load(port, args)
+            await load(2.0)  # warm-up
             observer = None
             if args.observe:
                 observer = await asyncio.create_subprocess_exec(
@@ -210,7 +213,7 @@ async def run(args: argparse.Namespace) -> str:
                 await asyncio.sleep(args.attach_wait)
             gc_before = _gc_snapshot(pid, gc_out) if gc_out else []
             before = _proc_counters(pid)
-            rate = await overhead.throughput(port, args.concurrency, args.seconds)
+            rate = await load(args.seconds)
             after = _proc_counters(pid)
             gc_after = _gc_snapshot(pid, gc_out) if gc_out else []
             if observer is not None:
@@ -232,6 +235,24 @@ async def run(args: argparse.Namespace) -> str:
             f"{(new[1] - old[1]) / calls * 1e6:.1f} µs per call"
         )
     return "\n".join(lines)
+
+
+def _load(port: int, args: argparse.Namespace) -> Callable[[float], Awaitable[float]]:
+    """The load: calls per second for a given time, the throughput one or, with
+    ``--prompt-words``, sequential calls with controller_overhead.py's long prompts."""
+    if not args.prompt_words:
+        return functools.partial(overhead.throughput, port, args.concurrency)
+    variants = itertools.count()
+
+    async def prompts(seconds: float) -> float:
+        async with overhead._Connection(port) as conn:
+            calls, stop_at = 0, time.perf_counter() + seconds
+            while calls < 1 or time.perf_counter() < stop_at:
+                await conn.call(overhead.prompt_body(args.prompt_words, next(variants)))
+                calls += 1
+        return calls / seconds
+
+    return prompts
 
 
 def gc_hook(argv: list[str]) -> None:
@@ -271,6 +292,12 @@ def main() -> int:
     parser.add_argument("--observe", default="", help="a command run for the load; {pid}")
     parser.add_argument("--attach-wait", type=float, default=1.0, help="seconds")
     parser.add_argument("--gc-stats", action="store_true")
+    parser.add_argument(
+        "--prompt-words",
+        type=int,
+        default=0,
+        help="sequential calls with prompts of this many words (controller_overhead.py's) instead",
+    )
     parser.add_argument("--classify", nargs="+", metavar="RAW", help="py-spy raw files")
     args = parser.parse_args()
     if args.classify:

@@ -133,3 +133,29 @@ def test_the_memo_tells_apart_messages_alike_at_both_ends() -> None:
         messages = [{"role": "user", "content": "h" * 100 + content + "t" * 100}]
         assert message_block_hashes(messages, memo=memo) == message_block_hashes(messages)
     assert len(memo) == 1  # one key: the latest message held under it
+
+
+def test_the_memo_keyed_by_parsed_text_answers_as_hashing_does() -> None:
+    """The usual ASCII message is looked up by its strings (no canonical text built); every
+    other shape by its bytes. Either way the chain is the one hashing gives: a message the
+    chain ends in (at several rooms), the same text under another role, non-ASCII text, a
+    message with a name, and a held message followed by the same text with one byte changed."""
+    long_text = "tool output " * 400
+    shapes: list[dict[str, object]] = [
+        {"role": "system", "content": long_text},
+        {"role": "critic", "content": long_text},  # same text, another role of its length
+        {"role": "user", "content": "é " + long_text},  # not ASCII
+        {"role": "user", "name": "bot", "content": long_text},  # not the usual message
+        {"role": "assistant", "content": long_text[:-1] + "!"},  # differs at the end only
+        {"content": long_text},  # no role
+    ]
+    memo = MessageChains(min_bytes=1024)
+    conversations = [shapes[:cut] for cut in range(1, len(shapes) + 1)]
+    conversations += [[shape] for shape in shapes]  # each first, after the same seed
+    for repeat in range(2):
+        for messages in conversations:
+            for max_blocks in (8192, 150, 90, 75, 1):
+                plain = message_block_hashes(messages, salt="s", max_blocks=max_blocks)
+                kept = message_block_hashes(messages, salt="s", max_blocks=max_blocks, memo=memo)
+                assert kept == plain, (repeat, len(messages), max_blocks)
+    assert len(memo) > 0

@@ -138,44 +138,68 @@ def _message_text(message: Mapping[str, object]) -> str:
 class MessageChains:
     """A memo of the chain elements of whole messages for :func:`message_block_hashes`: the
     elements a message adds depend only on the chain before it and on its bytes, so a message
-    seen after the same chain is looked up (one hash of its bytes, C speed) instead of cut and
-    hashed block by block. Holds at most ``max_bytes`` of message bytes (least recently used
-    dropped first); messages shorter than ``min_bytes`` are always hashed (cheaper than the
-    lookup). Output is the same with or without it."""
+    seen after the same chain is looked up instead of cut and hashed block by block. Holds at
+    most ``max_bytes`` of message bytes (least recently used dropped first); messages shorter
+    than ``min_bytes`` are always hashed (cheaper than the lookup). Output is the same with or
+    without it.
+
+    A lookup costs O(1) Python work per message and one comparison of its text with the held
+    one (a memcmp): the usual message (a ``role`` and an ASCII string ``content``, nothing
+    else) is keyed by its parsed strings — their lengths and ends, read without building or
+    encoding its canonical text (``str.isascii`` and ``len`` are O(1)); any other message by
+    the same sample of its canonical bytes."""
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024, min_bytes: int = 1024) -> None:
         self.max_bytes = max_bytes
         self.min_bytes = min_bytes
-        #: (chain before, the message's length and its first and last bytes) → (its bytes,
-        #: the elements it adds, chain after). Keyed by a sample, not the whole message: a
-        #: key over the bytes would hash them all (SipHash, ~0.2 ms for a 128 K-token
-        #: history) where comparing them to the held ones is a memcmp (~100× faster).
+        #: key → (the message's text or bytes, the elements it adds, chain after, its bytes).
+        #: Keyed by a sample, not the whole message: a key over the bytes would hash them all
+        #: (SipHash, ~0.2 ms for a 128 K-token history) where comparing them to the held ones
+        #: is a memcmp (~100× faster). Keys: (chain before, role, length in bytes, the
+        #: content's first and last characters[, the chain's room when the chain ends in
+        #: it]) for the usual message; (chain before, length, first and last bytes) for the
+        #: others — the shapes never compare equal.
         self._entries: OrderedDict[
-            tuple[bytes, int, bytes, bytes], tuple[bytes, tuple[int, ...], bytes]
+            tuple[object, ...], tuple[str | bytes, tuple[int, ...], bytes, int]
         ] = OrderedDict()
         self._bytes = 0
 
     def get(self, parent: bytes, data: bytes) -> tuple[tuple[int, ...], bytes] | None:
-        key = _memo_key(parent, data)
+        """The elements ``data`` (a message's canonical bytes) adds after ``parent`` and the
+        chain after it, if held."""
+        return self._get(_memo_key(parent, data), data)
+
+    def put(self, parent: bytes, data: bytes, elements: tuple[int, ...], after: bytes) -> None:
+        self._put(_memo_key(parent, data), data, elements, after, len(data))
+
+    def _get(
+        self, key: tuple[object, ...], held: str | bytes
+    ) -> tuple[tuple[int, ...], bytes] | None:
         found = self._entries.get(key)
-        if found is None or found[0] != data:  # another message with the same sample: a miss
+        if found is None or found[0] != held:  # another message with the same sample: a miss
             return None
         self._entries.move_to_end(key)
         return found[1], found[2]
 
-    def put(self, parent: bytes, data: bytes, elements: tuple[int, ...], after: bytes) -> None:
-        if len(data) > self.max_bytes:
+    def _put(
+        self,
+        key: tuple[object, ...],
+        held: str | bytes,
+        elements: tuple[int, ...],
+        after: bytes,
+        size: int,
+    ) -> None:
+        if size > self.max_bytes:
             return
-        key = _memo_key(parent, data)
         replaced = self._entries.get(key)
         if replaced is not None:
-            self._bytes -= len(replaced[0])
-        self._bytes += len(data)
-        self._entries[key] = (data, elements, after)
+            self._bytes -= replaced[3]
+        self._bytes += size
+        self._entries[key] = (held, elements, after, size)
         self._entries.move_to_end(key)
         while self._bytes > self.max_bytes:
-            _, (dropped, _, _) = self._entries.popitem(last=False)
-            self._bytes -= len(dropped)
+            _, (_, _, _, dropped) = self._entries.popitem(last=False)
+            self._bytes -= dropped
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -186,12 +210,31 @@ class MessageChains:
         return self._bytes
 
 
-#: Bytes of a message's head and of its tail in a memo key (:class:`MessageChains`).
+#: Bytes (characters) of a message's head and of its tail in a memo key (:class:`MessageChains`).
 _MEMO_SAMPLE_BYTES = 64
 
 
-def _memo_key(parent: bytes, data: bytes) -> tuple[bytes, int, bytes, bytes]:
+def _memo_key(parent: bytes, data: bytes) -> tuple[object, ...]:
     return parent, len(data), data[:_MEMO_SAMPLE_BYTES], data[-_MEMO_SAMPLE_BYTES:]
+
+
+def _chain_pieces(
+    parent: bytes, data: bytes, room: int, chunk: int, whole: bool, out: list[int]
+) -> bytes:
+    """Hash ``data`` (one message's canonical bytes) in pieces of ``chunk`` bytes, at most
+    ``room`` of them, after ``parent``; appends the elements to ``out``, returns the last."""
+    # A boundary marker per message: "ab" + "c" and "a" + "bc" must not collide.
+    if len(data) <= chunk:  # one piece (room >= 1), the usual short message
+        pieces = [data]
+    else:
+        pieces = [data[i : i + chunk] for i in range(0, min(len(data), room * chunk), chunk)]
+    if whole:
+        pieces = pieces or [b""]
+        pieces[-1] += b"\x1e"
+    for piece in pieces:
+        parent = hashlib.blake2b(parent + piece, digest_size=8).digest()
+        out.append(int.from_bytes(parent, "big"))
+    return parent
 
 
 def message_block_hashes(
@@ -219,6 +262,42 @@ def message_block_hashes(
         room = max_blocks - len(out)
         if room <= 0:
             break
+        if memo is not None:
+            content = message.get("content")
+            role = message.get("role", "")
+            # The usual message (_message_text's first case) in ASCII: its canonical bytes'
+            # length is known without building them, and its strings key the memo.
+            if (
+                type(content) is str
+                and type(role) is str
+                and len(message) == 2
+                and content.isascii()
+                and role.isascii()
+            ):
+                size = len(role) + 2 + len(content)
+                if size >= memo.min_bytes:
+                    whole = size <= room * chunk
+                    # A message the chain ends in (not whole) adds ``room`` elements: the
+                    # room is part of its key.
+                    key = (
+                        parent,
+                        role,
+                        size,
+                        content[:_MEMO_SAMPLE_BYTES],
+                        content[-_MEMO_SAMPLE_BYTES:],
+                        *(() if whole else (room,)),
+                    )
+                    found = memo._get(key, content)
+                    if found is not None:
+                        out.extend(found[0])
+                        parent = found[1]
+                        continue
+                    first = len(out)
+                    data = f"{role}\x1f\x1f{content}".encode()
+                    after = _chain_pieces(parent, data, room, chunk, whole, out)
+                    memo._put(key, content, tuple(out[first:]), after, size)
+                    parent = after
+                    continue
         data = _message_text(message).encode("utf-8", "surrogatepass")  # _utf8, inlined
         whole = len(data) <= room * chunk
         remembered = memo is not None and whole and len(data) >= memo.min_bytes
@@ -230,17 +309,7 @@ def message_block_hashes(
                 parent = found[1]
                 continue
         before, first = parent, len(out)
-        # A boundary marker per message: "ab" + "c" and "a" + "bc" must not collide.
-        if len(data) <= chunk:  # one piece (room >= 1), the usual short message
-            pieces = [data]
-        else:
-            pieces = [data[i : i + chunk] for i in range(0, min(len(data), room * chunk), chunk)]
-        if whole:
-            pieces = pieces or [b""]
-            pieces[-1] += b"\x1e"
-        for piece in pieces:
-            parent = hashlib.blake2b(parent + piece, digest_size=8).digest()
-            out.append(int.from_bytes(parent, "big"))
+        parent = _chain_pieces(parent, data, room, chunk, whole, out)
         if remembered:
             assert memo is not None
             memo.put(before, data, tuple(out[first:]), parent)
@@ -264,7 +333,7 @@ def request_block_hashes(
     messages = body.get("messages")
     if isinstance(messages, list):
         # A list, not a generator: a generator costs a Python call per message.
-        chat = [m for m in messages if isinstance(m, Mapping)]
+        chat = [m for m in messages if type(m) is dict or isinstance(m, Mapping)]
         return message_block_hashes(chat, salt=salt, memo=memo)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
