@@ -93,6 +93,47 @@ def test_existing_priority_and_stream_usage_are_merged() -> None:
     assert encode_body(_request(raw), {}) == raw
 
 
+_TRICKY_BODIES = [
+    b'{"model": "m", "stream": true}',
+    b'{"model":"m","stream":true,"stream_options":{"include_usage":false}}',
+    b'{"model":"m","stream":true,"stream_options":{"continuous_usage_stats":true,"x":[1]}}',
+    b'{"model":"m","stream":true,"stream_options":null}',
+    b'{"model":"m","stream":true,"stream_options":"yes"}',
+    b'{"model":"m","stream":true,"stream_options":[{"include_usage":true}]}',
+    b' \n{ "model" : "m" ,\t"messages" : [ {"content": "} {"} ] ,"stream":true } \r\n',
+    b"{}",
+    b"{ \n }",
+    '{"model":"m","messages":[{"content":"h\u00e9llo \\ud83d\\ude00 \u2603"}]}'.encode(),
+    b'{"model":"m","messages":[{"content":"lone \\ud800 surrogate, \\" quote"}]}',
+    b'\xef\xbb\xbf{"model": "m"}',  # a UTF-8 byte-order mark (json.loads reads it)
+    '{"model": "m", "stream": true}'.encode("utf-16-le"),
+    '{"model": "m", "stream": true}'.encode("utf-32"),
+]
+
+
+@pytest.mark.parametrize("raw", _TRICKY_BODIES)
+@pytest.mark.parametrize("extra", [{}, {"priority": 3}])
+def test_stream_usage_is_added_with_the_same_json_as_a_full_encode(
+    raw: bytes, extra: dict[str, object]
+) -> None:
+    """``stream_options.include_usage`` is spliced in when the body has no ``stream_options``
+    (the client's bytes kept as sent) and merged by encoding again otherwise; parsed, the
+    result is the body with the fields set either way."""
+    body = json.loads(raw)
+    out = encode_body(_request(raw, add_stream_usage=True), extra)
+    options = body.get("stream_options")
+    expected = {
+        **body,
+        **extra,
+        "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True},
+    }
+    assert json.loads(out) == expected
+    assert list(json.loads(out)) == list(expected)  # the keys in the same order
+    utf8 = raw.lstrip().startswith(b"{") and b"\x00" not in raw[:4]
+    if "stream_options" not in body and utf8:
+        assert out.startswith(raw.rstrip()[:-1].rstrip())  # spliced: the prompt not re-encoded
+
+
 def test_prometheus_text_sums_series_and_skips_garbage() -> None:
     text = "\n".join(
         [

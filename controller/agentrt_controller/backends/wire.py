@@ -26,35 +26,59 @@ BROKEN_BEFORE_STATUS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteE
 _CONNECTION_LOST = (httpx.RemoteProtocolError, httpx.NetworkError)
 
 
-def encode_body(request: BackendRequest, extra: Mapping[str, object]) -> bytes:
-    """The request body with ``extra`` top-level fields set.
+#: JSON's whitespace bytes, and "{".
+_JSON_SPACE = b" \t\n\r"
+_OPEN_BRACE = ord("{")
 
-    Fast path: when only new keys are added to a body that does not have them, splice them
-    before the closing brace instead of re-serialising the prompt (a large body costs
-    milliseconds to dump).
+
+def encode_body(request: BackendRequest, extra: Mapping[str, object]) -> bytes:
+    """The request body with ``extra`` top-level fields set, and with
+    ``stream_options.include_usage`` true when :attr:`BackendRequest.add_stream_usage`.
+
+    Fast path: when only new keys are added to a body that does not have them (``extra``'s,
+    and ``stream_options`` when the body has none), splice them before the closing brace
+    instead of re-serialising the prompt (a large body costs milliseconds to dump): one copy
+    of the body's bytes. A body that has one of the keys already is encoded again.
     """
-    if not extra and not request.add_stream_usage:
+    add_usage = request.add_stream_usage
+    if not extra and not add_usage:
         return request.raw_body
-    if request.add_stream_usage or any(key in request.body for key in extra):
-        body = dict(request.body)
-        body.update(extra)
-        if request.add_stream_usage:
-            options = body.get("stream_options")
-            body["stream_options"] = {
-                **(options if isinstance(options, dict) else {}),
-                "include_usage": True,
-            }
-        try:
-            return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        except UnicodeEncodeError:  # a lone surrogate: only the \uXXXX escape can carry it
-            return json.dumps(body, separators=(",", ":")).encode()
-    raw = request.raw_body.rstrip()
-    inner = raw[:-1].rstrip()  # a parsed JSON object's bytes end with "}"
-    added = ",".join(
+    body = request.body
+    if any(key in body for key in extra) or (add_usage and "stream_options" in body):
+        return _encode_with(request, extra)
+    raw = request.raw_body
+    if (raw[:1] != b"{" and not raw.lstrip(_JSON_SPACE).startswith(b"{")) or b"\x00" in raw[:4]:
+        return _encode_with(request, extra)  # a byte-order mark, or UTF-16 / UTF-32
+    fields = [
         f"{json.dumps(key)}:{json.dumps(value, separators=(',', ':'))}"
         for key, value in extra.items()
-    ).encode()
-    return inner + (b"" if inner.endswith(b"{") else b",") + added + b"}"
+    ]
+    if add_usage:
+        fields.append('"stream_options":{"include_usage":true}')
+    # A parsed JSON object's bytes end with "}" and maybe whitespace; the fields go after its
+    # last member (the whitespace before the brace dropped), with a comma unless it is empty.
+    last = raw.rindex(b"}") - 1
+    while last >= 0 and raw[last] in _JSON_SPACE:
+        last -= 1
+    separator = b"" if raw[last] == _OPEN_BRACE else b","
+    return b"".join((memoryview(raw)[: last + 1], separator, ",".join(fields).encode(), b"}"))
+
+
+def _encode_with(request: BackendRequest, extra: Mapping[str, object]) -> bytes:
+    """The body encoded again with ``extra`` set (and ``stream_options.include_usage`` true
+    when :attr:`BackendRequest.add_stream_usage`, the body's other options kept)."""
+    body = dict(request.body)
+    body.update(extra)
+    if request.add_stream_usage:
+        options = body.get("stream_options")
+        body["stream_options"] = {
+            **(options if isinstance(options, dict) else {}),
+            "include_usage": True,
+        }
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # a lone surrogate: only the \uXXXX escape can carry it
+        return json.dumps(body, separators=(",", ":")).encode()
 
 
 class HttpxResponse:
