@@ -159,3 +159,47 @@ def test_the_memo_keyed_by_parsed_text_answers_as_hashing_does() -> None:
                 kept = message_block_hashes(messages, salt="s", max_blocks=max_blocks, memo=memo)
                 assert kept == plain, (repeat, len(messages), max_blocks)
     assert len(memo) > 0
+
+
+def test_a_conversation_held_in_the_memo_answers_as_hashing_does() -> None:
+    """A conversation that repeats one held (its messages compared whole) continues from the
+    held chain: growing, cut by the chain's end, diverging in the middle after the same first
+    two messages, with a short next step, a tool message, and a message dict changed by its
+    caller after it was hashed."""
+    memo = MessageChains(min_bytes=256)
+    system = {"role": "system", "content": "rules " * 100}
+    task = {"role": "user", "content": "task " * 100}
+    history: list[dict[str, object]] = [system, task]
+    for turn in range(8):
+        history.append({"role": "assistant", "content": f"answer {turn} " * 60})
+        if turn == 3:
+            history.append({"role": "tool", "tool_call_id": "t1", "content": "out " * 80})
+        for max_blocks in (8192, 40):
+            for last in ("next step", f"other step {turn} " * 30):
+                messages = [*history, {"role": "user", "content": last}]
+                expected = message_block_hashes(messages, salt="s", max_blocks=max_blocks)
+                kept = message_block_hashes(messages, salt="s", max_blocks=max_blocks, memo=memo)
+                assert kept == expected, (turn, max_blocks, last[:10])
+        diverged = [system, task, {"role": "assistant", "content": "elsewhere " * 50}]
+        assert message_block_hashes(diverged, memo=memo, salt="s") == message_block_hashes(
+            diverged, salt="s"
+        )
+    message_block_hashes(history, salt="s", memo=memo)  # held last
+    history[2]["content"] = "changed after it was hashed " * 20  # the caller's own dict
+    messages = [*history, {"role": "user", "content": "next step"}]
+    assert message_block_hashes(messages, salt="s", memo=memo) == message_block_hashes(
+        messages, salt="s"
+    )
+
+
+def test_a_held_conversation_ends_before_a_message_of_another_shape() -> None:
+    """Messages equal under ``==`` may serialise differently when they hold numbers (``1 ==
+    True``): a conversation is held only up to its first message of another shape than role
+    and text, the rest is looked up message by message."""
+    memo = MessageChains(min_bytes=256)
+    head = [{"role": "system", "content": "rules " * 100}, {"role": "user", "content": "x " * 200}]
+    for call_id in (1, True, 1.0):
+        tool = {"role": "tool", "tool_call_id": call_id, "content": "out " * 80}
+        messages = [*head, tool, {"role": "assistant", "content": "ok " * 100}]
+        kept = message_block_hashes(messages, memo=memo)
+        assert kept == message_block_hashes(messages), call_id

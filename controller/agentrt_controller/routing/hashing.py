@@ -163,6 +163,12 @@ class MessageChains:
             tuple[object, ...], tuple[str | bytes, tuple[int, ...], bytes, int]
         ] = OrderedDict()
         self._bytes = 0
+        #: conversation key → (its first messages, their chain, the chain's last element,
+        #: their bytes): the latest conversation under each key (:func:`message_block_hashes`).
+        self._conversations: OrderedDict[
+            tuple[object, ...],
+            tuple[list[Mapping[str, object]], tuple[int, ...], bytes, int],
+        ] = OrderedDict()
 
     def get(self, parent: bytes, data: bytes) -> tuple[tuple[int, ...], bytes] | None:
         """The elements ``data`` (a message's canonical bytes) adds after ``parent`` and the
@@ -197,8 +203,49 @@ class MessageChains:
         self._bytes += size
         self._entries[key] = (held, elements, after, size)
         self._entries.move_to_end(key)
+        self._shrink()
+
+    def _conversation(
+        self, key: tuple[object, ...], messages: list[Mapping[str, object]]
+    ) -> tuple[int, tuple[int, ...], bytes] | None:
+        """(messages held, their chain, its last element) when ``messages`` begins with the
+        conversation held under ``key``: compared with ``==`` in C, no Python work per
+        message."""
+        found = self._conversations.get(key)
+        if found is None:
+            return None
+        held = found[0]
+        count = len(held)
+        if len(messages) < count or messages[:count] != held:
+            return None
+        self._conversations.move_to_end(key)
+        return count, found[1], found[2]
+
+    def _remember(
+        self,
+        key: tuple[object, ...],
+        messages: list[Mapping[str, object]],
+        chain: tuple[int, ...],
+        after: bytes,
+    ) -> None:
+        # Their contents' bytes (every message held is of the usual shape: role, content).
+        size = sum(len(text) for m in messages if isinstance(text := m["content"], str))
+        if size > self.max_bytes:
+            return
+        replaced = self._conversations.pop(key, None)
+        if replaced is not None:
+            self._bytes -= replaced[3]
+        self._conversations[key] = (messages, chain, after, size)
+        self._bytes += size
+        self._shrink()
+
+    def _shrink(self) -> None:
+        """Drop the least recently used conversations, then messages, down to ``max_bytes``."""
         while self._bytes > self.max_bytes:
-            _, (_, _, _, dropped) = self._entries.popitem(last=False)
+            if self._conversations:
+                _, (_, _, _, dropped) = self._conversations.popitem(last=False)
+            else:
+                _, (_, _, _, dropped) = self._entries.popitem(last=False)
             self._bytes -= dropped
 
     def __len__(self) -> int:
@@ -251,69 +298,108 @@ def message_block_hashes(
     Each message yields ``ceil(len(text) / (block_tokens * chars_per_token))`` elements (at
     least one), so an element stands for about ``block_tokens`` tokens; the chain ends after
     ``max_blocks`` elements. ``memo`` (the same sizes on every call) saves rehashing messages
-    seen before after the same chain. Raises ``ValueError`` for non-positive sizes.
+    seen before after the same chain, and walking a conversation's messages held before
+    (:class:`MessageChains`). Raises ``ValueError`` for non-positive sizes.
     """
     if block_tokens < 1 or chars_per_token < 1 or max_blocks < 1:
         raise ValueError("block_tokens, chars_per_token and max_blocks must be >= 1")
     chunk = block_tokens * chars_per_token
-    out: list[int] = []
     parent = _seed(salt).to_bytes(8, "big")
-    for message in messages:
+    if memo is None:
+        out: list[int] = []
+        for message in messages:
+            room = max_blocks - len(out)
+            if room <= 0:
+                break
+            data = _message_text(message).encode("utf-8", "surrogatepass")  # _utf8, inlined
+            parent = _chain_pieces(parent, data, room, chunk, len(data) <= room * chunk, out)
+        return tuple(out)
+    listed = messages if type(messages) is list else list(messages)
+    key = _conversation_key(parent, chunk, max_blocks, listed)
+    held = memo._conversation(key, listed) if key is not None else None
+    if held is None:
+        done, out = 0, []
+    else:
+        done, chain, parent = held
+        if len(chain) >= max_blocks:
+            return chain
+        out = list(chain)
+    # The conversation to remember: its messages up to the last long one (the short ones at
+    # its end, a next step, are likely to differ next time), all of the usual shape (a
+    # message equal to one of those hashes as it does).
+    usual_run = key is not None
+    kept, kept_chain, kept_parent = done, len(out), parent
+    for index in range(done, len(listed)):
         room = max_blocks - len(out)
         if room <= 0:
             break
-        if memo is not None:
-            content = message.get("content")
-            role = message.get("role", "")
+        message = listed[index]
+        content = message.get("content")
+        role = message.get("role", "")
+        usual = type(content) is str and type(role) is str and len(message) == 2
+        if type(content) is str and type(role) is str and usual and content.isascii():
             # The usual message (_message_text's first case) in ASCII: its canonical bytes'
             # length is known without building them, and its strings key the memo.
-            if (
-                type(content) is str
-                and type(role) is str
-                and len(message) == 2
-                and content.isascii()
-                and role.isascii()
-            ):
-                size = len(role) + 2 + len(content)
-                if size >= memo.min_bytes:
-                    whole = size <= room * chunk
-                    # A message the chain ends in (not whole) adds ``room`` elements: the
-                    # room is part of its key.
-                    key = (
-                        parent,
-                        role,
-                        size,
-                        content[:_MEMO_SAMPLE_BYTES],
-                        content[-_MEMO_SAMPLE_BYTES:],
-                        *(() if whole else (room,)),
-                    )
-                    found = memo._get(key, content)
-                    if found is not None:
-                        out.extend(found[0])
-                        parent = found[1]
-                        continue
+            size = len(role) + 2 + len(content)
+            if size >= memo.min_bytes and role.isascii():
+                whole = size <= room * chunk
+                # A message the chain ends in (not whole) adds ``room`` elements: the room
+                # is part of its key.
+                text_key = (
+                    parent,
+                    role,
+                    size,
+                    content[:_MEMO_SAMPLE_BYTES],
+                    content[-_MEMO_SAMPLE_BYTES:],
+                    *(() if whole else (room,)),
+                )
+                found = memo._get(text_key, content)
+                if found is not None:
+                    out.extend(found[0])
+                    parent = found[1]
+                else:
                     first = len(out)
                     data = f"{role}\x1f\x1f{content}".encode()
-                    after = _chain_pieces(parent, data, room, chunk, whole, out)
-                    memo._put(key, content, tuple(out[first:]), after, size)
-                    parent = after
-                    continue
+                    parent = _chain_pieces(parent, data, room, chunk, whole, out)
+                    memo._put(text_key, content, tuple(out[first:]), parent, size)
+                if usual_run:
+                    kept, kept_chain, kept_parent = index + 1, len(out), parent
+                continue
+        usual_run = usual_run and usual
         data = _message_text(message).encode("utf-8", "surrogatepass")  # _utf8, inlined
         whole = len(data) <= room * chunk
-        remembered = memo is not None and whole and len(data) >= memo.min_bytes
-        if remembered:
-            assert memo is not None
+        if whole and len(data) >= memo.min_bytes:
             found = memo.get(parent, data)
             if found is not None:
                 out.extend(found[0])
                 parent = found[1]
-                continue
-        before, first = parent, len(out)
-        parent = _chain_pieces(parent, data, room, chunk, whole, out)
-        if remembered:
-            assert memo is not None
-            memo.put(before, data, tuple(out[first:]), parent)
+            else:
+                before, first = parent, len(out)
+                parent = _chain_pieces(parent, data, room, chunk, whole, out)
+                memo.put(before, data, tuple(out[first:]), parent)
+        else:
+            parent = _chain_pieces(parent, data, room, chunk, whole, out)
+        if usual_run and (len(data) >= memo.min_bytes or not whole):
+            kept, kept_chain, kept_parent = index + 1, len(out), parent
+    if key is not None and kept > done:
+        # Copies of the messages (two strings each): a caller may change its dicts later.
+        memo._remember(key, list(map(dict, listed[:kept])), tuple(out[:kept_chain]), kept_parent)
     return tuple(out)
+
+
+def _conversation_key(
+    seed: bytes, chunk: int, max_blocks: int, messages: list[Mapping[str, object]]
+) -> tuple[object, ...] | None:
+    """A conversation's key in the memo: the chain's seed and sizes, and its first two
+    messages' roles, lengths and ends (both of the usual shape); ``None`` when they are not."""
+    parts: list[object] = [seed, chunk, max_blocks]
+    for message in messages[:2]:
+        content = message.get("content")
+        role = message.get("role", "")
+        if type(content) is not str or type(role) is not str or len(message) != 2:
+            return None
+        parts += (role, len(content), content[:_MEMO_SAMPLE_BYTES], content[-_MEMO_SAMPLE_BYTES:])
+    return tuple(parts) if messages else None
 
 
 def request_block_hashes(
