@@ -248,7 +248,8 @@ def _load(port: int, args: argparse.Namespace) -> Callable[[float], Awaitable[fl
         async with overhead._Connection(port) as conn:
             calls, stop_at = 0, time.perf_counter() + seconds
             while calls < 1 or time.perf_counter() < stop_at:
-                await conn.call(overhead.prompt_body(args.prompt_words, next(variants)))
+                body = overhead.prompt_body(args.prompt_words, next(variants))
+                await conn.call(body[:-1] + b', "stream": true}' if args.prompt_stream else body)
                 calls += 1
         return calls / seconds
 
@@ -298,6 +299,7 @@ def main() -> int:
         default=0,
         help="sequential calls with prompts of this many words (controller_overhead.py's) instead",
     )
+    parser.add_argument("--prompt-stream", action="store_true", help="--prompt-words streamed")
     parser.add_argument("--classify", nargs="+", metavar="RAW", help="py-spy raw files")
     args = parser.parse_args()
     if args.classify:

@@ -203,3 +203,16 @@ def test_a_held_conversation_ends_before_a_message_of_another_shape() -> None:
         messages = [*head, tool, {"role": "assistant", "content": "ok " * 100}]
         kept = message_block_hashes(messages, memo=memo)
         assert kept == message_block_hashes(messages), call_id
+
+
+def test_programs_sharing_a_system_prompt_each_answer_as_hashing_does() -> None:
+    """Several conversations under one first message (a shared system prompt), more of them
+    than the memo holds per first message, each growing in turn."""
+    memo = MessageChains(min_bytes=128)
+    system = {"role": "system", "content": "shared rules " * 40}
+    histories = [[system, {"role": "user", "content": f"task {n} " * 50}] for n in range(6)]
+    for turn in range(4):
+        for history in histories:
+            history.append({"role": "assistant", "content": f"turn {turn} " * 40})
+            messages = [*history, {"role": "user", "content": "go on"}]
+            assert message_block_hashes(messages, memo=memo) == message_block_hashes(messages)

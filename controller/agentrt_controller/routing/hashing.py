@@ -163,11 +163,12 @@ class MessageChains:
             tuple[object, ...], tuple[str | bytes, tuple[int, ...], bytes, int]
         ] = OrderedDict()
         self._bytes = 0
-        #: conversation key → (its first messages, their chain, the chain's last element,
-        #: their bytes): the latest conversation under each key (:func:`message_block_hashes`).
+        #: conversation key (the chain's seed and sizes, the first message) → the latest
+        #: conversations under it, most recent first: (their first messages, the chain over
+        #: them, its last element, their bytes) (:func:`message_block_hashes`).
         self._conversations: OrderedDict[
             tuple[object, ...],
-            tuple[list[Mapping[str, object]], tuple[int, ...], bytes, int],
+            list[tuple[list[Mapping[str, object]], tuple[int, ...], bytes, int]],
         ] = OrderedDict()
 
     def get(self, parent: bytes, data: bytes) -> tuple[tuple[int, ...], bytes] | None:
@@ -207,46 +208,55 @@ class MessageChains:
 
     def _conversation(
         self, key: tuple[object, ...], messages: list[Mapping[str, object]]
-    ) -> tuple[int, tuple[int, ...], bytes] | None:
-        """(messages held, their chain, its last element) when ``messages`` begins with the
-        conversation held under ``key``: compared with ``==`` in C, no Python work per
-        message."""
-        found = self._conversations.get(key)
-        if found is None:
+    ) -> tuple[int, int, tuple[int, ...], bytes] | None:
+        """(its place under ``key``, messages held, their chain, its last element) of the
+        longest conversation held under ``key`` that ``messages`` begins with: compared with
+        ``==`` in C, no Python work per message."""
+        held = self._conversations.get(key)
+        if held is None:
             return None
-        held = found[0]
-        count = len(held)
-        if len(messages) < count or messages[:count] != held:
-            return None
-        self._conversations.move_to_end(key)
-        return count, found[1], found[2]
+        best = None
+        for place, (kept, chain, after, _) in enumerate(held):
+            count = len(kept)
+            if (best is None or count > best[1]) and messages[:count] == kept:
+                best = place, count, chain, after
+        if best is not None:
+            self._conversations.move_to_end(key)
+        return best
 
     def _remember(
         self,
         key: tuple[object, ...],
+        extended: int | None,
         messages: list[Mapping[str, object]],
         chain: tuple[int, ...],
         after: bytes,
     ) -> None:
+        """Hold ``messages`` under ``key`` first, in place of the one at place ``extended``
+        (a prefix of them; ``None`` = none); at most :data:`_CONVERSATIONS_PER_KEY` per key."""
         # Their contents' bytes (every message held is of the usual shape: role, content).
         size = sum(len(text) for m in messages if isinstance(text := m["content"], str))
         if size > self.max_bytes:
             return
-        replaced = self._conversations.pop(key, None)
-        if replaced is not None:
-            self._bytes -= replaced[3]
-        self._conversations[key] = (messages, chain, after, size)
+        held = self._conversations.setdefault(key, [])
+        if extended is not None:
+            self._bytes -= held.pop(extended)[3]
+        held.insert(0, (messages, chain, after, size))
         self._bytes += size
+        while len(held) > _CONVERSATIONS_PER_KEY:
+            self._bytes -= held.pop()[3]
+        self._conversations.move_to_end(key)
         self._shrink()
 
     def _shrink(self) -> None:
         """Drop the least recently used conversations, then messages, down to ``max_bytes``."""
         while self._bytes > self.max_bytes:
             if self._conversations:
-                _, (_, _, _, dropped) = self._conversations.popitem(last=False)
+                _, held = self._conversations.popitem(last=False)
+                self._bytes -= sum(entry[3] for entry in held)
             else:
                 _, (_, _, _, dropped) = self._entries.popitem(last=False)
-            self._bytes -= dropped
+                self._bytes -= dropped
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -259,6 +269,8 @@ class MessageChains:
 
 #: Bytes (characters) of a message's head and of its tail in a memo key (:class:`MessageChains`).
 _MEMO_SAMPLE_BYTES = 64
+#: Conversations held per first message (programs sharing a system prompt, say).
+_CONVERSATIONS_PER_KEY = 4
 
 
 def _memo_key(parent: bytes, data: bytes) -> tuple[object, ...]:
@@ -317,10 +329,11 @@ def message_block_hashes(
     listed = messages if type(messages) is list else list(messages)
     key = _conversation_key(parent, chunk, max_blocks, listed)
     held = memo._conversation(key, listed) if key is not None else None
+    extended = None
     if held is None:
         done, out = 0, []
     else:
-        done, chain, parent = held
+        extended, done, chain, parent = held
         if len(chain) >= max_blocks:
             return chain
         out = list(chain)
@@ -383,23 +396,26 @@ def message_block_hashes(
             kept, kept_chain, kept_parent = index + 1, len(out), parent
     if key is not None and kept > done:
         # Copies of the messages (two strings each): a caller may change its dicts later.
-        memo._remember(key, list(map(dict, listed[:kept])), tuple(out[:kept_chain]), kept_parent)
+        memo._remember(
+            key, extended, list(map(dict, listed[:kept])), tuple(out[:kept_chain]), kept_parent
+        )
     return tuple(out)
 
 
 def _conversation_key(
     seed: bytes, chunk: int, max_blocks: int, messages: list[Mapping[str, object]]
 ) -> tuple[object, ...] | None:
-    """A conversation's key in the memo: the chain's seed and sizes, and its first two
-    messages' roles, lengths and ends (both of the usual shape); ``None`` when they are not."""
-    parts: list[object] = [seed, chunk, max_blocks]
-    for message in messages[:2]:
-        content = message.get("content")
-        role = message.get("role", "")
-        if type(content) is not str or type(role) is not str or len(message) != 2:
-            return None
-        parts += (role, len(content), content[:_MEMO_SAMPLE_BYTES], content[-_MEMO_SAMPLE_BYTES:])
-    return tuple(parts) if messages else None
+    """A conversation's key in the memo: the chain's seed and sizes and its first message's
+    role, length and ends; ``None`` when that message is not of the usual shape."""
+    if not messages:
+        return None
+    first = messages[0]
+    content = first.get("content")
+    role = first.get("role", "")
+    if type(content) is not str or type(role) is not str or len(first) != 2:
+        return None
+    head, tail = content[:_MEMO_SAMPLE_BYTES], content[-_MEMO_SAMPLE_BYTES:]
+    return seed, chunk, max_blocks, role, len(content), head, tail
 
 
 def request_block_hashes(
