@@ -24,6 +24,7 @@ What an exchange offers a handler::
     await exchange.respond(status, headers, body)    a whole answer, one write
     await exchange.start_stream(status, headers)     a chunked answer: head,
     await exchange.send_chunk(data)                  parts (flow-controlled),
+    exchange.send_chunk_now(data)                    a part unless it would wait,
     await exchange.end_stream(data)                  the last part
 """
 
@@ -251,6 +252,18 @@ class DirectExchange:
             return
         self.transport.write(b"%b%x\r\n%b\r\n" % (self._held, len(data), data))
         self._held = b""
+
+    def send_chunk_now(self, data: bytes) -> bool:
+        """:meth:`send_chunk` without waiting, for a caller that cannot wait (a protocol
+        callback): writes ``data`` (not empty) as one part and returns ``True``, or writes
+        nothing and returns ``False`` when :meth:`send_chunk` would wait (the client's socket
+        buffer is full) or the answer takes no more parts (the client left, the answer is
+        complete)."""
+        if self.flow.write_paused or self.disconnected or self.response_complete:
+            return False
+        self.transport.write(b"%b%x\r\n%b\r\n" % (self._held, len(data), data))
+        self._held = b""
+        return True
 
     async def end_stream(self, data: bytes = b"") -> None:
         """The last part of a chunked answer (``data`` may be empty)."""

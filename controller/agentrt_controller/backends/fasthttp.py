@@ -75,6 +75,10 @@ class _Connection(asyncio.Protocol):
         #: clock), and the timer that checks it (:meth:`_check_silence`).
         self._silent_until = 0.0
         self._expiry: asyncio.TimerHandle | None = None
+        #: The body's silence limit while :meth:`body` runs (seconds; ``None``: none).
+        self._silence_s: float | None = None
+        #: Takes a read's body bytes in :meth:`data_received` (:meth:`FastResponse.relay`).
+        self._relay: Callable[[bytes], bool] | None = None
         self.complete = False
         self.keep_alive = True
         self._error: Exception | None = None
@@ -90,6 +94,41 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self._fail(httpx.RemoteProtocolError(f"malformed response from backend: {exc}"))
             self.close()
+            return
+        if self._chunks:
+            if self._relay is not None and self._relayed():
+                return
+            self._wake()
+
+    def _relayed(self) -> bool:
+        """Offer what this read brought of the body to the relay (:meth:`FastResponse.relay`);
+        whether it took it. Offered only while the body's reader waits with nothing queued
+        (so all that is queued came with this read, and nothing the reader took is still on
+        its way to the client) and the body goes on after it (its end, an error and all that
+        follows them are the reader's)."""
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self.complete or self._error is not None:
+            return False
+        chunks = self._chunks
+        piece = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        relay = self._relay
+        assert relay is not None
+        try:
+            if not relay(piece):
+                return False
+        except Exception as exc:  # the reader raises it, as if the relay had run in its task
+            chunks.clear()
+            self._buffered = 0
+            self._fail(exc)
+            return True
+        chunks.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
+        if self._silence_s is not None:  # a read arrived: the silence limit starts again
+            self._silent_until = self._loop.time() + self._silence_s
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -115,7 +154,6 @@ class _Connection(asyncio.Protocol):
         if self._buffered > _HIGH_WATER and not self._paused and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
-        self._wake()
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -162,6 +200,7 @@ class _Connection(asyncio.Protocol):
         the deadline (:meth:`_check_silence`) — a stream of many chunks would otherwise make
         and cancel a timer for each."""
         loop = self._loop
+        self._silence_s = read_timeout_s
         try:
             while True:
                 if self._chunks:
@@ -196,6 +235,7 @@ class _Connection(asyncio.Protocol):
                 raise
             raise broken(exc, broken_what) from exc
         finally:
+            self._relay = None
             if self._expiry is not None:
                 self._expiry.cancel()
                 self._expiry = None
@@ -309,6 +349,18 @@ class FastResponse(_Pooled):
         """The body as it arrives (what arrived since the last turn as one piece). Raises
         ``BackendDisconnected`` / ``BackendError`` when the connection breaks or stalls."""
         return self._conn.body(self._timeout, on_end=self._release, broken_what="stream")
+
+    def relay(self, take: Callable[[bytes], bool] | None) -> None:
+        """Let ``take`` handle the body's reads in the connection's own callback, without
+        waking the task that iterates :meth:`aiter_bytes` (``None``: stop). ``take`` gets
+        what one read from the backend brought of the body, whole, and returns whether it
+        took it (then the iterator never sees those bytes); it is offered a read only while
+        the iterator waits with nothing queued and the body goes on after the read — the
+        body's end, an error and every read ``take`` declines go to the iterator as before,
+        in order. A read ``take`` took starts the body's silence limit again; an exception
+        from ``take`` is raised by the iterator. The relay stops when the iterator ends or
+        is closed."""
+        self._conn._relay = take
 
     def body_arrived(self) -> bool:
         """The whole body arrived and :meth:`aiter_bytes` handed all of it on: the iterator

@@ -19,7 +19,7 @@ __all__ = ["BackendAnswer"]
 class BackendAnswer:
     """The whole body of a non-streamed (or failed) answer, or the first chunk of a stream."""
 
-    __slots__ = ("_first", "_rest", "arrived", "body", "closed", "response")
+    __slots__ = ("_first", "_rest", "arrived", "body", "closed", "relay", "response")
 
     def __init__(self, response: BackendResponse) -> None:
         self.response = response
@@ -33,6 +33,13 @@ class BackendAnswer:
         #: waiting): a response that can tell offers ``body_arrived`` (the fast transport's
         #: :class:`~agentrt_controller.backends.fasthttp.FastResponse`); others never say so.
         self.arrived: Callable[[], bool] = getattr(response, "body_arrived", _never)
+        #: Hands the stream's reads to a callback in the connection's own read (``relay(take)``,
+        #: ``relay(None)`` to stop), without waking the task that iterates the stream: offered
+        #: by a response that can (the fast transport's ``FastResponse.relay``); ``None``
+        #: otherwise.
+        self.relay: Callable[[Callable[[bytes], bool] | None], None] | None = getattr(
+            response, "relay", None
+        )
 
     @classmethod
     async def start(cls, stream: bool, response: BackendResponse) -> BackendAnswer:

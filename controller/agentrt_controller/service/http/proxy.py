@@ -468,16 +468,20 @@ class CompletionsEndpoint:
         first_token = True
         core = self.core
 
-        def take(data: bytes) -> bytes:
-            """Scan one piece of the stream and count its tokens; what to send on."""
+        def count(new_chunks: int) -> None:
+            """Count a piece's tokens (quantum accounting, the first token's time)."""
             nonlocal first_token
-            out, new_chunks = scanner.feed(data)
             core.tokens(entry, new_chunks)
             if first_token and new_chunks:
                 first_token = False
                 ttft_s = core.now() - parsed.call.arrival_s
                 self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
             usage.streamed_chunks = scanner.chunks
+
+        def take(data: bytes) -> bytes:
+            """Scan one piece of the stream and count its tokens; what to send on."""
+            out, new_chunks = scanner.feed(data)
+            count(new_chunks)
             return out
 
         first, more = answer.parts()
@@ -494,6 +498,23 @@ class CompletionsEndpoint:
                 else:
                     await reply.send_chunk(out)
             if more is not None:
+                # On the fast path, reads of plain token events go from the backend's
+                # connection straight to the client's (docs/controller.md, "Performance
+                # notes": the relay); the rest of the stream comes through this loop.
+                if answer.relay is not None and isinstance(reply, DirectExchange):
+                    send_now = reply.send_chunk_now
+
+                    def relay(data: bytes) -> bool:
+                        """A read from the backend, in its connection's callback: sent on
+                        at once when it is only plain token events and the client takes it
+                        without waiting; else left to the loop below."""
+                        new_chunks = scanner.feed_plain(data, send_now)
+                        if not new_chunks:
+                            return False
+                        count(new_chunks)
+                        return True
+
+                    answer.relay(relay)
                 async for data in more:
                     out = take(data)
                     if out:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal, NotRequired, TypedDict
 
 __all__ = ["ChatUsage", "Dialect", "SseScanner", "responses_usage"]
@@ -149,6 +149,27 @@ class SseScanner:
                 out.append(event)
         forwarded = b"\n\n".join(out) + b"\n\n" if out else b""
         return forwarded, self.chunks - before
+
+    def feed_plain(self, data: bytes, send: Callable[[bytes], bool]) -> int:
+        """Pass ``data`` to ``send`` when :meth:`feed` would forward it unchanged as a whole
+        read of plain token events (chat dialect, no partial event waiting, LF framing,
+        ``data`` ends with a terminator, every event a token by :func:`_plain_tokens`); when
+        ``send`` took it (returned ``True``), its tokens are counted and returned. ``0`` when
+        ``data`` is anything else or ``send`` declined: nothing was done, :meth:`feed`
+        decides it."""
+        if (
+            self._buffer
+            or self._crlf
+            or not self._chat_plain
+            or not data.endswith(b"\n\n")
+            or b"\r" in data
+        ):
+            return 0
+        tokens = _plain_tokens(data)
+        if not tokens or not send(data):
+            return 0
+        self.chunks += tokens
+        return tokens
 
     def _feed_any(self, buffer: bytes) -> bytes:
         """Split ``buffer`` at every terminator of any framing; keeps the unterminated rest."""
