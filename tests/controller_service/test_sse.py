@@ -288,6 +288,16 @@ def test_a_read_that_ends_inside_an_event_forwards_the_complete_ones_whole() -> 
         b'data: {"a":"data: {"}\n\ndata: {"usage": null}\n\n',
         b'data: {"usage":null,"x":{"usage":{"prompt_tokens":1}}}\n\n',
         b'data: {"a":1}\n\ndata: {"b":2}\n\n',
+        # Odd framing just before the last two events (a stream's end: the tail split off).
+        b'data: {"a":1}\n\n\ndata: {"b":2}\n\ndata: {"c":3}\n\ndata: [DONE]\n\n',
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n\ndata: {"c":3}\n\ndata: [DONE]\n\n',
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n\n\ndata: {"c":3}\n\ndata: [DONE]\n\n',
+        b'data: {"a":1}\ndata: {"b":2}\n\ndata: {"c":3}\n\ndata: [DONE]\n\n',
+        b'data: {"a":1}\n\ndata: {"choices":[]}\n\ndata: {"c":3}\n\ndata: [DONE]\n\n',
+        b'data: {"a":1}\n\ndata: {"b":2}\n\n: comment\n\ndata: [DONE]\n\n',
+        b'data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n\n',
+        b'data: {"a":1}\n\ndata: [DONE]\n\n',
+        b"data: [DONE]\n\n",
     ],
 )
 def test_odd_framings_are_decided_as_event_by_event(
@@ -299,3 +309,63 @@ def test_odd_framings_are_decided_as_event_by_event(
     monkeypatch.setattr(sse, "_plain_tokens", lambda complete: 0)
     each = SseScanner(strip_usage_chunk=True)
     assert got == (each.feed(read), each.flush(), each.chunks, each.usage)
+
+
+@pytest.mark.parametrize("strip", [False, True])
+@pytest.mark.parametrize("last", range(len(_OTHERS)))
+@pytest.mark.parametrize("before", [None, *range(len(_OTHERS))])
+def test_a_stream_end_after_many_token_events_is_decided_like_event_by_event(
+    strip: bool, last: int, before: int | None
+) -> None:
+    # Token events, then one or two others (the usage chunk and [DONE] at a stream's end): the
+    # tokens pass whole and the last two are looked at one by one, as the general (CRLF)
+    # path decides the whole read.
+    events = [_TOKENS[i % len(_TOKENS)] for i in range(8)]
+    events += ([] if before is None else [_OTHERS[before]]) + [_OTHERS[last]]
+    results = []
+    for eol in (b"\n", b"\r\n"):
+        scanner = SseScanner(strip_usage_chunk=strip)
+        framed = b"".join(event.replace(b"\n", eol) + eol + eol for event in events)
+        out, counted = scanner.feed(framed)
+        kept = [e.replace(eol, b"\n") for e in out.split(eol + eol) if e]
+        results.append((scanner.chunks, counted, scanner.usage, kept))
+    assert results[0] == results[1]
+
+
+_READS = [
+    b"".join(token + b"\n\n" for token in _TOKENS),
+    _KINDS[1] + b"\n\n",
+    *(b"".join(token + b"\n\n" for token in _TOKENS) + other + b"\n\n" for other in _OTHERS),
+    _TOKENS[0] + b"\n\n" + _TOKENS[1],  # ends inside an event
+    _TOKENS[0] + b"\r\n\r\n",
+    _TOKENS[0] + b"\n\n\n",
+]
+
+
+@pytest.mark.parametrize("read", _READS)
+def test_feed_plain_takes_only_what_feed_would_pass_on_whole(read: bytes) -> None:
+    # What feed_plain sends and counts, feed forwards unchanged with the same count; what it
+    # leaves, it leaves untouched (nothing counted, nothing sent).
+    plain = SseScanner(strip_usage_chunk=True)
+    sent: list[bytes] = []
+    tokens = plain.feed_plain(read, lambda data: sent.append(data) is None)
+    whole = SseScanner(strip_usage_chunk=True)
+    forwarded, counted = whole.feed(read)
+    if tokens:
+        assert sent == [read] and (forwarded, counted) == (read, tokens) == (read, plain.chunks)
+    else:
+        assert sent == [] and plain.chunks == 0 and plain.feed(read) == (forwarded, counted)
+
+
+def test_feed_plain_leaves_a_read_the_sender_declines_and_any_read_behind_a_waiting_part() -> None:
+    scanner = SseScanner(strip_usage_chunk=True)
+    read = _READS[0]
+    assert scanner.feed_plain(read, lambda data: False) == 0
+    assert scanner.chunks == 0
+    assert scanner.feed(read[:10]) == (b"", 0)  # part of an event waits ...
+    assert scanner.feed_plain(read, lambda data: True) == 0  # ... so no whole read passes
+    assert scanner.feed(read[10:]) == (read, 3)
+    assert scanner.feed_plain(read, lambda data: True) == 3
+    assert scanner.chunks == 6
+    assert scanner.feed(b"data: {}\r\n\r\n")[1] == 1  # a CR: the general framing from now
+    assert scanner.feed_plain(read, lambda data: True) == 0

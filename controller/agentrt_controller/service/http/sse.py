@@ -124,6 +124,19 @@ class SseScanner:
                 # passes whole: a few scans of the bytes in C, no Python work per event.
                 self.chunks += tokens
                 return complete, self.chunks - before
+            head, tokens = _plain_head(complete)
+            if tokens:
+                # The read that ends a stream: token events, then the usage chunk and [DONE].
+                # The tokens pass whole as above; only the last two are looked at one by one.
+                self.chunks += tokens
+                rest = self._feed_events(complete[len(head) :])
+                return head + rest if rest else head, self.chunks - before
+        return self._feed_events(complete), self.chunks - before
+
+    def _feed_events(self, complete: bytes) -> bytes:
+        """The events of ``complete`` (LF-framed, ending with a terminator) one by one: what
+        to forward."""
+        plain = self._chat_plain
         out = []
         for event in complete.split(b"\n\n"):
             if not event:
@@ -147,8 +160,7 @@ class SseScanner:
                 continue
             if self._keep(event):
                 out.append(event)
-        forwarded = b"\n\n".join(out) + b"\n\n" if out else b""
-        return forwarded, self.chunks - before
+        return b"\n\n".join(out) + b"\n\n" if out else b""
 
     def feed_plain(self, data: bytes, send: Callable[[bytes], bool]) -> int:
         """Pass ``data`` to ``send`` when :meth:`feed` would forward it unchanged as a whole
@@ -256,6 +268,20 @@ def _plain_tokens(complete: bytes) -> int:
         if nulls != usages and nulls + complete.count(b'"usage": null') != usages:
             return 0
     return lfs // 2
+
+
+def _plain_head(complete: bytes) -> tuple[bytes, int]:
+    """``complete`` but its last two events (a stream's end: the usage chunk and ``[DONE]``)
+    and its tokens, when those before them are all token events by :func:`_plain_tokens` —
+    the last two to be looked at one by one; else ``(b"", 0)``. The head passes only when it
+    ends with exactly one terminator after an event, so it ends where splitting ``complete``
+    at its terminators cuts it too."""
+    last = complete.rfind(b"\n\n", 0, len(complete) - 2)  # the end of the event before it
+    cut = complete.rfind(b"\n\n", 0, last) if last > 0 else -1
+    if cut < 0:
+        return b"", 0
+    head = complete[: cut + 2]
+    return head, _plain_tokens(head)
 
 
 #: Responses API events whose ``response`` carries the final usage.
