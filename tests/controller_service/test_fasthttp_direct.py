@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import pytest
@@ -231,3 +231,60 @@ async def test_a_stream_says_when_its_last_byte_was_handed_on() -> None:
         again = await b.send(request())
         assert await again.aread() == b"echo:" + BODY
         assert server.connections == 1
+
+
+def _paced(*writes: bytes) -> Callable[..., Awaitable[None]]:
+    """A stream answered in ``writes``, 50 ms apart (each a read of its own), then keep-alive."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
+        for data in writes:
+            writer.write(data)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        await keep_alive_echo(reader, writer, server)
+
+    return answer
+
+
+async def test_a_relay_takes_reads_while_the_reader_waits_and_leaves_it_the_rest() -> None:
+    # Offered: each read after the first while the iterator waits, whole (two HTTP chunks in
+    # one read come as one piece). Declined ("c") or bringing the end ("d"): the iterator's.
+    paced = _paced(b"1\r\na\r\n", b"1\r\nb\r\n2\r\nbb\r\n", b"1\r\nc\r\n", b"1\r\nd\r\n0\r\n\r\n")
+    async with serving(paced) as (url, server), backend(url) as b:
+        answer = await b.send(request(stream=True))
+        assert isinstance(answer, FastResponse)
+        chunks = aiter(answer.aiter_bytes())
+        assert await anext(chunks) == b"a"
+        offered: list[bytes] = []
+
+        def take(data: bytes) -> bool:
+            offered.append(data)
+            return data != b"c"
+
+        answer.relay(take)
+        assert [chunk async for chunk in chunks] == [b"c", b"d"]
+        assert offered == [b"bbb", b"c"]
+        # Read to its end: the relay is off and the connection back in the pool.
+        again = await b.send(request())
+        assert await again.aread() == b"echo:" + BODY
+        assert server.connections == 1
+
+
+async def test_what_a_relay_raises_the_reader_raises() -> None:
+    paced = _paced(b"1\r\na\r\n", b"1\r\nb\r\n", b"1\r\nc\r\n0\r\n\r\n")
+    async with serving(paced) as (url, _), backend(url) as b:
+        answer = await b.send(request(stream=True))
+        assert isinstance(answer, FastResponse)
+        chunks = aiter(answer.aiter_bytes())
+        assert await anext(chunks) == b"a"
+
+        def take(data: bytes) -> bool:
+            raise RuntimeError(f"cannot take {data!r}")
+
+        answer.relay(take)
+        with pytest.raises(RuntimeError, match="cannot take b'b'"):
+            await anext(chunks)
+        await answer.aclose()
