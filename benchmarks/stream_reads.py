@@ -1,0 +1,205 @@
+"""The controller's work per streamed read when every token event is a read of its own — an
+engine at decode pace, not the batched reads of ``controller_overhead.py``'s instant backend
+(docs/benchmarks.md, "Controller overhead: the stream relay").
+
+The backend (a process of its own) answers a streamed chat call with ``--events`` one-line token
+events, ``--gap-ms`` apart, each its own HTTP chunk, then the usage chunk and ``[DONE]``; the
+client (another process) streams calls on keep-alive connections. Two measures:
+
+* ``--count-calls``: Python calls per streamed call and per read of an in-process controller
+  (the fast path, ``serve_controller``), counted by cProfile over ``--calls`` and twice as many
+  sequential calls, their difference — deterministic up to the share of background loops. The
+  in-process controller runs on asyncio's own loop, whose Python (~12 calls per read) uvloop
+  does in C.
+* default: the CPU of the CLI's controller (``agentrt controller serve``, uvloop, started as
+  ``controller_overhead.py`` starts it) per chunk over ``--seconds`` of ``--concurrency``
+  connections streaming back to back (``/proc``).
+
+    .venv/bin/python benchmarks/stream_reads.py --count-calls
+    .venv/bin/python benchmarks/stream_reads.py --seconds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import re
+import subprocess
+import sys
+import time
+
+import controller_overhead as overhead
+
+_EVENT = (
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,'
+    b'"delta":{"content":"tok "},"finish_reason":null}],"usage":null}\n\n'
+)
+_END = (
+    b'data: {"id":"c","object":"chat.completion.chunk","choices":[],'
+    b'"usage":{"prompt_tokens":5,"completion_tokens":%d}}\n\ndata: [DONE]\n\n'
+)
+_BODY = json.dumps(
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+).encode()
+
+
+async def _answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, events: int, gap_s: float
+) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            match = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            body = await reader.readexactly(int(match.group(1)) if match else 0)
+            if not re.search(rb'"stream":\s*true', body):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+                continue
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                b"transfer-encoding: chunked\r\n\r\n"
+            )
+            for _ in range(events):
+                writer.write(b"%x\r\n%b\r\n" % (len(_EVENT), _EVENT))
+                await asyncio.sleep(gap_s)
+            end = _END % events
+            writer.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(end), end))
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+async def _serve_backend(events: int, gap_s: float) -> None:
+    server = await asyncio.start_server(
+        lambda r, w: _answer(r, w, events, gap_s), "127.0.0.1", 0, backlog=1024
+    )
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await server.serve_forever()
+
+
+async def _client(port: int, calls: int) -> None:
+    """``calls`` sequential streamed calls on one keep-alive connection, each read whole."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n" % len(_BODY)
+    ) + _BODY
+    for _ in range(calls):
+        writer.write(request)
+        await reader.readuntil(b"\r\n\r\n")
+        while True:
+            size = int((await reader.readuntil(b"\r\n"))[:-2], 16)
+            await reader.readexactly(size + 2)
+            if size == 0:
+                break
+    writer.close()
+
+
+def _backend(args: argparse.Namespace) -> tuple[subprocess.Popen[bytes], int]:
+    backend = subprocess.Popen(
+        [sys.executable, __file__, "--serve-backend", "--events", str(args.events),
+         "--gap-ms", str(args.gap_ms)],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    assert backend.stdout is not None
+    return backend, int(backend.stdout.readline())
+
+
+async def count_calls(args: argparse.Namespace) -> dict[str, float]:
+    from agentrt_controller.backends.spec import BackendSpec
+    from agentrt_controller.service import ControllerConfig, serve_controller
+
+    backend, port = _backend(args)
+    config = ControllerConfig(
+        port=0, backends=(BackendSpec(f"http://127.0.0.1:{port}"),), scrape_interval_s=60
+    )
+    try:
+        async with serve_controller(config) as url:
+            controller_port = int(url.rsplit(":", 1)[1])
+
+            async def run(calls: int) -> None:
+                client = await asyncio.create_subprocess_exec(
+                    sys.executable, __file__, "--client", str(controller_port), str(calls)
+                )
+                await client.wait()
+
+            await run(5)  # warm-up
+            totals = []
+            for calls in (args.calls, 2 * args.calls):
+                profile = cProfile.Profile()
+                profile.enable()
+                await run(calls)
+                profile.disable()
+                totals.append(pstats.Stats(profile).total_calls)  # type: ignore[attr-defined]
+    finally:
+        backend.kill()
+    per_call = (totals[1] - totals[0]) / args.calls
+    return {"python_calls_per_streamed_call": per_call,
+            "python_calls_per_read": per_call / (args.events + 1)}  # fmt: skip
+
+
+async def cpu(args: argparse.Namespace) -> dict[str, float]:
+    backend, port = _backend(args)
+    controller_port = overhead.free_port()
+    command = [
+        sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(controller_port),
+        "--backend", f"http://127.0.0.1:{port}", "--policy", "plas", "--admission-window", "32",
+        "--log-level", "warning",
+    ]  # fmt: skip
+    try:
+        with overhead._process(command) as controller:
+            await overhead._wait_ready(controller_port, b"/health")
+            body = overhead.STREAM_BODY
+            await overhead.throughput(controller_port, args.concurrency, 1.0, body)
+            before = overhead.cpu_s(controller.pid)
+            rate = await overhead.throughput(controller_port, args.concurrency, args.seconds, body)
+            used_s = overhead.cpu_s(controller.pid) - before
+    finally:
+        backend.kill()
+    chunks = rate * args.seconds * args.events
+    return {"streamed_calls_per_s": rate, "controller_cpu_us_per_chunk": used_s / chunks * 1e6}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--count-calls",
+        action="store_true",
+        help="Python calls per read of an in-process controller (cProfile)",
+    )
+    parser.add_argument("--events", type=int, default=64, help="token events per answer")
+    parser.add_argument(
+        "--gap-ms", type=float, default=1.0, help="between two events (each a read of its own)"
+    )
+    parser.add_argument(
+        "--calls", type=int, default=20, help="--count-calls: sequential calls of the smaller run"
+    )
+    parser.add_argument("--seconds", type=float, default=3.0, help="CPU run's length")
+    parser.add_argument("--concurrency", type=int, default=16, help="CPU run's connections")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--serve-backend", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.events < 1 or args.calls < 1 or args.seconds <= 0 or args.concurrency < 1:
+        parser.error("--events, --calls, --concurrency must be ≥ 1 and --seconds > 0")
+    if args.serve_backend:
+        asyncio.run(_serve_backend(args.events, args.gap_ms / 1000))
+        return
+    if args.client:
+        asyncio.run(_client(*args.client))
+        return
+    started = time.monotonic()
+    result = asyncio.run(count_calls(args) if args.count_calls else cpu(args))
+    if args.json:
+        print(json.dumps(result))
+        return
+    for name, value in result.items():
+        print(f"{name}: {value:.2f}")
+    print(f"({time.monotonic() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
