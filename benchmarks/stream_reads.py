@@ -30,8 +30,12 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-import controller_overhead as overhead
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import controller_overhead as overhead  # noqa: E402
 
 _EVENT = (
     b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,'
