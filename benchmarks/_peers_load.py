@@ -48,6 +48,23 @@ def request_body(stream: bool) -> bytes:
     return json.dumps(body).encode()
 
 
+#: Words per turn of the history in :func:`prompt_body`.
+TURN_WORDS = 1000
+
+
+def prompt_body(words: int, variant: int) -> bytes:
+    """A chat request whose prompt holds ``words`` words (≈ as many tokens) the way an agent's
+    does: a history of turns of up to :data:`TURN_WORDS` words that consecutive calls repeat,
+    then a short new message naming ``variant``; one output token."""
+    turns = []
+    for index, start in enumerate(range(0, words, TURN_WORDS)):
+        size = min(TURN_WORDS, words - start)
+        role = "user" if index % 2 == 0 else "assistant"
+        turns.append({"role": role, "content": f"turn {index} " + "word " * (size - 2)})
+    turns.append({"role": "user", "content": f"next step {variant}"})
+    return json.dumps({"model": MODEL, "messages": turns, "max_tokens": 1}).encode()
+
+
 def _answer() -> bytes:
     return json.dumps(
         {
@@ -175,13 +192,16 @@ class Connection:
 
     def __init__(self, port: int, *, stream: bool) -> None:
         self.port = port
-        body = request_body(stream)
-        self.request = (
-            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n"
+        self.request = self.encode(request_body(stream))
+        self.writer: asyncio.StreamWriter | None = None
+
+    def encode(self, body: bytes) -> bytes:
+        """The chat POST carrying ``body``."""
+        return (
+            f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{self.port}\r\n"
             f"content-type: application/json\r\nauthorization: Bearer {API_KEY}\r\n"
             f"content-length: {len(body)}\r\n\r\n"
         ).encode() + body
-        self.writer: asyncio.StreamWriter | None = None
 
     async def _open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -193,12 +213,13 @@ class Connection:
                 await self.writer.wait_closed()
             self.writer = None
 
-    async def call(self) -> None:
-        """Send the request, read the whole answer; RuntimeError for any status but 200."""
+    async def call(self, request: bytes | None = None) -> None:
+        """Send the request (``request``: another one, from :meth:`encode`), read the whole
+        answer; RuntimeError for any status but 200."""
         if self.writer is None:
             await self._open()
         assert self.writer is not None
-        self.writer.write(self.request)
+        self.writer.write(self.request if request is None else request)
         head = await self.reader.readuntil(b"\r\n\r\n")
         lowered = head.lower()
         if not head.startswith(b"HTTP/1.1 200"):
@@ -254,6 +275,27 @@ async def rate(port: int, concurrency: int, seconds: float, *, stream: bool) -> 
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return done
+
+
+async def prompt_cpu_s(
+    port: int, pid: int, words: int, seconds: float, warmup: int = 3, at_least: int = 5
+) -> float:
+    """The proxy's CPU seconds per call with a ``words``-word prompt (:func:`prompt_body`):
+    sequential calls on one connection for ``seconds``, at least ``at_least`` (``/proc``
+    counts in 10 ms ticks: a run must hold many)."""
+    conn = Connection(port, stream=False)
+    try:
+        for variant in range(warmup):
+            await conn.call(conn.encode(prompt_body(words, variant)))
+        before = tree_cpu_s(pid)
+        stop_at = time.perf_counter() + seconds
+        calls = 0
+        while calls < at_least or time.perf_counter() < stop_at:
+            await conn.call(conn.encode(prompt_body(words, warmup + calls)))
+            calls += 1
+        return (tree_cpu_s(pid) - before) / calls
+    finally:
+        await conn.close()
 
 
 def _stat(pid: int) -> tuple[int, float]:

@@ -127,6 +127,57 @@ def ratio_table(points: Sequence[Mapping[str, Any]], measures: Sequence[Measure]
     return lines
 
 
+def prompt_measures(words: Sequence[int]) -> list[Measure]:
+    """CPU per call with each prompt size (``peers.py --prompt-words``)."""
+    return [Measure(f"prompt_cpu_us_{w}", f"CPU µs per call, {w:,}-word prompt", 0) for w in words]
+
+
+def growth(points: Sequence[Mapping[str, Any]], words: Sequence[int]) -> dict[str, Spread]:
+    """Per proxy: its CPU per call with the largest prompt ÷ with the smallest, one ratio per
+    repetition, as median and range."""
+    small, large = f"prompt_cpu_us_{min(words)}", f"prompt_cpu_us_{max(words)}"
+    out = {}
+    for proxy, mine in by_proxy(points).items():
+        values = [
+            float(p[large]) / float(p[small])
+            for p in mine
+            if isinstance(p.get(large), int | float)
+            and isinstance(p.get(small), int | float)
+            and p[small] > 0
+        ]
+        out[proxy] = spread(values)
+    return out
+
+
+def prompt_lines(points: Sequence[Mapping[str, Any]], result: Mapping[str, Any]) -> list[str]:
+    """The long-prompt table: CPU per call by prompt size, and its growth, per proxy."""
+    words = list(result.get("prompt_words") or [])
+    if not points or not words:
+        return []
+    measures = prompt_measures(words)
+    lines = [
+        "",
+        f"**CPU per call against the prompt's length** (sequential calls for "
+        f"{result.get('prompt_seconds', 2.0)} s per size, at least 5; each prompt a history of "
+        "1,000-word turns that every call repeats, then a short new message, one output "
+        "token, as an agent's next call repeats its last). Ours ÷ peer:",
+        "",
+        *ratio_table(points, measures),
+        "",
+        "Absolute, median [range]:",
+        "",
+    ]
+    table = absolute_table(points, measures)
+    if len(words) > 1:
+        grown = growth(points, words)
+        title = f"{max(words):,} ÷ {min(words):,} words"
+        table[0] = table[0][:-1] + f"| {title} |"
+        table[1] += "---|"
+        for index, proxy in enumerate(by_proxy(points), start=2):
+            table[index] += f" {grown[proxy].text(1, '×')} |"
+    return lines + table
+
+
 def verdicts(points: Sequence[Mapping[str, Any]], measures: Sequence[Measure]) -> list[str]:
     """Plain sentences: per peer, the measures where it is ahead of ours and where behind
     (by the median ratio; within ±5 % counts as even)."""
@@ -190,6 +241,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             "CPU idle: the proxy's process tree with no calls for "
             f"{result.get('idle_seconds', 1.0)} s before each repetition; the per-call and "
             "per-chunk CPU above include whatever of it goes on under load.",
+            *prompt_lines(overhead, result),
         ]
     traces = [("mixed", program), ("coding", result.get("program_coding", []))]
     for trace, points in traces:
@@ -215,7 +267,8 @@ def markdown(result: Mapping[str, Any]) -> str:
             "",
             *absolute_table(points, PROGRAM),
         ]
-    lines += ["", "Where each peer stands:", "", *verdicts(overhead, OVERHEAD)]
+    measures = [*OVERHEAD, *prompt_measures(result.get("prompt_words") or [])]
+    lines += ["", "Where each peer stands:", "", *verdicts(overhead, measures)]
     for trace, points in traces:
         if points:
             lines += [f"{line[:-1]} (`{trace}` trace)." for line in verdicts(points, PROGRAM)]

@@ -117,7 +117,13 @@ async def _overhead_point(
     middle = load.tree_cpu_s(pid)
     streamed = await load.rate(port, args.concurrency, args.seconds, stream=True)
     after = load.tree_cpu_s(pid)
+    prompts = {
+        f"prompt_cpu_us_{words}": await load.prompt_cpu_s(port, pid, words, args.prompt_seconds)
+        * 1e6
+        for words in args.prompt_words
+    }
     return {
+        **prompts,
         "proxy": name,
         "rep": rep,
         "direct_p50_ms": _pct(direct, 0.5) * 1e3,
@@ -281,6 +287,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"Python {platform.python_version()}",
         "reps": args.reps, "calls": args.calls, "concurrency": args.concurrency,
         "seconds": args.seconds, "chunks": load.STREAM_CHUNKS, "idle_seconds": args.idle_seconds,
+        "prompt_words": args.prompt_words, "prompt_seconds": args.prompt_seconds,
         "engines": args.engines, "time_scale": args.time_scale, "trace": "mixed",
         "ours_events": args.ours_events,
     }  # fmt: skip
@@ -306,6 +313,17 @@ def _our_version() -> str:
     return str(__version__)
 
 
+def _word_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        message = f"not a comma-separated list of integers: {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    if any(count < 2 for count in counts):
+        raise argparse.ArgumentTypeError(f"a prompt size must be at least 2 words: {text!r}")
+    return counts
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -327,6 +345,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "this long (a proxy whose threads poll burns CPU idle, which the per-call figures "
         "include)",
     )
+    parser.add_argument(
+        "--prompt-words", type=_word_counts, default=[1000, 128000],
+        help="comma-separated prompt sizes (words, ≈ tokens): each overhead repetition also "
+        "measures the proxy's CPU per call with an agent-like prompt of each size, a history "
+        "every call repeats ('' = none; default: 1000,128000)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prompt-seconds", type=float, default=2.0,
+        help="sequential calls for this long per prompt size (at least 5)",
+    )  # fmt: skip
     parser.add_argument(
         "--program-reps", type=int, default=3, help="trace replays per proxy (0 = skip)"
     )

@@ -4,7 +4,9 @@ the peers and takes minutes: not in CI)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -182,3 +184,41 @@ def test_idle_cpu_is_shown_absolute_and_never_as_a_ratio() -> None:
         line.split(" | ")[0].lstrip("| ") for line in section.splitlines()
     ]
     assert "no calls for 2.0 s before each repetition" in section
+
+
+def test_cpu_against_the_prompt_length_ratios_and_growth_per_proxy() -> None:
+    points = [
+        _point("agentrt", 0, prompt_cpu_us_1000=400.0, prompt_cpu_us_128000=2000.0),
+        _point("vllm-router", 0, prompt_cpu_us_1000=100.0, prompt_cpu_us_128000=1000.0),
+        _point("agentrt", 1, prompt_cpu_us_1000=500.0, prompt_cpu_us_128000=1500.0),
+        _point("vllm-router", 1, prompt_cpu_us_1000=200.0, prompt_cpu_us_128000=1000.0),
+    ]
+    result = {
+        "command": "python benchmarks/peers.py", "versions": {"agentrt": "0.9.0"},
+        "machine": "x86_64, 2 cores", "load_average": [1.0, 1.0], "reps": 2, "calls": 10,
+        "concurrency": 4, "seconds": 1.0, "chunks": 64, "overhead": points,
+        "prompt_words": [1000, 128000], "prompt_seconds": 3.0,
+    }  # fmt: skip
+    section = report.markdown(result)
+    assert "sequential calls for 3.0 s per size" in section
+    # ours ÷ peer per size, paired by repetition: 4.0 and 2.5 (1,000 words), 2.0 and 1.5
+    assert "| CPU µs per call, 1,000-word prompt | 3.25× [2.50–4.00] |" in section
+    assert "| CPU µs per call, 128,000-word prompt | 1.75× [1.50–2.00] |" in section
+    # each proxy's largest ÷ smallest, per repetition: ours 5.0 and 3.0, the peer's 10 and 5
+    assert "| `agentrt` | 450 [400–500] | 1,750 [1,500–2,000] | 4.0× [3.0–5.0] |" in section
+    assert "| `vllm-router` | 150 [100–200] | 1,000 | 7.5× [5.0–10.0] |" in section
+    assert "**`vllm-router` is ahead of ours** in CPU µs per call, 1,000-word prompt" in section
+
+
+def test_prompt_bodies_repeat_their_history_and_a_proxy_answers_them(backend: int) -> None:
+    first, second = (json.loads(load.prompt_body(5000, v)) for v in (0, 1))
+    assert first["messages"][:-1] == second["messages"][:-1]  # the history repeats
+    assert first["messages"][-1] != second["messages"][-1]
+    assert sum(len(m["content"].split()) for m in first["messages"][:-1]) == 5000
+
+    async def main() -> float:
+        await until_answering(load, backend)
+        # against the backend itself (a 200 for each call, or RuntimeError), this process's CPU
+        return await load.prompt_cpu_s(backend, os.getpid(), 5000, 0.3)  # many 10 ms ticks
+
+    assert asyncio.run(main()) > 0
