@@ -347,3 +347,26 @@ def test_a_context_that_grows_past_the_minimum_is_shared_once() -> None:
     assert ledger.total == 128
     ledger.remove(key)
     assert ledger.refs == {} and ledger.shared == 0 and ledger.total == 0
+
+
+def test_a_program_is_resident_on_one_backend_and_leaves_it_when_it_moves_or_ends() -> None:
+    memory = MemoryAdmission()  # idle_release_s: the default
+    a, b = make_facts("A", prompt_tokens=20_000), make_facts("B", prompt_tokens=10_000)
+    memory.on_admit(a, "b0", 0.0)
+    memory.on_admit(b, "b1", 0.0)
+    assert (memory.demand_tokens("b0", 1.0), memory.demand_tokens("b1", 1.0)) == (20_000, 10_000)
+    # A's next call goes to b1: its context now grows there, b0 holds nothing of it.
+    moved = make_facts("A", call_id="a2", prompt_tokens=25_000)
+    memory.on_admit(moved, "b1", 2.0)
+    assert (memory.demand_tokens("b0", 3.0), memory.demand_tokens("b1", 3.0)) == (0, 35_000)
+    memory.on_finish(a, 3.0)  # its first call ends on b0, where A is no longer resident
+    assert memory.demand_tokens("b0", 3.0) == 0
+    memory.on_program_end(a.program)
+    assert memory.demand_tokens("b1", 3.0) == 10_000
+    # B, idle and released after idle_release_s, may come back anywhere.
+    memory.on_finish(b, 4.0)
+    later = 4.0 + memory.config.idle_release_s
+    assert memory.demand_tokens("b1", later) == 0
+    memory.on_admit(make_facts("B", call_id="b2", prompt_tokens=12_000), "b0", later)
+    memory.on_program_end(b.program)
+    assert memory.demand_tokens("b0", later) == memory.demand_tokens("b1", later) == 0
