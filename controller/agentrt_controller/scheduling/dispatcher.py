@@ -216,16 +216,16 @@ class Dispatcher:
                     break
                 candidates = fitting
             if memory is not None:
-                fitting, blocked_start = self._fitting_memory(
+                in_memory, blocked_start = self._fitting_memory(
                     memory, call, candidates, blocked_start, now_s
                 )
-                if not fitting:
+                if not in_memory:
                     passed.append(call)
                     memory.held_total += 1
                     if len(passed) >= memory.config.max_passed:
                         break
                     continue
-                candidates = fitting
+                candidates = in_memory
             retained = call.retained_backend
             held = [b for b in candidates if b.backend_id == retained] if retained else []
             backend_id = self.router.route(call, held or candidates, now_s)
@@ -268,9 +268,15 @@ class Dispatcher:
         :class:`~agentrt_controller.scheduling.candidates.CandidateSet` stays one for the
         router). A call that fits somewhere while no start is held goes whether or not it is a
         long start, so the start is not asked about then (the usual case: no pressure)."""
-        fitting = [b for b in candidates if memory.fits(call.facts, b, now_s)]
+        fitting: list[BackendView] = []
+        some_full = False
+        for view in candidates:
+            if memory.fits(call.facts, view, now_s):
+                fitting.append(view)
+            else:
+                some_full = True
         if fitting and blocked is None:
-            return (candidates if len(fitting) == len(candidates) else fitting), None
+            return (fitting if some_full else candidates), None
         ids = (b.backend_id for b in candidates)  # read only for a long prompt
         if not memory.is_long_start(call.facts, ids, now_s):
             return fitting, blocked
