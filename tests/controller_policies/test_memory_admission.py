@@ -7,6 +7,7 @@ program's prefill may fill up to 90,000 tokens, a resident program's call up to 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import pytest
@@ -19,6 +20,7 @@ from agentrt_controller.routing.round_robin import RoundRobinRouter
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
+from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
 from agentrt_controller.scheduling.memory import (
@@ -347,3 +349,51 @@ def test_a_context_that_grows_past_the_minimum_is_shared_once() -> None:
     assert ledger.total == 128
     ledger.remove(key)
     assert ledger.refs == {} and ledger.shared == 0 and ledger.total == 0
+
+
+def test_a_program_is_resident_on_one_backend_and_leaves_it_when_it_moves_or_ends() -> None:
+    memory = MemoryAdmission()  # idle_release_s: the default
+    a, b = make_facts("A", prompt_tokens=20_000), make_facts("B", prompt_tokens=10_000)
+    memory.on_admit(a, "b0", 0.0)
+    memory.on_admit(b, "b1", 0.0)
+    assert (memory.demand_tokens("b0", 1.0), memory.demand_tokens("b1", 1.0)) == (20_000, 10_000)
+    # A's next call goes to b1: its context now grows there, b0 holds nothing of it.
+    moved = make_facts("A", call_id="a2", prompt_tokens=25_000)
+    memory.on_admit(moved, "b1", 2.0)
+    assert (memory.demand_tokens("b0", 3.0), memory.demand_tokens("b1", 3.0)) == (0, 35_000)
+    memory.on_finish(a, 3.0)  # its first call ends on b0, where A is no longer resident
+    assert memory.demand_tokens("b0", 3.0) == 0
+    memory.on_program_end(a.program)
+    assert memory.demand_tokens("b1", 3.0) == 10_000
+    # B, idle and released after idle_release_s, may come back anywhere.
+    memory.on_finish(b, 4.0)
+    later = 4.0 + memory.config.idle_release_s
+    assert memory.demand_tokens("b1", later) == 0
+    memory.on_admit(make_facts("B", call_id="b2", prompt_tokens=12_000), "b0", later)
+    memory.on_program_end(b.program)
+    assert memory.demand_tokens("b0", later) == memory.demand_tokens("b1", later) == 0
+
+
+def test_the_router_gets_the_rounds_candidate_set_when_every_candidate_fits() -> None:
+    dispatcher = build_dispatcher(PolicyConfig())
+    assert dispatcher.memory is not None
+    given: list[Sequence[BackendView]] = []
+    route = dispatcher.router.route
+
+    def recording(call: CallEntry, candidates: Sequence[BackendView], now_s: float) -> str:
+        given.append(candidates)
+        return route(call, candidates, now_s)
+
+    dispatcher.router.route = recording  # type: ignore[method-assign]
+    views = [BackendView(f"b{i}", 0, kv_capacity_tokens=CAPACITY) for i in range(3)]
+    for name in ("A", "B"):
+        dispatcher.submit(make_facts(name, prompt_tokens=20_000), 1.0)
+    assert len(dispatcher.admit(1.0, views)) == 2
+    assert all(isinstance(candidates, CandidateSet) for candidates in given)
+    # Memory full on b0 for a new program: the router gets the others, as a list.
+    dispatcher.submit(make_facts("C", prompt_tokens=95_000), 2.0)
+    full = [BackendView("b0", 1, kv_capacity_tokens=CAPACITY), *views[1:]]
+    dispatcher.memory.on_admit(make_facts("D", prompt_tokens=90_000), "b0", 2.0)
+    (admitted,) = dispatcher.admit(2.0, full)
+    assert not isinstance(given[-1], CandidateSet)
+    assert [v.backend_id for v in given[-1]] == ["b1", "b2"] and admitted.backend_id != "b0"

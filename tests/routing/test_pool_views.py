@@ -66,20 +66,29 @@ def test_the_dispatcher_asks_again_only_about_backends_whose_view_changed() -> N
     views = [BackendView(f"b{i:02d}", 0, num_waiting=0, metrics_at_s=1.0) for i in range(20)]
     dispatcher.submit(make_facts("p1", call_id="c1", prompt_tokens=16), 1.0)
     (first,) = dispatcher.admit(1.0, views)
-    assert len(asked) == 21  # every backend, then the chosen one with one more call
+    # Every backend once; the round's only call leaves nothing to place, so the chosen
+    # backend with one more call is not asked about (Dispatcher.admit).
+    assert len(asked) == 20
     # The driver's next views: the chosen backend's is new, every other one the same object.
     views = [replace(v, in_flight=1) if v.backend_id == first.backend_id else v for v in views]
     del asked[:]
     dispatcher.submit(make_facts("p2", call_id="c2", prompt_tokens=16), 1.5)
     (second,) = dispatcher.admit(1.5, views)
-    assert asked == [first.backend_id, second.backend_id]
+    assert asked == [first.backend_id]
+    # Two calls in one round: the backend that took the first is asked again with it.
+    views = [replace(v, in_flight=1) if v.backend_id == second.backend_id else v for v in views]
+    del asked[:]
+    for name in ("p4", "p5"):
+        dispatcher.submit(make_facts(name, call_id=f"c-{name}", prompt_tokens=16), 1.8)
+    third, _fourth = dispatcher.admit(1.8, views)
+    assert asked == [second.backend_id, third.backend_id]
     # Without a scrape time the adaptive window reacts on the clock: asked every time.
     views = [replace(v, metrics_at_s=None) for v in views]
     for now in (2.0, 2.5):
         del asked[:]
         dispatcher.submit(make_facts("p3", call_id=f"c{now}", prompt_tokens=16), now)
         dispatcher.admit(now, views)
-        assert len(asked) == 21
+        assert len(asked) == 20
 
 
 def test_the_dispatcher_forgets_answers_about_backends_the_driver_dropped() -> None:

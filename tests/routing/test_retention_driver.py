@@ -160,3 +160,16 @@ def test_the_policy_is_told_no_backend_when_it_is_unhealthy_or_unknown() -> None
     assert unhealthy.told[0].backend_id is None  # a policy answers no_backend to this
     unknown = Harness(None, Fixed(10.0))
     assert unknown.wait(1.0) == [] and unknown.windows == []  # nothing to hold it on
+
+
+def test_a_program_end_tells_the_scheduler_only_of_a_window_it_held() -> None:
+    harness = Harness(PINS, Fixed(ttl_s=10.0))
+    other = ProgramKey(session_id="s", program_id="never-waited")
+    harness.driver.on_finish(other, "main", ThreadContext("b0", 300))
+    assert harness.driver.on_program_end(other, 1.0) == []
+    assert harness.windows == []  # it never held one: nothing to end
+    harness.wait(2.0)
+    harness.driver.on_program_end(KEY, 3.0)
+    assert harness.windows == [("p", 12.0), ("p", None)]
+    harness.driver.on_program_end(KEY, 4.0)  # ended already: its window was ended once
+    assert harness.windows == [("p", 12.0), ("p", None)]

@@ -388,11 +388,12 @@ class RetentionDriver:
         """The program ended (or expired idle): release everything it holds, forget it."""
         actions = self.tick(now_s)
         actions += self._release(self.tracker.release_program(program), "program_end", now_s)
-        self._windows.add(program)
+        # Its window ends (it holds no retention now). Only a program holding one is told:
+        # the driver is the only one that sets windows, so for any other the scheduler's last
+        # word was ``None`` already (most programs never wait on a tool).
         self._update_window(program)
-        self._windows.discard(program)
         self.policy.on_program_end(program, now_s)
-        for thread_id in self._contexts.pop(program, {}):
+        for thread_id in self._contexts.pop(program, ()):
             self._uncharge(program, thread_id)
         return actions
 

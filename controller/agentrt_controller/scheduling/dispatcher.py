@@ -171,6 +171,10 @@ class Dispatcher:
         # admission policy answers the same for the same view at the same ``now_s``: it reacts
         # once per metrics sample) — O(backends) per round, not per admitted call. The router
         # sees the set change one backend at a time (a router may keep state derived from it).
+        # The round's last call changes nothing more: no call is left to place, so its
+        # backend's new view is not made and the admission policy is not asked about it (the
+        # usual round at low load admits one call). The memo then keeps the view asked last
+        # (an admission policy answers the same for it), as :meth:`_room_of` requires.
         room: CandidateSet | None = None
         # Calls no candidate of their model can take this round (the router's ``eligible``):
         # put back at their places when the round ends, so calls of other models behind them
@@ -212,27 +216,22 @@ class Dispatcher:
                     break
                 candidates = fitting
             if memory is not None:
-                fitting, blocked_start = self._fitting_memory(
+                in_memory, blocked_start = self._fitting_memory(
                     memory, call, candidates, blocked_start, now_s
                 )
-                if not fitting:
+                if not in_memory:
                     passed.append(call)
                     memory.held_total += 1
                     if len(passed) >= memory.config.max_passed:
                         break
                     continue
-                candidates = fitting
+                candidates = in_memory
             retained = call.retained_backend
             held = [b for b in candidates if b.backend_id == retained] if retained else []
             backend_id = self.router.route(call, held or candidates, now_s)
             chosen = room.get(backend_id)
             if chosen is None:
                 raise ValueError(f"router {self.router.name!r} chose {backend_id!r}, no candidate")
-            updated = chosen.with_in_flight(chosen.in_flight + call.facts.sequences)
-            if self._room_of(updated, now_s):
-                room.update(updated)
-            else:
-                room.remove(backend_id)
             priority = self._priority(call, chosen, now_s)
             self.table.bind(call.facts, backend_id, now_s)
             if memory is not None:
@@ -241,6 +240,12 @@ class Dispatcher:
                 self.isolation.on_admit(call.facts.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
             self._demand.remove(call.facts.model)
+            if left:  # another call may go this round: the chosen backend's room changed
+                updated = chosen.with_in_flight(chosen.in_flight + call.facts.sequences)
+                if self._room_of(updated, now_s):
+                    room.update(updated)
+                else:
+                    room.remove(backend_id)
         for call in waiting_for_model:  # in pop order: each keeps its place
             self.queues.requeue(call, now_s)
         for call in passed:
@@ -254,11 +259,24 @@ class Dispatcher:
         candidates: Sequence[BackendView],
         blocked: tuple[int, float] | None,
         now_s: float,
-    ) -> tuple[list[BackendView], tuple[int, float] | None]:
+    ) -> tuple[Sequence[BackendView], tuple[int, float] | None]:
         """The candidates whose memory takes ``call`` (none when it is a long program start
         that must not overtake the most invested one held this round, ``blocked``), and
-        ``blocked`` updated when the call is such a start and is held."""
-        fitting = [b for b in candidates if memory.fits(call.facts, b, now_s)]
+        ``blocked`` updated when the call is such a start and is held.
+
+        ``candidates`` itself when every one fits (a round's
+        :class:`~agentrt_controller.scheduling.candidates.CandidateSet` stays one for the
+        router). A call that fits somewhere while no start is held goes whether or not it is a
+        long start, so the start is not asked about then (the usual case: no pressure)."""
+        fitting: list[BackendView] = []
+        some_full = False
+        for view in candidates:
+            if memory.fits(call.facts, view, now_s):
+                fitting.append(view)
+            else:
+                some_full = True
+        if fitting and blocked is None:
+            return (fitting if some_full else candidates), None
         ids = (b.backend_id for b in candidates)  # read only for a long prompt
         if not memory.is_long_start(call.facts, ids, now_s):
             return fitting, blocked

@@ -250,14 +250,20 @@ class _Ledger:
         shared = self.refs.add(chain, counted) if step > 0 else self.refs.remove(chain)
         self.shared += step * shared * _CHAIN_BLOCK_TOKENS
 
-    def release_idle(self, now_s: float, idle_s: float, pinned: set[ProgramKey]) -> None:
-        """Drop the residents idle for ``idle_s`` (no call running, not pinned). Only the
-        least recently touched ones can be: the scan stops at the first touched since."""
+    def release_idle(
+        self, now_s: float, idle_s: float, pinned: set[ProgramKey]
+    ) -> list[ProgramKey]:
+        """Drop the residents idle for ``idle_s`` (no call running, not pinned); returns them.
+        Only the least recently touched ones can be: the scan stops at the first touched
+        since."""
+        released = []
         for program, entry in list(self.residents.items()):
             if now_s - entry.last_active_s < idle_s:
                 break
             if entry.running == 0 and program not in pinned:
                 self.remove(program)
+                released.append(program)
+        return released
 
 
 class MemoryAdmission:
@@ -275,6 +281,10 @@ class MemoryAdmission:
         self.pinned = pinned
         #: backend id -> its residents.
         self._ledgers: dict[str, _Ledger] = {}
+        #: program -> the backend whose ledger holds it. One at most: an admission elsewhere
+        #: moves it (:meth:`on_admit`), so moving or ending a program costs one ledger, not a
+        #: look at every backend's.
+        self._home: dict[ProgramKey, str] = {}
         #: call id -> (backend id, prompt tokens, output tokens streamed) of admitted calls.
         self._running: dict[str, tuple[str, int, int]] = {}
         #: Calls passed over because they did not fit (the Dispatcher counts them).
@@ -285,13 +295,15 @@ class MemoryAdmission:
     def on_admit(self, facts: CallFacts, backend_id: str, now_s: float) -> None:
         """``facts``' call was admitted to ``backend_id``."""
         self._running[facts.call_id] = (backend_id, facts.prompt_tokens, 0)
-        for other, elsewhere in self._ledgers.items():
-            if other != backend_id:  # its context now grows elsewhere
-                elsewhere.remove(facts.program)
+        program = facts.program
+        home = self._home.get(program)
+        if home is not None and home != backend_id:  # its context now grows elsewhere
+            self._ledgers[home].remove(program)
         ledger = self._ledgers.get(backend_id)
         if ledger is None:
             ledger = self._ledgers[backend_id] = _Ledger(self.config.min_context_tokens)
-        ledger.touch(facts.program, facts.prompt_tokens, 1, now_s, facts.block_hashes)
+        ledger.touch(program, facts.prompt_tokens, 1, now_s, facts.block_hashes)
+        self._home[program] = backend_id
 
     def on_tokens(self, facts: CallFacts, new_tokens: int) -> None:
         """Output tokens streamed for an admitted call: its context grows."""
@@ -317,8 +329,9 @@ class MemoryAdmission:
 
     def on_program_end(self, program: ProgramKey) -> None:
         """The program ended (or expired): it holds nothing any more."""
-        for ledger in self._ledgers.values():
-            ledger.remove(program)
+        home = self._home.pop(program, None)
+        if home is not None:
+            self._ledgers[home].remove(program)
 
     # --- decisions ------------------------------------------------------------------------------
 
@@ -437,4 +450,6 @@ class MemoryAdmission:
             return  # nobody idle long enough (the common case: no pin lookup)
         if pins is None:
             pins = self.pinned(backend_id) if self.pinned is not None else ()
-        ledger.release_idle(now_s, self.config.idle_release_s, {pin.program for pin in pins})
+        pinned = {pin.program for pin in pins}
+        for program in ledger.release_idle(now_s, self.config.idle_release_s, pinned):
+            del self._home[program]
