@@ -151,9 +151,14 @@ def test_process_log_lines_start_with_their_iso_time() -> None:
     assert server_log_config("error")["loggers"][ACCESS_LOGGER]["handlers"] == []
 
 
+_CALLS = 12
+
+
 async def test_the_served_process_times_every_stderr_line_and_logs_requests_on_stdout() -> None:
     """``agentrt controller serve --access-log json --log-level info`` in front of an
-    emulator: JSON access lines on stdout, every stderr line timed, reasons in state changes."""
+    emulator: JSON access lines on stdout, every stderr line timed, reasons in state changes;
+    the lines of calls answered just before SIGTERM are all there (the stream's flush waits
+    up to FLUSH_AFTER_S; the server's exit flushes it)."""
     async with serve_engine(EmulatorConfig(time_scale=50)) as engine:
         port = free_port()
         command = [*AGENTRT, "controller", "serve", "--port", str(port), "--log-level", "info",
@@ -181,15 +186,18 @@ async def test_the_served_process_times_every_stderr_line_and_logs_requests_on_s
                 model = engine.state.config.model_name
                 body = {"model": model, "messages": [{"role": "user", "content": "hi"}],
                         "max_tokens": 4}  # fmt: skip
-                answer = await http.post(url + "/v1/chat/completions", json=body)
-                assert answer.status_code == 200, answer.text
+                for _ in range(_CALLS):
+                    answer = await http.post(url + "/v1/chat/completions", json=body)
+                    assert answer.status_code == 200, answer.text
                 process.send_signal(signal.SIGTERM)
                 with anyio.fail_after(20):
                     assert await process.wait() == 0
         finally:
             await reap(process)
     records = [json.loads(line) for line in out.decode().splitlines()]
-    (call,) = [r for r in records if r["path"] == "/v1/chat/completions"]
+    calls = [r for r in records if r["path"] == "/v1/chat/completions"]
+    assert len(calls) == _CALLS
+    call = calls[-1]
     assert call["status"] == 200 and call["backend"] == "emu" and call["model"] == model
     assert call["completion_tokens"] == 4 and call["tenant"] == "default"
     assert any(r["path"] == "/readyz" and r["tenant"] is None for r in records)

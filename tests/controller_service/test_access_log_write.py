@@ -12,10 +12,11 @@ import logging.config
 from collections.abc import Iterator
 from typing import Any, cast
 
+import anyio
 import pytest
 
-from agentrt_controller.service.http.access_log import AccessFacts, AccessLog
-from agentrt_serving.logs import server_log_config
+from agentrt_controller.service.http.access_log import FLUSH_AFTER_S, AccessFacts, AccessLog
+from agentrt_serving.logs import iso_time, server_log_config
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -118,18 +119,44 @@ class _CountingStream(io.StringIO):
 
 
 @pytest.mark.anyio
-async def test_lines_of_one_event_loop_turn_are_flushed_once_at_its_end(
+async def test_lines_of_several_loop_turns_leave_in_one_flush_at_most_flush_after_s_later(
     logger: logging.Logger,
 ) -> None:
     _stream, handler = _plain(logger)
     stream = _CountingStream()
     handler.setStream(stream)
     log = _log(logger, "text")
+    loop = asyncio.get_running_loop()
+    first_at = loop.time()
     for index in range(3):
         log.write("POST", f"/v1/completions/{index}", "t", 200, 1.0, AccessFacts())
+        await asyncio.sleep(0)  # another turn of the loop: no flush yet
     assert stream.getvalue().count("\n") == 3 and stream.flushes == []
-    await asyncio.sleep(0)  # the end of the turn
+    with anyio.fail_after(5):
+        while not stream.flushes:
+            await asyncio.sleep(0.005)
+    assert loop.time() - first_at >= FLUSH_AFTER_S * 0.9  # the loop's timer granularity
     assert stream.flushes == [stream.getvalue()]
     log.write("GET", "/health", None, 200, 1.0, AccessFacts())
-    await asyncio.sleep(0)
+    log.flush()  # the server's exit: at once, the scheduled flush does nothing more
     assert len(stream.flushes) == 2 and stream.flushes[-1].count("\n") == 4
+
+
+def test_a_line_written_outside_an_event_loop_is_flushed_at_once(logger: logging.Logger) -> None:
+    _stream, handler = _plain(logger)
+    stream = _CountingStream()
+    handler.setStream(stream)
+    _log(logger, "text").write("GET", "/health", None, 200, 1.0, AccessFacts())
+    assert stream.flushes == [stream.getvalue()] and stream.getvalue().count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "wall_s",
+    [1e9, 1e9 + 0.0004, 1e9 + 0.9994, 1e9 + 0.9999996, 1764921661.1234567, 1764921661.9995,
+     0.0, 59.9999999, -0.25, -1.9999997],
+)  # fmt: skip
+def test_the_line_s_time_is_iso_time_s(logger: logging.Logger, wall_s: float) -> None:
+    log = _log(logger, "text")
+    assert log._moment(wall_s) == iso_time(wall_s)
+    assert log._moment(wall_s + 1.5) == iso_time(wall_s + 1.5)  # the next second's text
+    assert log._moment(wall_s) == iso_time(wall_s)  # and back

@@ -24,8 +24,9 @@ the latency, the endpoints what the core decided: they fill the request's :class
 (in ``scope["state"]``, :func:`access_facts`) and this middleware writes the line, at INFO on
 the ``agentrt.access`` logger (the CLI sends it to standard output; ``agentrt_serving.logs``).
 When that logger's configuration comes down to writing the line to a stream (the CLI's), the
-line is written to the stream directly and the stream flushed once per turn of the event loop
-(:meth:`AccessLog.write`); any other configuration gets a log record as usual.
+line is written to the stream directly and the stream flushed at most :data:`FLUSH_AFTER_S`
+later (:meth:`AccessLog.write`; sooner when the stream's own buffer fills, and at the server's
+exit: :meth:`AccessLog.flush`); any other configuration gets a log record as usual.
 ``--access-log off`` leaves the middleware out altogether.
 """
 
@@ -44,16 +45,27 @@ from typing import Any, Literal
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_serving.asgi import Message, Receive, Scope, Send
 from agentrt_serving.hardening import HttpLimits
-from agentrt_serving.logs import ACCESS_LOGGER, iso_time
+from agentrt_serving.logs import ACCESS_LOGGER, iso_second
 from agentrt_serving.uvicorn_server import GuardedApp
 
-__all__ = ["ACCESS_STATE", "AccessFacts", "AccessLog", "AccessLogFormat", "access_facts"]
+__all__ = [
+    "ACCESS_STATE",
+    "FLUSH_AFTER_S",
+    "AccessFacts",
+    "AccessLog",
+    "AccessLogFormat",
+    "access_facts",
+    "flush_access_log",
+]
 
 #: ``off``: no access log; ``text``: ``key=value`` lines; ``json``: one JSON object per line.
 AccessLogFormat = Literal["off", "text", "json"]
 #: The key of a request's :class:`AccessFacts` in ``scope["state"]``.
 ACCESS_STATE = "agentrt.access"
 _MAX_PATH = 256
+#: The longest a line written straight to its stream waits for the stream's flush (seconds):
+#: a flush is a system call, one per call when the loop's turns end one call each.
+FLUSH_AFTER_S = 0.05
 
 
 @dataclass(slots=True)
@@ -99,8 +111,11 @@ class AccessLog:
         #: The handler and formatter last found to write the message alone (_plain_handler).
         self._checked_handler: logging.Handler | None = None
         self._checked_form: logging.Formatter | None = None
-        #: A flush of the stream is scheduled for the end of this turn of the event loop.
+        #: A flush of the stream is scheduled (at most FLUSH_AFTER_S after its first line).
         self._flush_pending = False
+        #: The wall-clock second of the last line and its ISO 8601 text (_moment).
+        self._second: int | None = None
+        self._second_text = ""
 
     @property
     def limits(self) -> HttpLimits:
@@ -153,9 +168,10 @@ class AccessLog:
         except Exception:  # as emit does: the handler reports it (logging.raiseExceptions)
             handler.handleError(self._record(line))
             return
-        # ... and the stream flushed once per turn of the event loop, not once per line: the
-        # lines of the calls that ended in one turn leave in one write (a system call per
-        # call saved under load), before the loop waits for I/O again.
+        # ... and the stream flushed at most FLUSH_AFTER_S later, not once per line or per
+        # turn of the loop: the lines of that time leave in one write (a system call per call
+        # saved at low concurrency, where a turn ends one call), and sooner when the stream's
+        # own buffer fills (a TextIOWrapper's: ~8 KiB).
         if self._flush_pending:
             return
         try:
@@ -164,7 +180,7 @@ class AccessLog:
             self._flush(handler, line)
             return
         self._flush_pending = True
-        loop.call_soon(self._flush, handler, line)
+        loop.call_later(FLUSH_AFTER_S, self._flush, handler, line)
 
     def _flush(self, handler: logging.StreamHandler[Any], line: str) -> None:
         self._flush_pending = False
@@ -172,6 +188,12 @@ class AccessLog:
             handler.flush()
         except Exception:
             handler.handleError(self._record(line))
+
+    def flush(self) -> None:
+        """Flush the lines written straight to the stream now (the server's exit; a flush
+        still scheduled then does nothing more)."""
+        self._flush_pending = False
+        flush_access_log(self.logger)
 
     def _plain_handler(self) -> logging.StreamHandler[Any] | None:
         """The logger's one handler when what ``logger.handle`` does with a line comes down to
@@ -216,6 +238,23 @@ class AccessLog:
         record.relativeCreated = template.relativeCreated + (now - template.created) * 1000
         return record
 
+    def _moment(self, wall_s: float) -> str:
+        """``iso_time(wall_s)`` (agentrt_serving.logs), the second's text kept from the
+        previous line: the same rounding (to the microsecond, then cut to the millisecond),
+        without its calls."""
+        second = int(wall_s)
+        micros = round((wall_s - second) * 1e6)  # the fraction is exact (as math.modf's)
+        if micros >= 1_000_000:
+            second += 1
+            micros -= 1_000_000
+        elif micros < 0:  # before 1970: iso_time's floor division borrows a second
+            second -= 1
+            micros += 1_000_000
+        if second != self._second:
+            self._second_text = iso_second(second)
+            self._second = second
+        return f"{self._second_text}.{micros // 1000:03d}Z"
+
     def _line(
         self,
         method: str,
@@ -225,7 +264,7 @@ class AccessLog:
         latency_ms: float,
         facts: AccessFacts,
     ) -> str:
-        moment = iso_time(self._wall_clock())
+        moment = self._moment(self._wall_clock())
         path = path[:_MAX_PATH]
         latency = round(latency_ms, 3)
         if self.form == "json":
@@ -261,6 +300,13 @@ class AccessLog:
             if value is not None:
                 line += f" {key}={_text(value)}"
         return line
+
+
+def flush_access_log(logger: logging.Logger | None = None) -> None:
+    """Flush the handlers of the access log's logger (``agentrt.access`` unless given); a
+    handler that fails reports it as ``logging`` does."""
+    for handler in (logger or logging.getLogger(ACCESS_LOGGER)).handlers:
+        handler.flush()
 
 
 def _writes_message_alone(handler: logging.Handler) -> bool:

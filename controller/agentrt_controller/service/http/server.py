@@ -36,7 +36,7 @@ from agentrt_controller.backends.api import Backend
 from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.errors import error_body
-from agentrt_controller.service.http.access_log import AccessLog
+from agentrt_controller.service.http.access_log import AccessLog, flush_access_log
 from agentrt_controller.service.http.app import ControllerApp
 from agentrt_controller.service.http.direct import direct_routes
 from agentrt_controller.service.telemetry.otel import ControllerTelemetry
@@ -274,9 +274,13 @@ async def serve_controller(
     def not_started() -> ConfigError:
         return ConfigError("the controller did not start (see its log)")
 
-    async with running(server, sock, not_started=not_started):
-        host = f"[{config.host}]" if ":" in config.host else config.host
-        yield f"http://{host}:{port}"
+    try:
+        async with running(server, sock, not_started=not_started):
+            host = f"[{config.host}]" if ":" in config.host else config.host
+            yield f"http://{host}:{port}"
+    finally:
+        if config.access_log != "off":
+            flush_access_log()  # its lines wait up to FLUSH_AFTER_S for a flush
 
 
 def run_controller(
@@ -319,3 +323,7 @@ def _run(
         server.run(sockets=[sock])
     finally:
         sock.close()
+        # The access log's last lines wait up to FLUSH_AFTER_S for a flush whose timer went
+        # with the loop (a loop that stopped or crashed): written here, not left to logging's
+        # flush at the interpreter's exit.
+        flush_access_log()
