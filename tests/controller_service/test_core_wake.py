@@ -1,6 +1,8 @@
-"""When the core wakes its dispatch loop (``CallQueue``): on every arrival, and on a finish only
-while calls are queued — a round with none queued has nothing to do. The client waits on an
-event made only when it has to. On a fake clock, through the facade as the HTTP layer calls it."""
+"""When the core wakes its dispatch loop (``CallQueue``): on an arrival while another call is
+queued or in flight (an arrival at an idle controller is decided at once, in its own task, by
+the same ``Dispatcher.admit``), and on a finish only while calls are queued — a round with none
+queued has nothing to do. The client waits on a future made only when it has to. On a fake
+clock, through the facade as the HTTP layer calls it."""
 
 from __future__ import annotations
 
@@ -34,10 +36,10 @@ async def _settle() -> None:
 
 
 @asynccontextmanager
-async def _core() -> AsyncIterator[ControllerCore]:
-    """A running core with one fake backend and an admission window of one call."""
+async def _core(window: int = 1) -> AsyncIterator[ControllerCore]:
+    """A running core with one fake backend and an admission window of ``window`` calls."""
     config = ControllerConfig(
-        policy="plas", admission_window=1, scrape_interval_s=3600.0, retention="off"
+        policy="plas", admission_window=window, scrape_interval_s=3600.0, retention="off"
     )
     backend = FakeBackend("b0", _answer)
     core = ControllerCore(
@@ -63,14 +65,14 @@ def _pending(core: ControllerCore, call_id: str) -> PendingCall:
 async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
     async with _core() as core:
         first = _pending(core, "first")
-        core.calls.submit(first)
-        assert core._wake_event.is_set()  # an arrival wakes the loop
-        await _settle()
+        core.calls.submit(first)  # an idle controller: decided at once, the loop not woken
+        assert not core._wake_event.is_set()
         assert first.admission is not None and first.waiter is None  # decided before asked
         assert await core.calls.admitted(first) is first.admission
 
         second = _pending(core, "second")  # the window (one call) is full: it is queued
         core.calls.submit(second)
+        assert core._wake_event.is_set()  # a call in flight: the loop decides
         await _settle()
         assert second.admission is None and core.calls.queued() == 1
 
@@ -87,3 +89,26 @@ async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
 
         core.calls.finish(second.admission.call, "b0", 0.1, ok=True)
         assert not core._wake_event.is_set()  # nothing queued: no round to run
+
+
+async def test_an_arrival_while_a_call_is_in_flight_is_decided_by_the_loop_s_round() -> None:
+    async with _core(window=4) as core:
+        first = _pending(core, "first")
+        core.calls.submit(first)
+        assert first.admission is not None and core.pool.calls_in_flight == 1
+        second, third = _pending(core, "second"), _pending(core, "third")
+        core.calls.submit(second)
+        core.calls.submit(third)
+        assert core._wake_event.is_set() and core.calls.queued() == 2
+        assert second.admission is None and third.admission is None  # not before the round
+        await _settle()  # one round of the loop admits both
+        assert second.admission is not None and third.admission is not None
+        assert core.pool.calls_in_flight == 3
+        for pending in (first, second, third):
+            assert pending.admission is not None
+            core.calls.finish(pending.admission.call, "b0", 0.1, ok=True)
+        assert core.pool.calls_in_flight == 0
+        fourth = _pending(core, "fourth")  # idle again: decided at once
+        core.calls.submit(fourth)
+        assert fourth.admission is not None and not core._wake_event.is_set()
+        core.calls.finish(fourth.admission.call, "b0", 0.1, ok=True)

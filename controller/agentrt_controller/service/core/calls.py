@@ -6,7 +6,9 @@ Dispatcher` (docs/architecture.md, "Design rules", rule 1); this object feeds it
 :class:`~agentrt_controller.service.core.facade.ControllerCore` (the HTTP layer never sees it) and
 runs on the event loop's thread. A call's life here::
 
-    submit(call) -> PendingCall           queued in the scheduler, the dispatch loop woken
+    submit(call) -> PendingCall           queued in the scheduler; admitted at once when no
+                                          other call is queued or in flight, else the
+                                          dispatch loop woken
     dispatch()                            one round: expired calls out, admitted calls get a
                                           backend (in flight)
     await admitted(pending) -> Admission  the verdict (or DeadlinePassed, or NoBackend)
@@ -221,22 +223,33 @@ class CallQueue:
         """Queue an arrived call; raises :class:`NoBackend` when no backend is healthy or
         ``max_queued_calls`` are already queued.
 
-        The call is decided by the dispatch loop, woken here, not by a round of its own: under
-        many connections one round admits several calls, and a round per call cost more CPU
-        than the wake-ups it saves (docs/benchmarks.md, "Per-call policy work")."""
-        if not self.pool.any_healthy(pending.call.model):
-            raise self.no_backend(pending.call.model)
-        if len(self._queued) >= self.max_queued_calls:
+        A call that arrives at an idle controller — no other call queued, none in flight — is
+        decided here, in its own task: the round the dispatch loop would run next holds this
+        call alone, so the same ``Dispatcher.admit`` runs now, without the loop's wake-up and
+        the future its client would wait on (a sequential client's call: two turns of the
+        event loop fewer). Every other arrival wakes the dispatch loop, whose one round decides
+        the calls of a turn in the policies' order: under load, a round per call cost more CPU
+        than the wake-ups it saves (docs/benchmarks.md, "Where the CPU goes (sampled)")."""
+        call = pending.call
+        if not self.pool.any_healthy(call.model):
+            raise self.no_backend(call.model)
+        queued = self._queued
+        if len(queued) >= self.max_queued_calls:
             self.metrics.overloaded.inc()
             raise NoBackend(
-                f"the controller already holds {len(self._queued)} queued calls",
+                f"the controller already holds {len(queued)} queued calls",
                 retry_after_s=self.retry_after_s,
                 code="overloaded",
             )
-        self._queued[pending.call.call_id] = pending
-        pending.entry = self.dispatcher.submit(
-            pending.call, self.clock(), retained_backend=pending.retained_backend
-        )
+        queued[call.call_id] = pending
+        now = self.clock()
+        pending.entry = self.dispatcher.submit(call, now, retained_backend=pending.retained_backend)
+        if len(queued) == 1 and not self.pool.calls_in_flight and call.deadline_s > now:
+            # :meth:`dispatch`'s round for this one call: its model has a healthy backend
+            # (checked above) and no other call waits whose deadline or model it would check.
+            self._carry_out(self.dispatcher.admit(now, self.pool.views()), now)
+            if pending.admission is not None:
+                return
         self._wake()
 
     async def admitted(self, pending: PendingCall) -> Admission:

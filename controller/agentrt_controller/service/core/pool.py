@@ -242,6 +242,8 @@ class BackendPool:
                 raise ConfigError(f"duplicate backend id {backend.backend_id!r}")
             self.states[backend.backend_id] = self._new_state(backend)
         self._group: TaskGroup | None = None
+        #: Calls acquired and not yet released, over every backend (a removed one's too).
+        self.calls_in_flight = 0
 
     def _new_state(self, backend: Backend) -> BackendState:
         return BackendState(backend, CircuitBreaker(self.breaker_config))
@@ -418,10 +420,12 @@ class BackendPool:
         state.in_flight += 1
         state.sequences_in_flight += sequences
         state.admitted_total += 1
+        self.calls_in_flight += 1
 
     def release(self, backend_id: str, sequences: int = 1) -> None:
         """One admitted call of ``sequences`` sequences left ``backend_id`` (a backend removed
         meanwhile is ignored; a draining one is dropped with its last call)."""
+        self.calls_in_flight -= 1
         state = self.states.get(backend_id)
         if state is None:
             return
