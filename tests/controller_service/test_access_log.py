@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import io
 import json
 import logging
 import re
@@ -17,6 +18,7 @@ import pytest
 from anyio.abc import ByteReceiveStream
 
 from agentrt.protocol import CallTags
+from agentrt_controller.service.http import access_log
 from agentrt_emulator.server import EmulatorConfig, serve_engine
 from agentrt_serving.logs import ACCESS_LOGGER, IsoFormatter, iso_time, server_log_config
 from tests.ops.processes import AGENTRT, free_port, reap
@@ -26,6 +28,7 @@ from .fake_openai import FakeState
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
+_CALLS = 12
 _ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 _FIELDS = ["time", "method", "path", "status", "latency_ms", "tenant", "session", "program",
            "model", "backend", "prompt_tokens", "completion_tokens"]  # fmt: skip
@@ -107,6 +110,34 @@ async def test_text_access_log_is_one_key_value_line_and_quotes_odd_values(
     assert fields["backend"] == backend_id and fields["completion_tokens"] == "5"
 
 
+async def test_lines_held_for_one_write_are_all_written_when_the_server_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The CLI's logging (one stream handler of the bare line): the lines are held for one
+    write; a controller that stops writes what it holds, though the write's timer is not due
+    (here an hour away)."""
+    monkeypatch.setattr(access_log, "FLUSH_AFTER_S", 3600.0)
+    logger = logging.getLogger(ACCESS_LOGGER)
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    monkeypatch.setattr(logger, "handlers", [handler])
+    monkeypatch.setattr(logger, "propagate", False)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    for http_path in ("direct", "asgi"):
+        stream.seek(0)
+        stream.truncate()
+        async with running(FakeState(), access_log="text", http_path=http_path) as svc:
+            for _ in range(_CALLS):
+                assert (await svc.chat()).status_code == 200
+            assert (await svc.http.get(svc.url + "/health")).status_code == 200
+            assert stream.getvalue() == ""  # held: the timer is an hour away
+        lines = stream.getvalue().splitlines()
+        chat = [line for line in lines if " POST /v1/chat/completions 200 " in line]
+        assert len(chat) == _CALLS, (http_path, lines)
+        assert any(" GET /health 200 " in line for line in lines)
+
+
 async def test_access_log_off_writes_nothing(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
     async with running(FakeState(), access_log="off") as svc:
@@ -149,9 +180,6 @@ def test_process_log_lines_start_with_their_iso_time() -> None:
     assert config["root"]["level"] == logging.INFO
     assert config["loggers"][ACCESS_LOGGER]["handlers"] == ["access"]
     assert server_log_config("error")["loggers"][ACCESS_LOGGER]["handlers"] == []
-
-
-_CALLS = 12
 
 
 async def test_the_served_process_times_every_stderr_line_and_logs_requests_on_stdout() -> None:

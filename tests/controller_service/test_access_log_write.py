@@ -14,7 +14,12 @@ from typing import Any, cast
 
 import pytest
 
-from agentrt_controller.service.http.access_log import FLUSH_AFTER_S, AccessFacts, AccessLog
+from agentrt_controller.service.http.access_log import (
+    FLUSH_AFTER_S,
+    FLUSH_CHARS,
+    AccessFacts,
+    AccessLog,
+)
 from agentrt_serving.logs import iso_time, server_log_config
 
 pytestmark = pytest.mark.timeout(30)
@@ -110,7 +115,12 @@ def test_a_custom_formatter_or_handler_class_gets_records(logger: logging.Logger
 class _CountingStream(io.StringIO):
     def __init__(self) -> None:
         super().__init__()
+        self.writes = 0
         self.flushes: list[str] = []  # what the stream held at each flush
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
 
     def flush(self) -> None:
         self.flushes.append(self.getvalue())
@@ -118,7 +128,7 @@ class _CountingStream(io.StringIO):
 
 
 @pytest.mark.anyio
-async def test_lines_of_several_loop_turns_leave_in_one_flush_at_most_flush_after_s_later(
+async def test_lines_of_several_loop_turns_leave_in_one_write_at_most_flush_after_s_later(
     logger: logging.Logger,
 ) -> None:
     _stream, handler = _plain(logger)
@@ -129,14 +139,45 @@ async def test_lines_of_several_loop_turns_leave_in_one_flush_at_most_flush_afte
     first_at = loop.time()
     for index in range(3):
         log.write("POST", f"/v1/completions/{index}", "t", 200, 1.0, AccessFacts())
-        await asyncio.sleep(0)  # another turn of the loop: no flush yet
-    assert stream.getvalue().count("\n") == 3 and stream.flushes == []
-    await asyncio.sleep(FLUSH_AFTER_S)  # the flush's timer, due earlier, fires first
+        await asyncio.sleep(0)  # another turn of the loop: still held
+    assert stream.getvalue() == "" and stream.writes == 0
+    await asyncio.sleep(FLUSH_AFTER_S)  # the write's timer, due earlier, fires first
     assert loop.time() - first_at >= FLUSH_AFTER_S
+    assert stream.getvalue().count("\n") == 3 and stream.writes == 1
     assert stream.flushes == [stream.getvalue()]
     log.write("GET", "/health", None, 200, 1.0, AccessFacts())
-    log.flush()  # the server's exit: at once, the scheduled flush does nothing more
-    assert len(stream.flushes) == 2 and stream.flushes[-1].count("\n") == 4
+    log.flush()  # the server's exit: at once, and the timer cancelled
+    assert stream.writes == 2 and stream.flushes[-1].count("\n") == 4
+    await asyncio.sleep(FLUSH_AFTER_S * 1.5)
+    assert stream.writes == 2  # nothing more was held
+
+
+@pytest.mark.anyio
+async def test_held_lines_past_flush_chars_are_written_at_once(logger: logging.Logger) -> None:
+    _stream, handler = _plain(logger)
+    stream = _CountingStream()
+    handler.setStream(stream)
+    log = _log(logger, "text")
+    line = log._line("POST", "/v1/chat/completions", "t", 200, 1.0, _FACTS)
+    lines = FLUSH_CHARS // len(line) + 1
+    for _ in range(lines):
+        log.write("POST", "/v1/chat/completions", "t", 200, 1.0, _FACTS)
+    assert stream.writes == 1 and stream.getvalue() == (line + "\n") * lines
+    log.flush()
+    assert stream.writes == 1  # nothing held
+
+
+@pytest.mark.anyio
+async def test_held_lines_go_before_a_line_that_takes_logging_s_way(
+    logger: logging.Logger,
+) -> None:
+    stream, handler = _plain(logger)
+    log = _log(logger, "text")
+    log.write("GET", "/first", None, 200, 1.0, AccessFacts())
+    assert stream.getvalue() == ""
+    handler.addFilter(lambda record: True)  # now through logging, at once
+    log.write("GET", "/second", None, 200, 1.0, AccessFacts())
+    assert [line.split()[2] for line in stream.getvalue().splitlines()] == ["/first", "/second"]
 
 
 def test_a_line_written_outside_an_event_loop_is_flushed_at_once(logger: logging.Logger) -> None:

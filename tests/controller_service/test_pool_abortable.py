@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from agentrt_controller.backends.fake import FakeBackend, FakeResponse
-from agentrt_controller.service.core.pool import BackendPool
+from agentrt_controller.service.core.pool import Abortable, BackendPool
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -80,3 +80,26 @@ async def test_a_block_left_normally_is_no_longer_aborted_by_its_backend() -> No
     pool.mark_down("b0", "probe failed")
     assert not block.aborted
     await asyncio.sleep(0)  # nothing was cancelled
+
+
+async def test_a_block_finds_its_task_with_the_pool_s_loop_cached_or_another_loop() -> None:
+    pool = await _healthy_pool()
+    other = asyncio.new_event_loop()  # a loop the pool once ran on, not this one
+    try:
+        for cached in (asyncio.get_running_loop(), other):
+            pool._loop = cached
+            block = pool.abortable("b0")
+
+            async def call(block: Abortable = block) -> None:
+                with block:
+                    await asyncio.sleep(30)
+
+            task = asyncio.get_running_loop().create_task(call())
+            await asyncio.sleep(0)
+            assert block._task is task  # the abort cancels the block's own task
+            pool.mark_down("b0", "probe failed")
+            await task
+            assert block.cancelled_caught
+            pool.states["b0"] = pool._new_state(pool.states["b0"].backend)  # up again
+    finally:
+        other.close()

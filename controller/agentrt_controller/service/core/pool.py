@@ -162,10 +162,27 @@ class Abortable:
     tells its own cancellation from the others. :meth:`abort` comes from other tasks (a probe
     loop, another call's outcome): the pool never aborts a call from the call's own task."""
 
-    __slots__ = ("_cancelled", "_cancelling", "_state", "_task", "aborted", "cancelled_caught")
+    __slots__ = (
+        "_cancelled",
+        "_cancelling",
+        "_loop",
+        "_state",
+        "_task",
+        "aborted",
+        "cancelled_caught",
+    )
 
-    def __init__(self, state: BackendState | None, *, aborted: bool) -> None:
+    def __init__(
+        self,
+        state: BackendState | None,
+        *,
+        aborted: bool,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         self._state = state
+        #: The pool's event loop (None: looked up): asyncio.current_task(loop) without a lookup
+        #: of the running loop, which in Python 3.11 asks the kernel for the pid each time.
+        self._loop = loop
         self._task: asyncio.Task[Any] | None = None
         #: The task's cancellation requests when the block began; :meth:`abort` sent one.
         self._cancelling = 0
@@ -177,7 +194,9 @@ class Abortable:
         self.cancelled_caught = False
 
     def __enter__(self) -> Abortable:
-        task = asyncio.current_task()
+        task = asyncio.current_task(self._loop)
+        if task is None and self._loop is not None:  # another loop than the pool's
+            task = asyncio.current_task()
         if task is None:
             raise RuntimeError("an abortable block runs in an asyncio task")
         self._task = task
@@ -242,6 +261,8 @@ class BackendPool:
                 raise ConfigError(f"duplicate backend id {backend.backend_id!r}")
             self.states[backend.backend_id] = self._new_state(backend)
         self._group: TaskGroup | None = None
+        #: The event loop :meth:`run` runs on (its blocks' task lookups: :class:`Abortable`).
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: Calls acquired and not yet released, over every backend (a removed one's too).
         self.calls_in_flight = 0
 
@@ -253,6 +274,7 @@ class BackendPool:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Probe every backend once, report started, then keep probing each one every
         ``interval_s`` until cancelled. Backends added later get a loop of their own."""
+        self._loop = asyncio.get_running_loop()
         async with anyio.create_task_group() as group:
             self._group = group
             await self.refresh()
@@ -368,7 +390,7 @@ class BackendPool:
         before it sends) when the backend is already out of routing for a failure."""
         state = self.states.get(backend_id)
         out = state is not None and not state.healthy and not state.draining
-        return Abortable(state, aborted=out)
+        return Abortable(state, aborted=out, loop=self._loop)
 
     # --- facts from calls --------------------------------------------------------------------
 

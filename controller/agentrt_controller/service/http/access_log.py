@@ -24,9 +24,10 @@ the latency, the endpoints what the core decided: they fill the request's :class
 (in ``scope["state"]``, :func:`access_facts`) and this middleware writes the line, at INFO on
 the ``agentrt.access`` logger (the CLI sends it to standard output; ``agentrt_serving.logs``).
 When that logger's configuration comes down to writing the line to a stream (the CLI's), the
-line is written to the stream directly and the stream flushed at most :data:`FLUSH_AFTER_S`
-later (:meth:`AccessLog.write`; sooner when the stream's own buffer fills, and at the server's
-exit: :meth:`AccessLog.flush`); any other configuration gets a log record as usual.
+line is held and written to the stream directly with the lines that follow, in one write and
+one flush at most :data:`FLUSH_AFTER_S` later (:meth:`AccessLog.write`; at once past
+:data:`FLUSH_CHARS` held, and at the server's exit: :meth:`AccessLog.flush`); any other
+configuration gets a log record per line as usual.
 ``--access-log off`` leaves the middleware out altogether.
 """
 
@@ -51,11 +52,11 @@ from agentrt_serving.uvicorn_server import GuardedApp
 __all__ = [
     "ACCESS_STATE",
     "FLUSH_AFTER_S",
+    "FLUSH_CHARS",
     "AccessFacts",
     "AccessLog",
     "AccessLogFormat",
     "access_facts",
-    "flush_access_log",
 ]
 
 #: ``off``: no access log; ``text``: ``key=value`` lines; ``json``: one JSON object per line.
@@ -63,9 +64,10 @@ AccessLogFormat = Literal["off", "text", "json"]
 #: The key of a request's :class:`AccessFacts` in ``scope["state"]``.
 ACCESS_STATE = "agentrt.access"
 _MAX_PATH = 256
-#: The longest a line written straight to its stream waits for the stream's flush (seconds):
-#: a flush is a system call, one per call when the loop's turns end one call each.
+#: The longest a line written straight to its stream is held for one write with the next ones
+#: (seconds); and held lines of this many characters are written at once.
 FLUSH_AFTER_S = 0.05
+FLUSH_CHARS = 16_384
 
 
 @dataclass(slots=True)
@@ -111,8 +113,12 @@ class AccessLog:
         #: The handler and formatter last found to write the message alone (_plain_handler).
         self._checked_handler: logging.Handler | None = None
         self._checked_form: logging.Formatter | None = None
-        #: A flush of the stream is scheduled (at most FLUSH_AFTER_S after its first line).
-        self._flush_pending = False
+        #: Lines held for one write (:meth:`write`), the handler they go to, their length.
+        self._pending: list[str] = []
+        self._pending_handler: logging.StreamHandler[Any] | None = None
+        self._pending_chars = 0
+        #: The write of the held lines, at most FLUSH_AFTER_S after the first of them.
+        self._flush_timer: asyncio.TimerHandle | None = None
         #: The wall-clock second of the last line and its ISO 8601 text (_moment).
         self._second: int | None = None
         self._second_text = ""
@@ -158,42 +164,59 @@ class AccessLog:
         line = self._line(method, path, tenant, status, latency_ms, facts)
         handler = self._plain_handler()
         if handler is None:
+            if self._pending:
+                self._flush()  # the lines before it first, to their handler
             self.logger.handle(self._record(line))
             return
         # What the handler's emit writes for the line's record, without the record, the
-        # filters and the formatting (the line is the whole message) ...
+        # filters and the formatting (the line is the whole message), held here and written
+        # with the lines that follow within FLUSH_AFTER_S in one write and one flush: a
+        # stream without a buffer of its own (PYTHONUNBUFFERED, usual in containers) would
+        # otherwise make each line a system call, a third of a call's writes.
+        if handler is not self._pending_handler:
+            if self._pending:
+                self._flush()
+            self._pending_handler = handler
+        pending = self._pending
+        pending.append(line)
+        self._pending_chars += len(line)
+        if self._pending_chars >= FLUSH_CHARS:
+            self._flush()
+        elif self._flush_timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop (a direct use): write now
+                self._flush()
+                return
+            self._flush_timer = loop.call_later(FLUSH_AFTER_S, self._flush_due)
+
+    def _flush_due(self) -> None:
+        self._flush_timer = None
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write the held lines to their handler's stream and flush it (errors go to the
+        handler's ``handleError``, as its ``emit`` does)."""
+        lines, self._pending = self._pending, []
+        self._pending_chars = 0
+        handler = self._pending_handler
+        if not lines or handler is None:
+            return
+        terminator = handler.terminator
         try:
             with handler.lock:  # type: ignore[union-attr]  # a StreamHandler has its lock
-                handler.stream.write(line + handler.terminator)
-        except Exception:  # as emit does: the handler reports it (logging.raiseExceptions)
-            handler.handleError(self._record(line))
-            return
-        # ... and the stream flushed at most FLUSH_AFTER_S later, not once per line or per
-        # turn of the loop: the lines of that time leave in one write (a system call per call
-        # saved at low concurrency, where a turn ends one call), and sooner when the stream's
-        # own buffer fills (a TextIOWrapper's: ~8 KiB).
-        if self._flush_pending:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (a direct use): flush now
-            self._flush(handler, line)
-            return
-        self._flush_pending = True
-        loop.call_later(FLUSH_AFTER_S, self._flush, handler, line)
-
-    def _flush(self, handler: logging.StreamHandler[Any], line: str) -> None:
-        self._flush_pending = False
-        try:
+                handler.stream.write(terminator.join(lines) + terminator)
             handler.flush()
-        except Exception:
-            handler.handleError(self._record(line))
+        except Exception:  # as emit does: the handler reports it (logging.raiseExceptions)
+            handler.handleError(self._record(lines[-1]))
 
     def flush(self) -> None:
-        """Flush the lines written straight to the stream now (the server's exit; a flush
-        still scheduled then does nothing more)."""
-        self._flush_pending = False
-        flush_access_log(self.logger)
+        """Write the held lines now (the server's exit: the loop and its timer are gone, or
+        going)."""
+        timer, self._flush_timer = self._flush_timer, None
+        if timer is not None:
+            timer.cancel()
+        self._flush()
 
     def _plain_handler(self) -> logging.StreamHandler[Any] | None:
         """The logger's one handler when what ``logger.handle`` does with a line comes down to
@@ -300,13 +323,6 @@ class AccessLog:
             if value is not None:
                 line += f" {key}={_text(value)}"
         return line
-
-
-def flush_access_log(logger: logging.Logger | None = None) -> None:
-    """Flush the handlers of the access log's logger (``agentrt.access`` unless given); a
-    handler that fails reports it as ``logging`` does."""
-    for handler in (logger or logging.getLogger(ACCESS_LOGGER)).handlers:
-        handler.flush()
 
 
 def _writes_message_alone(handler: logging.Handler) -> bool:

@@ -175,6 +175,8 @@ class CompletionsEndpoint:
         self.metrics = metrics
         self.limits = limits
         self._ids = itertools.count(1)
+        #: The event loop of the last direct call (its task's lookup without the loop's).
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._status = metrics.requests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -249,7 +251,12 @@ class CompletionsEndpoint:
             return
         parsed, pending = accepted
         exchange = _Exchange(access=access)
-        task = asyncio.current_task()
+        # The loop cached: asyncio.current_task() looks the running loop up, which in Python
+        # 3.11 asks the kernel for the pid each time.
+        task = asyncio.current_task(self._loop)
+        if task is None:  # the first call, or another loop than the cached one
+            self._loop = asyncio.get_running_loop()
+            task = asyncio.current_task(self._loop)
         assert task is not None
         left = False
 

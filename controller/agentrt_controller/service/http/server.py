@@ -36,7 +36,7 @@ from agentrt_controller.backends.api import Backend
 from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.errors import error_body
-from agentrt_controller.service.http.access_log import AccessLog, flush_access_log
+from agentrt_controller.service.http.access_log import AccessLog
 from agentrt_controller.service.http.app import ControllerApp
 from agentrt_controller.service.http.direct import direct_routes
 from agentrt_controller.service.telemetry.otel import ControllerTelemetry
@@ -221,6 +221,16 @@ def served(app: ControllerApp) -> GuardedApp:
     return WithDirectRoutes(outer, direct_routes(app, guarded, gate.answer(), log))
 
 
+def _flush_access_log(server: uvicorn.Server) -> None:
+    """Write the access log's held lines (up to FLUSH_AFTER_S of them, whose timer went with
+    the loop: a server stopped, or its loop crashed)."""
+    served_app = server.config.app
+    if isinstance(served_app, WithDirectRoutes):
+        served_app = served_app.app
+    if isinstance(served_app, AccessLog):
+        served_app.flush()
+
+
 def _uvicorn_config(
     app: ControllerApp, port: int, graceful_shutdown_s: float, *, process: bool = False
 ) -> uvicorn.Config:
@@ -279,8 +289,7 @@ async def serve_controller(
             host = f"[{config.host}]" if ":" in config.host else config.host
             yield f"http://{host}:{port}"
     finally:
-        if config.access_log != "off":
-            flush_access_log()  # its lines wait up to FLUSH_AFTER_S for a flush
+        _flush_access_log(server)
 
 
 def run_controller(
@@ -314,6 +323,7 @@ def _run(
         metrics_push=telemetry.metrics if telemetry is not None else None,
     )
     sock = _bound_socket(config)
+    server: _DrainingServer | None = None
     try:
         server = _DrainingServer(
             _uvicorn_config(app, sock.getsockname()[1], config.shutdown_grace_s, process=True),
@@ -323,7 +333,5 @@ def _run(
         server.run(sockets=[sock])
     finally:
         sock.close()
-        # The access log's last lines wait up to FLUSH_AFTER_S for a flush whose timer went
-        # with the loop (a loop that stopped or crashed): written here, not left to logging's
-        # flush at the interpreter's exit.
-        flush_access_log()
+        if server is not None:
+            _flush_access_log(server)
