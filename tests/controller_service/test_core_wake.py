@@ -66,13 +66,13 @@ async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
     async with _core() as core:
         first = _pending(core, "first")
         core.calls.submit(first)  # an idle controller: decided at once, the loop not woken
-        assert not core._wake_event.is_set()
+        assert not core._woken
         assert first.admission is not None and first.waiter is None  # decided before asked
         assert await core.calls.admitted(first) is first.admission
 
         second = _pending(core, "second")  # the window (one call) is full: it is queued
         core.calls.submit(second)
-        assert core._wake_event.is_set()  # a call in flight: the loop decides
+        assert core._woken  # a call in flight: the loop decides
         await _settle()
         assert second.admission is None and core.calls.queued() == 1
 
@@ -84,11 +84,11 @@ async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
             await _settle()
             assert second.waiter is not None and not second.waiter.done()
             core.calls.finish(first.admission.call, "b0", 0.1, ok=True)
-            assert core._wake_event.is_set()  # a call is queued: the finish wakes the loop
+            assert core._woken  # a call is queued: the finish wakes the loop
         assert second.admission is not None and core.calls.queued() == 0
 
         core.calls.finish(second.admission.call, "b0", 0.1, ok=True)
-        assert not core._wake_event.is_set()  # nothing queued: no round to run
+        assert not core._woken  # nothing queued: no round to run
 
 
 async def test_an_arrival_while_a_call_is_in_flight_is_decided_by_the_loop_s_round() -> None:
@@ -99,7 +99,7 @@ async def test_an_arrival_while_a_call_is_in_flight_is_decided_by_the_loop_s_rou
         second, third = _pending(core, "second"), _pending(core, "third")
         core.calls.submit(second)
         core.calls.submit(third)
-        assert core._wake_event.is_set() and core.calls.queued() == 2
+        assert core._woken and core.calls.queued() == 2
         assert second.admission is None and third.admission is None  # not before the round
         await _settle()  # one round of the loop admits both
         assert second.admission is not None and third.admission is not None
@@ -110,5 +110,5 @@ async def test_an_arrival_while_a_call_is_in_flight_is_decided_by_the_loop_s_rou
         assert core.pool.calls_in_flight == 0
         fourth = _pending(core, "fourth")  # idle again: decided at once
         core.calls.submit(fourth)
-        assert fourth.admission is not None and not core._wake_event.is_set()
+        assert fourth.admission is not None and not core._woken
         core.calls.finish(fourth.admission.call, "b0", 0.1, ok=True)

@@ -87,7 +87,7 @@ async def test_a_block_finds_its_task_with_the_pool_s_loop_cached_or_another_loo
     other = asyncio.new_event_loop()  # a loop the pool once ran on, not this one
     try:
         for cached in (asyncio.get_running_loop(), other):
-            pool._loop = cached
+            pool.loop = cached
             block = pool.abortable("b0")
 
             async def call(block: Abortable = block) -> None:

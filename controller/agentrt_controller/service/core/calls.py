@@ -258,7 +258,8 @@ class CallQueue:
         cancelled (client gone, deadline), the call leaves the queues — or, if it was just
         admitted, its slot is released."""
         if not pending.decided():
-            pending.waiter = waiter = asyncio.get_running_loop().create_future()
+            loop = self.pool.loop or asyncio.get_running_loop()  # the core's, cached
+            pending.waiter = waiter = loop.create_future()
             try:
                 await waiter
             except BaseException:

@@ -45,6 +45,7 @@ need (Autellix, arXiv 2502.13965: the program-level process table; Continuum, ar
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -193,7 +194,11 @@ class ControllerCore:
         if self.kv_events is not None:
             self.kv_events.register_metrics(self.metrics.registry)
         self.sessions = SessionRegistry()
-        self._wake_event = anyio.Event()
+        #: A dispatch round is due (:meth:`wake`), and the future the dispatch loop waits on
+        #: while none is: a bare future on the core's loop, not an ``anyio.Event`` made per
+        #: round (an async-library lookup and several frames each).
+        self._woken = False
+        self._wake_waiter: asyncio.Future[None] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -219,12 +224,21 @@ class ControllerCore:
 
     def wake(self) -> None:
         """Something changed (arrival, finish, scrape, event): run the dispatcher soon."""
-        self._wake_event.set()
+        self._woken = True
+        waiter = self._wake_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def _dispatch_loop(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            await self._wake_event.wait()
-            self._wake_event = anyio.Event()
+            if not self._woken:
+                self._wake_waiter = loop.create_future()
+                try:
+                    await self._wake_waiter
+                finally:
+                    self._wake_waiter = None
+            self._woken = False
             try:
                 self.calls.dispatch()
             except Exception:  # a policy bug must not stop the service: log it, go on

@@ -261,8 +261,10 @@ class BackendPool:
                 raise ConfigError(f"duplicate backend id {backend.backend_id!r}")
             self.states[backend.backend_id] = self._new_state(backend)
         self._group: TaskGroup | None = None
-        #: The event loop :meth:`run` runs on (its blocks' task lookups: :class:`Abortable`).
-        self._loop: asyncio.AbstractEventLoop | None = None
+        #: The event loop :meth:`run` runs on, the core's (``None`` before): its calls' task
+        #: and future lookups without asking for the running loop, which in Python 3.11 asks
+        #: the kernel for the pid each time.
+        self.loop: asyncio.AbstractEventLoop | None = None
         #: Calls acquired and not yet released, over every backend (a removed one's too).
         self.calls_in_flight = 0
 
@@ -274,7 +276,7 @@ class BackendPool:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Probe every backend once, report started, then keep probing each one every
         ``interval_s`` until cancelled. Backends added later get a loop of their own."""
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         async with anyio.create_task_group() as group:
             self._group = group
             await self.refresh()
@@ -390,7 +392,7 @@ class BackendPool:
         before it sends) when the backend is already out of routing for a failure."""
         state = self.states.get(backend_id)
         out = state is not None and not state.healthy and not state.draining
-        return Abortable(state, aborted=out, loop=self._loop)
+        return Abortable(state, aborted=out, loop=self.loop)
 
     # --- facts from calls --------------------------------------------------------------------
 

@@ -253,10 +253,11 @@ class CompletionsEndpoint:
         exchange = _Exchange(access=access)
         # The loop cached: asyncio.current_task() looks the running loop up, which in Python
         # 3.11 asks the kernel for the pid each time.
-        task = asyncio.current_task(self._loop)
+        loop = self._loop
+        task = None if loop is None else asyncio.current_task(loop)
         if task is None:  # the first call, or another loop than the cached one
-            self._loop = asyncio.get_running_loop()
-            task = asyncio.current_task(self._loop)
+            self._loop = loop = asyncio.get_running_loop()
+            task = asyncio.current_task(loop)
         assert task is not None
         left = False
 
