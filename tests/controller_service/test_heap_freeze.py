@@ -1,7 +1,8 @@
 """The controller and the garbage collector (docs/benchmarks.md, "Where the CPU goes
 (sampled)"): the CLI's server freezes its start-up heap once it serves, so that full
-collections no longer walk the start-up's objects (an embedded controller leaves its host's
-collector alone); a fast-path call leaves no reference cycle behind for the collector."""
+collections no longer walk the start-up's objects, and raises the young generation's
+threshold (an embedded controller leaves its host's collector alone); a fast-path call leaves
+no reference cycle behind for the collector."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from uvicorn.protocols.http.flow_control import FlowControl
 
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
-from agentrt_controller.service.http.server import freeze_startup_heap
+from agentrt_controller.service.http.server import YOUNG_GC_THRESHOLD, freeze_startup_heap
 from agentrt_serving.direct import DirectExchange
 
 from .conftest import fake_backends
@@ -33,6 +34,7 @@ class _Node:
 
 def test_freezing_collects_the_start_ups_garbage_then_freezes_what_is_left() -> None:
     before = gc.get_freeze_count()
+    thresholds = gc.get_threshold()
     first, second = _Node(), _Node()
     first.other, second.other = second, first  # a cycle only the collector frees
     dead = weakref.ref(first)
@@ -43,8 +45,10 @@ def test_freezing_collects_the_start_ups_garbage_then_freezes_what_is_left() -> 
         assert dead() is None
         assert gc.get_freeze_count() > before
         assert kept.other is None
+        assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, *thresholds[1:])
     finally:
         gc.unfreeze()
+        gc.set_threshold(*thresholds)
 
 
 # The real server in its own process: the banner is printed once the server serves, after
@@ -57,7 +61,7 @@ from agentrt_controller.service.http.server import run_controller
 
 def banner(port):
     os.kill(os.getpid(), signal.SIGINT)
-    return f"frozen={gc.get_freeze_count()}"
+    return f"frozen={gc.get_freeze_count()} young={gc.get_threshold()[0]}"
 
 config = ControllerConfig(port=0, backends=(BackendSpec("http://127.0.0.1:9"),))
 run_controller(config, banner)
@@ -70,17 +74,20 @@ def test_the_cli_server_freezes_its_heap_once_it_serves() -> None:
     )
     assert done.returncode == 0, done.stderr
     (line,) = [ln for ln in done.stderr.splitlines() if "frozen=" in ln]
-    assert int(line.rsplit("frozen=", 1)[1]) > 10_000  # modules, code, the app
+    frozen, young = line.rsplit("frozen=", 1)[1].split(" young=")
+    assert int(frozen) > 10_000  # modules, code, the app
+    assert int(young) == YOUNG_GC_THRESHOLD
 
 
 @pytest.mark.anyio
 async def test_an_embedded_controller_leaves_its_hosts_collector_alone() -> None:
     before = gc.get_freeze_count()
+    thresholds = gc.get_threshold()
     async with fake_backends(FakeState()) as urls:
         config = ControllerConfig(port=0, backends=(BackendSpec(urls[0]),))
         async with serve_controller(config) as url, httpx.AsyncClient() as http:
             assert (await http.get(url + "/health")).status_code == 200
-    assert gc.get_freeze_count() == before
+    assert gc.get_freeze_count() == before and gc.get_threshold() == thresholds
 
 
 def test_a_fast_path_exchange_is_in_no_reference_cycle() -> None:
