@@ -335,14 +335,17 @@ async def stack(policy: str, window: str) -> AsyncIterator[tuple[int, int, int]]
             yield backend_port, controller_port, controller.pid
 
 
-#: Requests of the two runs of ``--count-calls`` (16 connections each).
+#: Requests of the two runs of ``--count-calls`` (``--count-connections`` connections each).
 COUNT_RUNS = (1600, 4000)
-_COUNT_CONNECTIONS = 16
+COUNT_CONNECTIONS = 16
 
 
-async def _profiled_run(policy: str, window: str, requests: int, out: str) -> None:
-    """``requests`` calls (``_COUNT_CONNECTIONS`` connections) to a controller running under
-    cProfile, which writes ``out`` when the controller exits (SIGINT: it drains and exits)."""
+async def _profiled_run(
+    policy: str, window: str, requests: int, out: str, connections: int = COUNT_CONNECTIONS
+) -> None:
+    """``requests`` calls (over ``connections`` connections, each sending its next call when
+    its last one is answered) to a controller running under cProfile, which writes ``out``
+    when the controller exits (SIGINT: it drains and exits)."""
     backend_port, controller_port = free_port(), free_port()
     python = sys.executable
     with _process([python, __file__, "--serve-backend", str(backend_port)]):
@@ -360,17 +363,20 @@ async def _profiled_run(policy: str, window: str, requests: int, out: str) -> No
                     for _ in range(calls):
                         await conn.call()
 
-            share, rest = divmod(requests, _COUNT_CONNECTIONS)
-            await asyncio.gather(*(worker(share + (i < rest)) for i in range(_COUNT_CONNECTIONS)))
+            share, rest = divmod(requests, connections)
+            await asyncio.gather(*(worker(share + (i < rest)) for i in range(connections)))
 
 
-async def count_calls(policy: str, window: str) -> dict[str, float]:
-    """Python calls per request by layer (:mod:`benchmarks._call_counts`)."""
+async def count_calls(
+    policy: str, window: str, connections: int = COUNT_CONNECTIONS
+) -> dict[str, float]:
+    """Python calls per request by layer (:mod:`benchmarks._call_counts`), the load sent over
+    ``connections`` connections (1: sequential calls)."""
     small, large = COUNT_RUNS
     with tempfile.TemporaryDirectory() as folder:
         outs = [str(Path(folder) / f"{n}.prof") for n in COUNT_RUNS]
         for requests, out in zip(COUNT_RUNS, outs, strict=True):
-            await _profiled_run(policy, window, requests, out)
+            await _profiled_run(policy, window, requests, out, connections)
         counts = [_call_counts.calls_by_layer(out) for out in outs]
     return _call_counts.per_request(counts[0], counts[1], small, large)
 
@@ -594,6 +600,11 @@ def main() -> int:
         f"controller run twice under cProfile ({COUNT_RUNS[0]:,} and {COUNT_RUNS[1]:,} calls, "
         "the first of --policies)",
     )  # fmt: skip
+    parser.add_argument(
+        "--count-connections", type=int, default=COUNT_CONNECTIONS,
+        help="connections of --count-calls' load (1: sequential calls, where a call finds the "
+        f"controller idle; default {COUNT_CONNECTIONS})",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print only the JSON result")
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--serve-backend", type=int, help=argparse.SUPPRESS)
@@ -602,8 +613,10 @@ def main() -> int:
         serve_backend(args.serve_backend)
         return 0
     if args.count_calls:
+        if args.count_connections < 1:
+            parser.error("--count-connections must be at least 1")
         policy = args.policies.split(",")[0]
-        per_request = asyncio.run(count_calls(policy, args.window))
+        per_request = asyncio.run(count_calls(policy, args.window, args.count_connections))
         print(json.dumps(per_request, indent=2) if args.json
               else _call_counts.markdown({policy: per_request}))  # fmt: skip
         return 0

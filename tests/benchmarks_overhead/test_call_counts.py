@@ -4,6 +4,8 @@ cProfile runs, the table."""
 from __future__ import annotations
 
 import cProfile
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,12 @@ def test_bad_inputs_are_refused_with_a_reason(tmp_path: Path) -> None:
         counts.per_request({}, {}, 10, 10)
     with pytest.raises(FileNotFoundError, match="no profile"):
         counts.calls_by_layer(str(tmp_path / "missing.prof"))
+
+
+def test_count_connections_below_one_is_refused_by_name() -> None:
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "controller_overhead.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--count-calls", "--count-connections", "0"],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "--count-connections must be at least 1" in done.stderr
