@@ -112,3 +112,24 @@ async def test_an_arrival_while_a_call_is_in_flight_is_decided_by_the_loop_s_rou
         core.calls.submit(fourth)
         assert fourth.admission is not None and not core._woken
         core.calls.finish(fourth.admission.call, "b0", 0.1, ok=True)
+
+
+async def test_a_failing_round_at_arrival_leaves_the_call_queued_for_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with _core() as core:
+        real_admit = core.dispatcher.admit
+        failures = [RuntimeError("policy bug")]
+
+        def flaky_admit(now_s: float, views: object) -> object:
+            if failures:
+                raise failures.pop()
+            return real_admit(now_s, views)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(core.dispatcher, "admit", flaky_admit)
+        first = _pending(core, "first")
+        core.calls.submit(first)  # the round at arrival fails: logged, the loop woken
+        assert first.admission is None and core.calls.queued() == 1 and core._woken
+        admission = await core.calls.admitted(first)  # the loop's round admits it
+        assert admission.backend_id == "b0" and core.calls.queued() == 0
+        core.calls.finish(admission.call, "b0", 0.1, ok=True)

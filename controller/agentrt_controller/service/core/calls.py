@@ -26,6 +26,7 @@ at most :meth:`CallQueue.sequence_cap`, checked by :meth:`CallQueue.check_sequen
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,8 @@ from agentrt_controller.service.errors import (
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 
 __all__ = ["DEFAULT_SEQUENCE_CAP", "CallQueue", "Forwarded", "PendingCall"]
+
+_log = logging.getLogger("agentrt.controller")
 
 #: The sequence cap per call when neither ``max_sequences_per_call`` nor a backend's reported
 #: batch size says (vLLM's default ``--max-num-seqs``).
@@ -247,7 +250,11 @@ class CallQueue:
         if len(queued) == 1 and not self.pool.calls_in_flight and call.deadline_s > now:
             # :meth:`dispatch`'s round for this one call: its model has a healthy backend
             # (checked above) and no other call waits whose deadline or model it would check.
-            self._carry_out(self.dispatcher.admit(now, self.pool.views()), now)
+            try:
+                self._carry_out(self.dispatcher.admit(now, self.pool.views()), now)
+            except Exception:  # as in the dispatch loop: a policy bug must not fail the call
+                self.metrics.internal_errors.inc()
+                _log.exception("dispatch round failed")
             if pending.admission is not None:
                 return
         self._wake()
