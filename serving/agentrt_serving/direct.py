@@ -39,7 +39,7 @@ from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
 
 from agentrt_serving.hardening import BadInput
 
-__all__ = ["DirectExchange", "DirectHandler", "DirectRoutes"]
+__all__ = ["BodyParts", "DirectExchange", "DirectHandler", "DirectRoutes"]
 
 _log = logging.getLogger("uvicorn.error")
 
@@ -48,6 +48,9 @@ DirectHandler = Callable[["DirectExchange"], Awaitable[None]]
 #: Direct routes by (method, raw path), e.g. ``(b"POST", b"/v1/chat/completions")``.
 DirectRoutes = Mapping[tuple[bytes, bytes], DirectHandler]
 
+#: Reads shorter than this are gathered in one buffer when they follow a short one
+#: (:class:`BodyParts`).
+_RUN = 4096
 _CHUNK_END = b"\r\n"
 _LAST_CHUNK = b"0\r\n\r\n"
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
@@ -56,6 +59,42 @@ _INTERNAL_ERROR = (
     b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 21\r\nconnection: close\r\n\r\nInternal Server Error"
 )
+
+
+class BodyParts:
+    """A request body as its reads arrive, in the place of a cycle's ``bytearray``: uvicorn's
+    protocol does ``body += data`` and compares ``len(body)`` with its high-water mark. The
+    reads' ``bytes`` are kept as they are, in a list (no copy per read, no growing buffer),
+    so the whole body is one join — none when one read holds it. Reads shorter than
+    :data:`_RUN` bytes that follow a short one are gathered in one ``bytearray`` (a client
+    sending its body a few bytes per read holds one buffer, not an object per read: the
+    list stays under two entries per ``_RUN`` bytes). Its length is the bytes
+    :meth:`DirectExchange.read_body` has not yet taken."""
+
+    __slots__ = ("held", "parts")
+
+    def __init__(self) -> None:
+        #: The reads, in order.
+        self.parts: list[bytes | bytearray] = []
+        #: Bytes received and not yet taken by the reader.
+        self.held = 0
+
+    def __iadd__(self, data: bytes) -> BodyParts:
+        self.held += len(data)
+        parts = self.parts
+        if parts and len(data) < _RUN:
+            last = parts[-1]
+            if type(last) is bytearray:
+                last += data
+                return self
+            if len(last) < _RUN:
+                parts[-1] = bytearray(last) + data
+                return self
+        parts.append(data)
+        return self
+
+    def __len__(self) -> int:
+        return self.held
 
 
 class DirectExchange:
@@ -118,7 +157,9 @@ class DirectExchange:
         #: Called once when the client leaves before the answer is complete (None: nobody
         #: listens).
         self.on_disconnect: Callable[[], None] | None = None
-        self.body = bytearray()
+        #: The body's reads as the protocol hands them over (``body += data``; its length,
+        #: what the protocol compares with its high-water mark, is what is not taken yet).
+        self.body = BodyParts()
         self.more_body = True
         self.disconnected = False
         self.response_started = False
@@ -183,17 +224,17 @@ class DirectExchange:
             if self.waiting_for_100_continue and not self.transport.is_closing():
                 self.transport.write(_CONTINUE)
             self.waiting_for_100_continue = False
-        # What arrived is taken out of ``body`` at each wake, so that the protocol's buffer
-        # stays under its high-water mark (past it, each read pauses the socket's reading).
-        parts: list[bytearray] = []
+        # What arrived is taken (counted) out of ``body`` at each wake, so that the protocol's
+        # count stays under its high-water mark (past it, each read pauses the socket's
+        # reading); the reads themselves stay in ``body.parts``, joined once at the end.
+        body = self.body
         size = 0
         timer: asyncio.TimerHandle | None = None
         try:
             while True:
-                if self.body:
-                    part, self.body = self.body, bytearray()
-                    parts.append(part)
-                    size += len(part)
+                if body.held:
+                    size += body.held
+                    body.held = 0
                     if size > limit:
                         raise BadInput(413, f"request body over {limit} bytes")
                 if not self.more_body or self.disconnected:
@@ -210,9 +251,13 @@ class DirectExchange:
             if timer is not None:
                 timer.cancel()
             self._waiter = None
+            parts, body.parts = body.parts, []
         if self.disconnected:
             return None
-        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        if len(parts) == 1:  # one read held the whole body: as it is (no copy)
+            first = parts[0]
+            return first if isinstance(first, bytes) else bytes(first)
+        return b"".join(parts)
 
     def _body_late(self) -> None:
         self._late = True

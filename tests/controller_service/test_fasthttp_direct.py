@@ -288,3 +288,38 @@ async def test_what_a_relay_raises_the_reader_raises() -> None:
         with pytest.raises(RuntimeError, match="cannot take b'b'"):
             await anext(chunks)
         await answer.aclose()
+
+
+@pytest.mark.parametrize("sizes", [(10, 16_383, 16_384, 600_000, 20, 300_000)])
+async def test_long_bodies_written_after_their_head_arrive_whole_on_one_connection(
+    sizes: tuple[int, ...],
+) -> None:
+    # Bodies from 16 KB on go out apart from their head (no copy); either way the server
+    # reads one request after the other on the kept-alive connection.
+    async with serving(keep_alive_echo) as (url, server), backend(url) as b:
+        for size in sizes:
+            raw = b'{"model":"m","messages":[],"x":"' + b"a" * size + b'"}'
+            call = BackendRequest(
+                path="/v1/chat/completions", raw_body=raw, body={}, stream=False, headers={}
+            )
+            answer = await b.send(call)
+            assert await answer.aread() == b"echo:" + raw
+    assert server.connections == 1 and server.requests == len(sizes)
+
+
+async def test_a_long_body_is_sent_again_whole_on_a_fresh_connection() -> None:
+    async def once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   server: Server) -> None:  # fmt: skip
+        body = await read_request(reader, server)
+        writer.write(response(b"echo:" + body))  # kept alive by its head, then closed
+        await writer.drain()
+        writer.close()
+
+    raw = b'{"model":"m","messages":[],"x":"' + b"b" * 400_000 + b'"}'
+    call = BackendRequest(path="/v1/chat/completions", raw_body=raw, body={}, stream=False,
+                          headers={})  # fmt: skip
+    async with serving(once) as (url, server), backend(url) as b:
+        for _ in range(3):
+            answer = await b.send(call)
+            assert await answer.aread() == b"echo:" + raw
+    assert server.requests == 3

@@ -173,11 +173,14 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def start(self, data: bytes) -> None:
+    def start(self, data: bytes, body: bytes = b"") -> None:
         if self.reused:
             self._reset()
         assert self.transport is not None
-        self.transport.write(data)
+        if body:  # one vectored write of both, the body not copied
+            self.transport.writelines((data, body))
+        else:
+            self.transport.write(data)
 
     async def head(self, read_timeout_s: float | None) -> tuple[int, list[tuple[bytes, bytes]]]:
         return await _wait(self._loop, self._head, read_timeout_s, "waiting for the response head")
@@ -404,12 +407,14 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         self,
         origin: Origin,
         data: bytes,
+        body: bytes = b"",
         *,
         read_timeout_s: float | None,
         connect_timeout_s: float | None,
     ) -> FastResponse:
-        """Send ``data`` (a whole HTTP/1.1 request: head and ``Content-Length`` body) to
-        ``origin``; the answer once its head arrived. Waits for a free slot first
+        """Send ``data`` (a whole HTTP/1.1 request: head and ``Content-Length`` body — or the
+        head only, its ``body`` given apart: written after it without a copy, for a long one)
+        to ``origin``; the answer once its head arrived. Waits for a free slot first
         (``max_connections``). ``read_timeout_s``: the longest silence of the server (for the
         head and between body parts; ``None`` = none).
 
@@ -417,7 +422,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         ``ConnectTimeout`` (nothing sent), ``RemoteProtocolError`` (closed or garbled before
         the head), ``ReadTimeout``."""
         conn, status, headers = await self._exchange(
-            origin, data, read_timeout_s, connect_timeout_s
+            origin, data, read_timeout_s, connect_timeout_s, body
         )
         return FastResponse(self, conn, status, headers, read_timeout_s)
 
@@ -427,6 +432,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         data: bytes,
         read_timeout_s: float | None,
         connect_timeout_s: float | None,
+        body: bytes = b"",
     ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:
         """A connection (holding one of the slots) whose answer's head arrived."""
         # The request written and its head awaited here, not in a coroutine of its own: every
@@ -440,7 +446,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
                 if conn is None:
                     conn = await self._connect(origin, connect_timeout_s)
                 try:
-                    conn.start(data)
+                    conn.start(data, body)
                     status, headers = await conn.head(read_timeout_s)
                     return conn, status, headers
                 except httpx.RemoteProtocolError:

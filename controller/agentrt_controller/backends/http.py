@@ -59,6 +59,12 @@ __all__ = [
 
 _log = logging.getLogger("agentrt.controller")
 
+#: A request body shorter than this goes to the backend joined with its head (one buffer);
+#: a longer one is written after the head without a copy (one vectored write): copying
+#: costs more than the second buffer from about 16 KB on (docs/benchmarks.md, "Controller
+#: overhead: long prompts").
+_JOIN_BELOW = 16_384
+
 #: ``True`` / ``False``: send the scheduler's priority or not; ``"auto"``: ask the server.
 PriorityMode = bool | Literal["auto"]
 
@@ -175,13 +181,17 @@ class HttpBackend:
                 if target is None:
                     target = self._targets[request.path] = self._target(request.path)
                 origin, head = target
-                data = b"".join(
-                    [head, *[name + b": " + value + b"\r\n" for name, value in headers],
-                     b"content-length: %d\r\n\r\n" % len(body), body]
-                )  # fmt: skip
+                lines = [head, *[name + b": " + value + b"\r\n" for name, value in headers],
+                         b"content-length: %d\r\n\r\n" % len(body)]  # fmt: skip
+                if len(body) < _JOIN_BELOW:  # one buffer, one write
+                    lines.append(body)
+                    tail = b""
+                else:  # a long prompt's body is written as it is, after the head (no copy)
+                    tail = body
                 return await fast.open(
                     origin,
-                    data,
+                    b"".join(lines),
+                    tail,
                     # A stream's read timeout is the stall limit: a silent backend is given up
                     # sooner.
                     read_timeout_s=self._stream_read_s if request.stream else self._read_s,
