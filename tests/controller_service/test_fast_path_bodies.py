@@ -82,7 +82,7 @@ def test_body_parts_keep_the_reads_in_order_and_gather_short_ones() -> None:
 
 async def test_a_long_body_in_many_small_writes_reaches_the_backend_intact() -> None:
     state = FakeState()
-    body, content = _long_body(60_000)  # ~0.5 MB: past the protocol's high-water mark
+    body, content = _long_body(60_000)  # ~0.4 MB: past the protocol's high-water mark
     async with running(state) as svc:
         raw = await _trickle(svc.url, _request(CHAT, body, close=True), 3000)
         trickled = await _trickle(svc.url, _request(CHAT, body[:9000], close=True), 7)
@@ -96,7 +96,7 @@ async def test_a_long_body_in_many_small_writes_reaches_the_backend_intact() -> 
 
 async def test_the_next_pipelined_request_after_a_large_body_is_answered() -> None:
     state = FakeState()
-    body, content = _long_body(100_000)  # ~0.8 MB, several reads, reading paused between
+    body, content = _long_body(100_000)  # ~0.7 MB, several reads, reading paused between
     async with running(state) as svc:
         pipelined = (
             _request(CHAT, body)
@@ -112,7 +112,7 @@ async def test_the_next_pipelined_request_after_a_large_body_is_answered() -> No
 
 async def test_the_body_limit_by_declared_length_and_by_bytes_received_in_many_reads() -> None:
     async with running(FakeState(), max_body_bytes=64_000) as svc:
-        body, _ = _long_body(20_000)  # ~0.15 MB declared: refused before its body is sent
+        body, _ = _long_body(20_000)  # ~0.13 MB declared: refused before its body is sent
         declared = await _trickle(
             svc.url, _request(CHAT, body).split(b"\r\n\r\n")[0] + b"\r\n\r\n", 10
         )
@@ -123,7 +123,7 @@ async def test_the_body_limit_by_declared_length_and_by_bytes_received_in_many_r
             + b"".join(b"3e8\r\n" + b"a" * 1000 + b"\r\n" for _ in range(65))
         )
         received = await _trickle(svc.url, chunked, 1500, pause_s=0.002)
-        under, _ = _long_body(5000)  # ~40 KB: under the limit, in many reads
+        under, _ = _long_body(5000)  # ~29 KB: under the limit, in many reads
         accepted = await _trickle(svc.url, _request(CHAT, under, close=True), 999)
     for raw in (declared, received):
         (answer,) = _answers(raw)
