@@ -32,8 +32,18 @@ API_KEY = "sk-agentrt-peers-benchmark"
 STREAM_CHUNKS = 64
 
 
-def request_body(stream: bool) -> bytes:
-    """The chat request every call sends (a streamed one asks for usage too)."""
+#: In a streamed request's last message: the backend paces its answer (:data:`PACE_S`). In
+#: the content because every proxy passes that on as it is (sglang-router, for one, drops
+#: the OpenAI ``user`` field and renames ``max_tokens``).
+PACED_MARK = "[paced-stream]"
+#: Seconds between two events of a paced answer: each event a read of its own, as an engine
+#: at decode pace sends them.
+PACE_S = 0.001
+
+
+def request_body(stream: bool, *, paced: bool = False) -> bytes:
+    """The chat request every call sends (a streamed one asks for usage too; a ``paced`` one
+    ends its last message with :data:`PACED_MARK`)."""
     body: dict[str, object] = {
         "model": MODEL,
         "messages": [
@@ -45,6 +55,11 @@ def request_body(stream: bool) -> bytes:
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
+    if paced:
+        body["messages"] = [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": f"Say hello. {PACED_MARK}"},
+        ]
     return json.dumps(body).encode()
 
 
@@ -77,6 +92,10 @@ def _answer() -> bytes:
 
 
 def _stream() -> bytes:
+    return b"".join(_stream_events())
+
+
+def _stream_events() -> list[bytes]:
     def event(choices: list[object], usage: object = None) -> bytes:
         # As vLLM frames them: no ``usage`` key but in the last chunk.
         chunk: dict[str, object] = {
@@ -95,7 +114,7 @@ def _stream() -> bytes:
     usage = {"prompt_tokens": 20, "completion_tokens": STREAM_CHUNKS, "total_tokens": 84}
     parts.append(event([], usage))
     parts.append(b"data: [DONE]\n\n")
-    return b"".join(parts)
+    return parts
 
 
 def _response(body: bytes, content_type: bytes) -> bytes:
@@ -108,6 +127,11 @@ def _response(body: bytes, content_type: bytes) -> bytes:
 class _FixedBackend(asyncio.Protocol):
     completion = _response(_answer(), b"application/json")
     stream = _response(_stream(), b"text/event-stream")
+    #: A paced answer: the same head and events, each event written :data:`PACE_S` after
+    #: the one before (the last carries usage, then ``[DONE]``).
+    paced_head = _response(_stream(), b"text/event-stream").split(b"\r\n\r\n", 1)[0] + (b"\r\n\r\n")
+    paced_events = _stream_events()
+    _PACED = re.compile(re.escape(PACED_MARK.encode()))
     models = _response(
         json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode(),
         b"application/json",
@@ -146,13 +170,26 @@ class _FixedBackend(asyncio.Protocol):
             path = head.split(" ", 2)[1].split("?")[0]
             if path.endswith("/completions"):
                 streamed = re.search(rb'"stream"\s*:\s*true', body) is not None
-                self.transport.write(self.stream if streamed else self.completion)
+                if streamed and self._PACED.search(body):
+                    self._pace()
+                else:
+                    self.transport.write(self.stream if streamed else self.completion)
             elif path == "/v1/models":
                 self.transport.write(self.models)
             elif path == "/metrics":
                 self.transport.write(self.metrics)
             else:
                 self.transport.write(self.other)
+
+    def _pace(self) -> None:
+        self.transport.write(self.paced_head + self.paced_events[0])
+        loop = asyncio.get_running_loop()
+        for index, event in enumerate(self.paced_events[1:], start=1):
+            loop.call_later(index * PACE_S, self._write, event)
+
+    def _write(self, data: bytes) -> None:
+        if not self.transport.is_closing():
+            self.transport.write(data)
 
 
 def _dechunk(buffer: bytes, start: int) -> tuple[bytes, int] | None:
@@ -190,9 +227,9 @@ def serve_backend(port: int) -> None:
 class Connection:
     """One keep-alive HTTP/1.1 connection sending the same chat POST again and again."""
 
-    def __init__(self, port: int, *, stream: bool) -> None:
+    def __init__(self, port: int, *, stream: bool, paced: bool = False) -> None:
         self.port = port
-        self.request = self.encode(request_body(stream))
+        self.request = self.encode(request_body(stream, paced=paced))
         self.writer: asyncio.StreamWriter | None = None
 
     def encode(self, body: bytes) -> bytes:
@@ -258,14 +295,17 @@ async def latencies(port: int, calls: int, warmup: int = 20) -> list[float]:
         await conn.close()
 
 
-async def rate(port: int, concurrency: int, seconds: float, *, stream: bool) -> int:
-    """Calls completed by ``concurrency`` connections sending back to back for ``seconds``."""
+async def rate(
+    port: int, concurrency: int, seconds: float, *, stream: bool, paced: bool = False
+) -> int:
+    """Calls completed by ``concurrency`` connections sending back to back for ``seconds``
+    (``paced``: streams whose events come :data:`PACE_S` apart)."""
     done = 0
     stop_at = time.perf_counter() + seconds
 
     async def worker() -> None:
         nonlocal done
-        conn = Connection(port, stream=stream)
+        conn = Connection(port, stream=stream, paced=paced)
         try:
             while time.perf_counter() < stop_at:
                 await conn.call()

@@ -37,6 +37,7 @@ OVERHEAD = (
     Measure("streamed_calls_per_s", "streamed calls/s", 0, higher_is_better=True),
     Measure("cpu_s_per_1k_calls", "proxy CPU s per 1,000 calls", 3),
     Measure("cpu_s_per_1k_chunks", "proxy CPU s per 1,000 streamed chunks", 4),
+    Measure("cpu_s_per_1k_paced_chunks", "proxy CPU s per 1,000 paced chunks", 4),
 )
 #: Shown beside the overhead measures, not as a ratio (ours is ~0: a ratio says nothing).
 IDLE = Measure("idle_cpu_ms_per_s", "CPU idle (ms per s)", 1)
@@ -229,8 +230,10 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"in the same repetition over {result['calls']} sequential calls; calls/s with "
             f"{result['concurrency']} connections for {result['seconds']} s; CPU of the "
             "proxy's process tree from `/proc` over that run, and over a streaming run of "
-            f"{result['chunks']}-chunk answers ÷ chunks). Ours ÷ peer, median [range] over "
-            "repetitions:",
+            f"{result['chunks']}-chunk answers ÷ chunks; paced chunks: streams whose backend "
+            f"sends each event {result.get('pace_ms', 1.0):g} ms after the one before, each a "
+            "read of its own as from an engine at decode pace). Ours ÷ peer, median [range] "
+            "over repetitions:",
             "",
             *ratio_table(overhead, OVERHEAD),
             "",

@@ -117,12 +117,23 @@ async def _overhead_point(
     middle = load.tree_cpu_s(pid)
     streamed = await load.rate(port, args.concurrency, args.seconds, stream=True)
     after = load.tree_cpu_s(pid)
+    paced: dict[str, float] = {}
+    if args.paced_seconds > 0:
+        calls_paced = await load.rate(
+            port, args.concurrency, args.paced_seconds, stream=True, paced=True
+        )
+        chunks = max(calls_paced * load.STREAM_CHUNKS, 1)
+        paced = {
+            "paced_calls_per_s": calls_paced / args.paced_seconds,
+            "cpu_s_per_1k_paced_chunks": (load.tree_cpu_s(pid) - after) / chunks * 1e3,
+        }
     prompts = {
         f"prompt_cpu_us_{words}": await load.prompt_cpu_s(port, pid, words, args.prompt_seconds)
         * 1e6
         for words in args.prompt_words
     }
     return {
+        **paced,
         **prompts,
         "proxy": name,
         "rep": rep,
@@ -288,6 +299,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "reps": args.reps, "calls": args.calls, "concurrency": args.concurrency,
         "seconds": args.seconds, "chunks": load.STREAM_CHUNKS, "idle_seconds": args.idle_seconds,
         "prompt_words": args.prompt_words, "prompt_seconds": args.prompt_seconds,
+        "paced_seconds": args.paced_seconds, "pace_ms": load.PACE_S * 1e3,
         "engines": args.engines, "time_scale": args.time_scale, "trace": "mixed",
         "ours_events": args.ours_events,
     }  # fmt: skip
@@ -345,6 +357,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "this long (a proxy whose threads poll burns CPU idle, which the per-call figures "
         "include)",
     )
+    parser.add_argument(
+        "--paced-seconds", type=float, default=2.0,
+        help="a third run, this long, of streams whose backend sends each event 1 ms after "
+        "the one before (each a read of its own, as an engine at decode pace): CPU per "
+        "chunk there (0 = skip)",
+    )  # fmt: skip
     parser.add_argument(
         "--prompt-words", type=_word_counts, default=[1000, 128000],
         help="comma-separated prompt sizes (words, ≈ tokens): each overhead repetition also "

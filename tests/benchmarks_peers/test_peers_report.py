@@ -7,6 +7,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -222,3 +223,27 @@ def test_prompt_bodies_repeat_their_history_and_a_proxy_answers_them(backend: in
         return await load.prompt_cpu_s(backend, os.getpid(), 5000, 0.3)  # many 10 ms ticks
 
     assert asyncio.run(main()) > 0
+
+
+def test_a_paced_stream_is_the_same_answer_sent_event_by_event(backend: int) -> None:
+    async def main() -> tuple[bytes, int]:
+        await until_answering(load, backend)
+        conn = load.Connection(backend, stream=True, paced=True)
+        await conn._open()
+        conn.writer.write(conn.request)
+        head = await conn.reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"content-length: (\d+)", head).group(1))
+        body, reads = b"", 0
+        while len(body) < length:
+            body += await conn.reader.read(length - len(body))
+            reads += 1
+        await conn.close()
+        assert await load.rate(backend, 2, 0.2, stream=True, paced=True) > 0
+        return body, reads
+
+    body, reads = asyncio.run(main())
+    assert body == load._stream()  # the same events, usage and [DONE] as the unpaced answer
+    assert reads > 1  # the first event comes with the head, the rest 1 ms apart
+    paced_body, plain_body = load.request_body(True, paced=True), load.request_body(True)
+    assert load.PACED_MARK in json.loads(paced_body)["messages"][-1]["content"]
+    assert load.PACED_MARK.encode() not in plain_body
