@@ -99,10 +99,13 @@ async def test_dag_order_tool_waits_and_arrivals_follow_the_trace() -> None:
                     assert parent.duration_s / SCALE - slack <= gap <= parent.duration_s / SCALE + 1
     # Arrivals: the programs start as the trace's arrivals ÷ the scale (on the client's clock:
     # when a loaded machine lets the server see each first call is not the replay's to
-    # decide), and their first calls reach the server after that.
+    # decide), and their first calls reach the server after that. Each start is checked
+    # against its own time on the replay's schedule (below: never early); the spacing only
+    # from above, since a first program woken late on a loaded machine shortens it while the
+    # second still starts on time.
     start = {p.program.program_id: p.start_s for p in result.programs}
     spacing = start["fan-1"] - start["chain-1"]
-    assert 1.0 / SCALE - slack <= spacing <= 1.0 / SCALE + 1
+    assert spacing <= 1.0 / SCALE + 1
     assert calls["fan-1", "m0"].start_s - calls["chain-1", "c0"].start_s <= 1.0 / SCALE + 1
     for program in result.programs:
         assert program.start_s >= program.program.arrival_s / SCALE - slack
