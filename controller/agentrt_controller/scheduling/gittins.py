@@ -55,6 +55,7 @@ import collections
 import itertools
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
@@ -217,8 +218,8 @@ class GittinsScheduler(MultiLevelScheduler):
         # Levels follow the rank, so ordering inside a level by it gives the global order.
         return (call.priority_s, call.facts.deadline_s, call.seq)
 
-    def _demotes(self) -> bool:
-        return False
+    #: A used-up quantum demotes no call (module docstring).
+    _demotes: ClassVar[bool] = False
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         entry = self.table.end(program, now_s)

@@ -226,11 +226,13 @@ class _Ledger:
         self.residents.move_to_end(program)
 
     def grow(self, entry: Resident, tokens: int) -> None:
-        if tokens > entry.tokens:
-            was = self.counted(entry.tokens)
-            self.total += self.counted(tokens) - was
+        if tokens > entry.tokens:  # :meth:`counted` written out: called per streamed read
+            least = self.min_tokens
+            was = entry.tokens if entry.tokens >= least else 0
+            now = tokens if tokens >= least else 0
+            self.total += now - was
             entry.tokens = tokens
-            if not was and self.counted(tokens):
+            if not was and now:
                 self._share(entry.chain, 1)
 
     def remove(self, program: ProgramKey) -> None:
@@ -266,6 +268,17 @@ class _Ledger:
         return released
 
 
+class _Running:
+    """An admitted call's ledger (its backend's) and context: prompt and output streamed so
+    far (tokens). Updated in place on every streamed read."""
+
+    __slots__ = ("context", "ledger")
+
+    def __init__(self, ledger: _Ledger, prompt_tokens: int) -> None:
+        self.ledger = ledger
+        self.context = prompt_tokens
+
+
 class MemoryAdmission:
     """The ledger of resident programs per backend and the admission rule (module doc)."""
 
@@ -285,8 +298,8 @@ class MemoryAdmission:
         #: moves it (:meth:`on_admit`), so moving or ending a program costs one ledger, not a
         #: look at every backend's.
         self._home: dict[ProgramKey, str] = {}
-        #: call id -> (backend id, prompt tokens, output tokens streamed) of admitted calls.
-        self._running: dict[str, tuple[str, int, int]] = {}
+        #: call id -> the admitted call's backend, prompt and output streamed so far.
+        self._running: dict[str, _Running] = {}
         #: Calls passed over because they did not fit (the Dispatcher counts them).
         self.held_total = 0
 
@@ -294,7 +307,6 @@ class MemoryAdmission:
 
     def on_admit(self, facts: CallFacts, backend_id: str, now_s: float) -> None:
         """``facts``' call was admitted to ``backend_id``."""
-        self._running[facts.call_id] = (backend_id, facts.prompt_tokens, 0)
         program = facts.program
         home = self._home.get(program)
         if home is not None and home != backend_id:  # its context now grows elsewhere
@@ -304,28 +316,26 @@ class MemoryAdmission:
             ledger = self._ledgers[backend_id] = _Ledger(self.config.min_context_tokens)
         ledger.touch(program, facts.prompt_tokens, 1, now_s, facts.block_hashes)
         self._home[program] = backend_id
+        self._running[facts.call_id] = _Running(ledger, facts.prompt_tokens)
 
     def on_tokens(self, facts: CallFacts, new_tokens: int) -> None:
-        """Output tokens streamed for an admitted call: its context grows."""
+        """Output tokens streamed for an admitted call: its context grows. Called for every
+        read of a stream: one lookup, the call's record updated in place."""
         running = self._running.get(facts.call_id)
         if running is None:
             return
-        backend_id, prompt, output = running
-        output += new_tokens
-        self._running[facts.call_id] = (backend_id, prompt, output)
-        ledger = self._ledgers.get(backend_id)
-        entry = ledger.residents.get(facts.program) if ledger is not None else None
-        if ledger is not None and entry is not None:
-            ledger.grow(entry, prompt + output)
+        running.context += new_tokens
+        ledger = running.ledger
+        entry = ledger.residents.get(facts.program)
+        if entry is not None and running.context > entry.tokens:
+            ledger.grow(entry, running.context)
 
     def on_finish(self, facts: CallFacts, now_s: float) -> None:
         """An admitted call finished (or was put back: it is no longer running)."""
         running = self._running.pop(facts.call_id, None)
         if running is None:
             return
-        ledger = self._ledgers.get(running[0])
-        if ledger is not None:
-            ledger.touch(facts.program, 0, -1, now_s)
+        running.ledger.touch(facts.program, 0, -1, now_s)
 
     def on_program_end(self, program: ProgramKey) -> None:
         """The program ended (or expired): it holds nothing any more."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import ClassVar
 
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable, ProgramEntry
@@ -83,8 +84,8 @@ class MultiLevelScheduler:
     def _queue_key(self, call: CallEntry) -> tuple[float, ...]:
         return fcfs_key(call)
 
-    def _demotes(self) -> bool:
-        return True
+    #: Whether a used-up quantum demotes a call (a class's constant: read per streamed read).
+    _demotes: ClassVar[bool] = True
 
     # --- Scheduler protocol ---------------------------------------------------------------
 
@@ -134,13 +135,16 @@ class MultiLevelScheduler:
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         """Count streamed tokens against the quantum; demote one level per used-up quantum
         (a running call: accounting only, see the module docstring)."""
-        call.quantum_tokens += new_tokens
-        if not self._demotes():
+        tokens = call.quantum_tokens = call.quantum_tokens + new_tokens
+        if not self._demotes:
             return
-        last = self.config.levels - 1
+        quanta = self.config.quanta_tokens
+        last = len(quanta) - 1
+        if call.level >= last or tokens < quanta[call.level]:  # per streamed read: mostly
+            return
         demoted = False
-        while call.level < last and call.quantum_tokens >= self.config.quantum(call.level):
-            call.quantum_tokens -= self.config.quantum(call.level)
+        while call.level < last and call.quantum_tokens >= quanta[call.level]:
+            call.quantum_tokens -= quanta[call.level]
             call.level += 1
             call.level_entered_s = now_s
             self.demotions_total += 1

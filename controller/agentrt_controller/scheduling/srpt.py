@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from agentrt.errors import ConfigError
 from agentrt_controller.process_table import ProcessTable, ProgramEntry
@@ -98,8 +99,8 @@ class SrptScheduler(MultiLevelScheduler):
             call.seq,
         )
 
-    def _demotes(self) -> bool:
-        return False
+    #: A used-up quantum demotes no call (module docstring).
+    _demotes: ClassVar[bool] = False
 
     def promote_starving(self, now_s: float) -> list[CallEntry]:
         """SRPT is the clairvoyant bound: no anti-starvation."""

@@ -414,6 +414,11 @@ class ControllerCore:
         """Output tokens streamed for an admitted call (quantum accounting)."""
         self.calls.tokens(call, new_tokens)
 
+    def token_counter(self) -> Callable[[CallEntry, int], None]:
+        """:meth:`tokens` without this object's frame, for a caller that counts every read
+        of a stream (the proxy's relay)."""
+        return self.calls.tokens
+
     def settle(
         self, pending: PendingCall, forwarded: Forwarded, usage: Usage, *, ok: bool | None,
         reason: str = "",

@@ -511,15 +511,22 @@ class CompletionsEndpoint:
                 # notes": the relay); the rest of the stream comes through this loop.
                 if answer.relay is not None and isinstance(reply, DirectExchange):
                     send_now = reply.send_chunk_now
+                    feed_plain = scanner.feed_plain
+                    tokens = core.token_counter()
 
                     def relay(data: bytes) -> bool:
                         """A read from the backend, in its connection's callback: sent on
                         at once when it is only plain token events and the client takes it
-                        without waiting; else left to the loop below."""
-                        new_chunks = scanner.feed_plain(data, send_now)
+                        without waiting; else left to the loop below. Per read: what
+                        :func:`count` does, written out once the first token is counted."""
+                        new_chunks = feed_plain(data, send_now)
                         if not new_chunks:
                             return False
-                        count(new_chunks)
+                        if first_token:
+                            count(new_chunks)
+                        else:
+                            tokens(entry, new_chunks)
+                            usage.streamed_chunks = scanner.chunks
                         return True
 
                     answer.relay(relay)
