@@ -14,6 +14,7 @@ from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.call import CallEntry
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
+from agentrt_controller.scheduling.multilevel import MultiLevelScheduler
 from agentrt_controller.scheduling.tenancy import TenancyConfig, TenantFairScheduler
 from tests.controller_policies.helpers import make_facts
 
@@ -159,3 +160,23 @@ def test_a_thread_with_a_call_still_active_does_not_get_its_wait_honoured() -> N
     assert _wait(table, "t3", 4.0)
     entry = table.get(KEY)
     assert entry is not None and entry.active_per_thread == {}
+
+
+def test_streamed_tokens_reach_the_queue_each_call_waited_in() -> None:
+    """Tokens streamed for a call outside the retained lane go to the scheduler (MLFQ demotes
+    it past its quantum); a lane call's go to the lane, which demotes nothing."""
+    scheduler = build_scheduler("mlfq")
+    assert isinstance(scheduler, MultiLevelScheduler)
+    dispatcher = Dispatcher(scheduler, RoundRobinRouter(), FixedWindowAdmission(2))
+    plain_facts = make_facts("plain", 0.0)
+    dispatcher.table.start(plain_facts.program, 0.0)
+    dispatcher.submit(plain_facts, 0.0)
+    plain = _admit_one(dispatcher, 0.0)
+    kept = _retained(dispatcher, "kept", None, 0.0)
+    assert _admit_one(dispatcher, 0.0) is kept
+    quantum = scheduler.config.quantum(0)
+    for call in (plain, kept):
+        for _ in range(quantum):
+            dispatcher.on_tokens(call, 1, 1.0)
+    assert (plain.level, plain.quantum_tokens, plain.level_entered_s) == (1, 0, 1.0)
+    assert (kept.level, kept.quantum_tokens) == (0, quantum)
