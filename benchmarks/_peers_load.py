@@ -23,6 +23,8 @@ import signal
 import time
 from pathlib import Path
 
+from benchmarks import controller_overhead as overhead
+
 #: The model the fixed-reply backend serves.
 MODEL = "instant"
 #: The bearer token every call carries: LiteLLM's master key (it refuses to start without
@@ -61,23 +63,6 @@ def request_body(stream: bool, *, paced: bool = False) -> bytes:
             {"role": "user", "content": f"Say hello. {PACED_MARK}"},
         ]
     return json.dumps(body).encode()
-
-
-#: Words per turn of the history in :func:`prompt_body`.
-TURN_WORDS = 1000
-
-
-def prompt_body(words: int, variant: int) -> bytes:
-    """A chat request whose prompt holds ``words`` words (≈ as many tokens) the way an agent's
-    does: a history of turns of up to :data:`TURN_WORDS` words that consecutive calls repeat,
-    then a short new message naming ``variant``; one output token."""
-    turns = []
-    for index, start in enumerate(range(0, words, TURN_WORDS)):
-        size = min(TURN_WORDS, words - start)
-        role = "user" if index % 2 == 0 else "assistant"
-        turns.append({"role": role, "content": f"turn {index} " + "word " * (size - 2)})
-    turns.append({"role": "user", "content": f"next step {variant}"})
-    return json.dumps({"model": MODEL, "messages": turns, "max_tokens": 1}).encode()
 
 
 def _answer() -> bytes:
@@ -320,18 +305,19 @@ async def rate(
 async def prompt_cpu_s(
     port: int, pid: int, words: int, seconds: float, warmup: int = 3, at_least: int = 5
 ) -> float:
-    """The proxy's CPU seconds per call with a ``words``-word prompt (:func:`prompt_body`):
+    """The proxy's CPU seconds per call with a ``words``-word prompt (``controller_overhead``'s
+    :func:`prompt_body`: an agent's history that every call repeats, model :data:`MODEL`):
     sequential calls on one connection for ``seconds``, at least ``at_least`` (``/proc``
     counts in 10 ms ticks: a run must hold many)."""
     conn = Connection(port, stream=False)
     try:
         for variant in range(warmup):
-            await conn.call(conn.encode(prompt_body(words, variant)))
+            await conn.call(conn.encode(overhead.prompt_body(words, variant)))
         before = tree_cpu_s(pid)
         stop_at = time.perf_counter() + seconds
         calls = 0
         while calls < at_least or time.perf_counter() < stop_at:
-            await conn.call(conn.encode(prompt_body(words, warmup + calls)))
+            await conn.call(conn.encode(overhead.prompt_body(words, warmup + calls)))
             calls += 1
         return (tree_cpu_s(pid) - before) / calls
     finally:

@@ -524,7 +524,8 @@ def markdown(result: dict[str, Any]) -> str:
     )
 
 
-def _word_counts(text: str) -> list[int]:
+def word_counts(text: str) -> list[int]:
+    """``--prompt-words``: comma-separated word counts ('' = none); ArgumentTypeError else."""
     try:
         counts = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
@@ -586,7 +587,7 @@ def main() -> int:
         "0 = none",
     )  # fmt: skip
     parser.add_argument(
-        "--prompt-words", type=_word_counts, default=[1000, 32000, 128000],
+        "--prompt-words", type=word_counts, default=[1000, 32000, 128000],
         help="comma-separated prompt sizes (words, ≈ tokens) for the CPU per call against the "
         "prompt; '' = none (default: 1000,32000,128000)",
     )  # fmt: skip

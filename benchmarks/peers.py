@@ -48,6 +48,7 @@ from benchmarks import _peers_report as report  # noqa: E402
 from benchmarks import _peers_setup as setup  # noqa: E402
 from benchmarks._processes import free_port, stop, wait_until  # noqa: E402
 from benchmarks._report import replace_section  # noqa: E402
+from benchmarks.controller_overhead import word_counts  # noqa: E402
 
 #: Extra ``agentrt controller serve`` options (``--ours-option``), set by :func:`main`.
 OURS_OPTIONS: list[str] = []
@@ -325,17 +326,6 @@ def _our_version() -> str:
     return str(__version__)
 
 
-def _word_counts(text: str) -> list[int]:
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        message = f"not a comma-separated list of integers: {text!r}"
-        raise argparse.ArgumentTypeError(message) from None
-    if any(count < 2 for count in counts):
-        raise argparse.ArgumentTypeError(f"a prompt size must be at least 2 words: {text!r}")
-    return counts
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -364,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "chunk there (0 = skip)",
     )  # fmt: skip
     parser.add_argument(
-        "--prompt-words", type=_word_counts, default=[1000, 128000],
+        "--prompt-words", type=word_counts, default=[1000, 128000],
         help="comma-separated prompt sizes (words, ≈ tokens): each overhead repetition also "
         "measures the proxy's CPU per call with an agent-like prompt of each size, a history "
         "every call repeats ('' = none; default: 1000,128000)",

@@ -19,11 +19,11 @@ overhead = load_benchmark("controller_overhead")
 
 
 def test_prompt_sizes_are_parsed_and_bad_ones_named() -> None:
-    assert overhead._word_counts("1000, 32000,128000") == [1000, 32000, 128000]
-    assert overhead._word_counts("") == []
+    assert overhead.word_counts("1000, 32000,128000") == [1000, 32000, 128000]
+    assert overhead.word_counts("") == []
     for bad in ("1k", "0,10"):
         with pytest.raises(argparse.ArgumentTypeError, match=bad):
-            overhead._word_counts(bad)
+            overhead.word_counts(bad)
 
 
 def test_long_prompts_are_histories_that_the_next_call_repeats() -> None:

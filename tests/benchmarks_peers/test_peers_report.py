@@ -212,7 +212,8 @@ def test_cpu_against_the_prompt_length_ratios_and_growth_per_proxy() -> None:
 
 
 def test_prompt_bodies_repeat_their_history_and_a_proxy_answers_them(backend: int) -> None:
-    first, second = (json.loads(load.prompt_body(5000, v)) for v in (0, 1))
+    first, second = (json.loads(load.overhead.prompt_body(5000, v)) for v in (0, 1))
+    assert first["model"] == load.MODEL  # what the fixed-reply backend serves
     assert first["messages"][:-1] == second["messages"][:-1]  # the history repeats
     assert first["messages"][-1] != second["messages"][-1]
     assert sum(len(m["content"].split()) for m in first["messages"][:-1]) == 5000
