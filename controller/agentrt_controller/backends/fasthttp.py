@@ -109,23 +109,17 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is None or waiter.done() or self.complete or self._error is not None:
             return False
-        chunks = self._chunks
-        piece = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         relay = self._relay
         assert relay is not None
         try:
-            if not relay(piece):
+            if not relay(self._queued()):
                 return False
         except Exception as exc:  # the reader raises it, as if the relay had run in its task
-            chunks.clear()
+            self._chunks.clear()
             self._buffered = 0
             self._fail(exc)
             return True
-        chunks.clear()
-        self._buffered = 0
-        if self._paused and self.transport is not None:
-            self._paused = False
-            self.transport.resume_reading()
+        self._taken()
         if self._silence_s is not None:  # a read arrived: the silence limit starts again
             self._silent_until = self._loop.time() + self._silence_s
         return True
@@ -209,13 +203,8 @@ class _Connection(asyncio.Protocol):
                 if self._chunks:
                     # Whatever arrived since the last turn goes on as one piece: a read holding
                     # many HTTP chunks (SSE events) becomes one write to the client, not one each.
-                    chunks = self._chunks
-                    chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
-                    chunks.clear()
-                    self._buffered -= len(chunk)
-                    if self._paused and self._buffered < _HIGH_WATER // 4 and self.transport:
-                        self._paused = False
-                        self.transport.resume_reading()
+                    chunk = self._queued()
+                    self._taken()
                     yield chunk
                 elif self.complete:
                     if on_end is not None:
@@ -242,6 +231,20 @@ class _Connection(asyncio.Protocol):
             if self._expiry is not None:
                 self._expiry.cancel()
                 self._expiry = None
+
+    def _queued(self) -> bytes:
+        """The body's bytes queued since they were last taken, as one piece."""
+        chunks = self._chunks
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    def _taken(self) -> None:
+        """The queued bytes went on (:meth:`_queued`): forget them, and read from the backend
+        again if a full queue had paused it."""
+        self._chunks.clear()
+        self._buffered = 0
+        if self._paused and self.transport is not None:
+            self._paused = False
+            self.transport.resume_reading()
 
     def _check_silence(self) -> None:
         """The body's timer: fail the wait whose deadline passed; set the timer again for a
