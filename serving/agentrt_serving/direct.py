@@ -295,8 +295,7 @@ class DirectExchange:
             await self.flow.drain()
         if self.disconnected or self.response_complete or not data:
             return
-        self.transport.write(b"%b%x\r\n%b\r\n" % (self._held, len(data), data))
-        self._held = b""
+        self._write_chunk(data)
 
     def send_chunk_now(self, data: bytes) -> bool:
         """:meth:`send_chunk` without waiting, for a caller that cannot wait (a protocol
@@ -306,9 +305,13 @@ class DirectExchange:
         complete)."""
         if self.flow.write_paused or self.disconnected or self.response_complete:
             return False
+        self._write_chunk(data)
+        return True
+
+    def _write_chunk(self, data: bytes) -> None:
+        """``data`` as one part, after the held head if it has not gone yet."""
         self.transport.write(b"%b%x\r\n%b\r\n" % (self._held, len(data), data))
         self._held = b""
-        return True
 
     async def end_stream(self, data: bytes = b"") -> None:
         """The last part of a chunked answer (``data`` may be empty)."""
