@@ -50,9 +50,17 @@ from agentrt_controller.backends.kv_capacity import KvCapacity
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.service.core.clock import Clock
 
-__all__ = ["Abortable", "BackendPool", "BackendState"]
+__all__ = ["Abortable", "BackendPool", "BackendState", "task_on"]
 
 _log = logging.getLogger("agentrt.controller")
+
+
+def task_on(loop: asyncio.AbstractEventLoop | None) -> asyncio.Task[Any] | None:
+    """The running task, found on ``loop`` (the pool's, :attr:`BackendPool.loop`) without
+    looking the running loop up, which in Python 3.11 asks the kernel for the pid each time;
+    on the running loop when ``loop`` is ``None`` or not the one running."""
+    task = asyncio.current_task(loop) if loop is not None else None
+    return task if task is not None else asyncio.current_task()
 
 
 @dataclass(slots=True, eq=False)
@@ -194,9 +202,7 @@ class Abortable:
         self.cancelled_caught = False
 
     def __enter__(self) -> Abortable:
-        task = asyncio.current_task(self._loop)
-        if task is None and self._loop is not None:  # another loop than the pool's
-            task = asyncio.current_task()
+        task = task_on(self._loop)
         if task is None:
             raise RuntimeError("an abortable block runs in an asyncio task")
         self._task = task

@@ -39,6 +39,7 @@ from agentrt_controller.service.core.facade import (
     GenerationRequest,
     PendingCall,
 )
+from agentrt_controller.service.core.pool import task_on
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_controller.service.errors import ServiceError, Unauthorized, UpstreamFailed, error_body
 from agentrt_controller.service.http.access_log import AccessFacts, access_facts
@@ -175,8 +176,6 @@ class CompletionsEndpoint:
         self.metrics = metrics
         self.limits = limits
         self._ids = itertools.count(1)
-        #: The event loop of the last direct call (its task's lookup without the loop's).
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._status = metrics.requests
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -251,13 +250,7 @@ class CompletionsEndpoint:
             return
         parsed, pending = accepted
         exchange = _Exchange(access=access)
-        # The loop cached: asyncio.current_task() looks the running loop up, which in Python
-        # 3.11 asks the kernel for the pid each time.
-        loop = self._loop
-        task = None if loop is None else asyncio.current_task(loop)
-        if task is None:  # the first call, or another loop than the cached one
-            self._loop = loop = asyncio.get_running_loop()
-            task = asyncio.current_task(loop)
+        task = task_on(self.core.pool.loop)  # the core's loop: no lookup of the running one
         assert task is not None
         left = False
 
@@ -476,10 +469,12 @@ class CompletionsEndpoint:
         first_token = True
         core = self.core
 
+        tokens = core.token_counter()  # per read of the stream: without the core's frame
+
         def count(new_chunks: int) -> None:
             """Count a piece's tokens (quantum accounting, the first token's time)."""
             nonlocal first_token
-            core.tokens(entry, new_chunks)
+            tokens(entry, new_chunks)
             if first_token and new_chunks:
                 first_token = False
                 ttft_s = core.now() - parsed.call.arrival_s
@@ -512,21 +507,15 @@ class CompletionsEndpoint:
                 if answer.relay is not None and isinstance(reply, DirectExchange):
                     send_now = reply.send_chunk_now
                     feed_plain = scanner.feed_plain
-                    tokens = core.token_counter()
 
                     def relay(data: bytes) -> bool:
                         """A read from the backend, in its connection's callback: sent on
                         at once when it is only plain token events and the client takes it
-                        without waiting; else left to the loop below. Per read: what
-                        :func:`count` does, written out once the first token is counted."""
+                        without waiting (and counted); else left to the loop below."""
                         new_chunks = feed_plain(data, send_now)
                         if not new_chunks:
                             return False
-                        if first_token:
-                            count(new_chunks)
-                        else:
-                            tokens(entry, new_chunks)
-                            usage.streamed_chunks = scanner.chunks
+                        count(new_chunks)
                         return True
 
                     answer.relay(relay)
