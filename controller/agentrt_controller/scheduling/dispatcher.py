@@ -401,11 +401,7 @@ class Dispatcher:
         memory = self.memory
         if memory is not None:
             memory.on_tokens(call.facts, new_tokens)
-        # Called per streamed read: a call outside the retained lane goes to the scheduler
-        # itself, as the lane (when :attr:`queues` is one) would send it.
-        (self.queues if call.lane == "retained" else self.scheduler).on_tokens(
-            call, new_tokens, now_s
-        )
+        self.queues.on_tokens(call, new_tokens, now_s)
 
     def on_finish(
         self,

@@ -226,10 +226,9 @@ class _Ledger:
         self.residents.move_to_end(program)
 
     def grow(self, entry: Resident, tokens: int) -> None:
-        if tokens > entry.tokens:  # :meth:`counted` written out: called per streamed read
-            least = self.min_tokens
-            was = entry.tokens if entry.tokens >= least else 0
-            now = tokens if tokens >= least else 0
+        if tokens > entry.tokens:
+            was = self.counted(entry.tokens)
+            now = self.counted(tokens)
             self.total += now - was
             entry.tokens = tokens
             if not was and now:
