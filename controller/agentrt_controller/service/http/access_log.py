@@ -46,7 +46,7 @@ from typing import Any, Literal
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_serving.asgi import Message, Receive, Scope, Send
 from agentrt_serving.hardening import HttpLimits
-from agentrt_serving.logs import ACCESS_LOGGER, iso_second
+from agentrt_serving.logs import ACCESS_LOGGER, iso_time
 from agentrt_serving.uvicorn_server import GuardedApp
 
 __all__ = [
@@ -119,9 +119,6 @@ class AccessLog:
         self._pending_chars = 0
         #: The write of the held lines, at most FLUSH_AFTER_S after the first of them.
         self._flush_timer: asyncio.TimerHandle | None = None
-        #: The wall-clock second of the last line and its ISO 8601 text (_moment).
-        self._second: int | None = None
-        self._second_text = ""
 
     @property
     def limits(self) -> HttpLimits:
@@ -261,23 +258,6 @@ class AccessLog:
         record.relativeCreated = template.relativeCreated + (now - template.created) * 1000
         return record
 
-    def _moment(self, wall_s: float) -> str:
-        """``iso_time(wall_s)`` (agentrt_serving.logs), the second's text kept from the
-        previous line: the same rounding (to the microsecond, then cut to the millisecond),
-        without its calls."""
-        second = int(wall_s)
-        micros = round((wall_s - second) * 1e6)  # the fraction is exact (as math.modf's)
-        if micros >= 1_000_000:
-            second += 1
-            micros -= 1_000_000
-        elif micros < 0:  # before 1970: iso_time's floor division borrows a second
-            second -= 1
-            micros += 1_000_000
-        if second != self._second:
-            self._second_text = iso_second(second)
-            self._second = second
-        return f"{self._second_text}.{micros // 1000:03d}Z"
-
     def _line(
         self,
         method: str,
@@ -287,7 +267,7 @@ class AccessLog:
         latency_ms: float,
         facts: AccessFacts,
     ) -> str:
-        moment = self._moment(self._wall_clock())
+        moment = iso_time(self._wall_clock())
         path = path[:_MAX_PATH]
         latency = round(latency_ms, 3)
         if self.form == "json":
