@@ -315,17 +315,29 @@ async def _wait_ready(port: int, path: bytes, timeout_s: float = 30.0) -> None:
     raise RuntimeError(f"port {port} did not become ready")
 
 
+def controller_command(
+    port: int,
+    backend_port: int,
+    policy: str = "plas",
+    window: str = "32",
+    runner: tuple[str, ...] = (sys.executable, "-m", "agentrt.cli"),
+) -> list[str]:
+    """``agentrt controller serve`` on ``port`` in front of the instant backend on
+    ``backend_port``, as this benchmark runs it (``runner``: what runs the CLI)."""
+    return [
+        *runner, "controller", "serve", "--port", str(port),
+        "--backend", f"http://127.0.0.1:{backend_port}", "--policy", policy,
+        "--admission-window", window, "--log-level", "warning",
+    ]  # fmt: skip
+
+
 @contextlib.asynccontextmanager
 async def stack(policy: str, window: str) -> AsyncIterator[tuple[int, int, int]]:
     backend_port, controller_port = free_port(), free_port()
     python = sys.executable
     with _process([python, __file__, "--serve-backend", str(backend_port)]):
         await _wait_ready(backend_port, b"/health")
-        command = [
-            python, "-m", "agentrt.cli", "controller", "serve", "--port", str(controller_port),
-            "--backend", f"http://127.0.0.1:{backend_port}", "--policy", policy,
-            "--admission-window", window, "--log-level", "warning",
-        ]  # fmt: skip
+        command = controller_command(controller_port, backend_port, policy, window)
         with _process(command) as controller:
             try:
                 await _wait_ready(controller_port, b"/health")
@@ -350,11 +362,8 @@ async def _profiled_run(
     python = sys.executable
     with _process([python, __file__, "--serve-backend", str(backend_port)]):
         await _wait_ready(backend_port, b"/health")
-        command = [
-            python, "-m", "cProfile", "-o", out, "-m", "agentrt.cli", "controller", "serve",
-            "--port", str(controller_port), "--backend", f"http://127.0.0.1:{backend_port}",
-            "--policy", policy, "--admission-window", window, "--log-level", "warning",
-        ]  # fmt: skip
+        profiled = (python, "-m", "cProfile", "-o", out, "-m", "agentrt.cli")
+        command = controller_command(controller_port, backend_port, policy, window, profiled)
         with _process(command):
             await _wait_ready(controller_port, b"/health")
 

@@ -188,10 +188,8 @@ async def _stack(policy: str, gc_out: Path | None) -> AsyncIterator[tuple[int, i
     python = sys.executable
     with overhead._process([python, overhead.__file__, "--serve-backend", str(backend_port)]):
         await overhead._wait_ready(backend_port, b"/health")
-        runner = [python, __file__, "--gc-hook"] if gc_out else [python, "-m", "agentrt.cli"]
-        command = [*runner, "controller", "serve", "--port", str(port), "--backend",
-                   f"http://127.0.0.1:{backend_port}", "--policy", policy,
-                   "--admission-window", "32", "--log-level", "warning"]  # fmt: skip
+        runner = (python, __file__, "--gc-hook") if gc_out else (python, "-m", "agentrt.cli")
+        command = overhead.controller_command(port, backend_port, policy, runner=runner)
         if gc_out:
             os.environ[_GC_OUT] = str(gc_out)
         with overhead._process(command) as controller:

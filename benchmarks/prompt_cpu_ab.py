@@ -54,9 +54,7 @@ def on_cpu_s(pid: int) -> float:
 @contextlib.contextmanager
 def _controller(checkout: Path, backend_port: int, port: int) -> Iterator[int]:
     env = dict(os.environ, PYTHONPATH=":".join(str(checkout / p) for p in PACKAGES))
-    command = [sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(port),
-               "--backend", f"http://127.0.0.1:{backend_port}", "--policy", "plas",
-               "--admission-window", "32", "--log-level", "warning"]  # fmt: skip
+    command = overhead.controller_command(port, backend_port)
     proc = subprocess.Popen(command, cwd=checkout, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)  # fmt: skip
     try:
@@ -127,13 +125,15 @@ def main() -> int:
     parser.add_argument("--base", required=True, help="the checkout to compare against")
     parser.add_argument("--new", default=str(ROOT), help="the checkout measured (default: this)")
     parser.add_argument(
-        "--prompt-words", type=lambda text: [int(w) for w in text.split(",")],
+        "--prompt-words", type=overhead.word_counts,
         default=[1000, 32000, 128000], help="comma-separated prompt sizes, smallest first",
     )  # fmt: skip
     parser.add_argument("--rounds", type=int, default=8, help="blocks per build and size")
     parser.add_argument("--calls", type=int, default=40, help="sequential calls per block")
     parser.add_argument("--stream", action="store_true", help="streamed calls")
     args = parser.parse_args()
+    if not args.prompt_words:
+        parser.error("--prompt-words needs at least one size")
     builds = {"base": Path(args.base).resolve(), "new": Path(args.new).resolve()}
     print(asyncio.run(run(args, builds)))
     return 0

@@ -148,11 +148,7 @@ async def count_calls(args: argparse.Namespace) -> dict[str, float]:
 async def cpu(args: argparse.Namespace) -> dict[str, float]:
     backend, port = _backend(args)
     controller_port = overhead.free_port()
-    command = [
-        sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(controller_port),
-        "--backend", f"http://127.0.0.1:{port}", "--policy", "plas", "--admission-window", "32",
-        "--log-level", "warning",
-    ]  # fmt: skip
+    command = overhead.controller_command(controller_port, port)
     try:
         with overhead._process(command) as controller:
             await overhead._wait_ready(controller_port, b"/health")
