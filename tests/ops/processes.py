@@ -46,7 +46,8 @@ async def controller_process(
     ``kind=<kind>`` unless ``kind`` is None) on ``port`` (None: a free one), scraping every
     0.2 s unless ``options`` say otherwise (a later flag wins); ``env`` None inherits ours.
     Yields the process and its URL once it printed its start-up line and ``/readyz`` answers
-    200 (within 20 s, else ``TimeoutError``); reaped on exit."""
+    200 (within 60 s, a loaded machine starts Python slowly; else ``TimeoutError``); reaped
+    on exit."""
     port = free_port() if port is None else port
     command = [*AGENTRT, "controller", "serve", "--port", str(port),
                "--scrape-interval-s", "0.2", *options]  # fmt: skip
@@ -58,7 +59,7 @@ async def controller_process(
     process = await anyio.open_process(command, env=env, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        with anyio.fail_after(20):
+        with anyio.fail_after(60):
             while b"agentrt controller on" not in _read(log):
                 if process.returncode is not None:
                     raise RuntimeError(f"controller exited: {_read(log)[-2000:]!r}")

@@ -86,7 +86,11 @@ async def test_programs_run_through_a_controller_restart(stop: signal.Signals) -
         serve_engine(EmulatorConfig(time_scale=TIME_SCALE)) as engine,
         anyio.create_task_group() as group,
     ):
-        await group.start(controllers, engine.base_url)
+        # The emulator shares this process with the 64 programs: on a loaded machine its
+        # health answers can take seconds, and three probes timed out in a row (2 s each by
+        # default) take it out of routing (503 "no healthy backend"). This test is about the
+        # controller's restart, not the backend's health: give the probes room.
+        await group.start(controllers, f"{engine.base_url},probe_timeout_s=30")
         config = RuntimeConfig(base_url=f"http://127.0.0.1:{port}/v1", model=DEFAULT_MODEL_NAME)
         async with Runtime(config) as rt, anyio.create_task_group() as programs:
             for index in range(PROGRAMS):
