@@ -6,7 +6,7 @@ Each of ``--clients`` clients sends a chat completion, and its next one as soon 
 back, for ``--seconds``. Reported per run: calls completed per second over the first seconds and
 overall; when the controller's queue first empties (every client's call admitted: the window no
 longer limits); the controller's calls in flight to the backend after 1, 2, 4, 8 s (the window,
-while calls queue at the controller); and the backend's largest scraped waiting queue.
+while calls queue at the controller); and the largest backend waiting queue it scraped.
 
 Usage::
 
@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import re
 import socket
 import statistics
@@ -93,11 +94,14 @@ async def _burst(
         async def client(index: int) -> None:
             nonlocal failed
             turn = 0
+            draw = random.Random(index)
             while time.monotonic() < stop:
                 body = {
                     "model": model,
                     "messages": [{"role": "user", "content": f"client {index} turn {turn}: hi"}],
-                    "max_tokens": max_tokens,
+                    # Lengths vary (uniform over [max/4, max]) so the calls do not finish in
+                    # synchronised waves.
+                    "max_tokens": draw.randint(max(1, max_tokens // 4), max_tokens),
                 }
                 headers = {"x-agentrt-program-id": f"p{index}"}
                 response = await http.post(
@@ -113,13 +117,16 @@ async def _burst(
             while time.monotonic() < stop:
                 now = time.monotonic() - start
                 ours = _gauges((await http.get(controller + "/metrics")).text)
-                theirs = _gauges((await http.get(backend + "/metrics")).text)
+                # The backend's waiting queue as the controller last scraped it (what the
+                # window steers by).
+                queues = (await http.get(controller + "/agentrt/v1/queues")).json()
+                waiting = sum(b.get("num_waiting") or 0 for b in queues.get("backends", []))
                 samples.append(
                     (
                         now,
                         ours.get("agentrt_controller_in_flight_calls", 0.0),
                         ours.get("agentrt_controller_queue_length", 0.0),
-                        theirs.get("vllm:num_requests_waiting", 0.0),
+                        float(waiting),
                     )
                 )
                 await asyncio.sleep(0.1)
@@ -142,6 +149,8 @@ async def _burst(
         "max_in_flight": max((f for _, f, _, _ in samples), default=0.0),
         "max_backend_waiting": max((w for _, _, _, w in samples), default=0.0),
         "in_flight_end": samples[-1][1] if samples else float("nan"),
+        # (s, in flight, queued at the controller, backend waiting), one sample per ~0.5 s.
+        "trace": [[round(t, 2), f, q, w] for i, (t, f, q, w) in enumerate(samples) if i % 5 == 0],
     }
 
 
@@ -193,7 +202,8 @@ def main() -> int:
             result = asyncio.run(_run(args, slow_start))
             result["load_1m"] = os.getloadavg()[0]
             runs.append(result)
-            print(json.dumps(result), flush=True)
+            brief = {k: v for k, v in result.items() if k != "trace"}
+            print(json.dumps(brief), flush=True)
     for slow_start in (False, True):
         mine = [r for r in runs if r["slow_start"] is slow_start]
         for key in ("calls_per_s_first_5s", "calls_per_s", "queue_empty_at_s"):
