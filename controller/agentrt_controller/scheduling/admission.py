@@ -36,7 +36,10 @@ it does not limit us, so an idle spell does not shrink it and needs no second ra
 second ramp after each congestion would overshoot the batch by up to the window each time
 and hand those calls to the engine's FCFS queue. Its cost is that one overshoot: the doubling
 that first exceeds the engine's batch leaves up to half the window waiting in the engine for a
-scrape, after which the window falls back by the excess (at most halving).
+scrape, after which the window falls back by the excess (at most halving). It may also end
+early: at tens of calls per second a scrape counts the calls that arrived during the engine's
+current step as waiting, so one sample of a few ends it below the batch (32 or 64 in
+docs/benchmarks.md, "Admission window ramp") — after the part of the ramp that costs.
 
 **Bounded by the batch.** When the backend reports its batch size (``BackendView.max_num_seqs``:
 our emulator and the simulator's engines do; vLLM exposes no such metric), the window never
