@@ -12,7 +12,10 @@ docs/controller.md ("Configuration", "Why these defaults").
   (:mod:`agentrt_controller.scheduling.admission`) keeps a backend's own waiting queue near
   :data:`ADMISSION` ``target_waiting`` and never lets the window exceed the backend's batch
   size (when the backend reports it) plus that target. A fixed window larger than the batch
-  hands the ordering back to the engine's FCFS queue; ``unlimited`` does so entirely.
+  hands the ordering back to the engine's FCFS queue; ``unlimited`` does so entirely. It
+  starts in slow start (``AdaptiveWindowConfig.slow_start``): doubling per scrape until the
+  backend first queues more than the target, so a burst in front of a stock vLLM (no batch
+  size published: bound 256) is let in within seconds, not minutes.
 * **One charge**: the simulator charges a call's service with the controller's default cost
   model (:data:`COST`), so a program's attained service, and hence its PLAS queue, is the same
   number in both.

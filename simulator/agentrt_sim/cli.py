@@ -325,6 +325,23 @@ def _add_policy_args(parser: argparse.ArgumentParser) -> None:
         "engine's waiting queue, at most its batch size + 2 (default: %(default)s)",
     )
     group.add_argument(
+        "--admission-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="adaptive window parameter (AdaptiveWindowConfig), e.g. slow_start=false "
+        "(repeatable; JSON values; docs/scheduling.md, Admission windows)",
+    )
+    group.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="how often the controller refreshes the engines' gauges that the adaptive window "
+        "steers by, in simulated seconds (0 = at every decision; the served controller "
+        "scrapes every 1 s; default: %(default)s)",
+    )
+    group.add_argument(
         "--cost",
         action="append",
         default=[],
@@ -485,6 +502,8 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
 
     if args.engines < 1:
         raise ConfigError(f"--engines must be >= 1, got {args.engines}")
+    if not getattr(args, "scrape_interval", 0.0) >= 0:
+        raise ConfigError(f"--scrape-interval must be >= 0, got {args.scrape_interval}")
     from agentrt_sim.workloads.tenants import TenantLoad, parse_tenants
 
     tenants: tuple[TenantLoad, ...] = ()
@@ -517,6 +536,7 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
             args.workload_param, prompt_calibration=args.prompt_calibration
         ),
         tenants=tenants,
+        scrape_interval_s=getattr(args, "scrape_interval", 0.0),
     )
     if tenants:
         bench = replace(bench, workload="tenants", rate_per_s=sum(t.rate_per_s for t in tenants))
@@ -524,6 +544,10 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
     options = _options(args.policy_option)
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     router_options = _options(args.router_option)
+    given = _options(getattr(args, "admission_option", []))
+    if given and window != "adaptive":
+        raise ConfigError("--admission-option applies to --admission-window adaptive only")
+    admission_options = {**defaults.ADMISSION, **given}
     weights = {t.name: t.weight for t in tenants}
     specs = [
         PolicySpec(
@@ -540,6 +564,7 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
             shard=shard,
             replica_window=replica_window,
             cost=_cost_table(args),
+            admission_options=admission_options,
         )
         for p in policies
         for tenancy, isolation in _tenancy_values(

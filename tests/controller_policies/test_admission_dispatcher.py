@@ -26,7 +26,8 @@ def _view(in_flight: int, waiting: int | None, at: float | None, **kw: object) -
 
 
 def test_adaptive_window_grows_while_the_engine_keeps_up_and_we_fill_it() -> None:
-    policy = AdaptiveWindowAdmission(AdaptiveWindowConfig(initial_window=4, target_waiting=1))
+    config = AdaptiveWindowConfig(initial_window=4, target_waiting=1, slow_start=False)
+    policy = AdaptiveWindowAdmission(config)
     assert policy.has_room(_view(3, 0, 1.0), 1.0)
     assert policy.window("b0") == 4  # not full: no reason to grow
     assert not policy.has_room(_view(4, 0, 2.0), 2.0) or policy.window("b0") == 5
@@ -50,12 +51,13 @@ def test_adaptive_window_shrinks_by_the_excess_at_most_halving() -> None:
 
 
 def test_adaptive_window_without_sample_times_updates_at_most_once_per_interval() -> None:
-    policy = AdaptiveWindowAdmission(AdaptiveWindowConfig(initial_window=8, update_interval_s=1.0))
+    config = AdaptiveWindowConfig(initial_window=8, update_interval_s=1.0)
+    policy = AdaptiveWindowAdmission(config)
     policy.has_room(_view(8, 0, None), 0.0)
     policy.has_room(_view(8, 0, None), 0.5)
-    assert policy.window("b0") == 9
-    policy.has_room(_view(9, 0, None), 1.0)
-    assert policy.window("b0") == 10
+    assert policy.window("b0") == 16  # slow start: doubled
+    policy.has_room(_view(16, 0, None), 1.0)
+    assert policy.window("b0") == 32
 
 
 def test_adaptive_window_without_metrics_is_a_fixed_window() -> None:

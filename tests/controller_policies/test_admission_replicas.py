@@ -26,12 +26,17 @@ def _view(in_flight: int, running: int, waiting: int, at: float) -> BackendView:
     )
 
 
-def _policy(count_other_load: bool, initial_window: float = 8.0) -> AdaptiveWindowAdmission:
+def _policy(
+    count_other_load: bool, initial_window: float = 8.0, slow_start: bool = False
+) -> AdaptiveWindowAdmission:
+    """AIMD alone unless ``slow_start`` (its ramp is tests/controller_policies/
+    test_admission_slow_start.py's)."""
     return AdaptiveWindowAdmission(
         AdaptiveWindowConfig(
             initial_window=initial_window,
             target_waiting=TARGET,
             count_other_load=count_other_load,
+            slow_start=slow_start,
         )
     )
 
@@ -94,10 +99,13 @@ def test_alone_on_the_backend_the_option_changes_nothing() -> None:
         assert counting.window("b0") == blind.window("b0")
 
 
-def _two_replicas_on_one_engine(count_other_load: bool) -> list[int]:
+def _two_replicas_on_one_engine(count_other_load: bool, slow_start: bool = False) -> list[int]:
     """Two replicas fill their windows greedily, taking turns, on an engine of 8 slots; each
     tick one running call of each replica finishes. Returns the engine's load per tick."""
-    replicas = [_policy(count_other_load), _policy(count_other_load)]
+    replicas = [
+        _policy(count_other_load, slow_start=slow_start),
+        _policy(count_other_load, slow_start=slow_start),
+    ]
     in_flight = [0, 0]
     loads = []
     for tick in range(200):
@@ -125,6 +133,12 @@ def test_two_replicas_counting_each_other_keep_the_engine_at_its_bound() -> None
     assert max(counting[1:]) <= BATCH + TARGET
     assert min(counting[10:]) >= BATCH  # the batch is never starved
     assert max(blind) > BATCH + TARGET
+    # With slow start each window jumps to the bound at once; the scrapes here never see more
+    # than target_waiting (two calls finish before each), so it never ends, and the staleness of
+    # the others' load lets one call more in: the load stays one above the batch + target.
+    ramped = _two_replicas_on_one_engine(True, slow_start=True)
+    assert max(ramped[1:]) <= BATCH + TARGET + 1
+    assert min(ramped[10:]) >= BATCH
 
 
 def test_count_other_load_comes_from_a_config_table() -> None:

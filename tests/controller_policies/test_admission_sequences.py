@@ -77,10 +77,15 @@ def test_a_held_call_keeps_its_place_and_goes_first_once_there_is_room() -> None
 
 
 def test_the_adaptive_window_grows_from_a_lone_large_call_the_engine_held() -> None:
-    policy = AdaptiveWindowAdmission(AdaptiveWindowConfig(initial_window=8, target_waiting=2))
+    config = AdaptiveWindowConfig(initial_window=8, target_waiting=2, slow_start=False)
+    policy = AdaptiveWindowAdmission(config)
     # A call of 12 sequences ran alone on the idle backend; the engine queues none of them.
     assert policy.has_room(BackendView("b0", 12, num_waiting=0, metrics_at_s=1.0), 1.0)
     assert policy.window("b0") == 13  # from the load held, not 8 + 1: a call of 1 fits now
     # The engine queues more than target_waiting: it shrinks as before.
     policy.has_room(BackendView("b0", 13, num_waiting=5, metrics_at_s=2.0), 2.0)
     assert policy.window("b0") == 10
+    # With slow start it doubles from there (the load held, 12), to the bound 256.
+    policy = AdaptiveWindowAdmission(AdaptiveWindowConfig(initial_window=8, target_waiting=2))
+    assert policy.has_room(BackendView("b0", 12, num_waiting=0, metrics_at_s=1.0), 1.0)
+    assert policy.window("b0") == 24

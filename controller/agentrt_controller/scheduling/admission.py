@@ -23,6 +23,24 @@ new metrics sample of a backend (``BackendView.metrics_at_s``, or at most once p
   from ``in_flight`` instead of ``window``, so a small call fits beside it;
 * otherwise (we are not using the window, or no metrics): unchanged.
 
+**Slow start** (``slow_start``, on by default). Until a sample of a backend first shows its
+waiting queue above ``target_waiting``, the increase is multiplicative instead:
+``window = min(bound, max(2 * window, window + increase_step))`` — TCP's slow start (RFC 5681,
+§3.1), with the scraped waiting queue for the lost packet. In front of a stock vLLM, which
+publishes no batch size (bound ``max_window``, 256), the additive ramp from 8 takes ~90 scrapes
+(1 s each) to reach 100 calls in flight, while the engine has idle batch slots and the calls
+wait at the controller; doubling takes 4. The first sample above target ends it for good on
+that backend (the shrink rule applies to that sample as before; AIMD from then on): the window
+has then found the engine's capacity and stays near it — it neither grows nor shrinks while
+it does not limit us, so an idle spell does not shrink it and needs no second ramp, while a
+second ramp after each congestion would overshoot the batch by up to the window each time
+and hand those calls to the engine's FCFS queue. Its cost is that one overshoot: the doubling
+that first exceeds the engine's batch leaves up to half the window waiting in the engine for a
+scrape, after which the window falls back by the excess (at most halving). It may also end
+early: at tens of calls per second a scrape counts the calls that arrived during the engine's
+current step as waiting, so one sample of a few ends it below the batch (32 or 64 in
+docs/benchmarks.md, "Admission window ramp") — after the part of the ramp that costs.
+
 **Bounded by the batch.** When the backend reports its batch size (``BackendView.max_num_seqs``:
 our emulator and the simulator's engines do; vLLM exposes no such metric), the window never
 exceeds ``max_num_seqs + target_waiting``: a call beyond that could only wait in the engine's
@@ -94,6 +112,9 @@ class AdaptiveWindowConfig:
     #: scraped ``num_running + num_waiting`` minus our ``in_flight``) against the window, which
     #: then bounds the backend's total load. See "Several controllers" above.
     count_other_load: bool = False
+    #: Slow start: double the window (instead of adding ``increase_step``) until a sample first
+    #: shows the backend's waiting queue above ``target_waiting``. See "Slow start" above.
+    slow_start: bool = True
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -119,6 +140,8 @@ class _BackendWindow:
     #: Other clients' requests on the backend at the last sample (sequences, >= 0); always 0
     #: without ``count_other_load``.
     other_load: int = 0
+    #: Slow start is over: a sample has shown the waiting queue above ``target_waiting``.
+    congested: bool = False
 
 
 class AdaptiveWindowAdmission:
@@ -188,6 +211,7 @@ class AdaptiveWindowAdmission:
         if cfg.count_other_load and backend.num_running is not None:
             state.other_load = max(0, backend.num_running + waiting - backend.in_flight)
         if waiting > cfg.target_waiting:
+            state.congested = True
             excess = waiting - cfg.target_waiting
             shrunk = max(state.window * cfg.decrease_factor, state.window - excess)
             state.window = max(cfg.min_window, shrunk)
@@ -198,6 +222,9 @@ class AdaptiveWindowAdmission:
                 # ours in flight than the window ever was; the engine held them without
                 # queueing: grow from there, so a small call fits beside it.
                 base = max(base, backend.in_flight)
-            state.window = min(bound, base + cfg.increase_step)
+            grown = base + cfg.increase_step
+            if cfg.slow_start and not state.congested:
+                grown = max(grown, 2 * base)
+            state.window = min(bound, grown)
         state.high_water = max(state.high_water, state.window)
         return state
