@@ -111,7 +111,9 @@ def copier(cls: type[T], name: str) -> Callable[[T, Any], T]:
         value = "value" if field_name == name else f"obj.{field_name}"
         lines.append(f"    _set{index}(out, {value})")
     lines.append("    return out")
-    exec("\n".join(lines), scope)  # field names only, checked above
+    # Named after this file (profilers put it with the policies), not "<string>".
+    code = compile("\n".join(lines), f"{__file__}#copier({cls.__name__}.{name})", "exec")
+    exec(code, scope)  # field names only, checked above
     copy: Callable[[T, Any], T] = scope["copy"]
     copy.__qualname__ = f"{cls.__name__}.copy_with_{name}"
     return copy
