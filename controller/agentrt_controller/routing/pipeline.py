@@ -121,16 +121,25 @@ class PipelineRouter:
     def route(self, call: CallEntry, candidates: Sequence[BackendView], now_s: float) -> str:
         """The chosen ``backend_id``. Raises ``ValueError`` when ``candidates`` is empty (the
         dispatcher never calls a router without one) or a stage breaks its contract."""
-        if not candidates:
+        count = len(candidates)  # once: a round's set counts in Python
+        if not count:
             raise ValueError("route() needs at least one candidate backend")
-        candidates = self.eligible(call, candidates, now_s)
-        if not candidates:
-            raise ValueError(f"no candidate backend serves the model {call.facts.model!r}")
+        model = call.facts.model
+        # :meth:`eligible` again only when it may narrow: the dispatcher asked it already
+        # about this round's set (every one serves the model: it is the set itself).
+        if model is not None and not (
+            candidates is self._checked_set and model in self._checked_models
+        ):
+            eligible = self.eligible(call, candidates, now_s)
+            if eligible is not candidates:
+                candidates, count = eligible, len(eligible)
+                if not count:
+                    raise ValueError(f"no candidate backend serves the model {model!r}")
         pruning = self.pruning
         if (
             pruning is not None
+            and count >= self.prune_min_candidates
             and isinstance(candidates, CandidateSet)
-            and len(candidates) >= self.prune_min_candidates
         ):
             pruned = pruning.route(call, candidates, now_s)
             if pruned is not None:

@@ -20,7 +20,7 @@ from typing import Protocol
 
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.process_table import ProcessTable
-from agentrt_controller.scheduling.call import CallEntry
+from agentrt_controller.scheduling.call import CallEntry, copier
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,24 +63,13 @@ class BackendView:
     cpu_kv_capacity_tokens: int = 0
 
     def with_in_flight(self, in_flight: int) -> BackendView:
-        """This view with ``in_flight`` instead (what :func:`dataclasses.replace` does, spelt
-        out: an admission round makes one per admitted call, and ``replace`` walks the fields
-        one ``getattr`` at a time; ``tests/controller_policies/test_copies.py`` keeps the two
-        equal when a field is added)."""
-        return BackendView(
-            backend_id=self.backend_id,
-            in_flight=in_flight,
-            healthy=self.healthy,
-            num_running=self.num_running,
-            num_waiting=self.num_waiting,
-            kv_cache_usage=self.kv_cache_usage,
-            supports_priority=self.supports_priority,
-            metrics_at_s=self.metrics_at_s,
-            max_num_seqs=self.max_num_seqs,
-            models=self.models,
-            kv_capacity_tokens=self.kv_capacity_tokens,
-            cpu_kv_capacity_tokens=self.cpu_kv_capacity_tokens,
-        )
+        """This view with ``in_flight`` instead (what :func:`dataclasses.replace` does; an
+        admission round makes one per admitted call: a :func:`copier` copy, not a call of the
+        frozen ``__init__``)."""
+        return _with_in_flight(self, in_flight)
+
+
+_with_in_flight = copier(BackendView, "in_flight")
 
 
 class Scheduler(Protocol):

@@ -205,7 +205,7 @@ class Dispatcher:
                 break
             left -= 1
             candidates = self.router.eligible(call, candidates, now_s)
-            if not candidates:
+            if candidates is not room and not candidates:  # the round's set is not empty
                 waiting_for_model.append(call)
                 blocked.add(call.facts.model)  # the room only shrinks: for the whole round
                 continue
@@ -232,7 +232,8 @@ class Dispatcher:
             chosen = room.get(backend_id)
             if chosen is None:
                 raise ValueError(f"router {self.router.name!r} chose {backend_id!r}, no candidate")
-            priority = self._priority(call, chosen, now_s)
+            # _priority's first test inlined: most backends take no priority.
+            priority = self._priority(call, chosen, now_s) if chosen.supports_priority else None
             self.table.bind(call.facts, backend_id, now_s)
             if memory is not None:
                 memory.on_admit(call.facts, backend_id, now_s)

@@ -207,7 +207,7 @@ class _Ledger:
             if running <= 0:
                 return
             entry = self.residents[program] = Resident(tokens, running, now_s, chain)
-            if self.counted(tokens):
+            if tokens >= self.min_tokens and tokens:  # counted(tokens), inlined
                 self.total += tokens
                 self._share(entry.chain, 1)
             return
@@ -220,7 +220,8 @@ class _Ledger:
                     self._share(old, -1)
                     self._share(chain, 1)
             entry.chain = chain
-        self.grow(entry, tokens)
+        if tokens > entry.tokens:  # grow()'s test first: a finish (tokens 0) grows nothing
+            self.grow(entry, tokens)
         entry.running = max(0, entry.running + running)
         entry.last_active_s = now_s
         self.residents.move_to_end(program)
@@ -236,7 +237,7 @@ class _Ledger:
 
     def remove(self, program: ProgramKey) -> None:
         entry = self.residents.pop(program, None)
-        if entry is not None and self.counted(entry.tokens):
+        if entry is not None and entry.tokens >= self.min_tokens and entry.tokens:  # counted()
             self.total -= entry.tokens
             self._share(entry.chain, -1)
 
