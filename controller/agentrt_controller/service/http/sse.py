@@ -107,7 +107,7 @@ class SseScanner:
         """Returns ``(bytes to forward now, new chunks counted)``; partial events wait."""
         buffer = self._buffer + data
         before = self.chunks
-        if not self._crlf and b"\r" in data:
+        if not self._crlf and data.find(b"\r") >= 0:
             self._crlf = True
         if self._crlf:
             return self._feed_any(buffer), self.chunks - before
@@ -142,19 +142,20 @@ class SseScanner:
             if not event:
                 continue
             # The common event, one ``data: {...}`` line of a chat stream whose usage is absent
-            # or null, decided here in a few byte searches; anything else by _keep.
+            # or null, decided here in a few byte searches (``find``, as in _plain_tokens);
+            # anything else by _keep.
             if (
                 plain
                 and event.startswith(b"data: {")
-                and b"\n" not in event
+                and event.find(b"\n") < 0
                 and (
-                    b'"usage"' not in event
-                    or b'"usage": null' in event  # a memchr first; the pattern if need be
-                    or b'"usage":null' in event
+                    event.find(b'"usage"') < 0
+                    or event.find(b'"usage": null') >= 0
+                    or event.find(b'"usage":null') >= 0
                     or _NULL_USAGE.search(event) is not None
                 )
             ):
-                if b'"choices":[]' not in event and b'"choices": []' not in event:
+                if event.find(b'"choices":[]') < 0 and event.find(b'"choices": []') < 0:
                     self.chunks += 1
                 out.append(event)
                 continue
