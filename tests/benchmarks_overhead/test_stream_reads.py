@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +54,21 @@ def test_each_token_event_is_a_chunk_of_its_own_then_usage_and_done() -> None:
     assert json.loads(usage.removeprefix(b"data: "))["usage"]["completion_tokens"] == 3
     assert done == b"data: [DONE]"
     assert chunks[4] == b""
+
+
+def test_relay_mode_relays_every_read_of_one_token_event() -> None:
+    # --relay hands the stream's connection reads of one event by hand: every one is relayed
+    # (else it fails), timed and its Python calls counted. A process of its own: the loop it
+    # runs is uvloop, as the CLI's, and a failure ends with it.
+    script = Path(reads.__file__)
+    done = subprocess.run(
+        [sys.executable, str(script), "--relay", "--reads", "20", "--json"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    for shape in ("vllm", "openai"):
+        assert 0 < result[f"{shape}_us_per_read_least"] <= result[f"{shape}_us_per_read_median"]
+        assert result[f"{shape}_python_calls_per_read"] > 10

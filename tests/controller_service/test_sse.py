@@ -369,3 +369,69 @@ def test_feed_plain_leaves_a_read_the_sender_declines_and_any_read_behind_a_wait
     assert scanner.chunks == 6
     assert scanner.feed(b"data: {}\r\n\r\n")[1] == 1  # a CR: the general framing from now
     assert scanner.feed_plain(read, lambda data: True) == 0
+
+
+#: Events a read at decode pace may be, one at a time: tokens (vLLM's, OpenAI's with a null
+#: usage, with ``[]`` in their text or arguments), and the ones the whole-read check must leave
+#: to the per-event path — empty choices (compact and spaced), usage numbers, a comment, two
+#: lines, [DONE], a text naming empty choices.
+_ONE_EVENT = [
+    *_TOKENS,
+    b'data: {"choices":[{"index":0,"delta":{"content":"a[]b"}}]}',
+    b'data: {"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"[]"}}]}}]}',
+    b'data: {"choices":[{"delta":{"content":"\\"choices\\":[]"}}]}',
+    b'data: {"choices":[],"usage":null}',
+    b'data: {"choices": [], "usage": null}',
+    b'data: {"choices":[{"delta":{}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}',
+    b'data: {"choices":[{"delta":{"content":"x"}}],"usage": null,"x":{"usage":{"a":1}}}',
+    b": comment",
+    b'event: message\ndata: {"choices":[{"delta":{"content":"z"}}]}',
+    b"data: [DONE]",
+    b'data: {"choices":[{"delta":{"content":"\\n"}}]}',
+]
+
+
+@pytest.mark.parametrize("tail", [b"\n\n", b"\n\n\n", b"\n\n\n\n", b"\n"])
+@pytest.mark.parametrize("event", _ONE_EVENT)
+def test_a_read_of_one_event_is_decided_like_event_by_event(
+    event: bytes, tail: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A read of one event (an engine at decode pace), whatever ends it: the whole-read check
+    # (the one-event shortcut, the look for empty choices only where a "[]" is) takes it only
+    # when the per-event path would keep it unchanged and count it as a token.
+    read = event + tail
+    whole = SseScanner(strip_usage_chunk=True)
+    sent: list[bytes] = []
+    taken = whole.feed_plain(read, lambda data: sent.append(data) is None)
+    got = (whole.feed(read) if not taken else (read, taken), whole.flush(), whole.usage)
+    monkeypatch.setattr(sse, "_plain_tokens", lambda complete: 0)
+    each = SseScanner(strip_usage_chunk=True)
+    forwarded, counted = each.feed(read)
+    assert got == ((forwarded, counted), each.flush(), each.usage)
+    assert whole.chunks == each.chunks
+    if taken:
+        assert sent == [read] and forwarded == read and counted == 1
+    if tail == b"\n\n" and _ONE_EVENT.index(event) < 6:  # the tokens: all taken whole
+        assert taken == 1
+
+
+def test_random_reads_are_decided_like_event_by_event(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Reads of one to five events of every kind above, framed with runs of one to three LFs
+    # (fixed seed): the whole-read checks decide them as the per-event path does.
+    import random
+
+    rng = random.Random(27)
+    reads = []
+    for _ in range(600):
+        events = [rng.choice(_ONE_EVENT) for _ in range(rng.randint(1, 5))]
+        reads.append(b"".join(e + b"\n" * rng.choice((2, 2, 2, 1, 3)) for e in events))
+    got = []
+    for read in reads:
+        scanner = SseScanner(strip_usage_chunk=True)
+        taken = scanner.feed_plain(read, lambda data: True)
+        got.append(((read, taken) if taken else scanner.feed(read), scanner.flush(),
+                    scanner.chunks, scanner.usage))  # fmt: skip
+    monkeypatch.setattr(sse, "_plain_tokens", lambda complete: 0)
+    for read, expected in zip(reads, got, strict=True):
+        scanner = SseScanner(strip_usage_chunk=True)
+        assert (scanner.feed(read), scanner.flush(), scanner.chunks, scanner.usage) == expected

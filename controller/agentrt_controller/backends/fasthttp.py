@@ -95,34 +95,36 @@ class _Connection(asyncio.Protocol):
             self._fail(httpx.RemoteProtocolError(f"malformed response from backend: {exc}"))
             self.close()
             return
-        if self._chunks:
-            if self._relay is not None and self._relayed():
-                return
-            self._wake()
-
-    def _relayed(self) -> bool:
-        """Offer what this read brought of the body to the relay (:meth:`FastResponse.relay`);
-        whether it took it. Offered only while the body's reader waits with nothing queued
-        (so all that is queued came with this read, and nothing the reader took is still on
-        its way to the client) and the body goes on after it (its end, an error and all that
-        follows them are the reader's)."""
-        waiter = self._waiter
-        if waiter is None or waiter.done() or self.complete or self._error is not None:
-            return False
+        chunks = self._chunks
+        if not chunks:
+            return
+        # What this read brought of the body goes to the relay (FastResponse.relay) only while
+        # the body's reader waits with nothing queued (so all that is queued came with this
+        # read, and nothing the reader took is still on its way to the client) and the body
+        # goes on after it (its end, an error and all that follows them are the reader's).
+        # Here, not in a method of its own: this runs for every read of a relayed stream.
         relay = self._relay
-        assert relay is not None
-        try:
-            if not relay(self._queued()):
-                return False
-        except Exception as exc:  # the reader raises it, as if the relay had run in its task
-            self._chunks.clear()
-            self._buffered = 0
-            self._fail(exc)
-            return True
-        self._taken()
-        if self._silence_s is not None:  # a read arrived: the silence limit starts again
-            self._silent_until = self._loop.time() + self._silence_s
-        return True
+        waiter = self._waiter
+        if (
+            relay is not None
+            and waiter is not None
+            and not waiter.done()
+            and not self.complete
+            and self._error is None
+        ):
+            try:
+                took = relay(self._queued())
+            except Exception as exc:  # the reader raises it, as if the relay had run in its task
+                chunks.clear()
+                self._buffered = 0
+                self._fail(exc)
+                return
+            if took:
+                self._taken()
+                if self._silence_s is not None:  # a read arrived: the silence limit restarts
+                    self._silent_until = self._loop.time() + self._silence_s
+                return
+        self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -472,14 +472,15 @@ class CompletionsEndpoint:
         tokens = core.token_counter()  # per read of the stream: without the core's frame
 
         def count(new_chunks: int) -> None:
-            """Count a piece's tokens (quantum accounting, the first token's time)."""
+            """Count a piece's tokens (quantum accounting, the first token's time). The
+            streamed-chunk count that charging falls back on is the scanner's, taken once when
+            the stream ends (below), not at every read."""
             nonlocal first_token
             tokens(entry, new_chunks)
             if first_token and new_chunks:
                 first_token = False
                 ttft_s = core.now() - parsed.call.arrival_s
                 self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
-            usage.streamed_chunks = scanner.chunks
 
         def take(data: bytes) -> bytes:
             """Scan one piece of the stream and count its tokens; what to send on."""

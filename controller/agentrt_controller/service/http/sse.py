@@ -107,7 +107,7 @@ class SseScanner:
         """Returns ``(bytes to forward now, new chunks counted)``; partial events wait."""
         buffer = self._buffer + data
         before = self.chunks
-        if not self._crlf and b"\r" in data:
+        if not self._crlf and data.find(b"\r") >= 0:
             self._crlf = True
         if self._crlf:
             return self._feed_any(buffer), self.chunks - before
@@ -142,19 +142,20 @@ class SseScanner:
             if not event:
                 continue
             # The common event, one ``data: {...}`` line of a chat stream whose usage is absent
-            # or null, decided here in a few byte searches; anything else by _keep.
+            # or null, decided here in a few byte searches (``find``, as in _plain_tokens);
+            # anything else by _keep.
             if (
                 plain
                 and event.startswith(b"data: {")
-                and b"\n" not in event
+                and event.find(b"\n") < 0
                 and (
-                    b'"usage"' not in event
-                    or b'"usage": null' in event  # a memchr first; the pattern if need be
-                    or b'"usage":null' in event
+                    event.find(b'"usage"') < 0
+                    or event.find(b'"usage": null') >= 0
+                    or event.find(b'"usage":null') >= 0
                     or _NULL_USAGE.search(event) is not None
                 )
             ):
-                if b'"choices":[]' not in event and b'"choices": []' not in event:
+                if event.find(b'"choices":[]') < 0 and event.find(b'"choices": []') < 0:
                     self.chunks += 1
                 out.append(event)
                 continue
@@ -174,7 +175,7 @@ class SseScanner:
             or self._crlf
             or not self._chat_plain
             or not data.endswith(b"\n\n")
-            or b"\r" in data
+            or data.find(b"\r") >= 0
         ):
             return 0
         tokens = _plain_tokens(data)
@@ -250,16 +251,25 @@ def _plain_tokens(complete: bytes) -> int:
     all of them at once. A raw LF occurs in JSON only between values, never inside a string,
     so every LF is framing. With ``n`` LFs (``n`` even), ``n / 2 - 1`` of them followed by an
     event's start, and the text starting with one, every run of LFs is exactly one terminator
-    followed by the next event (a run of one or of three and more leaves too few). Every
+    followed by the next event (a run of one or of three and more leaves too few); when the
+    first LF is the terminator's at the end, there is one event and no other LF. Every
     ``"usage"`` must be a null one (unescaped quotes occur in JSON only around keys and
-    values)."""
-    lfs = complete.count(b"\n")
-    if (
-        lfs & 1
-        or not complete.startswith(b"data: {")
-        or complete.count(b"\n\ndata: {") != lfs // 2 - 1
-        or b'"choices":[]' in complete
-        or b'"choices": []' in complete
+    values).
+
+    Each search is a ``find`` or a ``count`` (``x in data`` costs twice as much: it tries
+    ``x`` as an integer first), the empty choices are looked for only where a ``[]`` is, and
+    a read of one event (an engine at decode pace) is counted without counting its LFs."""
+    if not complete.startswith(b"data: {"):
+        return 0
+    if complete.find(b"\n") == len(complete) - 2:
+        events = 1
+    else:
+        lfs = complete.count(b"\n")
+        if lfs & 1 or complete.count(b"\n\ndata: {") != lfs // 2 - 1:
+            return 0
+        events = lfs // 2
+    if complete.find(b"[]") >= 0 and (
+        complete.find(b'"choices":[]') >= 0 or complete.find(b'"choices": []') >= 0
     ):
         return 0
     usages = complete.count(b'"usage"')
@@ -267,7 +277,7 @@ def _plain_tokens(complete: bytes) -> int:
         nulls = complete.count(b'"usage":null')
         if nulls != usages and nulls + complete.count(b'"usage": null') != usages:
             return 0
-    return lfs // 2
+    return events
 
 
 def _plain_head(complete: bytes) -> tuple[bytes, int]:
