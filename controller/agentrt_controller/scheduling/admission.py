@@ -185,6 +185,12 @@ class AdaptiveWindowAdmission:
         state = self._windows.get(backend_id)
         return state.window if state is not None else self.config.initial_window
 
+    def in_slow_start(self, backend_id: str) -> bool:
+        """Whether the backend's window still doubles (``slow_start`` on and no sample of it
+        has shown its waiting queue above ``target_waiting``); read-only, for the metrics."""
+        state = self._windows.get(backend_id)
+        return self.config.slow_start and (state is None or not state.congested)
+
     def snapshot(self) -> dict[str, Any]:
         """JSON-able windows by backend id."""
         return {"policy": self.name, "windows": {b: s.window for b, s in self._windows.items()}}

@@ -17,13 +17,22 @@ import math
 import time
 from typing import Any
 
+from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
+from agentrt_controller.scheduling.api import AdmissionPolicy
+from agentrt_controller.scheduling.basic import FixedWindowAdmission
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.service.core.pool import BackendPool
 from agentrt_controller.service.core.retention import RetentionExecutor
 from agentrt_controller.service.telemetry.metrics import BACKEND_STATES, ServiceMetrics
 from agentrt_serving.logs import iso_time
 
-__all__ = ["MOMENT_FIELDS", "collect_metrics", "queues_snapshot", "with_wall_times"]
+__all__ = [
+    "MOMENT_FIELDS",
+    "admission_window",
+    "collect_metrics",
+    "queues_snapshot",
+    "with_wall_times",
+]
 
 #: Snapshot fields holding a moment on the controller's monotonic clock (seconds); each
 #: becomes ``<name>_at`` (ISO 8601) and ``<name>_monotonic_s`` (:func:`with_wall_times`).
@@ -64,6 +73,20 @@ def _convert(value: object, offset_s: float) -> object:
     return out
 
 
+def admission_window(admission: AdmissionPolicy, backend_id: str) -> tuple[float, bool | None]:
+    """The backend's admission window (sequences; ``inf`` = unlimited) and whether it is in
+    slow start (``None``: the policy has none). The adaptive window as the policy holds it —
+    a backend has room while its sequences in flight are below ``floor(window)`` — and its
+    initial window for a backend it has not been asked about yet. Reads state only: for
+    scrapes and views, never per call."""
+    if isinstance(admission, AdaptiveWindowAdmission):
+        return admission.window(backend_id), admission.in_slow_start(backend_id)
+    if isinstance(admission, FixedWindowAdmission):
+        fixed = admission.window
+        return (math.inf if fixed is None else float(fixed)), None
+    return math.inf, None  # a policy without a window: nothing held back by one
+
+
 def queues_snapshot(
     dispatcher: Dispatcher, pool: BackendPool, retention: RetentionExecutor | None, now_s: float
 ) -> dict[str, Any]:
@@ -75,21 +98,29 @@ def queues_snapshot(
     snapshot["retained_lane"] = dispatcher.lane_snapshot()
     if retention is not None:
         snapshot["retention"] = retention.snapshot()
-    snapshot["backends"] = [
-        {
-            "backend_id": backend_id,
-            "kind": state.backend.kind,
-            "url": state.backend.url,
-            "healthy": state.healthy,
-            "in_flight": state.in_flight,
-            "admitted_total": state.admitted_total,
-            "supports_priority": state.backend.capabilities.supports_priority,
-            "num_running": state.load.num_running,
-            "num_waiting": state.load.num_waiting,
-            "kv_cache_usage": state.load.kv_cache_usage,
-        }
-        for backend_id, state in pool.states.items()
-    ]
+    admission = dispatcher.admission
+    backends: list[dict[str, Any]] = []
+    for backend_id, state in pool.states.items():
+        window, slow_start = admission_window(admission, backend_id)
+        backends.append(
+            {
+                "backend_id": backend_id,
+                "kind": state.backend.kind,
+                "url": state.backend.url,
+                "healthy": state.healthy,
+                "in_flight": state.in_flight,
+                "sequences_in_flight": state.sequences_in_flight,
+                # JSON has no infinity: null = unlimited
+                "admission_window": window if math.isfinite(window) else None,
+                "admission_slow_start": slow_start,
+                "admitted_total": state.admitted_total,
+                "supports_priority": state.backend.capabilities.supports_priority,
+                "num_running": state.load.num_running,
+                "num_waiting": state.load.num_waiting,
+                "kv_cache_usage": state.load.kv_cache_usage,
+            }
+        )
+    snapshot["backends"] = backends
     return with_wall_times(snapshot, now_s)
 
 
@@ -105,6 +136,14 @@ def collect_metrics(
     states = pool.states
     # replace(): a removed backend's series disappear with it.
     metrics.in_flight.replace({(b,): float(s.in_flight) for b, s in states.items()})
+    metrics.in_flight_sequences.replace(
+        {(b,): float(s.sequences_in_flight) for b, s in states.items()}
+    )
+    windows = {b: admission_window(dispatcher.admission, b) for b in states}
+    metrics.admission_window.replace({(b,): window for b, (window, _) in windows.items()})
+    metrics.admission_slow_start.replace(
+        {(b,): float(slow) for b, (_, slow) in windows.items() if slow is not None}
+    )
     metrics.backend_up.replace({(b,): float(s.healthy) for b, s in states.items()})
     metrics.backend_circuit.replace(
         {

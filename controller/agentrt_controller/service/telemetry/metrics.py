@@ -100,6 +100,22 @@ class ServiceMetrics:
         self.in_flight = r.gauge(
             p + "in_flight_calls", "Calls admitted to a backend and not finished", ("backend",)
         )
+        self.in_flight_sequences = r.gauge(
+            p + "in_flight_sequences",
+            "Sequences admitted to a backend and not finished (a call counts its n): what the "
+            "admission window counts",
+            ("backend",),
+        )
+        self.admission_window = r.gauge(
+            p + "admission_window",
+            "Sequences the admission policy lets a backend hold at once (+Inf: unlimited)",
+            ("backend",),
+        )
+        self.admission_slow_start = r.gauge(
+            p + "admission_slow_start",
+            "1 while the adaptive admission window of the backend is in slow start (doubling)",
+            ("backend",),
+        )
         self.backend_up = r.gauge(p + "backend_up", "1 when the backend is healthy", ("backend",))
         self.backend_circuit = r.gauge(
             p + "backend_state",
