@@ -53,8 +53,7 @@ def _view(in_flight: int = 1, **kw: object) -> BackendView:
 
 def _run_call(memory: MemoryAdmission, facts: CallFacts, out: int, now_s: float) -> None:
     """Admit ``facts`` to b0, stream ``out`` tokens, finish it at ``now_s``."""
-    memory.on_admit(facts, "b0", now_s)
-    memory.on_tokens(facts, out)
+    memory.on_admit(facts, "b0", now_s).add(out)
     memory.on_finish(facts, now_s)
 
 
@@ -284,6 +283,28 @@ def test_priority_under_memory_pressure_is_the_memory_priority() -> None:
     fresh.submit(b, 0.0)
     [plain] = fresh.admit(0.0, [_view(in_flight=0, supports_priority=True)])
     assert plain.backend_priority == 0  # no pressure: the scheduler's (FCFS: 0)
+
+
+def test_streamed_reads_grow_the_admitted_call_only_until_it_finishes() -> None:
+    d = _dispatcher()
+    a = _admit(d, make_facts("A", prompt_tokens=6_000), 0.0)  # below 8,192: not counted
+    d.on_tokens(a, 2_000, 0.1)  # 8,000: still not
+    assert d.memory is not None and d.memory.demand_tokens("b0", 0.1) == 0
+    d.on_tokens(a, 500, 0.2)  # 8,500: counted from now on
+    assert d.memory.demand_tokens("b0", 0.2) == 8_500
+    d.on_tokens(a, 500, 0.3)
+    assert d.memory.demand_tokens("b0", 0.3) == 9_000
+    d.requeue(a, 0.4)  # put back: its record is gone, a late read grows nothing
+    assert a.context is None
+    d.on_tokens(a, 1_000, 0.4)
+    assert d.memory.demand_tokens("b0", 0.4) == 9_000
+    [again] = d.admit(0.5, [_view(in_flight=0)])
+    assert again.call is a and a.context is not None and a.context.context == 6_000
+    d.on_tokens(a, 4_000, 0.6)  # its new context (10,000) passes what A holds (9,000)
+    assert d.memory.demand_tokens("b0", 0.6) == 10_000
+    d.on_finish(a, "b0", 1.0, 0.7)
+    d.on_tokens(a, 1_000, 0.8)
+    assert a.context is None and d.memory.demand_tokens("b0", 0.8) == 10_000
 
 
 def test_unlimited_window_or_disabled_builds_no_memory_rule() -> None:

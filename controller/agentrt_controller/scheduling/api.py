@@ -15,6 +15,7 @@ This module holds :class:`BackendView`; the call itself is in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -102,6 +103,12 @@ class Scheduler(Protocol):
 
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         """Output tokens streamed for an admitted call (quantum accounting)."""
+
+    def token_counter(self, call: CallEntry) -> Callable[[CallEntry, int, float], None]:
+        """The :meth:`on_tokens` that counts ``call``'s tokens: a wrapper (the retained lane,
+        fair shares) gives its inner queue's, so that the Dispatcher resolves it once per call
+        and each streamed read goes straight to the queue that counts it. The same for the
+        call's whole life (its lane and tenant never change)."""
 
     def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
         """An admitted call finished; ``service_s`` is the service charged for it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Callable
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
@@ -65,6 +66,9 @@ class FcfsScheduler:
 
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         call.quantum_tokens += new_tokens
+
+    def token_counter(self, call: CallEntry) -> Callable[[CallEntry, int, float], None]:
+        return self.on_tokens
 
     def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
         call.service_s += service_s

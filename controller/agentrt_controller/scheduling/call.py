@@ -21,9 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agentrt_controller.keys import ProgramKey
+
+if TYPE_CHECKING:
+    from agentrt_controller.scheduling.memory import RunningCall
 
 __all__ = ["CallEntry", "CallFacts", "Lane", "copier"]
 
@@ -164,6 +167,13 @@ class CallEntry:
     #: a level. Set on submit, demotion and promotion; a requeue keeps it, so the call keeps
     #: its place.
     level_entered_s: float = 0.0
+    #: The scheduler's ``on_tokens`` that counts the call's streamed tokens
+    #: (``Scheduler.token_counter``), resolved by the Dispatcher at the call's first streamed
+    #: read and kept (a call's lane and tenant never change); ``None`` until then.
+    count_tokens: Callable[[CallEntry, int, float], None] | None = None
+    #: While admitted under memory admission: the call's record in its backend's ledger
+    #: (``MemoryAdmission.on_admit``), grown by each streamed read; ``None`` otherwise.
+    context: RunningCall | None = None
 
     def __repr__(self) -> str:
         return f"CallEntry(call_id={self.facts.call_id!r}, level={self.level}, lane={self.lane})"

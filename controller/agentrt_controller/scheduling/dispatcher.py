@@ -236,7 +236,7 @@ class Dispatcher:
             priority = self._priority(call, chosen, now_s) if chosen.supports_priority else None
             self.table.bind(call.facts, backend_id, now_s)
             if memory is not None:
-                memory.on_admit(call.facts, backend_id, now_s)
+                call.context = memory.on_admit(call.facts, backend_id, now_s)
             if self.isolation is not None:
                 self.isolation.on_admit(call.facts.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
@@ -387,6 +387,7 @@ class Dispatcher:
             self.isolation.on_release(call.facts.call_id, now_s)
         if self.memory is not None:
             self.memory.on_finish(call.facts, now_s)
+            call.context = None
         self.queues.requeue(call, now_s)
         self._demand.add(call.facts.model)
 
@@ -399,10 +400,16 @@ class Dispatcher:
         return cancelled
 
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
-        memory = self.memory
-        if memory is not None:
-            memory.on_tokens(call.facts, new_tokens)
-        self.queues.on_tokens(call, new_tokens, now_s)
+        """Output tokens streamed for an admitted call. Per streamed read, so nothing is
+        looked up: the call's memory record was kept at admission (``CallEntry.context``)
+        and the queue that counts its tokens at its first read (``CallEntry.count_tokens``)."""
+        context = call.context
+        if context is not None:
+            context.add(new_tokens)
+        count = call.count_tokens
+        if count is None:
+            count = call.count_tokens = self.queues.token_counter(call)
+        count(call, new_tokens, now_s)
 
     def on_finish(
         self,
@@ -423,6 +430,7 @@ class Dispatcher:
             self.isolation.on_release(call.facts.call_id, now_s, service_s)
         if self.memory is not None:
             self.memory.on_finish(call.facts, now_s)
+            call.context = None
         self.queues.on_finish(call, service_s, now_s)
         self.router.on_finish(call, backend_id, now_s)
 

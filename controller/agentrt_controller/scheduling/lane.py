@@ -23,6 +23,8 @@ Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import Scheduler
 from agentrt_controller.scheduling.basic import FcfsScheduler
@@ -75,6 +77,9 @@ class RetainedLane:
 
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         self._queue_of(call).on_tokens(call, new_tokens, now_s)
+
+    def token_counter(self, call: CallEntry) -> Callable[[CallEntry, int, float], None]:
+        return self._queue_of(call).token_counter(call)
 
     def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
         (self._lane if call.lane == "retained" else self.policy).on_finish(call, service_s, now_s)

@@ -79,6 +79,7 @@ __all__ = [
     "PinnedContextLike",
     "PinnedSource",
     "Resident",
+    "RunningCall",
     "memory_priority",
 ]
 
@@ -227,13 +228,15 @@ class _Ledger:
         self.residents.move_to_end(program)
 
     def grow(self, entry: Resident, tokens: int) -> None:
-        if tokens > entry.tokens:
-            was = self.counted(entry.tokens)
-            now = self.counted(tokens)
-            self.total += now - was
-            entry.tokens = tokens
-            if not was and now:
-                self._share(entry.chain, 1)
+        """``entry`` holds ``tokens`` now, more than it held (its callers' test). Per streamed
+        read of a growing context: :meth:`counted`'s test, inlined."""
+        held = entry.tokens
+        entry.tokens = tokens
+        if held >= self.min_tokens and held:  # counted before, so now: the difference
+            self.total += tokens - held
+        elif tokens >= self.min_tokens:  # counted from now on, its chain with it
+            self.total += tokens
+            self._share(entry.chain, 1)
 
     def remove(self, program: ProgramKey) -> None:
         entry = self.residents.pop(program, None)
@@ -268,15 +271,26 @@ class _Ledger:
         return released
 
 
-class _Running:
-    """An admitted call's ledger (its backend's) and context: prompt and output streamed so
-    far (tokens). Updated in place on every streamed read."""
+class RunningCall:
+    """An admitted call's program, ledger (its backend's) and context: prompt and output
+    streamed so far (tokens). The Dispatcher keeps it on the call (``CallEntry.context``)
+    and grows it in place on every streamed read (:meth:`add`)."""
 
-    __slots__ = ("context", "ledger")
+    __slots__ = ("context", "ledger", "program")
 
-    def __init__(self, ledger: _Ledger, prompt_tokens: int) -> None:
+    def __init__(self, program: ProgramKey, ledger: _Ledger, prompt_tokens: int) -> None:
+        self.program = program
         self.ledger = ledger
         self.context = prompt_tokens
+
+    def add(self, new_tokens: int) -> None:
+        """Output tokens streamed: the context grows, and what its program holds with it
+        (while the program is resident in this ledger)."""
+        context = self.context = self.context + new_tokens
+        ledger = self.ledger
+        entry = ledger.residents.get(self.program)
+        if entry is not None and context > entry.tokens:
+            ledger.grow(entry, context)
 
 
 class MemoryAdmission:
@@ -299,14 +313,15 @@ class MemoryAdmission:
         #: look at every backend's.
         self._home: dict[ProgramKey, str] = {}
         #: call id -> the admitted call's backend, prompt and output streamed so far.
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, RunningCall] = {}
         #: Calls passed over because they did not fit (the Dispatcher counts them).
         self.held_total = 0
 
     # --- events (the Dispatcher's) ------------------------------------------------------------
 
-    def on_admit(self, facts: CallFacts, backend_id: str, now_s: float) -> None:
-        """``facts``' call was admitted to ``backend_id``."""
+    def on_admit(self, facts: CallFacts, backend_id: str, now_s: float) -> RunningCall:
+        """``facts``' call was admitted to ``backend_id``; returns its record, which the
+        streamed reads grow (:meth:`RunningCall.add`) until :meth:`on_finish`."""
         program = facts.program
         home = self._home.get(program)
         if home is not None and home != backend_id:  # its context now grows elsewhere
@@ -316,22 +331,12 @@ class MemoryAdmission:
             ledger = self._ledgers[backend_id] = _Ledger(self.config.min_context_tokens)
         ledger.touch(program, facts.prompt_tokens, 1, now_s, facts.block_hashes)
         self._home[program] = backend_id
-        self._running[facts.call_id] = _Running(ledger, facts.prompt_tokens)
-
-    def on_tokens(self, facts: CallFacts, new_tokens: int) -> None:
-        """Output tokens streamed for an admitted call: its context grows. Called for every
-        read of a stream: one lookup, the call's record updated in place."""
-        running = self._running.get(facts.call_id)
-        if running is None:
-            return
-        running.context += new_tokens
-        ledger = running.ledger
-        entry = ledger.residents.get(facts.program)
-        if entry is not None and running.context > entry.tokens:
-            ledger.grow(entry, running.context)
+        running = self._running[facts.call_id] = RunningCall(program, ledger, facts.prompt_tokens)
+        return running
 
     def on_finish(self, facts: CallFacts, now_s: float) -> None:
-        """An admitted call finished (or was put back: it is no longer running)."""
+        """An admitted call finished (or was put back: it is no longer running; the driver
+        grows its record no more)."""
         running = self._running.pop(facts.call_id, None)
         if running is None:
             return

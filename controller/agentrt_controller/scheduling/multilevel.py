@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 from agentrt_controller.keys import ProgramKey
@@ -151,6 +152,9 @@ class MultiLevelScheduler:
             demoted = True
         if demoted and call in self._queues:
             self._queues.push(call)
+
+    def token_counter(self, call: CallEntry) -> Callable[[CallEntry, int, float], None]:
+        return self.on_tokens
 
     def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
         call.service_s += service_s

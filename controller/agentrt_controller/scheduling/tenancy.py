@@ -306,6 +306,9 @@ class TenantFairScheduler:
     def on_tokens(self, call: CallEntry, new_tokens: int, now_s: float) -> None:
         self._tenant(tenant_of(call)).inner.on_tokens(call, new_tokens, now_s)
 
+    def token_counter(self, call: CallEntry) -> Callable[[CallEntry, int, float], None]:
+        return self._tenant(tenant_of(call)).inner.token_counter(call)
+
     def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
         tenant = self._tenant(tenant_of(call))
         estimate = tenant.in_flight.pop(call.facts.call_id, 0.0)
