@@ -229,12 +229,12 @@ class _Ledger:
 
     def grow(self, entry: Resident, tokens: int) -> None:
         """``entry`` holds ``tokens`` now, more than it held (its callers' test). Per streamed
-        read of a growing context: :meth:`counted`'s test, inlined."""
+        read of a growing context: one :meth:`counted` when it counted before."""
         held = entry.tokens
         entry.tokens = tokens
-        if held >= self.min_tokens and held:  # counted before, so now: the difference
+        if self.counted(held):  # counted before, so now (it grew): the difference
             self.total += tokens - held
-        elif tokens >= self.min_tokens:  # counted from now on, its chain with it
+        elif self.counted(tokens):  # counted from now on, its chain with it
             self.total += tokens
             self._share(entry.chain, 1)
 
