@@ -21,14 +21,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from agentrt_controller.keys import ProgramKey
 
-if TYPE_CHECKING:
-    from agentrt_controller.scheduling.memory import RunningCall
-
-__all__ = ["CallEntry", "CallFacts", "Lane", "copier"]
+__all__ = ["CallEntry", "CallFacts", "GrowingContext", "Lane", "copier"]
 
 T = TypeVar("T")
 
@@ -125,6 +122,13 @@ def copier(cls: type[T], name: str) -> Callable[[T, Any], T]:
 _with_block_hashes = copier(CallFacts, "block_hashes")
 
 
+class GrowingContext(Protocol):
+    """A running call's context that its streamed tokens grow (the memory rule's
+    ``RunningCall``)."""
+
+    def add(self, new_tokens: int) -> None: ...
+
+
 @dataclass(slots=True, eq=False)
 class CallEntry:
     """The scheduler's record of one submitted call (made by ``Dispatcher.submit``).
@@ -173,7 +177,7 @@ class CallEntry:
     count_tokens: Callable[[CallEntry, int, float], None] | None = None
     #: While admitted under memory admission: the call's record in its backend's ledger
     #: (``MemoryAdmission.on_admit``), grown by each streamed read; ``None`` otherwise.
-    context: RunningCall | None = None
+    context: GrowingContext | None = None
 
     def __repr__(self) -> str:
         return f"CallEntry(call_id={self.facts.call_id!r}, level={self.level}, lane={self.lane})"
