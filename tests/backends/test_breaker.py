@@ -55,6 +55,15 @@ def _run(breaker: CircuitBreaker, events: list[tuple[float, str]]) -> list[Break
          [(0, "probe?"), (1, "probe?"), (2, "probe+"), (3, "probe?"), (4, "probe?"), (5, "probe?")],
          [CLOSED, CLOSED, CLOSED, CLOSED, CLOSED, OPEN]),
         (BreakerConfig(probe_timeouts=1), [(0, "probe?")], [OPEN]),
+        # A call completed between timed-out probes: the backend is busy, not hung — the run
+        # starts again; with no call between them the third opens.
+        (BreakerConfig(probe_timeouts=3),
+         [(0, "probe?"), (1, "probe?"), (1.5, "ok"), (2, "probe?"), (3, "probe?"), (4, "probe?")],
+         [CLOSED, CLOSED, CLOSED, CLOSED, CLOSED, OPEN]),
+        # A failed call does not end the run.
+        (BreakerConfig(probe_timeouts=3, failure_threshold=9, min_calls=10),
+         [(0, "probe?"), (1, "probe?"), (1.5, "fail"), (2, "probe?")],
+         [CLOSED, CLOSED, CLOSED, OPEN]),
         # Half-open: a trial that times out fails like any other.
         (BreakerConfig(cooldown_s=1, success_threshold=2),
          [(0, "trip"), (1, "probe+"), (1.5, "probe?")],

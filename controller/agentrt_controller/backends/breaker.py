@@ -24,7 +24,8 @@ comes back is tested with a cheap GET, not with a user's call. ``trip`` opens th
 connection). A health probe that merely *runs out of time* is weaker evidence (a busy host, a
 long garbage-collection pause): only ``probe_timeouts`` of them in a row open a closed circuit,
 as Kubernetes waits for ``failureThreshold`` failed probes; a probe that answers "unhealthy" or
-cannot connect opens it at once.
+cannot connect opens it at once. A call that completes in between ends the run: a backend that
+answers calls is busy, not hung (a loaded vLLM can answer ``/health`` late while it serves).
 """
 
 from __future__ import annotations
@@ -140,10 +141,12 @@ class CircuitBreaker:
     # --- call outcomes ---------------------------------------------------------------------
 
     def record_success(self, now_s: float) -> None:
-        """A call to the backend completed (any answer that is not a server failure)."""
+        """A call to the backend completed (any answer that is not a server failure); it also
+        ends a run of timed-out probes (the backend is busy, not hung)."""
         if self.state is not BreakerState.CLOSED:
             return  # a call admitted before the circuit opened; trials are probes only
         self._consecutive_failures = 0
+        self._consecutive_probe_timeouts = 0
         self._outcomes.append(True)
 
     def record_failure(self, now_s: float, reason: str = "call failed") -> None:
