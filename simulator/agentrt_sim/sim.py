@@ -76,7 +76,7 @@ from agentrt_sim.workloads.program import LLMNode
 
 __all__ = ["SimConfig", "Simulation"]
 
-_STEP_DONE, _REJECTED, _WAIT_DONE, _ARRIVAL, _WAKE = 0, 1, 2, 3, 4
+_STEP_DONE, _REJECTED, _WAIT_DONE, _ARRIVAL, _WAKE, _SCRAPE = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,9 @@ class SimConfig:
     stop_s: float = math.inf
     #: ``max_steps`` passed to ``EngineCore.step`` (fused decode iterations per call).
     max_fused_steps: int = 1 << 20
-    #: How often the controller's view of engine gauges is refreshed (seconds); 0 = always.
+    #: How often the controller's view of engine gauges is refreshed (seconds); 0 = at every
+    #: decision. Above 0 a scrape at each multiple of it refreshes the gauges and runs an
+    #: admission round, as a served controller's probe wakes its dispatcher.
     scrape_interval_s: float = 0.0
 
 
@@ -171,8 +173,15 @@ class Simulation:
         self._warm_stats: list[EngineStats] | None = None
         self._live = 0
         self._live_by_tenant: dict[str, int] = {}
+        #: Scrapes done (``scrape_interval_s > 0``): the next one is at ``_scrapes * interval``.
+        self._scrapes = 0
+        #: A scrape event is in the heap.
+        self._scrape_pending = False
         for index, plan in enumerate(plans):
             self.push(plan.program.arrival_s, _ARRIVAL, index)
+        if config.scrape_interval_s > 0 and plans:  # the controller probes as it starts
+            self._scrape_pending = True
+            self.push(0.0, _SCRAPE, None)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -190,6 +199,7 @@ class Simulation:
         heap = self._heap
         pop = heapq.heappop
         config = self.config
+        scrape_interval = config.scrape_interval_s
         batches = 0
         while heap:
             now = heap[0][0]
@@ -208,8 +218,11 @@ class Simulation:
                     self.waits.done(payload[0], payload[1], now)
                 elif kind == _ARRIVAL:
                     self._arrive(payload, now)
-                else:  # _WAKE: a pin-blocked engine may run again
+                elif kind == _WAKE:  # a pin-blocked engine may run again
                     self.engines[payload].wake_s = math.inf
+                else:  # _SCRAPE: fresh gauges, then the admission round below
+                    self._scrape_pending = False
+                    self._scrape(now)
             if self._released:
                 self._submit_released(now)
             dispatchers = self.dispatchers
@@ -225,11 +238,38 @@ class Simulation:
             for slot in self.engines:
                 if not slot.busy:
                     self._step(slot, now)
+            if scrape_interval > 0:
+                self._schedule_scrape(now, scrape_interval)
             batches += 1
             if progress is not None and batches % progress_every == 0:
                 progress(now)
         self._finish_record()
         return self.record
+
+    def _schedule_scrape(self, now: float, interval: float) -> None:
+        """Keep the next scrape in the heap while anything else may still happen; drop it when
+        it is all that is left and no call waits (the run is over: its end is the last real
+        event, not a scrape)."""
+        heap = self._heap
+        if not self._scrape_pending:
+            if heap:  # something else will happen: the controller goes on scraping
+                self._scrapes = max(self._scrapes, math.floor(now / interval) + 1)
+                self._scrape_pending = True
+                self.push(self._scrapes * interval, _SCRAPE, None)
+        elif len(heap) == 1 and not any(d.queued() for d in self.dispatchers):
+            heap.pop()
+            self._scrape_pending = False
+
+    def _scrape(self, now: float) -> None:
+        """A scrape of every engine's gauges (the served controller's probe loop); the run
+        loop then admits, as the probe's ``on_change`` wakes the controller's dispatcher."""
+        self._scrapes += 1
+        for slot in self.engines:
+            core = slot.core
+            slot.num_running = core.num_running
+            slot.num_waiting = core.num_waiting
+            slot.kv_cache_usage = 1.0 - core.num_free_blocks / core.num_blocks
+            slot.metrics_at_s = now
 
     # -- clients ------------------------------------------------------------------------------
 
@@ -372,7 +412,7 @@ class Simulation:
         share = len(self.dispatchers) if self._split_window else 1
         views = []
         for slot in self.engines:
-            if now - slot.metrics_at_s >= interval:
+            if interval == 0:  # fresh gauges at every decision (above 0: at scrapes only)
                 core = slot.core
                 slot.num_running = core.num_running
                 slot.num_waiting = core.num_waiting
