@@ -18,6 +18,14 @@ submitted in ``(program_id, node order)`` order, then the dispatcher admits, the
 step. Everything is deterministic: no wall clock, no unseeded randomness, ties broken by
 sequence numbers.
 
+**Scrapes.** With ``SimConfig.scrape_interval_s`` 0 the engines' gauges are read afresh at
+every decision. Above 0 they are read only at a scrape, one at each multiple of the interval
+(the first at t = 0) while anything else is still to happen, and each scrape is an instant
+like the others: the dispatchers then admit. That is the served controller: each backend's
+probe loop reads its gauges and calls the pool's ``on_change``, the service's ``wake``, and
+its dispatch loop runs ``Dispatcher.admit`` — the adaptive window reacts at the scrapes, not
+only when a call arrives or finishes.
+
 **Tenants.** A program's ``tenant`` is put on its calls and its key (the controller's
 fair shares between tenants read it); a program with ``rotate_call_ids`` sends every call under
 a fresh program id ``<program id>#<node id>``, started by the call and ended when it finishes,
