@@ -1,6 +1,6 @@
 """The spelt-out copies of the per-call dataclasses equal ``dataclasses.replace``, field for
-field: a field added to :class:`CallFacts` or :class:`BackendView` and forgotten in its copy
-fails here."""
+field, and :func:`new_call_facts` equals the ``__init__``: a field added to :class:`CallFacts`
+or :class:`BackendView` and forgotten in its copy fails here."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.api import BackendView
-from agentrt_controller.scheduling.call import CallFacts
+from agentrt_controller.scheduling.call import CallFacts, maker, new_call_facts
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -51,3 +51,27 @@ def test_view_with_in_flight_copies_every_field() -> None:
     copied = view.with_in_flight(41)
     assert copied == dataclasses.replace(view, in_flight=41)
     assert copied.in_flight == 41 and view.in_flight != 41
+
+
+def test_new_call_facts_builds_what_the_init_builds() -> None:
+    base = CallFacts(call_id="c", program=ProgramKey.untagged("p"))
+    assert new_call_facts(call_id="c", program=ProgramKey.untagged("p")) == base
+    values = _distinct(CallFacts, base)
+    built = new_call_facts(**values)  # type: ignore[arg-type]
+    assert type(built) is CallFacts and built == CallFacts(**values)  # type: ignore[arg-type]
+    assert hash(built) == hash(CallFacts(**values))  # type: ignore[arg-type]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.call_id = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        new_call_facts(program=ProgramKey.untagged("p"))  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        new_call_facts("c", ProgramKey.untagged("p"))  # type: ignore[misc]
+
+
+def test_maker_refuses_what_it_cannot_build() -> None:
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Listed:
+        items: list[int] = dataclasses.field(default_factory=list)
+
+    with pytest.raises(TypeError):
+        maker(Listed)

@@ -13,7 +13,7 @@ import anyio.to_thread
 from agentrt.errors import ProtocolError
 from agentrt.protocol import HEADER_TIMEOUT_MS, CallTags, parse_timeout_ms
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.scheduling.call import CallFacts
+from agentrt_controller.scheduling.call import CallFacts, new_call_facts
 from agentrt_controller.service.errors import (
     BadRequest,
     BodyTooLarge,
@@ -264,7 +264,7 @@ def parse_call(
     # body's item structure is large next to it)
     prompt_tokens = (prompt_chars(body) if api == "responses" else len(raw)) // 4
     if tags is None and foreign is not None:
-        call = CallFacts(
+        call = new_call_facts(
             call_id=call_id,
             program=ProgramKey(
                 session_id=foreign.session_id, program_id=foreign.program_id, tenant=tenant
@@ -278,7 +278,7 @@ def parse_call(
             model=model,
         )
     elif tags is None:
-        call = CallFacts(
+        call = new_call_facts(
             call_id=call_id,
             program=ProgramKey.one_call(call_id, tenant),
             node_id=call_id,
@@ -290,7 +290,7 @@ def parse_call(
             model=model,
         )
     else:
-        call = CallFacts(
+        call = new_call_facts(
             call_id=call_id,
             program=ProgramKey(
                 session_id=tags.session_id, program_id=tags.program_id, tenant=tenant
