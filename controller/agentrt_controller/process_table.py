@@ -273,13 +273,7 @@ class ProcessTable:
             self._next_seq += 1
             self._entries[key] = entry
             self._per_tenant[key.tenant] = self._per_tenant.get(key.tenant, 0) + 1
-        else:
-            if now_s > entry.last_seen_s:
-                entry.last_seen_s = now_s
-            self._entries.move_to_end(key)
-        # :meth:`_touch`, inlined (a new entry is last in the order and seen now already).
-        if now_s > entry._order_s:
-            entry._order_s = now_s
+        self._touch(entry, now_s)
         return entry
 
     def start(
@@ -484,12 +478,7 @@ class ProcessTable:
         entry = self._entries.get(call.program)
         if entry is None:
             return None, None
-        # :meth:`_touch`, inlined (twice per call: its start and its finish).
-        if now_s > entry.last_seen_s:
-            entry.last_seen_s = now_s
-        if now_s > entry._order_s:
-            entry._order_s = now_s
-        self._entries.move_to_end(entry.key)
+        self._touch(entry, now_s)
         return entry, entry.active.get(call.call_id)
 
     @staticmethod

@@ -97,29 +97,13 @@ class RunTree(Generic[R]):
         were."""
         run_of = self.run_of
         length = len(chain)
-        if not length:
+        if not length or not held(run_of, chain, 0):
             return 0
-        if held is held_at:  # its first questions inlined: a call each saved, twice per call
-            h = chain[0]
-            run = run_of.get(h)
-            if run is None:
-                return 0
-            offset = -run.start
-            if not (0 <= offset < len(run.elements) and run.elements[offset] == h):
-                return 0
-            if last_first:
-                h = chain[length - 1]
-                run = run_of.get(h)
-                if run is not None:
-                    offset = length - 1 - run.start
-                    if 0 <= offset < len(run.elements) and run.elements[offset] == h:
-                        return length
-        else:
-            if not held(run_of, chain, 0):
-                return 0
-            if last_first and held(run_of, chain, length - 1):
+        high = length  # chain[:low] held; chain[high:] not (or unknown)
+        if last_first:
+            if held(run_of, chain, length - 1):
                 return length
-        high = length - 1 if last_first else length  # chain[:low] held; chain[high:] not
+            high = length - 1
         low = 1
         while low < high:
             middle = (low + high + 1) // 2

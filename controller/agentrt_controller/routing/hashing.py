@@ -379,16 +379,9 @@ def message_block_hashes(
                     kept, kept_chain, kept_parent = index + 1, len(out), parent
                 continue
         usual_run = usual_run and usual
-        if usual:  # _message_text's first case, inlined (the usual short message)
-            data = f"{role}\x1f\x1f{content}".encode("utf-8", "surrogatepass")
-        else:
-            data = _message_text(message).encode("utf-8", "surrogatepass")  # _utf8, inlined
+        data = _message_text(message).encode("utf-8", "surrogatepass")  # _utf8, inlined
         whole = len(data) <= room * chunk
-        if whole and len(data) <= chunk and len(data) < memo.min_bytes:
-            # _chain_pieces' one whole piece, inlined: a short message, hashed every time.
-            parent = hashlib.blake2b(parent + data + b"\x1e", digest_size=8).digest()
-            out.append(int.from_bytes(parent, "big"))
-        elif whole and len(data) >= memo.min_bytes:
+        if whole and len(data) >= memo.min_bytes:
             found = memo.get(parent, data)
             if found is not None:
                 out.extend(found[0])

@@ -84,12 +84,7 @@ class BackendChains(RunTree[StampedRun]):
         """Touch ``hashes`` at ``now_s`` (head last), adding what is new; returns the elements
         added. Call :meth:`expire` first: a stale element would be touched back to life."""
         held = self.leading(hashes, True)  # the whole chain first
-        tip = None
-        if held:  # :meth:`end_at`, its usual case inlined (the run ends there: no split)
-            tip = self.run_of[hashes[held - 1]]
-            cut = held - tip.start
-            if cut != len(tip.elements):
-                tip = self.split(tip, cut)
+        tip = self.end_at(hashes, held) if held else None
         added: Sequence[int] = ()
         if held < len(hashes):
             extend = tip is not None and not tip.children
@@ -102,15 +97,10 @@ class BackendChains(RunTree[StampedRun]):
                 self.attach(run)
                 self._link_newest(run)
                 tip = run
-        ring = self._ring
         while tip is not None:  # deepest first: the head ends most recent
             tip.last_s = now_s
-            if tip is not ring.older:  # :meth:`_unlink` then :meth:`_link_newest`, inlined
-                tip.older.newer = tip.newer
-                tip.newer.older = tip.older
-                tip.older, tip.newer = ring.older, ring
-                ring.older.newer = tip
-                ring.older = tip
+            self._unlink(tip)
+            self._link_newest(tip)
             tip = tip.parent
         return added
 

@@ -90,31 +90,47 @@ class CallFacts:
         return _with_block_hashes(self, block_hashes)
 
 
+def _written_out(
+    cls: type[Any], label: str, signature: str, values: list[str], scope: dict[str, Any]
+) -> Callable[..., Any]:
+    """``def f(<signature>)`` that builds a ``cls`` with ``object.__new__`` and sets field
+    number *i* to the expression ``values[i]`` through its slot's descriptor — one statement
+    per field, no loop, as :mod:`dataclasses` writes ``__init__`` — compiled under a name of
+    this file (profilers put it with the policies, not under ``"<string>"``). ``scope`` holds
+    the names ``values`` and ``signature`` use beyond the fields'."""
+    scope = {**scope, "_new": object.__new__, "_cls": cls}
+    lines = [f"def build({signature}):", "    out = _new(_cls)"]
+    for index, field in enumerate(fields(cls)):
+        scope[f"_set{index}"] = cls.__dict__[field.name].__set__
+        lines.append(f"    _set{index}(out, {values[index]})")
+    lines.append("    return out")
+    exec(compile("\n".join(lines), f"{__file__}#{label}", "exec"), scope)  # names checked
+    built: Callable[..., Any] = scope["build"]
+    return built
+
+
+def _field_names(cls: type[Any], who: str) -> list[str]:
+    """``cls``'s field names, each checked to be an identifier (a dataclass field always is:
+    never run as code)."""
+    names = [f.name for f in fields(cls)]
+    for name in names:
+        if not name.isidentifier():
+            raise TypeError(f"{who}: field name {name!r}")
+    return names
+
+
 def copier(cls: type[T], name: str) -> Callable[[T, Any], T]:
     """A function ``(obj, value) -> copy of obj with field name = value`` for a frozen,
     slotted dataclass ``cls`` without ``__post_init__``: :func:`dataclasses.replace` for one
     field, at a third to a half of the cost of a call of the frozen ``__init__`` (which parses
-    its keyword arguments and makes an ``object.__setattr__`` call per field). The function
-    is written out as :mod:`dataclasses` writes ``__init__`` — one statement per field, no
-    loop — and sets each field through its slot's descriptor. Every field is copied, so a
-    field added later needs no change here (``tests/controller_policies/test_copies.py``
-    checks it against ``replace``)."""
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    its keyword arguments and makes an ``object.__setattr__`` call per field). Every field is
+    copied, so a field added later needs no change here
+    (``tests/controller_policies/test_copies.py`` checks it against ``replace``)."""
+    names = _field_names(cls, "copier")
     if name not in names or getattr(cls, "__post_init__", None) is not None:
         raise TypeError(f"copier({cls.__name__}, {name!r}): no such field, or a __post_init__")
-    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
-    lines = ["def copy(obj, value):", "    out = _new(_cls)"]
-    for index, field_name in enumerate(names):
-        if not field_name.isidentifier():  # a dataclass field always is: never run as code
-            raise TypeError(f"copier: field name {field_name!r}")
-        scope[f"_set{index}"] = cls.__dict__[field_name].__set__
-        value = "value" if field_name == name else f"obj.{field_name}"
-        lines.append(f"    _set{index}(out, {value})")
-    lines.append("    return out")
-    # Named after this file (profilers put it with the policies), not "<string>".
-    code = compile("\n".join(lines), f"{__file__}#copier({cls.__name__}.{name})", "exec")
-    exec(code, scope)  # field names only, checked above
-    copy: Callable[[T, Any], T] = scope["copy"]
+    values = ["value" if n == name else f"obj.{n}" for n in names]
+    copy = _written_out(cls, f"copier({cls.__name__}.{name})", "obj, value", values, {})
     copy.__qualname__ = f"{cls.__name__}.copy_with_{name}"
     return copy
 
@@ -122,33 +138,24 @@ def copier(cls: type[T], name: str) -> Callable[[T, Any], T]:
 def maker(cls: type[T]) -> Callable[..., T]:
     """A keyword-only constructor for a frozen, slotted dataclass ``cls`` without
     ``__post_init__`` or ``default_factory`` fields: what its ``__init__`` builds, at half of
-    the cost (the frozen ``__init__`` makes an ``object.__setattr__`` call per field; this sets
-    each field through its slot's descriptor, like :func:`copier`). The defaults are the
-    class's own objects, so a field added later needs no change here
+    the cost (each field set through its slot's descriptor, like :func:`copier`). The defaults
+    are the class's own objects, so a field added later needs no change here
     (``tests/controller_policies/test_copies.py`` checks it against the ``__init__``)."""
     found = fields(cls)  # type: ignore[arg-type]
     if getattr(cls, "__post_init__", None) is not None or any(
         f.default_factory is not MISSING or not f.init for f in found
     ):
         raise TypeError(f"maker({cls.__name__}): a __post_init__, default_factory or init=False")
-    scope: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
+    names = _field_names(cls, "maker")
+    defaults: dict[str, Any] = {}
     params: list[str] = []
-    lines = ["    out = _new(_cls)"]
     for index, field in enumerate(found):
-        if not field.name.isidentifier():  # a dataclass field always is: never run as code
-            raise TypeError(f"maker: field name {field.name!r}")
-        scope[f"_set{index}"] = cls.__dict__[field.name].__set__
         if field.default is MISSING:
             params.append(field.name)
         else:
-            scope[f"_default{index}"] = field.default
+            defaults[f"_default{index}"] = field.default
             params.append(f"{field.name}=_default{index}")
-        lines.append(f"    _set{index}(out, {field.name})")
-    lines.append("    return out")
-    source = "\n".join([f"def make(*, {', '.join(params)}):", *lines])
-    # Named after this file (profilers put it with the policies), not "<string>".
-    exec(compile(source, f"{__file__}#maker({cls.__name__})", "exec"), scope)  # names checked
-    make: Callable[..., T] = scope["make"]
+    make = _written_out(cls, f"maker({cls.__name__})", f"*, {', '.join(params)}", names, defaults)
     make.__qualname__ = f"{cls.__name__}.make"
     return make
 
