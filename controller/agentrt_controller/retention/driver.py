@@ -278,9 +278,7 @@ class RetentionDriver:
         self, program: ProgramKey, thread_id: str, now_s: float
     ) -> list[RetentionAction]:
         """The thread's call left the queues: its retention has done its job."""
-        # :meth:`tick`'s first test, here and in :meth:`on_program_end`: most calls find
-        # nothing retained (a call saved each time).
-        actions = self.tick(now_s) if self._pins or self.tracker.holds_any() else []
+        actions = self.tick(now_s)
         released = self.tracker.release_thread(program, thread_id)
         if released is not None:
             actions += self._release([released], "admitted", now_s)
@@ -388,7 +386,7 @@ class RetentionDriver:
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> list[RetentionAction]:
         """The program ended (or expired idle): release everything it holds, forget it."""
-        actions = self.tick(now_s) if self._pins or self.tracker.holds_any() else []
+        actions = self.tick(now_s)
         released = self.tracker.release_program(program)
         if released:  # most programs hold none at their end: no call for nothing
             actions += self._release(released, "program_end", now_s)

@@ -232,8 +232,7 @@ class Dispatcher:
             chosen = room.get(backend_id)
             if chosen is None:
                 raise ValueError(f"router {self.router.name!r} chose {backend_id!r}, no candidate")
-            # _priority's first test inlined: most backends take no priority.
-            priority = self._priority(call, chosen, now_s) if chosen.supports_priority else None
+            priority = self._priority(call, chosen, now_s)
             self.table.bind(call.facts, backend_id, now_s)
             if memory is not None:
                 call.context = memory.on_admit(call.facts, backend_id, now_s)

@@ -208,7 +208,7 @@ class _Ledger:
             if running <= 0:
                 return
             entry = self.residents[program] = Resident(tokens, running, now_s, chain)
-            if tokens >= self.min_tokens and tokens:  # counted(tokens), inlined
+            if self.counted(tokens):
                 self.total += tokens
                 self._share(entry.chain, 1)
             return
@@ -240,7 +240,7 @@ class _Ledger:
 
     def remove(self, program: ProgramKey) -> None:
         entry = self.residents.pop(program, None)
-        if entry is not None and entry.tokens >= self.min_tokens and entry.tokens:  # counted()
+        if entry is not None and self.counted(entry.tokens):
             self.total -= entry.tokens
             self._share(entry.chain, -1)
 
