@@ -273,11 +273,7 @@ class Simulation:
         loop then admits, as the probe's ``on_change`` wakes the controller's dispatcher."""
         self._scrapes += 1
         for slot in self.engines:
-            core = slot.core
-            slot.num_running = core.num_running
-            slot.num_waiting = core.num_waiting
-            slot.kv_cache_usage = 1.0 - core.num_free_blocks / core.num_blocks
-            slot.metrics_at_s = now
+            slot.scrape(now)
 
     # -- clients ------------------------------------------------------------------------------
 
@@ -421,11 +417,7 @@ class Simulation:
         views = []
         for slot in self.engines:
             if interval == 0:  # fresh gauges at every decision (above 0: at scrapes only)
-                core = slot.core
-                slot.num_running = core.num_running
-                slot.num_waiting = core.num_waiting
-                slot.kv_cache_usage = 1.0 - core.num_free_blocks / core.num_blocks
-                slot.metrics_at_s = now
+                slot.scrape(now)
             views.append(
                 BackendView(
                     backend_id=slot.backend_id,

@@ -164,3 +164,11 @@ class EngineSlot:
         self.metrics_at_s = -float("inf")
         #: A wake-up event for a pin-blocked engine is pending at this time; inf = none.
         self.wake_s = float("inf")
+
+    def scrape(self, now: float) -> None:
+        """Read the engine's gauges at ``now``, as the controller's scrape does."""
+        core = self.core
+        self.num_running = core.num_running
+        self.num_waiting = core.num_waiting
+        self.kv_cache_usage = 1.0 - core.num_free_blocks / core.num_blocks
+        self.metrics_at_s = now
