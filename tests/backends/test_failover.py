@@ -7,10 +7,12 @@ fail with a clear OpenAI-style error; garbage metrics mean unknown load, not a c
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -21,6 +23,7 @@ import pytest
 from agentrt_controller.backends.breaker import BreakerConfig
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_controller.service.core.pool import BackendState
 
 from .fake_vllm import FakeVllm, build_app
 from .servers import serve_app, spawn_emulator, spawn_fake
@@ -53,6 +56,49 @@ async def _controller(*urls: str, kind: str = "vllm", **options: Any) -> AsyncIt
         yield url, apps[0]
 
 
+@dataclass
+class _Probe:
+    started_s: float
+    #: The backend was in routing when the probe started.
+    in_routing: bool
+    #: True / False: its verdict; None: cancelled (the pool's time limit ran out); not yet
+    #: set while it runs.
+    ok: bool | None = None
+    ended_s: float | None = None
+
+
+class _Probes:
+    """Every health probe the pool sends ``state``'s backend, in order: the facts "within one
+    health interval" rests on (which probe took the backend out, and whether a pause came
+    between two), recorded as the pool's own loop makes them, so that a loaded host's late
+    timers change how long a test takes, not what it finds."""
+
+    def __init__(self, state: BackendState) -> None:
+        self.list: list[_Probe] = []
+        backend = state.backend
+        health = backend.health
+
+        async def recorded() -> bool:
+            probe = _Probe(time.monotonic(), state.healthy)
+            self.list.append(probe)
+            try:
+                probe.ok = await health()
+            finally:
+                probe.ended_s = time.monotonic()
+            return probe.ok
+
+        backend.health = recorded  # type: ignore[method-assign]
+
+    def assert_the_first_probe_after_took_it_out(self, mark: int) -> None:
+        """The backend left routing by the verdict of a probe (the last one sent while it was
+        in routing failed), and at most one probe started after ``mark`` (its death) while it
+        was in routing: one probe period, not a second probe nor a breaker's wait. (A probe
+        already under way at the death may have found it: none after it then.)"""
+        in_routing = [p for p in self.list if p.in_routing]
+        assert in_routing and in_routing[-1].ok is False, self.list
+        assert len([p for p in self.list[mark:] if p.in_routing]) <= 1, self.list
+
+
 def _sse_events(text: str) -> list[Any]:
     events = []
     for block in text.split("\n\n"):
@@ -69,16 +115,19 @@ async def test_a_dead_backend_leaves_routing_within_one_health_interval() -> Non
     ):
         pool = app.core.pool
         assert pool.states["b0"].healthy and pool.states["b1"].healthy
+        probes = _Probes(pool.states["b0"])
         a.kill()
-        killed_at = time.monotonic()
-        with anyio.fail_after(5):
+        await a.process.wait()  # dead, not dying
+        mark = len(probes.list)
+        with anyio.fail_after(20):  # a hang guard, not a measurement
             while pool.states["b0"].healthy:  # noqa: ASYNC110 - watching the pool's own loop
                 await anyio.sleep(0.01)
-        detected_after_s = time.monotonic() - killed_at
         assert pool.states["b0"].status() == "open"
+        assert pool.states["b0"].last_error == "health probe failed"
         assert pool.states["b1"].healthy
-    # No call was needed: the probe found it. Slack for a loaded machine's scheduling.
-    assert detected_after_s <= INTERVAL_S + 0.25
+    # No call was needed: the first probe after the death found it (one probe period, which
+    # is the interval: a failed probe is not retried first, nor waits for the breaker).
+    probes.assert_the_first_probe_after_took_it_out(mark)
 
 
 async def test_a_hung_backend_leaves_routing_after_probe_timeouts_probes_ran_out_of_time() -> None:
@@ -86,17 +135,29 @@ async def test_a_hung_backend_leaves_routing_after_probe_timeouts_probes_ran_out
     async with serve_app(build_app(hung)) as url, _controller(url) as (_, app):
         state = app.core.pool.states["b0"]
         assert state.healthy
+        probes = _Probes(state)
         hung.health_delay_s = 3600.0
-        started = time.monotonic()
-        with anyio.fail_after(5):
+        mark = len(probes.list)
+        with anyio.fail_after(30):  # a hang guard, not a measurement
             while state.healthy:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
-        detected_after_s = time.monotonic() - started
         assert state.last_error == "health probe timed out"
-    # One interval to the first probe, then BreakerConfig.probe_timeouts probes in a row that
-    # each time out after an interval (a single slow probe is not enough: a busy host).
-    assert detected_after_s <= (1 + BreakerConfig().probe_timeouts) * INTERVAL_S + 0.25
-    assert detected_after_s >= BreakerConfig().probe_timeouts * INTERVAL_S
+    # BreakerConfig.probe_timeouts probes in a row that each ran out of time (an interval,
+    # the probe's limit) took it out; a single slow probe is not enough (a busy host), and no
+    # further one was needed. (A probe that timed out on the loaded host before the hang
+    # counts into the run, as it does in the breaker.)
+    timeouts = BreakerConfig().probe_timeouts
+    in_routing = [p for p in probes.list if p.in_routing]
+    run = in_routing[-timeouts:]
+    assert [p.ok for p in run] == [None] * timeouts, probes.list
+    assert all(p.ok is None for p in probes.list[mark:] if p.in_routing), probes.list
+    # (The limit's deadline is set a few microseconds before the probe starts.)
+    assert all(p.ended_s is not None and p.ended_s - p.started_s > INTERVAL_S - 0.01 for p in run)
+    # After a time-out the next probe follows at once (it already waited an interval): the
+    # pool starts it in the same step that ends the last one, so the gap is CPU time, where
+    # a pause would be a whole interval.
+    for before, after in itertools.pairwise(run):
+        assert before.ended_s is not None and after.started_s - before.ended_s < INTERVAL_S / 2
 
 
 async def test_calls_not_yet_streaming_move_to_another_backend_when_theirs_dies() -> None:
@@ -141,7 +202,9 @@ async def test_a_stream_in_flight_when_its_backend_dies_ends_with_a_clear_error(
         _controller(a.url) as (url, app),
     ):
         client = openai.AsyncOpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-        received = 0
+        state = app.core.pool.states["b0"]
+        probes = _Probes(state)
+        received, mark = 0, 0
         with pytest.raises(openai.APIError) as caught:
             stream = await client.chat.completions.create(
                 model="tiny", messages=[{"role": "user", "content": "hi"}], stream=True
@@ -150,12 +213,15 @@ async def test_a_stream_in_flight_when_its_backend_dies_ends_with_a_clear_error(
                 received += 1
                 if received == 3:
                     a.kill()
+                    await a.process.wait()  # dead, not dying
+                    mark = len(probes.list)
         await client.close()
-        state = app.core.pool.states["b0"]
         assert state.in_flight == 0
-        with anyio.fail_after(INTERVAL_S + 0.5):  # its next health probe takes it out
+        with anyio.fail_after(20):  # a hang guard, not a measurement
             while state.healthy:  # noqa: ASYNC110
                 await anyio.sleep(0.01)
+    # Its next health probe took it out (the failed stream alone did not).
+    probes.assert_the_first_probe_after_took_it_out(mark)
     assert 3 <= received < 200
     assert "b0 failed mid-answer" in caught.value.message
     assert caught.value.body is not None and caught.value.body["type"] == "upstream_error"
@@ -181,7 +247,10 @@ async def test_garbage_metrics_mean_unknown_load_and_the_backend_still_serves() 
         _controller(g.url) as (url, app),
         httpx.AsyncClient(timeout=10) as http,
     ):
-        await anyio.sleep(INTERVAL_S * 2.5)  # a few scrapes of garbage
+        probes = _Probes(app.core.pool.states["b0"])
+        with anyio.fail_after(20):  # a few scrapes of garbage (each after a health probe)
+            while len([p for p in probes.list if p.ok is not None]) < 3:  # noqa: ASYNC110
+                await anyio.sleep(0.01)
         listing = (await http.get(url + "/agentrt/v1/backends")).json()["backends"]
         answer = await http.post(url + CHAT, json=_body())
     load = listing[0]["load"]

@@ -4,7 +4,9 @@ interval merges a stream's intermediate writes, never its first or last."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import selectors
 import time
 from typing import Any, NamedTuple
 
@@ -24,8 +26,46 @@ TIME_SCALE = 100.0
 STEPS = 30
 
 
+class _VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop on a virtual wall clock: time stands still while anything is ready to
+    run and jumps to the next timer when nothing is, or moves when the test burns "CPU"
+    (:meth:`burn`). The driver's pacing is then decided by its arithmetic alone, not by how
+    late a loaded host wakes its timers (its real sleeps overshot by tens of ms under load)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        super().__init__(_JumpingSelector(self))
+
+    def time(self) -> float:
+        return self.now
+
+    def burn(self, wall_s: float) -> None:
+        """Spend ``wall_s`` of the loop's time without yielding, as CPU work does."""
+        self.now += wall_s
+
+
+class _JumpingSelector(selectors.DefaultSelector):
+    def __init__(self, loop: _VirtualTimeLoop) -> None:
+        super().__init__()
+        self._loop = loop
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = super().select(0)
+        if ready or timeout is None:  # None: no timer at all, only I/O can wake the loop
+            return ready or super().select(timeout)
+        self._loop.now += timeout  # asleep until the next timer: jump to it
+        return []
+
+
+#: The driver tests run on virtual time; the stream tests below use real sockets and time.
+virtual_time = pytest.mark.parametrize(
+    "anyio_backend", [("asyncio", {"loop_factory": _VirtualTimeLoop})]
+)
+
+
 class SlowCore(EngineCore):
-    """An engine whose every step burns ``cpu_s`` of wall time, as a loaded host would."""
+    """An engine whose every step burns ``cpu_s`` of the loop's wall time, as CPU work would
+    (the loop does nothing else meanwhile)."""
 
     def __init__(self, cpu_s: float) -> None:
         super().__init__(EngineConfig(num_gpu_blocks=64), get_profile("unit-step"))
@@ -34,7 +74,9 @@ class SlowCore(EngineCore):
     def step(
         self, now_s: float, *, max_steps: int = 1, horizon_s: float = float("inf")
     ) -> StepResult | None:
-        time.sleep(self.cpu_s)  # blocks the event loop, like CPU work would
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, _VirtualTimeLoop)
+        loop.burn(self.cpu_s)
         return super().step(now_s, max_steps=max_steps, horizon_s=horizon_s)
 
 
@@ -48,6 +90,7 @@ async def _e2e_model_s(cpu_s: float, max_lag_wall_s: float) -> tuple[float, Serv
         time_scale=TIME_SCALE,
         fuse_window_wall_s=0.0,
         max_lag_wall_s=max_lag_wall_s,
+        clock=asyncio.get_running_loop().time,
     )
     request = EngineRequest("r", [1], list(range(STEPS)), arrival_s=driver.now_s())
     async with anyio.create_task_group() as tg:
@@ -61,6 +104,7 @@ async def _e2e_model_s(cpu_s: float, max_lag_wall_s: float) -> tuple[float, Serv
     return metrics.e2e.total, metrics
 
 
+@virtual_time
 async def test_cpu_time_between_steps_is_absorbed() -> None:
     # 3 ms of CPU per 10 ms step: starting each step at "now" would add 0.3 model s per step
     # (39 s instead of 30 s); the absolute schedule keeps the model's 30 s.
@@ -72,6 +116,7 @@ async def test_cpu_time_between_steps_is_absorbed() -> None:
     assert metrics.delivery_lag.total / metrics.delivery_lag.count < 0.5
 
 
+@virtual_time
 async def test_a_loop_that_cannot_keep_up_restarts_its_schedule_and_counts_it() -> None:
     # 15 ms of CPU per 10 ms step: the loop falls behind by 5 ms a step; beyond the 20 ms
     # bound it gives the missed time up, which shows in the counters and in the latency.
