@@ -321,23 +321,27 @@ def controller_command(
     policy: str = "plas",
     window: str = "32",
     runner: tuple[str, ...] = (sys.executable, "-m", "agentrt.cli"),
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """``agentrt controller serve`` on ``port`` in front of the instant backend on
-    ``backend_port``, as this benchmark runs it (``runner``: what runs the CLI)."""
+    ``backend_port``, as this benchmark runs it (``runner``: what runs the CLI; ``extra``:
+    more of its flags, e.g. ``("--retention", "off")``)."""
     return [
         *runner, "controller", "serve", "--port", str(port),
         "--backend", f"http://127.0.0.1:{backend_port}", "--policy", policy,
-        "--admission-window", window, "--log-level", "warning",
+        "--admission-window", window, "--log-level", "warning", *extra,
     ]  # fmt: skip
 
 
 @contextlib.asynccontextmanager
-async def stack(policy: str, window: str) -> AsyncIterator[tuple[int, int, int]]:
+async def stack(
+    policy: str, window: str, extra: tuple[str, ...] = ()
+) -> AsyncIterator[tuple[int, int, int]]:
     backend_port, controller_port = free_port(), free_port()
     python = sys.executable
     with _process([python, __file__, "--serve-backend", str(backend_port)]):
         await _wait_ready(backend_port, b"/health")
-        command = controller_command(controller_port, backend_port, policy, window)
+        command = controller_command(controller_port, backend_port, policy, window, extra=extra)
         with _process(command) as controller:
             try:
                 await _wait_ready(controller_port, b"/health")
