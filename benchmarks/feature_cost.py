@@ -214,11 +214,9 @@ def _cell(figures: dict[str, Any], key: str, digits: int, signed: bool = False) 
     spread = figures.get(key)
     if spread is None:
         return "—"
-    sign = "+" if signed else ""
-    return (
-        f"{spread['median']:{sign}.{digits}f} "
-        f"[{spread['min']:{sign}.{digits}f} … {spread['max']:{sign}.{digits}f}]"
-    )
+    # "z": a value that rounds to zero prints as 0, not -0.
+    form = f"{'+' if signed else ''}z.{digits}f"
+    return f"{spread['median']:{form}} [{spread['min']:{form}} … {spread['max']:{form}}]"
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -122,3 +122,9 @@ def test_fewer_than_one_repetition_is_refused(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit):
         cost.main(["--reps", "0"])
     assert "--reps must be at least 1" in capsys.readouterr().err
+
+
+def test_a_difference_that_rounds_to_zero_prints_without_a_sign() -> None:
+    figures = {"d": {"median": -0.3, "min": -33.2, "max": -0.4}}
+    assert cost._cell(figures, "d", 0, signed=True) == "+0 [-33 … +0]"
+    assert cost._cell(figures, "d", 1, signed=True) == "-0.3 [-33.2 … -0.4]"
