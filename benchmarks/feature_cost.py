@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import controller_overhead as overhead  # noqa: E402
+from benchmarks._peers_setup import REFERENCES  # noqa: E402
 from benchmarks._processes import cpu_s, free_port  # noqa: E402
 
 #: The relay for the lower bound (not a controller).
@@ -122,7 +123,7 @@ async def floor_stack() -> AsyncIterator[tuple[int, int]]:
     python = sys.executable
     with overhead._process([python, overhead.__file__, "--serve-backend", str(backend_port)]):
         await overhead._wait_ready(backend_port, b"/health")
-        relay = [python, str(ROOT / "benchmarks" / "_floor_proxy.py"), "--port", str(port),
+        relay = [python, str(ROOT / REFERENCES[FLOOR]), "--port", str(port),
                  "--backend", f"http://127.0.0.1:{backend_port}"]  # fmt: skip
         with overhead._process(relay) as proc:
             await overhead._wait_ready(port, b"/health")  # relayed to the backend
@@ -172,16 +173,14 @@ def summarise(reps: list[dict[str, dict[str, float | None]]]) -> dict[str, Any]:
     for name in reps[0]:
         figures: dict[str, Any] = {}
         for figure in reps[0][name]:
-            values = [rep[name][figure] for rep in reps]
-            if any(value is None for value in values):
+            values = [v for rep in reps if (v := rep[name][figure]) is not None]
+            if len(values) < len(reps):
                 continue
-            figures[figure] = _spread([float(v) for v in values if v is not None])
+            figures[figure] = _spread(values)
             if "defaults" in reps[0] and name != "defaults":
-                base = [rep["defaults"][figure] for rep in reps]
-                if all(value is not None for value in base):
-                    diffs = [
-                        float(v or 0) - float(b or 0) for v, b in zip(values, base, strict=True)
-                    ]
+                base = [b for rep in reps if (b := rep["defaults"][figure]) is not None]
+                if len(base) == len(reps):
+                    diffs = [v - b for v, b in zip(values, base, strict=True)]
                     figures[f"{figure}_minus_defaults"] = _spread(diffs)
         out[name] = figures
     return out
