@@ -38,7 +38,9 @@ GAP_S = 0.5
 #: Emulated model time runs this much faster than real time: a call takes milliseconds.
 TIME_SCALE = 50.0
 HI = [{"role": "user", "content": "hi"}]
-OPTIONS = ("--shutdown-grace-s", "5")
+#: The scrape interval is also each health probe's time limit (the pool caps a probe at one
+#: interval, docs/controller.md): 5 s, with the backend's own limit above it (below).
+OPTIONS = ("--shutdown-grace-s", "5", "--scrape-interval-s", "5")
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
@@ -87,9 +89,11 @@ async def test_programs_run_through_a_controller_restart(stop: signal.Signals) -
         anyio.create_task_group() as group,
     ):
         # The emulator shares this process with the 64 programs: on a loaded machine its
-        # health answers can take seconds, and three probes timed out in a row (2 s each by
-        # default) take it out of routing (503 "no healthy backend"). This test is about the
-        # controller's restart, not the backend's health: give the probes room.
+        # health answers can take seconds, and three probes timed out in a row take it out of
+        # routing (503 "no healthy backend"). A probe's limit is the smaller of the scrape
+        # interval and the backend's probe_timeout_s (at the tests' 0.2 s interval, three
+        # late answers in 1.2 s did it in CI). This test is about the controller's restart,
+        # not the backend's health: give the probes room, 5 s each (OPTIONS).
         await group.start(controllers, f"{engine.base_url},probe_timeout_s=30")
         config = RuntimeConfig(base_url=f"http://127.0.0.1:{port}/v1", model=DEFAULT_MODEL_NAME)
         async with Runtime(config) as rt, anyio.create_task_group() as programs:
