@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
@@ -44,7 +45,7 @@ __all__ = ["BodyParts", "DirectExchange", "DirectHandler", "DirectRoutes"]
 _log = logging.getLogger("uvicorn.error")
 
 #: The handler of a direct route: answers the request of one exchange.
-DirectHandler = Callable[["DirectExchange"], Awaitable[None]]
+DirectHandler = Callable[["DirectExchange"], Coroutine[Any, Any, None]]
 #: Direct routes by (method, raw path), e.g. ``(b"POST", b"/v1/chat/completions")``.
 DirectRoutes = Mapping[tuple[bytes, bytes], DirectHandler]
 
@@ -99,16 +100,15 @@ class BodyParts:
 
 class DirectExchange:
     """One request on a direct route, in the place of uvicorn's ``RequestResponseCycle``: the
-    protocol feeds it the body (``body``, ``more_body``, ``message_event.set()``), marks a
-    lost connection (``disconnected``) and, on shutdown, clears ``keep_alive``; it runs the
-    handler in a task of the server (``run_asgi``, the cycle's name) and tells the protocol
-    when its answer is complete (``on_response``: the next pipelined request starts, or the
-    keep-alive timer)."""
+    protocol feeds it the body (``body``, ``more_body``, waking ``waiter``), marks a lost
+    connection (``disconnected``, ``message_event.set()``) and, on shutdown, clears
+    ``keep_alive``; it runs the handler in a task of the server whose end :meth:`finished`
+    sees to, and is told when the answer is complete (``on_response``: the next pipelined
+    request starts, or the keep-alive timer)."""
 
     __slots__ = (
         "_held",
         "_late",
-        "_waiter",
         "body",
         "client",
         "default_headers",
@@ -124,7 +124,9 @@ class DirectExchange:
         "response_complete",
         "response_started",
         "status",
+        "tasks",
         "transport",
+        "waiter",
         "waiting_for_100_continue",
     )
 
@@ -141,6 +143,7 @@ class DirectExchange:
         keep_alive: bool,
         expect_100_continue: bool,
         on_response: Callable[[], None],
+        tasks: set[asyncio.Task[None]] | None = None,
     ) -> None:
         self.method = method
         #: The raw path (a direct route has no query string).
@@ -154,6 +157,8 @@ class DirectExchange:
         self.keep_alive = keep_alive
         self.waiting_for_100_continue = expect_100_continue
         self.on_response = on_response
+        #: The server's tasks, which the handler's task leaves when it ends (None: none).
+        self.tasks = tasks
         #: Called once when the client leaves before the answer is complete (None: nobody
         #: listens).
         self.on_disconnect: Callable[[], None] | None = None
@@ -166,7 +171,8 @@ class DirectExchange:
         self.response_complete = False
         #: The status sent (None: no answer yet).
         self.status: int | None = None
-        self._waiter: asyncio.Future[None] | None = None
+        #: The reader's wake-up while it waits for the body (the protocol sets its result).
+        self.waiter: asyncio.Future[None] | None = None
         self._late = False
         #: A stream's head, until its first part goes out with it.
         self._held = b""
@@ -182,7 +188,7 @@ class DirectExchange:
 
     def set(self) -> None:
         """Body bytes arrived, the body is complete, or the connection was lost."""
-        waiter = self._waiter
+        waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
         if self.disconnected and not self.response_complete:
@@ -190,13 +196,18 @@ class DirectExchange:
             if callback is not None:
                 callback()
 
-    async def run_asgi(self, handler: DirectHandler) -> None:
-        """Run ``handler`` (uvicorn's protocol starts a cycle's task by this name). Like
-        uvicorn's cycle, the last resort for what the handler leaves: a 500 when nothing was
-        sent, else the connection closed."""
-        try:
-            await handler(self)
-        except BaseException as exc:  # uvicorn's cycle does the same (the task ends here)
+    def finished(self, task: asyncio.Task[None]) -> None:
+        """The handler's task ended (its done callback; the protocol starts the task): out of
+        the server's tasks, and, like uvicorn's cycle, the last resort for what the handler
+        left — a 500 when nothing was sent, else the connection closed. (A callback, not a
+        coroutine around the handler: no frame of its own resumed at each wake-up.)"""
+        tasks = self.tasks
+        if tasks is not None:
+            tasks.discard(task)
+        exc: BaseException | None = (
+            asyncio.CancelledError() if task.cancelled() else task.exception()
+        )
+        if exc is not None:  # uvicorn's cycle logs it too (the task ends here)
             _log.error("Exception in a direct route's handler", exc_info=exc)
             if not self.response_started:
                 self.response_started = True
@@ -204,12 +215,10 @@ class DirectExchange:
                 self._write_last(_INTERNAL_ERROR, close=True)
             else:
                 self.transport.close()
-        else:
-            if not self.response_complete and not self.disconnected:
-                _log.error("a direct route's handler returned without completing its answer")
-                self.transport.close()
-        finally:
-            self.on_response = _nothing
+        elif not self.response_complete and not self.disconnected:
+            _log.error("a direct route's handler returned without completing its answer")
+            self.transport.close()
+        self.on_response = _nothing  # the exchange no longer leads back to the protocol
 
     # --- the handler's side ------------------------------------------------------------------
 
@@ -243,14 +252,14 @@ class DirectExchange:
                 if timer is None:
                     timer = loop.call_later(timeout_s, self._body_late)
                 self.flow.resume_reading()
-                waiter = self._waiter = loop.create_future()
+                waiter = self.waiter = loop.create_future()
                 await waiter
                 if self._late:
                     raise BadInput(408, f"request body not received within {timeout_s} s")
         finally:
             if timer is not None:
                 timer.cancel()
-            self._waiter = None
+            self.waiter = None
             parts, body.parts = body.parts, []
         if self.disconnected:
             return None

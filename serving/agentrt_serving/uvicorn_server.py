@@ -24,20 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 import h11
+import httptools
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
+from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from agentrt_serving.asgi import Receive, Scope, Send
-from agentrt_serving.direct import DirectExchange, DirectRoutes
+from agentrt_serving.direct import DirectExchange, DirectHandler, DirectRoutes
 from agentrt_serving.hardening import HttpLimits
 
 __all__ = [
@@ -152,31 +155,78 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         #: The served app's direct routes (agentrt_serving.direct; empty: every request
         #: goes through the ASGI app).
         self._direct: DirectRoutes = getattr(config.app, "direct_routes", None) or {}
+        #: uvicorn's ``reset_contextvars``: each request's task in a fresh context.
+        self._fresh_context = bool(getattr(config, "reset_contextvars", False))
+        #: The socket's own transport (set on connecting).
+        self._raw: asyncio.Transport = None  # type: ignore[assignment]  # uvicorn's way
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        self._raw = transport  # asked is_closing without the wrapper's frame
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
         self._arm_head_timer()
 
+    # The callbacks below are uvicorn's with their helpers written in (one Python frame per
+    # callback, not two to five: they run for every request), and with a direct route's
+    # exchange (agentrt_serving.direct) fed and woken without the cycle's interface.
+
     def data_received(self, data: bytes) -> None:
-        if not self._in_head:
-            super().data_received(data)
-            return
-        if self._head_timer is None and self._idle():
-            self._arm_head_timer()
+        keep_alive = self.timeout_keep_alive_task  # uvicorn's _unset_keepalive_if_required
+        if keep_alive is not None:
+            keep_alive.cancel()
+            self.timeout_keep_alive_task = None
+        in_head = self._in_head
         heads = self._heads
-        super().data_received(data)
-        if heads == self._heads and not self.transport.is_closing():  # still incomplete
+        if in_head and self._head_timer is None:
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:  # idle: the head timer starts
+                self._head_timer = self.loop.call_later(
+                    self.timeout_keep_alive, self._head_timed_out
+                )
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        if in_head and heads == self._heads and not self._raw.is_closing():  # incomplete
             self._head_bytes += len(data)
             if self._head_bytes > self._max_head_bytes:
                 self._send_431()
+
+    def on_message_begin(self) -> None:
+        # uvicorn's, but the ASGI scope is made only for a request that goes the ASGI way
+        # (on_headers_complete).
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
         self._heads += 1
-        self._disarm_head_timer()
-        if not (self._direct and self._take_direct()):
-            super().on_headers_complete()
+        timer = self._head_timer
+        if timer is not None:
+            timer.cancel()
+            self._head_timer = None
+        if self._direct and self._take_direct():
+            return
+        self.scope = {  # type: ignore[typeddict-item]  # uvicorn's on_message_begin's
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
+        super().on_headers_complete()
 
     def _take_direct(self) -> bool:
         """Hand the request to its direct route's handler (agentrt_serving.direct) when it
@@ -184,49 +234,103 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         ASGI way), no upgrade, within the connection limit (over it uvicorn answers 503) —
         queued behind the request being answered, like uvicorn's cycles; whether it did."""
         parser = self.parser
-        handler = self._direct.get((parser.get_method(), self.url))
+        method = parser.get_method()
+        handler = self._direct.get((method, self.url))
         if handler is None or parser.should_upgrade():
             return False
         limit = self.limit_concurrency
         if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
             return False
-        http_version = parser.get_http_version()
-        transport = self.transport
-        if isinstance(transport, _CoalescingTransport):  # a direct answer is one write already
-            transport = transport.transport
         exchange = DirectExchange(
-            method=parser.get_method().decode("ascii"),
+            method=method.decode("ascii"),
             path=self.url.decode("ascii"),
             headers=self.headers,
             client=self.client,
-            transport=transport,
+            transport=self._raw,  # a direct answer is one write already
             flow=self.flow,
             default_headers=self.server_state.default_headers,
-            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
+            keep_alive=parser.should_keep_alive() and parser.get_http_version() != "1.0",
             expect_100_continue=self.expect_100_continue,
             on_response=self.on_response_complete,
+            tasks=self.tasks,
         )
         self.direct_requests += 1
         existing = self.cycle
         self.cycle = exchange  # type: ignore[assignment]  # the protocol's use of a cycle
         if existing is None or existing.response_complete:
-            self._start_asgi_task(exchange, handler)  # type: ignore[arg-type]
+            self._start_direct(exchange, handler)
         else:
             self.flow.pause_reading()
             self.pipeline.appendleft((exchange, handler))  # type: ignore[arg-type]
         return True
 
+    def _start_direct(self, exchange: DirectExchange, handler: DirectHandler) -> None:
+        """uvicorn's ``_start_asgi_task`` for an exchange: its handler's task, counted in the
+        server's tasks until it ends (the exchange's ``finished``)."""
+        if self._fresh_context:
+            task = self.loop.create_task(handler(exchange), context=contextvars.Context())
+        else:
+            task = self.loop.create_task(handler(exchange))
+        task.add_done_callback(exchange.finished)
+        self.tasks.add(task)
+
+    def on_body(self, body: bytes) -> None:
+        cycle: object = self.cycle  # uvicorn's cycle or an exchange
+        if type(cycle) is not DirectExchange:
+            super().on_body(body)
+            return
+        if cycle.response_complete:
+            return
+        parts = cycle.body
+        parts += body
+        if parts.held > HIGH_WATER_LIMIT:
+            self.flow.pause_reading()
+        waiter = cycle.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     def on_message_complete(self) -> None:
-        super().on_message_complete()
+        cycle: object = self.cycle  # uvicorn's cycle or an exchange
+        if type(cycle) is not DirectExchange:
+            super().on_message_complete()
+        elif not cycle.response_complete:
+            cycle.more_body = False
+            waiter = cycle.waiter
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
         self._in_head = True  # what comes next is the next request's head
+
+    def on_response_complete(self) -> None:
+        timer = self._head_timer
+        if timer is not None:
+            timer.cancel()
+            self._head_timer = None
+        # uvicorn's, its keep-alive timer taking over from the head timer.
+        self.server_state.total_requests += 1
+        if self._raw.is_closing():
+            return
+        keep_alive = self.timeout_keep_alive_task
+        if keep_alive is not None:
+            keep_alive.cancel()
+            self.timeout_keep_alive_task = None
+        flow = self.flow
+        if flow.read_paused:
+            flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            queued: object = cycle  # uvicorn's cycle or an exchange
+            if type(queued) is DirectExchange:
+                self._start_direct(queued, app)  # type: ignore[arg-type]  # its handler
+            else:
+                self._start_asgi_task(cycle, app)
+        else:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
         super().connection_lost(exc)
-
-    def on_response_complete(self) -> None:
-        self._disarm_head_timer()  # uvicorn's keep-alive timer takes over
-        super().on_response_complete()
 
     def _idle(self) -> bool:
         """No request is being answered (the h11 protocol's client state IDLE)."""
