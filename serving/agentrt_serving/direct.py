@@ -124,6 +124,7 @@ class DirectExchange:
         "response_complete",
         "response_started",
         "status",
+        "task",
         "tasks",
         "transport",
         "waiter",
@@ -159,6 +160,8 @@ class DirectExchange:
         self.on_response = on_response
         #: The server's tasks, which the handler's task leaves when it ends (None: none).
         self.tasks = tasks
+        #: The handler's task while it runs (the server's protocol sets it; None: not known).
+        self.task: asyncio.Task[None] | None = None
         #: Called once when the client leaves before the answer is complete (None: nobody
         #: listens).
         self.on_disconnect: Callable[[], None] | None = None
@@ -201,6 +204,7 @@ class DirectExchange:
         the server's tasks, and, like uvicorn's cycle, the last resort for what the handler
         left — a 500 when nothing was sent, else the connection closed. (A callback, not a
         coroutine around the handler: no frame of its own resumed at each wake-up.)"""
+        self.task = None
         tasks = self.tasks
         if tasks is not None:
             tasks.discard(task)

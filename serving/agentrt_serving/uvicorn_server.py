@@ -272,6 +272,7 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         else:
             task = self.loop.create_task(handler(exchange))
         task.add_done_callback(exchange.finished)
+        exchange.task = task
         self.tasks.add(task)
 
     def on_body(self, body: bytes) -> None:

@@ -7,8 +7,9 @@ The same steps as the ASGI path, in the same order, each by the same code::
         413 / 408, 100-continue; HardenedApp.checked_value: 400, one parse)
     → draining: 503 (the drain gate's answer)
     → authentication (ControllerApp.credentials: 401)
-    → the endpoint (CompletionsEndpoint.direct: parse, core.accept, forward, the answer or
-        its SSE stream written to the connection, settle; a client that leaves aborts it)
+    → the endpoint (CompletionsEndpoint.accept_direct: parse, core.accept; then
+        CompletionsEndpoint.handle: forward, the answer or its SSE stream written to the
+        connection, settle; a client that leaves aborts it)
     → the access-log line (AccessLog.write)
 
 with the guard's catch-all around it all (an unhandled error: logged once, counted by route,
@@ -20,6 +21,7 @@ ASGI way instead (docs/controller.md, "Performance notes": the fast path).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -84,7 +86,9 @@ class DirectCalls:
             if app.draining:
                 await connection.respond(503, list(self._drain_headers), self._drain_body)
                 return
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in connection.headers}
+            headers: dict[str, str] = {}
+            for key, text in connection.headers:  # a loop: no comprehension's frame
+                headers[key.decode("latin-1")] = text.decode("latin-1")
             caller, _admin, refusal = app.credentials(headers.get("authorization"))
             if tenant is not None and caller is not None:
                 tenant[0] = caller.name
@@ -95,7 +99,19 @@ class DirectCalls:
             if caller is None:  # the admin token is no tenant's key
                 await answer_error(connection, Unauthorized("calls need a tenant's API key"))
                 return
-            await self.endpoint.direct(connection, headers, raw, value, caller, facts)
+            endpoint = self.endpoint
+            call = await endpoint.accept_direct(connection, headers, raw, value, caller, facts)
+            if call is None:  # refused (answered)
+                return
+            # The endpoint's call awaited here, not in a frame of the endpoint's own.
+            try:
+                await endpoint.handle(call.parsed, call.pending, connection, call.exchange)
+            except asyncio.CancelledError:
+                if not call.left:  # not the client's leaving: a cancellation from outside
+                    raise
+                call.task.uncancel()  # the client left: the call ends here
+            finally:
+                connection.on_disconnect = None
         except Exception as exc:  # the guard's catch-all (HardenedApp.__call__'s)
             guard.crashed(connection.method, self.path, exc)
             if not connection.response_started:

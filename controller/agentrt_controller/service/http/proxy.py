@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from agentrt_controller.backends.api import BackendError
 from agentrt_controller.scheduling.call import CallEntry
@@ -35,7 +35,6 @@ from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.charging import Usage
 from agentrt_controller.service.core.facade import (
     ControllerCore,
-    Forwarded,
     GenerationRequest,
     PendingCall,
 )
@@ -79,6 +78,39 @@ class _Exchange:
     completed: bool = False
     #: The request's access-log facts to fill (None: the access log is off).
     access: AccessFacts | None = None
+
+
+class DirectCall:
+    """A fast-path call the core accepted (:meth:`CompletionsEndpoint.accept_direct`): what
+    its route awaits (:meth:`CompletionsEndpoint.handle`) and what a client that leaves
+    early does to it (:meth:`client_left`)."""
+
+    __slots__ = ("_metrics", "exchange", "left", "parsed", "pending", "task")
+
+    def __init__(
+        self,
+        parsed: IncomingCall,
+        pending: PendingCall,
+        exchange: _Exchange,
+        task: asyncio.Task[object],
+        metrics: ServiceMetrics,
+    ) -> None:
+        self.parsed = parsed
+        self.pending = pending
+        self.exchange = exchange
+        #: The route's task, which a client that leaves cancels.
+        self.task = task
+        self._metrics = metrics
+        #: The client left before its whole answer (the cancellation is this, not another).
+        self.left = False
+
+    def client_left(self) -> None:
+        """The client left (the connection's ``on_disconnect``): before its whole answer, the
+        call is cancelled (counted)."""
+        if not self.exchange.completed:
+            self.left = True
+            self._metrics.client_disconnects.inc()
+            self.task.cancel()
 
 
 class Reply(Protocol):
@@ -219,12 +251,12 @@ class CompletionsEndpoint:
                 self._watch_disconnect(receive, call_scope, exchange)
             )
             try:
-                await self._handle(parsed, pending, reply, exchange)
+                await self.handle(parsed, pending, reply, exchange)
             finally:
                 if not exchange.completed:
                     watcher.cancel()
 
-    async def direct(
+    async def accept_direct(
         self,
         connection: DirectExchange,
         headers: dict[str, str],
@@ -232,46 +264,33 @@ class CompletionsEndpoint:
         decoded: object,
         tenant: Tenant,
         access: AccessFacts | None,
-    ) -> None:
-        """Answer a call the server's direct route read (service/http/direct.py: the body is
-        checked, ``decoded`` its JSON value or ``NOT_JSON``, the tenant authenticated) straight
-        on ``connection``. A client that leaves before its whole answer cancels this task
-        (the upstream request aborted, the call settled), as the watcher does on the ASGI
-        path; the cancellation ends here."""
+    ) -> DirectCall | None:
+        """Take a call the server's direct route read (service/http/direct.py: the body is
+        checked, ``decoded`` its JSON value or ``NOT_JSON``, the tenant authenticated) to the
+        core on ``connection``: the accepted call, which the route then awaits
+        (:meth:`handle`, in its own frame: one coroutine fewer resumed at each wake-up), or
+        ``None`` when it was refused (answered here). From here on, a client that leaves
+        before its whole answer cancels the route's task (:meth:`DirectCall.client_left`: the
+        upstream request aborted, the call settled), as the watcher does on the ASGI path."""
         if decoded is NOT_JSON:
             try:
                 decoded = await decode_body(raw)  # answers a body that is not JSON in its words
             except ServiceError as error:
                 self._status.inc(1.0, self.operation, str(error.status_code))
                 await answer_error(connection, error)
-                return
+                return None
         accepted = await self._accept(connection, headers, raw, decoded, tenant, access)
         if accepted is None:
-            return
-        parsed, pending = accepted
-        exchange = _Exchange(access=access)
-        task = task_on(self.core.pool.loop)  # the core's loop: no lookup of the running one
-        assert task is not None
-        left = False
-
-        def client_left() -> None:
-            nonlocal left
-            if not exchange.completed:  # the client left before its whole answer
-                left = True
-                self.metrics.client_disconnects.inc()
-                task.cancel()
-
-        connection.on_disconnect = client_left
+            return None
+        task = connection.task  # the route's (the server set it)
+        if task is None:
+            task = task_on(self.core.pool.loop)  # the core's loop: no lookup of the running one
+            assert task is not None
+        call = DirectCall(*accepted, _Exchange(access=access), task, self.metrics)
+        connection.on_disconnect = call.client_left
         if connection.disconnected:
-            client_left()
-        try:
-            await self._handle(parsed, pending, connection, exchange)
-        except asyncio.CancelledError:
-            if not left:
-                raise
-            task.uncancel()
-        finally:
-            connection.on_disconnect = None
+            call.client_left()
+        return call
 
     async def _accept(
         self,
@@ -325,11 +344,12 @@ class CompletionsEndpoint:
 
     # --- the call --------------------------------------------------------------------------
 
-    async def _handle(
+    async def handle(
         self, parsed: IncomingCall, pending: PendingCall, reply: Reply, exchange: _Exchange
     ) -> None:
-        # Admission, forwarding and the answer in this one coroutine (not one more nested):
-        # every frame of the chain is resumed at each wake-up of the call.
+        """Forward an accepted call and pass its answer through to ``reply``: admission,
+        forwarding, the answer and the settling in this one coroutine (not more nested):
+        every frame of the chain is resumed at each wake-up of the call."""
         trace_parent = self.tracing.incoming(parsed.headers)
         span = self.tracing.start(self.operation, parsed.model, trace_parent)
         try:
@@ -365,7 +385,62 @@ class CompletionsEndpoint:
                             "gen_ai.conversation.id": call.program.session_id,
                         }
                     )
-                await self._pass_through(parsed, pending, forwarded, reply, span, exchange)
+                # The answer passed through.
+                answer = forwarded.answer
+                response = answer.response
+                usage = Usage()
+                #: Verdict for the backend's circuit breaker; None = none (client gone,
+                #: deadline).
+                ok: bool | None = None
+                failure = ""
+                try:
+                    if answer.body is None:
+                        await self._stream(
+                            parsed, forwarded.admission.call, answer, reply, usage, exchange
+                        )
+                    else:
+                        body = answer.body
+                        if self.api == "responses":
+                            _read_responses_usage(usage, body)
+                        else:
+                            usage.read_body(body)
+                        headers = [
+                            (
+                                b"content-type",
+                                response.headers.get("content-type", "application/json").encode(),
+                            ),
+                            _queue_ms(forwarded.admission.call),
+                        ]
+                        for k, v in response.headers.items():
+                            if k in _PASSED_BACK:
+                                headers.append((k.encode(), v.encode()))
+                        # Marked before sending (see below).
+                        exchange.started = exchange.completed = True
+                        await reply.respond(response.status_code, headers, body)
+                        self._status.inc(1.0, self.operation, str(response.status_code))
+                    ok = response.status_code < 500
+                    failure = "" if ok else f"HTTP {response.status_code}"
+                except BackendError as exc:
+                    ok, failure = False, str(exc)
+                    raise UpstreamFailed(
+                        f"backend {forwarded.backend_id} failed mid-answer: {exc}"
+                    ) from exc
+                finally:
+                    if not answer.closed:  # a whole answer is closed once read (no scope needed)
+                        with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
+                            await answer.aclose()
+                    charge = self.core.settle(pending, forwarded, usage, ok=ok, reason=failure)
+                    if exchange.access is not None:
+                        exchange.access.prompt_tokens = charge.prompt_tokens
+                        exchange.access.completion_tokens = charge.output_tokens
+                    if self.tracing.enabled:
+                        span.set_attributes(
+                            {
+                                "gen_ai.usage.input_tokens": charge.prompt_tokens,
+                                "gen_ai.usage.output_tokens": charge.output_tokens,
+                                "agentrt.service_charged_s": charge.service_s,
+                            }
+                        )
         except ServiceError as error:
             self._status.inc(1.0, self.operation, str(error.status_code))
             span.set_status(Status(StatusCode.ERROR, error.message))
@@ -382,69 +457,6 @@ class CompletionsEndpoint:
             self.core.call_ended(pending)
             elapsed_s = self.core.now() - parsed.call.arrival_s
             self.metrics.call_e2e.observe(max(0.0, elapsed_s), self.operation)
-
-    async def _pass_through(
-        self,
-        parsed: IncomingCall,
-        pending: PendingCall,
-        forwarded: Forwarded,
-        reply: Reply,
-        span: Span,
-        exchange: _Exchange,
-    ) -> None:
-        answer = forwarded.answer
-        response = answer.response
-        usage = Usage()
-        #: Verdict for the backend's circuit breaker; None = none (client gone, deadline).
-        ok: bool | None = None
-        failure = ""
-        try:
-            if answer.body is None:
-                await self._stream(parsed, forwarded.admission.call, answer, reply, usage, exchange)
-            else:
-                body = answer.body
-                if self.api == "responses":
-                    _read_responses_usage(usage, body)
-                else:
-                    usage.read_body(body)
-                headers = [
-                    (
-                        b"content-type",
-                        response.headers.get("content-type", "application/json").encode(),
-                    )
-                ]
-                headers.append(_queue_ms(forwarded.admission.call))
-                headers += [
-                    (k.encode(), v.encode()) for k, v in response.headers.items()
-                    if k in _PASSED_BACK
-                ]  # fmt: skip
-                # Marked before sending (see _handle).
-                exchange.started = exchange.completed = True
-                await reply.respond(response.status_code, headers, body)
-                self._status.inc(1.0, self.operation, str(response.status_code))
-            ok = response.status_code < 500
-            failure = "" if ok else f"HTTP {response.status_code}"
-        except BackendError as exc:
-            ok, failure = False, str(exc)
-            raise UpstreamFailed(
-                f"backend {forwarded.backend_id} failed mid-answer: {exc}"
-            ) from exc
-        finally:
-            if not answer.closed:  # a whole answer is closed once read (no scope needed)
-                with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
-                    await answer.aclose()
-            charge = self.core.settle(pending, forwarded, usage, ok=ok, reason=failure)
-            if exchange.access is not None:
-                exchange.access.prompt_tokens = charge.prompt_tokens
-                exchange.access.completion_tokens = charge.output_tokens
-            if self.tracing.enabled:
-                span.set_attributes(
-                    {
-                        "gen_ai.usage.input_tokens": charge.prompt_tokens,
-                        "gen_ai.usage.output_tokens": charge.output_tokens,
-                        "agentrt.service_charged_s": charge.service_s,
-                    }
-                )
 
     async def _stream(
         self,
