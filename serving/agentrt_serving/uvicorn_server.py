@@ -257,8 +257,14 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         self.direct_requests += 1
         existing = self.cycle
         self.cycle = exchange  # type: ignore[assignment]  # the protocol's use of a cycle
-        if existing is None or existing.response_complete:
-            self._start_direct(exchange, handler)
+        if existing is None or existing.response_complete:  # _start_direct, written in
+            if self._fresh_context:
+                task = self.loop.create_task(handler(exchange), context=contextvars.Context())
+            else:
+                task = self.loop.create_task(handler(exchange))
+            task.add_done_callback(exchange.finished)
+            exchange.task = task
+            self.tasks.add(task)
         else:
             self.flow.pause_reading()
             self.pipeline.appendleft((exchange, handler))  # type: ignore[arg-type]
@@ -283,7 +289,11 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         if cycle.response_complete:
             return
         parts = cycle.body
-        parts += body
+        if parts.parts:
+            parts += body
+        else:  # the first read (often the whole body): kept as it is
+            parts.parts.append(body)
+            parts.held += len(body)
         if parts.held > HIGH_WATER_LIMIT:
             self.flow.pause_reading()
         waiter = cycle.waiter

@@ -409,7 +409,11 @@ class CompletionsEndpoint:
                                 b"content-type",
                                 response.headers.get("content-type", "application/json").encode(),
                             ),
-                            _queue_ms(forwarded.admission.call),
+                            # _queue_ms, written in
+                            (
+                                b"x-agentrt-queue-ms",
+                                b"%.3f" % (max(0.0, forwarded.admission.call.wait_s) * 1000),
+                            ),
                         ]
                         for k, v in response.headers.items():
                             if k in _PASSED_BACK:
