@@ -280,10 +280,28 @@ class DirectExchange:
         """A whole answer (``content-length`` is added): head and body in one write."""
         if self.disconnected or self.response_started:
             return
-        head = self._head(status, headers)
+        # _head and _write_last, written in (a whole answer is most calls' answer).
+        self.response_started = True
+        self.status = status
+        head = [STATUS_LINE[status]]
+        keep_alive = self.keep_alive
+        for name, value in (*self.default_headers, *headers):
+            if HEADER_VALUE_RE.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            if name == b"connection" and b"close" in value.lower():
+                keep_alive = self.keep_alive = False
+            head += (name, b": ", value, _CHUNK_END)
+        # One connection header: a handler's own "connection: close" is not repeated.
+        if not keep_alive and not any(name == b"connection" for name, _ in headers):
+            head.append(_CLOSE)
         head.append(b"content-length: %d\r\n\r\n" % len(body))
         head.append(body)
-        self._write_last(b"".join(head), close=not self.keep_alive)
+        self.response_complete = True
+        transport = self.transport
+        transport.write(b"".join(head))
+        if not keep_alive:
+            transport.close()
+        self.on_response()
 
     async def start_stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """The head of a chunked answer (its parts follow: :meth:`send_chunk`,

@@ -213,8 +213,44 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         if timer is not None:
             timer.cancel()
             self._head_timer = None
-        if self._direct and self._take_direct():
-            return
+        # A direct route's request (agentrt_serving.direct) — the method and the exact raw
+        # path (a query string or an escape takes the ASGI way), no upgrade, within the
+        # connection limit (over it uvicorn answers 503) — goes to its handler, queued behind
+        # the request being answered like uvicorn's cycles; any other, the ASGI way.
+        handler = self._direct.get((self.parser.get_method(), self.url)) if self._direct else None
+        if handler is not None and not self.parser.should_upgrade():
+            limit = self.limit_concurrency
+            if limit is None or (len(self.connections) < limit and len(self.tasks) < limit):
+                parser = self.parser
+                exchange = DirectExchange(
+                    method=parser.get_method().decode("ascii"),
+                    path=self.url.decode("ascii"),
+                    headers=self.headers,
+                    client=self.client,
+                    transport=self._raw,  # a direct answer is one write already
+                    flow=self.flow,
+                    default_headers=self.server_state.default_headers,
+                    keep_alive=parser.should_keep_alive() and parser.get_http_version() != "1.0",
+                    expect_100_continue=self.expect_100_continue,
+                    on_response=self.on_response_complete,
+                    tasks=self.tasks,
+                )
+                self.direct_requests += 1
+                existing = self.cycle
+                self.cycle = exchange  # type: ignore[assignment]  # the protocol's use of a cycle
+                if existing is None or existing.response_complete:  # _start_direct, written in
+                    if self._fresh_context:
+                        context = contextvars.Context()
+                        task = self.loop.create_task(handler(exchange), context=context)
+                    else:
+                        task = self.loop.create_task(handler(exchange))
+                    task.add_done_callback(exchange.finished)
+                    exchange.task = task
+                    self.tasks.add(task)
+                else:
+                    self.flow.pause_reading()
+                    self.pipeline.appendleft((exchange, handler))  # type: ignore[arg-type]
+                return
         self.scope = {  # type: ignore[typeddict-item]  # uvicorn's on_message_begin's
             "type": "http",
             "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
@@ -227,48 +263,6 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
             "state": self.app_state.copy(),
         }
         super().on_headers_complete()
-
-    def _take_direct(self) -> bool:
-        """Hand the request to its direct route's handler (agentrt_serving.direct) when it
-        has one — the method and the exact raw path (a query string or an escape takes the
-        ASGI way), no upgrade, within the connection limit (over it uvicorn answers 503) —
-        queued behind the request being answered, like uvicorn's cycles; whether it did."""
-        parser = self.parser
-        method = parser.get_method()
-        handler = self._direct.get((method, self.url))
-        if handler is None or parser.should_upgrade():
-            return False
-        limit = self.limit_concurrency
-        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
-            return False
-        exchange = DirectExchange(
-            method=method.decode("ascii"),
-            path=self.url.decode("ascii"),
-            headers=self.headers,
-            client=self.client,
-            transport=self._raw,  # a direct answer is one write already
-            flow=self.flow,
-            default_headers=self.server_state.default_headers,
-            keep_alive=parser.should_keep_alive() and parser.get_http_version() != "1.0",
-            expect_100_continue=self.expect_100_continue,
-            on_response=self.on_response_complete,
-            tasks=self.tasks,
-        )
-        self.direct_requests += 1
-        existing = self.cycle
-        self.cycle = exchange  # type: ignore[assignment]  # the protocol's use of a cycle
-        if existing is None or existing.response_complete:  # _start_direct, written in
-            if self._fresh_context:
-                task = self.loop.create_task(handler(exchange), context=contextvars.Context())
-            else:
-                task = self.loop.create_task(handler(exchange))
-            task.add_done_callback(exchange.finished)
-            exchange.task = task
-            self.tasks.add(task)
-        else:
-            self.flow.pause_reading()
-            self.pipeline.appendleft((exchange, handler))  # type: ignore[arg-type]
-        return True
 
     def _start_direct(self, exchange: DirectExchange, handler: DirectHandler) -> None:
         """uvicorn's ``_start_asgi_task`` for an exchange: its handler's task, counted in the

@@ -118,7 +118,7 @@ class DirectCalls:
                 return
             # The endpoint's call awaited here, not in a frame of the endpoint's own.
             try:
-                await endpoint.handle(call.parsed, call.pending, connection, call.exchange)
+                await endpoint.handle(call.parsed, call.pending, connection, call)
             except asyncio.CancelledError:
                 if not call.left:  # not the client's leaving: a cancellation from outside
                     raise

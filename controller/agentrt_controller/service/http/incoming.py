@@ -324,7 +324,12 @@ def parse_call(
             attempt=tags.attempt,
             model=model,
         )
-    forward = forwarded_headers(headers, authorization=forward_authorization)
+    # forwarded_headers, written in
+    allowed = _FORWARDED_WITH_AUTH if forward_authorization else _FORWARDED
+    forward: dict[str, str] = {}
+    for name, value in headers.items():
+        if name in allowed:
+            forward[name] = value
     return IncomingCall(
         call=call,
         body=body,
