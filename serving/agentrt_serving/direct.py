@@ -283,9 +283,14 @@ class DirectExchange:
         # _head and _write_last, written in (a whole answer is most calls' answer).
         self.response_started = True
         self.status = status
-        head = [STATUS_LINE[status]]
+        defaults = self.default_headers
+        if defaults is not _defaults.headers:
+            _defaults.encode(defaults)
+        head = [STATUS_LINE[status], _defaults.lines]
+        if _defaults.close:
+            self.keep_alive = False
         keep_alive = self.keep_alive
-        for name, value in (*self.default_headers, *headers):
+        for name, value in headers:
             if HEADER_VALUE_RE.search(value):
                 raise RuntimeError("Invalid HTTP header value.")
             if name == b"connection" and b"close" in value.lower():
@@ -359,8 +364,13 @@ class DirectExchange:
         for a header value with a control character (as uvicorn does)."""
         self.response_started = True
         self.status = status
-        head = [STATUS_LINE[status]]
-        for name, value in (*self.default_headers, *headers):
+        defaults = self.default_headers
+        if defaults is not _defaults.headers:
+            _defaults.encode(defaults)
+        head = [STATUS_LINE[status], _defaults.lines]
+        if _defaults.close:
+            self.keep_alive = False
+        for name, value in headers:
             if HEADER_VALUE_RE.search(value):
                 raise RuntimeError("Invalid HTTP header value.")
             if name == b"connection" and b"close" in value.lower():
@@ -383,3 +393,34 @@ class DirectExchange:
 
 def _nothing() -> None:
     return None
+
+
+class _DefaultHeaders:
+    """The server's default headers last encoded (uvicorn's ``default_headers``: a new list
+    when the ``date`` changes, once a second), their lines, and whether one says
+    ``connection: close`` — checked once per list, not once per answer."""
+
+    __slots__ = ("close", "headers", "lines")
+
+    def __init__(self) -> None:
+        self.headers: list[tuple[bytes, bytes]] | None = None
+        self.lines = b""
+        self.close = False
+
+    def encode(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Check and encode ``headers``; raises :class:`RuntimeError` for a value with a
+        control character (as uvicorn does), leaving the last ones as they were."""
+        lines: list[bytes] = []
+        close = False
+        for name, value in headers:
+            if HEADER_VALUE_RE.search(value):
+                raise RuntimeError("Invalid HTTP header value.")
+            if name == b"connection" and b"close" in value.lower():
+                close = True
+            lines += (name, b": ", value, _CHUNK_END)
+        self.lines = b"".join(lines)
+        self.close = close
+        self.headers = headers
+
+
+_defaults = _DefaultHeaders()

@@ -163,6 +163,7 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._raw = transport  # asked is_closing without the wrapper's frame
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        self._next_request()
         self._arm_head_timer()
 
     # The callbacks below are uvicorn's with their helpers written in (one Python frame per
@@ -198,9 +199,14 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
             if self._head_bytes > self._max_head_bytes:
                 self._send_431()
 
-    def on_message_begin(self) -> None:
-        # uvicorn's, but the ASGI scope is made only for a request that goes the ASGI way
-        # (on_headers_complete).
+    #: No callback at the start of a message (llhttp calls none it is not given): what
+    #: uvicorn's sets up for a request is set on connecting and at the end of the request
+    #: before (:meth:`_next_request`), the ASGI scope only for a request that goes the ASGI
+    #: way (on_headers_complete).
+    on_message_begin = None  # type: ignore[assignment]
+
+    def _next_request(self) -> None:
+        """uvicorn's on_message_begin but for the scope: the next request's head is new."""
         self.url = b""
         self.expect_100_continue = False
         self.headers = []
@@ -304,6 +310,9 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         self._in_head = True  # what comes next is the next request's head
+        self.url = b""  # _next_request, written in
+        self.expect_100_continue = False
+        self.headers = []
 
     def on_response_complete(self) -> None:
         timer = self._head_timer
