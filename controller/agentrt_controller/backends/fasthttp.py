@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
@@ -388,7 +389,12 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         if max_connections < 1:
             raise ConfigError("FastHTTPTransport needs max_connections >= 1")
         self._idle: dict[Origin, list[_Connection]] = {}
-        self._slots = asyncio.Semaphore(max_connections)
+        # The slots of max_connections: an asyncio.Semaphore's, without its five Python
+        # calls per request (acquire, locked, its any(), release, _wake_up_next). Free ones
+        # are counted; a released slot goes to the first live waiter, if any (then none is
+        # free while someone waits: first come, first served).
+        self._free_slots = max_connections
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         limits = httpx.Limits(max_connections=max_connections)
         self._fallback = httpx.AsyncHTTPTransport(limits=limits, retries=0)
 
@@ -433,7 +439,10 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         # The pool's checkout, the request's write and the wait for its head all inline, not
         # in methods and coroutines of their own: every frame of the chain is resumed when
         # the head arrives. A connection that fails is closed before the error goes on.
-        await self._slots.acquire()
+        if self._free_slots > 0:
+            self._free_slots -= 1
+        else:
+            await self._wait_for_slot()
         try:
             conn: _Connection | None = None
             idle = self._idle.get(origin)
@@ -481,7 +490,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
                     conn.close()
                     raise
         except BaseException:
-            self._slots.release()
+            self._give_slot()
             raise
         return FastResponse(self, conn, status, headers, read_timeout_s)
 
@@ -492,7 +501,35 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
             self._idle.setdefault(conn.origin, []).append(conn)
         else:
             conn.close()
-        self._slots.release()
+        if self._slot_waiters:
+            self._give_slot()
+        else:
+            self._free_slots += 1
+
+    async def _wait_for_slot(self) -> None:
+        """Wait until :meth:`_give_slot` hands this request a slot (in the order of asking).
+        A wait cancelled after a slot was handed to it hands the slot on."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._give_slot()
+            else:
+                with contextlib.suppress(ValueError):  # _give_slot may have dropped it
+                    self._slot_waiters.remove(waiter)
+            raise
+
+    def _give_slot(self) -> None:
+        """A request's slot is free: to the first waiter still waiting, else counted free."""
+        waiters = self._slot_waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free_slots += 1
 
     async def _connect(self, origin: Origin, connect_timeout_s: float | None) -> _Connection:
         loop = asyncio.get_running_loop()
