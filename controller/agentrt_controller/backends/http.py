@@ -164,7 +164,12 @@ class HttpBackend:
         extra: dict[str, Any] = {}
         if request.priority is not None and self.capabilities.supports_priority:
             extra = self.encode_priority(request.priority)
-        body = encode_body(request, extra)
+        # encode_body's first case inline (a call fewer): nothing to add, the body as received.
+        body = (
+            request.raw_body
+            if not extra and not request.add_stream_usage
+            else encode_body(request, extra)
+        )
         auth = self._auth
         try:
             fast = self._fast

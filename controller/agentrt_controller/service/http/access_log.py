@@ -322,10 +322,12 @@ class AccessLog:
         # (unrolled: no tuple of pairs per line).
         if tenant_name is not None:
             line += f" tenant={_text(tenant_name)}"
+        # A call's session and program are often new: checked here, not through _text's
+        # cache (a miss is a call, and evicts the recurring values).
         if (value := facts.session) is not None:
-            line += f" session={_text(value)}"
+            line += f" session={value if _plain(value) else _text(value)}"
         if (value := facts.program) is not None:
-            line += f" program={_text(value)}"
+            line += f" program={value if _plain(value) else _text(value)}"
         if (value := facts.model) is not None:
             line += f" model={_text(value)}"
         if (value := facts.backend) is not None:
@@ -353,6 +355,7 @@ def _writes_message_alone(handler: logging.Handler) -> bool:
 #: A value written as is: printable ASCII but space, quote and equals sign (the common case,
 #: checked in one match; anything else takes the general test below).
 _PLAIN = re.compile(r"[!#-<>-~]+")
+_plain = _PLAIN.fullmatch
 
 
 @functools.lru_cache(maxsize=4096)  # the same methods, paths, tenants, models, backends
