@@ -23,7 +23,7 @@ import logging
 import math
 from typing import Any
 
-__all__ = ["ACCESS_LOGGER", "IsoFormatter", "iso_time", "server_log_config"]
+__all__ = ["ACCESS_LOGGER", "IsoFormatter", "iso_second", "iso_time", "server_log_config"]
 
 #: The logger of the controller's access log (one line per request).
 ACCESS_LOGGER = "agentrt.access"
@@ -38,13 +38,13 @@ def iso_time(wall_s: float) -> str:
     # Rounded to the microsecond first, as datetime.fromtimestamp does.
     fraction, whole = math.modf(wall_s)
     second, micros = divmod(int(whole) * 1_000_000 + round(fraction * 1e6), 1_000_000)
-    return f"{_iso_second(second)}.{micros // 1000:03d}Z"
+    return f"{iso_second(second)}.{micros // 1000:03d}Z"
 
 
 @functools.lru_cache(maxsize=8)
-def _iso_second(second: int) -> str:
-    """Up to the seconds (formatted once per second: the access log writes a line per
-    request)."""
+def iso_second(second: int) -> str:
+    """Whole ``second`` (since the epoch) as :func:`iso_time` writes it up to the seconds
+    (formatted once per second: the access log writes a line per request)."""
     return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 

@@ -233,3 +233,43 @@ async def test_max_connections_bounds_requests_in_flight() -> None:
         for _ in range(6):
             group.start_soon(functools.partial(http.post, url, content=b"x"))
     assert most == 2 and server.requests == 6
+
+
+async def test_a_request_cancelled_while_waiting_for_a_slot_leaves_no_slot_taken() -> None:
+    """With every slot taken, requests wait in order; one cancelled while waiting (or just
+    as a slot reached it) takes no slot away from the others or later requests."""
+    release, holding = asyncio.Event(), asyncio.Event()
+
+    async def held(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                   server: Server) -> None:  # fmt: skip
+        while True:
+            body = await read_request(reader, server)
+            if body == b"hold":
+                holding.set()
+                await release.wait()
+            writer.write(response(b"echo:" + body))
+            await writer.drain()
+
+    async with serving(held) as (url, _server), client(max_connections=1) as http:
+        first = asyncio.create_task(http.post(url, content=b"hold"))
+        await holding.wait()
+        waiting = asyncio.create_task(http.post(url, content=b"cancelled"))
+        after = asyncio.create_task(http.post(url, content=b"after"))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        release.set()
+        assert (await first).text == "echo:hold" and (await after).text == "echo:after"
+        assert waiting.cancelled()
+        # A wait cancelled after the slot was handed to it, before it woke, hands it on: the
+        # slot is released in this task (the "hold" answer read here), and the waiter is
+        # cancelled before this task gives the loop a turn.
+        release.clear()
+        holding.clear()
+        handed = asyncio.create_task(http.post(url, content=b"handed"))
+        last = asyncio.create_task(http.post(url, content=b"last"))
+        asyncio.get_running_loop().call_later(0.05, release.set)
+        assert (await http.post(url, content=b"hold")).text == "echo:hold"
+        handed.cancel()
+        assert (await last).text == "echo:last" and handed.cancelled()
+        answers = await asyncio.gather(*(http.post(url, content=b"%d" % i) for i in range(3)))
+        assert [answer.text for answer in answers] == ["echo:0", "echo:1", "echo:2"]

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import httptools
 import httpx
@@ -46,7 +47,6 @@ _IDLE_EXPIRY_S = 4.0
 _HIGH_WATER = 1 << 20
 #: ``(host, port)`` of a backend server.
 Origin = tuple[str, int]
-_T = TypeVar("_T")
 
 
 class _Connection(asyncio.Protocol):
@@ -124,7 +124,8 @@ class _Connection(asyncio.Protocol):
                 if self._silence_s is not None:  # a read arrived: the silence limit restarts
                     self._silent_until = self._loop.time() + self._silence_s
                 return
-        self._wake()
+        if waiter is not None and not waiter.done():  # _wake, inline
+            waiter.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -153,7 +154,9 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
-        self._wake()
+        waiter = self._waiter  # _wake, inline (once per answer)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     # --- used by the transport -------------------------------------------------------------
 
@@ -168,18 +171,6 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
-
-    def start(self, data: bytes, body: bytes = b"") -> None:
-        if self.reused:
-            self._reset()
-        assert self.transport is not None
-        if body:  # one vectored write of both, the body not copied
-            self.transport.writelines((data, body))
-        else:
-            self.transport.write(data)
-
-    async def head(self, read_timeout_s: float | None) -> tuple[int, list[tuple[bytes, bytes]]]:
-        return await _wait(self._loop, self._head, read_timeout_s, "waiting for the response head")
 
     async def body(
         self,
@@ -267,19 +258,6 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
 
 
-async def _wait(
-    loop: asyncio.AbstractEventLoop, future: asyncio.Future[_T], limit_s: float | None, what: str
-) -> _T:
-    """Await ``future``; after ``limit_s`` seconds (``None`` = never) fail it with a timeout."""
-    if limit_s is None:
-        return await future
-    expiry = loop.call_later(limit_s, _expire, future, what)
-    try:
-        return await future
-    finally:
-        expiry.cancel()
-
-
 def _expire(future: asyncio.Future[Any], what: str) -> None:
     if not future.done():
         future.set_exception(httpx.ReadTimeout(f"timed out {what}"))
@@ -300,7 +278,9 @@ class _Pooled:
         self._released = False
 
     async def aclose(self) -> None:
-        self._release()
+        if not self._released:  # _release, inline: the proxy closes every answer it read
+            self._released = True
+            self._transport._release(self._conn)
 
     def _release(self) -> None:
         if not self._released:
@@ -332,7 +312,11 @@ class FastResponse(_Pooled):
         raw_headers: list[tuple[bytes, bytes]],
         timeout: float | None,
     ) -> None:
-        super().__init__(transport, conn, timeout)
+        # _Pooled.__init__, inline (a call fewer per answer).
+        self._transport = transport
+        self._conn = conn
+        self._timeout = timeout
+        self._released = False
         self.status_code = status
         headers: dict[str, str] = {}
         for raw_name, raw_value in raw_headers:
@@ -343,6 +327,23 @@ class FastResponse(_Pooled):
     async def aread(self) -> bytes:
         """The whole body. Raises ``BackendDisconnected`` / ``BackendError`` when the
         connection breaks or stalls past the read timeout."""
+        conn = self._conn
+        if conn.complete:
+            # The whole body arrived with the head (the usual case): what the body's
+            # iterator would hand on (what is queued, as one piece) and its end, without
+            # the iterator.
+            chunks = conn._chunks
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            chunks.clear()
+            conn._buffered = 0
+            if conn._paused and conn.transport is not None:
+                conn._paused = False
+                conn.transport.resume_reading()
+            conn._relay = None
+            if not self._released:
+                self._released = True
+                self._transport._release(conn)
+            return data
         parts = []
         try:
             async for chunk in self._conn.body(self._timeout):
@@ -388,7 +389,12 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         if max_connections < 1:
             raise ConfigError("FastHTTPTransport needs max_connections >= 1")
         self._idle: dict[Origin, list[_Connection]] = {}
-        self._slots = asyncio.Semaphore(max_connections)
+        # The slots of max_connections: an asyncio.Semaphore's, without its five Python
+        # calls per request (acquire, locked, its any(), release, _wake_up_next). Free ones
+        # are counted; a released slot goes to the first live waiter, if any (then none is
+        # free while someone waits: first come, first served).
+        self._free_slots = max_connections
+        self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         limits = httpx.Limits(max_connections=max_connections)
         self._fallback = httpx.AsyncHTTPTransport(limits=limits, retries=0)
 
@@ -398,12 +404,16 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
             return await self._fallback.handle_async_request(request)
         timeouts = request.extensions.get("timeout", {})
         read_timeout = timeouts.get("read")
-        conn, status, headers = await self._exchange(
-            (url.host, url.port or 80), _serialise(request), read_timeout, timeouts.get("connect")
+        answer = await self.open(
+            (url.host, url.port or 80),
+            _serialise(request),
+            read_timeout_s=read_timeout,
+            connect_timeout_s=timeouts.get("connect"),
         )
+        conn = answer._conn
         return httpx.Response(
-            status,
-            headers=headers,
+            answer.status_code,
+            headers=conn._headers,  # as received (this answer's own list: _reset)
             stream=_Body(self, conn, read_timeout),
             extensions={"http_version": b"HTTP/1.1"},
         )
@@ -426,34 +436,50 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         Raises httpx's errors, as :meth:`handle_async_request` does: ``ConnectError`` /
         ``ConnectTimeout`` (nothing sent), ``RemoteProtocolError`` (closed or garbled before
         the head), ``ReadTimeout``."""
-        conn, status, headers = await self._exchange(
-            origin, data, read_timeout_s, connect_timeout_s, body
-        )
-        return FastResponse(self, conn, status, headers, read_timeout_s)
-
-    async def _exchange(
-        self,
-        origin: Origin,
-        data: bytes,
-        read_timeout_s: float | None,
-        connect_timeout_s: float | None,
-        body: bytes = b"",
-    ) -> tuple[_Connection, int, list[tuple[bytes, bytes]]]:
-        """A connection (holding one of the slots) whose answer's head arrived."""
-        # The request written and its head awaited here, not in a coroutine of its own: every
-        # frame of the chain is resumed when the head arrives. A connection that fails is
-        # closed before the error goes on.
-        await self._slots.acquire()
+        # The pool's checkout, the request's write and the wait for its head all inline, not
+        # in methods and coroutines of their own: every frame of the chain is resumed when
+        # the head arrives. A connection that fails is closed before the error goes on.
+        if self._free_slots > 0:
+            self._free_slots -= 1
+        else:
+            await self._wait_for_slot()
         try:
-            conn = self._checkout(origin)
+            conn: _Connection | None = None
+            idle = self._idle.get(origin)
+            if idle:  # the newest idle connection not expired (_checkout)
+                now = time.monotonic()
+                while idle:
+                    kept_alive = idle.pop()
+                    if not kept_alive.closed and now - kept_alive.idle_since < _IDLE_EXPIRY_S:
+                        kept_alive.reused = True
+                        conn = kept_alive
+                        break
+                    kept_alive.close()
             kept = conn is not None
             while True:
                 if conn is None:
                     conn = await self._connect(origin, connect_timeout_s)
                 try:
-                    conn.start(data, body)
-                    status, headers = await conn.head(read_timeout_s)
-                    return conn, status, headers
+                    if conn.reused:  # the request written (what was conn.start)
+                        conn._reset()
+                    transport = conn.transport
+                    assert transport is not None
+                    if body:  # one vectored write of both, the body not copied
+                        transport.writelines((data, body))
+                    else:
+                        transport.write(data)
+                    head = conn._head
+                    if read_timeout_s is None:
+                        status, headers = await head
+                    else:  # _wait, inline
+                        expiry = conn._loop.call_later(
+                            read_timeout_s, _expire, head, "waiting for the response head"
+                        )
+                        try:
+                            status, headers = await head
+                        finally:
+                            expiry.cancel()
+                    break
                 except httpx.RemoteProtocolError:
                     conn.close()
                     if not kept:
@@ -464,16 +490,46 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
                     conn.close()
                     raise
         except BaseException:
-            self._slots.release()
+            self._give_slot()
             raise
+        return FastResponse(self, conn, status, headers, read_timeout_s)
 
     def _release(self, conn: _Connection) -> None:
         """The answer on ``conn`` was read or given up: keep the connection or close it."""
         if conn.complete and conn.keep_alive and not conn.closed:
-            self._checkin(conn)
+            conn.idle_since = time.monotonic()  # _checkin, inline
+            self._idle.setdefault(conn.origin, []).append(conn)
         else:
             conn.close()
-        self._slots.release()
+        if self._slot_waiters:
+            self._give_slot()
+        else:
+            self._free_slots += 1
+
+    async def _wait_for_slot(self) -> None:
+        """Wait until :meth:`_give_slot` hands this request a slot (in the order of asking).
+        A wait cancelled after a slot was handed to it hands the slot on."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._slot_waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self._give_slot()
+            else:
+                with contextlib.suppress(ValueError):  # _give_slot may have dropped it
+                    self._slot_waiters.remove(waiter)
+            raise
+
+    def _give_slot(self) -> None:
+        """A request's slot is free: to the first waiter still waiting, else counted free."""
+        waiters = self._slot_waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._free_slots += 1
 
     async def _connect(self, origin: Origin, connect_timeout_s: float | None) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -485,21 +541,6 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         except OSError as exc:
             raise httpx.ConnectError(f"cannot connect to {origin[0]}:{origin[1]}: {exc}") from exc
         return conn
-
-    def _checkout(self, origin: Origin) -> _Connection | None:
-        idle = self._idle.get(origin)
-        now = time.monotonic()
-        while idle:
-            conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < _IDLE_EXPIRY_S:
-                conn.reused = True
-                return conn
-            conn.close()
-        return None
-
-    def _checkin(self, conn: _Connection) -> None:
-        conn.idle_since = time.monotonic()
-        self._idle.setdefault(conn.origin, []).append(conn)
 
     async def aclose(self) -> None:
         for idle in self._idle.values():
