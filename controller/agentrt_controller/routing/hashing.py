@@ -31,6 +31,8 @@ import json
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Mapping, Sequence
 
+_blake2b = hashlib.blake2b
+
 __all__ = [
     "DEFAULT_BLOCK_TOKENS",
     "DEFAULT_CHARS_PER_TOKEN",
@@ -328,7 +330,11 @@ def message_block_hashes(
         return tuple(out)
     listed = messages if type(messages) is list else list(messages)
     key = _conversation_key(parent, chunk, max_blocks, listed)
-    held = memo._conversation(key, listed) if key is not None else None
+    # The lookup only when something is held under the key (most calls: nothing, their
+    # messages are short; a Python call saved).
+    held = (
+        memo._conversation(key, listed) if key is not None and key in memo._conversations else None
+    )
     extended = None
     if held is None:
         done, out = 0, []
@@ -354,6 +360,15 @@ def message_block_hashes(
             # The usual message (_message_text's first case) in ASCII: its canonical bytes'
             # length is known without building them, and its strings key the memo.
             size = len(role) + 2 + len(content)
+            if size <= chunk and size < memo.min_bytes and role.isascii():
+                # One piece, ending the message (room >= 1): _chain_pieces's first case,
+                # inlined (the usual short message: a system prompt's "You are...", a
+                # step's instruction). Neither memoised nor kept, as below.
+                parent = _blake2b(
+                    parent + f"{role}\x1f\x1f{content}\x1e".encode(), digest_size=8
+                ).digest()
+                out.append(int.from_bytes(parent, "big"))
+                continue
             if size >= memo.min_bytes and role.isascii():
                 whole = size <= room * chunk
                 # A message the chain ends in (not whole) adds ``room`` elements: the room
@@ -434,8 +449,13 @@ def request_block_hashes(
     salt = "\x1f".join(texts) if texts else None
     messages = body.get("messages")
     if isinstance(messages, list):
-        # A list, not a generator: a generator costs a Python call per message.
-        chat = [m for m in messages if type(m) is dict or isinstance(m, Mapping)]
+        # The list itself when it holds only dicts (the usual body): a comprehension costs a
+        # Python call; a list, not a generator, otherwise (a Python call per message).
+        chat = messages
+        for m in messages:
+            if type(m) is not dict:
+                chat = [m for m in messages if type(m) is dict or isinstance(m, Mapping)]
+                break
         return message_block_hashes(chat, salt=salt, memo=memo)
     prompt = body.get("prompt")
     if isinstance(prompt, str):
