@@ -97,7 +97,10 @@ class HealthyFilter:
     def filter(
         self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
-        return [b for b in backends if b.healthy]
+        for b in backends:  # the usual answer, all of them, without a comprehension's call
+            if not b.healthy:
+                return [b for b in backends if b.healthy]
+        return list(backends)
 
     @staticmethod
     def keeps(view: BackendView) -> bool:
@@ -120,7 +123,11 @@ class KvPressureFilter:
         self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
         limit = self.max_usage  # :meth:`keeps`, inlined: one call per backend saved
-        return [b for b in backends if b.kv_cache_usage is None or b.kv_cache_usage < limit]
+        for b in backends:  # the usual answer, all of them, without a comprehension's call
+            usage = b.kv_cache_usage
+            if usage is not None and not usage < limit:
+                return [b for b in backends if b.kv_cache_usage is None or b.kv_cache_usage < limit]
+        return list(backends)
 
     def keeps(self, view: BackendView) -> bool:
         """Whether :meth:`filter` keeps ``view``: its usage is unknown or below the limit."""

@@ -63,6 +63,12 @@ def _seed(salt: str | None) -> int:
     return int.from_bytes(hashlib.blake2b(_utf8(salt), digest_size=8).digest(), "big")
 
 
+@functools.lru_cache(maxsize=1024)
+def _seed_bytes(salt: str | None) -> bytes:
+    """:func:`_seed` as the 8 bytes a text chain starts from (memoised likewise)."""
+    return _seed(salt).to_bytes(8, "big")
+
+
 def _utf8(text: str) -> bytes:
     """UTF-8 bytes of ``text``; a lone surrogate (valid in a JSON string, not in UTF-8) is
     kept as its 3-byte form, so any decoded request hashes instead of raising."""
@@ -318,7 +324,7 @@ def message_block_hashes(
     if block_tokens < 1 or chars_per_token < 1 or max_blocks < 1:
         raise ValueError("block_tokens, chars_per_token and max_blocks must be >= 1")
     chunk = block_tokens * chars_per_token
-    parent = _seed(salt).to_bytes(8, "big")
+    parent = _seed_bytes(salt)
     if memo is None:
         out: list[int] = []
         for message in messages:
@@ -329,7 +335,17 @@ def message_block_hashes(
             parent = _chain_pieces(parent, data, room, chunk, len(data) <= room * chunk, out)
         return tuple(out)
     listed = messages if type(messages) is list else list(messages)
-    key = _conversation_key(parent, chunk, max_blocks, listed)
+    # The conversation's key in the memo: the chain's seed and sizes and its first message's
+    # role, length and ends; ``None`` when that message is not of the usual shape (inlined:
+    # a Python call per routed call saved).
+    key: tuple[object, ...] | None = None
+    if listed:
+        first = listed[0]
+        content = first.get("content")
+        role = first.get("role", "")
+        if type(content) is str and type(role) is str and len(first) == 2:
+            head, tail = content[:_MEMO_SAMPLE_BYTES], content[-_MEMO_SAMPLE_BYTES:]
+            key = parent, chunk, max_blocks, role, len(content), head, tail
     # The lookup only when something is held under the key (most calls: nothing, their
     # messages are short; a Python call saved).
     held = (
@@ -417,22 +433,6 @@ def message_block_hashes(
     return tuple(out)
 
 
-def _conversation_key(
-    seed: bytes, chunk: int, max_blocks: int, messages: list[Mapping[str, object]]
-) -> tuple[object, ...] | None:
-    """A conversation's key in the memo: the chain's seed and sizes and its first message's
-    role, length and ends; ``None`` when that message is not of the usual shape."""
-    if not messages:
-        return None
-    first = messages[0]
-    content = first.get("content")
-    role = first.get("role", "")
-    if type(content) is not str or type(role) is not str or len(first) != 2:
-        return None
-    head, tail = content[:_MEMO_SAMPLE_BYTES], content[-_MEMO_SAMPLE_BYTES:]
-    return seed, chunk, max_blocks, role, len(content), head, tail
-
-
 def request_block_hashes(
     body: Mapping[str, object], memo: MessageChains | None = None
 ) -> tuple[int, ...]:
@@ -442,11 +442,15 @@ def request_block_hashes(
     backend serving two models holds one cache per model, so the prefix index must not match
     one model's prefix for the other's call). ``()`` when the body has neither. ``memo``: see
     :func:`message_block_hashes`."""
-    texts = []
-    for part in (body.get("model"), body.get("cache_salt")):
-        if isinstance(part, str) and part:
-            texts.append(part)
-    salt = "\x1f".join(texts) if texts else None
+    model, cache_salt = body.get("model"), body.get("cache_salt")
+    if type(model) is str and model and cache_salt is None:
+        salt: str | None = model  # the usual body: what the general case below makes of it
+    else:
+        texts = []
+        for part in (model, cache_salt):
+            if isinstance(part, str) and part:
+                texts.append(part)
+        salt = "\x1f".join(texts) if texts else None
     messages = body.get("messages")
     if isinstance(messages, list):
         # The list itself when it holds only dicts (the usual body): a comprehension costs a
