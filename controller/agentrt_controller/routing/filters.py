@@ -97,10 +97,7 @@ class HealthyFilter:
     def filter(
         self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
-        for b in backends:  # the usual answer, all of them, without a comprehension's call
-            if not b.healthy:
-                return [b for b in backends if b.healthy]
-        return list(backends)
+        return [b for b in backends if b.healthy]
 
     @staticmethod
     def keeps(view: BackendView) -> bool:
@@ -123,11 +120,7 @@ class KvPressureFilter:
         self, call: CallEntry, backends: Sequence[BackendView], now_s: float
     ) -> list[BackendView]:
         limit = self.max_usage  # :meth:`keeps`, inlined: one call per backend saved
-        for b in backends:  # the usual answer, all of them, without a comprehension's call
-            usage = b.kv_cache_usage
-            if usage is not None and not usage < limit:
-                return [b for b in backends if b.kv_cache_usage is None or b.kv_cache_usage < limit]
-        return list(backends)
+        return [b for b in backends if b.kv_cache_usage is None or b.kv_cache_usage < limit]
 
     def keeps(self, view: BackendView) -> bool:
         """Whether :meth:`filter` keeps ``view``: its usage is unknown or below the limit."""

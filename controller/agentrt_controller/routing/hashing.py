@@ -31,8 +31,6 @@ import json
 from collections import OrderedDict
 from collections.abc import Container, Iterable, Mapping, Sequence
 
-_blake2b = hashlib.blake2b
-
 __all__ = [
     "DEFAULT_BLOCK_TOKENS",
     "DEFAULT_CHARS_PER_TOKEN",
@@ -148,7 +146,8 @@ class MessageChains:
     elements a message adds depend only on the chain before it and on its bytes, so a message
     seen after the same chain is looked up instead of cut and hashed block by block. Holds at
     most ``max_bytes`` of message bytes (least recently used dropped first); messages shorter
-    than ``min_bytes`` are always hashed (cheaper than the lookup). Output is the same with or
+    than ``min_bytes`` are hashed, save the shortest (one chain element), whose element is held
+    by the message's strings (a cheaper lookup than the sampled one). Output is the same with or
     without it.
 
     A lookup costs O(1) Python work per message and one comparison of its text with the held
@@ -170,6 +169,12 @@ class MessageChains:
         self._entries: OrderedDict[
             tuple[object, ...], tuple[str | bytes, tuple[int, ...], bytes, int]
         ] = OrderedDict()
+        #: (chain before, role, content) → (the element, the chain after) of a usual ASCII
+        #: message of one piece (at most ``block_tokens * chars_per_token`` bytes, and
+        #: under ``min_bytes``): a dictionary lookup instead of its canonical text and a
+        #: BLAKE2b (about a third of the cost). At most :data:`_SHORT_MESSAGES`, emptied when
+        #: full; not counted in :attr:`held_bytes` (at most ~2 MB).
+        self._short: dict[tuple[bytes, str, str], tuple[int, bytes]] = {}
         self._bytes = 0
         #: conversation key (the chain's seed and sizes, the first message) → the latest
         #: conversations under it, most recent first: (their first messages, the chain over
@@ -266,6 +271,12 @@ class MessageChains:
                 _, (_, _, _, dropped) = self._entries.popitem(last=False)
                 self._bytes -= dropped
 
+    def _hold_short(self, key: tuple[bytes, str, str], found: tuple[int, bytes]) -> None:
+        short = self._short
+        if len(short) >= _SHORT_MESSAGES:
+            short.clear()
+        short[key] = found
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -279,6 +290,8 @@ class MessageChains:
 _MEMO_SAMPLE_BYTES = 64
 #: Conversations held per first message (programs sharing a system prompt, say).
 _CONVERSATIONS_PER_KEY = 4
+#: Short messages whose element :class:`MessageChains` holds (:attr:`MessageChains._short`).
+_SHORT_MESSAGES = 4096
 
 
 def _memo_key(parent: bytes, data: bytes) -> tuple[object, ...]:
@@ -335,22 +348,8 @@ def message_block_hashes(
             parent = _chain_pieces(parent, data, room, chunk, len(data) <= room * chunk, out)
         return tuple(out)
     listed = messages if type(messages) is list else list(messages)
-    # The conversation's key in the memo: the chain's seed and sizes and its first message's
-    # role, length and ends; ``None`` when that message is not of the usual shape (inlined:
-    # a Python call per routed call saved).
-    key: tuple[object, ...] | None = None
-    if listed:
-        first = listed[0]
-        content = first.get("content")
-        role = first.get("role", "")
-        if type(content) is str and type(role) is str and len(first) == 2:
-            head, tail = content[:_MEMO_SAMPLE_BYTES], content[-_MEMO_SAMPLE_BYTES:]
-            key = parent, chunk, max_blocks, role, len(content), head, tail
-    # The lookup only when something is held under the key (most calls: nothing, their
-    # messages are short; a Python call saved).
-    held = (
-        memo._conversation(key, listed) if key is not None and key in memo._conversations else None
-    )
+    key = _conversation_key(parent, chunk, max_blocks, listed)
+    held = memo._conversation(key, listed) if key is not None else None
     extended = None
     if held is None:
         done, out = 0, []
@@ -376,15 +375,6 @@ def message_block_hashes(
             # The usual message (_message_text's first case) in ASCII: its canonical bytes'
             # length is known without building them, and its strings key the memo.
             size = len(role) + 2 + len(content)
-            if size <= chunk and size < memo.min_bytes and role.isascii():
-                # One piece, ending the message (room >= 1): _chain_pieces's first case,
-                # inlined (the usual short message: a system prompt's "You are...", a
-                # step's instruction). Neither memoised nor kept, as below.
-                parent = _blake2b(
-                    parent + f"{role}\x1f\x1f{content}\x1e".encode(), digest_size=8
-                ).digest()
-                out.append(int.from_bytes(parent, "big"))
-                continue
             if size >= memo.min_bytes and role.isascii():
                 whole = size <= room * chunk
                 # A message the chain ends in (not whole) adds ``room`` elements: the room
@@ -408,6 +398,21 @@ def message_block_hashes(
                     memo._put(text_key, content, tuple(out[first:]), parent, size)
                 if usual_run:
                     kept, kept_chain, kept_parent = index + 1, len(out), parent
+                continue
+            if size <= chunk and role.isascii():  # (so under min_bytes: not the case above)
+                # A short message, one piece (room >= 1): its element after ``parent`` is
+                # held by its strings (a system prompt's first line, a repeated instruction).
+                # Not kept, as below: neither long nor the chain's end.
+                short_key = (parent, role, content)
+                element = memo._short.get(short_key)
+                if element is None:
+                    data = _message_text(message).encode("utf-8", "surrogatepass")
+                    after = _chain_pieces(parent, data, room, chunk, True, out)
+                    memo._hold_short(short_key, (out[-1], after))
+                    parent = after
+                else:
+                    out.append(element[0])
+                    parent = element[1]
                 continue
         usual_run = usual_run and usual
         data = _message_text(message).encode("utf-8", "surrogatepass")  # _utf8, inlined
@@ -433,6 +438,22 @@ def message_block_hashes(
     return tuple(out)
 
 
+def _conversation_key(
+    seed: bytes, chunk: int, max_blocks: int, messages: list[Mapping[str, object]]
+) -> tuple[object, ...] | None:
+    """A conversation's key in the memo: the chain's seed and sizes and its first message's
+    role, length and ends; ``None`` when that message is not of the usual shape."""
+    if not messages:
+        return None
+    first = messages[0]
+    content = first.get("content")
+    role = first.get("role", "")
+    if type(content) is not str or type(role) is not str or len(first) != 2:
+        return None
+    head, tail = content[:_MEMO_SAMPLE_BYTES], content[-_MEMO_SAMPLE_BYTES:]
+    return seed, chunk, max_blocks, role, len(content), head, tail
+
+
 def request_block_hashes(
     body: Mapping[str, object], memo: MessageChains | None = None
 ) -> tuple[int, ...]:
@@ -442,19 +463,15 @@ def request_block_hashes(
     backend serving two models holds one cache per model, so the prefix index must not match
     one model's prefix for the other's call). ``()`` when the body has neither. ``memo``: see
     :func:`message_block_hashes`."""
-    model, cache_salt = body.get("model"), body.get("cache_salt")
-    if type(model) is str and model and cache_salt is None:
-        salt: str | None = model  # the usual body: what the general case below makes of it
-    else:
-        texts = []
-        for part in (model, cache_salt):
-            if isinstance(part, str) and part:
-                texts.append(part)
-        salt = "\x1f".join(texts) if texts else None
+    texts = []
+    for part in (body.get("model"), body.get("cache_salt")):
+        if isinstance(part, str) and part:
+            texts.append(part)
+    salt = "\x1f".join(texts) if texts else None
     messages = body.get("messages")
     if isinstance(messages, list):
-        # The list itself when it holds only dicts (the usual body): a comprehension costs a
-        # Python call; a list, not a generator, otherwise (a Python call per message).
+        # The list itself when it holds only dicts (the usual body; a comprehension costs a
+        # Python call); else a list, not a generator (a Python call per message).
         chat = messages
         for m in messages:
             if type(m) is not dict:

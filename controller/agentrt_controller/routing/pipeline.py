@@ -181,10 +181,7 @@ class PipelineRouter:
             chosen = self.picker.pick(call, self._score(call, remaining, now_s), now_s)
             if all(b.backend_id != chosen for b in remaining):
                 raise ValueError(f"router {self.name!r}: picker chose unknown backend {chosen!r}")
-        self.routed_total += 1  # _routed, inlined
-        for hook in self._on_routed:
-            hook(call, chosen, now_s)
-        return chosen
+        return self._routed(call, chosen, now_s)
 
     def eligible(
         self, call: CallEntry, candidates: Sequence[BackendView], now_s: float

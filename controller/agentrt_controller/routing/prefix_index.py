@@ -212,12 +212,9 @@ class PrefixIndex:
         # (Holders are told only when kept: most controllers never prune, and every routed
         # call inserts twice.)
         if self._expires:
-            oldest = now_s - self.ttl_s
-            # expire()'s first test, inlined: most inserts find nothing stale (a call saved).
-            if chains._ring.newer.last_s < oldest:
-                expired = chains.expire(oldest)
-                if holders is not None:
-                    self._dropped(backend_id, expired)
+            expired = chains.expire(now_s - self.ttl_s)
+            if holders is not None:
+                self._dropped(backend_id, expired)
         added = chains.record(hashes, now_s)
         if holders is not None:
             for h in added:

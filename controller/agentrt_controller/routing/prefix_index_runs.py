@@ -83,26 +83,10 @@ class BackendChains(RunTree[StampedRun]):
     def record(self, hashes: Sequence[int], now_s: float) -> Sequence[int]:
         """Touch ``hashes`` at ``now_s`` (head last), adding what is new; returns the elements
         added. Call :meth:`expire` first: a stale element would be touched back to life."""
-        run_of = self.run_of
-        length = len(hashes)
-        tip = run_of.get(hashes[-1]) if length else None
-        head = run_of.get(hashes[0]) if tip is not None else None
-        if (
-            head is not None
-            and head.start == 0
-            and head.elements[0] == hashes[0]
-            and tip is not None
-            and length - tip.start == len(tip.elements)
-            and tip.elements[-1] == hashes[-1]
-        ):
-            # Held whole, ending where its last run ends (a call's finish, a repeated prompt):
-            # what leading() and end_at() below answer then, without their calls.
-            held = length
-        else:
-            held = self.leading(hashes, True)  # the whole chain first
-            tip = self.end_at(hashes, held) if held else None
+        held = self.leading(hashes, True)  # the whole chain first
+        tip = self.end_at(hashes, held) if held else None
         added: Sequence[int] = ()
-        if held < length:
+        if held < len(hashes):
             extend = tip is not None and not tip.children
             run = tip if extend else StampedRun([], held, now_s, tip)
             assert run is not None
@@ -113,15 +97,10 @@ class BackendChains(RunTree[StampedRun]):
                 self.attach(run)
                 self._link_newest(run)
                 tip = run
-        ring = self._ring
         while tip is not None:  # deepest first: the head ends most recent
             tip.last_s = now_s
-            if ring.older is not tip:  # _unlink and _link_newest, inlined; none when newest
-                tip.older.newer = tip.newer
-                tip.newer.older = tip.older
-                tip.older, tip.newer = ring.older, ring
-                ring.older.newer = tip
-                ring.older = tip
+            self._unlink(tip)
+            self._link_newest(tip)
             tip = tip.parent
         return added
 
