@@ -271,12 +271,6 @@ class MessageChains:
                 _, (_, _, _, dropped) = self._entries.popitem(last=False)
                 self._bytes -= dropped
 
-    def _hold_short(self, key: tuple[bytes, str, str], found: tuple[int, bytes]) -> None:
-        short = self._short
-        if len(short) >= _SHORT_MESSAGES:
-            short.clear()
-        short[key] = found
-
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -363,6 +357,7 @@ def message_block_hashes(
     # message equal to one of those hashes as it does).
     usual_run = key is not None
     kept, kept_chain, kept_parent = done, len(out), parent
+    short, last = memo._short, len(listed) - 1
     for index in range(done, len(listed)):
         room = max_blocks - len(out)
         if room <= 0:
@@ -399,16 +394,20 @@ def message_block_hashes(
                 if usual_run:
                     kept, kept_chain, kept_parent = index + 1, len(out), parent
                 continue
-            if size <= chunk and role.isascii():  # (so under min_bytes: not the case above)
-                # A short message, one piece (room >= 1): its element after ``parent`` is
-                # held by its strings (a system prompt's first line, a repeated instruction).
-                # Not kept, as below: neither long nor the chain's end.
+            if size <= chunk and index < last and role.isascii():  # so under min_bytes
+                # A short message, one piece (room >= 1), before the call's last: its element
+                # after ``parent`` is held by its strings (a system prompt's line, a repeated
+                # instruction). Not kept, as below: neither long nor the chain's end. (The
+                # last one after the same chain would be a repeated call: held, it would
+                # cost an agent's every new step a lookup and a slot for nothing.)
                 short_key = (parent, role, content)
-                element = memo._short.get(short_key)
-                if element is None:
+                element = short.get(short_key)
+                if element is None:  # hashed and held (emptied first when full)
                     data = _message_text(message).encode("utf-8", "surrogatepass")
                     after = _chain_pieces(parent, data, room, chunk, True, out)
-                    memo._hold_short(short_key, (out[-1], after))
+                    if len(short) >= _SHORT_MESSAGES:
+                        short.clear()
+                    short[short_key] = out[-1], after
                     parent = after
                 else:
                     out.append(element[0])
