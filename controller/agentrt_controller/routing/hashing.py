@@ -146,9 +146,9 @@ class MessageChains:
     elements a message adds depend only on the chain before it and on its bytes, so a message
     seen after the same chain is looked up instead of cut and hashed block by block. Holds at
     most ``max_bytes`` of message bytes (least recently used dropped first); messages shorter
-    than ``min_bytes`` are hashed, save the shortest (one chain element), whose element is held
-    by the message's strings (a cheaper lookup than the sampled one). Output is the same with or
-    without it.
+    than ``min_bytes`` are hashed, save the shortest (one chain element) before a call's last,
+    whose element is held by the message's strings (a cheaper lookup than the sampled one).
+    Output is the same with or without it.
 
     A lookup costs O(1) Python work per message and one comparison of its text with the held
     one (a memcmp): the usual message (a ``role`` and an ASCII string ``content``, nothing

@@ -120,7 +120,6 @@ class PipelineRouter:
         self.filter_skips: dict[str, int] = {n: 0 for n, _ in filters}
         #: Whether a stage reads ``CallFacts.block_hashes`` (drivers fill them only then).
         self.uses_block_hashes = any(isinstance(o, PrefixIndex) for o in self.observers)
-        #: The pruned path, ``None`` when off or the stages do not allow it.
         #: The observers' hooks, bound once, the locality counters' first; those that do
         #: nothing left out (every call runs them).
         self._on_routed = (self.locality.on_routed, *(o.on_routed for o in self.observers))
@@ -132,6 +131,7 @@ class PipelineRouter:
             for hook in (self.locality.on_program_end, *(o.on_program_end for o in self.observers))
             if not _does_nothing(hook)
         )
+        #: The pruned path, ``None`` when off or the stages do not allow it.
         self.pruning: PrefixPruning | None = None
         self.prune_min_candidates = prune_min_candidates
         if prune:
