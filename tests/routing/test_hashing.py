@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from agentrt_controller.routing import hashing
 from agentrt_controller.routing.hashing import (
     MessageChains,
     extend_token_block_hashes,
@@ -122,6 +123,40 @@ def test_the_message_memo_changes_nothing_but_the_work_and_stays_bounded() -> No
     held = len(roomy)
     assert message_block_hashes(history, salt="tenant-a", memo=roomy) == first
     assert len(roomy) == held == 13  # the second time every long message was looked up
+
+
+def test_short_messages_held_by_their_strings_answer_as_hashing_does() -> None:
+    """A usual ASCII message of one chain element (16 tokens of 4 bytes: its role, two
+    separators and its content in 64 bytes) before the call's last is held by (chain before,
+    role, content): a repeat is looked up, after another chain, under another role or with
+    another text it is hashed; the memo of them is emptied when full. Every chain is the one
+    hashing gives."""
+    memo = MessageChains()
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    texts = ("Say hello.", "Say hello!", "", "x" * 58, "x" * 59)  # 4 + 2 + 58 = 64 bytes
+    for repeat in range(3):
+        for text in texts:
+            for role in ("user", "tool"):
+                for messages in ([system, {"role": role, "content": text}],
+                                 [{"role": role, "content": text}, system]):  # fmt: skip
+                    for salt in (None, "m"):
+                        plain = message_block_hashes(messages, salt=salt)
+                        assert message_block_hashes(messages, salt=salt, memo=memo) == plain
+                        body = {"model": salt, "messages": messages}
+                        assert request_block_hashes(body, memo) == request_block_hashes(body)
+        if repeat == 0:
+            held = dict(memo._short)
+    assert memo._short == held  # the repeats were looked up: nothing new, nothing changed
+    contents = {content for _, _, content in held}
+    assert "x" * 58 in contents and "x" * 59 not in contents  # two pieces: hashed each time
+    # "Say hello." held first in the call (after each salt's seed), never last (after system)
+    assert len({parent for parent, _, content in held if content == "Say hello."}) == 2
+    assert len(memo) == 0  # no long message: the sampled memo holds none
+    for number in range(hashing._SHORT_MESSAGES + 10):  # more than it holds: emptied once
+        messages = [{"role": "user", "content": f"step {number}"}, system]
+        assert message_block_hashes(messages, memo=memo) == message_block_hashes(messages)
+    # len(held) + _SHORT_MESSAGES + 10 held in all: emptied once, full, then the rest held
+    assert len(memo._short) == len(held) + 10
 
 
 def test_the_memo_tells_apart_messages_alike_at_both_ends() -> None:

@@ -70,11 +70,14 @@ class ProgramAffinity:
 
     def on_routed(self, call: CallEntry, backend_id: str, now_s: float) -> None:
         program, model = call.facts.program, call.facts.model
-        current = self.backend_of(program, now_s, model)
-        if self.sticky_first and current is not None and current != backend_id:
-            # Sent elsewhere (its backend was down or full): the binding stays, refreshed.
-            self._bound[program, model] = (current, now_s)
-            return
+        if self.sticky_first:
+            # (Following the latest call, the current binding does not matter: rebound below,
+            # an expired one included.)
+            current = self.backend_of(program, now_s, model)
+            if current is not None and current != backend_id:
+                # Sent elsewhere (its backend was down or full): the binding stays, refreshed.
+                self._bound[program, model] = (current, now_s)
+                return
         self._bound[program, model] = (backend_id, now_s)
         models = self._models.get(program)
         if models is None:

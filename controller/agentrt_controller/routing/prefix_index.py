@@ -114,6 +114,8 @@ class PrefixIndex:
         if shared_programs < 2 or popularity_capacity < 1:
             raise ConfigError("shared_programs must be >= 2 and popularity_capacity >= 1")
         self.ttl_s = float(ttl_s)
+        #: Whether elements go stale (``ttl_s`` finite; checked once, not per insert).
+        self._expires = math.isfinite(self.ttl_s)
         self.capacity_blocks = capacity_blocks
         self.shared_programs = shared_programs
         self.popularity_capacity = popularity_capacity
@@ -209,7 +211,7 @@ class PrefixIndex:
         # past the capacity: the same elements go as when the TTL purge ran after the cap.
         # (Holders are told only when kept: most controllers never prune, and every routed
         # call inserts twice.)
-        if math.isfinite(self.ttl_s):
+        if self._expires:
             expired = chains.expire(now_s - self.ttl_s)
             if holders is not None:
                 self._dropped(backend_id, expired)
@@ -222,7 +224,7 @@ class PrefixIndex:
             evicted = chains.evict_to(capacity)
             if holders is not None:
                 self._dropped(backend_id, evicted)
-        if holders is not None and chains and math.isfinite(self.ttl_s):
+        if holders is not None and chains and self._expires:
             self._push_front(backend_id, chains)
 
     @property
