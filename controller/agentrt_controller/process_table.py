@@ -289,8 +289,13 @@ class ProcessTable:
         """Remove a program (program-end event); returns its last entry, if it was live.
         Later events for its calls are ignored unless a new call re-creates the program."""
         entry = self._entries.pop(key, None)
-        if entry is not None:
-            self._forget(key)
+        if entry is not None:  # :meth:`_forget`, inlined
+            per_tenant, tenant = self._per_tenant, key.tenant
+            left = per_tenant.get(tenant, 0) - 1
+            if left > 0:
+                per_tenant[tenant] = left
+            else:
+                per_tenant.pop(tenant, None)
         return entry
 
     def tool_wait_start(
@@ -352,7 +357,23 @@ class ProcessTable:
 
     def call_arrived(self, call: CallFacts, now_s: float) -> ProgramEntry:
         """A call arrived and is queued; creates the program if needed."""
-        entry = self.ensure(call.program, now_s)
+        # :meth:`ensure`, inlined (once per call, like :meth:`call_started` and
+        # :meth:`call_finished`, which inline :meth:`_active`, :meth:`_touch` and the rest).
+        key = call.program
+        entries = self._entries
+        entry = entries.get(key)
+        if entry is None:
+            entry = ProgramEntry(
+                key=key, name="", created_s=now_s, last_seen_s=now_s, seq=self._next_seq
+            )
+            self._next_seq += 1
+            entries[key] = entry
+            self._per_tenant[key.tenant] = self._per_tenant.get(key.tenant, 0) + 1
+        if now_s > entry.last_seen_s:
+            entry.last_seen_s = now_s
+        if now_s > entry._order_s:
+            entry._order_s = now_s
+        entries.move_to_end(key)
         entry.last_arrival_s = now_s
         entry.threads[call.thread_id] = entry.threads.get(call.thread_id, 0) + 1
         entry.waitable_threads.discard(call.thread_id)  # its last call has not finished now
@@ -374,10 +395,22 @@ class ProcessTable:
 
     def call_started(self, call: CallFacts, now_s: float) -> None:
         """The call left the queues for a backend; its queued time goes to the program."""
-        entry, active = self._active(call, now_s)
-        if entry is None or active is None or active.state != "queued":
+        key = call.program
+        entry = self._entries.get(key)
+        if entry is None:
             return
-        self._end_wait(entry, active, now_s)
+        if now_s > entry.last_seen_s:  # :meth:`_active` and :meth:`_touch`, inlined
+            entry.last_seen_s = now_s
+        if now_s > entry._order_s:
+            entry._order_s = now_s
+        self._entries.move_to_end(key)
+        active = entry.active.get(call.call_id)
+        if active is None or active.state != "queued":
+            return
+        segment = now_s - active.queued_since_s  # :meth:`_end_wait`, inlined
+        if segment > 0.0:
+            active.wait_s += segment
+            entry.waiting_s += segment
         active.state = "running"
 
     def call_requeued(self, call: CallFacts, now_s: float) -> None:
@@ -393,18 +426,32 @@ class ProcessTable:
         PLAS: ``attained += service_s``. ATLAS: ``critical_path = max(critical_path,
         inherited + service_s)`` where ``inherited`` is the scalar when the call arrived.
         """
-        entry, active = self._active(call, now_s)
-        if entry is None or active is None:
+        key = call.program
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        if now_s > entry.last_seen_s:  # :meth:`_active` and :meth:`_touch`, inlined
+            entry.last_seen_s = now_s
+        if now_s > entry._order_s:
+            entry._order_s = now_s
+        self._entries.move_to_end(key)
+        active = entry.active.pop(call.call_id, None)
+        if active is None:
             return
         if active.state == "queued":
             self._end_wait(entry, active, now_s)
-        del entry.active[call.call_id]
-        if not self._thread_left(entry, active.thread_id):
-            entry.waitable_threads.add(active.thread_id)
+        thread_id = active.thread_id
+        per_thread = entry.active_per_thread  # :meth:`_thread_left`, inlined
+        left = per_thread.get(thread_id, 0) - 1
+        if left > 0:
+            per_thread[thread_id] = left
+        else:
+            per_thread.pop(thread_id, None)
+            entry.waitable_threads.add(thread_id)
         entry.attained_service_s += service_s
-        entry.critical_path_s = max(
-            entry.critical_path_s, active.inherited_critical_path_s + service_s
-        )
+        path = active.inherited_critical_path_s + service_s
+        if path > entry.critical_path_s:  # max(), without its call
+            entry.critical_path_s = path
         entry.calls_finished += 1
         entry.last_completion_s = now_s
 

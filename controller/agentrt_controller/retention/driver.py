@@ -278,7 +278,8 @@ class RetentionDriver:
         self, program: ProgramKey, thread_id: str, now_s: float
     ) -> list[RetentionAction]:
         """The thread's call left the queues: its retention has done its job."""
-        actions = self.tick(now_s)
+        # :meth:`tick`'s first test, inlined (once per call; the usual case: nothing retained)
+        actions = self.tick(now_s) if self._pins or self.tracker.holds_any() else []
         released = self.tracker.release_thread(program, thread_id)
         if released is not None:
             actions += self._release([released], "admitted", now_s)
@@ -386,14 +387,16 @@ class RetentionDriver:
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> list[RetentionAction]:
         """The program ended (or expired idle): release everything it holds, forget it."""
-        actions = self.tick(now_s)
+        # :meth:`tick`'s first test, inlined (once per untagged call, a program of its own)
+        actions = self.tick(now_s) if self._pins or self.tracker.holds_any() else []
         released = self.tracker.release_program(program)
         if released:  # most programs hold none at their end: no call for nothing
             actions += self._release(released, "program_end", now_s)
         # Its window ends (it holds no retention now). Only a program holding one is told:
         # the driver is the only one that sets windows, so for any other the scheduler's last
         # word was ``None`` already (most programs never wait on a tool).
-        self._update_window(program)
+        if program in self._windows:  # :meth:`_update_window`'s test, inlined
+            self._update_window(program)
         self.policy.on_program_end(program, now_s)
         for thread_id in self._contexts.pop(program, ()):
             self._uncharge(program, thread_id)

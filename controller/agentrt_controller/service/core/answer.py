@@ -51,7 +51,10 @@ class BackendAnswer:
                 answer._first = await anext(answer._rest, b"")
             else:
                 answer.body = await response.aread()
-                await answer.aclose()  # read whole: the connection goes back at once
+                # read whole: the connection goes back at once (:meth:`aclose` of an answer
+                # without a stream, inlined: once per whole answer)
+                await response.aclose()
+                answer.closed = True
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await answer.aclose()

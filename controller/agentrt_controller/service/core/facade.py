@@ -26,8 +26,8 @@ Public methods, by concern:
 
 * lifecycle — :meth:`run` (the core's loops: dispatch, deadlines, probes, retention, expiry),
   :meth:`aclose`, :meth:`wake`, :meth:`now`;
-* tenants — :meth:`authenticate`, :meth:`open_tenancy`, :meth:`salt_for`;
-* one call — :meth:`known_models`, :meth:`resolve_model`, :meth:`accept`, :meth:`deadline`,
+* tenants — :attr:`authenticate`, :meth:`open_tenancy`, :meth:`salt_for`;
+* one call — :attr:`known_models`, :attr:`resolve_model`, :meth:`accept`, :meth:`deadline`,
   :meth:`forward`, :meth:`tokens`, :meth:`settle`, :meth:`call_ended`;
 * programs (one per event) — :meth:`start_session`, :meth:`end_session`,
   :meth:`start_program`, :meth:`end_program`, :meth:`start_tool_wait`,
@@ -75,12 +75,12 @@ from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
 from agentrt_controller.routing.hashing import MessageChains
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
-from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingCall
 from agentrt_controller.service.core.charging import Charge, Charger, Usage
 from agentrt_controller.service.core.clock import MONOTONIC, Clock, sleep_until
+from agentrt_controller.service.core.deadlines import UNWATCHED
 from agentrt_controller.service.core.kv_events import KvEventsFeed
 from agentrt_controller.service.core.models import ModelCatalog
 from agentrt_controller.service.core.policies import build_dispatcher, build_retention
@@ -175,7 +175,7 @@ class ControllerCore:
             max_queued_calls=config.max_queued_calls,
             retry_after_s=config.retry_after_s,
             wake=self.wake,
-            on_admitted=self._on_admitted,
+            on_admitted=self.retention.on_admitted if self.retention is not None else None,
             max_sequences_per_call=config.max_sequences_per_call,
         )
         self.charger = Charger(cost if cost is not None else cost_model.service_s)
@@ -194,6 +194,20 @@ class ControllerCore:
         if self.kv_events is not None:
             self.kv_events.register_metrics(self.metrics.registry)
         self.sessions = SessionRegistry()
+        # Three lookups of every call, bound here rather than methods calling them (a frame
+        # fewer each; the endpoints call them as methods).
+        #: ``authenticate(authorization)``: the tenant whose API key is the bearer token of an
+        #: ``Authorization`` header value; ``None`` when there is none (open mode: always the
+        #: one tenant).
+        self.authenticate: Callable[[str | None], Tenant | None] = self.tenants.authenticate
+        #: ``known_models()``: model ids some live backend serves; ``None`` when none said
+        #: (anything goes).
+        self.known_models: Callable[[], set[str] | None] = self.pool.known_model_ids
+        #: ``resolve_model(requested)``: the model a call naming ``requested`` runs on:
+        #: aliases, the one served model for a call naming none, fallbacks when every backend
+        #: of it is out (:meth:`ModelCatalog.resolve`). Raises :class:`BadRequest` /
+        #: :class:`ModelNotFound`.
+        self.resolve_model: Callable[[object], str] = self.catalog.resolve
         #: A dispatch round is due (:meth:`wake`), and the future the dispatch loop waits on
         #: while none is: a bare future on the core's loop, not an ``anyio.Event`` made per
         #: round (an async-library lookup and several frames each).
@@ -263,11 +277,6 @@ class ControllerCore:
 
     # --- one call ----------------------------------------------------------------------------
 
-    def authenticate(self, authorization: str | None) -> Tenant | None:
-        """The tenant whose API key is the bearer token of an ``Authorization`` header value;
-        ``None`` when there is none (open mode: always the one tenant)."""
-        return self.tenants.authenticate(authorization)
-
     def open_tenancy(self) -> bool:
         """No API keys are configured: every caller is the one tenant, no quotas."""
         return self.tenants.open
@@ -280,16 +289,6 @@ class ControllerCore:
             return None
         tenants = self.tenants
         return lambda chosen: tenants.cache_salt(tenant, chosen)
-
-    def known_models(self) -> set[str] | None:
-        """Model ids some live backend serves; ``None`` when none said (anything goes)."""
-        return self.pool.known_model_ids()
-
-    def resolve_model(self, requested: object) -> str:
-        """The model a call naming ``requested`` runs on: aliases, the one served model for
-        a call naming none, fallbacks when every backend of it is out
-        (:meth:`ModelCatalog.resolve`). Raises :class:`BadRequest` / :class:`ModelNotFound`."""
-        return self.catalog.resolve(requested)
 
     def accept(
         self,
@@ -342,7 +341,10 @@ class ControllerCore:
         the queues; otherwise the block is cancelled (the upstream request aborted). Either
         way :class:`DeadlinePassed` (504) is raised. The core's deadline loop enforces it
         (service/core/deadlines.py)."""
-        return self.calls.deadlines.watch(pending.call)
+        call = pending.call
+        if math.isinf(call.deadline_s):  # :meth:`Deadlines.watch`'s first test, inlined
+            return UNWATCHED
+        return self.calls.deadlines.watch(call)
 
     async def forward(self, pending: PendingCall, request: GenerationRequest) -> Forwarded:
         """Queue the call, wait for its admission, send ``request`` as the admitted backend
@@ -352,19 +354,23 @@ class ControllerCore:
         (:class:`RetryPolicy`). Raises :class:`NoBackend` (503), :class:`DeadlinePassed`
         (504) or :class:`UpstreamFailed` (502); on any raise the call is finished."""
         call = pending.call
-        if pending.tenant is not None and not pending.quota_entered:
-            try:
-                await self.quotas.enter(pending.tenant, call.sequences)
-            except ServiceError as error:
-                self.metrics.tenant_refusals.inc(1.0, pending.tenant.name, str(error.status_code))
-                raise
+        tenant = pending.tenant
+        if tenant is not None and not pending.quota_entered:
+            if not self.quotas.enter_now(tenant, call.sequences):  # else it waits, or raises
+                try:
+                    await self.quotas.enter(tenant, call.sequences)
+                except ServiceError as error:
+                    self.metrics.tenant_refusals.inc(1.0, tenant.name, str(error.status_code))
+                    raise
             pending.quota_entered = True
         if self.kv_events is not None and not call.token_block_hashes:
             call = pending.call = await self.kv_events.fill_token_chain(call, pending.body)
         self.calls.submit(pending)
         retries = 0
         while True:
-            admission = await self.calls.admitted(pending)
+            admission = pending.admission  # admitted at once (an idle controller): no await
+            if admission is None:
+                admission = await self.calls.admitted(pending)
             backend_id = admission.backend_id
             backend = self.pool.states[backend_id].backend
             try:
@@ -436,10 +442,9 @@ class ControllerCore:
             self.metrics.tenant_tokens.inc(float(charge.prompt_tokens), tenant.name, "prompt")
             self.metrics.tenant_tokens.inc(float(charge.output_tokens), tenant.name, "output")
             self.metrics.tenant_service.inc(charge.service_s, tenant.name)
-        backend_id = forwarded.backend_id
-        self.calls.finish(
-            forwarded.admission.call, backend_id, charge.service_s, ok=ok, reason=reason
-        )
+        admission = forwarded.admission
+        backend_id = admission.backend_id
+        self.calls.finish(admission.call, backend_id, charge.service_s, ok=ok, reason=reason)
         if ok and pending.tagged and self.retention is not None:
             self.retention.on_finish(call, backend_id, pending.body, charge.prompt_tokens)
         return charge
@@ -451,10 +456,6 @@ class ControllerCore:
             self.quotas.leave(pending.tenant, pending.call.sequences)
         if not pending.tagged:
             self._end_program(pending.call.program)
-
-    def _on_admitted(self, admission: Admission) -> None:
-        if self.retention is not None:
-            self.retention.on_admitted(admission.call.facts, admission.backend_id)
 
     # --- sessions and programs (docs/protocol.md) --------------------------------------------
     # Every event names its tenant (the authenticated caller, never a client header): a key is

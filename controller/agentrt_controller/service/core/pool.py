@@ -202,7 +202,10 @@ class Abortable:
         self.cancelled_caught = False
 
     def __enter__(self) -> Abortable:
-        task = task_on(self._loop)
+        loop = self._loop  # :func:`task_on`, inlined (once per forwarded call)
+        task = asyncio.current_task(loop) if loop is not None else None
+        if task is None:
+            task = asyncio.current_task()
         if task is None:
             raise RuntimeError("an abortable block runs in an asyncio task")
         self._task = task
