@@ -402,6 +402,11 @@ class RetentionDriver:
             self._uncharge(program, thread_id)
         return actions
 
+    def retains(self) -> bool:
+        """Whether some retention is live or some backend holds a pin (:meth:`tick` has
+        something to do)."""
+        return bool(self._pins) or self.tracker.holds_any()
+
     def tick(self, now_s: float) -> list[RetentionAction]:
         """End the retentions whose TTL is over (the backend expires its pin itself: only
         the window changes) and return the re-warms that are due and have room."""

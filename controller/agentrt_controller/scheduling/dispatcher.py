@@ -226,7 +226,8 @@ class Dispatcher:
                 in_memory, blocked_start = self._fitting_memory(
                     memory, call, candidates, blocked_start, now_s
                 )
-                if not in_memory:
+                # ``candidates`` itself (not empty) when all fit: no ``len()`` of the round's set
+                if in_memory is not candidates and not in_memory:
                     passed.append(call)
                     memory.held_total += 1
                     if len(passed) >= memory.config.max_passed:

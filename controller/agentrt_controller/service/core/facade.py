@@ -455,7 +455,7 @@ class ControllerCore:
             pending.quota_entered = False
             self.quotas.leave(pending.tenant, pending.call.sequences)
         if not pending.tagged:
-            self._end_program(pending.call.program)
+            self._end_program(pending.call.program, one_call=True)
 
     # --- sessions and programs (docs/protocol.md) --------------------------------------------
     # Every event names its tenant (the authenticated caller, never a client header): a key is
@@ -569,14 +569,24 @@ class ControllerCore:
             if self.retention is not None:
                 self.retention.on_program_end(key)
 
-    def _end_program(self, key: ProgramKey, *, evicted: bool = False) -> None:
+    def _end_program(
+        self, key: ProgramKey, *, evicted: bool = False, one_call: bool = False
+    ) -> None:
+        """``one_call``: the program of an untagged call, whose id is the call's own. It held
+        no retention, wait or kept context (retention hears only of tagged calls' returns,
+        finishes and waits), and nothing can name it once it is gone (an event for it answers
+        404), so retention is told only while it retains something anywhere (its expiry and
+        relief then run as at any program end); otherwise the end would only add the id to
+        the ended programs it remembers (``RetentionTracker.remember_ended``), where it would
+        push out a tagged program's."""
         now = self.clock()
         entry = self.dispatcher.table.get(key)
         if entry is not None and not evicted:
             self.metrics.program_e2e.observe(max(0.0, now - entry.created_s))
         self.dispatcher.on_program_end(key, now)
-        if self.retention is not None:
-            self.retention.on_program_end(key)
+        retention = self.retention
+        if retention is not None and (not one_call or retention.driver.retains()):
+            retention.on_program_end(key)
 
     # --- backends ----------------------------------------------------------------------------
 
