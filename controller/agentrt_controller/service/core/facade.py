@@ -303,7 +303,8 @@ class ControllerCore:
         (:class:`QuotaExceeded` 429, :class:`TableFull` 503), then add what the router and
         retention need (block hashes — salted by the body's ``cache_salt`` — and the retained
         backend of a thread back from its tool)."""
-        self.calls.check_sequences(call)  # n / best_of above the cap: 400
+        if call.sequences > 1:  # n / best_of above the cap: 400 (every cap is at least 1)
+            self.calls.check_sequences(call)
         if tenant is not None:
             self._check_program(call.program, tenant)
             self.metrics.tenant_calls.inc(1.0, tenant.name)
@@ -368,9 +369,21 @@ class ControllerCore:
         self.calls.submit(pending)
         retries = 0
         while True:
-            admission = pending.admission  # admitted at once (an idle controller): no await
+            # ``await self.calls.admitted(pending)``, inlined (no coroutine of its own per
+            # call); an idle controller admitted the call at once (no wait at all).
+            admission = pending.admission
             if admission is None:
-                admission = await self.calls.admitted(pending)
+                if pending.error is None:  # no verdict yet
+                    waiter = self.calls.waiter(pending)
+                    try:
+                        await waiter
+                    except BaseException:
+                        self.calls.abandon(pending)
+                        raise
+                    admission = pending.admission
+                if admission is None:
+                    assert pending.error is not None  # decided: admitted or refused
+                    raise pending.error
             backend_id = admission.backend_id
             backend = self.pool.states[backend_id].backend
             try:
@@ -438,7 +451,8 @@ class ControllerCore:
         self.metrics.uncached_prompt_tokens.inc(charge.uncached_prompt_tokens)
         tenant = pending.tenant
         if tenant is not None:
-            self.quotas.charge_tokens(tenant, charge.prompt_tokens + charge.output_tokens)
+            if tenant.quota.tokens_per_minute is not None:  # else charge_tokens has no bucket
+                self.quotas.charge_tokens(tenant, charge.prompt_tokens + charge.output_tokens)
             self.metrics.tenant_tokens.inc(float(charge.prompt_tokens), tenant.name, "prompt")
             self.metrics.tenant_tokens.inc(float(charge.output_tokens), tenant.name, "output")
             self.metrics.tenant_service.inc(charge.service_s, tenant.name)
