@@ -278,8 +278,7 @@ class RetentionDriver:
         self, program: ProgramKey, thread_id: str, now_s: float
     ) -> list[RetentionAction]:
         """The thread's call left the queues: its retention has done its job."""
-        # :meth:`tick`'s first test, inlined (once per call; the usual case: nothing retained)
-        actions = self.tick(now_s) if self._pins or self.tracker.holds_any() else []
+        actions = self.tick(now_s)
         released = self.tracker.release_thread(program, thread_id)
         if released is not None:
             actions += self._release([released], "admitted", now_s)
@@ -387,30 +386,28 @@ class RetentionDriver:
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> list[RetentionAction]:
         """The program ended (or expired idle): release everything it holds, forget it."""
-        # :meth:`tick`'s first test, inlined (once per untagged call, a program of its own)
-        actions = self.tick(now_s) if self._pins or self.tracker.holds_any() else []
+        actions = self.tick(now_s)
         released = self.tracker.release_program(program)
         if released:  # most programs hold none at their end: no call for nothing
             actions += self._release(released, "program_end", now_s)
         # Its window ends (it holds no retention now). Only a program holding one is told:
         # the driver is the only one that sets windows, so for any other the scheduler's last
         # word was ``None`` already (most programs never wait on a tool).
-        if program in self._windows:  # :meth:`_update_window`'s test, inlined
-            self._update_window(program)
+        self._update_window(program)
         self.policy.on_program_end(program, now_s)
         for thread_id in self._contexts.pop(program, ()):
             self._uncharge(program, thread_id)
         return actions
 
     def retains(self) -> bool:
-        """Whether some retention is live or some backend holds a pin (:meth:`tick` has
-        something to do)."""
+        """Whether some retention is live or some backend holds a pin: :meth:`tick` has
+        something to do (and a program's end something to release)."""
         return bool(self._pins) or self.tracker.holds_any()
 
     def tick(self, now_s: float) -> list[RetentionAction]:
         """End the retentions whose TTL is over (the backend expires its pin itself: only
         the window changes) and return the re-warms that are due and have room."""
-        if not self._pins and not self.tracker.holds_any():
+        if not self.retains():
             # Nothing retained, so nothing to expire, relieve or re-warm: the usual case of
             # the two ticks every call makes (its admission, an untagged call's end).
             return []

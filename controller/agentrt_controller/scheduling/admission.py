@@ -160,11 +160,7 @@ class AdaptiveWindowAdmission:
         # :meth:`_react`.
         cfg = self.config
         state = self._windows.get(backend.backend_id)
-        batch = backend.max_num_seqs  # :meth:`bound`, inlined
-        if batch is None or batch < 1:
-            bound = cfg.max_window
-        else:
-            bound = max(cfg.min_window, min(cfg.max_window, batch + cfg.target_waiting))
+        bound = self.bound(backend)
         if state is None:
             initial = min(cfg.initial_window, bound)
             state = self._windows[backend.backend_id] = _BackendWindow(initial, initial)

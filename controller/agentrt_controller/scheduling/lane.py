@@ -54,8 +54,7 @@ class RetainedLane:
     # --- Scheduler protocol -----------------------------------------------------------------
 
     def submit(self, call: CallEntry, now_s: float) -> None:
-        # :meth:`_queue_of`, inlined (once per call, as in :meth:`on_finish`)
-        (self._lane if call.lane == "retained" else self.policy).submit(call, now_s)
+        self._queue_of(call).submit(call, now_s)
 
     def pop(self, now_s: float) -> CallEntry | None:
         if self._lane.queued():
@@ -82,8 +81,7 @@ class RetainedLane:
         return self._queue_of(call).token_counter(call)
 
     def on_finish(self, call: CallEntry, service_s: float, now_s: float) -> None:
-        queue = self._lane if call.lane == "retained" else self.policy
-        queue.on_finish(call, service_s, now_s)
+        self._queue_of(call).on_finish(call, service_s, now_s)
 
     def drop_expired(self, now_s: float) -> list[CallEntry]:
         dropped = self.policy.drop_expired(now_s)

@@ -208,13 +208,13 @@ class _Ledger:
             if running <= 0:
                 return
             entry = self.residents[program] = Resident(tokens, running, now_s, chain)
-            if tokens >= self.min_tokens and tokens:  # :meth:`counted`, inlined (per call)
+            if self.counted(tokens):
                 self.total += tokens
                 self._share(entry.chain, 1)
             return
         old = entry.chain
         if len(chain) > len(old):
-            if entry.tokens >= self.min_tokens and entry.tokens:  # :meth:`counted`
+            if self.counted(entry.tokens):
                 if old and chain[len(old) - 1] == old[-1]:
                     self._share(chain, 1, counted=len(old))  # the usual next turn: it extends
                 else:
@@ -240,7 +240,7 @@ class _Ledger:
 
     def remove(self, program: ProgramKey) -> None:
         entry = self.residents.pop(program, None)
-        if entry is not None and entry.tokens >= self.min_tokens and entry.tokens:  # counted
+        if entry is not None and self.counted(entry.tokens):
             self.total -= entry.tokens
             self._share(entry.chain, -1)
 
@@ -340,18 +340,7 @@ class MemoryAdmission:
         running = self._running.pop(facts.call_id, None)
         if running is None:
             return
-        # ``running.ledger.touch(facts.program, 0, -1, now_s)``, inlined (once per call): a
-        # finish brings no chain and no tokens, so only the running count and the time move.
-        ledger, program = running.ledger, facts.program
-        entry = ledger.residents.get(program)
-        if entry is None:
-            return
-        if entry.tokens < 0:  # never: touch's grow, kept exact
-            ledger.grow(entry, 0)
-        running_left = entry.running - 1
-        entry.running = running_left if running_left > 0 else 0
-        entry.last_active_s = now_s
-        ledger.residents.move_to_end(program)
+        running.ledger.touch(facts.program, 0, -1, now_s)
 
     def on_program_end(self, program: ProgramKey) -> None:
         """The program ended (or expired): it holds nothing any more."""
@@ -393,11 +382,8 @@ class MemoryAdmission:
     def fits(self, facts: CallFacts, view: BackendView, now_s: float) -> bool:
         """Whether the call may start on ``view``'s backend now (the module doc's rule).
         Always ``True`` when disabled or when the backend's KV capacity is unknown."""
-        config = self.config  # :meth:`capacity_tokens`, inlined (once per admitted call)
-        if not config.enabled:
-            return True
-        capacity = view.kv_capacity_tokens or config.kv_capacity_tokens
-        if capacity is None or not capacity > 0:
+        capacity = self.capacity_tokens(view)
+        if capacity is None:
             return True
         if view.in_flight == 0:
             return True  # deadlock guard: nothing of ours there could free memory

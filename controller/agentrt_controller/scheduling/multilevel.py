@@ -31,7 +31,6 @@ Pure: ``now_s`` is passed in; no clock, no I/O.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from collections.abc import Callable
@@ -70,9 +69,6 @@ class MultiLevelScheduler:
         )
         self._seq = itertools.count()
         self._last_sweep_s = -math.inf
-        #: :meth:`promote_starving` is this class's: :meth:`pop` tests its early returns
-        #: itself (no call per pop while no sweep is due).
-        self._own_sweep = type(self).promote_starving is MultiLevelScheduler.promote_starving
         #: Calls moved to Q1 by anti-starvation so far.
         self.promotions_total = 0
         #: Quantum expiries (one level each) so far.
@@ -97,11 +93,10 @@ class MultiLevelScheduler:
     def submit(self, call: CallEntry, now_s: float) -> None:
         entry = self.table.call_arrived(call.facts, now_s)
         call.seq = next(self._seq)
-        call.priority_s = priority_s = self.entry_priority_s(entry, call)
-        config = self.config
-        level = bisect.bisect_right(config.boundaries_s, priority_s)  # config.level_for
+        call.priority_s = self.entry_priority_s(entry, call)
+        level = self.config.level_for(call.priority_s)
         retained = entry.retained_until_s
-        if config.boost_retained and retained is not None and retained >= now_s:
+        if self.config.boost_retained and retained is not None and retained >= now_s:
             level = 0
             call.retention_boost = True
         call.level = level
@@ -111,12 +106,7 @@ class MultiLevelScheduler:
         self._queues.push(call)
 
     def pop(self, now_s: float) -> CallEntry | None:
-        config = self.config
-        if not self._own_sweep or (
-            config.starvation_beta is not None
-            and not now_s - self._last_sweep_s < config.starvation_check_interval_s
-        ):
-            self.promote_starving(now_s)
+        self.promote_starving(now_s)
         call = self._queues.pop()
         if call is None:
             return None

@@ -52,21 +52,16 @@ class LevelQueues:
 
     def push(self, call: CallEntry) -> None:
         """Queue ``call`` at ``call.level`` with its current FCFS key (replaces any old place)."""
-        seq, level, live = call.seq, call.level, self._live
-        if seq in live:
-            self._forget(seq)
+        if call.seq in self._live:
+            self._forget(call.seq)
         key = self._key(call)
-        live[seq] = (call, key, level)
-        self._members[level][seq] = call
-        heapq.heappush(self._heaps[level], key)
+        self._live[call.seq] = (call, key, call.level)
+        self._members[call.level][call.seq] = call
+        heapq.heappush(self._heaps[call.level], key)
         self._heap_entries += 1
-        deadline_s = call.facts.deadline_s
-        if not math.isinf(deadline_s):
-            heapq.heappush(self._deadlines, (deadline_s, seq))
-        # :meth:`_maybe_compact`'s test, inlined (once per push)
-        bound = 2 * len(live) + 64
-        if self._heap_entries > bound or len(self._deadlines) > bound:
-            self._maybe_compact()
+        if not math.isinf(call.facts.deadline_s):
+            heapq.heappush(self._deadlines, (call.facts.deadline_s, call.seq))
+        self._maybe_compact()
 
     def pop(self) -> CallEntry | None:
         """Remove and return the first call of the highest non-empty level."""
@@ -76,11 +71,9 @@ class LevelQueues:
             while heap:
                 key = heapq.heappop(heap)
                 self._heap_entries -= 1
-                seq = int(key[-1])
-                live = self._live.get(seq)
+                live = self._live.get(int(key[-1]))
                 if live is not None and live[1] == key and live[2] == level:
-                    del self._live[seq]  # :meth:`_forget`, inlined
-                    del self._members[level][seq]
+                    self._forget(int(key[-1]))
                     return live[0]
         return None
 

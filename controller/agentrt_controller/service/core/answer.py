@@ -51,10 +51,7 @@ class BackendAnswer:
                 answer._first = await anext(answer._rest, b"")
             else:
                 answer.body = await response.aread()
-                # read whole: the connection goes back at once (:meth:`aclose` of an answer
-                # without a stream, inlined: once per whole answer)
-                await response.aclose()
-                answer.closed = True
+                await answer.aclose()  # read whole: the connection goes back at once
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await answer.aclose()

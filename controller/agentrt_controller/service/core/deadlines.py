@@ -34,7 +34,7 @@ from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.service.core.clock import Clock, sleep_until
 from agentrt_controller.service.errors import DeadlinePassed
 
-__all__ = ["UNWATCHED", "Deadlines"]
+__all__ = ["Deadlines"]
 
 
 class _Watch:
@@ -97,8 +97,7 @@ class _Unwatched:
         return None
 
 
-#: The one context manager of every call without a deadline.
-UNWATCHED = _Unwatched()
+_UNWATCHED = _Unwatched()
 
 
 class Deadlines:
@@ -122,7 +121,7 @@ class Deadlines:
         :class:`DeadlinePassed` (504) raised when it is left. A call without a deadline runs
         unwatched."""
         if math.isinf(call.deadline_s):
-            return UNWATCHED
+            return _UNWATCHED
         return _Watch(self, call)
 
     def next_deadline_s(self) -> float:

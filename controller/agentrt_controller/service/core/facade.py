@@ -80,7 +80,6 @@ from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingCall
 from agentrt_controller.service.core.charging import Charge, Charger, Usage
 from agentrt_controller.service.core.clock import MONOTONIC, Clock, sleep_until
-from agentrt_controller.service.core.deadlines import UNWATCHED
 from agentrt_controller.service.core.kv_events import KvEventsFeed
 from agentrt_controller.service.core.models import ModelCatalog
 from agentrt_controller.service.core.policies import build_dispatcher, build_retention
@@ -303,8 +302,7 @@ class ControllerCore:
         (:class:`QuotaExceeded` 429, :class:`TableFull` 503), then add what the router and
         retention need (block hashes — salted by the body's ``cache_salt`` — and the retained
         backend of a thread back from its tool)."""
-        if call.sequences > 1:  # n / best_of above the cap: 400 (every cap is at least 1)
-            self.calls.check_sequences(call)
+        self.calls.check_sequences(call)  # n / best_of above the cap: 400
         if tenant is not None:
             self._check_program(call.program, tenant)
             self.metrics.tenant_calls.inc(1.0, tenant.name)
@@ -342,10 +340,7 @@ class ControllerCore:
         the queues; otherwise the block is cancelled (the upstream request aborted). Either
         way :class:`DeadlinePassed` (504) is raised. The core's deadline loop enforces it
         (service/core/deadlines.py)."""
-        call = pending.call
-        if math.isinf(call.deadline_s):  # :meth:`Deadlines.watch`'s first test, inlined
-            return UNWATCHED
-        return self.calls.deadlines.watch(call)
+        return self.calls.deadlines.watch(pending.call)
 
     async def forward(self, pending: PendingCall, request: GenerationRequest) -> Forwarded:
         """Queue the call, wait for its admission, send ``request`` as the admitted backend
@@ -451,8 +446,7 @@ class ControllerCore:
         self.metrics.uncached_prompt_tokens.inc(charge.uncached_prompt_tokens)
         tenant = pending.tenant
         if tenant is not None:
-            if tenant.quota.tokens_per_minute is not None:  # else charge_tokens has no bucket
-                self.quotas.charge_tokens(tenant, charge.prompt_tokens + charge.output_tokens)
+            self.quotas.charge_tokens(tenant, charge.prompt_tokens + charge.output_tokens)
             self.metrics.tenant_tokens.inc(float(charge.prompt_tokens), tenant.name, "prompt")
             self.metrics.tenant_tokens.inc(float(charge.output_tokens), tenant.name, "output")
             self.metrics.tenant_service.inc(charge.service_s, tenant.name)

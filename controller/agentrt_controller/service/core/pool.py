@@ -202,10 +202,7 @@ class Abortable:
         self.cancelled_caught = False
 
     def __enter__(self) -> Abortable:
-        loop = self._loop  # :func:`task_on`, inlined (once per forwarded call)
-        task = asyncio.current_task(loop) if loop is not None else None
-        if task is None:
-            task = asyncio.current_task()
+        task = task_on(self._loop)
         if task is None:
             raise RuntimeError("an abortable block runs in an asyncio task")
         self._task = task

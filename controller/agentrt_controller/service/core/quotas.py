@@ -149,9 +149,7 @@ class TenantQuotas:
 
     def leave(self, tenant: Tenant, sequences: int = 1) -> None:
         """A call of ``sequences`` sequences that entered is over."""
-        ledger = self._ledgers.get(tenant.name)  # :meth:`_ledger`, its lookup inlined
-        if ledger is None:
-            ledger = self._ledger(tenant)
+        ledger = self._ledger(tenant)
         ledger.in_flight = max(0, ledger.in_flight - sequences)
         if ledger.waiting:
             ledger.changed.set()

@@ -48,11 +48,10 @@ class GenerationRequest:
         """The request for a backend with ``capabilities``; ``priority`` is the scheduler's
         (lower = sooner; ``None`` = send none)."""
         salted = capabilities.takes_cache_salt
-        unsalted = self.cache_salt is None  # the bodies as they are (no call for them)
         return BackendRequest(
             path=self.path,
-            raw_body=self._raw_body_with_salt() if salted and not unsalted else self.raw_body,
-            body=self.body if salted or unsalted else self._body_without_salt(),
+            raw_body=self._raw_body_with_salt() if salted else self.raw_body,
+            body=self.body if salted else self._body_without_salt(),
             stream=self.stream,
             headers=self.headers,
             priority=priority,
