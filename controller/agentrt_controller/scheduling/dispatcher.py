@@ -140,7 +140,7 @@ class Dispatcher:
         call = CallEntry(facts, retained_backend=retained_backend)
         if self.isolation is not None:
             self.isolation.on_submit(tenant_of(call), now_s)
-        if self.retained_lane:  # :meth:`_retained`, inlined (once per call)
+        if self.retained_lane:  # the program's KV is retained now: the retained lane
             entry = self.table.get(facts.program)
             until = entry.retained_until_s if entry is not None else None
             if until is not None and until >= now_s:
@@ -457,8 +457,7 @@ class Dispatcher:
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
         if self.memory is not None:
             self.memory.on_program_end(program)
-        # The scheduler itself: the Dispatcher's retained lane only passes this on to it.
-        self.scheduler.on_program_end(program, now_s)
+        self.queues.on_program_end(program, now_s)
         self.router.on_program_end(program, now_s)
 
     def on_tool_wait_start(

@@ -269,26 +269,19 @@ class CallQueue:
         cancelled (client gone, deadline), the call leaves the queues — or, if it was just
         admitted, its slot is released."""
         if not pending.decided():
-            waiter = self.waiter(pending)
+            loop = self.pool.loop or asyncio.get_running_loop()  # the core's, cached
+            pending.waiter = waiter = loop.create_future()
             try:
                 await waiter
             except BaseException:
-                self.abandon(pending)
+                self._abandon(pending)
                 raise
         if pending.admission is not None:
             return pending.admission
         assert pending.error is not None  # decided: admitted or refused
         raise pending.error
 
-    def waiter(self, pending: PendingCall) -> asyncio.Future[None]:
-        """The future :meth:`PendingCall.decide` sets (made now, on the core's loop): what
-        :meth:`admitted` awaits, for a caller that waits itself (the core's ``forward``,
-        without a coroutine per call) and calls :meth:`abandon` when its wait is cancelled."""
-        loop = self.pool.loop or asyncio.get_running_loop()  # the core's, cached
-        pending.waiter = waiter = loop.create_future()
-        return waiter
-
-    def abandon(self, pending: PendingCall) -> None:
+    def _abandon(self, pending: PendingCall) -> None:
         """The client waiting for ``pending``'s verdict went away: the call leaves the queues,
         or, if it was just admitted, its slot is released."""
         if pending.admission is not None:

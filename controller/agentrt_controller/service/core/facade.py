@@ -350,35 +350,19 @@ class ControllerCore:
         (:class:`RetryPolicy`). Raises :class:`NoBackend` (503), :class:`DeadlinePassed`
         (504) or :class:`UpstreamFailed` (502); on any raise the call is finished."""
         call = pending.call
-        tenant = pending.tenant
-        if tenant is not None and not pending.quota_entered:
-            if not self.quotas.enter_now(tenant, call.sequences):  # else it waits, or raises
-                try:
-                    await self.quotas.enter(tenant, call.sequences)
-                except ServiceError as error:
-                    self.metrics.tenant_refusals.inc(1.0, tenant.name, str(error.status_code))
-                    raise
+        if pending.tenant is not None and not pending.quota_entered:
+            try:
+                await self.quotas.enter(pending.tenant, call.sequences)
+            except ServiceError as error:
+                self.metrics.tenant_refusals.inc(1.0, pending.tenant.name, str(error.status_code))
+                raise
             pending.quota_entered = True
         if self.kv_events is not None and not call.token_block_hashes:
             call = pending.call = await self.kv_events.fill_token_chain(call, pending.body)
         self.calls.submit(pending)
         retries = 0
         while True:
-            # ``await self.calls.admitted(pending)``, inlined (no coroutine of its own per
-            # call); an idle controller admitted the call at once (no wait at all).
-            admission = pending.admission
-            if admission is None:
-                if pending.error is None:  # no verdict yet
-                    waiter = self.calls.waiter(pending)
-                    try:
-                        await waiter
-                    except BaseException:
-                        self.calls.abandon(pending)
-                        raise
-                    admission = pending.admission
-                if admission is None:
-                    assert pending.error is not None  # decided: admitted or refused
-                    raise pending.error
+            admission = await self.calls.admitted(pending)
             backend_id = admission.backend_id
             backend = self.pool.states[backend_id].backend
             try:

@@ -106,23 +106,6 @@ class TenantQuotas:
             )
         return None
 
-    def enter_now(self, tenant: Tenant, sequences: int = 1) -> bool:
-        """:meth:`enter` when it would neither wait nor raise — no token quota (whose bucket
-        refills on the clock) and room under ``max_in_flight``: count the call in, ``True``.
-        ``False`` (nothing counted): await :meth:`enter`. A plain function: the usual call
-        enters without a coroutine of its own."""
-        quota = tenant.quota
-        if quota.tokens_per_minute is not None:
-            return False
-        ledger = self._ledgers.get(tenant.name)
-        if ledger is None:
-            ledger = self._ledger(tenant)
-        limit = quota.max_in_flight
-        if limit is not None and (sequences > limit or ledger.in_flight + sequences > limit):
-            return False
-        ledger.in_flight += sequences
-        return True
-
     async def enter(self, tenant: Tenant, sequences: int = 1) -> None:
         """Count a call of ``sequences`` sequences (>= 1) in, or raise :class:`QuotaExceeded`
         (``reject``), or wait until the tenant is under quota (``queue``; cancellable).
