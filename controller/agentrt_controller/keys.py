@@ -57,11 +57,12 @@ class ProgramKey(_ProgramKeyFields):
     @classmethod
     def untagged(cls, program_id: str, tenant: str | None = None) -> ProgramKey:
         """The key of ``program_id`` in :data:`DEFAULT_SESSION` (calls naming no session, the
-        simulator)."""
-        return cls(session_id=DEFAULT_SESSION, program_id=program_id, tenant=tenant)
+        simulator). The tuple made at once (what :meth:`__new__` makes, without its two
+        frames)."""
+        return tuple.__new__(cls, (DEFAULT_SESSION, program_id, tenant))
 
     @classmethod
     def one_call(cls, call_id: str, tenant: str | None = None) -> ProgramKey:
         """The one-call program of an untagged call ``call_id`` (``call-<call id>`` in
-        :data:`DEFAULT_SESSION`)."""
-        return cls.untagged(_ONE_CALL_PREFIX + call_id, tenant)
+        :data:`DEFAULT_SESSION`; :meth:`untagged`'s tuple: one per untagged call)."""
+        return tuple.__new__(cls, (DEFAULT_SESSION, _ONE_CALL_PREFIX + call_id, tenant))

@@ -265,15 +265,16 @@ class ProcessTable:
 
     def ensure(self, key: ProgramKey, now_s: float) -> ProgramEntry:
         """The entry for ``key``, created if missing; counts as activity."""
-        entry = self._entries.get(key)
+        entry = self._touched(key, now_s)
         if entry is None:
+            # Made as its first touch leaves it: seen now, last in the expiry order.
             entry = ProgramEntry(
-                key=key, name="", created_s=now_s, last_seen_s=now_s, seq=self._next_seq
-            )
+                key=key, name="", created_s=now_s, last_seen_s=now_s, seq=self._next_seq,
+                _order_s=now_s if now_s > 0.0 else 0.0,
+            )  # fmt: skip
             self._next_seq += 1
             self._entries[key] = entry
             self._per_tenant[key.tenant] = self._per_tenant.get(key.tenant, 0) + 1
-        self._touch(entry, now_s)
         return entry
 
     def start(
@@ -323,10 +324,9 @@ class ProcessTable:
     ) -> ToolWait | None:
         """Close a tool wait; returns it (``None`` if unknown) and adds its length to the
         program's ``tool_wait_s``."""
-        entry = self._entries.get(key)
+        entry = self._touched(key, now_s)
         if entry is None:
             return None
-        self._touch(entry, now_s)
         wait = entry.tool_waits.pop((thread_id, node_id), None)
         if wait is not None:
             entry.tool_wait_s += max(0.0, now_s - wait.started_s)
@@ -374,8 +374,11 @@ class ProcessTable:
 
     def call_started(self, call: CallFacts, now_s: float) -> None:
         """The call left the queues for a backend; its queued time goes to the program."""
-        entry, active = self._active(call, now_s)
-        if entry is None or active is None or active.state != "queued":
+        entry = self._touched(call.program, now_s)  # :meth:`_active` without its frame
+        if entry is None:
+            return
+        active = entry.active.get(call.call_id)
+        if active is None or active.state != "queued":
             return
         self._end_wait(entry, active, now_s)
         active.state = "running"
@@ -393,18 +396,20 @@ class ProcessTable:
         PLAS: ``attained += service_s``. ATLAS: ``critical_path = max(critical_path,
         inherited + service_s)`` where ``inherited`` is the scalar when the call arrived.
         """
-        entry, active = self._active(call, now_s)
-        if entry is None or active is None:
+        entry = self._touched(call.program, now_s)  # :meth:`_active` without its frame
+        if entry is None:
+            return
+        active = entry.active.pop(call.call_id, None)
+        if active is None:
             return
         if active.state == "queued":
             self._end_wait(entry, active, now_s)
-        del entry.active[call.call_id]
         if not self._thread_left(entry, active.thread_id):
             entry.waitable_threads.add(active.thread_id)
         entry.attained_service_s += service_s
-        entry.critical_path_s = max(
-            entry.critical_path_s, active.inherited_critical_path_s + service_s
-        )
+        path = active.inherited_critical_path_s + service_s
+        if path > entry.critical_path_s:  # max(), without its call
+            entry.critical_path_s = path
         entry.calls_finished += 1
         entry.last_completion_s = now_s
 
@@ -464,21 +469,27 @@ class ProcessTable:
         else:
             self._per_tenant.pop(key.tenant, None)
 
-    def _touch(self, entry: ProgramEntry, now_s: float) -> None:
-        # Comparisons, not max(): three touches per call (each max() a call of its own).
+    def _touched(self, key: ProgramKey, now_s: float) -> ProgramEntry | None:
+        """The live entry of ``key`` after a touch (activity at ``now_s``: seen, and last in
+        the expiry order), or ``None``. One frame for the lookup and the touch: three per
+        call (arrival, start, finish)."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        # Comparisons, not max(): each max() a call of its own.
         if now_s > entry.last_seen_s:
             entry.last_seen_s = now_s
         if now_s > entry._order_s:
             entry._order_s = now_s
-        self._entries.move_to_end(entry.key)
+        self._entries.move_to_end(key)
+        return entry
 
     def _active(
         self, call: CallFacts, now_s: float
     ) -> tuple[ProgramEntry | None, ActiveCall | None]:
-        entry = self._entries.get(call.program)
+        entry = self._touched(call.program, now_s)
         if entry is None:
             return None, None
-        self._touch(entry, now_s)
         return entry, entry.active.get(call.call_id)
 
     @staticmethod

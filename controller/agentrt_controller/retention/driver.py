@@ -278,6 +278,8 @@ class RetentionDriver:
         self, program: ProgramKey, thread_id: str, now_s: float
     ) -> list[RetentionAction]:
         """The thread's call left the queues: its retention has done its job."""
+        if not self.retains():  # nothing to tick, nothing of the thread's to release
+            return []
         actions = self.tick(now_s)
         released = self.tracker.release_thread(program, thread_id)
         if released is not None:
@@ -399,12 +401,17 @@ class RetentionDriver:
             self._uncharge(program, thread_id)
         return actions
 
+    def retains(self) -> bool:
+        """Whether some retention is live or some backend holds a pin: :meth:`tick` has
+        something to do (and a program's end something to release)."""
+        return bool(self._pins) or self.tracker.holds_any()
+
     def tick(self, now_s: float) -> list[RetentionAction]:
         """End the retentions whose TTL is over (the backend expires its pin itself: only
         the window changes) and return the re-warms that are due and have room."""
-        if not self._pins and not self.tracker.holds_any():
-            # Nothing retained, so nothing to expire, relieve or re-warm: the usual case of
-            # the two ticks every call makes (its admission, an untagged call's end).
+        if not self.retains():
+            # Nothing retained, so nothing to expire, relieve or re-warm: the usual case (a
+            # call's admission and an untagged call's end do not even tick then).
             return []
         for expired in self.tracker.expire(now_s):
             self._unindex(expired)

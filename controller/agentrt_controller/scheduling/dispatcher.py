@@ -140,9 +140,12 @@ class Dispatcher:
         call = CallEntry(facts, retained_backend=retained_backend)
         if self.isolation is not None:
             self.isolation.on_submit(tenant_of(call), now_s)
-        if self.retained_lane and self._retained(call, now_s):
-            call.lane = "retained"
-            self.lane_total += 1
+        if self.retained_lane:  # the program's KV is retained now: the retained lane
+            entry = self.table.get(facts.program)
+            until = entry.retained_until_s if entry is not None else None
+            if until is not None and until >= now_s:
+                call.lane = "retained"
+                self.lane_total += 1
         self.queues.submit(call, now_s)
         self._demand.add(facts.model)
         return call
@@ -191,10 +194,14 @@ class Dispatcher:
         # call, and nothing enters the queues during a round (what it puts back, it puts back
         # when it ends, or as it stops).
         left = queues.queued()
+        # The room's size, kept here (a ``len()`` per pop otherwise): only :meth:`remove`
+        # changes it, by one.
+        room_size = 0
         while left:
             if room is None:
                 room = CandidateSet(self._with_room(backends, now_s))
-            if not room or not self._demand.any_servable(room, blocked):
+                room_size = len(room)
+            if not room_size or not self._demand.any_servable(room, blocked):
                 break
             candidates: Sequence[BackendView] = room
             if self._fair is not None:
@@ -219,7 +226,8 @@ class Dispatcher:
                 in_memory, blocked_start = self._fitting_memory(
                     memory, call, candidates, blocked_start, now_s
                 )
-                if not in_memory:
+                # ``candidates`` itself (not empty) when all fit: no ``len()`` of the round's set
+                if in_memory is not candidates and not in_memory:
                     passed.append(call)
                     memory.held_total += 1
                     if len(passed) >= memory.config.max_passed:
@@ -246,6 +254,7 @@ class Dispatcher:
                     room.update(updated)
                 else:
                     room.remove(backend_id)
+                    room_size -= 1
         for call in waiting_for_model:  # in pop order: each keeps its place
             self.queues.requeue(call, now_s)
         for call in passed:
@@ -438,11 +447,6 @@ class Dispatcher:
         for call in dropped:
             self._demand.remove(call.facts.model)
         return dropped
-
-    def _retained(self, call: CallEntry, now_s: float) -> bool:
-        entry = self.table.get(call.facts.program)
-        until = entry.retained_until_s if entry is not None else None
-        return until is not None and until >= now_s
 
     def on_program_start(
         self, program: ProgramKey, now_s: float, *, name: str = "", deadline_s: float = math.inf

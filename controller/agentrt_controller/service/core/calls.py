@@ -120,8 +120,9 @@ class Forwarded:
 class CallQueue:
     """The calls the controller holds. Not thread-safe (event loop only).
 
-    ``wake`` asks for a dispatch round soon; ``on_admitted`` hears of every admission that
-    reached its waiting client (retention releases the thread's window there).
+    ``wake`` asks for a dispatch round soon; ``on_admitted(facts, backend_id)`` hears of
+    every admission that reached its waiting client (retention releases the thread's window
+    there; ``None``: nobody listens).
     """
 
     def __init__(
@@ -134,7 +135,7 @@ class CallQueue:
         max_queued_calls: int,
         retry_after_s: int,
         wake: Callable[[], None],
-        on_admitted: Callable[[Admission], None] = lambda _: None,
+        on_admitted: Callable[[CallFacts, str], None] | None = None,
         max_sequences_per_call: int | None = None,
     ) -> None:
         self.dispatcher = dispatcher
@@ -185,7 +186,8 @@ class CallQueue:
                 continue
             pending.decide(admission)
             self.metrics.admitted(admission, now)
-            self._on_admitted(admission)
+            if self._on_admitted is not None:
+                self._on_admitted(admission.call.facts, admission.backend_id)
 
     def _refuse_models_out(self, now: float) -> None:
         """Queued calls whose model has no healthy backend left get 503 (they would wait
@@ -213,6 +215,8 @@ class CallQueue:
         """Raise :class:`BadRequest` (400, ``param`` ``n``) when ``call`` asks for more
         sequences than :meth:`sequence_cap`: no backend could run them in one batch, and
         each one holds a slot of the window like a call of its own."""
+        if call.sequences <= 1:  # every cap is at least 1 (config, probe: >= 1; the default)
+            return
         cap = self.sequence_cap()
         if call.sequences > cap:
             raise BadRequest(

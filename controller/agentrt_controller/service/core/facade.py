@@ -26,8 +26,8 @@ Public methods, by concern:
 
 * lifecycle — :meth:`run` (the core's loops: dispatch, deadlines, probes, retention, expiry),
   :meth:`aclose`, :meth:`wake`, :meth:`now`;
-* tenants — :meth:`authenticate`, :meth:`open_tenancy`, :meth:`salt_for`;
-* one call — :meth:`known_models`, :meth:`resolve_model`, :meth:`accept`, :meth:`deadline`,
+* tenants — :attr:`authenticate`, :meth:`open_tenancy`, :meth:`salt_for`;
+* one call — :attr:`known_models`, :attr:`resolve_model`, :meth:`accept`, :meth:`deadline`,
   :meth:`forward`, :meth:`tokens`, :meth:`settle`, :meth:`call_ended`;
 * programs (one per event) — :meth:`start_session`, :meth:`end_session`,
   :meth:`start_program`, :meth:`end_program`, :meth:`start_tool_wait`,
@@ -75,7 +75,6 @@ from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing import request_block_hashes, uses_block_hashes
 from agentrt_controller.routing.hashing import MessageChains
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
-from agentrt_controller.scheduling.dispatcher import Admission
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.answer import BackendAnswer
 from agentrt_controller.service.core.calls import CallQueue, Forwarded, PendingCall
@@ -175,7 +174,7 @@ class ControllerCore:
             max_queued_calls=config.max_queued_calls,
             retry_after_s=config.retry_after_s,
             wake=self.wake,
-            on_admitted=self._on_admitted,
+            on_admitted=self.retention.on_admitted if self.retention is not None else None,
             max_sequences_per_call=config.max_sequences_per_call,
         )
         self.charger = Charger(cost if cost is not None else cost_model.service_s)
@@ -194,6 +193,20 @@ class ControllerCore:
         if self.kv_events is not None:
             self.kv_events.register_metrics(self.metrics.registry)
         self.sessions = SessionRegistry()
+        # Three lookups of every call, bound here rather than methods calling them (a frame
+        # fewer each; the endpoints call them as methods).
+        #: ``authenticate(authorization)``: the tenant whose API key is the bearer token of an
+        #: ``Authorization`` header value; ``None`` when there is none (open mode: always the
+        #: one tenant).
+        self.authenticate: Callable[[str | None], Tenant | None] = self.tenants.authenticate
+        #: ``known_models()``: model ids some live backend serves; ``None`` when none said
+        #: (anything goes).
+        self.known_models: Callable[[], set[str] | None] = self.pool.known_model_ids
+        #: ``resolve_model(requested)``: the model a call naming ``requested`` runs on:
+        #: aliases, the one served model for a call naming none, fallbacks when every backend
+        #: of it is out (:meth:`ModelCatalog.resolve`). Raises :class:`BadRequest` /
+        #: :class:`ModelNotFound`.
+        self.resolve_model: Callable[[object], str] = self.catalog.resolve
         #: A dispatch round is due (:meth:`wake`), and the future the dispatch loop waits on
         #: while none is: a bare future on the core's loop, not an ``anyio.Event`` made per
         #: round (an async-library lookup and several frames each).
@@ -263,11 +276,6 @@ class ControllerCore:
 
     # --- one call ----------------------------------------------------------------------------
 
-    def authenticate(self, authorization: str | None) -> Tenant | None:
-        """The tenant whose API key is the bearer token of an ``Authorization`` header value;
-        ``None`` when there is none (open mode: always the one tenant)."""
-        return self.tenants.authenticate(authorization)
-
     def open_tenancy(self) -> bool:
         """No API keys are configured: every caller is the one tenant, no quotas."""
         return self.tenants.open
@@ -280,16 +288,6 @@ class ControllerCore:
             return None
         tenants = self.tenants
         return lambda chosen: tenants.cache_salt(tenant, chosen)
-
-    def known_models(self) -> set[str] | None:
-        """Model ids some live backend serves; ``None`` when none said (anything goes)."""
-        return self.pool.known_model_ids()
-
-    def resolve_model(self, requested: object) -> str:
-        """The model a call naming ``requested`` runs on: aliases, the one served model for
-        a call naming none, fallbacks when every backend of it is out
-        (:meth:`ModelCatalog.resolve`). Raises :class:`BadRequest` / :class:`ModelNotFound`."""
-        return self.catalog.resolve(requested)
 
     def accept(
         self,
@@ -436,10 +434,9 @@ class ControllerCore:
             self.metrics.tenant_tokens.inc(float(charge.prompt_tokens), tenant.name, "prompt")
             self.metrics.tenant_tokens.inc(float(charge.output_tokens), tenant.name, "output")
             self.metrics.tenant_service.inc(charge.service_s, tenant.name)
-        backend_id = forwarded.backend_id
-        self.calls.finish(
-            forwarded.admission.call, backend_id, charge.service_s, ok=ok, reason=reason
-        )
+        admission = forwarded.admission
+        backend_id = admission.backend_id
+        self.calls.finish(admission.call, backend_id, charge.service_s, ok=ok, reason=reason)
         if ok and pending.tagged and self.retention is not None:
             self.retention.on_finish(call, backend_id, pending.body, charge.prompt_tokens)
         return charge
@@ -450,11 +447,7 @@ class ControllerCore:
             pending.quota_entered = False
             self.quotas.leave(pending.tenant, pending.call.sequences)
         if not pending.tagged:
-            self._end_program(pending.call.program)
-
-    def _on_admitted(self, admission: Admission) -> None:
-        if self.retention is not None:
-            self.retention.on_admitted(admission.call.facts, admission.backend_id)
+            self._end_program(pending.call.program, one_call=True)
 
     # --- sessions and programs (docs/protocol.md) --------------------------------------------
     # Every event names its tenant (the authenticated caller, never a client header): a key is
@@ -568,14 +561,24 @@ class ControllerCore:
             if self.retention is not None:
                 self.retention.on_program_end(key)
 
-    def _end_program(self, key: ProgramKey, *, evicted: bool = False) -> None:
+    def _end_program(
+        self, key: ProgramKey, *, evicted: bool = False, one_call: bool = False
+    ) -> None:
+        """``one_call``: the program of an untagged call, whose id is the call's own. It held
+        no retention, wait or kept context (retention hears only of tagged calls' returns,
+        finishes and waits), and nothing can name it once it is gone (an event for it answers
+        404), so retention is told only while it retains something anywhere (its expiry and
+        relief then run as at any program end); otherwise the end would only add the id to
+        the ended programs it remembers (``RetentionTracker.remember_ended``), where it would
+        push out a tagged program's."""
         now = self.clock()
         entry = self.dispatcher.table.get(key)
         if entry is not None and not evicted:
             self.metrics.program_e2e.observe(max(0.0, now - entry.created_s))
         self.dispatcher.on_program_end(key, now)
-        if self.retention is not None:
-            self.retention.on_program_end(key)
+        retention = self.retention
+        if retention is not None and (not one_call or retention.driver.retains()):
+            retention.on_program_end(key)
 
     # --- backends ----------------------------------------------------------------------------
 
