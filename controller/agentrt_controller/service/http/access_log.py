@@ -293,12 +293,10 @@ class AccessLog:
         # (unrolled: no tuple of pairs per line).
         if tenant_name is not None:
             line += f" tenant={_text(tenant_name)}"
-        # A call's session and program are often new: quoted without _text's cache (a miss
-        # is a call more, and evicts the recurring values).
         if (value := facts.session) is not None:
-            line += f" session={_quoted(value)}"
+            line += f" session={_text(value)}"
         if (value := facts.program) is not None:
-            line += f" program={_quoted(value)}"
+            line += f" program={_text(value)}"
         if (value := facts.model) is not None:
             line += f" model={_text(value)}"
         if (value := facts.backend) is not None:
@@ -328,7 +326,8 @@ def _writes_message_alone(handler: logging.Handler) -> bool:
 _PLAIN = re.compile(r"[!#-<>-~]+")
 
 
-def _quoted(value: object) -> str:
+@functools.lru_cache(maxsize=4096)  # the same methods, paths, tenants, models, backends
+def _text(value: object) -> str:
     """A value for a text line: as is when it is plain, else JSON-quoted (a path or a model
     name with spaces, quotes or control characters cannot forge a field or a line)."""
     text = str(value)
@@ -337,7 +336,3 @@ def _quoted(value: object) -> str:
     ):
         return text
     return json.dumps(text)
-
-
-#: :func:`_quoted`, cached: the same methods, paths, tenants, models, backends.
-_text = functools.lru_cache(maxsize=4096)(_quoted)
