@@ -280,33 +280,10 @@ class DirectExchange:
         """A whole answer (``content-length`` is added): head and body in one write."""
         if self.disconnected or self.response_started:
             return
-        # _head and _write_last, written in (a whole answer is most calls' answer).
-        self.response_started = True
-        self.status = status
-        defaults = self.default_headers
-        if defaults is not _defaults.headers:
-            _defaults.encode(defaults)
-        head = [STATUS_LINE[status], _defaults.lines]
-        if _defaults.close:
-            self.keep_alive = False
-        keep_alive = self.keep_alive
-        for name, value in headers:
-            if HEADER_VALUE_RE.search(value):
-                raise RuntimeError("Invalid HTTP header value.")
-            if name == b"connection" and b"close" in value.lower():
-                keep_alive = self.keep_alive = False
-            head += (name, b": ", value, _CHUNK_END)
-        # One connection header: a handler's own "connection: close" is not repeated.
-        if not keep_alive and not any(name == b"connection" for name, _ in headers):
-            head.append(_CLOSE)
+        head = self._head(status, headers)
         head.append(b"content-length: %d\r\n\r\n" % len(body))
         head.append(body)
-        self.response_complete = True
-        transport = self.transport
-        transport.write(b"".join(head))
-        if not keep_alive:
-            transport.close()
-        self.on_response()
+        self._write_last(b"".join(head), close=not self.keep_alive)
 
     async def start_stream(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """The head of a chunked answer (its parts follow: :meth:`send_chunk`,
@@ -367,15 +344,10 @@ class DirectExchange:
         defaults = self.default_headers
         if defaults is not _defaults.headers:
             _defaults.encode(defaults)
-        head = [STATUS_LINE[status], _defaults.lines]
-        if _defaults.close:
+        lines, close = _encoded(headers)
+        if close or _defaults.close:
             self.keep_alive = False
-        for name, value in headers:
-            if HEADER_VALUE_RE.search(value):
-                raise RuntimeError("Invalid HTTP header value.")
-            if name == b"connection" and b"close" in value.lower():
-                self.keep_alive = False
-            head += (name, b": ", value, _CHUNK_END)
+        head = [STATUS_LINE[status], _defaults.lines, *lines]
         # One connection header: a handler's own "connection: close" is not repeated.
         if not self.keep_alive and not any(name == b"connection" for name, _ in headers):
             head.append(_CLOSE)
@@ -395,6 +367,21 @@ def _nothing() -> None:
     return None
 
 
+def _encoded(headers: list[tuple[bytes, bytes]]) -> tuple[list[bytes], bool]:
+    """The lines of ``headers`` (without the blank line) and whether one says
+    ``connection: close``; raises :class:`RuntimeError` for a value with a control character
+    (as uvicorn does)."""
+    lines: list[bytes] = []
+    close = False
+    for name, value in headers:
+        if HEADER_VALUE_RE.search(value):
+            raise RuntimeError("Invalid HTTP header value.")
+        if name == b"connection" and b"close" in value.lower():
+            close = True
+        lines += (name, b": ", value, _CHUNK_END)
+    return lines, close
+
+
 class _DefaultHeaders:
     """The server's default headers last encoded (uvicorn's ``default_headers``: a new list
     when the ``date`` changes, once a second), their lines, and whether one says
@@ -410,14 +397,7 @@ class _DefaultHeaders:
     def encode(self, headers: list[tuple[bytes, bytes]]) -> None:
         """Check and encode ``headers``; raises :class:`RuntimeError` for a value with a
         control character (as uvicorn does), leaving the last ones as they were."""
-        lines: list[bytes] = []
-        close = False
-        for name, value in headers:
-            if HEADER_VALUE_RE.search(value):
-                raise RuntimeError("Invalid HTTP header value.")
-            if name == b"connection" and b"close" in value.lower():
-                close = True
-            lines += (name, b": ", value, _CHUNK_END)
+        lines, close = _encoded(headers)
         self.lines = b"".join(lines)
         self.close = close
         self.headers = headers

@@ -354,8 +354,6 @@ class HardenedApp:
         self.limits = limits
         self._ascii_only = ascii_only
         self._numeric = numeric
-        #: ``numeric`` as raw header names (a server's are lower-case bytes).
-        self._numeric_raw = frozenset(name.encode("latin-1") for name in numeric)
         self._error_body = error_body
         self._on_internal_error = on_internal_error
         self._route_of = route_of
@@ -397,13 +395,7 @@ class HardenedApp:
         head_bytes = sum(map(len, itertools.chain.from_iterable(headers))) + 4 * len(headers)
         if head_bytes > self.limits.max_header_bytes:
             raise BadInput(431, f"request headers over {self.limits.max_header_bytes} bytes")
-        # The common head (ASCII values, no numeric header) passes one scan of the raw pairs;
-        # any other goes through check_headers, which decides.
-        numeric = self._numeric_raw
-        for name, value in headers:
-            if name in numeric or not value.isascii():
-                check_headers(headers, self._ascii_only, self._numeric)
-                return
+        check_headers(headers, self._ascii_only, self._numeric)
 
     async def checked_value(self, body: bytes) -> Any:
         """:func:`check_json_body` of ``body`` under the limits (in a worker thread from

@@ -23,7 +23,7 @@ import logging
 import math
 from typing import Any
 
-__all__ = ["ACCESS_LOGGER", "IsoFormatter", "iso_second", "iso_time", "server_log_config"]
+__all__ = ["ACCESS_LOGGER", "IsoFormatter", "iso_time", "server_log_config"]
 
 #: The logger of the controller's access log (one line per request).
 ACCESS_LOGGER = "agentrt.access"
@@ -34,17 +34,30 @@ _LEVELS = {"critical": 50, "error": 40, "warning": 30, "info": 20, "debug": 10, 
 
 def iso_time(wall_s: float) -> str:
     """``wall_s`` (seconds since the epoch) as ISO 8601 in UTC with milliseconds and a ``Z``,
-    e.g. ``2026-12-05T08:21:01.123Z``."""
+    e.g. ``2026-12-05T08:21:01.123Z``; formatted once per millisecond (under load several
+    access-log lines fall in the same one)."""
+    global _last_milli
     # Rounded to the microsecond first, as datetime.fromtimestamp does.
-    fraction, whole = math.modf(wall_s)
-    second, micros = divmod(int(whole) * 1_000_000 + round(fraction * 1e6), 1_000_000)
-    return f"{iso_second(second)}.{micros // 1000:03d}Z"
+    fraction, whole = _modf(wall_s)
+    milli = (int(whole) * 1_000_000 + round(fraction * 1e6)) // 1000
+    last = _last_milli  # one read: a formatter may run in another thread
+    if last[0] == milli:
+        return last[1]
+    second, millis = divmod(milli, 1000)
+    text = f"{_iso_second(second)}.{millis:03d}Z"
+    _last_milli = (milli, text)
+    return text
+
+
+_modf = math.modf
+#: The millisecond :func:`iso_time` formatted last, and its text.
+_last_milli: tuple[int, str] = (-1, "")
 
 
 @functools.lru_cache(maxsize=8)
-def iso_second(second: int) -> str:
-    """Whole ``second`` (since the epoch) as :func:`iso_time` writes it up to the seconds
-    (formatted once per second: the access log writes a line per request)."""
+def _iso_second(second: int) -> str:
+    """Up to the seconds (formatted once per second: the access log writes a line per
+    request)."""
     return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 

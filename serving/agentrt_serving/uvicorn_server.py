@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import anyio
 import h11
-import httptools
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
@@ -82,7 +81,8 @@ class _HeadTimer:
         raise NotImplementedError
 
     def _arm_head_timer(self) -> None:
-        self._disarm_head_timer()
+        """Start the head timer; none is running (its callers arm it only then)."""
+        assert self._head_timer is None
         self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
 
     def _disarm_head_timer(self) -> None:
@@ -161,64 +161,28 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         self._raw: asyncio.Transport = None  # type: ignore[assignment]  # uvicorn's way
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._raw = transport  # asked is_closing without the wrapper's frame
+        self._raw = transport  # a direct answer is one write already: the socket's own
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
-        self._next_request()
         self._arm_head_timer()
 
-    # The callbacks below are uvicorn's with their helpers written in (one Python frame per
-    # callback, not two to five: they run for every request), and with a direct route's
-    # exchange (agentrt_serving.direct) fed and woken without the cycle's interface.
-
     def data_received(self, data: bytes) -> None:
-        keep_alive = self.timeout_keep_alive_task  # uvicorn's _unset_keepalive_if_required
-        if keep_alive is not None:
-            keep_alive.cancel()
-            self.timeout_keep_alive_task = None
-        in_head = self._in_head
+        if not self._in_head:
+            super().data_received(data)
+            return
+        if self._head_timer is None and self._idle():
+            self._arm_head_timer()
         heads = self._heads
-        if in_head and self._head_timer is None:
-            cycle = self.cycle
-            if cycle is None or cycle.response_complete:  # idle: the head timer starts
-                self._head_timer = self.loop.call_later(
-                    self.timeout_keep_alive, self._head_timed_out
-                )
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError:
-            msg = "Invalid HTTP request received."
-            self.logger.warning(msg)
-            self.send_400_response(msg)
-        except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
-        if in_head and heads == self._heads and not self._raw.is_closing():  # incomplete
+        super().data_received(data)
+        if heads == self._heads and not self.transport.is_closing():  # still incomplete
             self._head_bytes += len(data)
             if self._head_bytes > self._max_head_bytes:
                 self._send_431()
-
-    #: No callback at the start of a message (llhttp calls none it is not given): what
-    #: uvicorn's sets up for a request is set on connecting and at the end of the request
-    #: before (:meth:`_next_request`), the ASGI scope only for a request that goes the ASGI
-    #: way (on_headers_complete).
-    on_message_begin = None  # type: ignore[assignment]
-
-    def _next_request(self) -> None:
-        """uvicorn's on_message_begin but for the scope: the next request's head is new."""
-        self.url = b""
-        self.expect_100_continue = False
-        self.headers = []
 
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._head_bytes = 0
         self._heads += 1
-        timer = self._head_timer
-        if timer is not None:
-            timer.cancel()
-            self._head_timer = None
+        self._disarm_head_timer()
         # A direct route's request (agentrt_serving.direct) — the method and the exact raw
         # path (a query string or an escape takes the ASGI way), no upgrade, within the
         # connection limit (over it uvicorn answers 503) — goes to its handler, queued behind
@@ -233,7 +197,7 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
                     path=self.url.decode("ascii"),
                     headers=self.headers,
                     client=self.client,
-                    transport=self._raw,  # a direct answer is one write already
+                    transport=self._raw,
                     flow=self.flow,
                     default_headers=self.server_state.default_headers,
                     keep_alive=parser.should_keep_alive() and parser.get_http_version() != "1.0",
@@ -244,39 +208,28 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
                 self.direct_requests += 1
                 existing = self.cycle
                 self.cycle = exchange  # type: ignore[assignment]  # the protocol's use of a cycle
-                if existing is None or existing.response_complete:  # _start_direct, written in
-                    if self._fresh_context:
-                        context = contextvars.Context()
-                        task = self.loop.create_task(handler(exchange), context=context)
-                    else:
-                        task = self.loop.create_task(handler(exchange))
-                    task.add_done_callback(exchange.finished)
-                    exchange.task = task
-                    self.tasks.add(task)
+                if existing is None or existing.response_complete:
+                    self._start_direct(exchange, handler)
                 else:
                     self.flow.pause_reading()
                     self.pipeline.appendleft((exchange, handler))  # type: ignore[arg-type]
                 return
-        self.scope = {  # type: ignore[typeddict-item]  # uvicorn's on_message_begin's
-            "type": "http",
-            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
-            "http_version": "1.1",
-            "server": self.server,
-            "client": self.client,
-            "scheme": self.scheme,  # type: ignore[typeddict-item]
-            "root_path": self.root_path,
-            "headers": self.headers,
-            "state": self.app_state.copy(),
-        }
         super().on_headers_complete()
 
-    def _start_direct(self, exchange: DirectExchange, handler: DirectHandler) -> None:
-        """uvicorn's ``_start_asgi_task`` for an exchange: its handler's task, counted in the
-        server's tasks until it ends (the exchange's ``finished``)."""
-        if self._fresh_context:
-            task = self.loop.create_task(handler(exchange), context=contextvars.Context())
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """uvicorn's, and for a queued exchange (its turn came: on_response_complete)
+        :meth:`_start_direct`."""
+        if type(cycle) is DirectExchange:
+            self._start_direct(cycle, app)
         else:
-            task = self.loop.create_task(handler(exchange))
+            super()._start_asgi_task(cycle, app)
+
+    def _start_direct(self, exchange: DirectExchange, handler: DirectHandler) -> None:
+        """The handler's task for an exchange, counted in the server's tasks until it ends,
+        which the exchange's done callback sees to (:meth:`DirectExchange.finished`: no
+        coroutine around the handler resumed at each wake-up)."""
+        context = contextvars.Context() if self._fresh_context else None
+        task = self.loop.create_task(handler(exchange), context=context)
         task.add_done_callback(exchange.finished)
         exchange.task = task
         self.tasks.add(task)
@@ -286,6 +239,7 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         if type(cycle) is not DirectExchange:
             super().on_body(body)
             return
+        # An exchange is fed here, its reader woken without the cycle's interface.
         if cycle.response_complete:
             return
         parts = cycle.body
@@ -310,37 +264,10 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
             if waiter is not None and not waiter.done():
                 waiter.set_result(None)
         self._in_head = True  # what comes next is the next request's head
-        self.url = b""  # _next_request, written in
-        self.expect_100_continue = False
-        self.headers = []
 
     def on_response_complete(self) -> None:
-        timer = self._head_timer
-        if timer is not None:
-            timer.cancel()
-            self._head_timer = None
-        # uvicorn's, its keep-alive timer taking over from the head timer.
-        self.server_state.total_requests += 1
-        if self._raw.is_closing():
-            return
-        keep_alive = self.timeout_keep_alive_task
-        if keep_alive is not None:
-            keep_alive.cancel()
-            self.timeout_keep_alive_task = None
-        flow = self.flow
-        if flow.read_paused:
-            flow.resume_reading()
-        if self.pipeline:
-            cycle, app = self.pipeline.pop()
-            queued: object = cycle  # uvicorn's cycle or an exchange
-            if type(queued) is DirectExchange:
-                self._start_direct(queued, app)  # type: ignore[arg-type]  # its handler
-            else:
-                self._start_asgi_task(cycle, app)
-        else:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+        self._disarm_head_timer()  # uvicorn's keep-alive timer takes over
+        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
@@ -371,12 +298,15 @@ class _CoalescingTransport:
     again). Other writes, a stream's chunks, go out at once. ``close`` writes what is held
     first. Everything else is the transport's."""
 
-    __slots__ = ("_held", "_loop", "_transport")
+    __slots__ = ("_held", "_loop", "_transport", "is_closing")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._held = b""
+        #: The transport's own, asked once a request: neither a method of ours nor
+        #: __getattr__ in between.
+        self.is_closing: Callable[[], bool] = transport.is_closing
 
     def write(self, data: bytes) -> None:
         if self._held:
@@ -401,9 +331,6 @@ class _CoalescingTransport:
     def close(self) -> None:
         self._flush()
         self._transport.close()
-
-    def is_closing(self) -> bool:  # asked once a request (not through __getattr__)
-        return self._transport.is_closing()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)

@@ -4,14 +4,10 @@ shows equals the increments and observations made, however collections and updat
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
-from typing import cast
 
 import prometheus_client
 import pytest
 
-from agentrt_controller.scheduling.dispatcher import Admission
-from agentrt_controller.service.telemetry.metrics import ServiceMetrics
 from agentrt_controller.service.telemetry.prometheus import Registry
 
 pytestmark = pytest.mark.timeout(20)
@@ -96,33 +92,3 @@ def test_bad_observations_are_refused_at_once() -> None:
     histogram = Registry().histogram("wait_seconds", "wait", (1.0,), ("op",))
     with pytest.raises(ValueError, match="label values"):
         histogram.observe(1.0)
-
-
-def _without_created(text: str) -> list[str]:
-    return [line for line in text.splitlines() if "_created" not in line]
-
-
-def test_service_metrics_bulk_updates_scrape_as_one_update_each() -> None:
-    """``admitted`` and ``charged`` update several series in one call: the scrape reads as
-    if each had gone through ``inc`` / ``observe`` (the ``_created`` times aside)."""
-    bulk, single = ServiceMetrics(), ServiceMetrics()
-    waits = [0.0004, 0.02, -1.0, 0.7, 0.02, 400.0]
-    for index, wait_s in enumerate(waits):
-        backend = f"b{index % 2}"
-        admission = SimpleNamespace(backend_id=backend, call=SimpleNamespace(
-            facts=SimpleNamespace(arrival_s=10.0 - wait_s)))  # fmt: skip
-        bulk.admitted(cast(Admission, admission), 10.0)
-        single.admissions.inc(1.0, backend)
-        single.queue_wait.observe(max(0.0, 10.0 - (10.0 - wait_s)))
-        tenant = None if index == 3 else f"t{index % 3}"
-        output, uncached, prompt, service_s = 16 + index, 100 * index, 120 + index, 0.25 * index
-        bulk.charged(output, uncached, tenant, prompt, service_s)
-        single.output_tokens.inc(output)
-        single.uncached_prompt_tokens.inc(uncached)
-        if tenant is not None:
-            single.tenant_tokens.inc(float(prompt), tenant, "prompt")
-            single.tenant_tokens.inc(float(output), tenant, "output")
-            single.tenant_service.inc(service_s, tenant)
-        assert _without_created(bulk.render()) == _without_created(single.render())
-    with pytest.raises(ValueError, match="non-negative"):
-        bulk.charged(-1, 0, "t0", 0, 0.0)

@@ -124,7 +124,7 @@ class _Connection(asyncio.Protocol):
                 if self._silence_s is not None:  # a read arrived: the silence limit restarts
                     self._silent_until = self._loop.time() + self._silence_s
                 return
-        if waiter is not None and not waiter.done():  # _wake, inline
+        if waiter is not None and not waiter.done():  # the reader woken
             waiter.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -154,7 +154,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
-        waiter = self._waiter  # _wake, inline (once per answer)
+        waiter = self._waiter  # the reader woken
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
@@ -165,10 +165,7 @@ class _Connection(asyncio.Protocol):
         if not self._head.done():
             self._head.set_exception(error)
             self._head.exception()  # retrieved: no "never retrieved" warning if unawaited
-        self._wake()
-
-    def _wake(self) -> None:
-        waiter = self._waiter
+        waiter = self._waiter  # the reader woken
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
@@ -278,9 +275,7 @@ class _Pooled:
         self._released = False
 
     async def aclose(self) -> None:
-        if not self._released:  # _release, inline: the proxy closes every answer it read
-            self._released = True
-            self._transport._release(self._conn)
+        self._release()
 
     def _release(self) -> None:
         if not self._released:
@@ -312,11 +307,7 @@ class FastResponse(_Pooled):
         raw_headers: list[tuple[bytes, bytes]],
         timeout: float | None,
     ) -> None:
-        # _Pooled.__init__, inline (a call fewer per answer).
-        self._transport = transport
-        self._conn = conn
-        self._timeout = timeout
-        self._released = False
+        super().__init__(transport, conn, timeout)
         self.status_code = status
         headers: dict[str, str] = {}
         for raw_name, raw_value in raw_headers:
@@ -332,17 +323,10 @@ class FastResponse(_Pooled):
             # The whole body arrived with the head (the usual case): what the body's
             # iterator would hand on (what is queued, as one piece) and its end, without
             # the iterator.
-            chunks = conn._chunks
-            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            chunks.clear()
-            conn._buffered = 0
-            if conn._paused and conn.transport is not None:
-                conn._paused = False
-                conn.transport.resume_reading()
+            data = conn._queued()
+            conn._taken()
             conn._relay = None
-            if not self._released:
-                self._released = True
-                self._transport._release(conn)
+            self._release()
             return data
         parts = []
         try:
@@ -436,7 +420,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         Raises httpx's errors, as :meth:`handle_async_request` does: ``ConnectError`` /
         ``ConnectTimeout`` (nothing sent), ``RemoteProtocolError`` (closed or garbled before
         the head), ``ReadTimeout``."""
-        # The pool's checkout, the request's write and the wait for its head all inline, not
+        # The pool's checkout, the request's write and the wait for its head all here, not
         # in methods and coroutines of their own: every frame of the chain is resumed when
         # the head arrives. A connection that fails is closed before the error goes on.
         if self._free_slots > 0:
@@ -446,7 +430,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         try:
             conn: _Connection | None = None
             idle = self._idle.get(origin)
-            if idle:  # the newest idle connection not expired (_checkout)
+            if idle:  # the newest idle connection not expired
                 now = time.monotonic()
                 while idle:
                     kept_alive = idle.pop()
@@ -460,7 +444,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
                 if conn is None:
                     conn = await self._connect(origin, connect_timeout_s)
                 try:
-                    if conn.reused:  # the request written (what was conn.start)
+                    if conn.reused:  # the request written
                         conn._reset()
                     transport = conn.transport
                     assert transport is not None
@@ -471,7 +455,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
                     head = conn._head
                     if read_timeout_s is None:
                         status, headers = await head
-                    else:  # _wait, inline
+                    else:  # failed with a timeout after read_timeout_s
                         expiry = conn._loop.call_later(
                             read_timeout_s, _expire, head, "waiting for the response head"
                         )
@@ -497,7 +481,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
     def _release(self, conn: _Connection) -> None:
         """The answer on ``conn`` was read or given up: keep the connection or close it."""
         if conn.complete and conn.keep_alive and not conn.closed:
-            conn.idle_since = time.monotonic()  # _checkin, inline
+            conn.idle_since = time.monotonic()  # kept in the pool
             self._idle.setdefault(conn.origin, []).append(conn)
         else:
             conn.close()

@@ -164,13 +164,19 @@ class HttpBackend:
         extra: dict[str, Any] = {}
         if request.priority is not None and self.capabilities.supports_priority:
             extra = self.encode_priority(request.priority)
-        # encode_body's first case inline (a call fewer): nothing to add, the body as received.
-        body = (
-            request.raw_body
-            if not extra and not request.add_stream_usage
-            else encode_body(request, extra)
-        )
+        body = encode_body(request, extra)
+        # Bytes, as received (the service decoded them as latin-1): httpx would encode str
+        # values as ASCII and raise on anything else. A loop: no comprehension's frame.
         auth = self._auth
+        headers: list[tuple[bytes, bytes]] = []
+        for key, value in request.headers.items():
+            name = key.encode("latin-1")
+            # The controller's own credential, never a tenant's key.
+            if auth is None or name != b"authorization":
+                headers.append((name, value.encode("latin-1")))
+        if auth is not None:
+            headers.append((b"authorization", auth))
+        headers.append((b"content-type", b"application/json"))
         try:
             fast = self._fast
             if fast is not None:
@@ -180,16 +186,9 @@ class HttpBackend:
                 if target is None:
                     target = self._targets[request.path] = self._target(request.path)
                 origin, head = target
-                # The headers as the other way below sends them, in a loop of this frame's
-                # (a comprehension is a call of its own).
                 lines = [head]
-                for key, value in request.headers.items():
-                    name = key.encode("latin-1")
-                    if auth is None or name != b"authorization":
-                        lines.append(name + b": " + value.encode("latin-1") + b"\r\n")
-                if auth is not None:
-                    lines.append(b"authorization: " + auth + b"\r\n")
-                lines.append(b"content-type: application/json\r\n")
+                for raw_name, raw_value in headers:  # a loop of this frame's
+                    lines += (raw_name, b": ", raw_value, b"\r\n")
                 lines.append(b"content-length: %d\r\n\r\n" % len(body))
                 if len(body) < _JOIN_BELOW:  # one buffer, one write
                     lines.append(body)
@@ -205,15 +204,6 @@ class HttpBackend:
                     read_timeout_s=self._stream_read_s if request.stream else self._read_s,
                     connect_timeout_s=self._connect_s,
                 )
-            # Bytes, as received (the service decoded them as latin-1): httpx would encode
-            # str values as ASCII and raise on anything else.
-            headers = [
-                (k.encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()
-            ]
-            if auth is not None:  # the controller's own credential, never a tenant's key
-                headers = [h for h in headers if h[0] != b"authorization"]
-                headers.append((b"authorization", auth))
-            headers.append((b"content-type", b"application/json"))
             url = self._urls.get(request.path)
             if url is None:
                 url = self._urls[request.path] = httpx.URL(self.url + request.path)

@@ -37,7 +37,6 @@ import asyncio
 import functools
 import json
 import logging
-import math
 import re
 import time
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from typing import Any, Literal
 from agentrt_controller.service.core.tenants import TENANT_STATE, Tenant
 from agentrt_serving.asgi import Message, Receive, Scope, Send
 from agentrt_serving.hardening import HttpLimits
-from agentrt_serving.logs import ACCESS_LOGGER, iso_second
+from agentrt_serving.logs import ACCESS_LOGGER, iso_time
 from agentrt_serving.uvicorn_server import GuardedApp
 
 __all__ = [
@@ -65,7 +64,6 @@ AccessLogFormat = Literal["off", "text", "json"]
 #: The key of a request's :class:`AccessFacts` in ``scope["state"]``.
 ACCESS_STATE = "agentrt.access"
 _MAX_PATH = 256
-_modf = math.modf
 #: The longest a line written straight to its stream is held for one write with the next ones
 #: (seconds); and held lines of this many characters are written at once.
 FLUSH_AFTER_S = 0.05
@@ -121,9 +119,6 @@ class AccessLog:
         self._pending_chars = 0
         #: The write of the held lines, at most FLUSH_AFTER_S after the first of them.
         self._flush_timer: asyncio.TimerHandle | None = None
-        #: The last line's time: its millisecond since the epoch, and as written.
-        self._milli = -1
-        self._moment = ""
 
     @property
     def limits(self) -> HttpLimits:
@@ -164,27 +159,12 @@ class AccessLog:
         """Write one request's line (the middleware's, and the fast path's:
         service/http/direct.py)."""
         line = self._line(method, path, tenant, status, latency_ms, facts)
-        # What _plain_handler answers, without the call when its answer has not changed:
-        # the handler it last checked, with the same formatter, and the same conditions.
-        logger = self.logger
-        handlers = logger.handlers
-        handler: Any = self._checked_handler
-        if not (
-            len(handlers) == 1
-            and handlers[0] is handler
-            and handler.formatter is self._checked_form
-            and not handler.filters
-            and handler.level <= logging.INFO
-            and not logger.filters
-            and not logger.propagate
-            and not logger.disabled
-        ):
-            handler = self._plain_handler()
-            if handler is None:
-                if self._pending:
-                    self._flush()  # the lines before it first, to their handler
-                self.logger.handle(self._record(line))
-                return
+        handler = self._plain_handler()
+        if handler is None:
+            if self._pending:
+                self._flush()  # the lines before it first, to their handler
+            self.logger.handle(self._record(line))
+            return
         # What the handler's emit writes for the line's record, without the record, the
         # filters and the formatting (the line is the whole message), held here and written
         # with the lines that follow within FLUSH_AFTER_S in one write and one flush: a
@@ -286,16 +266,7 @@ class AccessLog:
         latency_ms: float,
         facts: AccessFacts,
     ) -> str:
-        # iso_time(wall), with the same arithmetic, inline, and formatted once per
-        # millisecond (under load several lines end in the same one).
-        fraction, whole = _modf(self._wall_clock())
-        milli = (int(whole) * 1_000_000 + round(fraction * 1e6)) // 1000
-        if milli == self._milli:
-            moment = self._moment
-        else:
-            second, millis = divmod(milli, 1000)
-            moment = self._moment = f"{iso_second(second)}.{millis:03d}Z"
-            self._milli = milli
+        moment = iso_time(self._wall_clock())
         path = path[:_MAX_PATH]
         latency = round(latency_ms, 3)
         if self.form == "json":
@@ -322,12 +293,10 @@ class AccessLog:
         # (unrolled: no tuple of pairs per line).
         if tenant_name is not None:
             line += f" tenant={_text(tenant_name)}"
-        # A call's session and program are often new: checked here, not through _text's
-        # cache (a miss is a call, and evicts the recurring values).
         if (value := facts.session) is not None:
-            line += f" session={value if _plain(value) else _text(value)}"
+            line += f" session={_text(value)}"
         if (value := facts.program) is not None:
-            line += f" program={value if _plain(value) else _text(value)}"
+            line += f" program={_text(value)}"
         if (value := facts.model) is not None:
             line += f" model={_text(value)}"
         if (value := facts.backend) is not None:
@@ -355,7 +324,6 @@ def _writes_message_alone(handler: logging.Handler) -> bool:
 #: A value written as is: printable ASCII but space, quote and equals sign (the common case,
 #: checked in one match; anything else takes the general test below).
 _PLAIN = re.compile(r"[!#-<>-~]+")
-_plain = _PLAIN.fullmatch
 
 
 @functools.lru_cache(maxsize=4096)  # the same methods, paths, tenants, models, backends

@@ -30,13 +30,7 @@ from agentrt_controller.service.http.access_log import AccessFacts, AccessLog
 from agentrt_controller.service.http.app import ControllerApp
 from agentrt_controller.service.http.proxy import answer_error
 from agentrt_serving.direct import DirectExchange, DirectRoutes
-from agentrt_serving.hardening import (
-    INTERNAL_ERROR_MESSAGE,
-    NOT_JSON,
-    BadInput,
-    HardenedApp,
-    check_json_body,
-)
+from agentrt_serving.hardening import INTERNAL_ERROR_MESSAGE, NOT_JSON, BadInput, HardenedApp
 
 __all__ = ["DIRECT_PATHS", "DirectCalls", "direct_routes"]
 
@@ -64,8 +58,6 @@ class DirectCalls:
         self._drain_headers, self._drain_body = drain_answer
         self._limit = guard.limits.max_body_bytes
         self._timeout_s = guard.limits.body_timeout_s
-        self._thread_bytes = guard.limits.thread_bytes
-        self._max_depth = guard.limits.max_json_depth
 
     async def __call__(self, connection: DirectExchange) -> None:
         # One coroutine for the access log, the guard's catch-all and the guard's checks:
@@ -86,12 +78,7 @@ class DirectCalls:
                 raw = await connection.read_body(self._limit, self._timeout_s)
                 if raw is None:  # the client left before its whole body
                     return
-                if not raw:
-                    value = NOT_JSON
-                elif len(raw) < self._thread_bytes:  # guard.checked_value's inline case
-                    value = check_json_body(raw, self._max_depth)
-                else:
-                    value = await guard.checked_value(raw)
+                value = await guard.checked_value(raw) if raw else NOT_JSON
             except BadInput as bad:
                 await self._refuse(connection, bad)
                 return

@@ -110,7 +110,7 @@ def foreign_identity(
 ) -> ForeignIdentity | None:
     """The program ``body`` and ``headers`` (lower-case names) name by another convention, or
     ``None``. Raises :class:`BadRequest` for a malformed ``agentic_context``."""
-    context = _agentic_context(body) if "vllm_xargs" in body else None
+    context = _agentic_context(body)
     if context is not None:
         program = _text(context, "program_id")
         task = _text(context, "task_id")

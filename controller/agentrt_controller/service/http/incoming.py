@@ -11,7 +11,7 @@ from typing import Any, Literal
 import anyio.to_thread
 
 from agentrt.errors import ProtocolError
-from agentrt.protocol import HEADER_PROGRAM_ID, HEADER_TIMEOUT_MS, CallTags, parse_timeout_ms
+from agentrt.protocol import HEADER_TIMEOUT_MS, CallTags, parse_timeout_ms
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.call import CallFacts, new_call_facts
 from agentrt_controller.service.errors import (
@@ -163,10 +163,6 @@ def _sequences(body: dict[str, Any], api: Api) -> int:
     return sequences
 
 
-#: The lower-case names of the headers parse_call looks for first (headers are lower-case).
-_TIMEOUT_HEADER = HEADER_TIMEOUT_MS.lower()
-_PROGRAM_HEADER = HEADER_PROGRAM_ID.lower()
-
 #: ``(client's cache_salt or None) -> the cache_salt to send`` for the caller's tenant.
 SaltFor = Callable[[str | None], str]
 
@@ -248,24 +244,16 @@ def parse_call(
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise BadRequest(f"'{limit_field}' must be an integer", param=limit_field)
-    # The common cases without a helper's frame: no n / best_of, no deadline header, no tags.
-    if api == "responses" or (
-        body.get("n") is None and (api == "chat" or body.get("best_of") is None)
-    ):
-        sequences = 1
-    else:
-        sequences = _sequences(body, api)
-    deadline_s = _deadline_s(headers, now_s) if _TIMEOUT_HEADER in headers else math.inf
-    tags: CallTags | None = None
-    if headers.get(_PROGRAM_HEADER):  # else CallTags.from_headers finds no tags
-        try:
-            tags = CallTags.from_headers(headers)
-        except ProtocolError as exc:
-            raise BadRequest(str(exc)) from exc
+    sequences = _sequences(body, api)
+    deadline_s = _deadline_s(headers, now_s)
+    try:
+        tags = CallTags.from_headers(headers)
+    except ProtocolError as exc:
+        raise BadRequest(str(exc)) from exc
     if deadline_s <= now_s:
         raise DeadlinePassed(f"the call arrived with no time left ({HEADER_TIMEOUT_MS}: 0)")
     foreign = foreign_identity(body, headers) if tags is None else None
-    if "vllm_xargs" in body and strip_agentic_context(body):  # never upstream, whoever named it
+    if strip_agentic_context(body):  # never upstream, whoever named the program
         raw = _encode(body)
     cache_salt: str | None = None
     if salt_for is not None:
@@ -324,12 +312,7 @@ def parse_call(
             attempt=tags.attempt,
             model=model,
         )
-    # forwarded_headers, written in
-    allowed = _FORWARDED_WITH_AUTH if forward_authorization else _FORWARDED
-    forward: dict[str, str] = {}
-    for name, value in headers.items():
-        if name in allowed:
-            forward[name] = value
+    forward = forwarded_headers(headers, authorization=forward_authorization)
     return IncomingCall(
         call=call,
         body=body,

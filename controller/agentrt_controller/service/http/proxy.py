@@ -87,7 +87,7 @@ class DirectCall(_Exchange):
 
     __slots__ = ("_metrics", "left", "parsed", "pending", "task")
 
-    def __init__(  # _Exchange's fields set here (one constructor's frame per call, not two)
+    def __init__(
         self,
         parsed: IncomingCall,
         pending: PendingCall,
@@ -95,9 +95,7 @@ class DirectCall(_Exchange):
         task: asyncio.Task[object],
         metrics: ServiceMetrics,
     ) -> None:
-        self.started = False
-        self.completed = False
-        self.access = access
+        super().__init__(access=access)
         self.parsed = parsed
         self.pending = pending
         #: The route's task, which a client that leaves cancels.
@@ -411,11 +409,7 @@ class CompletionsEndpoint:
                                 b"content-type",
                                 response.headers.get("content-type", "application/json").encode(),
                             ),
-                            # _queue_ms, written in
-                            (
-                                b"x-agentrt-queue-ms",
-                                b"%.3f" % (max(0.0, forwarded.admission.call.wait_s) * 1000),
-                            ),
+                            _queue_ms(forwarded.admission.call),
                         ]
                         for k, v in response.headers.items():
                             if k in _PASSED_BACK:

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Mapping
 
 from agentrt import __version__
 from agentrt_controller.scheduling.dispatcher import Admission
-from agentrt_controller.service.telemetry.prometheus import Counter, Registry
+from agentrt_controller.service.telemetry.prometheus import Registry
 
 __all__ = ["ServiceMetrics"]
 
@@ -161,54 +160,8 @@ class ServiceMetrics:
         )
 
     def admitted(self, admission: Admission, now_s: float) -> None:
-        """``admissions`` of the call's backend and its ``queue_wait``: one call for both
-        (each update as :meth:`Counter.inc` and :meth:`Histogram.observe` do it, inline once
-        they made the series)."""
-        labels = (admission.backend_id,)
-        totals = self.admissions.totals
-        total = totals.get(labels)
-        if total is None:
-            self.admissions.inc(1.0, *labels)
-        else:
-            totals[labels] = total + 1.0
-        wait_s = max(0.0, now_s - admission.call.facts.arrival_s)
-        counts = self.queue_wait.totals.get(())
-        if counts is None:
-            self.queue_wait.observe(wait_s)
-        else:
-            if wait_s == wait_s:  # not NaN
-                counts[bisect.bisect_left(self.queue_wait.bounds, wait_s)] += 1.0
-            counts[-1] += wait_s
-
-    def charged(
-        self,
-        output_tokens: float,
-        uncached_prompt_tokens: float,
-        tenant: str | None,
-        prompt_tokens: float,
-        service_s: float,
-    ) -> None:
-        """A settled call's charge (tokens; seconds): ``output_tokens``,
-        ``uncached_prompt_tokens`` and, with a ``tenant`` (its name), its ``tenant_tokens``
-        (prompt, then output) and ``tenant_service`` — one call for the five, each added as
-        :meth:`Counter.inc` adds it (which makes a series and refuses a negative amount)."""
-        updates: tuple[tuple[Counter, tuple[str, ...], float], ...] = (
-            (self.output_tokens, (), output_tokens),
-            (self.uncached_prompt_tokens, (), uncached_prompt_tokens),
-        )
-        if tenant is not None:
-            updates += (
-                (self.tenant_tokens, (tenant, "prompt"), float(prompt_tokens)),
-                (self.tenant_tokens, (tenant, "output"), float(output_tokens)),
-                (self.tenant_service, (tenant,), service_s),
-            )
-        for counter, labels, amount in updates:
-            totals = counter.totals
-            total = totals.get(labels)
-            if total is None or amount < 0:
-                counter.inc(amount, *labels)
-            else:
-                totals[labels] = total + amount
+        self.admissions.inc(1.0, admission.backend_id)
+        self.queue_wait.observe(max(0.0, now_s - admission.call.facts.arrival_s))
 
     def on_collect(self, collector: Callable[[], None]) -> None:
         self.registry.on_collect(collector)

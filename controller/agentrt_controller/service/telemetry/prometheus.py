@@ -66,10 +66,8 @@ class Counter:
         self._flush_lock = threading.Lock()
         #: Each series' child (made at its first increment, so its ``_created`` is right).
         self._children: dict[LabelValues, Any] = {}
-        #: Each series' total so far; written by :meth:`inc` only (the event loop's thread) —
-        #: or, for a series :meth:`inc` made, by a hot path adding to it as :meth:`inc` does
-        #: (``ServiceMetrics``: several series in one call instead of one call each).
-        self.totals: dict[LabelValues, float] = {}
+        #: Each series' total so far; written by :meth:`inc` only (the event loop's thread).
+        self._totals: dict[LabelValues, float] = {}
         #: The part of each total already in its child; written by :meth:`flush` only.
         self._flushed: dict[LabelValues, float] = {}
         registry.flush_before_collect(self)
@@ -77,7 +75,7 @@ class Counter:
     def inc(self, amount: float = 1.0, *labels: str) -> None:
         """Add ``amount`` (≥ 0) to the series of ``labels``; the registry's next collection
         carries it. Raises :class:`ValueError` for a negative amount, as Prometheus does."""
-        totals = self.totals
+        totals = self._totals
         total = totals.get(labels)
         if total is None:
             if len(labels) != len(self.label_names):
@@ -95,7 +93,7 @@ class Counter:
         (from any thread; one flush at a time)."""
         with self._flush_lock:
             # A copy taken in one C call, while the event loop may add a series meanwhile.
-            for labels, total in tuple(self.totals.items()):
+            for labels, total in tuple(self._totals.items()):
                 added = total - self._flushed.get(labels, 0.0)
                 if added > 0:
                     self._children[labels].inc(added)
@@ -144,29 +142,28 @@ class Histogram:
             name, help_text, self.label_names, registry=registry, buckets=tuple(buckets)
         )
         #: The upper bounds as ``prometheus_client`` keeps them (``+Inf`` last).
-        self.bounds: tuple[float, ...] = tuple(self._metric._upper_bounds)
+        self._bounds: tuple[float, ...] = tuple(self._metric._upper_bounds)
         self._flush_lock = threading.Lock()
         #: Each series' child (made at its first observation, so its ``_created`` is right).
         self._children: dict[LabelValues, Any] = {}
         #: Each series' observations so far: per bucket (not cumulative), then the sum;
-        #: written by :meth:`observe` only (the event loop's thread) — or, for a series
-        #: :meth:`observe` made, by a hot path counting into it as :meth:`observe` does.
-        self.totals: dict[LabelValues, list[float]] = {}
+        #: written by :meth:`observe` only (the event loop's thread).
+        self._totals: dict[LabelValues, list[float]] = {}
         registry.flush_before_collect(self)
 
     def observe(self, value: float, *labels: str) -> None:
         """One observation of ``value`` in the series of ``labels`` (the registry's next
         collection carries it). ``NaN`` counts in no bucket, as ``prometheus_client`` does."""
-        totals = self.totals.get(labels)
+        totals = self._totals.get(labels)
         if totals is None:
             if len(labels) != len(self.label_names):
                 raise ValueError(
                     f"{self.name}: label values {labels!r} do not match {self.label_names!r}"
                 )
             self._children[labels] = self._metric.labels(*labels) if labels else self._metric
-            totals = self.totals[labels] = [0.0] * (len(self.bounds) + 1)
+            totals = self._totals[labels] = [0.0] * (len(self._bounds) + 1)
         if value == value:  # not NaN: the first bucket whose bound is >= value
-            totals[bisect.bisect_left(self.bounds, value)] += 1.0
+            totals[bisect.bisect_left(self._bounds, value)] += 1.0
         totals[-1] += value
 
     def flush(self) -> None:
@@ -174,7 +171,7 @@ class Histogram:
         one flush at a time). Set, not added to: the sum is then the same float as
         ``prometheus_client``'s own, the observations added one by one in the same order."""
         with self._flush_lock:
-            for labels, totals in tuple(self.totals.items()):
+            for labels, totals in tuple(self._totals.items()):
                 now = totals[:]  # one copy (C): the event loop may observe meanwhile
                 child = self._children[labels]
                 for bucket, count in zip(child._buckets, now, strict=False):
