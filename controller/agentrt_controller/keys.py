@@ -64,5 +64,5 @@ class ProgramKey(_ProgramKeyFields):
     @classmethod
     def one_call(cls, call_id: str, tenant: str | None = None) -> ProgramKey:
         """The one-call program of an untagged call ``call_id`` (``call-<call id>`` in
-        :data:`DEFAULT_SESSION`; :meth:`untagged`'s tuple: one per untagged call)."""
-        return tuple.__new__(cls, (DEFAULT_SESSION, _ONE_CALL_PREFIX + call_id, tenant))
+        :data:`DEFAULT_SESSION`)."""
+        return cls.untagged(_ONE_CALL_PREFIX + call_id, tenant)

@@ -267,14 +267,13 @@ class ProcessTable:
         """The entry for ``key``, created if missing; counts as activity."""
         entry = self._touched(key, now_s)
         if entry is None:
-            # Made as its first touch leaves it: seen now, last in the expiry order.
             entry = ProgramEntry(
-                key=key, name="", created_s=now_s, last_seen_s=now_s, seq=self._next_seq,
-                _order_s=now_s if now_s > 0.0 else 0.0,
-            )  # fmt: skip
+                key=key, name="", created_s=now_s, last_seen_s=now_s, seq=self._next_seq
+            )
             self._next_seq += 1
             self._entries[key] = entry
             self._per_tenant[key.tenant] = self._per_tenant.get(key.tenant, 0) + 1
+            self._touched(key, now_s)
         return entry
 
     def start(
@@ -374,11 +373,8 @@ class ProcessTable:
 
     def call_started(self, call: CallFacts, now_s: float) -> None:
         """The call left the queues for a backend; its queued time goes to the program."""
-        entry = self._touched(call.program, now_s)  # :meth:`_active` without its frame
-        if entry is None:
-            return
-        active = entry.active.get(call.call_id)
-        if active is None or active.state != "queued":
+        entry, active = self._active(call, now_s)
+        if entry is None or active is None or active.state != "queued":
             return
         self._end_wait(entry, active, now_s)
         active.state = "running"
@@ -396,14 +392,12 @@ class ProcessTable:
         PLAS: ``attained += service_s``. ATLAS: ``critical_path = max(critical_path,
         inherited + service_s)`` where ``inherited`` is the scalar when the call arrived.
         """
-        entry = self._touched(call.program, now_s)  # :meth:`_active` without its frame
-        if entry is None:
-            return
-        active = entry.active.pop(call.call_id, None)
-        if active is None:
+        entry, active = self._active(call, now_s)
+        if entry is None or active is None:
             return
         if active.state == "queued":
             self._end_wait(entry, active, now_s)
+        del entry.active[call.call_id]
         if not self._thread_left(entry, active.thread_id):
             entry.waitable_threads.add(active.thread_id)
         entry.attained_service_s += service_s

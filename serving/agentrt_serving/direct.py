@@ -100,8 +100,8 @@ class BodyParts:
 
 class DirectExchange:
     """One request on a direct route, in the place of uvicorn's ``RequestResponseCycle``: the
-    protocol feeds it the body (``body``, ``more_body``, waking ``waiter``), marks a lost
-    connection (``disconnected``, ``message_event.set()``) and, on shutdown, clears
+    protocol feeds it the body (``body``, ``more_body``, ``message_event.set()``), marks a
+    lost connection (``disconnected``) and, on shutdown, clears
     ``keep_alive``; it runs the handler in a task of the server whose end :meth:`finished`
     sees to, and is told when the answer is complete (``on_response``: the next pipelined
     request starts, or the keep-alive timer)."""
@@ -109,6 +109,7 @@ class DirectExchange:
     __slots__ = (
         "_held",
         "_late",
+        "_waiter",
         "body",
         "client",
         "default_headers",
@@ -127,7 +128,6 @@ class DirectExchange:
         "task",
         "tasks",
         "transport",
-        "waiter",
         "waiting_for_100_continue",
     )
 
@@ -174,8 +174,7 @@ class DirectExchange:
         self.response_complete = False
         #: The status sent (None: no answer yet).
         self.status: int | None = None
-        #: The reader's wake-up while it waits for the body (the protocol sets its result).
-        self.waiter: asyncio.Future[None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self._late = False
         #: A stream's head, until its first part goes out with it.
         self._held = b""
@@ -191,7 +190,7 @@ class DirectExchange:
 
     def set(self) -> None:
         """Body bytes arrived, the body is complete, or the connection was lost."""
-        waiter = self.waiter
+        waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
         if self.disconnected and not self.response_complete:
@@ -256,14 +255,14 @@ class DirectExchange:
                 if timer is None:
                     timer = loop.call_later(timeout_s, self._body_late)
                 self.flow.resume_reading()
-                waiter = self.waiter = loop.create_future()
+                waiter = self._waiter = loop.create_future()
                 await waiter
                 if self._late:
                     raise BadInput(408, f"request body not received within {timeout_s} s")
         finally:
             if timer is not None:
                 timer.cancel()
-            self.waiter = None
+            self._waiter = None
             parts, body.parts = body.parts, []
         if self.disconnected:
             return None

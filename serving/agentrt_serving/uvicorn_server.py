@@ -33,7 +33,6 @@ import anyio
 import h11
 import uvicorn
 from uvicorn.config import LOGGING_CONFIG
-from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
@@ -234,35 +233,8 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         exchange.task = task
         self.tasks.add(task)
 
-    def on_body(self, body: bytes) -> None:
-        cycle: object = self.cycle  # uvicorn's cycle or an exchange
-        if type(cycle) is not DirectExchange:
-            super().on_body(body)
-            return
-        # An exchange is fed here, its reader woken without the cycle's interface.
-        if cycle.response_complete:
-            return
-        parts = cycle.body
-        if parts.parts:
-            parts += body
-        else:  # the first read (often the whole body): kept as it is
-            parts.parts.append(body)
-            parts.held += len(body)
-        if parts.held > HIGH_WATER_LIMIT:
-            self.flow.pause_reading()
-        waiter = cycle.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
     def on_message_complete(self) -> None:
-        cycle: object = self.cycle  # uvicorn's cycle or an exchange
-        if type(cycle) is not DirectExchange:
-            super().on_message_complete()
-        elif not cycle.response_complete:
-            cycle.more_body = False
-            waiter = cycle.waiter
-            if waiter is not None and not waiter.done():
-                waiter.set_result(None)
+        super().on_message_complete()
         self._in_head = True  # what comes next is the next request's head
 
     def on_response_complete(self) -> None:
@@ -316,11 +288,6 @@ class _CoalescingTransport:
             self._loop.call_soon(self._flush)
             return
         self._transport.write(data)
-
-    @property
-    def transport(self) -> asyncio.Transport:
-        """The transport written to."""
-        return self._transport
 
     def _flush(self) -> None:
         if self._held:

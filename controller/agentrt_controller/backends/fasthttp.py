@@ -124,8 +124,7 @@ class _Connection(asyncio.Protocol):
                 if self._silence_s is not None:  # a read arrived: the silence limit restarts
                     self._silent_until = self._loop.time() + self._silence_s
                 return
-        if waiter is not None and not waiter.done():  # the reader woken
-            waiter.set_result(None)
+        self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -154,9 +153,7 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
-        waiter = self._waiter  # the reader woken
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wake()
 
     # --- used by the transport -------------------------------------------------------------
 
@@ -165,7 +162,10 @@ class _Connection(asyncio.Protocol):
         if not self._head.done():
             self._head.set_exception(error)
             self._head.exception()  # retrieved: no "never retrieved" warning if unawaited
-        waiter = self._waiter  # the reader woken
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
@@ -485,10 +485,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
             self._idle.setdefault(conn.origin, []).append(conn)
         else:
             conn.close()
-        if self._slot_waiters:
-            self._give_slot()
-        else:
-            self._free_slots += 1
+        self._give_slot()
 
     async def _wait_for_slot(self) -> None:
         """Wait until :meth:`_give_slot` hands this request a slot (in the order of asking).

@@ -44,15 +44,6 @@ from agentrt_controller.scheduling.candidates import CandidateSet
 __all__ = ["PipelineRouter", "WeightedScorer", "clamp_score", "uses_block_hashes"]
 
 
-#: Observer hooks that do nothing (the pipeline does not call them).
-_NO_OPS: frozenset[object] = frozenset({PrefixIndex.on_program_end, LocalityStats.on_finish})
-
-
-def _does_nothing(hook: object) -> bool:
-    """Whether ``hook`` (a bound method) is one of :data:`_NO_OPS`."""
-    return getattr(hook, "__func__", None) in _NO_OPS
-
-
 def uses_block_hashes(router: object) -> bool:
     """Whether ``router`` reads ``CallFacts.block_hashes`` (so the driver should fill them):
     what the router declares in its ``uses_block_hashes`` attribute (``False`` when it has
@@ -105,8 +96,7 @@ class PipelineRouter:
         self.filters = list(filters)
         self.scorers = list(scorers)
         self.picker = picker
-        #: A tuple: the hooks below are bound from it once.
-        self.observers = tuple(observers)
+        self.observers = list(observers)
         #: The model constraint every call passes first (:meth:`eligible`).
         self.model_filter = ModelFilter()
         #: The round's candidate set last checked, and the models all of it serves.
@@ -120,17 +110,6 @@ class PipelineRouter:
         self.filter_skips: dict[str, int] = {n: 0 for n, _ in filters}
         #: Whether a stage reads ``CallFacts.block_hashes`` (drivers fill them only then).
         self.uses_block_hashes = any(isinstance(o, PrefixIndex) for o in self.observers)
-        #: The observers' hooks, bound once, the locality counters' first; those that do
-        #: nothing left out (every call runs them).
-        self._on_routed = (self.locality.on_routed, *(o.on_routed for o in self.observers))
-        self._on_finish = tuple(
-            o.on_finish for o in self.observers if not _does_nothing(o.on_finish)
-        )
-        self._on_program_end = tuple(
-            hook
-            for hook in (self.locality.on_program_end, *(o.on_program_end for o in self.observers))
-            if not _does_nothing(hook)
-        )
         #: The pruned path, ``None`` when off or the stages do not allow it.
         self.pruning: PrefixPruning | None = None
         self.prune_min_candidates = prune_min_candidates
@@ -209,8 +188,9 @@ class PipelineRouter:
 
     def _routed(self, call: CallEntry, chosen: str, now_s: float) -> str:
         self.routed_total += 1
-        for hook in self._on_routed:
-            hook(call, chosen, now_s)
+        self.locality.on_routed(call, chosen, now_s)
+        for observer in self.observers:
+            observer.on_routed(call, chosen, now_s)
         return chosen
 
     def _score(self, call: CallEntry, backends: list[BackendView], now_s: float) -> list[Scored]:
@@ -233,12 +213,13 @@ class PipelineRouter:
         return [Scored(b, t) for b, t in zip(backends, totals, strict=True)]
 
     def on_finish(self, call: CallEntry, backend_id: str, now_s: float) -> None:
-        for hook in self._on_finish:
-            hook(call, backend_id, now_s)
+        for observer in self.observers:
+            observer.on_finish(call, backend_id, now_s)
 
     def on_program_end(self, program: ProgramKey, now_s: float) -> None:
-        for hook in self._on_program_end:
-            hook(program, now_s)
+        self.locality.on_program_end(program, now_s)
+        for observer in self.observers:
+            observer.on_program_end(program, now_s)
 
     def snapshot(self) -> dict[str, object]:
         """JSON-able configuration and counters, for introspection."""

@@ -155,27 +155,7 @@ class AdaptiveWindowAdmission:
         self._windows: dict[str, _BackendWindow] = {}
 
     def has_room(self, backend: BackendView, now_s: float) -> bool:
-        # The window observes the view first; the usual case — a sample acted on already —
-        # costs no call of its own (this runs once per admitted call), a new one
-        # :meth:`_react`.
-        cfg = self.config
-        state = self._windows.get(backend.backend_id)
-        bound = self.bound(backend)
-        if state is None:
-            initial = min(cfg.initial_window, bound)
-            state = self._windows[backend.backend_id] = _BackendWindow(initial, initial)
-        if bound < state.window:  # min(): the batch size may appear after a scrape
-            state.window = bound
-        waiting = backend.num_waiting
-        if waiting is not None:
-            sampled_s = backend.metrics_at_s
-            if sampled_s is not None:
-                if not sampled_s <= state.last_sample_s:  # else acted on already
-                    state.last_sample_s = sampled_s
-                    self._react(state, backend, waiting, bound)
-            elif not now_s - state.last_sample_s < cfg.update_interval_s:
-                state.last_sample_s = now_s
-                self._react(state, backend, waiting, bound)
+        state = self._observe(backend, now_s)
         if not backend.healthy:
             return False
         load = backend.in_flight + state.other_load
@@ -215,12 +195,25 @@ class AdaptiveWindowAdmission:
         """JSON-able windows by backend id."""
         return {"policy": self.name, "windows": {b: s.window for b, s in self._windows.items()}}
 
-    def _react(
-        self, state: _BackendWindow, backend: BackendView, waiting: int, bound: float
-    ) -> None:
-        """A new sample of the backend (``waiting`` calls queued in the engine): the window
-        shrinks or grows (module doc)."""
+    def _observe(self, backend: BackendView, now_s: float) -> _BackendWindow:
         cfg = self.config
+        state = self._windows.get(backend.backend_id)
+        bound = self.bound(backend)
+        if state is None:
+            initial = min(cfg.initial_window, bound)
+            state = self._windows[backend.backend_id] = _BackendWindow(initial, initial)
+        state.window = min(state.window, bound)  # the batch size may appear after a scrape
+        waiting = backend.num_waiting
+        if waiting is None:
+            return state
+        if backend.metrics_at_s is not None:
+            if backend.metrics_at_s <= state.last_sample_s:
+                return state  # this sample was already acted on
+            state.last_sample_s = backend.metrics_at_s
+        else:
+            if now_s - state.last_sample_s < cfg.update_interval_s:
+                return state
+            state.last_sample_s = now_s
         if cfg.count_other_load and backend.num_running is not None:
             state.other_load = max(0, backend.num_running + waiting - backend.in_flight)
         if waiting > cfg.target_waiting:
@@ -240,3 +233,4 @@ class AdaptiveWindowAdmission:
                 grown = max(grown, 2 * base)
             state.window = min(bound, grown)
         state.high_water = max(state.high_water, state.window)
+        return state

@@ -194,14 +194,10 @@ class Dispatcher:
         # call, and nothing enters the queues during a round (what it puts back, it puts back
         # when it ends, or as it stops).
         left = queues.queued()
-        # The room's size, kept here (a ``len()`` per pop otherwise): only :meth:`remove`
-        # changes it, by one.
-        room_size = 0
         while left:
             if room is None:
                 room = CandidateSet(self._with_room(backends, now_s))
-                room_size = len(room)
-            if not room_size or not self._demand.any_servable(room, blocked):
+            if not room or not self._demand.any_servable(room, blocked):
                 break
             candidates: Sequence[BackendView] = room
             if self._fair is not None:
@@ -226,8 +222,7 @@ class Dispatcher:
                 in_memory, blocked_start = self._fitting_memory(
                     memory, call, candidates, blocked_start, now_s
                 )
-                # ``candidates`` itself (not empty) when all fit: no ``len()`` of the round's set
-                if in_memory is not candidates and not in_memory:
+                if not in_memory:
                     passed.append(call)
                     memory.held_total += 1
                     if len(passed) >= memory.config.max_passed:
@@ -254,7 +249,6 @@ class Dispatcher:
                     room.update(updated)
                 else:
                     room.remove(backend_id)
-                    room_size -= 1
         for call in waiting_for_model:  # in pop order: each keeps its place
             self.queues.requeue(call, now_s)
         for call in passed:

@@ -23,6 +23,11 @@ from agentrt_controller.scheduling.call import CallFacts
 __all__ = ["Charge", "Charger", "Usage"]
 
 
+def _int(value: Any) -> int | None:
+    # ``type() is int``: JSON's integers (not bool, a subclass of int), in one test.
+    return value if type(value) is int and value >= 0 else None
+
+
 class Usage:
     """Token counts of one call as far as known (``None`` = the backend did not say)."""
 
@@ -38,33 +43,18 @@ class Usage:
     def read_usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):
             return
-        # JSON's non-negative integers (``type() is int``: not bool, a subclass of int).
-        value = usage.get("prompt_tokens")
-        self.prompt_tokens = value if type(value) is int and value >= 0 else None
-        value = usage.get("completion_tokens")
-        self.completion_tokens = value if type(value) is int and value >= 0 else None
+        self.prompt_tokens = _int(usage.get("prompt_tokens"))
+        self.completion_tokens = _int(usage.get("completion_tokens"))
         details = usage.get("prompt_tokens_details")
         if isinstance(details, dict):
-            value = details.get("cached_tokens")
-            self.cached_tokens = value if type(value) is int and value >= 0 else None
+            self.cached_tokens = _int(details.get("cached_tokens"))
 
     def read_body(self, body: bytes) -> None:
         """Usage from a whole (non-streamed) JSON answer; ignores anything unparsable."""
         if b'"usage"' not in body:
             return
-        # ``json.loads(body)``'s value (a ValueError alike), parsed by orjson when that gives
-        # the same usage: orjson is several times faster, but refuses what ``json`` takes
-        # (``NaN``, lone surrogates, UTF-16) and makes integers past 64 bits floats. One
-        # function, not three: this runs on every whole answer.
         try:
-            try:
-                parsed = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                parsed = json.loads(body)
-            else:
-                usage = parsed.get("usage") if isinstance(parsed, dict) else None
-                if isinstance(usage, dict) and _holds_huge_float(usage):
-                    parsed = json.loads(body)
+            parsed = _loads(body)
         except ValueError:
             return
         if isinstance(parsed, dict):
@@ -73,6 +63,20 @@ class Usage:
 
 #: orjson reads an integer past 64 bits as a float at least this large (``json``: an int).
 _PAST_64_BITS = 2.0**63
+
+
+def _loads(body: bytes) -> Any:
+    """``json.loads(body)``'s value (raises :class:`ValueError` alike), parsed by orjson when
+    that gives the same usage: orjson is several times faster, but refuses what ``json``
+    takes (``NaN``, lone surrogates, UTF-16) and makes integers past 64 bits floats."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
+    usage = value.get("usage") if isinstance(value, dict) else None
+    if isinstance(usage, dict) and _holds_huge_float(usage):
+        return json.loads(body)
+    return value
 
 
 def _holds_huge_float(usage: dict[str, Any]) -> bool:

@@ -249,9 +249,7 @@ class RetentionExecutor:
         eviction cost)."""
         now = self.clock()
         self.queue_waits.observe(backend_id, now - call.arrival_s)
-        actions = self.driver.on_admitted(call.program, call.thread_id, now)
-        if actions:  # mostly none: no call for nothing
-            self._enqueue(actions)
+        self._enqueue(self.driver.on_admitted(call.program, call.thread_id, now))
 
     def on_finish(self, call: CallFacts, backend_id: str, body: Body, prompt_tokens: int) -> None:
         """A tagged call was answered: remember its context (backend, prompt tokens and, when
@@ -299,9 +297,7 @@ class RetentionExecutor:
 
     def on_program_end(self, key: ProgramKey) -> None:
         """The program ended (or expired): release everything it holds, forget it."""
-        actions = self.driver.on_program_end(key, self.clock())
-        if actions:  # mostly none: no call for nothing
-            self._enqueue(actions)
+        self._enqueue(self.driver.on_program_end(key, self.clock()))
 
     def on_program_start(self, key: ProgramKey) -> None:
         """A program (id) starts (again): retention is allowed for it."""

@@ -289,22 +289,18 @@ class AccessLog:
             f"{moment} {_text(method)} {_text(path)} {'-' if status is None else status} "
             f"{latency}ms"
         )
-        # The fields after the latency, in the JSON form's order, each only when known
-        # (unrolled: no tuple of pairs per line).
-        if tenant_name is not None:
-            line += f" tenant={_text(tenant_name)}"
-        if (value := facts.session) is not None:
-            line += f" session={_text(value)}"
-        if (value := facts.program) is not None:
-            line += f" program={_text(value)}"
-        if (value := facts.model) is not None:
-            line += f" model={_text(value)}"
-        if (value := facts.backend) is not None:
-            line += f" backend={_text(value)}"
-        if (tokens := facts.prompt_tokens) is not None:
-            line += f" prompt_tokens={_text(tokens)}"
-        if (tokens := facts.completion_tokens) is not None:
-            line += f" completion_tokens={_text(tokens)}"
+        # The fields after the latency, in the JSON form's order, each only when known.
+        for key, value in (
+            ("tenant", tenant_name),
+            ("session", facts.session),
+            ("program", facts.program),
+            ("model", facts.model),
+            ("backend", facts.backend),
+            ("prompt_tokens", facts.prompt_tokens),
+            ("completion_tokens", facts.completion_tokens),
+        ):
+            if value is not None:
+                line += f" {key}={_text(value)}"
         return line
 
 
