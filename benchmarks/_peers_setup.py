@@ -31,8 +31,12 @@ PROXIES = ("agentrt", *PINS)
 #: ``python-floor`` is the least a Python chat relay on asyncio does per call
 #: (``benchmarks/_floor_proxy.py``): what our controller's stack costs above it.
 REFERENCES = {"python-floor": "benchmarks/_floor_proxy.py"}
+#: Ours with other options, as reference rows measured when ``--proxies`` names them:
+#: ``agentrt-quiet`` writes no line per request (``--access-log off``), as the Rust routers
+#: run here (their log levels write none per request; ours writes its access log by default).
+VARIANTS = {"agentrt-quiet": ("--access-log", "off")}
 #: Every name ``--proxies`` takes.
-KNOWN = (*PROXIES, *REFERENCES)
+KNOWN = (*PROXIES, *REFERENCES, *VARIANTS)
 
 #: LiteLLM offline: no tokenizer download from a hub, the bundled model cost map.
 #: It refuses to start without a master key: the benchmark's clients send it.
@@ -102,11 +106,12 @@ def launch(
     LiteLLM's master key, the others take any key; ``ours_options`` go to our
     ``controller serve``."""
     host = ["--host", "127.0.0.1", "--port", str(port)]
-    if proxy == "agentrt":
+    if proxy == "agentrt" or proxy in VARIANTS:
         argv = [sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(port)]
         for url in backends:
             argv += ["--backend", url]
-        return Launch([*argv, "--log-level", "warning", *ours_options])
+        variant = VARIANTS.get(proxy, ())
+        return Launch([*argv, "--log-level", "warning", *ours_options, *variant])
     if proxy in REFERENCES:
         argv = [sys.executable, str(ROOT / REFERENCES[proxy]), "--port", str(port)]
         for url in backends:

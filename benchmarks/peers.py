@@ -231,7 +231,9 @@ def _program_point(
             api_key=load.API_KEY,
             tokenize_url=engines[0],
             metrics_url=engines[0],
-            controller="auto" if name == report.OURS and args.ours_events == "on" else "off",
+            controller="auto"
+            if name in (report.OURS, *setup.VARIANTS) and args.ours_events == "on"
+            else "off",
             peer_hints=("vllm-router",) if name == "vllm-router" else (),
         )
         before = load.tree_cpu_s(pid)
@@ -275,11 +277,18 @@ def programs(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     proxies = report.parse_proxies(args.proxies, setup.KNOWN)
     workdir = Path(tempfile.mkdtemp(prefix="agentrt-peers-"))
-    peers = [p for p in proxies if p != report.OURS and p not in setup.REFERENCES]
+    peers = [p for p in proxies if p not in (report.OURS, *setup.REFERENCES, *setup.VARIANTS)]
     skipped = {} if args.no_install else setup.install(peers, log=workdir / "pip.log")
     versions: dict[str, str] = {"agentrt": _our_version()}
     versions.update(
         {r: f"reference ({setup.REFERENCES[r]})" for r in proxies if r in setup.REFERENCES}
+    )
+    versions.update(
+        {
+            v: f"reference (ours, {' '.join(setup.VARIANTS[v])})"
+            for v in proxies
+            if v in setup.VARIANTS
+        }
     )
     for peer in peers:
         version = setup.installed_version(peer)
@@ -332,7 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--proxies",
         default=",".join(setup.PROXIES),
         help=f"comma-separated, of {', '.join(setup.KNOWN)} (default: all but the reference "
-        "python-floor, the least a Python relay costs)",
+        "rows: python-floor, the least a Python relay costs, and agentrt-quiet, ours without "
+        "its access log)",
     )
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, shorter runs")
     parser.add_argument("--reps", type=int, default=5, help="overhead repetitions (0 = skip)")

@@ -95,6 +95,17 @@ def test_the_floor_is_a_reference_row_on_request(tmp_path: Path) -> None:
     assert named == ["agentrt", "python-floor"]
 
 
+def test_ours_without_the_access_log_is_a_reference_row_on_request(tmp_path: Path) -> None:
+    urls = ["http://127.0.0.1:1"]
+    launch = peers.setup.launch("agentrt-quiet", 9, urls, "m", tmp_path, 10, "key", ["--x"])
+    assert launch.argv[1:5] == ["-m", "agentrt.cli", "controller", "serve"]
+    assert launch.argv[-3:] == ["--x", "--access-log", "off"]  # ours' options, then its own
+    assert "--access-log" not in peers.setup.launch("agentrt", 9, urls, "m", tmp_path, 10, "k").argv
+    assert "agentrt-quiet" not in peers.setup.PROXIES
+    named = peers.report.parse_proxies("agentrt-quiet", peers.setup.KNOWN)
+    assert named == ["agentrt", "agentrt-quiet"]
+
+
 def test_content_length_is_read_from_the_head() -> None:
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 42\r\nA: b"
     assert floor._content_length(head) == 42
