@@ -2,8 +2,9 @@
 connection (``uvicorn_server._Deadlines``): back-to-back requests on a kept-alive connection,
 on the ASGI and on a direct route, make no timer handle; a connection's pending check goes
 with it; a connection kept busy past the timeout stays open (its deadline moves later, the
-check reschedules itself); and neither timeout acts before its deadline — the idle keep-alive
-wait and, after it, a head's own time from its first byte."""
+check reschedules itself); neither timeout acts before its deadline — the idle keep-alive
+wait and, after it, a head's own time from its first byte; and a kept-alive connection still
+closes when the server stops."""
 
 from __future__ import annotations
 
@@ -187,3 +188,14 @@ async def test_a_new_connections_head_times_out_from_connecting(protocol: HttpPr
         await stream.send(b"GET /slow HTTP/1.1\r\n")  # the clock started at connecting
         assert await _closed_after(stream, 5) < math.inf
         assert TIMEOUT_S - EARLY_S <= time.monotonic() - start < TIMEOUT_S + 2
+
+
+@pytest.mark.parametrize("path", ["/asgi", "/direct"])
+async def test_a_kept_alive_connection_closes_when_the_server_stops(path: str) -> None:
+    with _protocol_timers() as made:
+        async with _serve(timeout_s=30) as port:  # no timeout can close it in this test
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            await _answer(stream, path, b"1")
+        async with stream:
+            assert await _closed_after(stream, 5) < 5
+        assert made and all(handle.cancelled() for handle in made)
