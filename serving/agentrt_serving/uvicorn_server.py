@@ -9,9 +9,9 @@ in the caller's event loop (docs/security.md, "Hardened HTTP surface").
   connecting (or of its first byte after a finished request), else it is closed — uvicorn
   itself only times out *idle* keep-alive connections, so a client trickling one header byte
   at a time held its connection forever (slow loris); and a **head size limit**, which llhttp
-  does not have: a head still incomplete after ``max_header_bytes`` is answered 431. Its
-  timeouts (the head's, and the idle keep-alive wait in place of uvicorn's timer) are
-  deadlines a connection's one pending check acts on: no timer handle per request.
+  does not have: a head still incomplete after ``max_header_bytes`` is answered 431. The head
+  timeout is a deadline a connection's one pending check acts on: no head timer handle per
+  request.
 * :class:`HeadTimeoutH11Protocol` — the same on uvicorn's pure-Python h11 protocol (h11's own
   incomplete-event limit is the head size limit); ``protocol="h11"``.
 * :func:`uvicorn_config` — the protocol, the head timeout, the head size limit, the
@@ -61,7 +61,7 @@ _BACKLOG = 2048
 #: The HTTP/1.1 implementation a server runs on: ``httptools`` (llhttp, in C) or ``h11``
 #: (pure Python); both hardened alike.
 HttpProtocol = Literal["httptools", "h11"]
-#: A deadline not set (:class:`_Deadlines`).
+#: A deadline not set (:class:`_HeadDeadline`).
 _NEVER = math.inf
 _TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8"
@@ -69,24 +69,20 @@ _TOO_LARGE = (
 )
 
 
-class _Deadlines:
-    """A connection's timeouts as deadlines, with one pending check between them — the
-    request-head timeout both hardened protocols share, and the httptools protocol's idle
-    keep-alive timeout. A wait starts by setting its deadline ``timeout_keep_alive`` seconds
-    from now (:meth:`_due`: a float written; a timer handle made only when no check is pending)
-    and ends by setting it to never. The check, when it runs, closes the connection if a
-    deadline has passed (the head's: while the protocol still awaits a head,
-    :meth:`_awaiting_head`), else reschedules itself for the nearest deadline. Every wait lasts
-    the same time, so a pending check is never later than a deadline set after it: a timeout
-    acts at its deadline (or as late as the loop runs the check), never before, and
-    back-to-back requests on a kept-alive connection make no timer handle at all."""
+class _HeadDeadline:
+    """The request-head timeout both hardened protocols share, as a deadline with at most one
+    pending check per connection. A head's wait starts by setting its deadline
+    ``timeout_keep_alive`` seconds from now (:meth:`_due`: a float written; a timer handle made
+    only when no check is pending) and ends by setting it to never. The check, when it runs,
+    closes the connection if the deadline has passed while the protocol still awaits a head
+    (:meth:`_awaiting_head`), else reschedules itself for the deadline set since. Every wait
+    lasts the same time, so a pending check is never later than a deadline set after it: the
+    timeout acts at its deadline (or as late as the loop runs the check), never before, and
+    back-to-back requests on a kept-alive connection make no head timer handle."""
 
     #: When the request head under way must be complete (never: no head is timed).
     _head_due: float = _NEVER
-    #: When a kept-alive connection's wait for its next request ends (never: no such wait; the
-    #: httptools protocol's — on h11, uvicorn's own keep-alive timer).
-    _idle_due: float = _NEVER
-    #: The connection's one pending check of its deadlines (None: none pending).
+    #: The connection's one pending check of the deadline (None: none pending).
     _check: asyncio.TimerHandle | None = None
     if TYPE_CHECKING:  # the protocol's (uvicorn sets them)
         loop: asyncio.AbstractEventLoop
@@ -102,21 +98,21 @@ class _Deadlines:
         than it."""
         due = self.loop.time() + self.timeout_keep_alive
         if self._check is None:
-            self._check = self.loop.call_at(due, self._check_deadlines)
+            self._check = self.loop.call_at(due, self._check_deadline)
         return due
 
-    def _check_deadlines(self) -> None:
+    def _check_deadline(self) -> None:
         self._check = None
-        now = self.loop.time()
-        if self._idle_due <= now or (self._head_due <= now and self._awaiting_head()):
+        due = self._head_due
+        if due == _NEVER:
+            return
+        if due > self.loop.time():  # set again since this check was scheduled
+            self._check = self.loop.call_at(due, self._check_deadline)
+        elif self._awaiting_head():
             if not self.transport.is_closing():
                 self.transport.close()
-            return
-        if self._head_due <= now:  # passed, but the head is no longer awaited
+        else:  # passed, but the head is no longer awaited
             self._head_due = _NEVER
-        due = min(self._head_due, self._idle_due)
-        if due != _NEVER:
-            self._check = self.loop.call_at(due, self._check_deadlines)
 
     def _stop_checks(self) -> None:
         """The connection is gone: its pending check (if any) with it."""
@@ -125,7 +121,7 @@ class _Deadlines:
             self._check = None
 
 
-class HeadTimeoutH11Protocol(_Deadlines, H11Protocol):
+class HeadTimeoutH11Protocol(_HeadDeadline, H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request head is not complete within
     ``timeout_keep_alive`` seconds (of connecting, or of the first byte of the next request
     on a kept-alive connection)."""
@@ -153,7 +149,7 @@ class HeadTimeoutH11Protocol(_Deadlines, H11Protocol):
         return self.conn.their_state is h11.IDLE
 
 
-class HardenedHttpToolsProtocol(_Deadlines, HttpToolsProtocol):
+class HardenedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
     """uvicorn's httptools (llhttp) protocol with the hardening :class:`HeadTimeoutH11Protocol`
     gives h11: the **request-head timeout** (as there), and the **head size limit**, which
     llhttp lacks — while a request head is incomplete, the bytes received for it are counted,
@@ -195,7 +191,6 @@ class HardenedHttpToolsProtocol(_Deadlines, HttpToolsProtocol):
         self._head_due = self._due()
 
     def data_received(self, data: bytes) -> None:
-        self._idle_due = _NEVER  # any byte ends a keep-alive wait
         if not self._in_head:
             super().data_received(data)
             return
@@ -270,21 +265,8 @@ class HardenedHttpToolsProtocol(_Deadlines, HttpToolsProtocol):
         self._in_head = True  # what comes next is the next request's head
 
     def on_response_complete(self) -> None:
-        """An answer is sent (by uvicorn's cycle or a direct exchange): the request counts in
-        the server's total (uvicorn's ``limit_max_requests`` reads it); on an open connection,
-        reading resumes and the next queued request starts, or, none queued, the keep-alive
-        wait: the connection is closed unless a byte comes within ``timeout_keep_alive``
-        seconds. Ours in place of uvicorn's, whose keep-alive wait is a timer handle made and
-        cancelled per request; here a deadline (:class:`_Deadlines`; no head is timed while a
-        request is answered, so this is the connection's one deadline)."""
-        self.server_state.total_requests += 1
-        if self.transport.is_closing():
-            return
-        self.flow.resume_reading()
-        if self.pipeline:
-            self._start_asgi_task(*self.pipeline.pop())
-        else:
-            self._idle_due = self._due()
+        self._head_due = _NEVER  # uvicorn's keep-alive timer takes over
+        super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_checks()

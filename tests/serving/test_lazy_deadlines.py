@@ -1,10 +1,10 @@
-"""The hardened httptools protocol's timeouts as deadlines with one pending check per
-connection (``uvicorn_server._Deadlines``): back-to-back requests on a kept-alive connection,
-on the ASGI and on a direct route, make no timer handle; a connection's pending check goes
-with it; a connection kept busy past the timeout stays open (its deadline moves later, the
-check reschedules itself); neither timeout acts before its deadline — the idle keep-alive
-wait and, after it, a head's own time from its first byte; and a kept-alive connection still
-closes when the server stops."""
+"""The hardened protocols' head timeout as a deadline with one pending check per connection
+(``uvicorn_server._HeadDeadline``): back-to-back requests on a kept-alive connection, on the
+ASGI and on a direct route, make no head timer handle; a connection's pending check goes with
+it; a connection kept busy past the timeout stays open (its deadline moves later, the check
+reschedules itself); no timeout acts before its deadline — the idle keep-alive wait and,
+after it, a head's own time from its first byte; and a kept-alive connection still closes
+when the server stops."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from agentrt_serving.asgi import Receive, Scope, Send
 from agentrt_serving.direct import DirectExchange
@@ -28,6 +27,7 @@ from agentrt_serving.uvicorn_server import (
     EmbeddedServer,
     HttpProtocol,
     WithDirectRoutes,
+    _HeadDeadline,
     listening_socket,
     running,
     uvicorn_config,
@@ -90,16 +90,16 @@ async def _serve(
 
 
 @contextlib.contextmanager
-def _protocol_timers() -> Iterator[list[asyncio.TimerHandle]]:
-    """The timer handles the server's httptools protocols schedule on this loop while the block runs
-    (asyncio's ``call_later`` goes through ``call_at``)."""
+def _head_checks() -> Iterator[list[asyncio.TimerHandle]]:
+    """The head-deadline checks the server's protocols schedule on this loop while the block
+    runs."""
     loop = asyncio.get_running_loop()
     made: list[asyncio.TimerHandle] = []
     call_at = loop.call_at
 
     def counting(when: float, callback: Any, *args: Any, **kwargs: Any) -> asyncio.TimerHandle:
         handle = call_at(when, callback, *args, **kwargs)
-        if isinstance(getattr(callback, "__self__", None), HttpToolsProtocol):
+        if getattr(callback, "__func__", None) is _HeadDeadline._check_deadline:
             made.append(handle)
         return handle
 
@@ -140,15 +140,15 @@ async def _closed_after(stream: anyio.abc.SocketStream, limit_s: float) -> float
 
 
 @pytest.mark.parametrize("path", ["/asgi", "/direct"])
-async def test_back_to_back_requests_make_no_timer_handle(path: str) -> None:
-    with _protocol_timers() as made:
+async def test_back_to_back_requests_make_no_head_timer_handle(path: str) -> None:
+    with _head_checks() as made:
         async with _serve(timeout_s=30) as port:
             async with await anyio.connect_tcp("127.0.0.1", port) as stream:
                 await _answer(stream, path, b"first")
                 before = len(made)
                 for n in range(50):
                     await _answer(stream, path, b"%d" % n)
-                assert len(made) == before  # was two per request (head and keep-alive)
+                assert len(made) == before  # was one per request
             for _ in range(100):  # the server sees the connection go
                 if all(handle.cancelled() for handle in made):
                     break
@@ -192,7 +192,7 @@ async def test_a_new_connections_head_times_out_from_connecting(protocol: HttpPr
 
 @pytest.mark.parametrize("path", ["/asgi", "/direct"])
 async def test_a_kept_alive_connection_closes_when_the_server_stops(path: str) -> None:
-    with _protocol_timers() as made:
+    with _head_checks() as made:
         async with _serve(timeout_s=30) as port:  # no timeout can close it in this test
             stream = await anyio.connect_tcp("127.0.0.1", port)
             await _answer(stream, path, b"1")
