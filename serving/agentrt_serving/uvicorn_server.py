@@ -9,7 +9,9 @@ in the caller's event loop (docs/security.md, "Hardened HTTP surface").
   connecting (or of its first byte after a finished request), else it is closed — uvicorn
   itself only times out *idle* keep-alive connections, so a client trickling one header byte
   at a time held its connection forever (slow loris); and a **head size limit**, which llhttp
-  does not have: a head still incomplete after ``max_header_bytes`` is answered 431.
+  does not have: a head still incomplete after ``max_header_bytes`` is answered 431. The head
+  timeout is a deadline a connection's one pending check acts on: no head timer handle per
+  request.
 * :class:`HeadTimeoutH11Protocol` — the same on uvicorn's pure-Python h11 protocol (h11's own
   incomplete-event limit is the head size limit); ``protocol="h11"``.
 * :func:`uvicorn_config` — the protocol, the head timeout, the head size limit, the
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import math
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -58,18 +61,29 @@ _BACKLOG = 2048
 #: The HTTP/1.1 implementation a server runs on: ``httptools`` (llhttp, in C) or ``h11``
 #: (pure Python); both hardened alike.
 HttpProtocol = Literal["httptools", "h11"]
+#: A deadline not set (:class:`_HeadDeadline`).
+_NEVER = math.inf
 _TOO_LARGE = (
     b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain; charset=utf-8"
     b"\r\ncontent-length: 32\r\nconnection: close\r\n\r\nRequest header fields too large."
 )
 
 
-class _HeadTimer:
-    """The request-head timer both hardened protocols share: armed on connecting and on the
-    first byte of the next request, disarmed when the head is complete; when it fires while
-    the protocol still awaits a head (:meth:`_awaiting_head`), the connection is closed."""
+class _HeadDeadline:
+    """The request-head timeout both hardened protocols share, as a deadline with at most one
+    pending check per connection. A head's wait starts by setting its deadline
+    ``timeout_keep_alive`` seconds from now (:meth:`_due`: a float written; a timer handle made
+    only when no check is pending) and ends by setting it to never. The check, when it runs,
+    closes the connection if the deadline has passed while the protocol still awaits a head
+    (:meth:`_awaiting_head`), else reschedules itself for the deadline set since. Every wait
+    lasts the same time, so a pending check is never later than a deadline set after it: the
+    timeout acts at its deadline (or as late as the loop runs the check), never before, and
+    back-to-back requests on a kept-alive connection make no head timer handle."""
 
-    _head_timer: asyncio.TimerHandle | None = None
+    #: When the request head under way must be complete (never: no head is timed).
+    _head_due: float = _NEVER
+    #: The connection's one pending check of the deadline (None: none pending).
+    _check: asyncio.TimerHandle | None = None
     if TYPE_CHECKING:  # the protocol's (uvicorn sets them)
         loop: asyncio.AbstractEventLoop
         timeout_keep_alive: int
@@ -79,51 +93,63 @@ class _HeadTimer:
         """No request is being answered and its head is not complete."""
         raise NotImplementedError
 
-    def _arm_head_timer(self) -> None:
-        """Start the head timer; none is running (its callers arm it only then)."""
-        assert self._head_timer is None
-        self._head_timer = self.loop.call_later(self.timeout_keep_alive, self._head_timed_out)
+    def _due(self) -> float:
+        """A deadline ``timeout_keep_alive`` seconds from now, with a check pending no later
+        than it."""
+        due = self.loop.time() + self.timeout_keep_alive
+        if self._check is None:
+            self._check = self.loop.call_at(due, self._check_deadline)
+        return due
 
-    def _disarm_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _check_deadline(self) -> None:
+        self._check = None
+        due = self._head_due
+        if due == _NEVER:
+            return
+        if due > self.loop.time():  # set again since this check was scheduled
+            self._check = self.loop.call_at(due, self._check_deadline)
+        elif self._awaiting_head():
+            if not self.transport.is_closing():
+                self.transport.close()
+        else:  # passed, but the head is no longer awaited
+            self._head_due = _NEVER
 
-    def _head_timed_out(self) -> None:
-        self._head_timer = None
-        if self._awaiting_head() and not self.transport.is_closing():
-            self.transport.close()
+    def _stop_checks(self) -> None:
+        """The connection is gone: its pending check (if any) with it."""
+        if self._check is not None:
+            self._check.cancel()
+            self._check = None
 
 
-class HeadTimeoutH11Protocol(_HeadTimer, H11Protocol):
+class HeadTimeoutH11Protocol(_HeadDeadline, H11Protocol):
     """uvicorn's h11 protocol, closing a connection whose request head is not complete within
     ``timeout_keep_alive`` seconds (of connecting, or of the first byte of the next request
     on a kept-alive connection)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_head_timer()
+        self._head_due = self._due()
 
     def data_received(self, data: bytes) -> None:
-        if self._head_timer is None and self._awaiting_head():
-            self._arm_head_timer()
+        if self._head_due == _NEVER and self._awaiting_head():
+            self._head_due = self._due()
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # the head is complete
-            self._disarm_head_timer()
+            self._head_due = _NEVER
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_timer()
+        self._stop_checks()
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
-        self._disarm_head_timer()  # uvicorn's keep-alive timer takes over
+        self._head_due = _NEVER  # uvicorn's keep-alive timer takes over
         super().on_response_complete()
 
     def _awaiting_head(self) -> bool:
         return self.conn.their_state is h11.IDLE
 
 
-class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
+class HardenedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
     """uvicorn's httptools (llhttp) protocol with the hardening :class:`HeadTimeoutH11Protocol`
     gives h11: the **request-head timeout** (as there), and the **head size limit**, which
     llhttp lacks — while a request head is incomplete, the bytes received for it are counted,
@@ -162,17 +188,18 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._raw = transport  # a direct answer is one write already: the socket's own
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
-        self._arm_head_timer()
+        self._head_due = self._due()
 
     def data_received(self, data: bytes) -> None:
         if not self._in_head:
             super().data_received(data)
             return
-        if self._head_timer is None and self._idle():
-            self._arm_head_timer()
         heads = self._heads
         super().data_received(data)
         if heads == self._heads and not self.transport.is_closing():  # still incomplete
+            # The head's time starts at this read (a head that came whole needs none).
+            if self._head_due == _NEVER and self._idle():
+                self._head_due = self._due()
             self._head_bytes += len(data)
             if self._head_bytes > self._max_head_bytes:
                 self._send_431()
@@ -181,7 +208,7 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         self._in_head = False
         self._head_bytes = 0
         self._heads += 1
-        self._disarm_head_timer()
+        self._head_due = _NEVER
         # A direct route's request (agentrt_serving.direct) — the method and the exact raw
         # path (a query string or an escape takes the ASGI way), no upgrade, within the
         # connection limit (over it uvicorn answers 503) — goes to its handler, queued behind
@@ -238,11 +265,11 @@ class HardenedHttpToolsProtocol(_HeadTimer, HttpToolsProtocol):
         self._in_head = True  # what comes next is the next request's head
 
     def on_response_complete(self) -> None:
-        self._disarm_head_timer()  # uvicorn's keep-alive timer takes over
+        self._head_due = _NEVER  # uvicorn's keep-alive timer takes over
         super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_timer()
+        self._stop_checks()
         super().connection_lost(exc)
 
     def _idle(self) -> bool:
