@@ -122,26 +122,32 @@ class Relayed:
 def relayed(monkeypatch: pytest.MonkeyPatch) -> Relayed:
     seen = Relayed()
     feed_plain = SseScanner.feed_plain
-    send_chunk_now = DirectExchange.send_chunk_now
 
-    def counted_feed(self: SseScanner, data: bytes, send: Callable[[bytes], bool]) -> int:
-        tokens = feed_plain(self, data, send)
-        if tokens:
+    def counted_feed(
+        self: SseScanner,
+        data: bytes,
+        send: Callable[[bytes], bool],
+        count: Callable[[int], None],
+    ) -> bool:
+        exchange = getattr(send, "__self__", None)
+        assert isinstance(exchange, DirectExchange)  # the relay sends with send_chunk_now
+
+        def counted_send(data: bytes) -> bool:
+            if exchange.flow.write_paused:
+                seen.paused += 1
+            sent = send(data)
+            buffered = exchange.transport.get_write_buffer_size()
+            seen.most_buffered = max(seen.most_buffered, buffered)
+            return sent
+
+        took = feed_plain(self, data, counted_send, count)
+        if took:
             seen.sent += 1
         else:
             seen.left += 1
-        return tokens
-
-    def counted_send(self: DirectExchange, data: bytes) -> bool:
-        if self.flow.write_paused:
-            seen.paused += 1
-        sent = send_chunk_now(self, data)
-        buffered = self.transport.get_write_buffer_size()
-        seen.most_buffered = max(seen.most_buffered, buffered)
-        return sent
+        return took
 
     monkeypatch.setattr(SseScanner, "feed_plain", counted_feed)
-    monkeypatch.setattr(DirectExchange, "send_chunk_now", counted_send)
     return seen
 
 
