@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 import pytest
 
@@ -343,22 +342,13 @@ _READS = [
 ]
 
 
-def plain_tokens(scanner: SseScanner, read: bytes, send: Callable[[bytes], bool]) -> int:
-    """``feed_plain`` of ``read``: the tokens it gave its ``count`` (0 when it left the read),
-    checked against what it returned."""
-    counted: list[int] = []
-    took = scanner.feed_plain(read, send, counted.append)
-    assert took == bool(counted) and len(counted) <= 1
-    return counted[0] if counted else 0
-
-
 @pytest.mark.parametrize("read", _READS)
 def test_feed_plain_takes_only_what_feed_would_pass_on_whole(read: bytes) -> None:
     # What feed_plain sends and counts, feed forwards unchanged with the same count; what it
     # leaves, it leaves untouched (nothing counted, nothing sent).
     plain = SseScanner(strip_usage_chunk=True)
     sent: list[bytes] = []
-    tokens = plain_tokens(plain, read, lambda data: sent.append(data) is None)
+    tokens = plain.feed_plain(read, lambda data: sent.append(data) is None)
     whole = SseScanner(strip_usage_chunk=True)
     forwarded, counted = whole.feed(read)
     if tokens:
@@ -370,15 +360,15 @@ def test_feed_plain_takes_only_what_feed_would_pass_on_whole(read: bytes) -> Non
 def test_feed_plain_leaves_a_read_the_sender_declines_and_any_read_behind_a_waiting_part() -> None:
     scanner = SseScanner(strip_usage_chunk=True)
     read = _READS[0]
-    assert plain_tokens(scanner, read, lambda data: False) == 0
+    assert scanner.feed_plain(read, lambda data: False) == 0
     assert scanner.chunks == 0
     assert scanner.feed(read[:10]) == (b"", 0)  # part of an event waits ...
-    assert plain_tokens(scanner, read, lambda data: True) == 0  # ... so no whole read passes
+    assert scanner.feed_plain(read, lambda data: True) == 0  # ... so no whole read passes
     assert scanner.feed(read[10:]) == (read, 3)
-    assert plain_tokens(scanner, read, lambda data: True) == 3
+    assert scanner.feed_plain(read, lambda data: True) == 3
     assert scanner.chunks == 6
     assert scanner.feed(b"data: {}\r\n\r\n")[1] == 1  # a CR: the general framing from now
-    assert plain_tokens(scanner, read, lambda data: True) == 0
+    assert scanner.feed_plain(read, lambda data: True) == 0
 
 
 #: Events a read at decode pace may be, one at a time: tokens (vLLM's, OpenAI's with a null
@@ -412,7 +402,7 @@ def test_a_read_of_one_event_is_decided_like_event_by_event(
     read = event + tail
     whole = SseScanner(strip_usage_chunk=True)
     sent: list[bytes] = []
-    taken = plain_tokens(whole, read, lambda data: sent.append(data) is None)
+    taken = whole.feed_plain(read, lambda data: sent.append(data) is None)
     got = (whole.feed(read) if not taken else (read, taken), whole.flush(), whole.usage)
     monkeypatch.setattr(sse, "_plain_tokens", lambda complete: 0)
     each = SseScanner(strip_usage_chunk=True)
@@ -438,7 +428,7 @@ def test_random_reads_are_decided_like_event_by_event(monkeypatch: pytest.Monkey
     got = []
     for read in reads:
         scanner = SseScanner(strip_usage_chunk=True)
-        taken = plain_tokens(scanner, read, lambda data: True)
+        taken = scanner.feed_plain(read, lambda data: True)
         got.append(((read, taken) if taken else scanner.feed(read), scanner.flush(),
                     scanner.chunks, scanner.usage))  # fmt: skip
     monkeypatch.setattr(sse, "_plain_tokens", lambda complete: 0)

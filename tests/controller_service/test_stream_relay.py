@@ -123,12 +123,8 @@ def relayed(monkeypatch: pytest.MonkeyPatch) -> Relayed:
     seen = Relayed()
     feed_plain = SseScanner.feed_plain
 
-    def counted_feed(
-        self: SseScanner,
-        data: bytes,
-        send: Callable[[bytes], bool],
-        count: Callable[[int], None],
-    ) -> bool:
+    def counted_feed(self: SseScanner, data: bytes, send: Callable[[bytes], bool]) -> int:
+        # The relay's sends only (the call's task sends through send_chunk_now too).
         exchange = getattr(send, "__self__", None)
         assert isinstance(exchange, DirectExchange)  # the relay sends with send_chunk_now
 
@@ -140,12 +136,12 @@ def relayed(monkeypatch: pytest.MonkeyPatch) -> Relayed:
             seen.most_buffered = max(seen.most_buffered, buffered)
             return sent
 
-        took = feed_plain(self, data, counted_send, count)
-        if took:
+        tokens = feed_plain(self, data, counted_send)
+        if tokens:
             seen.sent += 1
         else:
             seen.left += 1
-        return took
+        return tokens
 
     monkeypatch.setattr(SseScanner, "feed_plain", counted_feed)
     return seen
@@ -247,6 +243,7 @@ async def test_relayed_reads_feed_the_quanta_and_the_first_token_time_once(
         async with httpx.AsyncClient(timeout=10) as http:
             queues = (await http.get(ctl + "/agentrt/v1/queues")).json()
         ttft = await metric(ctl, "agentrt_controller_time_to_first_token_seconds_count")
+    assert head.startswith(b"HTTP/1.1 200")
     assert streamed == first + b"".join(tokens) + DONE
     assert relayed.sent >= 10
     assert queues["demotions_total"] == 1

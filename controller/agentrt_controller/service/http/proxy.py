@@ -21,10 +21,8 @@ failure after the answer started is reported to the client here.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -480,23 +478,21 @@ class CompletionsEndpoint:
         ]
         exchange.started = True
         await reply.start_stream(200, headers)
+        first_token = True
         core = self.core
-        tokens = core.token_counter()  # per read of the stream: without the core's frame
-        count: Callable[[int], None]
 
-        def first_count(new_chunks: int) -> None:
-            """Count a piece's tokens (quantum accounting) until the first token, whose time
-            it observes; from then on ``count`` is the core's counter bound to the call, one
-            frame fewer per read. The streamed-chunk count that charging falls back on is
-            the scanner's, taken once when the stream ends (below), not at every read."""
-            nonlocal count
+        tokens = core.token_counter()  # per read of the stream: without the core's frame
+
+        def count(new_chunks: int) -> None:
+            """Count a piece's tokens (quantum accounting, the first token's time). The
+            streamed-chunk count that charging falls back on is the scanner's, taken once when
+            the stream ends (below), not at every read."""
+            nonlocal first_token
             tokens(entry, new_chunks)
-            if new_chunks and count is first_count:
-                count = functools.partial(tokens, entry)
+            if first_token and new_chunks:
+                first_token = False
                 ttft_s = core.now() - parsed.call.arrival_s
                 self.metrics.ttft.observe(max(0.0, ttft_s), self.operation)
-
-        count = first_count
 
         def take(data: bytes) -> bytes:
             """Scan one piece of the stream and count its tokens; what to send on."""
@@ -522,14 +518,20 @@ class CompletionsEndpoint:
                 # connection straight to the client's (docs/controller.md, "Performance
                 # notes": the relay); the rest of the stream comes through this loop.
                 if answer.relay is not None and isinstance(reply, DirectExchange):
-                    # The scanner's own method takes the reads (no closure of ours between):
-                    # sent on at once when a read is only plain token events and the client
-                    # takes it without waiting, and counted; else left to the loop below.
-                    answer.relay(
-                        functools.partial(
-                            scanner.feed_plain, send=reply.send_chunk_now, count=count
-                        )
-                    )
+                    send_now = reply.send_chunk_now
+                    feed_plain = scanner.feed_plain
+
+                    def relay(data: bytes) -> bool:
+                        """A read from the backend, in its connection's callback: sent on
+                        at once when it is only plain token events and the client takes it
+                        without waiting (and counted); else left to the loop below."""
+                        new_chunks = feed_plain(data, send_now)
+                        if not new_chunks:
+                            return False
+                        count(new_chunks)
+                        return True
+
+                    answer.relay(relay)
                 async for data in more:
                     out = take(data)
                     if out:

@@ -163,17 +163,13 @@ class SseScanner:
                 out.append(event)
         return b"\n\n".join(out) + b"\n\n" if out else b""
 
-    def feed_plain(
-        self, data: bytes, send: Callable[[bytes], bool], count: Callable[[int], None]
-    ) -> bool:
+    def feed_plain(self, data: bytes, send: Callable[[bytes], bool]) -> int:
         """Pass ``data`` to ``send`` when :meth:`feed` would forward it unchanged as a whole
         read of plain token events (chat dialect, no partial event waiting, LF framing,
         ``data`` ends with a terminator, every event a token by :func:`_plain_tokens`); when
-        ``send`` took it (returned ``True``), its tokens are counted, given to ``count``, and
-        ``True`` is returned. ``False`` when ``data`` is anything else or ``send`` declined:
-        nothing was done, :meth:`feed` decides it. The proxy hands this method (its
-        ``send`` and ``count`` bound) to the backend connection as the stream's relay: it
-        runs for every read of a stream at decode pace."""
+        ``send`` took it (returned ``True``), its tokens are counted and returned. ``0`` when
+        ``data`` is anything else or ``send`` declined: nothing was done, :meth:`feed`
+        decides it."""
         if (
             self._buffer
             or self._crlf
@@ -181,13 +177,12 @@ class SseScanner:
             or not data.endswith(b"\n\n")
             or data.find(b"\r") >= 0
         ):
-            return False
+            return 0
         tokens = _plain_tokens(data)
         if not tokens or not send(data):
-            return False
+            return 0
         self.chunks += tokens
-        count(tokens)
-        return True
+        return tokens
 
     def _feed_any(self, buffer: bytes) -> bytes:
         """Split ``buffer`` at every terminator of any framing; keeps the unterminated rest."""
