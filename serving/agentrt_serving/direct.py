@@ -303,27 +303,22 @@ class DirectExchange:
 
     async def send_chunk(self, data: bytes) -> None:
         """One part of a chunked answer; waits while the client's socket buffer is full."""
-        if self.flow.write_paused and not self.disconnected:
+        while data and not self.send_chunk_now(data):
+            if self.disconnected or self.response_complete:
+                return
             await self.flow.drain()
-        if self.disconnected or self.response_complete or not data:
-            return
-        self._write_chunk(data)
 
     def send_chunk_now(self, data: bytes) -> bool:
         """:meth:`send_chunk` without waiting, for a caller that cannot wait (a protocol
-        callback): writes ``data`` (not empty) as one part and returns ``True``, or writes
-        nothing and returns ``False`` when :meth:`send_chunk` would wait (the client's socket
-        buffer is full) or the answer takes no more parts (the client left, the answer is
-        complete)."""
+        callback): writes ``data`` (not empty) as one part, after the held head if it has not
+        gone yet, and returns ``True``, or writes nothing and returns ``False`` when
+        :meth:`send_chunk` would wait (the client's socket buffer is full) or the answer
+        takes no more parts (the client left, the answer is complete)."""
         if self.flow.write_paused or self.disconnected or self.response_complete:
             return False
-        self._write_chunk(data)
-        return True
-
-    def _write_chunk(self, data: bytes) -> None:
-        """``data`` as one part, after the held head if it has not gone yet."""
         self.transport.write(b"%b%x\r\n%b\r\n" % (self._held, len(data), data))
         self._held = b""
+        return True
 
     async def end_stream(self, data: bytes = b"") -> None:
         """The last part of a chunked answer (``data`` may be empty)."""

@@ -122,26 +122,28 @@ class Relayed:
 def relayed(monkeypatch: pytest.MonkeyPatch) -> Relayed:
     seen = Relayed()
     feed_plain = SseScanner.feed_plain
-    send_chunk_now = DirectExchange.send_chunk_now
 
     def counted_feed(self: SseScanner, data: bytes, send: Callable[[bytes], bool]) -> int:
-        tokens = feed_plain(self, data, send)
+        # The relay's sends only (the call's task sends through send_chunk_now too).
+        exchange = getattr(send, "__self__", None)
+        assert isinstance(exchange, DirectExchange)  # the relay sends with send_chunk_now
+
+        def counted_send(data: bytes) -> bool:
+            if exchange.flow.write_paused:
+                seen.paused += 1
+            sent = send(data)
+            buffered = exchange.transport.get_write_buffer_size()
+            seen.most_buffered = max(seen.most_buffered, buffered)
+            return sent
+
+        tokens = feed_plain(self, data, counted_send)
         if tokens:
             seen.sent += 1
         else:
             seen.left += 1
         return tokens
 
-    def counted_send(self: DirectExchange, data: bytes) -> bool:
-        if self.flow.write_paused:
-            seen.paused += 1
-        sent = send_chunk_now(self, data)
-        buffered = self.transport.get_write_buffer_size()
-        seen.most_buffered = max(seen.most_buffered, buffered)
-        return sent
-
     monkeypatch.setattr(SseScanner, "feed_plain", counted_feed)
-    monkeypatch.setattr(DirectExchange, "send_chunk_now", counted_send)
     return seen
 
 
@@ -222,6 +224,30 @@ async def test_plain_reads_are_relayed_and_the_client_gets_what_the_asgi_path_gi
     # The first read goes with the answer's head; the eight plain reads after it are relayed
     # (a slow turn of the loop may join two into one).
     assert relayed.sent >= 4
+
+
+@pytest.mark.parametrize("first", [b"", b": ok\n\n"], ids=["token-first", "comment-first"])
+async def test_relayed_reads_feed_the_quanta_and_the_first_token_time_once(
+    relayed: Relayed, first: bytes
+) -> None:
+    # 40 plain events, each a read of its own, after a first read that is a token or a
+    # comment (no token: the relay then starts before the first token): MLFQ's 16-token
+    # quantum used up once, the first token's time observed once, either way.
+    tokens = [event(f"q{i} ") for i in range(40)]
+    script: list[Step] = ([(0.0, first)] if first else []) + [(0.01, e) for e in tokens]
+    async with (
+        serving(Backend([*script, (0.01, DONE)])) as url,
+        controller([url], policy="mlfq") as (ctl, _),
+    ):
+        head, streamed = dechunk(await call(ctl, request(chat_body(True))))
+        async with httpx.AsyncClient(timeout=10) as http:
+            queues = (await http.get(ctl + "/agentrt/v1/queues")).json()
+        ttft = await metric(ctl, "agentrt_controller_time_to_first_token_seconds_count")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert streamed == first + b"".join(tokens) + DONE
+    assert relayed.sent >= 10
+    assert queues["demotions_total"] == 1
+    assert ttft == 1.0
 
 
 async def test_a_mixed_read_falls_back_to_the_task_and_the_relay_goes_on_after_it(

@@ -112,18 +112,19 @@ class _Connection(asyncio.Protocol):
             and not self.complete
             and self._error is None
         ):
+            data = self._take()
             try:
-                took = relay(self._queued())
+                took = relay(data)
             except Exception as exc:  # the reader raises it, as if the relay had run in its task
-                chunks.clear()
-                self._buffered = 0
                 self._fail(exc)
                 return
             if took:
-                self._taken()
                 if self._silence_s is not None:  # a read arrived: the silence limit restarts
                     self._silent_until = self._loop.time() + self._silence_s
                 return
+            # Declined: queued again for the reader, as on_body queued it (taken first, so a
+            # read the relay takes costs one frame less; the few it leaves, one more).
+            self.on_body(data)
         self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -193,9 +194,7 @@ class _Connection(asyncio.Protocol):
                 if self._chunks:
                     # Whatever arrived since the last turn goes on as one piece: a read holding
                     # many HTTP chunks (SSE events) becomes one write to the client, not one each.
-                    chunk = self._queued()
-                    self._taken()
-                    yield chunk
+                    yield self._take()
                 elif self.complete:
                     if on_end is not None:
                         on_end()
@@ -222,19 +221,17 @@ class _Connection(asyncio.Protocol):
                 self._expiry.cancel()
                 self._expiry = None
 
-    def _queued(self) -> bytes:
-        """The body's bytes queued since they were last taken, as one piece."""
+    def _take(self) -> bytes:
+        """The body's bytes queued since they were last taken, as one piece, forgotten here:
+        the backend is read again if a full queue had paused it."""
         chunks = self._chunks
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-    def _taken(self) -> None:
-        """The queued bytes went on (:meth:`_queued`): forget them, and read from the backend
-        again if a full queue had paused it."""
-        self._chunks.clear()
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
         self._buffered = 0
         if self._paused and self.transport is not None:
             self._paused = False
             self.transport.resume_reading()
+        return data
 
     def _check_silence(self) -> None:
         """The body's timer: fail the wait whose deadline passed; set the timer again for a
@@ -323,8 +320,7 @@ class FastResponse(_Pooled):
             # The whole body arrived with the head (the usual case): what the body's
             # iterator would hand on (what is queued, as one piece) and its end, without
             # the iterator.
-            data = conn._queued()
-            conn._taken()
+            data = conn._take()
             conn._relay = None
             self._release()
             return data

@@ -140,8 +140,12 @@ class MultiLevelScheduler:
         if not self._demotes:
             return
         quanta = self.config.quanta_tokens
+        # Per streamed read the quantum is mostly not used up: tested first (a level is at
+        # most the last, so it indexes quanta), the last level's length only when it is.
+        if tokens < quanta[call.level]:
+            return
         last = len(quanta) - 1
-        if call.level >= last or tokens < quanta[call.level]:  # per streamed read: mostly
+        if call.level >= last:
             return
         demoted = False
         while call.level < last and call.quantum_tokens >= quanta[call.level]:
