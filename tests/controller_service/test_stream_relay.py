@@ -326,11 +326,12 @@ async def test_the_deadline_ends_a_relayed_stream(relayed: Relayed) -> None:
 async def test_the_silence_limit_restarts_at_each_relayed_read_and_ends_a_silent_stream(
     relayed: Relayed,
 ) -> None:
-    # Reads 0.1 s apart for 1.2 s: longer than the 0.4 s silence limit in all, never silent
-    # that long at once — then silence.
-    tokens = [event(f"s{i} ") for i in range(12)]
+    # Reads 0.1 s apart for 2 s: longer than the 1.5 s silence limit in all, never silent
+    # that long at once (a stall of the test process, which silences the backend too, would
+    # have to last 1.4 s) — then silence.
+    tokens = [event(f"s{i} ") for i in range(20)]
     script: list[Step] = [(0.1, e) for e in tokens] + [(0.0, None)]
-    streamed, _, _ = await _relayed_until_error(relayed, script, backend_stall_s=0.4)
+    streamed, _, _ = await _relayed_until_error(relayed, script, backend_stall_s=1.5)
     body_events, error_event = streamed.rsplit(b"data: ", 1)
     assert body_events == b"".join(tokens)
     error = json.loads(error_event)["error"]
