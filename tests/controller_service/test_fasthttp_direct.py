@@ -167,12 +167,12 @@ async def test_a_stream_silent_after_its_first_chunks_times_out_as_a_broken_stre
     async def then_silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           server: Server) -> None:  # fmt: skip
         await read_request(reader, server)
+        # The head and three chunks at once (a stall of the test process between spaced
+        # chunks would be a silence of its own), then silence, the connection open.
         writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n")
-        for _ in range(3):
-            writer.write(b"2\r\nab\r\n")
-            await writer.drain()
-            await asyncio.sleep(0.05)
-        await reader.read()  # silent, the connection open
+        writer.write(b"2\r\nab\r\n" * 3)
+        await writer.drain()
+        await reader.read()
 
     async with serving(then_silent) as (url, _), backend(url, read_timeout_s=0.3) as b:
         answer = await b.send(request(stream=True))
@@ -185,17 +185,18 @@ async def test_a_stream_silent_after_its_first_chunks_times_out_as_a_broken_stre
 
 
 async def test_a_stream_whose_chunks_keep_coming_does_not_time_out() -> None:
-    # Chunks 10 ms apart for 0.5 s under a limit of 0.2 s: the limit is on each silence (one
-    # timer per body moved at every wait), not on the body as a whole.
+    # Chunks 10 ms apart for 2 s under a limit of 1.5 s: the limit is on each silence (one
+    # timer per body moved at every wait), not on the body as a whole. (The limit is long
+    # enough that a stall of the test process, which silences the server too, cannot reach it.)
     closed = anyio.Event()
     async with serving(endless_stream(b"x", closed)) as (url, _):
-        async with backend(url, read_timeout_s=0.2) as b:
+        async with backend(url, read_timeout_s=1.5) as b:
             answer = await b.send(request(stream=True))
             received = 0
             started = asyncio.get_running_loop().time()
             async for chunk in answer.aiter_bytes():
                 received += len(chunk)
-                if asyncio.get_running_loop().time() - started > 0.5:
+                if asyncio.get_running_loop().time() - started > 2.0:
                     break
             await answer.aclose()
         await closed.wait()

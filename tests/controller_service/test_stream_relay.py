@@ -338,25 +338,28 @@ async def _relayed_until_error(
 
 
 async def test_the_deadline_ends_a_relayed_stream(relayed: Relayed) -> None:
+    # Reads 20 ms apart under a deadline of 2 s: long enough for a few reads after a stall of
+    # the test process (the deadline's timer, overdue, fires as the process resumes).
     script: list[Step] = [(0.02, event(f"d{i} ")) for i in range(1000)]
     streamed, elapsed_s, _ = await _relayed_until_error(
-        relayed, script, b"x-agentrt-timeout-ms: 600\r\n"
+        relayed, script, b"x-agentrt-timeout-ms: 2000\r\n"
     )
     events = streamed.split(b"\n\n")[:-1]
     error = json.loads(events[-1].removeprefix(b"data: "))["error"]
     assert "deadline" in error["message"]
     assert all(e.startswith(b'data: {"id"') for e in events[:-1]) and len(events) > 5
-    assert elapsed_s < 5
+    assert 2.0 <= elapsed_s < 5  # not before the deadline (a stall only lengthens it)
 
 
 async def test_the_silence_limit_restarts_at_each_relayed_read_and_ends_a_silent_stream(
     relayed: Relayed,
 ) -> None:
-    # Reads 0.1 s apart for 1.2 s: longer than the 0.4 s silence limit in all, never silent
-    # that long at once — then silence.
-    tokens = [event(f"s{i} ") for i in range(12)]
+    # Reads 0.1 s apart for 2 s: longer than the 1.5 s silence limit in all, never silent
+    # that long at once (a stall of the test process, which silences the backend too, would
+    # have to last 1.4 s) — then silence.
+    tokens = [event(f"s{i} ") for i in range(20)]
     script: list[Step] = [(0.1, e) for e in tokens] + [(0.0, None)]
-    streamed, _, _ = await _relayed_until_error(relayed, script, backend_stall_s=0.4)
+    streamed, _, _ = await _relayed_until_error(relayed, script, backend_stall_s=1.5)
     body_events, error_event = streamed.rsplit(b"data: ", 1)
     assert body_events == b"".join(tokens)
     error = json.loads(error_event)["error"]

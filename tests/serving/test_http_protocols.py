@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import time
 from collections.abc import AsyncIterator
 
@@ -26,10 +25,15 @@ from agentrt_serving.uvicorn_server import (
     uvicorn_config,
 )
 from tests.backends.servers import request_body
+from tests.serving.stalls import LoopStalls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
+#: The head timeout under test: short, so that its tests are quick.
 LIMITS = HttpLimits(max_header_bytes=4096, header_timeout_s=0.5)
+#: The same head size limit for the tests of other things, with a head timeout that a stall of
+#: the test process (tests/serving/stalls.py) cannot bring about in their midst.
+UNHURRIED = HttpLimits(max_header_bytes=LIMITS.max_header_bytes, header_timeout_s=10.0)
 PROTOCOLS = ["httptools", "h11"]
 
 
@@ -51,10 +55,10 @@ async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _serve(protocol: HttpProtocol) -> AsyncIterator[int]:
+async def _serve(protocol: HttpProtocol, limits: HttpLimits = UNHURRIED) -> AsyncIterator[int]:
     app = HardenedApp(
         _echo,
-        limits=LIMITS,
+        limits=limits,
         ascii_only=lambda name: False,
         numeric=frozenset(),
         error_body=lambda status, message, param: b'{"status": %d}' % status,
@@ -72,18 +76,29 @@ async def _serve(protocol: HttpProtocol) -> AsyncIterator[int]:
         yield port
 
 
-async def _until_closed(stream: anyio.abc.SocketStream, limit_s: float) -> tuple[bytes, float]:
+async def _until_closed(stream: anyio.abc.SocketStream, limit_s: float) -> tuple[bytes, bool]:
     """What the server sends until it closes the connection (or ``limit_s`` passes), and
-    how long that took (``math.inf``: not closed)."""
-    start = time.monotonic()
+    whether it closed it."""
     data = b""
     with anyio.move_on_after(limit_s):
         while True:
             try:
                 data += await stream.receive()
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                return data, time.monotonic() - start
-    return data, math.inf
+                return data, True
+    return data, False
+
+
+def _assert_closed_on_time(stalls: LoopStalls, wall_start: float, ran_start: float) -> None:
+    """The connection closed no earlier than the head timeout after ``wall_start`` (wall
+    time, which a stall only lengthens), and no later than 0.5 s past it in the time the loop
+    could run since ``ran_start`` (:meth:`LoopStalls.clock`: the stalls of the test process,
+    which hold up the server's timer as well, do not count)."""
+    wall_s = time.monotonic() - wall_start
+    ran_s = stalls.clock() - ran_start
+    timeout_s = LIMITS.header_timeout_s
+    assert wall_s >= timeout_s - 0.05, f"closed {wall_s:.3f} s in, before the timeout"
+    assert ran_s < timeout_s + 0.5, f"closed {ran_s:.3f} s in ({stalls.stalled_s:.3f} s stalled)"
 
 
 def _request(path: str, body: bytes = b"") -> bytes:
@@ -96,18 +111,17 @@ def _request(path: str, body: bytes = b"") -> bytes:
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_head_growing_past_the_limit_in_pieces_is_refused(protocol: HttpProtocol) -> None:
+    head = b"GET /x HTTP/1.1\r\nhost: x\r\nx-big: "
     async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
-        await stream.send(b"GET /x HTTP/1.1\r\nhost: x\r\nx-big: ")
-        raw = b""
-        for _ in range(12):  # 6 KiB of one header value, 512 bytes at a time, until answered
+        await stream.send(head)
+        # One header value 512 bytes at a time, up to the piece that takes the head past the
+        # limit; no more (sending on after the answer would reset the connection and lose it).
+        while len(head) <= LIMITS.max_header_bytes:
+            await anyio.sleep(0.01)
             await stream.send(b"a" * 512)
-            with anyio.move_on_after(0.02):
-                raw = await stream.receive()  # (sending on would reset the connection)
-            if raw:
-                break
-        rest, took = await _until_closed(stream, 5)
-        raw += rest
-    assert took < 5, "the connection stayed open"
+            head += b"a" * 512
+        raw, closed = await _until_closed(stream, 5)
+    assert closed, "the connection stayed open"
     # httptools: the protocol's own 431; h11: uvicorn answers its limit with a 400.
     assert raw.startswith(b"HTTP/1.1 431 " if protocol == "httptools" else b"HTTP/1.1 400 ")
 
@@ -143,36 +157,46 @@ async def test_pipelined_requests_are_answered_in_order_and_their_bodies_are_no_
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_trickled_head_is_dropped_new_or_kept_alive(protocol: HttpProtocol) -> None:
-    async with _serve(protocol) as port:
+    async def trickle(stream: anyio.abc.SocketStream) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, OSError):
+            while True:  # one header byte every 0.05 s, never the end of the head
+                await anyio.sleep(0.05)
+                await stream.send(b"X")
+
+    async with _serve(protocol, LIMITS) as port:
         for first in (b"", _request("/first")):
-            async with await anyio.connect_tcp("127.0.0.1", port) as stream:
-                await stream.send(first + b"GET /slow HTTP/1.1\r\nhost: x\r\n")
-                closed_after = math.inf
-                start = time.monotonic()
-                for _ in range(30):  # one header byte every 0.05 s, never the end of the head
-                    await anyio.sleep(0.05)
-                    try:
-                        await stream.send(b"X")
-                    except (anyio.BrokenResourceError, OSError):
-                        closed_after = time.monotonic() - start
-                        break
-                if closed_after == math.inf:
-                    _, took = await _until_closed(stream, 0.5)
-                    closed_after = time.monotonic() - start if took < 0.5 else math.inf
-            assert closed_after < LIMITS.header_timeout_s + 0.5, first
+            with LoopStalls() as stalls:
+                wall_start, ran_start = time.monotonic(), stalls.clock()
+                async with (
+                    await anyio.connect_tcp("127.0.0.1", port) as stream,
+                    anyio.create_task_group() as group,
+                ):
+                    await stream.send(first + b"GET /slow HTTP/1.1\r\nhost: x\r\n")
+                    group.start_soon(trickle, stream)
+                    # Trickling for 10 s: far past the timeout, were it reset by each byte.
+                    _, closed = await _until_closed(stream, 10)
+                    assert closed, f"a trickled head kept its connection ({first!r})"
+                    _assert_closed_on_time(stalls, wall_start, ran_start)
+                    group.cancel_scope.cancel()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_an_idle_connection_is_closed_after_the_timeout(protocol: HttpProtocol) -> None:
-    async with _serve(protocol) as port:
-        async with await anyio.connect_tcp("127.0.0.1", port) as stream:  # says nothing
-            _, took = await _until_closed(stream, 3)
-        assert took < LIMITS.header_timeout_s + 0.5
-        async with await anyio.connect_tcp("127.0.0.1", port) as stream:  # one call, then idle
-            await stream.send(_request("/once", b"1"))
-            raw, took = await _until_closed(stream, 3)
+    async with _serve(protocol, LIMITS) as port:
+        with LoopStalls() as stalls:
+            wall_start, ran_start = time.monotonic(), stalls.clock()
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:  # says nothing
+                _, closed = await _until_closed(stream, 10)
+                assert closed, "a silent connection stayed open"
+                _assert_closed_on_time(stalls, wall_start, ran_start)
+        with LoopStalls() as stalls:
+            async with await anyio.connect_tcp("127.0.0.1", port) as stream:  # one call, idle
+                wall_start, ran_start = time.monotonic(), stalls.clock()
+                await stream.send(_request("/once", b"1"))
+                raw, closed = await _until_closed(stream, 10)
+                assert closed, "an idle kept-alive connection stayed open"
+                _assert_closed_on_time(stalls, wall_start, ran_start)
         assert raw.startswith(b"HTTP/1.1 200 ") and raw.endswith(b"/once 1")
-        assert took < LIMITS.header_timeout_s + 0.5
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -191,6 +215,6 @@ async def test_a_malformed_request_is_a_400_and_closed(
 ) -> None:
     async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
         await stream.send(request_bytes)
-        raw, took = await _until_closed(stream, 5)
-    assert took < 5
+        raw, closed = await _until_closed(stream, 5)
+    assert closed
     assert raw.startswith(b"HTTP/1.1 400 ")
