@@ -7,24 +7,15 @@ without their bytes counting towards the next head."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
-from collections.abc import AsyncIterator
 
 import anyio
 import anyio.abc
 import pytest
 
-from agentrt_serving.asgi import Receive, Scope, Send
-from agentrt_serving.hardening import HardenedApp, HttpLimits
-from agentrt_serving.uvicorn_server import (
-    EmbeddedServer,
-    HttpProtocol,
-    listening_socket,
-    running,
-    uvicorn_config,
-)
-from tests.backends.servers import request_body
+from agentrt_serving.hardening import HttpLimits
+from agentrt_serving.uvicorn_server import HttpProtocol
+from tests.serving.echo_server import request, serve
 from tests.serving.stalls import LoopStalls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
@@ -37,43 +28,10 @@ UNHURRIED = HttpLimits(max_header_bytes=LIMITS.max_header_bytes, header_timeout_
 PROTOCOLS = ["httptools", "h11"]
 
 
-class NotStarted(Exception):
-    pass
-
-
-async def _echo(scope: Scope, receive: Receive, send: Send) -> None:
-    if scope["type"] == "lifespan":
-        while (await receive())["type"] != "lifespan.shutdown":
-            await send({"type": "lifespan.startup.complete"})
-        await send({"type": "lifespan.shutdown.complete"})
-        return
-    body = await request_body(receive)
-    answer = scope["path"].encode() + b" " + body
-    headers = [(b"content-length", b"%d" % len(answer))]
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": answer})
-
-
-@contextlib.asynccontextmanager
-async def _serve(protocol: HttpProtocol, limits: HttpLimits = UNHURRIED) -> AsyncIterator[int]:
-    app = HardenedApp(
-        _echo,
-        limits=limits,
-        ascii_only=lambda name: False,
-        numeric=frozenset(),
-        error_body=lambda status, message, param: b'{"status": %d}' % status,
-        on_internal_error=lambda route: None,
-        route_of=lambda scope: "unmatched",
-        logger=logging.getLogger("tests.serving.protocols"),
-    )
-    sock = listening_socket("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    config = uvicorn_config(
-        app, host="127.0.0.1", port=port, log_level="critical", graceful_shutdown_s=0.5,
-        protocol=protocol,
-    )  # fmt: skip
-    async with running(EmbeddedServer(config), sock, not_started=NotStarted):
-        yield port
+def _serve(
+    protocol: HttpProtocol, limits: HttpLimits = UNHURRIED
+) -> contextlib.AbstractAsyncContextManager[int]:
+    return serve(protocol, limits)
 
 
 async def _until_closed(stream: anyio.abc.SocketStream, limit_s: float) -> tuple[bytes, bool]:
@@ -101,18 +59,13 @@ def _assert_closed_on_time(stalls: LoopStalls, wall_start: float, ran_start: flo
     assert ran_s < timeout_s + 0.5, f"closed {ran_s:.3f} s in ({stalls.stalled_s:.3f} s stalled)"
 
 
-def _request(path: str, body: bytes = b"") -> bytes:
-    return b"POST %s HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%s" % (
-        path.encode(),
-        len(body),
-        body,
-    )
-
-
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_head_growing_past_the_limit_in_pieces_is_refused(protocol: HttpProtocol) -> None:
     head = b"GET /x HTTP/1.1\r\nhost: x\r\nx-big: "
-    async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
+    async with (
+        _serve(protocol) as port,
+        await anyio.connect_tcp("127.0.0.1", port) as stream,
+    ):
         await stream.send(head)
         # One header value 512 bytes at a time, up to the piece that takes the head past the
         # limit; no more (sending on after the answer would reset the connection and lose it).
@@ -128,7 +81,10 @@ async def test_a_head_growing_past_the_limit_in_pieces_is_refused(protocol: Http
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_head_under_the_limit_in_pieces_is_served(protocol: HttpProtocol) -> None:
-    async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
+    async with (
+        _serve(protocol) as port,
+        await anyio.connect_tcp("127.0.0.1", port) as stream,
+    ):
         await stream.send(b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nx-big: ")
         for _ in range(7):  # 3.5 KiB
             await anyio.sleep(0.005)
@@ -143,8 +99,11 @@ async def test_pipelined_requests_are_answered_in_order_and_their_bodies_are_no_
     protocol: HttpProtocol,
 ) -> None:
     # Ten requests with 3 KiB bodies in one write: 30 KiB, far over the head limit in total.
-    requests = b"".join(_request(f"/r{i}", b"b" * 3000) for i in range(10))
-    async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
+    requests = b"".join(request(f"/r{i}", b"b" * 3000) for i in range(10))
+    async with (
+        _serve(protocol) as port,
+        await anyio.connect_tcp("127.0.0.1", port) as stream,
+    ):
         await stream.send(requests)
         raw = b""
         with anyio.fail_after(5):
@@ -164,7 +123,7 @@ async def test_a_trickled_head_is_dropped_new_or_kept_alive(protocol: HttpProtoc
                 await stream.send(b"X")
 
     async with _serve(protocol, LIMITS) as port:
-        for first in (b"", _request("/first")):
+        for first in (b"", request("/first")):
             with LoopStalls() as stalls:
                 wall_start, ran_start = time.monotonic(), stalls.clock()
                 async with (
@@ -192,7 +151,7 @@ async def test_an_idle_connection_is_closed_after_the_timeout(protocol: HttpProt
         with LoopStalls() as stalls:
             async with await anyio.connect_tcp("127.0.0.1", port) as stream:  # one call, idle
                 wall_start, ran_start = time.monotonic(), stalls.clock()
-                await stream.send(_request("/once", b"1"))
+                await stream.send(request("/once", b"1"))
                 raw, closed = await _until_closed(stream, 10)
                 assert closed, "an idle kept-alive connection stayed open"
                 _assert_closed_on_time(stalls, wall_start, ran_start)
@@ -213,7 +172,10 @@ async def test_an_idle_connection_is_closed_after_the_timeout(protocol: HttpProt
 async def test_a_malformed_request_is_a_400_and_closed(
     protocol: HttpProtocol, request_bytes: bytes
 ) -> None:
-    async with _serve(protocol) as port, await anyio.connect_tcp("127.0.0.1", port) as stream:
+    async with (
+        _serve(protocol) as port,
+        await anyio.connect_tcp("127.0.0.1", port) as stream,
+    ):
         await stream.send(request_bytes)
         raw, closed = await _until_closed(stream, 5)
     assert closed
