@@ -6,74 +6,38 @@ clock, through the facade as the HTTP layer calls it."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import anyio
-import anyio.lowlevel
 import pytest
 
-from agentrt_controller.backends.api import BackendRequest
-from agentrt_controller.backends.fake import FakeBackend, FakeResponse
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.core.calls import PendingCall
-from agentrt_controller.service.core.clock import FakeClock
 from agentrt_controller.service.core.facade import ControllerCore
-from agentrt_controller.service.core.tenants import DEFAULT_TENANT, TenantDirectory
-from agentrt_controller.service.http.incoming import parse_call
+from tests.controller_service.fake_core import running_core, settle, untagged
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
 
-async def _answer(request: BackendRequest) -> FakeResponse:
-    return FakeResponse.json({"choices": [{"message": {"content": "ok"}}]})
-
-
-async def _settle() -> None:
-    for _ in range(20):
-        await anyio.lowlevel.checkpoint()
-
-
-@asynccontextmanager
-async def _core(window: int = 1) -> AsyncIterator[ControllerCore]:
+def _core(window: int = 1) -> AbstractAsyncContextManager[ControllerCore]:
     """A running core with one fake backend and an admission window of ``window`` calls."""
     config = ControllerConfig(
         policy="plas", admission_window=window, scrape_interval_s=3600.0, retention="off"
     )
-    backend = FakeBackend("b0", _answer)
-    core = ControllerCore(
-        config, [backend], clock=FakeClock(10.0), tenants=TenantDirectory.open_mode()
-    )
-    async with anyio.create_task_group() as group:
-        await group.start(core.run)
-        await _settle()  # the dispatch loop reaches its wait
-        yield core
-        group.cancel_scope.cancel()
-    await core.aclose()
-
-
-def _pending(core: ControllerCore, call_id: str) -> PendingCall:
-    body = {"model": "fake-model", "messages": [{"role": "user", "content": call_id}]}
-    parsed = parse_call(
-        json.dumps(body).encode(), {}, call_id, core.now(), core.known_models(),
-        tenant=DEFAULT_TENANT,
-    )  # fmt: skip
-    return core.accept(parsed.call, parsed.body, tagged=False)
+    return running_core(config)
 
 
 async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
     async with _core() as core:
-        first = _pending(core, "first")
+        first = untagged(core, "first")
         core.calls.submit(first)  # an idle controller: decided at once, the loop not woken
         assert not core._woken
         assert first.admission is not None and first.waiter is None  # decided before asked
         assert await core.calls.admitted(first) is first.admission
 
-        second = _pending(core, "second")  # the window (one call) is full: it is queued
+        second = untagged(core, "second")  # the window (one call) is full: it is queued
         core.calls.submit(second)
         assert core._woken  # a call in flight: the loop decides
-        await _settle()
+        await settle()
         assert second.admission is None and core.calls.queued() == 1
 
         async def wait_second() -> None:
@@ -81,7 +45,7 @@ async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
 
         async with anyio.create_task_group() as group:
             group.start_soon(wait_second)
-            await _settle()
+            await settle()
             assert second.waiter is not None and not second.waiter.done()
             core.calls.finish(first.admission.call, "b0", 0.1, ok=True)
             assert core._woken  # a call is queued: the finish wakes the loop
@@ -93,22 +57,22 @@ async def test_a_finish_wakes_the_loop_only_while_calls_are_queued() -> None:
 
 async def test_an_arrival_while_a_call_is_in_flight_is_decided_by_the_loop_s_round() -> None:
     async with _core(window=4) as core:
-        first = _pending(core, "first")
+        first = untagged(core, "first")
         core.calls.submit(first)
         assert first.admission is not None and core.pool.calls_in_flight == 1
-        second, third = _pending(core, "second"), _pending(core, "third")
+        second, third = untagged(core, "second"), untagged(core, "third")
         core.calls.submit(second)
         core.calls.submit(third)
         assert core._woken and core.calls.queued() == 2
         assert second.admission is None and third.admission is None  # not before the round
-        await _settle()  # one round of the loop admits both
+        await settle()  # one round of the loop admits both
         assert second.admission is not None and third.admission is not None
         assert core.pool.calls_in_flight == 3
         for pending in (first, second, third):
             assert pending.admission is not None
             core.calls.finish(pending.admission.call, "b0", 0.1, ok=True)
         assert core.pool.calls_in_flight == 0
-        fourth = _pending(core, "fourth")  # idle again: decided at once
+        fourth = untagged(core, "fourth")  # idle again: decided at once
         core.calls.submit(fourth)
         assert fourth.admission is not None and not core._woken
         core.calls.finish(fourth.admission.call, "b0", 0.1, ok=True)
@@ -127,7 +91,7 @@ async def test_a_failing_round_at_arrival_leaves_the_call_queued_for_the_loop(
             return real_admit(now_s, views)  # type: ignore[arg-type]
 
         monkeypatch.setattr(core.dispatcher, "admit", flaky_admit)
-        first = _pending(core, "first")
+        first = untagged(core, "first")
         core.calls.submit(first)  # the round at arrival fails: logged, the loop woken
         assert first.admission is None and core.calls.queued() == 1 and core._woken
         admission = await core.calls.admitted(first)  # the loop's round admits it
