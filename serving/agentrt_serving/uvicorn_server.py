@@ -72,13 +72,14 @@ _TOO_LARGE = (
 class _HeadDeadline:
     """The request-head timeout both hardened protocols share, as a deadline with at most one
     pending check per connection. A head's wait starts by setting its deadline
-    ``timeout_keep_alive`` seconds from now (:meth:`_due`: a float written; a timer handle made
-    only when no check is pending) and ends by setting it to never. The check, when it runs,
-    closes the connection if the deadline has passed while the protocol still awaits a head
-    (:meth:`_awaiting_head`), else reschedules itself for the deadline set since. Every wait
-    lasts the same time, so a pending check is never later than a deadline set after it: the
-    timeout acts at its deadline (or as late as the loop runs the check), never before, and
-    back-to-back requests on a kept-alive connection make no head timer handle."""
+    ``timeout_keep_alive`` seconds from now (:meth:`_time_head`: a float written; a timer
+    handle made only when no check is pending) and ends by setting it to never. The check,
+    when it runs, closes the connection if the deadline has passed while the protocol still
+    awaits a head (:meth:`_awaiting_head`), else reschedules itself for the deadline set
+    since. Every wait lasts the same time, so a pending check is never later than a deadline
+    set after it: the timeout acts at its deadline (or as late as the loop runs the check),
+    never before, and back-to-back requests on a kept-alive connection make no head timer
+    handle."""
 
     #: When the request head under way must be complete (never: no head is timed).
     _head_due: float = _NEVER
@@ -93,13 +94,12 @@ class _HeadDeadline:
         """No request is being answered and its head is not complete."""
         raise NotImplementedError
 
-    def _due(self) -> float:
-        """A deadline ``timeout_keep_alive`` seconds from now, with a check pending no later
-        than it."""
-        due = self.loop.time() + self.timeout_keep_alive
+    def _time_head(self) -> None:
+        """A head's wait starts: its deadline ``timeout_keep_alive`` seconds from now, with a
+        check pending no later than it."""
+        due = self._head_due = self.loop.time() + self.timeout_keep_alive
         if self._check is None:
             self._check = self.loop.call_at(due, self._check_deadline)
-        return due
 
     def _check_deadline(self) -> None:
         self._check = None
@@ -114,7 +114,7 @@ class _HeadDeadline:
         else:  # passed, but the head is no longer awaited
             self._head_due = _NEVER
 
-    def _stop_checks(self) -> None:
+    def _stop_check(self) -> None:
         """The connection is gone: its pending check (if any) with it."""
         if self._check is not None:
             self._check.cancel()
@@ -128,17 +128,17 @@ class HeadTimeoutH11Protocol(_HeadDeadline, H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._head_due = self._due()
+        self._time_head()
 
     def data_received(self, data: bytes) -> None:
         if self._head_due == _NEVER and self._awaiting_head():
-            self._head_due = self._due()
+            self._time_head()
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:  # the head is complete
             self._head_due = _NEVER
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_checks()
+        self._stop_check()
         super().connection_lost(exc)
 
     def on_response_complete(self) -> None:
@@ -188,7 +188,7 @@ class HardenedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._raw = transport  # a direct answer is one write already: the socket's own
         super().connection_made(_CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
-        self._head_due = self._due()
+        self._time_head()
 
     def data_received(self, data: bytes) -> None:
         if not self._in_head:
@@ -199,7 +199,7 @@ class HardenedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
         if heads == self._heads and not self.transport.is_closing():  # still incomplete
             # The head's time starts at this read (a head that came whole needs none).
             if self._head_due == _NEVER and self._idle():
-                self._head_due = self._due()
+                self._time_head()
             self._head_bytes += len(data)
             if self._head_bytes > self._max_head_bytes:
                 self._send_431()
@@ -269,7 +269,7 @@ class HardenedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
         super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_checks()
+        self._stop_check()
         super().connection_lost(exc)
 
     def _idle(self) -> bool:
