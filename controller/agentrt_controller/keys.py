@@ -57,9 +57,8 @@ class ProgramKey(_ProgramKeyFields):
     @classmethod
     def untagged(cls, program_id: str, tenant: str | None = None) -> ProgramKey:
         """The key of ``program_id`` in :data:`DEFAULT_SESSION` (calls naming no session, the
-        simulator). The tuple made at once (what :meth:`__new__` makes, without its two
-        frames)."""
-        return tuple.__new__(cls, (DEFAULT_SESSION, program_id, tenant))
+        simulator)."""
+        return cls(session_id=DEFAULT_SESSION, program_id=program_id, tenant=tenant)
 
     @classmethod
     def one_call(cls, call_id: str, tenant: str | None = None) -> ProgramKey:
