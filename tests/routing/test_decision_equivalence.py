@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -51,10 +52,15 @@ pytestmark = pytest.mark.timeout(120)
 
 
 class LinearIndex(PrefixIndex):
-    """Matches by walking the chain (before bisection); counts programs by comparing keys."""
+    """Matches by walking the chain (before bisection); counts programs per element, each
+    routed call's whole head (before the counts were kept in runs)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.counts: OrderedDict[int, tuple[int, ProgramKey]] = OrderedDict()
 
     def note_program(self, program: ProgramKey, hashes: Sequence[int]) -> None:
-        programs: Any = self._programs  # held ProgramKey objects before
+        programs = self.counts
         for h in hashes[:SHARED_HEAD_BLOCKS]:
             seen = programs.get(h)
             if seen is None:
@@ -64,6 +70,15 @@ class LinearIndex(PrefixIndex):
                 programs.move_to_end(h)
         while len(programs) > self.popularity_capacity:
             programs.popitem(last=False)
+
+    def shared_prefix(self, hashes: Sequence[int]) -> int:
+        count = 0
+        for h in hashes[:SHARED_HEAD_BLOCKS]:
+            seen = self.counts.get(h)
+            if seen is None or seen[0] < self.shared_programs:
+                break
+            count += 1
+        return count
 
     def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
         blocks = self.elements(backend_id)

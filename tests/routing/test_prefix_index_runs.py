@@ -12,7 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from agentrt_controller.routing.prefix_index import PrefixIndex
+from agentrt_controller.keys import ProgramKey
+from agentrt_controller.routing.prefix_index import SHARED_HEAD_BLOCKS, PrefixIndex
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -142,3 +143,99 @@ def test_a_sequence_that_is_not_a_chain_is_recorded_up_to_its_repeat() -> None:
     index.insert("b0", [6, 7, 6, 8], 2.0)  # a repeat within the sequence
     assert index.match("b0", [6, 7], 2.0) == 2
     assert index.size("b0") == 6
+
+
+# -- the program counts (PrefixIndex.shared_prefix) -----------------------------------------
+
+
+class PerElementCounts:
+    """The program counts as they were: per element, each routed call's whole head walked,
+    a change of program counting one."""
+
+    def __init__(self) -> None:
+        self.counts: dict[int, tuple[int, ProgramKey]] = {}
+
+    def note(self, program: ProgramKey, hashes: Sequence[int]) -> None:
+        for h in hashes[:SHARED_HEAD_BLOCKS]:
+            seen = self.counts.get(h)
+            if seen is None:
+                self.counts[h] = (1, program)
+            elif seen[1] != program:
+                self.counts[h] = (seen[0] + 1, program)
+
+    def shared(self, hashes: Sequence[int], programs: int) -> int:
+        count = 0
+        for h in hashes[:SHARED_HEAD_BLOCKS]:
+            seen = self.counts.get(h)
+            if seen is None or seen[0] < programs:
+                break
+            count += 1
+        return count
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_program_counts_in_runs_share_what_per_element_counts_share(seed: int) -> None:
+    """Programs with shared system prompts and histories of their own, calling again (their
+    history extended), forking (a prefix of another's), and one-call programs: every probe
+    finds the same shared head at every threshold as counting each element."""
+    rng = random.Random(seed)
+    shared_programs = rng.choice([2, 3, 5])
+    index = PrefixIndex(shared_programs=shared_programs)
+    reference = PerElementCounts()
+    roots = [[rng.getrandbits(62) for _ in range(rng.randint(1, 40))] for _ in range(3)]
+    chains: list[tuple[int, ...]] = []
+    histories: dict[str, tuple[int, ...]] = {}
+    sharing = 0  # probes with a shared head
+    for step in range(500):
+        name = f"p{rng.randrange(12)}" if rng.random() < 0.8 else f"once{step}"
+        last = histories.get(name)
+        if last is not None and rng.random() < 0.7:  # its next call: its history extended
+            chain = last + tuple(rng.getrandbits(62) for _ in range(rng.randint(0, 5)))
+        else:
+            chain = _chain(rng, chains, roots)
+        histories[name] = chain
+        chains.append(chain)
+        program = ProgramKey.untagged(name)
+        index.note_program(program, chain)
+        reference.note(program, chain)
+        for probe in [chain, *rng.sample(chains, min(6, len(chains)))]:
+            expected = reference.shared(probe, shared_programs)
+            assert index.shared_prefix(probe) == expected
+            sharing += expected > 0
+            for programs in (2, 4):
+                assert index._programs.shared(probe, programs) == reference.shared(probe, programs)
+    assert sharing > 500  # most probes: the test compares shared heads, not only zeros
+
+
+def test_counting_a_programs_next_call_writes_its_new_elements() -> None:
+    """A 512-block head (an 8 K-token system prompt) three programs share, each then calling
+    again with one block more: each call writes what is new, not its head again."""
+    index = PrefixIndex(shared_programs=3)
+    system = tuple(range(1, 501))
+    counts = index._programs
+    for turn in range(4):
+        for p in range(3):
+            history = (*system, *(10_000 * (p + 1) + t for t in range(turn + 1)))
+            index.note_program(ProgramKey.untagged(f"p{p}"), history)
+    # 500 + 3 programs' first blocks, 3 × 3 later blocks; the system prompt's run was split
+    # once per program parting from it (its head written again, once).
+    assert counts.written_total <= 500 + 3 + 9 + 500
+    assert len(counts) == 500 + 3 * 4
+    assert index.shared_prefix((*system, 10_001)) == 500  # the system prompt, not p0's own
+    assert counts.shared((*system, 10_000, 10_001), 1) == 502
+    assert index.shared_prefix((*system, 12)) == 500
+
+
+def test_program_counts_forget_the_least_recently_noted_tail_first() -> None:
+    """Over its capacity the counts forget from the tail of the least recently noted chain, so
+    what is held of any chain stays a prefix of it and the shared head outlives the histories."""
+    index = PrefixIndex(shared_programs=2, popularity_capacity=40)
+    system = tuple(range(1, 21))
+    for p in range(6):
+        own = tuple(1000 * (p + 1) + t for t in range(10))
+        index.note_program(ProgramKey.untagged(f"p{p}"), (*system, *own))
+        assert len(index._programs) <= 40
+        assert index.shared_prefix(system) == (20 if p else 0)  # from the second program on
+    first = (*system, *(1000 + t for t in range(10)))
+    held = index._programs.leading(first)
+    assert held == 20  # p0's own blocks went first, its system prompt stayed

@@ -45,9 +45,13 @@ every routed chain, how many different programs used each one (approximately: a 
 program counts). :meth:`PrefixIndex.shared_prefix` is the leading run of a chain that at least
 ``shared_programs`` programs used — a system prompt, tool schemas: recomputing it on another
 backend is paid once and then serves every program that shares it, unlike a program's own
-history (:class:`~agentrt_controller.routing.scorers.PrefixCostScorer` discounts it). Pure:
-``now_s``
-comes in.
+history (:class:`~agentrt_controller.routing.scorers.PrefixCostScorer` discounts it). The
+counts are kept in runs too (:class:`~agentrt_controller.routing.prefix_index_runs.ProgramCounts`):
+a program noting its next call's head costs its new elements and a touch per run, and since
+every program noting an element notes its prefix, counts never grow along a chain, so the
+shared run is found by bisection — the same answers as counting every element, at a cost
+that does not grow with the head (up to 512 lookups per call before). Pure: ``now_s`` comes
+in.
 
 **Holders, for pruning.** The index also keeps, per element, the backends that hold it (the
 reverse of the per-backend maps, updated on every insert and eviction; kept from the first
@@ -65,13 +69,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 
 from agentrt.errors import ConfigError
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.routing.prefix_index_runs import BackendChains
+from agentrt_controller.routing.prefix_index_runs import BackendChains, ProgramCounts
 from agentrt_controller.scheduling.call import CallEntry
 
 __all__ = ["DEFAULT_CAPACITY_BLOCKS", "SHARED_HEAD_BLOCKS", "PrefixIndex"]
@@ -120,10 +123,8 @@ class PrefixIndex:
         self.shared_programs = shared_programs
         self.popularity_capacity = popularity_capacity
         self._chains: dict[str, BackendChains] = {}
-        #: element -> (programs that used it, approximately; the last of them as a plain
-        #: tuple of the key's fields: compared in C, where a ProgramKey's ``==`` runs Python
-        #: code once per head element of every routed call)
-        self._programs: OrderedDict[int, tuple[int, tuple[str, str, str | None]]] = OrderedDict()
+        #: Per head element, how many programs used it (approximately), in runs.
+        self._programs = ProgramCounts(popularity_capacity)
         #: element -> the backends holding it: one backend id, or a set when several (most
         #: elements are one program's history, held by one backend: a plain id is smaller);
         #: ``None`` until :meth:`purge_stale` is first called (nobody reads them before).
@@ -135,31 +136,13 @@ class PrefixIndex:
     def shared_prefix(self, hashes: Sequence[int]) -> int:
         """How many leading elements of ``hashes`` at least ``shared_programs`` programs used
         (at most :data:`SHARED_HEAD_BLOCKS`)."""
-        programs = self._programs
-        needed = self.shared_programs
-        count = 0
-        for h in hashes[:SHARED_HEAD_BLOCKS]:
-            seen = programs.get(h)
-            if seen is None or seen[0] < needed:
-                break
-            count += 1
-        return count
+        return self._programs.shared(hashes[:SHARED_HEAD_BLOCKS], self.shared_programs)
 
     def note_program(self, program: ProgramKey, hashes: Sequence[int]) -> None:
-        """``program`` used the chain ``hashes`` (its head counts toward sharing)."""
-        programs = self._programs
-        key = (program.session_id, program.program_id, program.tenant)
-        # Up to 512 elements per routed call: the methods bound once (a third less per call).
-        get, move_to_end = programs.get, programs.move_to_end
-        for h in hashes[:SHARED_HEAD_BLOCKS]:
-            seen = get(h)
-            if seen is None:
-                programs[h] = (1, key)
-            elif seen[1] != key:
-                programs[h] = (seen[0] + 1, key)
-                move_to_end(h)
-        while len(programs) > self.popularity_capacity:
-            programs.popitem(last=False)
+        """``program`` used the chain ``hashes`` (its head counts toward sharing): its new
+        elements and a touch per run (:class:`~.prefix_index_runs.ProgramCounts`)."""
+        if hashes:
+            self._programs.note(program, hashes[:SHARED_HEAD_BLOCKS])
 
     def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
         """How many leading elements of ``hashes`` ``backend_id`` holds (fresh ones only):

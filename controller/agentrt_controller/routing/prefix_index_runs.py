@@ -23,6 +23,11 @@ children (they are older), so a prefix outlives its extensions and what is held 
 stays a prefix of it — exactly the per-element least-recently-used order: the same elements
 are held, with the same last use, as if each had been touched one by one.
 
+The index's program counts (:meth:`~.prefix_index.PrefixIndex.shared_prefix`) are kept the
+same way (:class:`ProgramCounts`): a run's payload is how many programs used its elements and
+the last of them, so noting a call's head costs its new elements and a touch per run, not a
+lookup per element.
+
 Elements are assumed to determine their prefix (hash chains: :mod:`.hashing`). A sequence
 that is not one (an element it repeats, or holds at another position than the backend does)
 is recorded up to that element; the structure stays sound, its matches approximate.
@@ -31,64 +36,70 @@ is recorded up to that element; the structure stays sound, its matches approxima
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Generic, TypeVar
 
+from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing.chain_runs import Run, RunTree
 
-__all__ = ["BackendChains", "StampedRun"]
+__all__ = ["BackendChains", "CountedRun", "LruRun", "LruRuns", "ProgramCounts", "StampedRun"]
 
 
-class StampedRun(Run):
-    """A run whose elements were last used at :attr:`last_s`, with its place in the
-    least-recently-used ring; evicted tail first."""
+class LruRun(Run):
+    """A run with its place in a least-recently-used ring (:class:`LruRuns`)."""
 
-    __slots__ = ("last_s", "newer", "older")
+    __slots__ = ("newer", "older")
 
-    def __init__(
-        self, elements: list[int], start: int, last_s: float, parent: StampedRun | None
-    ) -> None:
+    def __init__(self, elements: list[int], start: int, parent: LruRun | None) -> None:
         super().__init__(elements, start, parent)
-        #: Last use of every element here (seconds, the index's clock).
-        self.last_s = last_s
-        #: Neighbours in the least-recently-used ring (the backend's sentinel closes it).
-        self.older: StampedRun = self
-        self.newer: StampedRun = self
-
-    def copy_head(self, cut: int) -> StampedRun:
-        return StampedRun(self.elements[:cut], self.start, self.last_s, self.parent)
+        #: Neighbours in the least-recently-used ring (the tree's sentinel closes it).
+        self.older: LruRun = self
+        self.newer: LruRun = self
 
 
-class BackendChains(RunTree[StampedRun]):
-    """The runs one backend holds: element -> its run (:attr:`run_of`), and the runs least
-    recently used first (a ring through a sentinel). ``now_s`` never goes backwards."""
+L = TypeVar("L", bound=LruRun)
+#: What a recording touches a chain's runs with (a time, a program).
+M = TypeVar("M")
+
+
+class LruRuns(RunTree[L], Generic[L, M]):
+    """A run tree whose runs are kept least recently used first, in a ring through a
+    sentinel. Recording a chain (:meth:`_hold`) touches its path from the deepest run up,
+    so a parent is always more recent than its children, and eviction (:meth:`evict_to`)
+    takes the tail of the least recently used run, which has none: what is held of any chain
+    stays a prefix of it. A subclass says what a touch does to a run's payload."""
 
     __slots__ = ("_ring",)
 
-    def __init__(self) -> None:
+    def __init__(self, sentinel: L) -> None:
         super().__init__()
-        self._ring = StampedRun([], 0, float("-inf"), None)
+        self._ring = sentinel
 
     def __len__(self) -> int:
         return len(self.run_of)
 
-    def oldest_s(self) -> float | None:
-        """Last use of the least recently used element; ``None`` when nothing is held."""
-        oldest = self._ring.newer
-        return None if oldest is self._ring else oldest.last_s
+    def _fresh(self, start: int, parent: L | None, mark: M) -> L:
+        """A new run for elements from chain position ``start`` on, as a touch by ``mark``
+        leaves a new element."""
+        raise NotImplementedError
 
-    def held_run(self, hashes: Sequence[int]) -> int:
-        """How many leading elements of ``hashes`` are held where the chain puts them
-        (bisection: held elements form a prefix of any chain)."""
-        return self.leading(hashes, True)
+    def _continues(self, tip: L, mark: M) -> bool:
+        """Whether new elements may join ``tip`` (a leaf the chain ends in) when ``mark``
+        touches it: a touch leaves them the payload it leaves ``tip``."""
+        raise NotImplementedError
 
-    def record(self, hashes: Sequence[int], now_s: float) -> Sequence[int]:
-        """Touch ``hashes`` at ``now_s`` (head last), adding what is new; returns the elements
-        added. Call :meth:`expire` first: a stale element would be touched back to life."""
+    def _touch(self, run: L, mark: M) -> None:
+        """Update ``run``'s payload for a touch by ``mark``."""
+        raise NotImplementedError
+
+    def _hold(self, hashes: Sequence[int], mark: M) -> Sequence[int]:
+        """Touch ``hashes`` by ``mark`` (head last), adding what is new; returns the elements
+        added."""
         held = self.leading(hashes, True)  # the whole chain first
         tip = self.end_at(hashes, held) if held else None
         added: Sequence[int] = ()
         if held < len(hashes):
-            extend = tip is not None and not tip.children
-            run = tip if extend else StampedRun([], held, now_s, tip)
+            extend = tip is not None and not tip.children and self._continues(tip, mark)
+            run = tip if extend else self._fresh(held, tip, mark)
             assert run is not None
             before = len(run.elements)
             self.append(run, hashes[held:])  # up to an element held already: not a chain
@@ -98,21 +109,11 @@ class BackendChains(RunTree[StampedRun]):
                 self._link_newest(run)
                 tip = run
         while tip is not None:  # deepest first: the head ends most recent
-            tip.last_s = now_s
+            self._touch(tip, mark)
             self._unlink(tip)
             self._link_newest(tip)
             tip = tip.parent
         return added
-
-    def expire(self, oldest_s: float) -> list[int]:
-        """Drop every element last used before ``oldest_s``; returns them."""
-        dropped: list[int] = []
-        ring = self._ring
-        while (run := ring.newer) is not ring and run.last_s < oldest_s:
-            dropped.extend(run.elements)
-            self._unlink(run)
-            self.drop(run)
-        return dropped
 
     def evict_to(self, capacity: int) -> list[int]:
         """Drop least recently used elements (a run's tail first) until at most ``capacity``
@@ -120,7 +121,7 @@ class BackendChains(RunTree[StampedRun]):
         dropped: list[int] = []
         ring, run_of = self._ring, self.run_of
         while len(run_of) > capacity:
-            run = ring.newer
+            run: L = ring.newer  # type: ignore[assignment]  # the ring links runs of this tree
             over = len(run_of) - capacity
             if over < len(run.elements):
                 gone = run.elements[-over:]
@@ -134,13 +135,7 @@ class BackendChains(RunTree[StampedRun]):
                 self.drop(run)
         return dropped
 
-    def stamps(self) -> Mapping[int, float]:
-        """Element -> last use, read-only, live."""
-        return _Stamps(self.run_of)
-
-    # --- the ring --------------------------------------------------------------------------
-
-    def split(self, run: StampedRun, cut: int) -> StampedRun:
+    def split(self, run: L, cut: int) -> L:
         """:meth:`RunTree.split`; the rest keeps ``run``'s place in the order, the head goes
         just after it (a parent is more recent than its children)."""
         head = super().split(run, cut)
@@ -149,16 +144,150 @@ class BackendChains(RunTree[StampedRun]):
         run.newer = head
         return head
 
-    def _unlink(self, run: StampedRun) -> None:
+    def _unlink(self, run: LruRun) -> None:
         run.older.newer = run.newer
         run.newer.older = run.older
         run.older = run.newer = run
 
-    def _link_newest(self, run: StampedRun) -> None:
+    def _link_newest(self, run: LruRun) -> None:
         ring = self._ring
         run.older, run.newer = ring.older, ring
         ring.older.newer = run
         ring.older = run
+
+
+class StampedRun(LruRun):
+    """A run whose elements were last used at :attr:`last_s`."""
+
+    __slots__ = ("last_s",)
+
+    def __init__(
+        self, elements: list[int], start: int, last_s: float, parent: StampedRun | None
+    ) -> None:
+        super().__init__(elements, start, parent)
+        #: Last use of every element here (seconds, the index's clock).
+        self.last_s = last_s
+
+    def copy_head(self, cut: int) -> StampedRun:
+        return StampedRun(self.elements[:cut], self.start, self.last_s, self.parent)
+
+
+class BackendChains(LruRuns[StampedRun, float]):
+    """The runs one backend holds: element -> its run (:attr:`run_of`), and the runs least
+    recently used first. ``now_s`` never goes backwards."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(StampedRun([], 0, float("-inf"), None))
+
+    def oldest_s(self) -> float | None:
+        """Last use of the least recently used element; ``None`` when nothing is held."""
+        oldest: StampedRun = self._ring.newer  # type: ignore[assignment]  # runs of this tree
+        return None if oldest is self._ring else oldest.last_s
+
+    def held_run(self, hashes: Sequence[int]) -> int:
+        """How many leading elements of ``hashes`` are held where the chain puts them
+        (bisection: held elements form a prefix of any chain)."""
+        return self.leading(hashes, True)
+
+    def record(self, hashes: Sequence[int], now_s: float) -> Sequence[int]:
+        """Touch ``hashes`` at ``now_s`` (head last), adding what is new; returns the elements
+        added. Call :meth:`expire` first: a stale element would be touched back to life."""
+        return self._hold(hashes, now_s)
+
+    def _fresh(self, start: int, parent: StampedRun | None, mark: float) -> StampedRun:
+        return StampedRun([], start, mark, parent)
+
+    def _continues(self, tip: StampedRun, mark: float) -> bool:
+        return True  # a touch leaves every element of the path the same time
+
+    def _touch(self, run: StampedRun, mark: float) -> None:
+        run.last_s = mark
+
+    def expire(self, oldest_s: float) -> list[int]:
+        """Drop every element last used before ``oldest_s``; returns them."""
+        dropped: list[int] = []
+        ring = self._ring
+        while (run := ring.newer) is not ring and run.last_s < oldest_s:  # type: ignore[attr-defined]
+            dropped.extend(run.elements)
+            self._unlink(run)
+            self.drop(run)  # type: ignore[arg-type]  # the ring links runs of this tree
+        return dropped
+
+    def stamps(self) -> Mapping[int, float]:
+        """Element -> last use, read-only, live."""
+        return _Stamps(self.run_of)
+
+
+class CountedRun(LruRun):
+    """A run whose elements :attr:`count` programs used (a change of program counts), the
+    last of them :attr:`last`."""
+
+    __slots__ = ("count", "last")
+
+    def __init__(
+        self,
+        elements: list[int],
+        start: int,
+        parent: CountedRun | None,
+        count: int,
+        last: ProgramKey | None,
+    ) -> None:
+        super().__init__(elements, start, parent)
+        self.count = count
+        self.last = last
+
+    def copy_head(self, cut: int) -> CountedRun:
+        return CountedRun(self.elements[:cut], self.start, self.parent, self.count, self.last)
+
+
+class ProgramCounts(LruRuns[CountedRun, ProgramKey]):
+    """How many programs used each element of the chains noted (approximately: each change
+    of program counts, so one program calling again and again counts once), per run; at
+    most ``capacity`` elements, the least recently noted forgotten first (a run's tail: a
+    prefix outlives its extensions).
+
+    Every program noting an element notes its whole prefix too, so counts never grow along
+    a chain: the elements used by at least ``n`` programs are a leading run of it
+    (:meth:`shared`), the same as counted one element at a time."""
+
+    __slots__ = ("capacity",)
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(CountedRun([], 0, None, 0, None))
+        self.capacity = capacity
+
+    def note(self, program: ProgramKey, hashes: Sequence[int]) -> None:
+        """``program`` used the chain ``hashes``."""
+        self._hold(hashes, program)
+        if len(self.run_of) > self.capacity:
+            self.evict_to(self.capacity)
+
+    def shared(self, hashes: Sequence[int], programs: int) -> int:
+        """How many leading elements of ``hashes`` at least ``programs`` programs used."""
+        held = self.leading(hashes)
+        if not held:
+            return 0
+        run = self.run_of[hashes[held - 1]]
+        if run.count >= programs:
+            return held
+        parent = run.parent
+        while parent is not None and parent.count < programs:  # counts grow toward the head
+            parent = parent.parent
+        return 0 if parent is None else parent.start + len(parent.elements)
+
+    def _fresh(self, start: int, parent: CountedRun | None, mark: ProgramKey) -> CountedRun:
+        return CountedRun([], start, parent, 1, mark)
+
+    def _continues(self, tip: CountedRun, mark: ProgramKey) -> bool:
+        # The program's own last elements (the usual next turn): new ones count it alone.
+        return tip.count == 1 and tip.last == mark
+
+    def _touch(self, run: CountedRun, mark: ProgramKey) -> None:
+        if run.last != mark:
+            run.count += 1
+            run.last = mark
 
 
 class _Stamps(Mapping[int, float]):
