@@ -418,7 +418,8 @@ def markdown(
         "depend on the backends is most of a decision: the scheduler, recording the chain on "
         "the chosen backend (`insert`, O(chain), now also its holders) and counting programs "
         "per head element "
-        "(`note_program`, up to 512 elements).",
+        "(`note_program`, up to 512 elements; since kept in runs, its new elements and a "
+        'touch per run: "Program counts in runs").',
         "",
         "**Memory.** The index held "
         f"{min(r['index_elements'] for r in rows):,}–{max(r['index_elements'] for r in rows):,}"
