@@ -54,7 +54,7 @@ DrainAnswer = tuple[list[tuple[bytes, bytes]], bytes]
 class DirectEndpoint(Protocol):
     """What a direct route serves: the endpoint that takes a request the route read and
     authenticated (``caller`` None: the admin token) and answers it, or returns the accepted
-    call the route then awaits (:meth:`DirectCall.endpoint`'s ``handle``)."""
+    call the route then awaits (``call.endpoint.handle``: in the route's frame)."""
 
     @property
     def gone_status(self) -> int | None:
