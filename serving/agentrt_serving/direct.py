@@ -6,7 +6,9 @@ A server's hot routes (the controller's two OpenAI generation paths) cost a requ
 when they skip the ASGI machinery: the scope and message dicts, the middleware chain, the
 per-message checks of uvicorn's ``send``. :class:`~agentrt_serving.uvicorn_server.
 HardenedHttpToolsProtocol` recognises a direct route when a request head is complete (the
-method and the exact raw path, no query string) and hands the request to its
+method and the exact raw path, no query string; or, among the routes under a path prefix,
+the method and a raw path under the prefix without a query string or an escape, whose rest
+the prefix's route takes or leaves) and hands the request to its
 :data:`DirectHandler` as a :class:`DirectExchange` — in place of uvicorn's request-response
 cycle, so everything of the protocol around it stays as it is: the request-head timeout and
 the 431 head limit (the protocol's), the connection limit (a request over it is not taken
@@ -40,7 +42,15 @@ from uvicorn.protocols.http.httptools_impl import HEADER_VALUE_RE, STATUS_LINE
 
 from agentrt_serving.hardening import BadInput
 
-__all__ = ["BodyParts", "DirectExchange", "DirectHandler", "DirectRoutes"]
+__all__ = [
+    "BodyParts",
+    "DirectExchange",
+    "DirectHandler",
+    "DirectPrefixRoute",
+    "DirectPrefixRoutes",
+    "DirectRoutes",
+    "prefixed_handler",
+]
 
 _log = logging.getLogger("uvicorn.error")
 
@@ -48,6 +58,12 @@ _log = logging.getLogger("uvicorn.error")
 DirectHandler = Callable[["DirectExchange"], Coroutine[Any, Any, None]]
 #: Direct routes by (method, raw path), e.g. ``(b"POST", b"/v1/chat/completions")``.
 DirectRoutes = Mapping[tuple[bytes, bytes], DirectHandler]
+#: The direct routes under a raw path prefix: given the rest of a raw path after the prefix
+#: (ASCII, no query string, no escape), its handler, or None for the ASGI way.
+DirectPrefixRoute = Callable[[bytes], DirectHandler | None]
+#: Direct routes under a path prefix by (method, raw path prefix), e.g.
+#: ``(b"POST", b"/agentrt/v1/programs/")``; looked up after :data:`DirectRoutes`' exact paths.
+DirectPrefixRoutes = Mapping[tuple[bytes, bytes], DirectPrefixRoute]
 
 #: Reads shorter than this are gathered in one buffer when they follow a short one
 #: (:class:`BodyParts`).
@@ -355,6 +371,20 @@ class DirectExchange:
             self.keep_alive = False
             self.transport.close()
         self.on_response()
+
+
+def prefixed_handler(routes: DirectPrefixRoutes, method: bytes, url: bytes) -> DirectHandler | None:
+    """The handler of the request ``method url`` (the raw request target) among ``routes``
+    (None: the ASGI way): the route of the first prefix ``url`` starts with, given the rest,
+    when the rest is ASCII without a query string or an escape (those take the ASGI way,
+    which decodes them)."""
+    for (route_method, prefix), route in routes.items():
+        if route_method == method and url.startswith(prefix):
+            rest = url[len(prefix) :]
+            if not rest.isascii() or b"?" in rest or b"%" in rest or b"#" in rest:
+                return None
+            return route(rest)
+    return None
 
 
 def _nothing() -> None:

@@ -41,7 +41,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from agentrt_serving.asgi import Receive, Scope, Send
-from agentrt_serving.direct import DirectExchange, DirectHandler, DirectRoutes
+from agentrt_serving.direct import (
+    DirectExchange,
+    DirectHandler,
+    DirectPrefixRoutes,
+    DirectRoutes,
+    prefixed_handler,
+)
 from agentrt_serving.hardening import HttpLimits
 
 __all__ = [
@@ -180,6 +186,8 @@ class HardenedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
         #: The served app's direct routes (agentrt_serving.direct; empty: every request
         #: goes through the ASGI app).
         self._direct: DirectRoutes = getattr(config.app, "direct_routes", None) or {}
+        #: Its direct routes under a path prefix, looked up after the exact paths (empty: none).
+        self._prefixed: DirectPrefixRoutes = getattr(config.app, "direct_prefix_routes", None) or {}
         #: uvicorn's ``reset_contextvars``: each request's task in a fresh context.
         self._fresh_context = bool(getattr(config, "reset_contextvars", False))
         #: The socket's own transport (set on connecting).
@@ -210,10 +218,13 @@ class HardenedHttpToolsProtocol(_HeadDeadline, HttpToolsProtocol):
         self._heads += 1
         self._head_due = _NEVER
         # A direct route's request (agentrt_serving.direct) — the method and the exact raw
-        # path (a query string or an escape takes the ASGI way), no upgrade, within the
-        # connection limit (over it uvicorn answers 503) — goes to its handler, queued behind
-        # the request being answered like uvicorn's cycles; any other, the ASGI way.
+        # path, or else a raw path under a prefix route's prefix that the route takes (a
+        # query string or an escape takes the ASGI way), no upgrade, within the connection
+        # limit (over it uvicorn answers 503) — goes to its handler, queued behind the
+        # request being answered like uvicorn's cycles; any other, the ASGI way.
         handler = self._direct.get((self.parser.get_method(), self.url)) if self._direct else None
+        if handler is None and self._prefixed:
+            handler = prefixed_handler(self._prefixed, self.parser.get_method(), self.url)
         if handler is not None and not self.parser.should_upgrade():
             limit = self.limit_concurrency
             if limit is None or (len(self.connections) < limit and len(self.tasks) < limit):
@@ -344,9 +355,12 @@ class WithDirectRoutes:
     """A served ASGI app (every route but the direct ones goes to it, unchanged) with the
     direct routes the hardened httptools protocol takes itself."""
 
-    def __init__(self, app: GuardedApp, routes: DirectRoutes) -> None:
+    def __init__(
+        self, app: GuardedApp, routes: DirectRoutes, prefix_routes: DirectPrefixRoutes | None = None
+    ) -> None:
         self.app = app
         self.direct_routes = routes
+        self.direct_prefix_routes: DirectPrefixRoutes = prefix_routes or {}
 
     @property
     def limits(self) -> HttpLimits:

@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 EV = "/agentrt/v1"
 
 
-async def test_session_program_and_tool_events_show_in_the_process_table() -> None:
-    async with running(FakeState()) as svc:
+@pytest.mark.parametrize("http_path", ["direct", "asgi"])
+async def test_session_program_and_tool_events_show_in_the_process_table(http_path: str) -> None:
+    async with running(FakeState(), http_path=http_path) as svc:
         post = svc.http.post
         session = (await post(svc.url + EV + "/sessions", json={"client": "test"})).json()
         sid = session["session_id"]
@@ -57,8 +58,9 @@ async def test_session_program_and_tool_events_show_in_the_process_table() -> No
     assert ended["programs"] == 0
 
 
-async def test_deleting_a_session_ends_its_programs_only() -> None:
-    async with running(FakeState()) as svc:
+@pytest.mark.parametrize("http_path", ["direct", "asgi"])
+async def test_deleting_a_session_ends_its_programs_only(http_path: str) -> None:
+    async with running(FakeState(), http_path=http_path) as svc:
         for sid, pid in (("s1", "a"), ("s1", "b"), ("s2", "a")):
             await svc.http.post(svc.url + EV + f"/programs/{pid}/start", json={"session_id": sid})
         gone = (await svc.http.delete(svc.url + EV + "/sessions/s1")).json()

@@ -509,3 +509,118 @@ async def test_a_stream_that_arrived_whole_goes_on_intact_and_is_charged(http_pa
     assert head.startswith(b"HTTP/1.1 200")
     assert rest == b"%x\r\n%b\r\n0\r\n\r\n" % (len(_WHOLE_STREAM), _WHOLE_STREAM)
     assert re.search(r"(?m)^agentrt_controller_output_tokens_total(\{[^}]*\})? 3(\.0)?$", metrics)
+
+
+EVENTS = "/agentrt/v1/programs/"
+ADMIN = "admin-token-9"
+
+
+def _event(target: str, body: object, authorization: str | None = f"Bearer {KEY}") -> bytes:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    extra = b"" if authorization is None else f"authorization: {authorization}\r\n".encode()
+    return _request(EVENTS + target, raw, extra, close=True)
+
+
+async def test_program_events_take_the_fast_path_and_answer_alike(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=ACCESS_LOGGER)
+    wait = {"session_id": "s1", "thread_id": "t1", "node_id": "n1", "tool_name": "search"}
+    over_event = {"session_id": "s1", "name": "a" * (64 * 1024)}  # the events' own 64 KiB
+    requests = [
+        _event("p1/start", {"session_id": "s1", "name": "react"}),
+        _event("p1/tool-start", wait),
+        _event("p1/tool-end", {**wait, "duration_s": 0.1}),
+        _event("a*b/start", {"session_id": "s1"}),  # a bad id
+        _event("/start", {"session_id": "s1"}),  # an empty id
+        _event("p1/tool-start", {"session_id": 5}),  # a bad body
+        _event("p1/start", b"{"),  # not JSON
+        _event("p1/start", b'{"a":' + b"[" * 200 + b"]" * 200 + b"}"),  # the guard's 400
+        _event("p1/pause", {"session_id": "s1"}),  # an unknown event
+        _event("p1/start", {"session_id": "s1"}, None),  # no key
+        _event("p1/start", {"session_id": "s1"}, "Bearer nope"),  # a wrong key
+        _event("p1/start", {"session_id": "s1"}, f"Bearer {ADMIN}"),  # the admin token
+        _event("p1/start", over_event),  # 413: the event's limit
+        _event("p1/start", b"").replace(b"content-length: 0", b"content-length: 300000"),
+        _event("a%2Fb/start", {"session_id": "s1"}),  # an escaped id: the ASGI way
+        _event("p1/end", {"session_id": "s1"}),
+    ]
+    answers: dict[str, list[Any]] = {}
+    lines: dict[str, list[dict[str, Any]]] = {}
+    for path in PATHS:
+        options = {"api_key": KEY, "admin_token": ADMIN, "max_body_bytes": 256 * 1024}
+        async with running(FakeState(), access_log="json", http_path=path, **options) as svc:
+            caplog.clear()
+            answers[path] = []
+            for request in requests:
+                if request is requests[-1]:
+                    svc.app.draining = True  # program events pass while draining
+                (answer,) = _answers(await _exchange(svc.url, request))
+                answers[path].append(_comparable(answer))
+            svc.app.draining = False
+            assert svc.app.direct_calls == (len(requests) - 1 if path == "direct" else 0)
+            table = (
+                await svc.http.get(
+                    svc.url + "/agentrt/v1/programs", headers={"Authorization": f"Bearer {KEY}"}
+                )
+            ).json()
+            assert [e["program_id"] for e in table["entries"]] == ["a/b"]
+            lines[path] = [
+                {
+                    k: v
+                    for k, v in json.loads(r.getMessage()).items()
+                    if k not in ("time", "latency_ms")
+                }
+                for r in caplog.records
+                if r.name == ACCESS_LOGGER and EVENTS in r.getMessage()
+            ]
+    assert answers["direct"] == answers["asgi"]
+    statuses = [status for status, _, _ in answers["direct"]]
+    assert statuses == [
+        200,
+        200,
+        200,
+        400,
+        400,
+        400,
+        400,
+        400,
+        404,
+        401,
+        401,
+        401,
+        413,
+        413,
+        200,
+        200,
+    ]
+    assert answers["direct"][0][2] == {"ok": True, "program_id": "p1", "event": "start"}
+    assert answers["direct"][0][1]["content-type"] == "application/json"
+    assert answers["direct"][-2][2] == {"ok": True, "program_id": "a/b", "event": "start"}
+    assert "event body over 65536 bytes" in answers["direct"][12][2]["error"]["message"]
+    assert "request body over 262144 bytes" in answers["direct"][13][2]["error"]["message"]
+    assert lines["direct"] == lines["asgi"]
+    assert len(lines["direct"]) == len(requests)
+    first = lines["direct"][0]
+    assert (first["method"], first["path"], first["status"]) == ("POST", EVENTS + "p1/start", 200)
+    assert (first["tenant"], first["session"], first["program"]) == ("default", "s1", "p1")
+    assert [line["tenant"] for line in lines["direct"][9:12]] == [None, None, None]
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_a_crash_in_a_program_event_is_a_500_counted_by_route(
+    monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    async with running(FakeState(), http_path=path) as svc:
+
+        def boom(*args: object, **kwargs: object) -> Any:
+            raise RuntimeError("boom")
+
+        monkeypatch.setattr(svc.app.core, "start_program", boom)
+        response = await svc.http.post(svc.url + EVENTS + "p1/start", json={"session_id": "s1"})
+        metrics = (await svc.http.get(svc.url + "/metrics")).text
+        assert response.status_code == 500
+        assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+        route = '{route="/agentrt/v1/programs/{program_id:path}/{event}"} 1'
+        assert "agentrt_controller_http_internal_errors_total" + route in metrics
+        assert svc.app.direct_calls == (1 if path == "direct" else 0)

@@ -40,7 +40,7 @@ from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant
 from agentrt_controller.service.errors import Forbidden, Unauthorized, error_body
 from agentrt_controller.service.http.admin import BACKENDS_PATH, admin_routes, is_privileged
-from agentrt_controller.service.http.events import event_routes
+from agentrt_controller.service.http.events import CLIENT_GONE, event_routes
 from agentrt_controller.service.http.hardening import internal_error_response
 from agentrt_controller.service.http.incoming import Receive, Scope, Send
 from agentrt_controller.service.http.limits import RequestLimits
@@ -65,11 +65,7 @@ def _client_gone_response(request: Request, exc: Exception) -> Response:
     """The client left before its request body arrived (e.g. an SDK that gave up on a
     tool-wait event): nobody reads an answer, so no traceback; 499 in the access log, as
     nginx names it."""
-    return Response(status_code=_CLIENT_GONE)
-
-
-#: The status logged for a request whose client left before sending its body (nginx's).
-_CLIENT_GONE = 499
+    return Response(status_code=CLIENT_GONE)
 
 
 def _routing_error_response(request: Request, exc: Exception) -> Response:

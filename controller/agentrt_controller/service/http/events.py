@@ -33,21 +33,44 @@ from agentrt.protocol import (
 )
 from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant
-from agentrt_controller.service.errors import BadRequest, Unauthorized, error_body
-from agentrt_controller.service.http.access_log import access_facts
-from agentrt_controller.service.http.endpoints import guarded, read_small_body
+from agentrt_controller.service.errors import (
+    BadRequest,
+    BodyTooLarge,
+    ServiceError,
+    Unauthorized,
+    error_body,
+)
+from agentrt_controller.service.http.access_log import AccessFacts, access_facts
+from agentrt_controller.service.http.endpoints import guarded
+from agentrt_controller.service.http.proxy import answer_error
+from agentrt_serving.direct import DirectExchange
 
-__all__ = ["event_routes"]
+__all__ = [
+    "CLIENT_GONE",
+    "PROGRAMS_PREFIX",
+    "PROGRAM_EVENT_PATH",
+    "ProgramEvents",
+    "event_routes",
+    "program_event",
+]
 
 _ID = re.compile(r"^[A-Za-z0-9._:@/+=-]{1,128}$")  # same rule as agentrt.protocol ids
 _MAX_EVENT_BYTES = 64 * 1024
+#: The status logged for a request whose client left before sending its body (nginx's; the
+#: app's answer on the ASGI path, service/http/app.py).
+CLIENT_GONE = 499
+#: The program events' route (``:path``: ids may hold "/", agentrt.protocol; the SDK
+#: percent-encodes them anyway) and the raw path prefix of its requests.
+PROGRAM_EVENT_PATH = EVENTS_PREFIX + "/programs/{program_id:path}/{event}"
+PROGRAMS_PREFIX = EVENTS_PREFIX + "/programs/"
 #: Most programs one ``GET /programs`` page holds (a larger ``limit`` is clamped to it).
 MAX_PAGE = 1000
 _E = TypeVar("_E", bound=BaseModel)
 
 
-async def _event(request: Request, model: type[_E]) -> _E:
-    body = await read_small_body(request, _MAX_EVENT_BYTES, "event body")
+def _event(body: bytes, model: type[_E]) -> _E:
+    if len(body) > _MAX_EVENT_BYTES:
+        raise BodyTooLarge(f"event body over {_MAX_EVENT_BYTES} bytes")
     try:
         return model.model_validate_json(body or b"{}")
     except ValidationError as exc:
@@ -57,11 +80,14 @@ async def _event(request: Request, model: type[_E]) -> _E:
         raise BadRequest(f"invalid {model.__name__}: {detail[:500]}") from exc
 
 
-def _path_id(request: Request, name: str) -> str:
-    value = request.path_params[name]
+def _checked_id(value: object, name: str) -> str:
     if not isinstance(value, str) or not _ID.match(value):
         raise BadRequest(f"{name} must be 1-128 characters of [A-Za-z0-9._:@/+=-]")
     return value
+
+
+def _path_id(request: Request, name: str) -> str:
+    return _checked_id(request.path_params[name], name)
 
 
 def _state(request: Request) -> dict[str, object]:
@@ -69,12 +95,110 @@ def _state(request: Request) -> dict[str, object]:
     return state if isinstance(state, dict) else {}
 
 
-def _tenant(request: Request) -> Tenant:
-    """The authenticated tenant (the app checked the key); the admin has none here."""
+def _caller(request: Request) -> Tenant | None:
+    """The tenant the app authenticated (None: the admin token)."""
     tenant = _state(request).get(TENANT_STATE)
-    if not isinstance(tenant, Tenant):
+    return tenant if isinstance(tenant, Tenant) else None
+
+
+def _tenant_of(caller: Tenant | None) -> Tenant:
+    """The authenticated tenant (the app checked the key); the admin has none here."""
+    if caller is None:
         raise Unauthorized("this endpoint needs a tenant's API key, not the admin token")
-    return tenant
+    return caller
+
+
+def _tenant(request: Request) -> Tenant:
+    return _tenant_of(_caller(request))
+
+
+def program_event(
+    core: ControllerCore,
+    caller: Tenant | None,
+    program_id: str,
+    kind: str,
+    body: bytes,
+    access: AccessFacts | None,
+) -> tuple[int, bytes]:
+    """``POST /programs/{program_id}/{kind}`` with ``body`` from ``caller`` (None: the admin
+    token), on either HTTP path (the ASGI route, the fast path's :class:`ProgramEvents`): the
+    answer's status and JSON body (200, or 404 for an unknown ``kind``); raises
+    :class:`ServiceError` (400 for a bad id or body, 401 for the admin token, 413 for a body
+    over 64 KiB, the core's). Fills ``access`` (None: no access log)."""
+    program_id = _checked_id(program_id, "program_id")
+    tenant = _tenant_of(caller)
+    if access is not None:
+        access.program = program_id
+    event: BaseModel
+    if kind == "start":
+        start = _event(body, ProgramStart)
+        core.start_program(tenant, program_id, start)
+        event = start
+    elif kind == "end":
+        end = _event(body, ProgramEnd)
+        core.end_program(tenant, program_id, end)
+        event = end
+    elif kind == "tool-start":
+        tool_start = _event(body, ToolWaitStart)
+        core.start_tool_wait(tenant, program_id, tool_start)
+        event = tool_start
+    elif kind == "tool-end":
+        tool_end = _event(body, ToolWaitEnd)
+        core.end_tool_wait(tenant, program_id, tool_end)
+        event = tool_end
+    else:
+        answer = error_body(
+            f"no program event {kind!r}: start, end, tool-start or tool-end",
+            "invalid_request_error",
+            "event",
+            "not_found",
+        )
+        return 404, answer
+    if access is not None:
+        session = getattr(event, "session_id", None)
+        access.session = session if isinstance(session, str) else None
+    # As Starlette's JSONResponse renders it.
+    ok = {"ok": True, "program_id": program_id, "event": kind}
+    return 200, json.dumps(ok, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+class ProgramEvents:
+    """The program events on the fast path (service/http/direct.py): the endpoint of the
+    direct route under :data:`PROGRAMS_PREFIX`, answering with :func:`program_event`."""
+
+    #: The status logged when the client leaves before its whole body (the app's on the
+    #: ASGI route).
+    gone_status = CLIENT_GONE
+
+    def __init__(self, core: ControllerCore) -> None:
+        self.core = core
+
+    @staticmethod
+    def route(rest: bytes) -> bool:
+        """Whether the rest of a raw path under :data:`PROGRAMS_PREFIX` is ``{program_id}/
+        {event}`` as the ASGI route matches it (an event without ``/``, not empty); any other
+        (Starlette's 404 or redirect) takes the ASGI way."""
+        slash = rest.rfind(b"/")
+        return 0 <= slash < len(rest) - 1
+
+    async def accept_direct(
+        self,
+        connection: DirectExchange,
+        headers: dict[str, str],
+        raw: bytes,
+        value: object,
+        caller: Tenant | None,
+        access: AccessFacts | None,
+    ) -> None:
+        """Answer the event of ``connection`` (its path :meth:`route` took; ``raw`` its body,
+        checked by the guard; ``caller`` authenticated, None: the admin token)."""
+        program_id, _, kind = connection.path[len(PROGRAMS_PREFIX) :].rpartition("/")
+        try:
+            status, body = program_event(self.core, caller, program_id, kind, raw, access)
+        except ServiceError as error:
+            await answer_error(connection, error)
+            return
+        await connection.respond(status, [(b"content-type", b"application/json")], body)
 
 
 def _query_int(request: Request, name: str, default: int) -> int:
@@ -91,7 +215,8 @@ def event_routes(core: ControllerCore, *, admin_token_set: bool) -> list[Route]:
     call in ``GET /queues``)."""
 
     async def start_session(request: Request) -> Response:
-        answer = core.start_session(_tenant(request), await _event(request, SessionStart))
+        tenant = _tenant(request)
+        answer = core.start_session(tenant, _event(await request.body(), SessionStart))
         return Response(answer.model_dump_json(), 200, media_type="application/json")
 
     async def end_session(request: Request) -> Response:
@@ -99,42 +224,16 @@ def event_routes(core: ControllerCore, *, admin_token_set: bool) -> list[Route]:
         ended = core.end_session(_tenant(request), session_id)
         return JSONResponse({"session_id": session_id, "programs_ended": ended})
 
-    async def program_event(request: Request) -> Response:
-        program_id = _path_id(request, "program_id")
-        kind = request.path_params["event"]
-        tenant = _tenant(request)
-        access = access_facts(request.scope)
-        if access is not None:
-            access.program = program_id
-        event: BaseModel
-        if kind == "start":
-            start = await _event(request, ProgramStart)
-            core.start_program(tenant, program_id, start)
-            event = start
-        elif kind == "end":
-            end = await _event(request, ProgramEnd)
-            core.end_program(tenant, program_id, end)
-            event = end
-        elif kind == "tool-start":
-            tool_start = await _event(request, ToolWaitStart)
-            core.start_tool_wait(tenant, program_id, tool_start)
-            event = tool_start
-        elif kind == "tool-end":
-            tool_end = await _event(request, ToolWaitEnd)
-            core.end_tool_wait(tenant, program_id, tool_end)
-            event = tool_end
-        else:
-            body = error_body(
-                f"no program event {kind!r}: start, end, tool-start or tool-end",
-                "invalid_request_error",
-                "event",
-                "not_found",
-            )
-            return Response(body, 404, media_type="application/json")
-        if access is not None:
-            session = getattr(event, "session_id", None)
-            access.session = session if isinstance(session, str) else None
-        return JSONResponse({"ok": True, "program_id": program_id, "event": kind})
+    async def program_event_route(request: Request) -> Response:
+        status, body = program_event(
+            core,
+            _caller(request),
+            request.path_params["program_id"],
+            request.path_params["event"],
+            await request.body(),
+            access_facts(request.scope),
+        )
+        return Response(body, status, media_type="application/json")
 
     async def programs(request: Request) -> Response:
         limit = _query_int(request, "limit", MAX_PAGE)
@@ -161,7 +260,7 @@ def event_routes(core: ControllerCore, *, admin_token_set: bool) -> list[Route]:
         Route(p + "/sessions", guarded(start_session), methods=["POST"]),
         # ``:path``: ids may hold "/" (agentrt.protocol); the SDK percent-encodes them anyway.
         Route(p + "/sessions/{session_id:path}", guarded(end_session), methods=["DELETE"]),
-        Route(p + "/programs/{program_id:path}/{event}", guarded(program_event), methods=["POST"]),
+        Route(PROGRAM_EVENT_PATH, guarded(program_event_route), methods=["POST"]),
         Route(p + "/programs", guarded(programs), methods=["GET"]),
         Route(p + "/queues", guarded(queues), methods=["GET"]),
     ]

@@ -85,10 +85,11 @@ class DirectCall(_Exchange):
     its route awaits (:meth:`CompletionsEndpoint.handle`, with the call as the answer's
     progress) and what a client that leaves early does to it (:meth:`client_left`)."""
 
-    __slots__ = ("_metrics", "left", "parsed", "pending", "task")
+    __slots__ = ("_metrics", "endpoint", "left", "parsed", "pending", "task")
 
     def __init__(
         self,
+        endpoint: CompletionsEndpoint,
         parsed: IncomingCall,
         pending: PendingCall,
         access: AccessFacts | None,
@@ -96,6 +97,8 @@ class DirectCall(_Exchange):
         metrics: ServiceMetrics,
     ) -> None:
         super().__init__(access=access)
+        #: The endpoint that accepted it (whose ``handle`` the route awaits).
+        self.endpoint = endpoint
         self.parsed = parsed
         self.pending = pending
         #: The route's task, which a client that leaves cancels.
@@ -191,6 +194,10 @@ class CompletionsEndpoint:
     ``/v1/completions`` or ``/v1/responses``): talks to ``core`` through its methods only,
     counts on ``metrics`` (the app's, which the core shares)."""
 
+    #: The status logged when the client leaves before its whole body: none (it is not
+    #: answered; service/http/direct.py).
+    gone_status: int | None = None
+
     def __init__(
         self,
         path: str,
@@ -262,16 +269,20 @@ class CompletionsEndpoint:
         headers: dict[str, str],
         raw: bytes,
         decoded: object,
-        tenant: Tenant,
+        tenant: Tenant | None,
         access: AccessFacts | None,
     ) -> DirectCall | None:
         """Take a call the server's direct route read (service/http/direct.py: the body is
-        checked, ``decoded`` its JSON value or ``NOT_JSON``, the tenant authenticated) to the
-        core on ``connection``: the accepted call, which the route then awaits
-        (:meth:`handle`, in its own frame: one coroutine fewer resumed at each wake-up), or
-        ``None`` when it was refused (answered here). From here on, a client that leaves
-        before its whole answer cancels the route's task (:meth:`DirectCall.client_left`: the
-        upstream request aborted, the call settled), as the watcher does on the ASGI path."""
+        checked, ``decoded`` its JSON value or ``NOT_JSON``, the caller authenticated, None:
+        the admin token, refused) to the core on ``connection``: the accepted call, which the
+        route then awaits (:meth:`handle`, in its own frame: one coroutine fewer resumed at
+        each wake-up), or ``None`` when it was refused (answered here). From here on, a client
+        that leaves before its whole answer cancels the route's task
+        (:meth:`DirectCall.client_left`: the upstream request aborted, the call settled), as
+        the watcher does on the ASGI path."""
+        if tenant is None:  # the admin token is no tenant's key
+            await answer_error(connection, Unauthorized("calls need a tenant's API key"))
+            return None
         if decoded is NOT_JSON:
             try:
                 decoded = await decode_body(raw)  # answers a body that is not JSON in its words
@@ -286,7 +297,7 @@ class CompletionsEndpoint:
         if task is None:
             task = task_on(self.core.pool.loop)  # the core's loop: no lookup of the running one
             assert task is not None
-        call = DirectCall(*accepted, access, task, self.metrics)
+        call = DirectCall(self, *accepted, access, task, self.metrics)
         connection.on_disconnect = call.client_left
         if connection.disconnected:
             call.client_left()

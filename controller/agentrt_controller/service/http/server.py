@@ -176,6 +176,17 @@ class _DrainGate:
             "draining",
         )
 
+    @staticmethod
+    def drains(path: str) -> bool:
+        """Whether calls on ``path`` (or under it, a path prefix) are answered 503 while the
+        app drains."""
+        return path.startswith("/v1/")
+
+    def answer_for(self, path: str) -> tuple[list[tuple[bytes, bytes]], bytes] | None:
+        """:meth:`answer` for calls on ``path`` (or under it) while the app drains, None when
+        they pass (the fast path's routes: service/http/direct.py)."""
+        return self.answer() if self.drains(path) else None
+
     def answer(self) -> tuple[list[tuple[bytes, bytes]], bytes]:
         """The 503's headers (without ``content-length``) and body."""
         headers = [
@@ -187,7 +198,7 @@ class _DrainGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         app = self.app
-        if not (app.draining and scope["type"] == "http" and scope["path"].startswith("/v1/")):
+        if not (app.draining and scope["type"] == "http" and self.drains(scope["path"])):
             await app(scope, receive, send)
             return
         headers, body = self.answer()
@@ -228,7 +239,7 @@ def served(app: ControllerApp) -> GuardedApp:
     if app.config.http_path == "asgi":
         return outer
     log = outer if isinstance(outer, AccessLog) else None
-    return WithDirectRoutes(outer, direct_routes(app, guarded, gate.answer(), log))
+    return WithDirectRoutes(outer, *direct_routes(app, guarded, gate.answer_for, log))
 
 
 def _flush_access_log(server: uvicorn.Server) -> None:
