@@ -297,6 +297,8 @@ def _process(args: list[str]) -> Iterator[subprocess.Popen[bytes]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 async def _wait_ready(port: int, path: bytes, timeout_s: float = 30.0) -> None:
