@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -53,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -358,28 +359,58 @@ COUNT_RUNS = (1600, 4000)
 COUNT_CONNECTIONS = 16
 
 
+#: What a profiled run sends: ``load(port, units)`` sends ``units`` of its work (calls,
+#: tool waits) to the controller on ``port`` and returns when they are answered.
+Load = Callable[[int, int], Awaitable[None]]
+
+
 async def _profiled_run(
-    policy: str, window: str, requests: int, out: str, connections: int = COUNT_CONNECTIONS
+    policy: str, window: str, units: int, out: str, load: Load, extra: tuple[str, ...] = ()
 ) -> None:
-    """``requests`` calls (over ``connections`` connections, each sending its next call when
-    its last one is answered) to a controller running under cProfile, which writes ``out``
-    when the controller exits (SIGINT: it drains and exits)."""
+    """``load(port, units)`` against a controller (with ``extra`` flags) running under
+    cProfile, which writes ``out`` when the controller exits (SIGINT: it drains and exits)."""
     backend_port, controller_port = free_port(), free_port()
     python = sys.executable
     with _process([python, __file__, "--serve-backend", str(backend_port)]):
         await _wait_ready(backend_port, b"/health")
         profiled = (python, "-m", "cProfile", "-o", out, "-m", "agentrt.cli")
-        command = controller_command(controller_port, backend_port, policy, window, profiled)
+        command = controller_command(controller_port, backend_port, policy, window, profiled, extra)
         with _process(command):
             await _wait_ready(controller_port, b"/health")
+            await load(controller_port, units)
 
-            async def worker(calls: int) -> None:
-                async with _Connection(controller_port) as conn:
-                    for _ in range(calls):
-                        await conn.call()
 
-            share, rest = divmod(requests, connections)
-            await asyncio.gather(*(worker(share + (i < rest)) for i in range(connections)))
+async def calls_per_unit(
+    policy: str,
+    window: str,
+    load: Load,
+    runs: tuple[int, int] = COUNT_RUNS,
+    per_unit: int = 1,
+    extra: tuple[str, ...] = (),
+) -> dict[str, float]:
+    """Python calls by layer (:mod:`benchmarks._call_counts`) per request of ``load``: the
+    controller profiled through two runs of ``runs`` units, their difference over the
+    requests between them (``per_unit`` requests a unit)."""
+    with tempfile.TemporaryDirectory() as folder:
+        outs = [str(Path(folder) / f"{n}.prof") for n in runs]
+        for units, out in zip(runs, outs, strict=True):
+            await _profiled_run(policy, window, units, out, load, extra)
+        counts = [_call_counts.calls_by_layer(out) for out in outs]
+    small, large = runs
+    return _call_counts.per_request(counts[0], counts[1], small * per_unit, large * per_unit)
+
+
+async def _calls_over(port: int, requests: int, connections: int) -> None:
+    """``requests`` calls over ``connections`` connections, each sending its next call when
+    its last one is answered."""
+
+    async def worker(calls: int) -> None:
+        async with _Connection(port) as conn:
+            for _ in range(calls):
+                await conn.call()
+
+    share, rest = divmod(requests, connections)
+    await asyncio.gather(*(worker(share + (i < rest)) for i in range(connections)))
 
 
 async def count_calls(
@@ -387,13 +418,9 @@ async def count_calls(
 ) -> dict[str, float]:
     """Python calls per request by layer (:mod:`benchmarks._call_counts`), the load sent over
     ``connections`` connections (1: sequential calls)."""
-    small, large = COUNT_RUNS
-    with tempfile.TemporaryDirectory() as folder:
-        outs = [str(Path(folder) / f"{n}.prof") for n in COUNT_RUNS]
-        for requests, out in zip(COUNT_RUNS, outs, strict=True):
-            await _profiled_run(policy, window, requests, out, connections)
-        counts = [_call_counts.calls_by_layer(out) for out in outs]
-    return _call_counts.per_request(counts[0], counts[1], small, large)
+    return await calls_per_unit(
+        policy, window, functools.partial(_calls_over, connections=connections)
+    )
 
 
 async def prompt_cpu_s(

@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,9 +38,7 @@ import httpx  # noqa: E402
 from agentrt.protocol import ProgramStart, ToolWaitEnd, ToolWaitStart  # noqa: E402
 from agentrt.runtime.config import RuntimeConfig  # noqa: E402
 from agentrt.runtime.controller import ControllerLink  # noqa: E402
-from benchmarks import _call_counts  # noqa: E402
 from benchmarks import controller_overhead as overhead  # noqa: E402
-from benchmarks._processes import free_port  # noqa: E402
 from benchmarks.prompt_cpu_ab import on_cpu_s  # noqa: E402
 
 API_KEY = "event-cost"
@@ -114,30 +111,22 @@ async def cost(args: argparse.Namespace) -> dict[str, float]:
         return out
 
 
-async def _profiled(out: str, waits: int, args: argparse.Namespace) -> None:
-    backend_port, port = free_port(), free_port()
-    python = sys.executable
-    with overhead._process([python, overhead.__file__, "--serve-backend", str(backend_port)]):
-        await overhead._wait_ready(backend_port, b"/health")
-        runner = (python, "-m", "cProfile", "-o", out, "-m", "agentrt.cli")
-        command = overhead.controller_command(
-            port, backend_port, "plas", "32", runner, ("--http-path", args.http_path)
-        )
-        with overhead._process(command):
-            await overhead._wait_ready(port, b"/health")
-            async with _link(port, args.programs) as (link, ids):
-                await _waits(link, ids, waits)
-
-
 async def count_calls(args: argparse.Namespace) -> dict[str, float]:
-    """Python calls per event by layer: two profiled runs, their difference."""
-    runs = (args.waits, 3 * args.waits)
-    with tempfile.TemporaryDirectory() as folder:
-        outs = [str(Path(folder) / f"{n}.prof") for n in runs]
-        for waits, out in zip(runs, outs, strict=True):
-            await _profiled(out, waits, args)
-        counts = [_call_counts.calls_by_layer(out) for out in outs]
-    return _call_counts.per_request(counts[0], counts[1], 2 * runs[0], 2 * runs[1])
+    """Python calls per event by layer: two profiled runs of ``--waits`` and 3 × ``--waits``
+    tool waits, two events each (``controller_overhead.calls_per_unit``)."""
+
+    async def tool_waits(port: int, waits: int) -> None:
+        async with _link(port, args.programs) as (link, ids):
+            await _waits(link, ids, waits)
+
+    return await overhead.calls_per_unit(
+        "plas",
+        "32",
+        tool_waits,
+        runs=(args.waits, 3 * args.waits),
+        per_unit=2,
+        extra=("--http-path", args.http_path),
+    )
 
 
 def main() -> int:
