@@ -269,13 +269,10 @@ class ProgramCounts(LruRuns[CountedRun, ProgramKey]):
         held = self.leading(hashes)
         if not held:
             return 0
-        run = self.run_of[hashes[held - 1]]
-        if run.count >= programs:
-            return held
-        parent = run.parent
-        while parent is not None and parent.count < programs:  # counts grow toward the head
-            parent = parent.parent
-        return 0 if parent is None else parent.start + len(parent.elements)
+        run: CountedRun | None = self.run_of[hashes[held - 1]]
+        while run is not None and run.count < programs:  # counts grow toward the head
+            run = run.parent
+        return 0 if run is None else min(held, run.start + len(run.elements))
 
     def _fresh(self, start: int, parent: CountedRun | None, mark: ProgramKey) -> CountedRun:
         return CountedRun([], start, parent, 1, mark)
