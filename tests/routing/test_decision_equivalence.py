@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -32,7 +31,7 @@ from agentrt_controller.routing.filters import HealthyFilter, KvPressureFilter
 from agentrt_controller.routing.kv_index import ExactPrefixIndex
 from agentrt_controller.routing.pickers import ArgmaxPicker
 from agentrt_controller.routing.pipeline import PipelineRouter, WeightedScorer, clamp_score
-from agentrt_controller.routing.prefix_index import SHARED_HEAD_BLOCKS, PrefixIndex
+from agentrt_controller.routing.prefix_index import PrefixIndex
 from agentrt_controller.routing.scorers import (
     AffinityScorer,
     PrefixCostScorer,
@@ -44,6 +43,7 @@ from agentrt_controller.scheduling.call import CallEntry, CallFacts
 from agentrt_controller.scheduling.candidates import CandidateSet
 from agentrt_controller.scheduling.dispatcher import Admission, Dispatcher
 from agentrt_controller.scheduling.factory import build_scheduler
+from tests.routing.per_element_counts import PerElementCounts
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,28 +57,13 @@ class LinearIndex(PrefixIndex):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.counts: OrderedDict[int, tuple[int, ProgramKey]] = OrderedDict()
+        self.counts = PerElementCounts(self.popularity_capacity)
 
     def note_program(self, program: ProgramKey, hashes: Sequence[int]) -> None:
-        programs = self.counts
-        for h in hashes[:SHARED_HEAD_BLOCKS]:
-            seen = programs.get(h)
-            if seen is None:
-                programs[h] = (1, program)
-            elif seen[1] != program:
-                programs[h] = (seen[0] + 1, program)
-                programs.move_to_end(h)
-        while len(programs) > self.popularity_capacity:
-            programs.popitem(last=False)
+        self.counts.note(program, hashes)
 
     def shared_prefix(self, hashes: Sequence[int]) -> int:
-        count = 0
-        for h in hashes[:SHARED_HEAD_BLOCKS]:
-            seen = self.counts.get(h)
-            if seen is None or seen[0] < self.shared_programs:
-                break
-            count += 1
-        return count
+        return self.counts.shared(hashes, self.shared_programs)
 
     def match(self, backend_id: str, hashes: Sequence[int], now_s: float) -> int:
         blocks = self.elements(backend_id)

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from agentrt_controller.keys import ProgramKey
-from agentrt_controller.routing.prefix_index import SHARED_HEAD_BLOCKS, PrefixIndex
+from agentrt_controller.routing.prefix_index import PrefixIndex
+from tests.routing.per_element_counts import PerElementCounts
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -146,31 +147,6 @@ def test_a_sequence_that_is_not_a_chain_is_recorded_up_to_its_repeat() -> None:
 
 
 # -- the program counts (PrefixIndex.shared_prefix) -----------------------------------------
-
-
-class PerElementCounts:
-    """The program counts as they were: per element, each routed call's whole head walked,
-    a change of program counting one."""
-
-    def __init__(self) -> None:
-        self.counts: dict[int, tuple[int, ProgramKey]] = {}
-
-    def note(self, program: ProgramKey, hashes: Sequence[int]) -> None:
-        for h in hashes[:SHARED_HEAD_BLOCKS]:
-            seen = self.counts.get(h)
-            if seen is None:
-                self.counts[h] = (1, program)
-            elif seen[1] != program:
-                self.counts[h] = (seen[0] + 1, program)
-
-    def shared(self, hashes: Sequence[int], programs: int) -> int:
-        count = 0
-        for h in hashes[:SHARED_HEAD_BLOCKS]:
-            seen = self.counts.get(h)
-            if seen is None or seen[0] < programs:
-                break
-            count += 1
-        return count
 
 
 @pytest.mark.parametrize("seed", range(8))
