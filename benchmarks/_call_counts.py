@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # Not bare "backends/": anyio's own "anyio/_backends/" would match it.
     (
         "backend leg: the lean transport, `backends/`, httpx",
-        ("agentrt_controller/backends/", "httpx/", "httpcore/"),
+        ("agentrt_controller/backends/", "agentrt/fasthttp.py", "httpx/", "httpcore/"),
     ),
     (
         "metrics (`prometheus_client` and our wrappers)",

@@ -222,7 +222,7 @@ async def relay_time(args: argparse.Namespace) -> dict[str, Any]:
     stream's connection and the client's exchange are found by wrapping the two seams the
     proxy calls once per stream (``FastResponse.relay``, ``DirectExchange.start_stream``),
     put back when this returns."""
-    from agentrt_controller.backends import fasthttp
+    from agentrt import fasthttp
     from agentrt_serving.direct import DirectExchange
 
     relayed: list[Any] = []  # the stream's backend connection, once the proxy relays it

@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agentrt import DeadlineExceeded, IdempotencyKey, Program, Runtime, RuntimeConfig, Tool, tool
 from agentrt.errors import JournalUnavailable
+from agentrt.fasthttp import FastHTTPTransport
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerConfig, serve_controller
 from agentrt_emulator.server import (
@@ -98,7 +99,7 @@ class HeaderLog(httpx.AsyncBaseTransport):
     headers of every LLM request the runtime sends, after tagging."""
 
     def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+        self.inner = FastHTTPTransport()
         self.llm_headers: list[httpx.Headers] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

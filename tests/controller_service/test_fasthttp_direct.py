@@ -11,16 +11,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import anyio
 import pytest
 
+from agentrt.fasthttp import FastResponse
 from agentrt_controller.backends.api import (
     BackendDisconnected,
     BackendError,
     BackendRequest,
     BackendUnavailable,
 )
-from agentrt_controller.backends.fasthttp import FastResponse
 from agentrt_controller.backends.http import HttpBackend, HttpBackendConfig
 from agentrt_controller.backends.transport import HttpPool
-from tests.controller_service.test_fasthttp import (
+from tests.sdk.test_fasthttp import (
     Server,
     endless_stream,
     keep_alive_echo,

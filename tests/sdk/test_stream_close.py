@@ -15,6 +15,7 @@ import pytest
 
 import agentrt
 from agentrt import DeadlineExceeded, Runtime, RuntimeConfig
+from agentrt.fasthttp import FastHTTPTransport
 
 from .fakeserver import FakeServer, FakeState, wait_until
 
@@ -57,10 +58,11 @@ class _StuckBody(httpx.AsyncByteStream):
 
 
 class _StuckTransport(httpx.AsyncBaseTransport):
-    """Real pool under :class:`_StuckBody` bodies; counts responses opened and closed."""
+    """The runtime's real pool (the lean transport) under :class:`_StuckBody` bodies; counts
+    responses opened and closed."""
 
     def __init__(self) -> None:
-        self._pool = httpx.AsyncHTTPTransport()
+        self._pool = FastHTTPTransport()
         self.opened = 0
         self.closed = 0
 

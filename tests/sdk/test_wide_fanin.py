@@ -10,6 +10,7 @@ import pytest
 
 import agentrt
 from agentrt import Runtime, RuntimeConfig, tool
+from agentrt.fasthttp import FastHTTPTransport
 from agentrt.program.model import Node
 from agentrt.protocol import (
     HEADER_PARENT_COUNT,
@@ -43,7 +44,7 @@ class _Recorder(httpx.AsyncBaseTransport):
     """Under the runtime's transport stack: keeps the headers of each chat request as sent."""
 
     def __init__(self) -> None:
-        self.inner = httpx.AsyncHTTPTransport()
+        self.inner = FastHTTPTransport()
         self.sent: list[httpx.Headers] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

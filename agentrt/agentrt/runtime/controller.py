@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from agentrt._version import __version__
 from agentrt.errors import EndpointUnavailable, ProtocolError, unreachable_message
+from agentrt.fasthttp import FastHTTPTransport
 from agentrt.protocol import (
     EVENTS_PREFIX,
     ProgramEnd,
@@ -46,6 +47,9 @@ _log = logging.getLogger("agentrt.controller")
 
 # Held programs remembered at most; past it, entries whose hold ended are dropped.
 _MAX_HELD_PROGRAMS = 1024
+# Events posted at once at most (the rest wait for a connection; httpx's own default): each
+# program posts its events inline, in order, so this bounds the link's connections only.
+_EVENT_CONNECTIONS = 100
 
 
 def _url_id(value: str) -> str:
@@ -97,7 +101,9 @@ class ControllerLink:
             return self.state
         timeout = self._config.event_timeout_s
         self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout), headers={"authorization": self._auth()}
+            timeout=httpx.Timeout(timeout),
+            headers={"authorization": self._auth()},
+            transport=FastHTTPTransport(_EVENT_CONNECTIONS),
         )
         body = SessionStart(session_id=self.session_id, client=f"agentrt-sdk/{__version__}")
         try:

@@ -20,6 +20,7 @@ import httpx
 import openai
 
 from agentrt.errors import AgentrtError, ConfigError
+from agentrt.fasthttp import FastHTTPTransport
 from agentrt.journal.api import StepJournal
 from agentrt.runtime.config import RuntimeConfig
 from agentrt.runtime.controller import ControllerLink, LinkState
@@ -41,7 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["CURRENT_RUNTIME", "Runtime", "current_runtime"]
 
 _log = logging.getLogger("agentrt.runtime")
-#: Connections per pool shard: httpcore's pool work per event grows with connections times
+#: Connections per pool shard. Each pool is the lean transport (agentrt.fasthttp), whose
+#: ``https`` requests go to httpcore's pool: its work per event grows with connections times
 #: queued requests, so many small pools stay fast where one big one stalls.
 _CONNECTIONS_PER_POOL = 64
 
@@ -119,10 +121,7 @@ class Runtime:
             else:
                 count = math.ceil(cfg.max_connections / _CONNECTIONS_PER_POOL)
                 per_shard = math.ceil(cfg.max_connections / count)
-                limits = httpx.Limits(
-                    max_connections=per_shard, max_keepalive_connections=per_shard
-                )
-                pools = [httpx.AsyncHTTPTransport(limits=limits) for _ in range(count)]
+                pools = [FastHTTPTransport(per_shard) for _ in range(count)]
                 for pool in pools:
                     stack.push_async_callback(_close_shielded, pool)
                 shards = list(pools)

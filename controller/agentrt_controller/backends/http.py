@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 
+from agentrt.fasthttp import FastHTTPTransport, Origin
 from agentrt_controller.backends.api import (
     BackendCapabilities,
     BackendError,
@@ -34,7 +35,6 @@ from agentrt_controller.backends.api import (
     BackendResponse,
     BackendUnavailable,
 )
-from agentrt_controller.backends.fasthttp import FastHTTPTransport, Origin
 from agentrt_controller.backends.kv_capacity import vllm_capacity
 from agentrt_controller.backends.prometheus_text import max_samples, sum_samples
 from agentrt_controller.backends.tokens import TokenCounter

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import httpx
 
 from agentrt.errors import ConfigError
-from agentrt_controller.backends.fasthttp import FastHTTPTransport
+from agentrt.fasthttp import FastHTTPTransport
+from agentrt_controller.backends.wire import broken
 
 __all__ = ["HttpPool", "RoundRobinPoolTransport"]
 
@@ -75,8 +76,9 @@ class HttpPool:
         shards: int = 8,
         max_connections: int = 1024,
     ) -> HttpPool:
-        """``kind``: ``fast`` (:class:`~agentrt_controller.backends.fasthttp.FastHTTPTransport`) or
-        ``httpx`` (httpx's own transport, in ``shards`` pools: :class:`RoundRobinPoolTransport`).
+        """``kind``: ``fast`` (:class:`~agentrt.fasthttp.FastHTTPTransport`; its answers' body
+        errors are the seam's, :func:`~agentrt_controller.backends.wire.broken`) or ``httpx``
+        (httpx's own transport, in ``shards`` pools: :class:`RoundRobinPoolTransport`).
         ``stall_s``: a stream's longest silence (seconds; ``None`` = ``read_timeout_s``)."""
         timeout = httpx.Timeout(read_timeout_s, connect=connect_timeout_s)
         stream_read_s = read_timeout_s
@@ -85,7 +87,7 @@ class HttpPool:
         stream_timeout = httpx.Timeout(stream_read_s, connect=connect_timeout_s)
         transport: httpx.AsyncBaseTransport
         if kind == "fast":
-            transport = FastHTTPTransport(max_connections)
+            transport = FastHTTPTransport(max_connections, body_error=broken)
         elif kind == "httpx":
             transport = RoundRobinPoolTransport(shards, max_connections)
         else:

@@ -1,7 +1,8 @@
 """``ShardedTransport``: the runtime's connection pools, each behind an admission gate.
 
-httpcore's pool scans its queued requests against its connections on every change
-(quadratic), which stalls for minutes with thousands of queued calls on one big pool. So the
+The pools are the lean transport (:mod:`agentrt.fasthttp`); its ``https`` requests go to
+httpcore's pool, which scans its queued requests against its connections on every change
+(quadratic) and stalls for minutes with thousands of queued calls on one big pool. So the
 runtime keeps several small pools ("shards"), sends all calls of a program through the same one
 (by a hash of its id), and admits at most ``shard_limit`` requests into a pool at once; the
 rest wait here, keeping each pool's queue and connection list small.

@@ -31,7 +31,7 @@ class BackendAnswer:
         self._rest: AsyncIterator[bytes] | None = None
         #: Whether the stream's last byte arrived and was handed on (its iterator ends without
         #: waiting): a response that can tell offers ``body_arrived`` (the fast transport's
-        #: :class:`~agentrt_controller.backends.fasthttp.FastResponse`); others never say so.
+        #: :class:`~agentrt.fasthttp.FastResponse`); others never say so.
         self.arrived: Callable[[], bool] = getattr(response, "body_arrived", _never)
         #: Hands the stream's reads to a callback in the connection's own read (``relay(take)``,
         #: ``relay(None)`` to stop), without waking the task that iterates the stream: offered

@@ -1,26 +1,32 @@
-"""A lean HTTP/1.1 keep-alive transport for ``http://`` backends, behind httpx's transport seam
-and, for generation requests, without it (:meth:`FastHTTPTransport.open`).
+"""A lean HTTP/1.1 keep-alive transport for ``http://`` servers, behind httpx's transport seam
+and, for callers that build their own requests, without it (:meth:`FastHTTPTransport.open`).
 
-Why: a proxied call costs the controller roughly twice the CPU of everything else together in
-httpcore's pure-Python HTTP/1.1 machinery (h11 state machine, pool bookkeeping, anyio stream
-wrappers). This transport speaks only what the controller needs to model servers — one request
-at a time per connection, ``Content-Length`` or chunked bodies, keep-alive — with uvicorn's C
-parser (``httptools``) on an asyncio protocol, and hands httpx a normal ``httpx.Response``.
-Everything else (``https``, requests whose body is a stream) goes to an
+Why: a call through httpx's own transport costs the caller more CPU in httpcore's pure-Python
+HTTP/1.1 machinery (h11 state machine, pool bookkeeping, anyio stream wrappers) than in
+everything else it does. This transport speaks only what a client of model servers needs — one
+request at a time per connection, ``Content-Length`` or chunked bodies, keep-alive — with
+uvicorn's C parser (``httptools``) on an asyncio protocol, and hands httpx a normal
+``httpx.Response``. Everything else (``https``, requests whose body is a stream) goes to an
 ``httpx.AsyncHTTPTransport`` fallback. Errors are httpx's own (``ConnectError``,
 ``ConnectTimeout``, ``ReadTimeout``, ``RemoteProtocolError``, ``ReadError``), so callers map them
 exactly as for httpx's transport.
 
-asyncio only (the controller runs on asyncio / uvloop): the protocol callbacks are the cheapest
-way to read a socket. Closing an unfinished response closes its connection, which is how an
-upstream request is aborted (vLLM stops generating when the connection drops).
+Both halves of the project send through it: the SDK's connection pools and its program-event
+link (:mod:`agentrt.runtime`), and the controller's backend leg
+(:mod:`agentrt_controller.backends`). A kept-alive connection that the server closed before
+answering is tried once more on a fresh connection (a server's keep-alive timeout racing the
+request); every other failure is raised.
 
-Generation requests skip httpx altogether: :meth:`FastHTTPTransport.open` takes the serialised
-request and gives a :class:`FastResponse` (the backend seam's ``BackendResponse``), so a proxied
-call builds no ``httpx.Request``, ``httpx.Response``, ``Headers`` or body-stream wrappers (about
-a tenth of the controller's CPU per call, and two generator levels per streamed chunk). Its
-body errors are the seam's (``BackendDisconnected``, ``BackendError``), mapped as
-:mod:`~agentrt_controller.backends.wire` maps httpx's.
+asyncio only (the SDK and the controller run on asyncio / uvloop): the protocol callbacks are
+the cheapest way to read a socket. Closing an unfinished response closes its connection, which
+is how a request is aborted (vLLM stops generating when the connection drops).
+
+Callers that build the request themselves skip httpx altogether: :meth:`FastHTTPTransport.open`
+takes the serialised request and gives a :class:`FastResponse`, so a call builds no
+``httpx.Request``, ``httpx.Response``, ``Headers`` or body-stream wrappers (the controller's
+proxied calls: about a tenth of its CPU per call, and two generator levels per streamed chunk).
+Its body errors are httpx's, or what the transport's ``body_error`` makes of them (the
+controller's backend seam maps them to its own).
 """
 
 from __future__ import annotations
@@ -36,17 +42,19 @@ import httptools
 import httpx
 
 from agentrt.errors import ConfigError
-from agentrt_controller.backends.wire import broken
 
-__all__ = ["FastHTTPTransport", "FastResponse", "Origin"]
+__all__ = ["BodyError", "FastHTTPTransport", "FastResponse", "Origin"]
 
 #: Idle keep-alive connections older than this are not reused (seconds). Below uvicorn's
 #: default server-side keep-alive timeout (5 s), so we rarely race a server closing one.
 _IDLE_EXPIRY_S = 4.0
 #: Pause reading a streamed body when this many bytes wait unread; resume below a quarter.
 _HIGH_WATER = 1 << 20
-#: ``(host, port)`` of a backend server.
+#: ``(host, port)`` of a server.
 Origin = tuple[str, int]
+#: What an error while reading a :class:`FastResponse`'s body (the ``answer`` or the
+#: ``stream``) is raised as: ``body_error(exc, what)``.
+BodyError = Callable[[httpx.HTTPError, str], Exception]
 
 
 class _Connection(asyncio.Protocol):
@@ -92,7 +100,7 @@ class _Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self._fail(httpx.RemoteProtocolError(f"malformed response from backend: {exc}"))
+            self._fail(httpx.RemoteProtocolError(f"malformed response from {self._where()}: {exc}"))
             self.close()
             return
         chunks = self._chunks
@@ -131,9 +139,9 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if not self.complete:
             if self._head.done():
-                self._fail(httpx.ReadError("backend closed the connection mid-response"))
+                self._fail(httpx.ReadError(f"{self._where()} closed the connection mid-response"))
             else:
-                self._fail(httpx.RemoteProtocolError("backend closed before answering"))
+                self._fail(httpx.RemoteProtocolError(f"{self._where()} closed before answering"))
 
     # --- httptools callbacks ---------------------------------------------------------------
 
@@ -175,13 +183,13 @@ class _Connection(asyncio.Protocol):
         read_timeout_s: float | None,
         *,
         on_end: Callable[[], None] | None = None,
-        broken_what: str | None = None,
+        body_error: BodyError | None = None,
     ) -> AsyncIterator[bytes]:
         """The body as it arrives; ``httpx.ReadTimeout`` after ``read_timeout_s`` seconds of
         waiting without a byte (``None``: no limit). ``on_end`` is called when the body was
-        read to its end; with ``broken_what`` httpx's errors are raised as the backend errors
-        of :func:`~agentrt_controller.backends.wire.broken` (a stream read by the proxy needs
-        no generator of its own around this one for that: one more frame per chunk).
+        read to its end; with ``body_error`` httpx's errors are raised as
+        ``body_error(exc, "stream")`` (a stream read by the controller's proxy needs no
+        generator of its own around this one for that: one more frame per chunk).
 
         The limit is one timer per body, not one per wait: each wait moves the deadline
         (:attr:`_silent_until`), and the timer, when it fires early, sets itself again for
@@ -212,9 +220,9 @@ class _Connection(asyncio.Protocol):
                     finally:
                         self._waiter = None
         except httpx.HTTPError as exc:
-            if broken_what is None:
+            if body_error is None:
                 raise
-            raise broken(exc, broken_what) from exc
+            raise body_error(exc, "stream") from exc
         finally:
             self._relay = None
             if self._expiry is not None:
@@ -223,7 +231,7 @@ class _Connection(asyncio.Protocol):
 
     def _take(self) -> bytes:
         """The body's bytes queued since they were last taken, as one piece, forgotten here:
-        the backend is read again if a full queue had paused it."""
+        the server is read again if a full queue had paused it."""
         chunks = self._chunks
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         chunks.clear()
@@ -250,6 +258,11 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.close()
+
+    def _where(self) -> str:
+        """The server, for error messages."""
+        host, port = self.origin
+        return f"server {host}:{port}"
 
 
 def _expire(future: asyncio.Future[Any], what: str) -> None:
@@ -313,8 +326,8 @@ class FastResponse(_Pooled):
         self.headers: Mapping[str, str] = headers
 
     async def aread(self) -> bytes:
-        """The whole body. Raises ``BackendDisconnected`` / ``BackendError`` when the
-        connection breaks or stalls past the read timeout."""
+        """The whole body. Raises httpx's error (or the transport's ``body_error`` of it) when
+        the connection breaks or stalls past the read timeout."""
         conn = self._conn
         if conn.complete:
             # The whole body arrived with the head (the usual case): what the body's
@@ -329,20 +342,26 @@ class FastResponse(_Pooled):
             async for chunk in self._conn.body(self._timeout):
                 parts.append(chunk)
         except httpx.HTTPError as exc:
-            raise broken(exc, "answer") from exc
+            body_error = self._transport.body_error
+            if body_error is None:
+                raise
+            raise body_error(exc, "answer") from exc
         finally:
             self._release()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def aiter_bytes(self) -> AsyncIterator[bytes]:
         """The body as it arrives (what arrived since the last turn as one piece). Raises
-        ``BackendDisconnected`` / ``BackendError`` when the connection breaks or stalls."""
-        return self._conn.body(self._timeout, on_end=self._release, broken_what="stream")
+        httpx's error (or the transport's ``body_error`` of it) when the connection breaks
+        or stalls."""
+        return self._conn.body(
+            self._timeout, on_end=self._release, body_error=self._transport.body_error
+        )
 
     def relay(self, take: Callable[[bytes], bool] | None) -> None:
         """Let ``take`` handle the body's reads in the connection's own callback, without
         waking the task that iterates :meth:`aiter_bytes` (``None``: stop). ``take`` gets
-        what one read from the backend brought of the body, whole, and returns whether it
+        what one read from the server brought of the body, whole, and returns whether it
         took it (then the iterator never sees those bytes); it is offered a read only while
         the iterator waits with nothing queued and the body goes on after the read — the
         body's end, an error and every read ``take`` declines go to the iterator as before,
@@ -363,11 +382,14 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
 
     ``max_connections`` bounds requests in flight through this transport (further requests
     wait); idle connections are kept per origin, newest first, for :data:`_IDLE_EXPIRY_S`.
+    ``body_error``: what an error reading a :class:`FastResponse`'s body is raised as
+    (default: httpx's error itself); answers through httpx's seam always raise httpx's.
     """
 
-    def __init__(self, max_connections: int = 1024) -> None:
+    def __init__(self, max_connections: int = 1024, body_error: BodyError | None = None) -> None:
         if max_connections < 1:
             raise ConfigError("FastHTTPTransport needs max_connections >= 1")
+        self.body_error = body_error
         self._idle: dict[Origin, list[_Connection]] = {}
         # The slots of max_connections: an asyncio.Semaphore's, without its five Python
         # calls per request (acquire, locked, its any(), release, _wake_up_next). Free ones
@@ -375,7 +397,9 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         # free while someone waits: first come, first served).
         self._free_slots = max_connections
         self._slot_waiters: collections.deque[asyncio.Future[None]] = collections.deque()
-        limits = httpx.Limits(max_connections=max_connections)
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
         self._fallback = httpx.AsyncHTTPTransport(limits=limits, retries=0)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:

@@ -13,7 +13,7 @@ import anyio.lowlevel
 import httpx
 import pytest
 
-from agentrt_controller.backends.fasthttp import FastHTTPTransport
+from agentrt.fasthttp import FastHTTPTransport
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(20)]
 
@@ -182,13 +182,35 @@ async def test_errors_are_httpx_errors() -> None:
         with pytest.raises(httpx.ReadTimeout):
             await http.post(url, content=b"{}", timeout=0.2)
     async with serving(garbage) as (url, _), client() as http:
-        with pytest.raises(httpx.RemoteProtocolError):
+        host_port = url.removeprefix("http://")
+        with pytest.raises(httpx.RemoteProtocolError, match=f"response from server {host_port}"):
             await http.post(url, content=b"{}")
     async with serving(keep_alive_echo) as (url, _):
         pass  # the port is free again
     async with client() as http:
         with pytest.raises(httpx.ConnectError):
             await http.post(url, content=b"{}")
+
+
+async def test_what_it_does_not_speak_goes_to_httpx_transport() -> None:
+    """``https`` and a request whose body is a stream go to httpx's own transport inside (here
+    a mock in its place); plain ``http`` with a whole body never does."""
+    to_httpx: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        to_httpx.append(str(request.url))
+        return httpx.Response(200, text="httpx")
+
+    async def streamed() -> AsyncIterator[bytes]:
+        yield b"streamed"
+
+    transport = FastHTTPTransport()
+    transport._fallback = httpx.MockTransport(answer)  # type: ignore[assignment]
+    async with serving(keep_alive_echo) as (url, _), httpx.AsyncClient(transport=transport) as http:
+        assert (await http.post("https://models.example/v1", content=b"{}")).text == "httpx"
+        assert (await http.post(url + "/s", content=streamed())).text == "httpx"
+        assert (await http.post(url + "/w", content=b"whole")).text == "echo:whole"
+    assert to_httpx == ["https://models.example/v1", url + "/s"]
 
 
 async def test_large_bodies_survive_flow_control() -> None:
