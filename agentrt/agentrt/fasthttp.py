@@ -136,12 +136,18 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Before the head: ``RemoteProtocolError`` (a kept-alive connection is tried once more,
+        :meth:`FastHTTPTransport.open`). Mid-body, as httpx's own transport says it: a reset is
+        a ``ReadError``, a close a ``RemoteProtocolError`` (the body left incomplete)."""
         self.closed = True
         if not self.complete:
-            if self._head.done():
-                self._fail(httpx.ReadError(f"{self._where()} closed the connection mid-response"))
+            where = self._where()
+            if not self._head.done():
+                self._fail(httpx.RemoteProtocolError(f"{where} closed before answering"))
+            elif exc is not None:
+                self._fail(httpx.ReadError(f"{where} broke the connection mid-response: {exc!r}"))
             else:
-                self._fail(httpx.RemoteProtocolError(f"{self._where()} closed before answering"))
+                self._fail(httpx.RemoteProtocolError(f"{where} closed the connection mid-response"))
 
     # --- httptools callbacks ---------------------------------------------------------------
 

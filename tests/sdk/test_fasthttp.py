@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import functools
 import re
+import socket
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
@@ -190,6 +192,35 @@ async def test_errors_are_httpx_errors() -> None:
     async with client() as http:
         with pytest.raises(httpx.ConnectError):
             await http.post(url, content=b"{}")
+
+
+@pytest.mark.parametrize(
+    ("reset", "error"), [(False, httpx.RemoteProtocolError), (True, httpx.ReadError)]
+)
+async def test_a_body_cut_short_is_the_error_httpx_would_raise(
+    reset: bool, error: type[httpx.HTTPError]
+) -> None:
+    """Closed mid-body: ``RemoteProtocolError`` (the body incomplete); reset: ``ReadError``."""
+
+    async def cut(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                  server: Server) -> None:  # fmt: skip
+        await read_request(reader, server)
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly ten b")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        if reset:  # an RST, not a FIN
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.transport.abort()
+
+    async with (
+        serving(cut) as (url, _),
+        client() as http,
+        http.stream("POST", url, content=b"{}") as answer,
+    ):
+        assert answer.status_code == 200
+        with pytest.raises(error, match="mid-response"):
+            await answer.aread()
 
 
 async def test_what_it_does_not_speak_goes_to_httpx_transport() -> None:
