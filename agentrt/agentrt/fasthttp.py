@@ -35,7 +35,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import httptools
@@ -43,7 +43,7 @@ import httpx
 
 from agentrt.errors import ConfigError
 
-__all__ = ["BodyError", "FastHTTPTransport", "FastResponse", "Origin"]
+__all__ = ["BodyError", "FastHTTPTransport", "FastResponse", "Origin", "request_head"]
 
 #: Idle keep-alive connections older than this are not reused (seconds). Below uvicorn's
 #: default server-side keep-alive timeout (5 s), so we rarely race a server closing one.
@@ -55,6 +55,13 @@ Origin = tuple[str, int]
 #: What an error while reading a :class:`FastResponse`'s body (the ``answer`` or the
 #: ``stream``) is raised as: ``body_error(exc, what)``.
 BodyError = Callable[[httpx.HTTPError, str], Exception]
+
+
+def request_head(method: bytes, url: httpx.URL) -> tuple[Origin, bytes]:
+    """``url``'s origin, and the request line and ``host`` header httpx would write for
+    ``method`` to it: the path as given, ``host`` without the default port."""
+    head = method + b" " + url.raw_path + b" HTTP/1.1\r\nhost: " + url.netloc + b"\r\n"
+    return (url.host, url.port or 80), head
 
 
 class _Connection(asyncio.Protocol):
@@ -503,6 +510,43 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
             self._give_slot()
             raise
         return FastResponse(self, conn, status, headers, read_timeout_s)
+
+    async def exchange(
+        self,
+        method: bytes,
+        url: httpx.URL,
+        headers: Sequence[tuple[bytes, bytes]],
+        body: bytes,
+        *,
+        timeout_s: float | None,
+    ) -> tuple[int, bytes]:
+        """``method`` to ``url`` with ``headers`` (``content-length`` added) and ``body``; the
+        answer's status and whole body. ``http://`` goes over the pool without httpx's
+        objects (:meth:`open`), the rest through httpx's transport inside. ``timeout_s``
+        bounds connecting and each wait for the server (``None``: no limit). Raises httpx's
+        errors."""
+        if url.scheme == "http":
+            origin, head = request_head(method, url)
+            lines = [head]
+            for name, value in headers:
+                lines += (name, b": ", value, b"\r\n")
+            lines += (b"content-length: %d\r\n\r\n" % len(body), body)
+            answer = await self.open(
+                origin, b"".join(lines), read_timeout_s=timeout_s, connect_timeout_s=timeout_s
+            )
+            return answer.status_code, await answer.aread()
+        request = httpx.Request(
+            method.decode(),
+            url,
+            headers=list(headers),
+            content=body,
+            extensions={"timeout": httpx.Timeout(timeout_s).as_dict()},
+        )
+        response = await self._fallback.handle_async_request(request)
+        try:
+            return response.status_code, await response.aread()
+        finally:
+            await response.aclose()
 
     def _release(self, conn: _Connection) -> None:
         """The answer on ``conn`` was read or given up: keep the connection or close it."""

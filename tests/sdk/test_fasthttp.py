@@ -29,6 +29,7 @@ class Server:
         self.handler = handler
         self.connections = 0
         self.requests = 0
+        self.heads: list[bytes] = []
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -42,6 +43,7 @@ class Server:
 
 async def read_request(reader: asyncio.StreamReader, server: Server) -> bytes:
     head = await reader.readuntil(b"\r\n\r\n")
+    server.heads.append(head)
     match = re.search(rb"(?i)content-length:\s*(\d+)", head)
     body = await reader.readexactly(int(match.group(1))) if match else b""
     server.requests += 1
@@ -192,6 +194,45 @@ async def test_errors_are_httpx_errors() -> None:
     async with client() as http:
         with pytest.raises(httpx.ConnectError):
             await http.post(url, content=b"{}")
+
+
+async def test_exchange_sends_a_whole_request_and_reads_the_whole_answer() -> None:
+    """``exchange``: the head as httpx would write it, ``content-length`` added, the body in
+    the same write; over the pool for ``http``, through httpx's transport for ``https``."""
+    to_httpx: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        to_httpx.append(request)
+        return httpx.Response(404, content=b"nope")
+
+    transport = FastHTTPTransport()
+    transport._fallback = httpx.MockTransport(answer)  # type: ignore[assignment]
+    headers = [(b"authorization", b"Bearer k")]
+    async with serving(keep_alive_echo) as (url, server):
+        for n in range(2):
+            got = await transport.exchange(
+                b"POST", httpx.URL(f"{url}/a%2Fb/{n}"), headers, b"{}", timeout_s=2.0
+            )
+            assert got == (200, b"echo:{}")
+        https = await transport.exchange(
+            b"PUT", httpx.URL("https://models.example:8443/x"), headers, b"[]", timeout_s=None
+        )
+    await transport.aclose()
+    host = url.removeprefix("http://")
+    assert server.heads == [
+        f"POST /a%2Fb/{n} HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer k\r\n"
+        "content-length: 2\r\n\r\n".encode()
+        for n in range(2)
+    ]
+    assert server.connections == 1  # kept alive
+    assert https == (404, b"nope")
+    (sent,) = to_httpx
+    assert (sent.method, str(sent.url), sent.headers["authorization"], sent.content) == (
+        "PUT",
+        "https://models.example:8443/x",
+        "Bearer k",
+        b"[]",
+    )
 
 
 @pytest.mark.parametrize(

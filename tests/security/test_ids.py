@@ -9,6 +9,7 @@ import anyio
 import httpx
 import pytest
 
+from agentrt.errors import EndpointUnavailable
 from agentrt.protocol import EVENTS_PREFIX, ProgramEnd, ProgramStart, ToolWaitEnd, ToolWaitStart
 from agentrt.runtime.config import RuntimeConfig
 from agentrt.runtime.controller import ControllerLink
@@ -97,6 +98,19 @@ async def test_a_refused_event_holds_back_only_its_own_programs_events(stack: St
         await link.program_end("good/one", ProgramEnd(session_id=session))
         assert link.stats.events_sent == 3
         assert "good/one" not in _programs(stack)
+    finally:
+        await link.close()
+
+
+async def test_a_required_link_raises_the_controllers_refusal(stack: Stack) -> None:
+    config = RuntimeConfig(base_url=stack.controller_url + "/v1", model="m", controller="required")
+    link = ControllerLink(config)
+    assert await link.open() == "connected"
+    try:
+        start = ProgramStart(session_id=link.session_id)
+        with pytest.raises(EndpointUnavailable, match=r"controller answered 400: .*program_id"):
+            await link.program_start("bad id", start)
+        assert link.stats.events_failed == 1
     finally:
         await link.close()
 

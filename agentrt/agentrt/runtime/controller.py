@@ -80,7 +80,16 @@ class ControllerLink:
         self._config = config
         self._mode = config.controller
         self._base = config.events_url + EVENTS_PREFIX
+        #: The link's connections, from :meth:`open` on: the session's probe and end go
+        #: through ``_client`` (httpx), the events straight through the transport under it
+        #: (:meth:`FastHTTPTransport.exchange`: no httpx objects per event).
+        self._transport: FastHTTPTransport | None = None
         self._client: httpx.AsyncClient | None = None
+        self._event_headers = (
+            (b"authorization", self._auth().encode("latin-1")),
+            (b"content-type", b"application/json"),
+            (b"user-agent", f"agentrt-sdk/{__version__}".encode()),
+        )
         self.state: LinkState = "off"
         self.session_id = config.session_id or f"s-{uuid.uuid4().hex[:16]}"
         self.stats = LinkStats()
@@ -100,10 +109,11 @@ class ControllerLink:
             self.state = "off"
             return self.state
         timeout = self._config.event_timeout_s
+        self._transport = FastHTTPTransport(_EVENT_CONNECTIONS)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout),
             headers={"authorization": self._auth()},
-            transport=FastHTTPTransport(_EVENT_CONNECTIONS),
+            transport=self._transport,
         )
         body = SessionStart(session_id=self.session_id, client=f"agentrt-sdk/{__version__}")
         try:
@@ -140,6 +150,7 @@ class ControllerLink:
     async def close(self) -> None:
         """End the session (best effort, bounded) and close the link."""
         client, self._client = self._client, None
+        self._transport = None  # closed with the client
         if client is None:
             return
         try:
@@ -169,34 +180,44 @@ class ControllerLink:
         await self._post(program_id, "tool-end", event)
 
     async def _post(self, program_id: str, kind: str, event: BaseModel) -> None:
-        if not self.enabled or self._client is None:
+        transport = self._transport
+        if not self.enabled or transport is None:
             return
         now = anyio.current_time()
         if now < self._quiet_until_s or now < self._program_quiet_until_s.get(program_id, 0.0):
             self.stats.events_skipped += 1
             return
         path = f"/programs/{_url_id(program_id)}/{kind}"
+        body = event.model_dump_json(exclude_none=True).encode()
+        timeout_s = self._config.event_timeout_s
         try:
             # Shielded: an event about a cancellation must still go out, bounded by the timeout.
-            with anyio.CancelScope(shield=True), anyio.fail_after(self._config.event_timeout_s):
-                response = await self._client.post(
-                    self._base + path, json=event.model_dump(exclude_none=True)
+            with anyio.CancelScope(shield=True), anyio.fail_after(timeout_s):
+                status, answer = await transport.exchange(
+                    b"POST",
+                    httpx.URL(self._base + path),
+                    self._event_headers,
+                    body,
+                    timeout_s=timeout_s,
                 )
-            response.raise_for_status()
-        except httpx.HTTPStatusError as exc:  # an answer: only this program's events wait
-            self._failed(path, exc, "this program's events held")
-            self._hold_program(program_id)
         except (httpx.HTTPError, TimeoutError, OSError) as exc:  # no answer: all events wait
-            self._failed(path, exc, "events paused")
+            self._failed(path, repr(exc), "events paused", exc)
             self._quiet_until_s = anyio.current_time() + self._config.fallback_hold_s
+            return
+        if status >= 400:  # an answer: only this program's events wait
+            problem = f"controller answered {status}: {answer[:300].decode(errors='replace')}"
+            self._failed(path, problem, "this program's events held")
+            self._hold_program(program_id)
         else:
             self.stats.events_sent += 1
 
-    def _failed(self, path: str, exc: Exception, consequence: str) -> None:
+    def _failed(
+        self, path: str, problem: str, consequence: str, cause: BaseException | None = None
+    ) -> None:
         self.stats.events_failed += 1
         if self._mode == "required":
-            raise EndpointUnavailable(f"program event {path} failed: {exc!r}") from exc
-        _log.warning("program event %s failed (%r); %s", path, exc, consequence)
+            raise EndpointUnavailable(f"program event {path} failed: {problem}") from cause
+        _log.warning("program event %s failed (%s); %s", path, problem, consequence)
 
     def _hold_program(self, program_id: str) -> None:
         now = anyio.current_time()

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 
-from agentrt.fasthttp import FastHTTPTransport, Origin
+from agentrt.fasthttp import FastHTTPTransport, Origin, request_head
 from agentrt_controller.backends.api import (
     BackendCapabilities,
     BackendError,
@@ -238,9 +238,7 @@ class HttpBackend:
     def _target(self, path: str) -> tuple[tuple[str, int], bytes]:
         """The lean transport's origin for ``path`` and the request line and ``host`` header
         httpx would write: the path as given, Host without the default port."""
-        url = httpx.URL(self.url + path)
-        head = b"POST " + url.raw_path + b" HTTP/1.1\r\nhost: " + url.netloc + b"\r\n"
-        return (url.host, url.port or 80), head
+        return request_head(b"POST", httpx.URL(self.url + path))
 
     async def _request(
         self, method: str, path: str, limits: httpx.Timeout, body: Any = None
