@@ -35,7 +35,7 @@ import asyncio
 import collections
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import httptools
@@ -43,7 +43,7 @@ import httpx
 
 from agentrt.errors import ConfigError
 
-__all__ = ["BodyError", "FastHTTPTransport", "FastResponse", "Origin", "request_head"]
+__all__ = ["BodyError", "FastHTTPTransport", "FastResponse", "Origin", "head_lines", "request_head"]
 
 #: Idle keep-alive connections older than this are not reused (seconds). Below uvicorn's
 #: default server-side keep-alive timeout (5 s), so we rarely race a server closing one.
@@ -62,6 +62,18 @@ def request_head(method: bytes, url: httpx.URL) -> tuple[Origin, bytes]:
     ``method`` to it: the path as given, ``host`` without the default port."""
     head = method + b" " + url.raw_path + b" HTTP/1.1\r\nhost: " + url.netloc + b"\r\n"
     return (url.host, url.port or 80), head
+
+
+def head_lines(
+    head: bytes, headers: Iterable[tuple[bytes, bytes]], content_length: int
+) -> list[bytes]:
+    """A request head's pieces, to join: ``head`` (:func:`request_head`'s), each of
+    ``headers``, then ``content-length`` and the blank line that ends the head."""
+    lines = [head]
+    for name, value in headers:  # a loop, not a comprehension: no frame of its own
+        lines += (name, b": ", value, b"\r\n")
+    lines.append(b"content-length: %d\r\n\r\n" % content_length)
+    return lines
 
 
 class _Connection(asyncio.Protocol):
@@ -527,10 +539,8 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
         errors."""
         if url.scheme == "http":
             origin, head = request_head(method, url)
-            lines = [head]
-            for name, value in headers:
-                lines += (name, b": ", value, b"\r\n")
-            lines += (b"content-length: %d\r\n\r\n" % len(body), body)
+            lines = head_lines(head, headers, len(body))
+            lines.append(body)
             answer = await self.open(
                 origin, b"".join(lines), read_timeout_s=timeout_s, connect_timeout_s=timeout_s
             )

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal
 
 import httpx
 
-from agentrt.fasthttp import FastHTTPTransport, Origin, request_head
+from agentrt.fasthttp import FastHTTPTransport, Origin, head_lines, request_head
 from agentrt_controller.backends.api import (
     BackendCapabilities,
     BackendError,
@@ -186,10 +186,7 @@ class HttpBackend:
                 if target is None:
                     target = self._targets[request.path] = self._target(request.path)
                 origin, head = target
-                lines = [head]
-                for raw_name, raw_value in headers:  # a loop of this frame's
-                    lines += (raw_name, b": ", raw_value, b"\r\n")
-                lines.append(b"content-length: %d\r\n\r\n" % len(body))
+                lines = head_lines(head, headers, len(body))
                 if len(body) < _JOIN_BELOW:  # one buffer, one write
                     lines.append(body)
                     tail = b""
