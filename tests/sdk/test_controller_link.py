@@ -9,7 +9,8 @@ import pytest
 
 import agentrt
 from agentrt import EndpointUnavailable, Runtime, RuntimeConfig, tool
-from agentrt.protocol import CallTags
+from agentrt.protocol import CallTags, ProgramStart
+from agentrt.runtime.controller import ControllerLink, LinkStats
 
 from .fakeserver import FakeServer, FakeState
 
@@ -87,6 +88,17 @@ async def test_off_mode_never_probes(server: FakeServer, state: FakeState) -> No
         await agentrt.chat(USER)
         assert rt.controller_state == "off"
     assert state.events == []
+
+
+async def test_an_off_link_builds_nothing_from_the_key() -> None:
+    """Off, the link neither opens connections nor encodes the key into its event headers (a
+    key HTTP headers cannot carry fails where a request would carry it, not at start)."""
+    link = ControllerLink(RuntimeConfig(base_url="http://127.0.0.1:9/v1", api_key="ключ",
+                                        controller="off"))  # fmt: skip
+    assert await link.open() == "off"
+    await link.program_start("p", ProgramStart(session_id=link.session_id))
+    assert link.stats == LinkStats()
+    await link.close()
 
 
 async def test_unreachable_controller_goes_to_the_fallback(

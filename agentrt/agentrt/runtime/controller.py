@@ -85,11 +85,7 @@ class ControllerLink:
         #: (:meth:`FastHTTPTransport.exchange`: no httpx objects per event).
         self._transport: FastHTTPTransport | None = None
         self._client: httpx.AsyncClient | None = None
-        self._event_headers = (
-            (b"authorization", self._auth().encode("latin-1")),
-            (b"content-type", b"application/json"),
-            (b"user-agent", f"agentrt-sdk/{__version__}".encode()),
-        )
+        self._event_headers: tuple[tuple[bytes, bytes], ...] = ()
         self.state: LinkState = "off"
         self.session_id = config.session_id or f"s-{uuid.uuid4().hex[:16]}"
         self.stats = LinkStats()
@@ -110,6 +106,11 @@ class ControllerLink:
             return self.state
         timeout = self._config.event_timeout_s
         self._transport = FastHTTPTransport(_EVENT_CONNECTIONS)
+        self._event_headers = (
+            (b"authorization", self._auth().encode("latin-1")),
+            (b"content-type", b"application/json"),
+            (b"user-agent", f"agentrt-sdk/{__version__}".encode()),
+        )
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout),
             headers={"authorization": self._auth()},
