@@ -552,7 +552,7 @@ class FastHTTPTransport(httpx.AsyncBaseTransport):
             content=body,
             extensions={"timeout": httpx.Timeout(timeout_s).as_dict()},
         )
-        response = await self._fallback.handle_async_request(request)
+        response = await self.handle_async_request(request)  # to httpx's transport inside
         try:
             return response.status_code, await response.aread()
         finally:
