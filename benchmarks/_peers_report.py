@@ -48,6 +48,8 @@ PROGRAM = (
     Measure("token_latency_mean_s", "token latency mean (s)", 3),
     Measure("prefix_hit_rate", "prefix cache hit rate", 3, higher_is_better=True),
     Measure("proxy_cpu_s", "proxy CPU over the run (s)", 1),
+    # Means over finished programs flatter a proxy that leaves the long ones unfinished.
+    Measure("programs_completed", "programs completed", 0, higher_is_better=True),
 )
 
 
@@ -205,6 +207,29 @@ def verdicts(points: Sequence[Mapping[str, Any]], measures: Sequence[Measure]) -
     return lines
 
 
+def _trace_key(trace: str, key: str) -> str:
+    """Where a run keeps ``key`` of ``trace`` (``peers.py``: "coding_" before the coding
+    trace's)."""
+    return key if trace == "mixed" else f"{trace}_{key}"
+
+
+def _engine_size(result: Mapping[str, Any], trace: str) -> str:
+    """The emulators' batch slots and KV blocks, as the run set them (older results: none)."""
+    if "max_num_seqs" not in result:
+        return ""
+    blocks = result.get(_trace_key(trace, "num_gpu_blocks"))
+    kv = f"{blocks:,} KV blocks of 16 tokens" if blocks else "the profile's KV blocks"
+    return f" of {result['max_num_seqs']} batch slots and {kv} each"
+
+
+def _trace_size(result: Mapping[str, Any], trace: str) -> str:
+    """The trace's arrival rate and window, as the run set them (older results: none)."""
+    rate, duration = (result.get(_trace_key(trace, key)) for key in ("rate", "duration"))
+    if rate is None or duration is None:
+        return ""
+    return f"; {rate:g} programs/s over {duration:g} model seconds of arrivals"
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     """The "Peers" section of docs/benchmarks.md from a ``peers.py --json`` result."""
     overhead = result.get("overhead", [])
@@ -253,8 +278,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         lines += [
             "",
             f"**Programs, `{trace}` trace** (replayed with `agentrt bench replay`'s code in "
-            f"front of {result['engines']} fresh emulators per run, time scale "
-            f"{result['time_scale']}; model seconds; vllm-router with "
+            f"front of {result['engines']} fresh emulators per run{_engine_size(result, trace)}, "
+            f"time scale {result['time_scale']}{_trace_size(result, trace)}; model seconds; "
+            "vllm-router with "
             '`--enable-program-scheduling` and the SDK\'s `peer_hints=("vllm-router",)`, '
             "sglang-router `cache_aware`, ours its defaults "
             + (

@@ -11,9 +11,10 @@ ours (``agentrt controller serve``):
    ``/proc``) per 1,000 calls and per 1,000 streamed chunks;
 2. **programs** — a trace (``agentrt bench sim --trace-out``; ``mixed``, and ``coding`` with
    ``--coding``) replayed with ``agentrt bench replay``'s code through each proxy in front of
-   fresh emulators (``agentrt engine serve``): program E2E mean / p95, token latency and the
-   proxy's CPU over the run. The SDK sends vllm-router's ``agentic_context``
-   (``peer_hints``) and reports tool waits to ours.
+   fresh emulators (``agentrt engine serve``; the coding trace's short of KV memory, as today's
+   coding agents run: :data:`TRACE_DEFAULTS`): program E2E mean / p95, token latency, prefix
+   hit rate, programs completed and the proxy's CPU over the run. The SDK sends
+   vllm-router's ``agentic_context`` (``peer_hints``) and reports tool waits to ours.
 
 Not run in CI (minutes long); ``_peers_report`` (medians, ratios, the docs section) is tested.
 
@@ -37,6 +38,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -176,13 +178,56 @@ def overhead(
 # --- 2. programs ----------------------------------------------------------------------------
 
 
-def make_trace(workload: str, args: argparse.Namespace, workdir: Path) -> Path:
-    path = workdir / f"{workload}.jsonl"
-    rate = args.rate if workload == "mixed" else args.coding_rate
+@dataclass(frozen=True, slots=True)
+class TraceRun:
+    """One trace to replay: its workload's arrivals and the emulators it runs on."""
+
+    workload: str
+    #: Programs per second.
+    rate: float
+    #: Model seconds of arrivals.
+    duration_s: float
+    #: KV blocks per emulator; ``None`` = the profile's (27,804 on the default a100).
+    gpu_blocks: int | None
+
+
+#: Each trace's arrival window and KV blocks per emulator when the command sets none. The
+#: coding trace's engines are short of memory (12,288 blocks hold about three of its 50-90 K
+#: token contexts): with the profile's 27,804 and 90 s of arrivals nothing contends and every
+#: proxy replays it alike; the mixed trace's contexts (< 1 K tokens) never fill an engine.
+TRACE_DEFAULTS: dict[str, tuple[float, int | None]] = {
+    "mixed": (90.0, None),
+    "coding": (600.0, 12_288),
+}
+
+
+def trace_runs(args: argparse.Namespace) -> list[TraceRun]:
+    """The traces the command asks for, each with ``--duration`` and ``--num-gpu-blocks``
+    where given, else its own defaults (:data:`TRACE_DEFAULTS`)."""
+    workloads = [
+        *(() if args.coding_only else ("mixed",)),
+        *(("coding",) if args.coding or args.coding_only else ()),
+    ]
+    runs = []
+    for workload in workloads:
+        duration, blocks = TRACE_DEFAULTS[workload]
+        runs.append(
+            TraceRun(
+                workload,
+                args.rate if workload == "mixed" else args.coding_rate,
+                duration if args.duration is None else args.duration,
+                blocks if args.num_gpu_blocks is None else args.num_gpu_blocks or None,
+            )
+        )
+    return runs
+
+
+def make_trace(trace: TraceRun, workdir: Path) -> Path:
+    path = workdir / f"{trace.workload}.jsonl"
     subprocess.run(
         [
-            sys.executable, "-m", "agentrt.cli", "bench", "sim", "--workload", workload,
-            "--rate", str(rate), "--duration", str(args.duration), "--seed", "1",
+            sys.executable, "-m", "agentrt.cli", "bench", "sim", "--workload", trace.workload,
+            "--rate", str(trace.rate), "--duration", str(trace.duration_s), "--seed", "1",
             "--trace-out", str(path),
         ],
         cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
@@ -191,7 +236,9 @@ def make_trace(workload: str, args: argparse.Namespace, workdir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _engines(args: argparse.Namespace, workdir: Path) -> Iterator[list[str]]:
+def _engines(
+    args: argparse.Namespace, workdir: Path, gpu_blocks: int | None
+) -> Iterator[list[str]]:
     with contextlib.ExitStack() as stack:
         urls = []
         for index in range(args.engines):
@@ -201,6 +248,7 @@ def _engines(args: argparse.Namespace, workdir: Path) -> Iterator[list[str]]:
                 "--time-scale", str(args.time_scale), "--max-num-seqs", str(args.max_num_seqs),
                 # the coding trace's prompts reach ~90 K tokens (the default is 32,768)
                 "--max-model-len", "131072",
+                *(["--num-gpu-blocks", str(gpu_blocks)] if gpu_blocks else []),
             ]  # fmt: skip
             proc = stack.enter_context(
                 _started(argv, dict(os.environ), workdir / f"engine{index}.log")
@@ -211,8 +259,9 @@ def _engines(args: argparse.Namespace, workdir: Path) -> Iterator[list[str]]:
 
 
 def _program_point(
-    name: str, rep: int, trace: Path, args: argparse.Namespace, workdir: Path
-) -> dict[str, Any]:
+    name: str, rep: int, trace: Path, gpu_blocks: int | None, args: argparse.Namespace,
+    workdir: Path,
+) -> dict[str, Any]:  # fmt: skip
     import anyio
 
     from agentrt_sim.replay.runner import ReplayConfig, replay
@@ -221,7 +270,7 @@ def _program_point(
 
     programs = load_trace(trace)
     with (
-        _engines(args, workdir) as engines,
+        _engines(args, workdir, gpu_blocks) as engines,
         _proxy(name, engines, ENGINE_MODEL, workdir) as (port, pid),
     ):
         config = ReplayConfig(
@@ -259,15 +308,17 @@ def _program_point(
 
 
 def programs(
-    proxies: Sequence[str], trace: Path, args: argparse.Namespace, workdir: Path
+    proxies: Sequence[str], trace: TraceRun, args: argparse.Namespace, workdir: Path
 ) -> list[dict[str, Any]]:
+    path = make_trace(trace, workdir)
     points = []
     for rep in range(args.program_reps):
         shift = rep % len(proxies)
         for name in [*proxies[shift:], *proxies[:shift]]:
-            point = _program_point(name, rep, trace, args, workdir)
+            point = _program_point(name, rep, path, trace.gpu_blocks, args, workdir)
             points.append(point)
-            print(f"programs {trace.stem} rep {rep} {name}: {json.dumps(point)}", file=sys.stderr)
+            print(f"programs {trace.workload} rep {rep} {name}: {json.dumps(point)}",
+                  file=sys.stderr)  # fmt: skip
     return points
 
 
@@ -311,19 +362,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_words": args.prompt_words, "prompt_seconds": args.prompt_seconds,
         "paced_seconds": args.paced_seconds, "pace_ms": load.PACE_S * 1e3,
         "engines": args.engines, "time_scale": args.time_scale, "trace": "mixed",
+        "max_num_seqs": args.max_num_seqs,
         "ours_events": args.ours_events,
     }  # fmt: skip
     started = time.monotonic()
     result["overhead"] = overhead(usable, args, workdir) if args.reps else []
     result["program"] = []
-    if args.program_reps:
-        if not args.coding_only:
-            mixed = make_trace("mixed", args, workdir)
-            result["program"] = programs(usable, mixed, args, workdir)
-        if args.coding or args.coding_only:
+    for trace in trace_runs(args) if args.program_reps else []:
+        # Each trace's keys: "rate", "duration", "num_gpu_blocks" and "program" for mixed,
+        # with "coding_" before them for coding (older results have the points alone).
+        prefix = "" if trace.workload == "mixed" else f"{trace.workload}_"
+        result[f"{prefix}rate"] = trace.rate
+        result[f"{prefix}duration"] = trace.duration_s
+        result[f"{prefix}num_gpu_blocks"] = trace.gpu_blocks
+        result["program" + (f"_{trace.workload}" if prefix else "")] = programs(
+            usable, trace, args, workdir
+        )
+        if prefix:
             result["trace"] = "mixed, coding"
-            coding = programs(usable, make_trace("coding", args, workdir), args, workdir)
-            result["program_coding"] = coding
     result["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     result["wall_s"] = round(time.monotonic() - started, 1)
     return result
@@ -384,11 +440,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--rate", type=float, default=0.6, help="mixed trace: programs per second")
     parser.add_argument(
-        "--coding-rate", type=float, default=0.05, help="coding trace: programs per second"
+        "--coding-rate", type=float, default=0.03, help="coding trace: programs per second"
     )
-    parser.add_argument("--duration", type=float, default=90.0, help="trace length (model seconds)")
+    parser.add_argument(
+        "--duration", type=float,
+        help="model seconds of arrivals in every trace (default: mixed 90, coding 600)",
+    )  # fmt: skip
     parser.add_argument("--engines", type=int, default=2)
     parser.add_argument("--max-num-seqs", type=int, default=8, help="slots per emulator")
+    parser.add_argument(
+        "--num-gpu-blocks", type=int,
+        help="KV blocks of 16 tokens per emulator in every trace (0 = the profile's: 27,804 on "
+        "the default a100; default: mixed the profile's, coding 12,288, short of memory)",
+    )  # fmt: skip
     parser.add_argument("--time-scale", type=float, default=10.0)
     parser.add_argument(
         "--ours-option",
@@ -427,7 +491,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             min(args.calls, 300),
             min(args.seconds, 2.0),
         )
-        args.program_reps, args.duration = min(args.program_reps, 1), min(args.duration, 60.0)
+        args.program_reps, args.duration = (
+            min(args.program_reps, 1),
+            min(args.duration or 60.0, 60.0),
+        )
     if args.from_json:
         result = json.loads(Path(args.from_json).read_text())
     else:

@@ -3,6 +3,7 @@ the peers and takes minutes: not in CI)."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import math
@@ -107,6 +108,59 @@ def test_the_coding_trace_gets_tables_and_verdicts_of_its_own() -> None:
     assert "| program E2E mean (s) | 0.50× |" in coding
     assert "program E2E mean (s) (1.50× better) (`mixed` trace)." in section
     assert "program E2E mean (s) (2.00× worse) (`coding` trace)." in section
+
+
+def test_the_program_rows_say_the_engines_size_and_the_trace_rate() -> None:
+    result = {
+        "command": "python benchmarks/peers.py --coding-only --num-gpu-blocks 12288",
+        "versions": {"agentrt": "0.9.0", "sglang-router": "0.3.2"},
+        "machine": "x86_64, 2 cores",
+        "load_average": [1.0, 1.5],
+        "reps": 0, "engines": 2, "time_scale": 10.0, "trace": "mixed, coding",
+        "max_num_seqs": 8, "coding_num_gpu_blocks": 12288, "coding_rate": 0.03,
+        "coding_duration": 600.0,
+        "overhead": [],
+        "program_coding": [
+            _point("agentrt", 0, e2e_mean_s=600.0, programs_completed=12),
+            _point("sglang-router", 0, e2e_mean_s=700.0, programs_completed=10),
+        ],
+    }  # fmt: skip
+    section = report.markdown(result)
+    assert "2 fresh emulators per run of 8 batch slots and 12,288 KV blocks of 16 tokens each" in (
+        section
+    )
+    assert "0.03 programs/s over 600 model seconds of arrivals" in section
+    # Completed programs are higher-is-better: ours ÷ peer 1.2 and the peer is behind.
+    assert "| programs completed | 1.20× |" in section
+    assert "programs completed (1.20× worse) (`coding` trace)." in section
+    profile = report.markdown({**result, "coding_num_gpu_blocks": None})
+    assert "of 8 batch slots and the profile's KV blocks each" in profile
+    older = {k: v for k, v in result.items() if k not in ("max_num_seqs", "coding_rate")}
+    assert "fresh emulators per run, time scale 10.0; model seconds" in report.markdown(older)
+
+
+def test_each_trace_has_its_own_window_and_kv_unless_the_command_sets_them() -> None:
+    def runs(*argv: str) -> list[Any]:
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--rate", type=float, default=0.6)
+        parser.add_argument("--coding-rate", type=float, default=0.03)
+        parser.add_argument("--duration", type=float)
+        parser.add_argument("--num-gpu-blocks", type=int)
+        parser.add_argument("--coding", action="store_true")
+        parser.add_argument("--coding-only", action="store_true")
+        return peers.trace_runs(parser.parse_args(argv))
+
+    TraceRun = peers.TraceRun
+    assert runs() == [TraceRun("mixed", 0.6, 90.0, None)]
+    # The coding trace runs short of memory by default: with the profile's KV nothing contends.
+    assert runs("--coding") == [
+        TraceRun("mixed", 0.6, 90.0, None),
+        TraceRun("coding", 0.03, 600.0, 12_288),
+    ]
+    assert runs("--coding-only", "--duration", "300", "--num-gpu-blocks", "0") == [
+        TraceRun("coding", 0.03, 300.0, None)
+    ]
+    assert runs("--num-gpu-blocks", "4096") == [TraceRun("mixed", 0.6, 90.0, 4096)]
 
 
 def test_proxies_are_checked_and_ours_always_comes_first() -> None:
