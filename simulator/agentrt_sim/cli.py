@@ -201,6 +201,11 @@ def _add_workload_args(parser: argparse.ArgumentParser, *, rate: bool) -> None:
         "--block-size", type=int, default=16, help="KV block size in tokens (default: 16)"
     )
     engines.add_argument(
+        "--num-gpu-blocks", type=int, default=None, metavar="N",
+        help="KV cache size of every engine in blocks, as the emulator's flag (default: "
+        "derived from the profile's memory)",
+    )  # fmt: skip
+    engines.add_argument(
         "--no-prefix-caching", action="store_true", help="turn the engines' prefix cache off"
     )
     engines.add_argument(
@@ -517,6 +522,7 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
         EngineConfig(max_model_len=131072),
         max_num_seqs=args.max_num_seqs,
         block_size=args.block_size,
+        num_gpu_blocks=args.num_gpu_blocks,
         scheduling_policy=args.engine_policy,
         enable_prefix_caching=not args.no_prefix_caching,
         kv_offloading_size=args.kv_offloading_size,

@@ -1,4 +1,5 @@
-"""The engines' KV CPU tier in the simulator: ``--kv-offloading-size`` and its effect."""
+"""The engines' KV in the simulator: its size (``--num-gpu-blocks``), its CPU tier
+(``--kv-offloading-size``) and their effect."""
 
 from __future__ import annotations
 
@@ -38,3 +39,15 @@ def test_sim_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert result["reloaded_tokens"] >= 0 and result["offloaded_tokens"] >= 0
     assert main([*argv, "--kv-offloading-size", "1000"]) == 2
     assert "exceeds the host memory" in capsys.readouterr().err
+
+
+def test_the_kv_size_flag_sets_every_engines_blocks(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "sim", "--workload", "react", "--rate", "1", "--duration", "30", "--json"]
+    assert main([*argv, "--seed", "3"]) == 0
+    (profile,) = json.loads(capsys.readouterr().out)
+    # 120 blocks (1,920 tokens) for ReAct programs: their contexts evict each other
+    assert main([*argv, "--seed", "3", "--num-gpu-blocks", "120"]) == 0
+    (small,) = json.loads(capsys.readouterr().out)
+    assert profile["evicted_prefix_tokens"] == 0 < small["evicted_prefix_tokens"]
+    assert main([*argv, "--num-gpu-blocks", "0"]) == 2
+    assert "num_gpu_blocks must be >= 1" in capsys.readouterr().err
