@@ -207,24 +207,31 @@ def verdicts(points: Sequence[Mapping[str, Any]], measures: Sequence[Measure]) -
     return lines
 
 
-def _trace_key(trace: str, key: str) -> str:
-    """Where a run keeps ``key`` of ``trace`` (``peers.py``: "coding_" before the coding
-    trace's)."""
-    return key if trace == "mixed" else f"{trace}_{key}"
+#: The traces ``peers.py`` replays, in the order the section shows them.
+TRACES = ("mixed", "coding")
+
+
+def trace_key(trace: str, key: str) -> str:
+    """Where a ``peers.py`` result keeps ``key`` of ``trace``: the mixed trace's under the key
+    itself, another's after its name (``coding_rate``); the points under ``program`` and
+    ``program_coding`` (the first results' names)."""
+    if trace == "mixed":
+        return key
+    return f"program_{trace}" if key == "program" else f"{trace}_{key}"
 
 
 def _engine_size(result: Mapping[str, Any], trace: str) -> str:
     """The emulators' batch slots and KV blocks, as the run set them (older results: none)."""
     if "max_num_seqs" not in result:
         return ""
-    blocks = result.get(_trace_key(trace, "num_gpu_blocks"))
+    blocks = result.get(trace_key(trace, "num_gpu_blocks"))
     kv = f"{blocks:,} KV blocks of 16 tokens" if blocks else "the profile's KV blocks"
     return f" of {result['max_num_seqs']} batch slots and {kv} each"
 
 
 def _trace_size(result: Mapping[str, Any], trace: str) -> str:
     """The trace's arrival rate and window, as the run set them (older results: none)."""
-    rate, duration = (result.get(_trace_key(trace, key)) for key in ("rate", "duration"))
+    rate, duration = (result.get(trace_key(trace, key)) for key in ("rate", "duration"))
     if rate is None or duration is None:
         return ""
     return f"; {rate:g} programs/s over {duration:g} model seconds of arrivals"
@@ -233,7 +240,6 @@ def _trace_size(result: Mapping[str, Any], trace: str) -> str:
 def markdown(result: Mapping[str, Any]) -> str:
     """The "Peers" section of docs/benchmarks.md from a ``peers.py --json`` result."""
     overhead = result.get("overhead", [])
-    program = result.get("program", [])
     versions = ", ".join(f"`{name}` {version}" for name, version in result["versions"].items())
     lines = [
         "## Peers",
@@ -271,7 +277,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             "per-chunk CPU above include whatever of it goes on under load.",
             *prompt_lines(overhead, result),
         ]
-    traces = [("mixed", program), ("coding", result.get("program_coding", []))]
+    traces = [(trace, result.get(trace_key(trace, "program"), [])) for trace in TRACES]
     for trace, points in traces:
         if not points:
             continue

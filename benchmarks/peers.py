@@ -369,16 +369,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result["overhead"] = overhead(usable, args, workdir) if args.reps else []
     result["program"] = []
     for trace in trace_runs(args) if args.program_reps else []:
-        # Each trace's keys: "rate", "duration", "num_gpu_blocks" and "program" for mixed,
-        # with "coding_" before them for coding (older results have the points alone).
-        prefix = "" if trace.workload == "mixed" else f"{trace.workload}_"
-        result[f"{prefix}rate"] = trace.rate
-        result[f"{prefix}duration"] = trace.duration_s
-        result[f"{prefix}num_gpu_blocks"] = trace.gpu_blocks
-        result["program" + (f"_{trace.workload}" if prefix else "")] = programs(
-            usable, trace, args, workdir
-        )
-        if prefix:
+        for key, value in (
+            ("rate", trace.rate),
+            ("duration", trace.duration_s),
+            ("num_gpu_blocks", trace.gpu_blocks),
+            ("program", programs(usable, trace, args, workdir)),
+        ):
+            result[report.trace_key(trace.workload, key)] = value
+        if trace.workload != "mixed":
             result["trace"] = "mixed, coding"
     result["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     result["wall_s"] = round(time.monotonic() - started, 1)
