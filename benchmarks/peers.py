@@ -11,8 +11,8 @@ ours (``agentrt controller serve``):
    ``/proc``) per 1,000 calls and per 1,000 streamed chunks;
 2. **programs** — a trace (``agentrt bench sim --trace-out``; ``mixed``, and ``coding`` with
    ``--coding``) replayed with ``agentrt bench replay``'s code through each proxy in front of
-   fresh emulators (``agentrt engine serve``; the coding trace's short of KV memory, as today's
-   coding agents run: :data:`TRACE_DEFAULTS`): program E2E mean / p95, token latency, prefix
+   fresh emulators (``agentrt engine serve``; the coding trace's are short of KV memory, as
+   today's coding agents run: :data:`TRACE_DEFAULTS`): program E2E mean / p95, token latency, prefix
    hit rate, programs completed and the proxy's CPU over the run. The SDK sends
    vllm-router's ``agentic_context`` (``peer_hints``) and reports tool waits to ours.
 
@@ -192,7 +192,7 @@ class TraceRun:
 
 
 #: Each trace's arrival window and KV blocks per emulator when the command sets none. The
-#: coding trace's engines are short of memory (12,288 blocks hold about three of its 50-90 K
+#: coding trace's engines are short of memory (12,288 blocks hold two or three of its 35-111 K
 #: token contexts): with the profile's 27,804 and 90 s of arrivals nothing contends and every
 #: proxy replays it alike; the mixed trace's contexts (< 1 K tokens) never fill an engine.
 TRACE_DEFAULTS: dict[str, tuple[float, int | None]] = {
