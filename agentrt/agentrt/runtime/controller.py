@@ -106,17 +106,18 @@ class ControllerLink:
             return self.state
         timeout = self._config.event_timeout_s
         self._transport = FastHTTPTransport(_EVENT_CONNECTIONS)
+        auth, client = f"Bearer {self._config.api_key}", f"agentrt-sdk/{__version__}"
         self._event_headers = (
-            (b"authorization", self._auth().encode("latin-1")),
+            (b"authorization", auth.encode("latin-1")),
             (b"content-type", b"application/json"),
-            (b"user-agent", f"agentrt-sdk/{__version__}".encode()),
+            (b"user-agent", client.encode()),
         )
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(timeout),
-            headers={"authorization": self._auth()},
+            headers={"authorization": auth},
             transport=self._transport,
         )
-        body = SessionStart(session_id=self.session_id, client=f"agentrt-sdk/{__version__}")
+        body = SessionStart(session_id=self.session_id, client=client)
         try:
             with anyio.fail_after(timeout):
                 response = await self._client.post(
@@ -227,6 +228,3 @@ class ControllerLink:
             for expired in [p for p, until in held.items() if until <= now]:
                 del held[expired]
         held[program_id] = now + self._config.fallback_hold_s
-
-    def _auth(self) -> str:
-        return f"Bearer {self._config.api_key}"
