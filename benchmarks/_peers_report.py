@@ -237,6 +237,31 @@ def _trace_size(result: Mapping[str, Any], trace: str) -> str:
     return f"; {rate:g} programs/s over {duration:g} model seconds of arrivals"
 
 
+def schedule_lines(points: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Whether the emulators kept their model-time schedule in each program run (older
+    results: nothing said). A run whose emulators fell behind measured the shared cores as
+    much as the proxy."""
+    if not points or any("engines_kept_up" not in p for p in points):
+        return []
+    behind = [p for p in points if not p["engines_kept_up"]]
+    worst = max(p["engine_lag_mean_s"] for p in points)
+    if not behind:
+        return [
+            "",
+            f"The emulators kept their schedule in every run (worst mean lag {worst:.4f} s).",
+        ]
+    runs = ", ".join(
+        f"`{p['proxy']}` rep {p['rep']} (lag {p['engine_lag_mean_s']:.3f} s, "
+        f"{p['engine_dropped_model_s']:.1f} model s given up)"
+        for p in behind
+    )
+    return [
+        "",
+        f"**The emulators fell behind their schedule** in {len(behind)} of {len(points)} "
+        f"runs: {runs}.",
+    ]
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     """The "Peers" section of docs/benchmarks.md from a ``peers.py --json`` result."""
     overhead = result.get("overhead", [])
@@ -301,6 +326,7 @@ def markdown(result: Mapping[str, Any]) -> str:
             "Absolute, median [range]:",
             "",
             *absolute_table(points, PROGRAM),
+            *schedule_lines(points),
         ]
     measures = [*OVERHEAD, *prompt_measures(result.get("prompt_words") or [])]
     lines += ["", "Where each peer stands:", "", *verdicts(overhead, measures)]

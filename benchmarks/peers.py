@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import _peers_load as load  # noqa: E402
 from benchmarks import _peers_report as report  # noqa: E402
 from benchmarks import _peers_setup as setup  # noqa: E402
+from benchmarks._engine_health import kept_up, scrape  # noqa: E402
 from benchmarks._processes import free_port, stop, wait_until  # noqa: E402
 from benchmarks._report import replace_section  # noqa: E402
 from benchmarks.controller_overhead import word_counts  # noqa: E402
@@ -288,6 +289,7 @@ def _program_point(
         before = load.tree_cpu_s(pid)
         result, _ = anyio.run(replay, programs, config)
         cpu = load.tree_cpu_s(pid) - before
+        health = [scrape(url) for url in engines]
     duration = max(max(p.arrival_s for p in programs), 1e-9)
     summary = summarize_replay(
         result, scale=args.time_scale, warmup_s=0.1 * duration, window_end_s=duration
@@ -304,6 +306,9 @@ def _program_point(
         "programs_completed": summary["programs_completed"],
         "programs_failed": len(failed),
         "first_error": failed[0] if failed else None,
+        "engine_lag_mean_s": max(h["lag_mean_s"] or 0.0 for h in health),
+        "engine_dropped_model_s": sum(h["dropped_model_s"] or 0.0 for h in health),
+        "engines_kept_up": all(kept_up(h) for h in health),
     }
 
 

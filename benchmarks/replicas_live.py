@@ -52,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._engine_health import samples  # noqa: E402
 from benchmarks._processes import cpu_s, free_port, server  # noqa: E402
 from tests.ops.test_haproxy_replicas import (  # noqa: E402 - the substitution the test checks
     FRONTEND,
@@ -65,7 +66,6 @@ from tests.ops.test_haproxy_replicas import (  # noqa: E402 - the substitution t
 AGENTRT = str(Path(sys.executable).with_name("agentrt"))
 #: Wall seconds each replica's idle CPU is measured for before a replay.
 IDLE_S = 4.0
-_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})? (\S+)$")
 #: An HAProxy httplog line: status, termination state, then the connection counts ending in
 #: the retries (``+`` when redispatched to another server).
 _LOG = re.compile(r"\] \S+ \S+/(\S+) \S+ (\d{3}) \d+ \S+ \S+ (\S{4}) \S+/\S+/\S+/\S+/\+?(\d+) ")
@@ -98,12 +98,7 @@ def requests_total(url: str) -> float:
     """Sum of a controller's ``agentrt_controller_requests_total`` samples (its answered
     OpenAI calls)."""
     _, text = get(url + "/metrics")
-    total = 0.0
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match and match.group(1) == "agentrt_controller_requests_total":
-            total += float(match.group(2))
-    return total
+    return sum(v for name, v in samples(text) if name == "agentrt_controller_requests_total")
 
 
 def haproxy_status(stats_url: str) -> dict[str, str]:

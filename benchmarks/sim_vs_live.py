@@ -51,7 +51,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -67,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import _report  # noqa: E402
+from benchmarks._engine_health import kept_up, scrape  # noqa: E402
 from benchmarks._processes import cpu_s, free_port, server  # noqa: E402
 
 HEADING = "## Simulator vs live stack"
@@ -88,12 +88,6 @@ METRICS: tuple[tuple[str, str, str], ...] = (
 #: Goals: |error| of mean E2E and of p95 E2E, percent.
 GOAL_MEAN_PCT = 10.0
 GOAL_P95_PCT = 15.0
-#: A live run is flagged when its emulator delivered a step's tokens more than this late on
-#: average (model seconds; about one decode step of the batch-8 A100 engine, so at most a
-#: step of extra latency per call) or gave up more than this share of its busy model time to
-#: schedule restarts (docs/engine-emulator.md, "Time").
-MAX_LAG_MEAN_S = 0.01
-MAX_DROPPED_SHARE = 0.01
 
 
 @dataclass(frozen=True)
@@ -319,42 +313,6 @@ def controller_argv(setup: Setup, config: str, port: int, engine_url: str) -> li
     ]  # fmt: skip
 
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][\w:]*)(?:\{[^}]*\})? (\S+)$")
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """``name -> value`` of the unlabelled-or-single-series samples of a /metrics body (the
-    last series wins for a name with several)."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match:
-            with contextlib.suppress(ValueError):
-                values[match.group(1)] = float(match.group(2))
-    return values
-
-
-def engine_health(metrics: Mapping[str, float]) -> dict[str, float | None]:
-    """Whether the emulator kept up: its mean delivery lag (model s), schedule restarts,
-    the model seconds they gave up, its busy model seconds and its server-side TTFT."""
-
-    def ratio(total: str, count: str) -> float | None:
-        n = metrics.get(count, 0.0)
-        return metrics.get(total, 0.0) / n if n else None
-
-    return {
-        "lag_mean_s": ratio(
-            "agentrt_engine_delivery_lag_seconds_sum", "agentrt_engine_delivery_lag_seconds_count"
-        ),
-        "schedule_resets": metrics.get("agentrt_engine_schedule_resets_total"),
-        "dropped_model_s": metrics.get("agentrt_engine_dropped_model_seconds_total"),
-        "busy_model_s": metrics.get("agentrt_engine_busy_model_seconds_total"),
-        "engine_ttft_mean_s": ratio(
-            "vllm:time_to_first_token_seconds_sum", "vllm:time_to_first_token_seconds_count"
-        ),
-    }
-
-
 def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str, Any]:
     """One live run of ``config`` on ``trace``: the replay's summary plus ``health``."""
     _, via_controller = CONFIGS[config]
@@ -397,10 +355,8 @@ def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str,
         cpu = {name: cpu_s(proc.pid) - cpu_before[name] for name, proc in
                (("engine", engine), ("controller", controller)) if proc is not None}  # fmt: skip
         cpu["replay"] = usage.ru_utime + usage.ru_stime
-        with urllib.request.urlopen(engine_url + "/metrics", timeout=10) as response:
-            metrics = parse_metrics(response.read().decode())
+        health: dict[str, Any] = scrape(engine_url)
     (summary,) = json.loads(out_path.read_text())
-    health: dict[str, Any] = engine_health(metrics)
     health.update(
         {
             "wall_s": wall_s,
@@ -411,14 +367,6 @@ def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str,
     )
     summary["health"] = health
     return dict(summary)
-
-
-def kept_up(health: Mapping[str, Any]) -> bool:
-    """Whether the emulator kept its model-time schedule during a run (see
-    :data:`MAX_LAG_MEAN_S`)."""
-    lag, busy = health.get("lag_mean_s"), health.get("busy_model_s") or 0.0
-    dropped = health.get("dropped_model_s") or 0.0
-    return lag is not None and lag <= MAX_LAG_MEAN_S and dropped <= MAX_DROPPED_SHARE * busy
 
 
 # -- results -----------------------------------------------------------------------------------

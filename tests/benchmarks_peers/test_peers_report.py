@@ -139,6 +139,24 @@ def test_the_program_rows_say_the_engines_size_and_the_trace_rate() -> None:
     assert "fresh emulators per run, time scale 10.0; model seconds" in report.markdown(older)
 
 
+def test_a_program_run_whose_emulators_fell_behind_is_named() -> None:
+    def run(proxy: str, rep: int, lag: float, dropped: float = 0.0) -> dict[str, Any]:
+        return _point(proxy, rep, e2e_mean_s=600.0, engine_lag_mean_s=lag,
+                      engine_dropped_model_s=dropped, engines_kept_up=not dropped)  # fmt: skip
+
+    kept = [run("agentrt", 0, 0.002), run("sglang-router", 0, 0.004)]
+    assert report.schedule_lines(kept) == [
+        "",
+        "The emulators kept their schedule in every run (worst mean lag 0.0040 s).",
+    ]
+    behind = [*kept, run("agentrt", 1, 0.05, 12.5)]
+    (line,) = report.schedule_lines(behind)[1:]
+    assert line.startswith("**The emulators fell behind their schedule** in 1 of 3 runs: ")
+    assert "`agentrt` rep 1 (lag 0.050 s, 12.5 model s given up)" in line
+    # Results from before the emulators' health was recorded say nothing of it.
+    assert report.schedule_lines([_point("agentrt", 0, e2e_mean_s=1.0)]) == []
+
+
 def test_each_trace_has_its_own_window_and_kv_unless_the_command_sets_them() -> None:
     def runs(*argv: str) -> list[Any]:
         parser = argparse.ArgumentParser()
