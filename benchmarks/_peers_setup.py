@@ -99,17 +99,22 @@ def launch(
     metrics_port: int,
     api_key: str,
     ours_options: Sequence[str] = (),
+    time_scale: float = 1.0,
 ) -> Launch:
     """The command that starts ``proxy`` on loopback ``port`` in front of ``backends`` (server
     roots, ``http://host:port``) serving ``model``; ``metrics_port`` is a free port for the
     Rust routers' Prometheus listener (both default to the same one); ``api_key`` is
     LiteLLM's master key, the others take any key; ``ours_options`` go to our
-    ``controller serve``."""
+    ``controller serve``, and so does ``time_scale``, the emulators' (our policies then run
+    on their model seconds, as the replayed trace does; the peers keep no time of their own
+    that the scale would change)."""
     host = ["--host", "127.0.0.1", "--port", str(port)]
     if proxy == "agentrt" or proxy in VARIANTS:
         argv = [sys.executable, "-m", "agentrt.cli", "controller", "serve", "--port", str(port)]
         for url in backends:
             argv += ["--backend", url]
+        if time_scale != 1.0:
+            argv += ["--time-scale", f"{time_scale:g}"]
         variant = VARIANTS.get(proxy, ())
         return Launch([*argv, "--log-level", "warning", *ours_options, *variant])
     if proxy in REFERENCES:

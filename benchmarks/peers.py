@@ -82,12 +82,13 @@ def _started(
 
 @contextlib.contextmanager
 def _proxy(
-    name: str, backends: Sequence[str], model: str, workdir: Path
+    name: str, backends: Sequence[str], model: str, workdir: Path, time_scale: float = 1.0
 ) -> Iterator[tuple[int, int]]:
-    """``name`` started in front of ``backends``; yields (port, pid) once it lists models."""
+    """``name`` started in front of ``backends`` (emulators at ``time_scale``); yields (port,
+    pid) once it lists models."""
     port = free_port()
     spec = setup.launch(
-        name, port, backends, model, workdir, free_port(), load.API_KEY, OURS_OPTIONS
+        name, port, backends, model, workdir, free_port(), load.API_KEY, OURS_OPTIONS, time_scale
     )
     for path, text in spec.files.items():
         path.write_text(text)
@@ -272,7 +273,7 @@ def _program_point(
     programs = load_trace(trace)
     with (
         _engines(args, workdir, gpu_blocks) as engines,
-        _proxy(name, engines, ENGINE_MODEL, workdir) as (port, pid),
+        _proxy(name, engines, ENGINE_MODEL, workdir, args.time_scale) as (port, pid),
     ):
         config = ReplayConfig(
             f"http://127.0.0.1:{port}/v1",

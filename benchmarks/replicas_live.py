@@ -167,7 +167,8 @@ def run(setup: Setup, trace: Path, replicas: int, kill: bool, workdir: Path) -> 
         for i in range(replicas):
             port = free_port()
             url = f"http://127.0.0.1:{port}"
-            argv = [AGENTRT, "controller", "serve", "--port", str(port)]
+            argv = [AGENTRT, "controller", "serve", "--port", str(port),
+                    "--time-scale", f"{setup.time_scale:g}"]  # fmt: skip
             for engine in engines:
                 argv += ["--backend", f"{engine},kind=emulator"]
             proc = stack.enter_context(

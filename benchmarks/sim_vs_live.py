@@ -293,7 +293,9 @@ def engine_argv(setup: Setup, port: int) -> list[str]:
 
 def controller_argv(setup: Setup, config: str, port: int, engine_url: str) -> list[str]:
     """``agentrt controller serve`` for ``config`` in front of ``engine_url``."""
-    argv = [AGENTRT, "controller", "serve", "--port", str(port)]
+    # The policies on the emulator's model seconds, as the simulator's and the trace's.
+    argv = [AGENTRT, "controller", "serve", "--port", str(port),
+            "--time-scale", f"{setup.time_scale:g}"]  # fmt: skip
     policy, _ = CONFIGS[config]
     if config.startswith("defaults"):
         # No policy flag (``defaults-<policy>``: that one); kind=emulator so that retention

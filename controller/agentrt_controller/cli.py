@@ -150,6 +150,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     serve.add_argument("--scrape-interval-s", type=float, help="backend probe period (1.0)")
     serve.add_argument(
+        "--time-scale",
+        type=float,
+        metavar="X",
+        help="the backends are engine emulators run with --time-scale X: the policies' clock "
+        "runs X times faster than real time, in their model seconds (1.0: real engines)",
+    )
+    serve.add_argument(
         "--breaker", metavar="JSON", help="circuit breaker, e.g. '{\"cooldown_s\": 5}'"
     )
     serve.add_argument("--backend-timeout-s", type=float, help="backend read timeout (600)")
@@ -300,7 +307,7 @@ _OVERRIDES = (
     "program_idle_timeout_s", "log_level", "max_header_bytes", "header_timeout_s",
     "max_concurrency", "api_key", "api_key_file", "max_programs", "max_predicted_wait_s",
     "fair_share", "tenant_isolation", "model_aliases", "model_fallbacks", "access_log",
-    "http_path",
+    "http_path", "time_scale",
 )  # fmt: skip
 
 

@@ -203,7 +203,14 @@ def test_each_peer_starts_with_its_program_features_on(tmp_path: Any) -> None:
     (config,) = litellm.files.values()
     assert config.count("api_base: http://127.0.0.1:") == 2
     ours = peers.setup.launch("agentrt", 9, urls, "m", tmp_path, 10, "key")
-    assert ours.argv.count("--backend") == 2
+    assert ours.argv.count("--backend") == 2 and "--time-scale" not in ours.argv
+    # In front of emulators run faster than real time, our policies run on their model time.
+    scaled = peers.setup.launch("agentrt", 9, urls, "m", tmp_path, 10, "key", (), 10.0)
+    assert scaled.argv[scaled.argv.index("--time-scale") + 1] == "10"
+    assert (
+        "--time-scale"
+        not in peers.setup.launch("sglang-router", 9, urls, "m", tmp_path, 10, "key", (), 10.0).argv
+    )
 
 
 @pytest.fixture

@@ -109,6 +109,9 @@ def test_both_sides_get_the_same_engine_and_explicit_controller_flags() -> None:
         assert flag in ctl
     assert ctl[ctl.index("--admission-window") + 1] == str(setup.max_num_seqs + 2)
     defaults = svl.controller_argv(setup, "defaults", 1, "http://x")
+    # Every configuration's policies run on the emulator's model seconds.
+    for argv in (ctl, defaults):
+        assert argv[argv.index("--time-scale") + 1] == f"{setup.time_scale:g}"
     assert defaults[-2:] == ["--backend", "http://x,kind=emulator"]
     # The defaults with one policy named: the same, plus that policy.
     named = svl.controller_argv(setup, "defaults-gittins", 1, "http://x")

@@ -25,8 +25,12 @@ SCALE = 10.0
 async def test_tool_waits_reach_the_controller_with_name_and_prediction() -> None:
     seen: dict[tuple[str, str], dict[str, Any]] = {}
     async with recording_emulator(SCALE) as emulator:
+        # The controller runs on the emulator's model seconds, as the replay's waits do.
         config = ControllerConfig(
-            port=0, backends=(BackendSpec(emulator.base_url),), scrape_interval_s=0.2
+            port=0,
+            backends=(BackendSpec(emulator.base_url),),
+            scrape_interval_s=0.2,
+            time_scale=SCALE,
         )
         async with serve_controller(config) as url, httpx.AsyncClient() as http:
             replay_config = ReplayConfig(
@@ -63,10 +67,11 @@ async def test_tool_waits_reach_the_controller_with_name_and_prediction() -> Non
         key=lambda w: w["node_id"],
     )
     assert len(searches) == 2 and all(w["thread_id"] == "main" for w in searches)
-    # The first search has no history; the second is predicted from the first (2 s / scale).
+    # The first search has no history; the second is predicted from the first: 2 model
+    # seconds (0.2 wall seconds at the time scale).
     first, second = searches
     assert first["predicted_duration_s"] is None
-    assert second["predicted_duration_s"] == pytest.approx(2.0 / SCALE, abs=0.05)
+    assert second["predicted_duration_s"] == pytest.approx(2.0, abs=0.5)
     # Every call went through the controller, which reports its queueing.
     summary = summarize_replay(result, scale=SCALE, warmup_s=0.0, window_end_s=2.0)
     assert summary["programs_completed"] == 3

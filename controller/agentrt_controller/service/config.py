@@ -275,6 +275,12 @@ class ControllerConfig:
     #: Period of each backend's health probe and metric scrape, and the probe's time limit
     #: (seconds): a dead backend leaves routing within one interval.
     scrape_interval_s: _Seconds = 1.0
+    #: How many times faster than real time the backends run: 1 for real engines; ``X`` in
+    #: front of engine emulators run with ``--time-scale X`` (docs/engine-emulator.md). The
+    #: policies then run on the engines' model seconds (service/core/clock.py): tool waits,
+    #: retention TTLs, idle reservations, the program idle timeout and every other time of
+    #: the process table and policies. Transport times (probe period, timeouts) stay real.
+    time_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
     #: Circuit-breaker thresholds (``BreakerConfig`` fields: ``failure_threshold``,
     #: ``error_rate``, ``window``, ``min_calls``, ``cooldown_s``, ``success_threshold``,
     #: ``backoff``, ``max_cooldown_s``, ``probe_timeouts``); unknown keys are errors.

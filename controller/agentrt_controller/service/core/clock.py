@@ -9,8 +9,16 @@ pool's idle connections, the backends' probe intervals) keeps its own monotonic 
 
 The core's loops that wait for a moment of this clock (a call's deadline, the next program
 expiry round) wait with :func:`sleep_until`: a clock that implements :class:`WaitableClock`
-(:data:`MONOTONIC`, :class:`FakeClock`) decides how; any other callable is waited on in real
-time, re-read until it reaches the moment.
+(:data:`MONOTONIC`, :class:`ScaledClock`, :class:`FakeClock`) decides how; any other callable
+is waited on in real time, re-read until it reaches the moment.
+
+In front of engine emulators that run ``X`` times faster than the GPU they model (``agentrt
+engine serve --time-scale X``), the core runs on :class:`ScaledClock` (``controller serve
+--time-scale X``, :func:`clock_for`): every time a policy measures or sets — a tool wait, a
+retention TTL sent to the engine, an idle reservation's release, the program idle timeout —
+is then in the engines' model seconds, as in the simulator, which runs the same policies on
+model time. On the wall clock they would be ``X`` times too long against the engines and the
+replayed trace.
 """
 
 from __future__ import annotations
@@ -22,7 +30,16 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
-__all__ = ["MONOTONIC", "Clock", "FakeClock", "MonotonicClock", "WaitableClock", "sleep_until"]
+__all__ = [
+    "MONOTONIC",
+    "Clock",
+    "FakeClock",
+    "MonotonicClock",
+    "ScaledClock",
+    "WaitableClock",
+    "clock_for",
+    "sleep_until",
+]
 
 #: Seconds on a monotonic scale (any origin); only differences and comparisons mean anything.
 Clock = Callable[[], float]
@@ -50,6 +67,23 @@ class MonotonicClock:
 
     async def sleep_until(self, deadline_s: float) -> None:
         await _sleep_in_real_time(self, deadline_s)
+
+
+class ScaledClock:
+    """:func:`time.monotonic` × ``scale``: the model seconds of engines emulated ``scale``
+    times faster than real time (module doc); waited on in real time, ``1 / scale`` wall
+    seconds per second of it."""
+
+    def __init__(self, scale: float) -> None:
+        if not (scale > 0 and math.isfinite(scale)):
+            raise ValueError(f"a clock's scale must be a number > 0, got {scale!r}")
+        self.scale = scale
+
+    def __call__(self) -> float:
+        return time.monotonic() * self.scale
+
+    async def sleep_until(self, deadline_s: float) -> None:
+        await _sleep_in_real_time(self, deadline_s, self.scale)
 
 
 class FakeClock:
@@ -84,13 +118,15 @@ class FakeClock:
             await self._moved.wait()
 
 
-async def _sleep_in_real_time(clock: Clock, deadline_s: float) -> None:
+async def _sleep_in_real_time(clock: Clock, deadline_s: float, scale: float = 1.0) -> None:
+    """Sleep until ``clock``, which runs ``scale`` times faster than real time, reads
+    ``deadline_s``."""
     if math.isinf(deadline_s):
         await anyio.sleep_forever()
     # A clock we cannot wait on: sleep the difference, read again (an anyio timer may fire a
     # hair before the clock shows the moment).
     while (left_s := deadline_s - clock()) > 0:  # noqa: ASYNC110
-        await anyio.sleep(left_s)
+        await anyio.sleep(left_s / scale)
 
 
 async def sleep_until(clock: Clock, deadline_s: float) -> None:
@@ -103,3 +139,9 @@ async def sleep_until(clock: Clock, deadline_s: float) -> None:
 
 #: The service's default clock.
 MONOTONIC: Clock = MonotonicClock()
+
+
+def clock_for(time_scale: float) -> Clock:
+    """The core's clock for engines that run ``time_scale`` times faster than real time:
+    :data:`MONOTONIC` at 1 (real engines), else a :class:`ScaledClock`."""
+    return MONOTONIC if time_scale == 1.0 else ScaledClock(time_scale)

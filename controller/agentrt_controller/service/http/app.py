@@ -35,7 +35,7 @@ from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.backends.transport import HttpPool
 from agentrt_controller.cost_model import CostFunction
 from agentrt_controller.service.config import ControllerConfig
-from agentrt_controller.service.core.clock import MONOTONIC, Clock
+from agentrt_controller.service.core.clock import Clock, clock_for
 from agentrt_controller.service.core.facade import ControllerCore
 from agentrt_controller.service.core.tenants import ADMIN_STATE, TENANT_STATE, Tenant
 from agentrt_controller.service.errors import Forbidden, Unauthorized, error_body
@@ -96,7 +96,8 @@ class ControllerApp:
     ``backends`` replaces the ones named in ``config.backends`` (tests pass fakes);
     ``tracer_provider`` enables spans; ``metrics_push`` exports the metrics over OpenTelemetry
     while the app runs (service/telemetry/otel.py); ``cost`` replaces the configured cost model;
-    ``clock`` is the monotonic clock in seconds that every policy decision uses.
+    ``clock`` is the monotonic clock in seconds that every policy decision uses (default: the
+    wall clock, × ``config.time_scale`` in front of engine emulators run faster than real time).
     """
 
     def __init__(
@@ -107,7 +108,7 @@ class ControllerApp:
         tracer_provider: TracerProvider | None = None,
         metrics_push: MetricsPush | None = None,
         cost: CostFunction | None = None,
-        clock: Clock = MONOTONIC,
+        clock: Clock | None = None,
     ) -> None:
         self.config = config
         self._metrics_push = metrics_push
@@ -126,7 +127,11 @@ class ControllerApp:
             raise ConfigError("the controller needs at least one backend")
         #: The controller's core behind one facade; the endpoints only talk to it.
         self.core = ControllerCore(
-            config, list(backends), metrics=self.metrics, cost=cost, clock=clock
+            config,
+            list(backends),
+            metrics=self.metrics,
+            cost=cost,
+            clock=clock if clock is not None else clock_for(config.time_scale),
         )
         #: Set on SIGTERM (service/http/server.py): readiness answers 503 while calls drain.
         self.draining = False
