@@ -237,6 +237,14 @@ def _trace_size(result: Mapping[str, Any], trace: str) -> str:
     return f"; {rate:g} programs/s over {duration:g} model seconds of arrivals"
 
 
+def _ours_clock(result: Mapping[str, Any]) -> str:
+    """Which clock our policies ran on (older results: the wall clock, unsaid)."""
+    scale = result.get("ours_time_scale")
+    if scale is None:
+        return ""
+    return f", at `--time-scale {scale:g}`: its policies on the emulators' model seconds"
+
+
 def schedule_lines(points: Sequence[Mapping[str, Any]]) -> list[str]:
     """Whether the emulators kept their model-time schedule in each program run (older
     results: nothing said). A run whose emulators fell behind measured the shared cores as
@@ -315,10 +323,12 @@ def markdown(result: Mapping[str, Any]) -> str:
             '`--enable-program-scheduling` and the SDK\'s `peer_hints=("vllm-router",)`, '
             "sglang-router `cache_aware`, ours its defaults "
             + (
-                "without the SDK's program events: `--ours-events off`). "
+                "without the SDK's program events: `--ours-events off`"
                 if result.get("ours_events") == "off"
-                else "with the SDK's program and tool-wait events). "
+                else "with the SDK's program and tool-wait events"
             )
+            + _ours_clock(result)
+            + "). "
             + "Ours ÷ peer:",
             "",
             *ratio_table(points, PROGRAM),

@@ -370,6 +370,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "engines": args.engines, "time_scale": args.time_scale, "trace": "mixed",
         "max_num_seqs": args.max_num_seqs,
         "ours_events": args.ours_events,
+        # our controller runs the program rows at the emulators' time scale
+        "ours_time_scale": args.time_scale,
     }  # fmt: skip
     started = time.monotonic()
     result["overhead"] = overhead(usable, args, workdir) if args.reps else []

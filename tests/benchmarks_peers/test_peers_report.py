@@ -137,6 +137,11 @@ def test_the_program_rows_say_the_engines_size_and_the_trace_rate() -> None:
     assert "of 8 batch slots and the profile's KV blocks each" in profile
     older = {k: v for k, v in result.items() if k not in ("max_num_seqs", "coding_rate")}
     assert "fresh emulators per run, time scale 10.0; model seconds" in report.markdown(older)
+    assert "--time-scale" not in section
+    scaled = report.markdown({**result, "ours_time_scale": 10.0})
+    assert "tool-wait events, at `--time-scale 10`: its policies on the emulators' model" in (
+        scaled
+    )
 
 
 def test_a_program_run_whose_emulators_fell_behind_is_named() -> None:
