@@ -239,10 +239,12 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
     if config.startswith("defaults"):
         # What `controller serve --backend URL` runs: the shared defaults table, the
         # controller's default cost model (not the simulator's roofline default) and its
-        # default probe period for the adaptive window's engine gauges.
+        # default probe period for the adaptive window's engine gauges: 1 wall second, which
+        # is `time_scale` model seconds (the probes keep real time; the policies run on the
+        # emulator's model seconds).
         spec = PolicySpec(policy=policy) if policy else PolicySpec()
         cost = CostModel.from_mapping({}).service_s
-        bench = dataclasses.replace(bench, scrape_interval_s=1.0)
+        bench = dataclasses.replace(bench, scrape_interval_s=1.0 * setup.time_scale)
     else:
         spec = PolicySpec(
             policy=policy,
