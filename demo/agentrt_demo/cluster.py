@@ -238,6 +238,8 @@ def controller_setup(settings: DemoSettings, engine_urls: Sequence[str]) -> Cont
     overrides: dict[str, Any] = {
         "port": 0,
         "backends": [f"{url}{priority}" for url in engine_urls],
+        # the policies on the engines' model seconds (they run time_scale times faster)
+        "time_scale": settings.time_scale,
     }
     retention = settings.retention
     chosen: dict[str, Any] = {

@@ -16,8 +16,10 @@ URLS = ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
 
 
 def test_the_default_run_passes_no_policy_option_and_no_backend_kind() -> None:
-    setup = controller_setup(DemoSettings(), URLS)
-    assert setup.overrides == {"port": 0, "backends": URLS}  # what `serve --backend URL` gets
+    settings = DemoSettings()
+    setup = controller_setup(settings, URLS)
+    # What `serve --backend URL` gets, at the emulated engines' time scale.
+    assert setup.overrides == {"port": 0, "backends": URLS, "time_scale": settings.time_scale}
     assert setup.chosen == ()
     config = load_config(env={}, overrides=setup.overrides)
     assert all(b.detect_kind and b.priority is False for b in config.backends)
@@ -39,6 +41,7 @@ def test_options_choose_other_settings() -> None:
     assert setup.overrides == {
         "port": 0,
         "backends": [f"{u},priority=on" for u in URLS],
+        "time_scale": settings.time_scale,
         "policy": "atlas",
         "router": "round_robin",
         "retention": "off",
