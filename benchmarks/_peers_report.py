@@ -252,8 +252,8 @@ def schedule_lines(points: Sequence[Mapping[str, Any]]) -> list[str]:
     if not points or any("engines_kept_up" not in p for p in points):
         return []
     behind = [p for p in points if not p["engines_kept_up"]]
-    worst = max(p["engine_lag_mean_s"] for p in points)
     if not behind:
+        worst = max(p["engine_lag_mean_s"] for p in points)
         return [
             "",
             f"The emulators kept their schedule in every run (worst mean lag {worst:.4f} s).",

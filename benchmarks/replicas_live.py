@@ -52,7 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks._engine_health import samples  # noqa: E402
+from agentrt_controller.backends.prometheus_text import sum_samples  # noqa: E402
 from benchmarks._processes import cpu_s, free_port, server  # noqa: E402
 from tests.ops.test_haproxy_replicas import (  # noqa: E402 - the substitution the test checks
     FRONTEND,
@@ -98,7 +98,8 @@ def requests_total(url: str) -> float:
     """Sum of a controller's ``agentrt_controller_requests_total`` samples (its answered
     OpenAI calls)."""
     _, text = get(url + "/metrics")
-    return sum(v for name, v in samples(text) if name == "agentrt_controller_requests_total")
+    name = "agentrt_controller_requests_total"
+    return sum_samples(text, (name,)).get(name, 0.0)
 
 
 def haproxy_status(stats_url: str) -> dict[str, str]:

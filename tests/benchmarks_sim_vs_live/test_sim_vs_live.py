@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks._engine_health import engine_health, parse_metrics
+from benchmarks._engine_health import engine_health
 from tests.benchmark_modules import load_benchmark
 
 pytestmark = pytest.mark.timeout(90)
@@ -125,7 +125,7 @@ def test_metrics_parser_reads_the_emulators_health() -> None:
         'agentrt_engine_delivery_lag_seconds_count{model_name="m"} 1000\n'
         'agentrt_engine_schedule_resets_total{model_name="m"} 0.0\n'
     )
-    health = engine_health(parse_metrics(text))
+    health = engine_health(text)
     assert health["lag_mean_s"] == pytest.approx(0.0005)
     assert health["schedule_resets"] == 0.0
     assert health["engine_ttft_mean_s"] is None
