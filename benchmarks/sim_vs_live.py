@@ -210,6 +210,7 @@ def make_traces(setup: Setup, directory: Path) -> dict[str, Path]:
 def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
     """The simulator's summary of ``config`` on ``trace`` (one run: it is deterministic)."""
     from agentrt_controller.cost_model import CostModel
+    from agentrt_controller.service.config import ControllerConfig
     from agentrt_emulator.core.types import EngineConfig
     from agentrt_sim.registry import PolicySpec
     from agentrt_sim.runner import BenchConfig, run_comparison
@@ -239,12 +240,13 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
     if config.startswith("defaults"):
         # What `controller serve --backend URL` runs: the shared defaults table, the
         # controller's default cost model (not the simulator's roofline default) and its
-        # default probe period for the adaptive window's engine gauges: 1 wall second, which
-        # is `time_scale` model seconds (the probes keep real time; the policies run on the
-        # emulator's model seconds).
+        # default probe period for the adaptive window's engine gauges, in wall seconds, so
+        # `time_scale` times as many model seconds (the probes keep real time; the policies
+        # run on the emulator's model seconds).
         spec = PolicySpec(policy=policy) if policy else PolicySpec()
         cost = CostModel.from_mapping({}).service_s
-        bench = dataclasses.replace(bench, scrape_interval_s=1.0 * setup.time_scale)
+        probe_s = ControllerConfig().scrape_interval_s * setup.time_scale
+        bench = dataclasses.replace(bench, scrape_interval_s=probe_s)
     else:
         spec = PolicySpec(
             policy=policy,
