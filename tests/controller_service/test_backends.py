@@ -177,6 +177,27 @@ def test_the_emulator_reports_its_batch_size_and_vllm_does_not() -> None:
     assert "agentrt_engine_max_num_seqs" not in ServerMetrics("m").render(core.stats())
 
 
+def test_the_emulator_reports_its_time_scale_and_vllm_does_not() -> None:
+    from agentrt_controller.backends.emulator import DetectedBackend, EmulatorBackend
+    from agentrt_emulator.core.engine import EngineCore
+    from agentrt_emulator.core.profiles import get_profile
+    from agentrt_emulator.core.types import EngineConfig
+    from agentrt_emulator.server.metrics import ServerMetrics
+
+    core = EngineCore(EngineConfig(), get_profile("a100-llama3-8b"))
+    fast = ServerMetrics("m", time_scale=10.0).render(core.stats())
+    for kind in (EmulatorBackend, DetectedBackend):  # kind=emulator, and no kind given
+        assert kind("e", "http://h", HttpPool.create()).load_from_metrics(fast).time_scale == 10.0
+    real_time = ServerMetrics("m").render(core.stats())
+    assert sum_samples(real_time, ["agentrt_engine_time_scale"]) == {
+        "agentrt_engine_time_scale": 1.0
+    }
+    real_vllm = "vllm:num_requests_running 3\nvllm:num_requests_waiting 0\n"
+    emulator = EmulatorBackend("e", "http://h", HttpPool.create())
+    assert emulator.load_from_metrics(real_vllm).time_scale is None
+    assert emulator.load_from_metrics("agentrt_engine_time_scale 0\n").time_scale is None
+
+
 @pytest.mark.anyio
 async def test_vllm_backend_over_http() -> None:
     state = FakeState(metrics_text="vllm:num_requests_waiting 4\nvllm:kv_cache_usage_perc 0.25\n")

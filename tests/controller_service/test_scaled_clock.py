@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 import anyio
 import pytest
 
 from agentrt.errors import ConfigError
+from agentrt_controller.backends.api import BackendCapabilities, BackendLoad
+from agentrt_controller.backends.fake import FakeBackend, FakeResponse
 from agentrt_controller.backends.spec import BackendSpec
 from agentrt_controller.service import ControllerApp, load_config
 from agentrt_controller.service.config import ControllerConfig
 from agentrt_controller.service.core.clock import MONOTONIC, ScaledClock, clock_for, sleep_until
+from agentrt_controller.service.core.pool import BackendPool
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -52,3 +56,32 @@ def test_the_time_scale_is_checked_and_reaches_the_core() -> None:
     assert ControllerApp(ControllerConfig(backends=backends)).core.clock is MONOTONIC
     core = ControllerApp(ControllerConfig(backends=backends, time_scale=10.0)).core
     assert isinstance(core.clock, ScaledClock) and core.clock.scale == 10.0
+
+
+@pytest.mark.anyio
+async def test_a_backend_on_another_time_scale_is_logged_once_per_scale(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def answer(request: object) -> FakeResponse:
+        raise AssertionError("no call is sent here")
+
+    scraped = BackendCapabilities(scrapes_metrics=True)
+    fast = FakeBackend("fast", answer, capabilities=scraped, load=BackendLoad(time_scale=10.0))
+    same = FakeBackend("same", answer, capabilities=scraped, load=BackendLoad(time_scale=2.0))
+    real = FakeBackend("real", answer, capabilities=scraped)  # publishes none: a real engine
+    pool = BackendPool([fast, same, real], on_change=lambda: None, clock=MONOTONIC, time_scale=2.0)
+    with caplog.at_level(logging.WARNING, logger="agentrt.controller"):
+        await pool.refresh()
+        await pool.refresh()
+        fast.load = BackendLoad(time_scale=4.0)  # restarted at another scale
+        await pool.refresh()
+    warned = [r.getMessage() for r in caplog.records if "time scale" in r.getMessage()]
+    assert warned == [
+        "backend fast runs at time scale 10 and this controller at 2: the tool waits, retention "
+        "TTLs and idle releases it measures are 5 times off against the engine's; start the "
+        'controller with --time-scale 10 (docs/engine-emulator.md, "Time")',
+        "backend fast runs at time scale 4 and this controller at 2: the tool waits, retention "
+        "TTLs and idle releases it measures are 2 times off against the engine's; start the "
+        'controller with --time-scale 4 (docs/engine-emulator.md, "Time")',
+    ]
+    assert pool.states["fast"].describe(0.0)["load"]["time_scale"] == 4.0

@@ -10,6 +10,7 @@ import pytest
 from agentrt_sim.metrics import RunRecord, summarize
 from agentrt_sim.replay.records import ReplayResult
 from agentrt_sim.replay.runner import HEADER_REPLAY_NODE, ReplayConfig, ServerFacts, replay
+from agentrt_sim.replay.server import ReplayError
 from agentrt_sim.replay.summary import summarize_replay
 from agentrt_sim.workloads.program import LLMNode, WaitNode
 
@@ -154,3 +155,12 @@ async def test_summary_has_the_bench_sim_keys_in_model_seconds() -> None:
     assert summary["engine_steps"] is None and summary["controller_wait_s_mean"] is None
     e2e = summary["e2e_latency_s"]["mean"]
     assert e2e >= (3.0 + 1.0) / 3 and math.isfinite(e2e)
+
+
+async def test_a_replay_on_another_time_scale_than_its_engine_is_refused() -> None:
+    async with recording_emulator(SCALE) as emulator:
+        config = ReplayConfig(emulator.openai_base_url, time_scale=2.0)
+        with pytest.raises(ReplayError, match=r"runs at time scale 10 and this replay at 2: "
+                           r"give --time-scale 10"):  # fmt: skip
+            await replay(small_trace(), config)
+        assert emulator.recorder.tagged() == []  # refused before any program started

@@ -187,6 +187,9 @@ class BackendLoad:
     #: The engine's batch size (the emulator's ``agentrt_engine_max_num_seqs``; vLLM publishes
     #: none), which bounds the adaptive admission window.
     max_num_seqs: int | None = None
+    #: Model seconds per wall second of an engine emulated faster than real time (the
+    #: emulator's ``agentrt_engine_time_scale``); ``None`` = not published (a real engine).
+    time_scale: float | None = None
     #: Its KV memory (GPU capacity, CPU tier) as published (``vllm:cache_config_info``,
     #: ``sglang:max_total_num_tokens``; :mod:`~agentrt_controller.backends.kv_capacity`);
     #: ``None`` = not published.

@@ -11,9 +11,10 @@ Everything of the ``vllm`` kind — the emulator speaks vLLM's API, metric names
 * ``unpin`` → ``DELETE /agentrt/engine/v1/pins/{pin_id}`` (404 = already gone → ``False``).
 
 TTLs are in the emulator's *model* seconds (equal to wall seconds at ``--time-scale 1``).
-The scrape adds ``agentrt_engine_pinned_blocks`` to the load (the batch size
-``agentrt_engine_max_num_seqs``, which bounds the adaptive admission window, is read by the
-``vllm`` kind already).
+The scrape adds ``agentrt_engine_pinned_blocks`` and the engine's time scale
+(``agentrt_engine_time_scale``; the controller warns when its own ``time_scale`` differs) to
+the load (the batch size ``agentrt_engine_max_num_seqs``, which bounds the adaptive admission
+window, is read by the ``vllm`` kind already).
 
 :class:`DetectedBackend` is what a backend configured **without a kind** becomes
 (:attr:`~agentrt_controller.backends.spec.BackendSpec.detect_kind`): it starts as ``vllm``
@@ -41,7 +42,7 @@ from agentrt_controller.backends.api import (
     PinResult,
 )
 from agentrt_controller.backends.http import VllmBackend, VllmBackendConfig, count_or_none
-from agentrt_controller.backends.prometheus_text import sum_samples
+from agentrt_controller.backends.prometheus_text import min_samples, sum_samples
 from agentrt_controller.backends.transport import HttpPool
 from agentrt_controller.backends.wire import json_answer
 
@@ -68,9 +69,12 @@ class EmulatorBackend(VllmBackend):
 
     def load_from_metrics(self, text: str) -> BackendLoad:
         load = super().load_from_metrics(text)
-        pinned = sum_samples(text, ("agentrt_engine_pinned_blocks",))
+        found = sum_samples(text, ("agentrt_engine_pinned_blocks",))
+        scale = min_samples(text, ("agentrt_engine_time_scale",)).get("agentrt_engine_time_scale")
         return replace(
-            load, pinned_blocks=count_or_none(pinned.get("agentrt_engine_pinned_blocks"))
+            load,
+            pinned_blocks=count_or_none(found.get("agentrt_engine_pinned_blocks")),
+            time_scale=scale if scale is not None and scale > 0 else None,
         )
 
     async def pin(

@@ -81,6 +81,10 @@ class ServerMetrics:
     #: ``agentrt_engine_max_num_seqs`` so a controller can bound its admission window by it
     #: (vLLM has no such metric); ``None`` = not published.
     max_num_seqs: int | None = None
+    #: Model seconds per wall second (``--time-scale``), published as
+    #: ``agentrt_engine_time_scale`` so a controller or a replay in front of it can say when
+    #: its own clock disagrees (docs/engine-emulator.md, "Time").
+    time_scale: float = 1.0
     #: Per engine step, how late its tokens were delivered: wall time past the step's
     #: modelled end, in model seconds (the driver's CPU time beyond the modelled step).
     delivery_lag: Histogram = field(default_factory=lambda: Histogram(_LAG_BUCKETS))
@@ -212,6 +216,9 @@ class _EngineCollector(Collector):
         if m.max_num_seqs is not None:
             yield gauge("agentrt_engine_max_num_seqs", "Most requests the engine runs at once "
                         "(--max-num-seqs).", m.max_num_seqs)  # fmt: skip
+        yield gauge("agentrt_engine_time_scale", "Model seconds per wall second "
+                    "(--time-scale): every time this engine reports is in model seconds.",
+                    m.time_scale)  # fmt: skip
         yield counter("agentrt_engine_aborted_requests", "Requests aborted before they "
                       "finished.", m.aborted)  # fmt: skip
         yield counter("agentrt_engine_busy_model_seconds", "Model seconds of engine steps run.",

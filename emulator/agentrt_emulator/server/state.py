@@ -65,6 +65,7 @@ def build_state(config: EmulatorConfig) -> EmulatorState:
     metrics = ServerMetrics(
         config.model_name,
         max_num_seqs=config.engine.max_num_seqs,
+        time_scale=config.time_scale,
         cache_config=_cache_config_info(config.engine, core.stats()),
         kv_reload_s_per_token=_reload_s_per_token(profile, core.stats()),
     )

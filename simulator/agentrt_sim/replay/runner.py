@@ -45,9 +45,12 @@ from agentrt_sim.replay.server import (
     accepts_ignore_eos,
     calibrate,
     check_base_url,
+    check_time_scale,
+    counters,
     discover_model,
     max_model_len,
     scrape_counters,
+    scrape_metrics,
 )
 from agentrt_sim.replay.stream import StreamedChat, resendable, stream_chat
 from agentrt_sim.workloads.program import LLMNode, Node, Program, WaitNode
@@ -370,7 +373,9 @@ async def replay(
             max_retries=config.max_retries,
             peer_hints=config.peer_hints,
         )
-        before = await scrape_counters(http, metrics_root)
+        metrics = await scrape_metrics(http, metrics_root)
+        check_time_scale(metrics, config.time_scale, metrics_root)
+        before = counters(metrics)
         history = DurationHistory()
         done = 0
         async with agentrt.Runtime(runtime_config) as rt:

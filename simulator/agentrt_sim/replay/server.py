@@ -10,7 +10,9 @@
 * :func:`accepts_ignore_eos`: one 1-token call with ``ignore_eos`` (vLLM's sampling extension);
   a 400 that names it means the server refuses it.
 * :func:`scrape_counters`: ``vllm:prefix_cache_hits_total``, ``..._queries_total`` and
-  ``vllm:num_preemptions_total`` summed over ``GET /metrics``.
+  ``vllm:num_preemptions_total`` summed over ``GET /metrics``;
+* :func:`check_time_scale`: the emulator's ``agentrt_engine_time_scale`` in that text must be
+  the replay's ``--time-scale``.
 
 Every failure to reach the server is raised as :class:`ReplayError` naming the URL, never as
 an httpx error.
@@ -18,24 +20,29 @@ an httpx error.
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from agentrt.errors import ConfigError
+from agentrt_controller.backends.prometheus_text import max_samples, min_samples, sum_samples
 from agentrt_sim.replay.prompts import TemplateCosts, filler
 
 __all__ = [
     "COUNTERS",
+    "TIME_SCALE",
     "ReplayError",
     "accepts_ignore_eos",
     "calibrate",
     "check_base_url",
+    "check_time_scale",
+    "counters",
     "discover_model",
     "max_model_len",
     "scrape_counters",
+    "scrape_metrics",
 ]
 
 
@@ -174,20 +181,41 @@ COUNTERS = (
     "vllm:prefix_cache_queries_total",
     "vllm:num_preemptions_total",
 )
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$", re.M)
+#: The emulator's model seconds per wall second (``agentrt engine serve --time-scale``).
+TIME_SCALE = "agentrt_engine_time_scale"
 
 
-async def scrape_counters(http: httpx.AsyncClient, root: str) -> dict[str, float]:
-    """Each of :data:`COUNTERS` that ``GET {root}/metrics`` exposes, summed over its series
-    (several engines behind one URL add up); absent names are left out."""
+async def scrape_metrics(http: httpx.AsyncClient, root: str) -> str:
+    """The text of ``GET {root}/metrics``; empty when it cannot be read."""
     try:
         response = await http.get(root + "/metrics")
     except httpx.HTTPError:
-        return {}
-    if response.status_code != 200:
-        return {}
-    totals: dict[str, float] = {}
-    for name, value in _SAMPLE.findall(response.text):
-        if name in COUNTERS:
-            totals[name] = totals.get(name, 0.0) + float(value)
-    return totals
+        return ""
+    return response.text if response.status_code == 200 else ""
+
+
+def counters(text: str) -> dict[str, float]:
+    """Each of :data:`COUNTERS` that a ``/metrics`` text exposes, summed over its series
+    (several engines behind one URL add up); absent names are left out."""
+    return sum_samples(text, COUNTERS)
+
+
+async def scrape_counters(http: httpx.AsyncClient, root: str) -> dict[str, float]:
+    """:func:`counters` of ``GET {root}/metrics``."""
+    return counters(await scrape_metrics(http, root))
+
+
+def check_time_scale(text: str, time_scale: float, root: str) -> None:
+    """Refuse a replay whose ``--time-scale`` is not the engine's (the emulator's
+    ``agentrt_engine_time_scale`` in a ``/metrics`` text of ``root``; a server that publishes
+    none is not checked): its arrivals and tool waits would be that many times off against
+    the engine's model seconds, and its results with them."""
+    scales = (min_samples(text, (TIME_SCALE,)).get(TIME_SCALE),
+              max_samples(text, (TIME_SCALE,)).get(TIME_SCALE))  # fmt: skip
+    for scale in scales:
+        if scale is not None and not math.isclose(scale, time_scale, rel_tol=1e-6):
+            raise ReplayError(
+                f"the engine at {root} runs at time scale {scale:g} and this replay at "
+                f"{time_scale:g}: give --time-scale {scale:g} (and start a controller in "
+                f"front of it with the same --time-scale)"
+            )

@@ -150,6 +150,7 @@ class ControllerCore:
             interval_s=config.scrape_interval_s,
             breaker=config.breaker,
             on_error=self.metrics.internal_errors.inc,
+            time_scale=config.time_scale,
         )
         #: Served models, aliases and fallbacks (docs/routing.md, "Several models").
         self.catalog = ModelCatalog(

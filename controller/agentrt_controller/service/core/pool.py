@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
@@ -107,6 +108,9 @@ class BackendState:
     last_error: str = ""
     #: Features were detected since the circuit last closed (DetectsFeatures kinds).
     features_detected: bool = False
+    #: The engine time scale last warned about (:meth:`BackendPool._check_time_scale`);
+    #: ``None`` = none yet.
+    time_scale_warned: float | None = None
     #: Cancels its probe loop.
     probe_scope: anyio.CancelScope | None = None
     #: Calls sent to it whose answer has not started (:meth:`BackendPool.abortable`).
@@ -251,10 +255,14 @@ class BackendPool:
         interval_s: float = 1.0,
         breaker: BreakerConfig | None = None,
         on_error: Callable[[], None] | None = None,
+        time_scale: float = 1.0,
     ) -> None:
         if not interval_s > 0:
             raise ConfigError("the probe interval must be > 0 seconds")
         self._clock = clock
+        #: The controller's ``time_scale``: a backend that publishes another is logged
+        #: (:meth:`_check_time_scale`).
+        self.time_scale = time_scale
         self._on_change = on_change
         self._on_error = on_error
         self.interval_s = interval_s
@@ -357,12 +365,31 @@ class BackendPool:
                 state.batch = state.load.max_num_seqs
             if state.load.capacity is not None:
                 state.capacity = state.load.capacity
+            self._check_time_scale(state)
         try:
             models = await backend.models()
         except BackendError:  # keep what it said last: a model list does not change often
             models = state.models
         self._set_models(state, models)
         self._update(state)
+
+    def _check_time_scale(self, state: BackendState) -> None:
+        """Warn once per scale when the backend's engine runs on another clock than ours: an
+        emulator at ``--time-scale X`` counts model seconds, and the policies' times (tool
+        waits, retention TTLs, idle releases) would be ``X`` times off against it."""
+        scale = state.load.time_scale
+        if scale is None or scale == state.time_scale_warned:
+            return
+        if math.isclose(scale, self.time_scale, rel_tol=1e-6):
+            return
+        state.time_scale_warned = scale
+        _log.warning(
+            "backend %s runs at time scale %g and this controller at %g: the tool waits, "
+            "retention TTLs and idle releases it measures are %g times off against the "
+            "engine's; start the controller with --time-scale %g (docs/engine-emulator.md, "
+            '"Time")', state.backend.backend_id, scale, self.time_scale,
+            max(scale, self.time_scale) / min(scale, self.time_scale), scale,
+        )  # fmt: skip
 
     def _set_models(self, state: BackendState, models: list[dict[str, Any]]) -> None:
         ids = frozenset(str(m["id"]) for m in models)
