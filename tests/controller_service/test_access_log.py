@@ -170,6 +170,24 @@ async def test_introspection_gives_moments_as_iso_wall_times_and_names_monotonic
         assert isinstance(view["now_monotonic_s"], float)
 
 
+async def test_introspection_wall_times_follow_a_scaled_clock() -> None:
+    """At ``--time-scale 10`` the controller's seconds are model seconds: a deadline 60 of
+    them ahead is 6 wall seconds ahead, and a moment just past is just past on the wall too."""
+    tags = CallTags(session_id="s1", program_id="p1", thread_id="t1", node_id="n1")
+    async with running(FakeState(), time_scale=10.0) as svc:
+        start = {"session_id": "s1", "timeout_ms": 60_000}
+        before = time.time()
+        await svc.http.post(svc.url + "/agentrt/v1/programs/p1/start", json=start)
+        assert (await svc.chat(headers=tags.to_headers())).status_code == 200
+        (entry,) = (await svc.http.get(svc.url + "/agentrt/v1/programs")).json()["entries"]
+        after = time.time()
+    assert before - 0.5 <= _parse_iso(entry["last_arrival_at"]) <= after + 0.5
+    assert 5.0 <= _parse_iso(entry["deadline_at"]) - before <= 6.0 + (after - before) + 0.5
+    gap_s = entry["deadline_monotonic_s"] - entry["last_arrival_monotonic_s"]
+    wall_gap_s = _parse_iso(entry["deadline_at"]) - _parse_iso(entry["last_arrival_at"])
+    assert abs(gap_s / 10.0 - wall_gap_s) < 0.01
+
+
 def test_process_log_lines_start_with_their_iso_time() -> None:
     formatter = IsoFormatter()
     record = logging.LogRecord("agentrt.controller", logging.WARNING, __file__, 1,

@@ -654,13 +654,18 @@ class ControllerCore:
         )
         if tenant is None:
             snapshot["sessions"] = len(self.sessions)
-        return with_wall_times(snapshot, now_s)
+        return with_wall_times(snapshot, now_s, time_scale=self.config.time_scale)
 
     def queues_snapshot(self, *, full: bool) -> dict[str, object]:
         """Queues, policies, retention and backends, as JSON; ``full=False`` (a tenant that is
         not the admin, with keys configured) leaves out every call, program and backend: the
         policy names and queue lengths remain."""
-        snapshot = queues_snapshot(self.dispatcher, self.pool, self.retention, self.clock())
+        now_s = self.clock()
+        snapshot = with_wall_times(
+            queues_snapshot(self.dispatcher, self.pool, self.retention, now_s),
+            now_s,
+            time_scale=self.config.time_scale,
+        )
         if full:
             return snapshot
         queues = [

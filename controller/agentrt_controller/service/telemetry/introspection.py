@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agentrt_controller.scheduling.admission import AdaptiveWindowAdmission
@@ -42,23 +43,31 @@ MOMENT_FIELDS = frozenset(
 
 
 def with_wall_times(
-    view: dict[str, Any], now_monotonic_s: float, now_wall_s: float | None = None
+    view: dict[str, Any],
+    now_monotonic_s: float,
+    now_wall_s: float | None = None,
+    *,
+    time_scale: float = 1.0,
 ) -> dict[str, Any]:
     """``view`` (a JSON snapshot taken at ``now_monotonic_s`` on the controller's clock) with
     every :data:`MOMENT_FIELDS` entry, at any depth, replaced by ``<name>_at`` — wall clock,
     ISO 8601 UTC, ``None`` stays ``None`` — and ``<name>_monotonic_s``, plus ``now_at`` and
     ``now_monotonic_s`` at the top. ``now_wall_s``: the wall clock at the same moment
-    (seconds since the epoch; default: :func:`time.time`). A new dict; ``view`` is left as is."""
+    (seconds since the epoch; default: :func:`time.time`). ``time_scale``: the controller's
+    clock runs that many times faster than the wall clock (``controller serve --time-scale``),
+    so a moment ``d`` of its seconds away is ``d / time_scale`` wall seconds away. A new dict;
+    ``view`` is left as is."""
     wall_s = time.time() if now_wall_s is None else now_wall_s
-    converted = _convert(view, wall_s - now_monotonic_s)
+    converted = _convert(view, lambda moment: wall_s + (moment - now_monotonic_s) / time_scale)
     assert isinstance(converted, dict)
     return {"now_at": iso_time(wall_s), "now_monotonic_s": now_monotonic_s, **converted}
 
 
-def _convert(value: object, offset_s: float) -> object:
-    """``value`` with its moments converted; ``offset_s`` = wall clock - monotonic clock."""
+def _convert(value: object, to_wall: Callable[[float], float]) -> object:
+    """``value`` with its moments converted (``to_wall``: a moment of the controller's clock
+    -> seconds since the epoch)."""
     if isinstance(value, list):
-        return [_convert(item, offset_s) for item in value]
+        return [_convert(item, to_wall) for item in value]
     if not isinstance(value, dict):
         return value
     out: dict[str, object] = {}
@@ -66,10 +75,10 @@ def _convert(value: object, offset_s: float) -> object:
         if key in MOMENT_FIELDS and (item is None or isinstance(item, int | float)):
             stem = key[: -len("_s")]
             finite = item is not None and math.isfinite(item)
-            out[f"{stem}_at"] = iso_time(item + offset_s) if item is not None and finite else None
+            out[f"{stem}_at"] = iso_time(to_wall(item)) if item is not None and finite else None
             out[f"{stem}_monotonic_s"] = item if finite else None
         else:
-            out[key] = _convert(item, offset_s)
+            out[key] = _convert(item, to_wall)
     return out
 
 
@@ -91,7 +100,8 @@ def queues_snapshot(
     dispatcher: Dispatcher, pool: BackendPool, retention: RetentionExecutor | None, now_s: float
 ) -> dict[str, Any]:
     """The scheduler's queues, the policies' names, the retained lane, retention counters and
-    each backend's load, as plain JSON, its moments in wall-clock time (:func:`with_wall_times`)."""
+    each backend's load, as plain JSON; its moments on the controller's clock (the caller
+    converts them: :func:`with_wall_times`)."""
     snapshot = dispatcher.scheduler.snapshot(now_s)
     snapshot["admission"] = getattr(dispatcher.admission, "name", "")
     snapshot["router"] = getattr(dispatcher.router, "name", "")
@@ -121,7 +131,7 @@ def queues_snapshot(
             }
         )
     snapshot["backends"] = backends
-    return with_wall_times(snapshot, now_s)
+    return snapshot
 
 
 def collect_metrics(
