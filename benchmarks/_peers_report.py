@@ -266,7 +266,8 @@ def schedule_lines(points: Sequence[Mapping[str, Any]]) -> list[str]:
     return [
         "",
         f"**The emulators fell behind their schedule** in {len(behind)} of {len(points)} "
-        f"runs: {runs}.",
+        f"runs: {runs}. These rows measured the shared cores as much as the proxies; a lower "
+        "`--time-scale` gives the emulators the time they lacked.",
     ]
 
 

@@ -158,6 +158,7 @@ def test_a_program_run_whose_emulators_fell_behind_is_named() -> None:
     (line,) = report.schedule_lines(behind)[1:]
     assert line.startswith("**The emulators fell behind their schedule** in 1 of 3 runs: ")
     assert "`agentrt` rep 1 (lag 0.050 s, 12.5 model s given up)" in line
+    assert line.endswith("a lower `--time-scale` gives the emulators the time they lacked.")
     # Results from before the emulators' health was recorded say nothing of it.
     assert report.schedule_lines([_point("agentrt", 0, e2e_mean_s=1.0)]) == []
 

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from agentrt.errors import ConfigError
-from agentrt_controller.backends.prometheus_text import max_samples, min_samples, sum_samples
+from agentrt_controller.backends.prometheus_text import min_samples, sum_samples
 from agentrt_sim.replay.prompts import TemplateCosts, filler
 
 __all__ = [
@@ -210,12 +210,10 @@ def check_time_scale(text: str, time_scale: float, root: str) -> None:
     ``agentrt_engine_time_scale`` in a ``/metrics`` text of ``root``; a server that publishes
     none is not checked): its arrivals and tool waits would be that many times off against
     the engine's model seconds, and its results with them."""
-    scales = (min_samples(text, (TIME_SCALE,)).get(TIME_SCALE),
-              max_samples(text, (TIME_SCALE,)).get(TIME_SCALE))  # fmt: skip
-    for scale in scales:
-        if scale is not None and not math.isclose(scale, time_scale, rel_tol=1e-6):
-            raise ReplayError(
-                f"the engine at {root} runs at time scale {scale:g} and this replay at "
-                f"{time_scale:g}: give --time-scale {scale:g} (and start a controller in "
-                f"front of it with the same --time-scale)"
-            )
+    scale = min_samples(text, (TIME_SCALE,)).get(TIME_SCALE)  # one engine per URL
+    if scale is not None and not math.isclose(scale, time_scale, rel_tol=1e-6):
+        raise ReplayError(
+            f"the engine at {root} runs at time scale {scale:g} and this replay at "
+            f"{time_scale:g}: give --time-scale {scale:g} (and start a controller in "
+            f"front of it with the same --time-scale)"
+        )
