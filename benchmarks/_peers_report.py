@@ -237,6 +237,12 @@ def _trace_size(result: Mapping[str, Any], trace: str) -> str:
     return f"; {rate:g} programs/s over {duration:g} model seconds of arrivals"
 
 
+def _stream_interval(result: Mapping[str, Any]) -> str:
+    """The emulators' stream interval when the run set one (older results: every step)."""
+    interval = result.get("stream_interval_ms") or 0.0
+    return f", streams written at most every {interval:g} wall ms" if interval > 0 else ""
+
+
 def _ours_clock(result: Mapping[str, Any]) -> str:
     """Which clock our policies ran on (older results: the wall clock, unsaid)."""
     scale = result.get("ours_time_scale")
@@ -319,7 +325,8 @@ def markdown(result: Mapping[str, Any]) -> str:
             "",
             f"**Programs, `{trace}` trace** (replayed with `agentrt bench replay`'s code in "
             f"front of {result['engines']} fresh emulators per run{_engine_size(result, trace)}, "
-            f"time scale {result['time_scale']}{_trace_size(result, trace)}; model seconds; "
+            f"time scale {result['time_scale']}{_stream_interval(result)}"
+            f"{_trace_size(result, trace)}; model seconds; "
             "vllm-router with "
             '`--enable-program-scheduling` and the SDK\'s `peer_hints=("vllm-router",)`, '
             "sglang-router `cache_aware`, ours its defaults "

@@ -250,6 +250,7 @@ def _engines(
                 "--time-scale", str(args.time_scale), "--max-num-seqs", str(args.max_num_seqs),
                 # the coding trace's prompts reach ~90 K tokens (the default is 32,768)
                 "--max-model-len", "131072",
+                "--stream-interval-ms", f"{args.stream_interval_ms:g}",
                 *(["--num-gpu-blocks", str(gpu_blocks)] if gpu_blocks else []),
             ]  # fmt: skip
             proc = stack.enter_context(
@@ -368,7 +369,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "prompt_words": args.prompt_words, "prompt_seconds": args.prompt_seconds,
         "paced_seconds": args.paced_seconds, "pace_ms": load.PACE_S * 1e3,
         "engines": args.engines, "time_scale": args.time_scale, "trace": "mixed",
-        "max_num_seqs": args.max_num_seqs,
+        "max_num_seqs": args.max_num_seqs, "stream_interval_ms": args.stream_interval_ms,
         "ours_events": args.ours_events,
         # our controller runs the program rows at the emulators' time scale
         "ours_time_scale": args.time_scale,
@@ -460,6 +461,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the default a100; default: mixed the profile's, coding 12,288, short of memory)",
     )  # fmt: skip
     parser.add_argument("--time-scale", type=float, default=10.0)
+    parser.add_argument(
+        "--stream-interval-ms", type=float, default=0.0,
+        help="the emulators' --stream-interval-ms in the program runs: a stream's tokens are "
+        "written at most this often, first and last never held (default 0: every engine step, "
+        "as vLLM streams; more spares the shared cores the per-token work of every process)",
+    )  # fmt: skip
     parser.add_argument(
         "--ours-option",
         action="append",

@@ -142,6 +142,11 @@ def test_the_program_rows_say_the_engines_size_and_the_trace_rate() -> None:
     assert "tool-wait events, at `--time-scale 10`: its policies on the emulators' model" in (
         scaled
     )
+    # The emulators' stream interval, when the run set one (0 and older results: every step).
+    assert "streams written" not in section
+    assert "streams written" not in report.markdown({**result, "stream_interval_ms": 0.0})
+    paced = report.markdown({**result, "stream_interval_ms": 20.0})
+    assert "time scale 10.0, streams written at most every 20 wall ms; 0.03 programs/s" in paced
 
 
 def test_a_program_run_whose_emulators_fell_behind_is_named() -> None:
