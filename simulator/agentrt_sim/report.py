@@ -234,7 +234,16 @@ def print_sim_table(
         legend += "; exec/tool/think = means along the critical path"
     else:
         legend += "; --wide for every column"
-    _print_notes([*notes, *shared, legend, seeds_note(results), queueing_note(results)])
+    _print_notes(
+        [
+            *notes,
+            *shared,
+            legend,
+            seeds_note(results),
+            queueing_note(results),
+            unfinished_note(results),
+        ]
+    )
     if any("tenants" in r for r in results):
         print_tenant_table(results)
 
@@ -264,6 +273,24 @@ def queueing_note(results: Sequence[Mapping[str, Any]]) -> str | None:
         "every run): the engines keep up, so there is no queue for the policies to order and "
         "their rows agree. Program-level scheduling pays where calls wait: a higher --rate, "
         "fewer batch slots (--max-num-seqs) or fewer engines."
+    )
+
+
+def unfinished_note(results: Sequence[Mapping[str, Any]]) -> str | None:
+    """A warning when programs were still running when the simulation stopped (its
+    ``--drain`` past the arrivals): the table's means leave the measured ones among them out,
+    which flatters a run that leaves its long programs unfinished, where a live replay (which
+    waits for every program) would not (``None`` when every program finished)."""
+    counts = [r.get("programs_unfinished") or 0 for r in results]
+    if not any(counts):
+        return None
+    per_row = ", ".join(f"{count:g}" for count in counts)
+    ends = [r["sim_end_s"] for r in results if r.get("sim_end_s") is not None]
+    stopped = f" at {max(ends):,.0f} s" if ends else ""
+    return (
+        f"note: programs were still running when the run stopped{stopped} (per row: "
+        f"{per_row}); the measured ones among them are in no mean above. A longer --drain "
+        "finishes them (a live replay waits for every program)."
     )
 
 

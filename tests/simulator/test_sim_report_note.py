@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentrt_sim.report import QUIET_WAIT_SHARE, queueing_note
+from agentrt_sim.report import QUIET_WAIT_SHARE, queueing_note, unfinished_note
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -36,3 +36,30 @@ def test_policies_compared_where_nothing_waits_get_a_note() -> None:
 )
 def test_no_note_where_calls_queue_or_nothing_is_compared(rows: list[dict[str, Any]]) -> None:
     assert queueing_note(rows) is None
+
+
+def test_programs_left_running_when_the_run_stopped_get_a_note() -> None:
+    rows = [
+        {**_row("plas", 5.0), "programs_unfinished": 12, "sim_end_s": 179.996},
+        {**_row("fcfs", 5.0), "programs_unfinished": 0, "sim_end_s": 179.997},
+    ]
+    note = unfinished_note(rows)
+    assert note is not None
+    assert "still running when the run stopped at 180 s (per row: 12, 0)" in note
+    assert "--drain" in note
+    finished = [{**row, "programs_unfinished": 0} for row in rows]
+    assert unfinished_note(finished) is None
+    assert unfinished_note([_row("plas", 5.0)]) is None  # a summary without the count
+
+
+def test_the_simulator_table_prints_the_note_with_a_short_drain(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agentrt.cli import main
+
+    argv = ["bench", "sim", "--workload", "mixed", "--rate", "0.6", "--duration", "30",
+            "--seed", "1", "--engines", "1", "--max-num-seqs", "2", "--no-progress"]  # fmt: skip
+    assert main([*argv, "--drain", "5"]) == 0
+    assert "still running when the run stopped at 35 s" in capsys.readouterr().out
+    assert main([*argv, "--drain", "3000"]) == 0
+    assert "still running" not in capsys.readouterr().out
