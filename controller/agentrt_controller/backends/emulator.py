@@ -29,6 +29,7 @@ verdict is logged once per detection on the ``agentrt.controller`` logger, with 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -46,9 +47,19 @@ from agentrt_controller.backends.prometheus_text import min_samples, sum_samples
 from agentrt_controller.backends.transport import HttpPool
 from agentrt_controller.backends.wire import json_answer
 
-__all__ = ["PINS_PATH", "DetectedBackend", "EmulatorBackend", "identifies_as_emulator"]
+__all__ = [
+    "PINS_PATH",
+    "TIME_SCALE_METRIC",
+    "DetectedBackend",
+    "EmulatorBackend",
+    "engine_time_scale",
+    "identifies_as_emulator",
+    "time_scales_differ",
+]
 
 PINS_PATH = "/agentrt/engine/v1/pins"
+#: The emulator's ``--time-scale`` (model seconds per wall second) in its ``/metrics``.
+TIME_SCALE_METRIC = "agentrt_engine_time_scale"
 
 _log = logging.getLogger("agentrt.controller")
 
@@ -70,11 +81,10 @@ class EmulatorBackend(VllmBackend):
     def load_from_metrics(self, text: str) -> BackendLoad:
         load = super().load_from_metrics(text)
         found = sum_samples(text, ("agentrt_engine_pinned_blocks",))
-        scale = min_samples(text, ("agentrt_engine_time_scale",)).get("agentrt_engine_time_scale")
         return replace(
             load,
             pinned_blocks=count_or_none(found.get("agentrt_engine_pinned_blocks")),
-            time_scale=scale if scale is not None and scale > 0 else None,
+            time_scale=engine_time_scale(text),
         )
 
     async def pin(
@@ -133,6 +143,19 @@ class EmulatorBackend(VllmBackend):
         except BackendError as exc:
             raise PinError(str(exc), status_code=exc.status_code) from exc
         return True
+
+
+def engine_time_scale(text: str) -> float | None:
+    """The engine's time scale in a ``/metrics`` text (:data:`TIME_SCALE_METRIC`; one engine
+    per URL); ``None`` when it publishes none (a real engine) or a value not > 0."""
+    scale = min_samples(text, (TIME_SCALE_METRIC,)).get(TIME_SCALE_METRIC)
+    return scale if scale is not None and scale > 0 else None
+
+
+def time_scales_differ(engine_scale: float | None, own_scale: float) -> bool:
+    """Whether an engine publishing ``engine_scale`` runs on another clock than a controller
+    or replay at ``own_scale`` (``None``, a real engine or an unknown one: never)."""
+    return engine_scale is not None and not math.isclose(engine_scale, own_scale, rel_tol=1e-6)
 
 
 def identifies_as_emulator(status_code: int, answer: object) -> bool:

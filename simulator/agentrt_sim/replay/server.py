@@ -20,19 +20,18 @@ an httpx error.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from agentrt.errors import ConfigError
-from agentrt_controller.backends.prometheus_text import min_samples, sum_samples
+from agentrt_controller.backends.emulator import engine_time_scale, time_scales_differ
+from agentrt_controller.backends.prometheus_text import sum_samples
 from agentrt_sim.replay.prompts import TemplateCosts, filler
 
 __all__ = [
     "COUNTERS",
-    "TIME_SCALE",
     "ReplayError",
     "accepts_ignore_eos",
     "calibrate",
@@ -181,8 +180,6 @@ COUNTERS = (
     "vllm:prefix_cache_queries_total",
     "vllm:num_preemptions_total",
 )
-#: The emulator's model seconds per wall second (``agentrt engine serve --time-scale``).
-TIME_SCALE = "agentrt_engine_time_scale"
 
 
 async def scrape_metrics(http: httpx.AsyncClient, root: str) -> str:
@@ -210,8 +207,8 @@ def check_time_scale(text: str, time_scale: float, root: str) -> None:
     ``agentrt_engine_time_scale`` in a ``/metrics`` text of ``root``; a server that publishes
     none is not checked): its arrivals and tool waits would be that many times off against
     the engine's model seconds, and its results with them."""
-    scale = min_samples(text, (TIME_SCALE,)).get(TIME_SCALE)  # one engine per URL
-    if scale is not None and not math.isclose(scale, time_scale, rel_tol=1e-6):
+    scale = engine_time_scale(text)
+    if time_scales_differ(scale, time_scale):
         raise ReplayError(
             f"the engine at {root} runs at time scale {scale:g} and this replay at "
             f"{time_scale:g}: give --time-scale {scale:g} (and start a controller in "

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from types import TracebackType
@@ -47,6 +46,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from agentrt.errors import ConfigError
 from agentrt_controller.backends.api import Backend, BackendError, BackendLoad, DetectsFeatures
 from agentrt_controller.backends.breaker import BreakerConfig, BreakerState, CircuitBreaker
+from agentrt_controller.backends.emulator import time_scales_differ
 from agentrt_controller.backends.kv_capacity import KvCapacity
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.service.core.clock import Clock
@@ -380,7 +380,7 @@ class BackendPool:
         scale = state.load.time_scale
         if scale is None or scale == state.time_scale_warned:
             return
-        if math.isclose(scale, self.time_scale, rel_tol=1e-6):
+        if not time_scales_differ(scale, self.time_scale):
             return
         state.time_scale_warned = scale
         _log.warning(
