@@ -171,8 +171,9 @@ async def test_introspection_gives_moments_as_iso_wall_times_and_names_monotonic
 
 
 async def test_introspection_wall_times_follow_a_scaled_clock() -> None:
-    """At ``--time-scale 10`` the controller's seconds are model seconds: a deadline 60 of
-    them ahead is 6 wall seconds ahead, and a moment just past is just past on the wall too."""
+    """At ``--time-scale 10`` the controller's seconds are model seconds: a client's 60 s
+    budget is 600 of them (the core's deadline, ``deadline_monotonic_s``), and shows as 60 wall
+    seconds ahead again; a moment just past is just past on the wall too."""
     tags = CallTags(session_id="s1", program_id="p1", thread_id="t1", node_id="n1")
     async with running(FakeState(), time_scale=10.0) as svc:
         start = {"session_id": "s1", "timeout_ms": 60_000}
@@ -182,7 +183,8 @@ async def test_introspection_wall_times_follow_a_scaled_clock() -> None:
         (entry,) = (await svc.http.get(svc.url + "/agentrt/v1/programs")).json()["entries"]
         after = time.time()
     assert before - 0.5 <= _parse_iso(entry["last_arrival_at"]) <= after + 0.5
-    assert 5.0 <= _parse_iso(entry["deadline_at"]) - before <= 6.0 + (after - before) + 0.5
+    assert 59.0 <= _parse_iso(entry["deadline_at"]) - before <= 60.0 + (after - before) + 0.5
+    assert 599.0 <= entry["deadline_monotonic_s"] - entry["last_arrival_monotonic_s"] <= 600.0
     gap_s = entry["deadline_monotonic_s"] - entry["last_arrival_monotonic_s"]
     wall_gap_s = _parse_iso(entry["deadline_at"]) - _parse_iso(entry["last_arrival_at"])
     assert abs(gap_s / 10.0 - wall_gap_s) < 0.01

@@ -67,8 +67,9 @@ async def test_tool_waits_reach_the_controller_with_name_and_prediction() -> Non
         key=lambda w: w["node_id"],
     )
     assert len(searches) == 2 and all(w["thread_id"] == "main" for w in searches)
-    # The first search has no history; the second is predicted from the first: 2 model
-    # seconds (0.2 wall seconds at the time scale).
+    # The first search has no history; the second is predicted from the first: the replay
+    # sends 0.2 wall seconds, as any client would, and the controller at the time scale holds
+    # 2 of its model seconds.
     first, second = searches
     assert first["predicted_duration_s"] is None
     assert second["predicted_duration_s"] == pytest.approx(2.0, abs=0.5)

@@ -17,9 +17,9 @@ as a task of its thread that starts when all its parents have finished:
 * a wait node sleeps ``duration_s / time_scale`` inside ``agentrt.wait`` (``tool`` or
   ``human``), which reports it to a controller with its name and a predicted duration: the
   median of that name's recent finished waits, the SDK's one duration predictor
-  (:class:`agentrt.tools.durations.DurationHistory`), in model seconds (wall × time scale:
-  a controller in front of emulators at that time scale runs its policies on model seconds,
-  ``controller serve --time-scale``).
+  (:class:`agentrt.tools.durations.DurationHistory`), in wall seconds as every client counts
+  them (a controller in front of emulators at a time scale turns them into its model seconds
+  itself, ``controller serve --time-scale``).
 
 Times are recorded in wall seconds since the start; :mod:`agentrt_sim.replay.summary`
 multiplies them by the time scale into model seconds.
@@ -321,7 +321,7 @@ class _ProgramRun:
             # controller is part of the wait (its round trip would otherwise be added to
             # every wait, x time scale).
             await anyio.sleep_until(started + node.duration_s / self._config.time_scale)
-        self._history.record(node.name, (anyio.current_time() - started) * self._config.time_scale)
+        self._history.record(node.name, anyio.current_time() - started)
         self._builder.record_wait(node.node_id)
 
 

@@ -41,6 +41,13 @@ Public methods, by concern:
 The scheduler and retention hear of program events here, in the order the papers' algorithms
 need (Autellix, arXiv 2502.13965: the program-level process table; Continuum, arXiv
 2511.02230: the TTL decision when a tool call starts). Event loop thread only.
+
+**Clients count wall seconds.** The durations a client sends (a call's or a program's
+``timeout_ms``, a wait's ``predicted_duration_s`` and ``duration_s``) and those it is told (a
+session's ``idle_timeout_s``, a quota's ``Retry-After``) are seconds of its wall clock. The
+core's clock runs ``config.time_scale`` of its seconds to each of them (``controller serve
+--time-scale``, in front of engines run faster than real time: service/core/clock.py), so they
+are converted here, at the edge; at the default scale 1 the two are the same.
 """
 
 from __future__ import annotations
@@ -139,7 +146,7 @@ class ControllerCore:
                 secret=config.cache_salt_secret,
             )
         )
-        self.quotas = TenantQuotas(clock)
+        self.quotas = TenantQuotas(clock, time_scale=config.time_scale)
         # ``config.cost`` parsed once: the router's and retention's defaults and the charge.
         cost_model = config.cost
         self.dispatcher = build_dispatcher(config, cost_model, self.tenants)
@@ -327,6 +334,7 @@ class ControllerCore:
                 self.clock(),
                 max_programs=self.config.max_programs,
                 retry_after_s=self.config.retry_after_s,
+                time_scale=self.config.time_scale,
             )
         except ServiceError as error:
             self.metrics.tenant_refusals.inc(1.0, tenant.name, str(error.status_code))
@@ -459,7 +467,8 @@ class ControllerCore:
         """Register a session (its id proposed by the client, or made here)."""
         session_id = self.sessions.open(tenant.name, event.session_id, event.client, self.clock())
         return SessionStarted(
-            session_id=session_id, idle_timeout_s=self.config.program_idle_timeout_s
+            session_id=session_id,
+            idle_timeout_s=self.config.program_idle_timeout_s / self.config.time_scale,
         )
 
     def end_session(self, tenant: Tenant, session_id: str) -> int:
@@ -488,7 +497,11 @@ class ControllerCore:
         key = ProgramKey(tenant=tenant.name, session_id=event.session_id, program_id=program_id)
         self._check_program(key, tenant)
         now = self.clock()
-        deadline = math.inf if event.timeout_ms is None else now + event.timeout_ms / 1000
+        deadline = (
+            math.inf
+            if event.timeout_ms is None
+            else now + event.timeout_ms / 1000 * self.config.time_scale
+        )
         self.dispatcher.on_program_start(key, now, name=event.name, deadline_s=deadline)
         if self.retention is not None:
             self.retention.on_program_start(key)
@@ -500,7 +513,7 @@ class ControllerCore:
         self.wake()
 
     def max_predicted_wait_s(self) -> float:
-        """The longest predicted wait an event may announce (seconds)."""
+        """The longest predicted wait an event may announce (seconds of the core's clock)."""
         configured = self.config.max_predicted_wait_s
         return self.config.program_idle_timeout_s if configured is None else configured
 
@@ -519,8 +532,10 @@ class ControllerCore:
         ):
             raise Conflict(f"program {program_id} has {cap} open tool waits, the cap")
         predicted = event.predicted_duration_s
-        if predicted is not None:
-            predicted = min(max(0.0, predicted), self.max_predicted_wait_s())
+        if predicted is not None:  # wall seconds to the core's, then clamped
+            predicted = min(
+                max(0.0, predicted * self.config.time_scale), self.max_predicted_wait_s()
+            )
         recorded = self.dispatcher.on_tool_wait_start(
             key,
             self.clock(),
@@ -544,7 +559,7 @@ class ControllerCore:
         self.wake()
 
     def end_tool_wait(self, tenant: Tenant, program_id: str, event: ToolWaitEnd) -> None:
-        """The wait is over after ``event.duration_s`` (measured by the client);
+        """The wait is over after ``event.duration_s`` (measured by the client, wall seconds);
         :class:`ProgramNotFound` for a program of ``tenant`` that is not live."""
         key = self._live(tenant, event.session_id, program_id)
         ended = self.dispatcher.on_tool_wait_end(
@@ -552,7 +567,10 @@ class ControllerCore:
         )
         if self.retention is not None and ended is not None and ended.honoured:
             self.retention.on_tool_end(
-                key, thread_id=event.thread_id, node_id=event.node_id, duration_s=event.duration_s
+                key,
+                thread_id=event.thread_id,
+                node_id=event.node_id,
+                duration_s=event.duration_s * self.config.time_scale,
             )
         self.wake()
 

@@ -59,8 +59,10 @@ class _Ledger:
 class TenantQuotas:
     """In-flight and token quotas by tenant name (see the module docstring)."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, *, time_scale: float = 1.0) -> None:
         self.clock = clock
+        #: The clock's seconds per wall second: a ``Retry-After`` is told in wall seconds.
+        self.time_scale = time_scale
         self._ledgers: dict[str, _Ledger] = {}
 
     def _ledger(self, tenant: Tenant) -> _Ledger:
@@ -102,7 +104,7 @@ class TenantQuotas:
             return QuotaExceeded(
                 f"tenant {tenant.name} used its {quota.tokens_per_minute} tokens per minute",
                 code="tokens_per_minute_quota",
-                retry_after_s=(1.0 - ledger.tokens) / rate,
+                retry_after_s=(1.0 - ledger.tokens) / rate / self.time_scale,
             )
         return None
 
@@ -157,11 +159,14 @@ def check_program(
     *,
     max_programs: int,
     retry_after_s: int,
+    time_scale: float = 1.0,
 ) -> ProgramKey | None:
     """May a call or event of ``key`` go on? For a new program: under the tenant's
     ``max_programs`` (else :class:`QuotaExceeded`) and room in the table, which may need the
     returned idle program evicted (the caller ends it) or raise :class:`TableFull`. For a live
-    program: under the tenant's ``max_program_wall_s`` (else :class:`QuotaExceeded`)."""
+    program: under the tenant's ``max_program_wall_s`` (else :class:`QuotaExceeded`, whose
+    ``Retry-After`` is the table's idle timeout in wall seconds: ``time_scale`` of the clock's
+    seconds each)."""
     quota = tenant.quota
     entry = table.get(key)
     if entry is not None:
@@ -171,7 +176,7 @@ def check_program(
                 f"program {key.program_id} ran past tenant {tenant.name}'s wall-time quota of "
                 f"{wall:g} s",
                 code="program_wall_time_quota",
-                retry_after_s=table.idle_timeout_s,
+                retry_after_s=table.idle_timeout_s / time_scale,
             )
         return None
     if quota.max_programs is not None and table.programs_of(key.tenant) >= quota.max_programs:

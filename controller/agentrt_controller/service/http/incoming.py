@@ -167,15 +167,16 @@ def _sequences(body: dict[str, Any], api: Api) -> int:
 SaltFor = Callable[[str | None], str]
 
 
-def _deadline_s(headers: dict[str, str], now_s: float) -> float:
+def _deadline_s(headers: dict[str, str], now_s: float, time_scale: float) -> float:
     """The call's absolute deadline on the core's clock from its ``X-Agentrt-Timeout-Ms``
-    (milliseconds left at send time), tagged or not; ``math.inf`` when absent. Raises
-    :class:`BadRequest` naming the header when it is not an integer >= 0."""
+    (milliseconds left at send time, on the client's wall clock: ``time_scale`` of the core's
+    seconds each), tagged or not; ``math.inf`` when absent. Raises :class:`BadRequest` naming
+    the header when it is not an integer >= 0."""
     try:
         timeout_ms = parse_timeout_ms(headers.get(HEADER_TIMEOUT_MS.lower()))
     except ProtocolError as exc:
         raise BadRequest(str(exc), param=HEADER_TIMEOUT_MS.lower()) from exc
-    return math.inf if timeout_ms is None else now_s + timeout_ms / 1000.0
+    return math.inf if timeout_ms is None else now_s + timeout_ms / 1000.0 * time_scale
 
 
 def parse_call(
@@ -191,6 +192,7 @@ def parse_call(
     decoded: object = None,
     api: Api = "chat",
     resolve_model: Callable[[object], str] | None = None,
+    time_scale: float = 1.0,
 ) -> IncomingCall:
     """Validate one generation request and make its :class:`CallFacts` (arrival ``now_s``) for
     ``tenant`` (the authenticated caller; ``None`` = no tenant). ``salt_for`` gives the
@@ -207,7 +209,9 @@ def parse_call(
     controller's cap is the core's question (it knows the backends' batch).
 
     A deadline (``X-Agentrt-Timeout-Ms``) holds whether or not the call names a program: it
-    becomes :attr:`CallFacts.deadline_s`, which ``service/core/deadlines.py`` enforces.
+    becomes :attr:`CallFacts.deadline_s`, which ``service/core/deadlines.py`` enforces. The
+    header counts wall milliseconds; the core's clock runs ``time_scale`` of its seconds to
+    each wall second (``controller serve --time-scale``).
 
     ``resolve_model`` (the core's: aliases, fallbacks, the one served model for a call naming
     none) turns the body's ``model`` into the model the call runs on — written into the body
@@ -245,7 +249,7 @@ def parse_call(
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
         raise BadRequest(f"'{limit_field}' must be an integer", param=limit_field)
     sequences = _sequences(body, api)
-    deadline_s = _deadline_s(headers, now_s)
+    deadline_s = _deadline_s(headers, now_s, time_scale)
     try:
         tags = CallTags.from_headers(headers)
     except ProtocolError as exc:

@@ -328,6 +328,7 @@ class CompletionsEndpoint:
                 decoded=decoded,
                 api=self.api,
                 resolve_model=core.resolve_model,
+                time_scale=core.config.time_scale,
             )
             if access is not None:
                 program = parsed.call.program
