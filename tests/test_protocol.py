@@ -5,7 +5,7 @@ import math
 import pytest
 
 from agentrt.errors import ProtocolError
-from agentrt.protocol import HEADER_PROGRAM_ID, HEADER_TRACEPARENT, CallTags
+from agentrt.protocol import HEADER_PROGRAM_ID, HEADER_TRACEPARENT, CallTags, deadline_after
 
 
 def test_round_trip_through_headers() -> None:
@@ -40,6 +40,14 @@ def test_missing_optional_headers_take_defaults() -> None:
     assert tags is not None
     assert (tags.thread_id, tags.attempt, tags.timeout_ms) == ("main", 1, None)
     assert tags.deadline_s(3.0) == math.inf
+
+
+def test_a_deadline_counts_the_senders_wall_milliseconds_on_the_receivers_clock() -> None:
+    assert deadline_after(None, 3.0) == math.inf
+    assert deadline_after(1500, 10.0) == pytest.approx(11.5)
+    # A receiver whose clock runs 10 of its seconds per wall second (a controller at
+    # --time-scale 10) gives the same 1.5 wall seconds 15 of its own.
+    assert deadline_after(1500, 10.0, time_scale=10.0) == pytest.approx(25.0)
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ __all__ = [
     "SessionStarted",
     "ToolWaitEnd",
     "ToolWaitStart",
+    "deadline_after",
     "parents_digest",
     "parse_timeout_ms",
 ]
@@ -116,6 +117,17 @@ def parse_timeout_ms(raw: str | None) -> int | None:
     if timeout_ms < 0:
         raise ProtocolError(f"{HEADER_TIMEOUT_MS} must be >= 0 ms, got {timeout_ms}")
     return timeout_ms
+
+
+def deadline_after(timeout_ms: int | None, now_s: float, time_scale: float = 1.0) -> float:
+    """The absolute deadline, on a receiver's clock reading ``now_s``, of a budget of
+    ``timeout_ms`` milliseconds of the sender's wall clock (a call's :data:`HEADER_TIMEOUT_MS`,
+    a program's ``timeout_ms``); ``math.inf`` when there is none. ``time_scale``: the
+    receiver's seconds per wall second (a controller in front of engines run faster than real
+    time counts model seconds)."""
+    if timeout_ms is None:
+        return math.inf
+    return now_s + timeout_ms / 1000.0 * time_scale
 
 
 def _check_id(name: str, value: str) -> str:
@@ -290,10 +302,9 @@ class CallTags:
         )
 
     def deadline_s(self, now_s: float) -> float:
-        """Absolute deadline on the receiver's clock (seconds); ``math.inf`` when none."""
-        if self.timeout_ms is None:
-            return math.inf
-        return now_s + self.timeout_ms / 1000.0
+        """Absolute deadline on the receiver's clock (seconds); ``math.inf`` when none
+        (:func:`deadline_after`)."""
+        return deadline_after(self.timeout_ms, now_s)
 
 
 class _Event(BaseModel):

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -69,6 +68,7 @@ from agentrt.protocol import (
     SessionStarted,
     ToolWaitEnd,
     ToolWaitStart,
+    deadline_after,
 )
 from agentrt_controller.backends.api import (
     Backend,
@@ -497,11 +497,7 @@ class ControllerCore:
         key = ProgramKey(tenant=tenant.name, session_id=event.session_id, program_id=program_id)
         self._check_program(key, tenant)
         now = self.clock()
-        deadline = (
-            math.inf
-            if event.timeout_ms is None
-            else now + event.timeout_ms / 1000 * self.config.time_scale
-        )
+        deadline = deadline_after(event.timeout_ms, now, self.config.time_scale)
         self.dispatcher.on_program_start(key, now, name=event.name, deadline_s=deadline)
         if self.retention is not None:
             self.retention.on_program_start(key)

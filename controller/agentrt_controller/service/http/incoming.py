@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -11,7 +10,7 @@ from typing import Any, Literal
 import anyio.to_thread
 
 from agentrt.errors import ProtocolError
-from agentrt.protocol import HEADER_TIMEOUT_MS, CallTags, parse_timeout_ms
+from agentrt.protocol import HEADER_TIMEOUT_MS, CallTags, deadline_after, parse_timeout_ms
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.scheduling.call import CallFacts, new_call_facts
 from agentrt_controller.service.errors import (
@@ -176,7 +175,7 @@ def _deadline_s(headers: dict[str, str], now_s: float, time_scale: float) -> flo
         timeout_ms = parse_timeout_ms(headers.get(HEADER_TIMEOUT_MS.lower()))
     except ProtocolError as exc:
         raise BadRequest(str(exc), param=HEADER_TIMEOUT_MS.lower()) from exc
-    return math.inf if timeout_ms is None else now_s + timeout_ms / 1000.0 * time_scale
+    return deadline_after(timeout_ms, now_s, time_scale)
 
 
 def parse_call(
