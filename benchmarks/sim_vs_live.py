@@ -21,7 +21,11 @@ Configurations (explicit flags on both sides, no defaults relied on):
 Reported per configuration and load: mean / p50 / p95 of program E2E latency and of program
 token latency (E2E ÷ generated tokens), TTFT and completed throughput; the live median over
 ``--reps`` runs, the simulated value and the error; the policy ranking on both sides; the live
-ratio of the recommended configuration to direct FCFS. Each live run also records whether the
+ratio of the recommended configuration to direct FCFS. The simulator also runs each
+configuration on ``--sim-jitter`` copies of the trace whose arrivals are moved by up to
+±50 ms: where a policy's outcome hangs on who got memory first, its figures move under such
+a change as much as a live run's, and the report says whether the live median falls inside
+that spread. Each live run also records whether the
 emulator kept up with its schedule (delivery lag, schedule restarts: docs/engine-emulator.md),
 the CPU seconds of each process and the load average: a run whose emulator fell behind is
 flagged, not counted as agreement.
@@ -51,6 +55,7 @@ import dataclasses
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -116,6 +121,11 @@ class Setup:
     #: Live runs per configuration at the high load and at the half load.
     reps: int = 2
     reps_half: int = 2
+    #: Simulated runs per configuration with every arrival moved by a random amount of up to
+    #: ±``sim_jitter_s`` (seeds 1..N): how far the simulator's own figures move when nothing
+    #: but timing changes, the yardstick for a live run's error (0: none).
+    sim_jitter_runs: int = 8
+    sim_jitter_s: float = 0.05
     #: The trace's workload (``agentrt bench sim --workload``) and its parameter overrides
     #: ``{kind: {field: value}}`` (``--workload-param``).
     workload: str = "mixed"
@@ -205,6 +215,35 @@ def make_traces(setup: Setup, directory: Path) -> dict[str, Path]:
     stretched = [dataclasses.replace(p, arrival_s=2.0 * p.arrival_s) for p in programs]
     save_trace(stretched, str(paths["half"]))
     return paths
+
+
+def jittered(trace: Path, seed: int, jitter_s: float, directory: Path) -> Path:
+    """``trace`` with every arrival moved by a uniform random amount in ±``jitter_s``
+    (``seed``), written beside it: the same programs, the same load, other timing."""
+    from agentrt_sim.workloads.trace import load_trace, save_trace
+
+    rng = random.Random(seed)
+    programs = [
+        dataclasses.replace(p, arrival_s=max(0.0, p.arrival_s + rng.uniform(-jitter_s, jitter_s)))
+        for p in load_trace(str(trace))
+    ]
+    path = directory / f"{trace.stem}-jitter{seed}.jsonl"
+    save_trace(programs, str(path))
+    return path
+
+
+def simulate_jittered(setup: Setup, trace: Path, config: str) -> list[dict[str, Any]]:
+    """:func:`simulate` on ``setup.sim_jitter_runs`` jittered copies of ``trace``, each
+    summary cut to the compared metrics. A live run's arrivals (and everything after them)
+    are off the trace's by the machine's timing; where a policy's outcome hangs on who got
+    memory first, the simulator moves as much under such a change, and a live figure inside
+    this spread is no disagreement."""
+    keys = {key for _, key, _ in METRICS}
+    out = []
+    for seed in range(1, setup.sim_jitter_runs + 1):
+        path = jittered(trace, seed, setup.sim_jitter_s, trace.parent)
+        out.append({k: v for k, v in simulate(setup, path, config).items() if k in keys})
+    return out
 
 
 def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
@@ -391,6 +430,18 @@ def live_median(runs: Sequence[Mapping[str, Any]], key: str, stat: str) -> float
     return statistics.median(values) if values else math.nan
 
 
+def spread(runs: Sequence[Mapping[str, Any]], key: str, stat: str) -> tuple[float, float, float]:
+    """(median, least, greatest) of a metric over ``runs``."""
+    values = [v for v in (metric(r, key, stat) for r in runs) if math.isfinite(v)]
+    if not values:
+        return (math.nan, math.nan, math.nan)
+    return (statistics.median(values), min(values), max(values))
+
+
+#: The metrics whose spread under jittered arrivals is reported (labels of :data:`METRICS`).
+SPREAD_METRICS = ("E2E mean", "E2E p95", "tok mean")
+
+
 def error_pct(live: float, sim: float) -> float:
     return (live - sim) / sim * 100.0 if sim and math.isfinite(sim) else math.nan
 
@@ -406,6 +457,13 @@ def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
             for label, key, stat in METRICS:
                 lv, sv = live_median(live, key, stat), metric(sim, key, stat)
                 row[label] = (lv, sv, error_pct(lv, sv))
+            jittered_runs = entry.get("sim_jittered") or []
+            row["sim_spread"] = {
+                label: spread(jittered_runs, key, stat)
+                for label, key, stat in METRICS
+                if label in SPREAD_METRICS and jittered_runs
+            }
+            row["sim_jittered_runs"] = len(jittered_runs)
             row["kept_up"] = all(kept_up(r["health"]) for r in live)
             row["lag_mean_s"] = max(
                 (r["health"].get("lag_mean_s") or 0.0 for r in live), default=math.nan
@@ -487,6 +545,27 @@ def _loads_run(result: Mapping[str, Any]) -> list[str]:
     return [load for load in LOADS if result["runs"].get(load)]
 
 
+def spread_lines(table_rows: Sequence[Mapping[str, Any]], setup: Setup) -> list[str]:
+    """Per row, the simulator's figures under jittered arrivals and where the live median
+    falls against them."""
+    lines = []
+    for row in table_rows:
+        if not row["sim_spread"]:
+            continue
+        parts, where = [], []
+        for label, (median, least, greatest) in row["sim_spread"].items():
+            parts.append(f"{label} {_f(median)} [{_f(least)}–{_f(greatest)}]")
+            live = row[label][0]
+            side = "below" if live < least else "above" if live > greatest else "inside"
+            where.append(f"{label} {_f(live)} {side}")
+        lines.append(
+            f"* {row['load']} {row['config']}, the simulator with every arrival moved by up to "
+            f"±{setup.sim_jitter_s * 1000:g} ms ({row['sim_jittered_runs']} runs; median "
+            f"[range]): {', '.join(parts)}; live: {', '.join(where)}"
+        )
+    return lines
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     """The docs section."""
     setup = Setup(**result["setup"])
@@ -548,6 +627,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         cells.append(cell)
     lines += _report.table(header, cells)
     lines.append("")
+    lines += spread_lines(table_rows, setup)
     for load in LOADS:
         for label in ("E2E mean", "tok mean"):
             live, sim = ranking(result, load, label)
@@ -619,6 +699,7 @@ def run(
                 if config.startswith("defaults") and load != "near" and setup.workload != "coding":
                     continue
                 sim = simulate(setup, traces[load], config)
+                spread = simulate_jittered(setup, traces[load], config)
                 live = []
                 for rep in range(setup.reps if load == "near" else setup.reps_half):
                     summary = live_run(setup, traces[load], config, workdir)
@@ -633,7 +714,11 @@ def run(
                         f"{h['lag_mean_s'] or 0:.4f} s, resets {h['schedule_resets']}, "
                         f"wall {h['wall_s']:.0f} s, load {h['load_1m_after']:.2f}"
                     )
-                runs.setdefault(load, {})[config] = {"sim": sim, "live": live}
+                runs.setdefault(load, {})[config] = {
+                    "sim": sim,
+                    "sim_jittered": spread,
+                    "live": live,
+                }
     return {
         "setup": dataclasses.asdict(setup),
         "programs": programs,
@@ -665,6 +750,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--save", metavar="FILE", help="also write the results as JSON")
     parser.add_argument("--time-scale", type=float, default=None)
     parser.add_argument("--reps", type=int, default=None)
+    parser.add_argument(
+        "--sim-jitter",
+        type=int,
+        default=None,
+        metavar="N",
+        help="simulated runs per configuration with jittered arrivals, the simulator's own "
+        f"spread (default {Setup.sim_jitter_runs}; 0: none)",
+    )
     parser.add_argument("--rate", type=float, default=None)
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument(
@@ -692,10 +785,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         overrides = {
             "time_scale": args.time_scale,
             "reps": args.reps,
+            "sim_jitter_runs": args.sim_jitter,
             "rate_per_s": args.rate,
             "duration_s": args.duration,
         }
-        setup = dataclasses.replace(setup, **{k: v for k, v in overrides.items() if v})
+        setup = dataclasses.replace(setup, **{k: v for k, v in overrides.items() if v is not None})
         if args.configs:
             configs = args.configs.split(",")
         elif args.workload == "coding":

@@ -182,3 +182,44 @@ def test_the_coding_trace_is_the_scaled_coding_workload(tmp_path: Path) -> None:
     assert programs and {p.kind for p in programs} == {"coding"}
     longest = max(max(p.call_prompt_tokens()) for p in programs)
     assert longest + 8192 <= setup.max_model_len  # every call fits the live engine
+
+
+def test_jittered_traces_keep_the_programs_and_move_arrivals_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    from agentrt_sim.workloads.trace import load_trace
+
+    setup = svl.Setup(duration_s=20.0, rate_per_s=0.5)
+    trace = svl.make_traces(setup, tmp_path)["near"]
+    original = {p.program_id: p for p in load_trace(str(trace))}
+    moved = {p.program_id: p for p in load_trace(str(svl.jittered(trace, 3, 0.05, tmp_path)))}
+    assert moved.keys() == original.keys()
+    shifts = [moved[k].arrival_s - original[k].arrival_s for k in original]
+    assert all(abs(d) <= 0.05 + 1e-9 for d in shifts) and any(d != 0 for d in shifts)
+    assert all(moved[k].nodes == original[k].nodes for k in original)
+    # the same seed gives the same copy; another seed another
+    again = {p.program_id: p for p in load_trace(str(svl.jittered(trace, 3, 0.05, tmp_path)))}
+    assert all(again[k].arrival_s == moved[k].arrival_s for k in moved)
+    other = {p.program_id: p for p in load_trace(str(svl.jittered(trace, 4, 0.05, tmp_path)))}
+    assert any(other[k].arrival_s != moved[k].arrival_s for k in moved)
+
+
+def test_the_report_places_the_live_median_against_the_simulators_jittered_spread() -> None:
+    result = _result()
+    near = result["runs"]["near"]
+    # plas: live medians 26.5 E2E mean; simulated under jitter 24, 25, 29 -> inside
+    near["plas"]["sim_jittered"] = [_summary(24.0, 0.014), _summary(25.0, 0.015),
+                                    _summary(29.0, 0.017)]  # fmt: skip
+    # direct: live 32; jittered 29.5-30.5 -> above
+    near["direct"]["sim_jittered"] = [_summary(29.5, 0.03), _summary(30.5, 0.03)]
+    rows = {(r["load"], r["config"]): r for r in svl.rows(result)}
+    assert rows[("near", "plas")]["sim_spread"]["E2E mean"] == (25.0, 24.0, 29.0)
+    assert rows[("near", "fcfs")]["sim_spread"] == {}
+    text = svl.markdown(result)
+    plas = next(line for line in text.splitlines() if line.startswith("* near plas, "))
+    assert "±50 ms (3 runs; median [range])" in plas
+    assert "E2E mean 25 [24–29]" in plas and "E2E mean 26.5 inside" in plas
+    direct = next(line for line in text.splitlines() if line.startswith("* near direct, "))
+    assert "E2E mean 32 above" in direct
+    # a configuration without jittered runs (older saved results) gets no line
+    assert not any(line.startswith("* near fcfs, ") for line in text.splitlines())
