@@ -5,11 +5,15 @@ docstring, "Clients count wall seconds"). At scale 1 nothing changes."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+import anyio
+import httpx
 import pytest
 
 from agentrt.protocol import (
+    HEADER_QUEUE_MS,
     HEADER_TIMEOUT_MS,
     ProgramStart,
     SessionStart,
@@ -23,7 +27,9 @@ from agentrt_controller.service.core.quotas import TenantQuotas
 from agentrt_controller.service.core.tenants import DEFAULT_TENANT, Tenant, TenantQuota
 from agentrt_controller.service.errors import QuotaExceeded
 from agentrt_controller.service.http.incoming import parse_call
+from tests.controller_service.conftest import running
 from tests.controller_service.fake_core import running_core
+from tests.controller_service.fake_openai import FakeState
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]
 
@@ -90,3 +96,33 @@ async def test_a_quotas_retry_after_is_in_wall_seconds(scale: float) -> None:
     with pytest.raises(QuotaExceeded) as refused:
         await quotas.enter(tenant)
     assert refused.value.retry_after_s == max(1, round(60.0 / scale))
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_queue_time_header_is_in_wall_milliseconds(stream: bool) -> None:
+    """At scale 10 a call queued ~0.3 wall seconds waited ~3 of the core's seconds; its
+    ``X-Agentrt-Queue-Ms`` tells the client's 300, which its own clock can check: never more
+    than the call took on it."""
+    state = FakeState(gate=anyio.Event())
+    answers: dict[str, tuple[httpx.Response, float]] = {}
+    async with running(state, admission_window=1, policy="fcfs", time_scale=10.0) as svc:
+        core = svc.app.core
+
+        async def call(name: str) -> None:
+            started = time.monotonic()
+            response = await svc.chat(messages=[{"role": "user", "content": name}], stream=stream)
+            answers[name] = (response, time.monotonic() - started)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "first")
+            while state.active < 1:  # noqa: ASYNC110 - polling a fake's counter
+                await anyio.sleep(0.01)
+            group.start_soon(call, "second")
+            while core.calls.queued() < 1:  # noqa: ASYNC110 - until it is queued
+                await anyio.sleep(0.01)
+            await anyio.sleep(0.3)
+            state.gate.set()  # type: ignore[union-attr]
+    response, took_s = answers["second"]
+    assert response.status_code == 200
+    queue_ms = float(response.headers[HEADER_QUEUE_MS])
+    assert 0.3 * 1000 <= queue_ms <= took_s * 1000

@@ -421,7 +421,7 @@ class CompletionsEndpoint:
                                 b"content-type",
                                 response.headers.get("content-type", "application/json").encode(),
                             ),
-                            _queue_ms(forwarded.admission.call),
+                            _queue_ms(forwarded.admission.call, self.core.config.time_scale),
                         ]
                         for k, v in response.headers.items():
                             if k in _PASSED_BACK:
@@ -483,7 +483,7 @@ class CompletionsEndpoint:
             strip_usage_chunk=not parsed.client_wants_usage,
             dialect="responses" if self.api == "responses" else "chat",
         )
-        headers = [*_SSE, _queue_ms(entry)] + [
+        headers = [*_SSE, _queue_ms(entry, self.core.config.time_scale)] + [
             (k.encode(), v.encode())
             for k, v in answer.response.headers.items()
             if k in _PASSED_BACK
@@ -572,9 +572,12 @@ def _read_responses_usage(usage: Usage, body: bytes) -> None:
         usage.read_usage(responses_usage(parsed.get("usage")))
 
 
-def _queue_ms(call: CallEntry) -> tuple[bytes, bytes]:
-    """``X-Agentrt-Queue-Ms``: how long the call waited in the controller's queues."""
-    return (b"x-agentrt-queue-ms", f"{max(0.0, call.wait_s) * 1000:.3f}".encode())
+def _queue_ms(call: CallEntry, time_scale: float) -> tuple[bytes, bytes]:
+    """``X-Agentrt-Queue-Ms``: how long the call waited in the controller's queues, in the
+    client's wall milliseconds (the core's seconds ÷ ``time_scale``: clients count wall
+    seconds, service/core/facade.py)."""
+    wall_ms = max(0.0, call.wait_s) / time_scale * 1000
+    return (b"x-agentrt-queue-ms", f"{wall_ms:.3f}".encode())
 
 
 async def _stream_error(reply: Reply, error: ServiceError) -> None:
