@@ -89,6 +89,7 @@ METRICS: tuple[tuple[str, str, str], ...] = (
     ("tok p95", "token_latency_s", "p95"),
     ("TTFT mean", "ttft_s", "mean"),
     ("thr/s", "throughput_programs_per_s", ""),
+    ("prefix hits", "prefix_hit_rate", ""),
 )
 #: Goals: |error| of mean E2E and of p95 E2E, percent.
 GOAL_MEAN_PCT = 10.0
@@ -358,6 +359,15 @@ def controller_argv(setup: Setup, config: str, port: int, engine_url: str) -> li
     ]  # fmt: skip
 
 
+def retention_counts(controller_url: str) -> dict[str, int] | None:
+    """The live controller's retention counters (``GET /agentrt/v1/queues`` →
+    ``retention.counts``: decisions by reason, pins placed and the blocks they held), the
+    simulator's ``retention_counts`` to compare; ``None`` with retention off."""
+    with urllib.request.urlopen(controller_url + "/agentrt/v1/queues", timeout=10) as response:
+        retention = json.load(response).get("retention")
+    return None if retention is None else dict(retention["counts"])
+
+
 def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str, Any]:
     """One live run of ``config`` on ``trace``: the replay's summary plus ``health``."""
     _, via_controller = CONFIGS[config]
@@ -401,6 +411,8 @@ def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str,
                (("engine", engine), ("controller", controller)) if proc is not None}  # fmt: skip
         cpu["replay"] = usage.ru_utime + usage.ru_stime
         health: dict[str, Any] = scrape(engine_url)
+        if controller is not None:
+            health["retention_counts"] = retention_counts(target)
     (summary,) = json.loads(out_path.read_text())
     health.update(
         {
@@ -566,6 +578,33 @@ def spread_lines(table_rows: Sequence[Mapping[str, Any]], setup: Setup) -> list[
     return lines
 
 
+def retention_lines(result: Mapping[str, Any]) -> list[str]:
+    """Per configuration with retention, its counters live (median over the runs) and
+    simulated: where the two stacks' retention decided or pinned differently."""
+    lines = []
+    for load in LOADS:
+        for config, entry in result["runs"].get(load, {}).items():
+            sim = entry["sim"].get("retention_counts")
+            live = [r["health"].get("retention_counts") for r in entry["live"]]
+            live = [c for c in live if c]
+            if not sim or not live:
+                continue
+            keys = [k for k in sim if k != "pinned_blocks"] + [
+                k for k in sorted({k for c in live for k in c}) if k not in sim
+            ]
+            keys += ["pinned_blocks"]
+            parts = [
+                f"{k} {_f(statistics.median(c.get(k, 0) for c in live))} / {_f(sim.get(k, 0))}"
+                for k in keys
+                if any(c.get(k) for c in live) or sim.get(k)
+            ]
+            lines.append(
+                f"* {load} {config}, retention counts live / simulated (decisions by reason, "
+                f"pins placed, the blocks they held): {', '.join(parts)}"
+            )
+    return lines
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     """The docs section."""
     setup = Setup(**result["setup"])
@@ -628,6 +667,7 @@ def markdown(result: Mapping[str, Any]) -> str:
     lines += _report.table(header, cells)
     lines.append("")
     lines += spread_lines(table_rows, setup)
+    lines += retention_lines(result)
     for load in LOADS:
         for label in ("E2E mean", "tok mean"):
             live, sim = ranking(result, load, label)

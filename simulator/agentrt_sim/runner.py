@@ -154,6 +154,15 @@ def run_one(
         **({"tenant_loads": format_tenants(bench.tenants)} if bench.tenants else {}),
         **metrics,
     }
+    if spec.retention != "off":
+        # The retention driver's decisions by reason and the pins it placed: what a live
+        # controller's `/agentrt/v1/queues` shows under `retention.counts`.
+        waits = sim.waits
+        summary["retention_counts"] = {
+            **dict(sorted(waits.driver.decisions.items())),
+            "pins": waits.pins_placed,
+            "pinned_blocks": waits.pinned_blocks,
+        }
     if spec.replicas > 1:
         summary["replica_calls"] = list(record.replica_calls)
         summary["programs_on_several_replicas"] = record.programs_on_several_replicas

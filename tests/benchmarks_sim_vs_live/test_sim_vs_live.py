@@ -223,3 +223,27 @@ def test_the_report_places_the_live_median_against_the_simulators_jittered_sprea
     assert "E2E mean 32 above" in direct
     # a configuration without jittered runs (older saved results) gets no line
     assert not any(line.startswith("* near fcfs, ") for line in text.splitlines())
+
+
+def test_the_report_sets_the_live_retention_counts_beside_the_simulators() -> None:
+    result = _coding_result()
+    entry = result["runs"]["near"]["defaults"]
+    entry["sim"]["retention_counts"] = {"pin": 800, "retain": 400, "pins": 1600,
+                                        "pinned_blocks": 100_000}  # fmt: skip
+    counts = [{"pin": 700, "retain": 500, "short_context": 3, "pins": 1500, "unpins": 900,
+               "pinned_blocks": 90_000},
+              {"pin": 720, "retain": 480, "pins": 1540, "unpins": 950,
+               "pinned_blocks": 94_000}]  # fmt: skip
+    for run, c in zip(entry["live"], counts, strict=True):
+        run["health"]["retention_counts"] = c
+    entry["live"][0]["prefix_hit_rate"] = 0.7
+    entry["sim"]["prefix_hit_rate"] = 0.6
+    text = svl.markdown(result)
+    (line,) = [x for x in text.splitlines() if x.startswith("* near defaults, retention counts")]
+    assert "pin 710 / 800, retain 490 / 400, pins 1,520 / 1,600" in line
+    # keys only one side has: live-only counters after the shared ones, zeros as 0
+    assert "short_context 1.5 / 0, unpins 925 / 0, pinned_blocks 92,000 / 100,000" in line
+    # direct has no retention: no line
+    assert not any(x.startswith("* near direct, retention") for x in text.splitlines())
+    rows = {(r["load"], r["config"]): r for r in svl.rows(result)}
+    assert rows[("near", "defaults")]["prefix hits"][:2] == (0.7, 0.6)

@@ -137,9 +137,18 @@ async def test_retention_pins_on_the_emulator_and_releases_at_the_next_call_and_
                 return len(pins) == 1 and pins[0]["blocks"] > 0
 
             await _eventually(pinned)
+            (pin,) = await _pins(engine, http)
+
+            async def counted() -> bool:
+                queues = (await http.get(url + EVENTS_PREFIX + "/queues")).json()
+                return bool(queues["retention"]["counts"].get("pins") == 1)
+
+            await _eventually(counted)  # the executor counts once the engine has answered
             queues = (await http.get(url + EVENTS_PREFIX + "/queues")).json()
             assert queues["retention"]["retained"] == 1
             assert queues["retention"]["counts"]["pin"] == 1
+            # the blocks the engine says it pinned, summed over the pins placed
+            assert queues["retention"]["counts"]["pinned_blocks"] == pin["blocks"]
             programs = (await http.get(url + EVENTS_PREFIX + "/programs")).json()
             assert any(p.get("retained_until_at") for p in programs["entries"]), programs
 

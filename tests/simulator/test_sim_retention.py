@@ -92,3 +92,41 @@ def test_retention_off_places_no_pins_and_the_process_table_sees_tool_waits() ->
     )
     assert sim.waits.pins_placed == 0
     assert len(scheduler.table) == 0  # the program ended and left the table
+
+
+def test_bench_sim_reports_the_retention_drivers_counts_beside_the_controllers() -> None:
+    """`retention_counts` in a run's summary: decisions by reason, pins placed and the blocks
+    they held — the keys a live controller shows under `retention.counts`; none without
+    retention."""
+    from agentrt_emulator.core.types import EngineConfig
+    from agentrt_sim.registry import PolicySpec
+    from agentrt_sim.runner import BenchConfig, run_comparison
+
+    # Coding programs arriving twice as fast as one small engine serves them: memory is
+    # short, so the driver decides to pin some waits and the engine holds their blocks.
+    bench = BenchConfig(
+        workload="coding",
+        rate_per_s=0.4,
+        duration_s=60.0,
+        seed=1,
+        drain_s=3000.0,
+        engine=EngineConfig(num_gpu_blocks=4096, max_num_seqs=8),
+        workload_params={
+            "coding": {
+                "calls_mean": 12.0,
+                "system_tokens": 1000,
+                "repo_tokens": 4000,
+                "final_context_tokens_mean": 16000.0,
+                "tool_max_s": 20.0,
+            }
+        },
+    )
+    on, off = run_comparison(bench, [PolicySpec(), PolicySpec(retention="off")])
+    counts = on.summary["retention_counts"]
+    decisions = {k: v for k, v in counts.items() if k not in ("pins", "pinned_blocks")}
+    assert decisions["pin"] > 0 and sum(decisions.values()) > decisions["pin"]
+    # a pin decision pins the thread's context; its returning call, while it waits to be
+    # admitted, extends the pin (one more pin action)
+    assert counts["pins"] >= decisions["pin"]
+    assert counts["pinned_blocks"] > counts["pins"]
+    assert "retention_counts" not in off.summary

@@ -219,14 +219,15 @@ class RetentionExecutor:
         #: Set by new work; the loop's sleep on the clock is cancelled when it is set.
         self._woken = False
         self._sleep: anyio.CancelScope | None = None
-        #: Backend calls made: pins, unpins, re-warms, errors, drops.
+        #: Backend calls made: pins, unpins, re-warms, errors, drops; and the blocks the
+        #: backends said they pinned (``pinned_blocks``, summed over the pins placed).
         self._calls: dict[str, int] = {}
 
     @property
     def counts(self) -> dict[str, int]:
         """Counters for introspection: the driver's decisions by reason, prompts not kept or
-        dropped over a tenant's budget (``kept_dropped``), then pins, unpins, re-warms, errors
-        and drops."""
+        dropped over a tenant's budget (``kept_dropped``), then pins (and the blocks they
+        held, ``pinned_blocks``), unpins, re-warms, errors and drops."""
         return {**self.driver.decisions, "kept_dropped": self.driver.kept_dropped, **self._calls}
 
     @property
@@ -368,7 +369,7 @@ class RetentionExecutor:
                 live = self.driver.is_live(retention, self.clock())
                 if pins is not None and kept is not None and live:
                     ttl = max(0.001, retention.until_s - self.clock())
-                    await pins.pin(
+                    pinned = await pins.pin(
                         retention.pin_id,
                         ttl_s=ttl,
                         messages=kept.messages,
@@ -378,6 +379,7 @@ class RetentionExecutor:
                         cache_salt=kept.cache_salt,
                     )
                     self._count("pins")
+                    self._count("pinned_blocks", pinned.blocks or 0)
             elif action.kind == "unpin":
                 pins = pins_of(state.backend)
                 if pins is not None:
@@ -458,8 +460,8 @@ class RetentionExecutor:
             self._actions.append(action)
             self._wake_up()
 
-    def _count(self, name: str) -> None:
-        self._calls[name] = self._calls.get(name, 0) + 1
+    def _count(self, name: str, amount: int = 1) -> None:
+        self._calls[name] = self._calls.get(name, 0) + amount
 
 
 def _list(value: object) -> list[Mapping[str, object]] | None:
