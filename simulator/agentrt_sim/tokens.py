@@ -133,15 +133,23 @@ class TokenSpace:
 
 
 class _Prefix:
-    """A kept prefix: its token ids (body form), its router chain (when hashing) and the
-    chains of its prompt forms per header."""
+    """A kept prefix: its token ids (body form), its router chain (when hashing), the
+    chains of its prompt forms per header, and the header of the call that made it (the
+    form the engine cached: ``None`` = the body form itself)."""
 
-    __slots__ = ("chain", "chains", "tokens")
+    __slots__ = ("chain", "chains", "header", "tokens")
 
-    def __init__(self, tokens: list[int], chain: list[int] | None, chains: _Chains) -> None:
+    def __init__(
+        self,
+        tokens: list[int],
+        chain: list[int] | None,
+        chains: _Chains,
+        header: _HeaderKey = None,
+    ) -> None:
         self.tokens = tokens
         self.chain = chain
         self.chains = chains
+        self.header = header
 
 
 class ProgramTokens:
@@ -212,16 +220,36 @@ class ProgramTokens:
 
     def pin_prefix(self, node: int) -> list[int] | None:
         """The cached-by-now prefix a wait's thread will extend: the wait's context, or else
-        its first LLM parent's prompt + output if still kept; ``None`` if unknown."""
+        its first LLM parent's prompt + output if still kept; ``None`` if unknown. In the form
+        the engine cached it: under the header of the call that made it (a templated call's
+        prompt has its template and memory after the system prompt, which the kept body form
+        leaves out)."""
         ctx = self._plan.context[node]
         if ctx >= 0:
             kept = self._prefix.get(ctx)
-            return kept.tokens if kept is not None else None
+            return self._cached_form(kept) if kept is not None else None
         for parent in self._plan.parents[node]:
             kept = self._prefix.get(parent)
             if kept is not None:
-                return kept.tokens
+                return self._cached_form(kept)
         return None
+
+    def _cached_form(self, kept: _Prefix) -> list[int]:
+        """``kept``'s tokens as the engine saw them: the body form with its header inserted
+        after the system prompt."""
+        if kept.header is None:
+            return kept.tokens
+        return self._with_header(kept.tokens, kept.header)
+
+    def _with_header(self, body: list[int], key: _HeaderKey) -> list[int]:
+        """``body`` (system prompt, then the rest) with the header ``key`` (template, then
+        the outputs of the memory calls) after the system prompt: the prompt form."""
+        assert key is not None
+        template, template_tokens, memory = key
+        header = self._space.template(template, template_tokens) if template else []
+        for node_id in memory:
+            header += self._memory[node_id]
+        return body[: self._system_len] + header + body[self._system_len :]
 
     def _known_chains(
         self, context: _Prefix, key: _HeaderKey, spec: LLMNode
@@ -263,10 +291,7 @@ class ProgramTokens:
             )
         key: _HeaderKey = (spec.template, spec.template_tokens, spec.memory)
         self._bodies[node] = (body, context, key)
-        header = self._space.template(spec.template, spec.template_tokens) if spec.template else []
-        for memory in spec.memory:
-            header += self._memory[memory]
-        prompt = body[: self._system_len] + header + body[self._system_len :]
+        prompt = self._with_header(body, key)
         router, engine = self._known_chains(context, key, spec)
         hashes = self._chain(router, prompt)
         return CallTokens(
@@ -297,7 +322,9 @@ class ProgramTokens:
                 tokens = tokens + output
                 chains = dict(context.chains)
                 chains[key] = (seen, engine)
-                self._prefix[node] = _Prefix(tokens, self._chain(context.chain, tokens), chains)
+                self._prefix[node] = _Prefix(
+                    tokens, self._chain(context.chain, tokens), chains, header=key
+                )
             if self._block_size is None:
                 return hashes
             return tuple(seen or ())
@@ -320,7 +347,7 @@ class ProgramTokens:
             context = self._take_context(node)
             tokens = context.tokens + self._space.fresh(spec.result_tokens)
             self._prefix[node] = _Prefix(
-                tokens, self._chain(context.chain, tokens), dict(context.chains)
+                tokens, self._chain(context.chain, tokens), dict(context.chains), context.header
             )
         elif self._plan.context[node] >= 0:
             self._take_context(node)

@@ -183,3 +183,33 @@ def test_engine_chains_handed_to_the_engine_equal_its_own(kind: str, seed: int) 
             else:
                 tokens.finish_wait(node)
         assert tokens.kept_prefixes == 0
+
+
+@pytest.mark.parametrize(("kind", "seed"), [("coding", 1), ("mcts", 4), ("react", 3)])
+def test_a_waits_pin_prefix_is_what_the_engine_cached(kind: str, seed: int) -> None:
+    """The prefix a wait's retention pins is its parent call's prompt + output as the engine
+    saw them — for a templated call (the coding workload's repository, LATS's call types)
+    with the template after the system prompt, which the kept body form leaves out; before,
+    such a pin matched the engine's cache over the system prompt only. Every later call of
+    the thread under the same header extends it."""
+    import random
+
+    space = TokenSpace()
+    program = build_generator(kind).draw(random.Random(seed), "p0", 0.0)
+    plan = compile_program(program)
+    tokens = ProgramTokens(plan, space, block_size=16)
+    seen: dict[int, list[int]] = {}  # LLM node -> prompt + output as sent
+    checked = 0
+    for node in range(len(program.nodes)):
+        if plan.is_llm[node]:
+            call = tokens.prompt_and_output(node)
+            seen[node] = call.prompt + call.output
+            tokens.finish_call(node, call.prompt, call.output, call.hashes, call.engine_hashes)
+            continue
+        pinned = tokens.pin_prefix(node)
+        parents = [p for p in plan.parents[node] if p in seen]
+        if pinned is not None and parents:
+            assert pinned == seen[parents[0]]
+            checked += 1
+        tokens.finish_wait(node)
+    assert checked > 0
