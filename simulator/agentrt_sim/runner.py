@@ -161,6 +161,7 @@ def run_one(
         summary["retention_counts"] = {
             **dict(sorted(waits.driver.decisions.items())),
             "pins": waits.pins_placed,
+            "unpins": waits.unpins,
             "pinned_blocks": waits.pinned_blocks,
         }
     if spec.replicas > 1:

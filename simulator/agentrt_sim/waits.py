@@ -76,9 +76,11 @@ class WaitHandler:
         self._runs: dict[ProgramKey, ProgramRun] = {}
         #: Finished waits per name: the SDK's own predictor (the median of the recent ones).
         self._history = DurationHistory()
-        #: Retention pins that were placed (count) and that held blocks (count).
+        #: Retention pins that were placed (count) and the blocks they held (summed), and the
+        #: unpins carried out (count).
         self.pins_placed = 0
         self.pinned_blocks = 0
+        self.unpins = 0
         #: Recent queueing delay per engine, and per program what it had seen of its own calls
         #: (summed wait, calls finished) at its last wait's start.
         self._queue_waits = RecentWaits()
@@ -196,6 +198,7 @@ class WaitHandler:
                 self.pins_placed += 1
             elif action.kind == "unpin":
                 core.unpin(action.pin_id)
+                self.unpins += 1
             # "rewarm" is asked only of backends without pins; every simulated engine pins.
 
     def _observe_queue_wait(self, run: ProgramRun, engine: int | None) -> None:

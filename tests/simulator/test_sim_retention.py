@@ -123,10 +123,11 @@ def test_bench_sim_reports_the_retention_drivers_counts_beside_the_controllers()
     )
     on, off = run_comparison(bench, [PolicySpec(), PolicySpec(retention="off")])
     counts = on.summary["retention_counts"]
-    decisions = {k: v for k, v in counts.items() if k not in ("pins", "pinned_blocks")}
+    decisions = {k: v for k, v in counts.items() if k not in ("pins", "unpins", "pinned_blocks")}
     assert decisions["pin"] > 0 and sum(decisions.values()) > decisions["pin"]
     # a pin decision pins the thread's context; its returning call, while it waits to be
     # admitted, extends the pin (one more pin action)
     assert counts["pins"] >= decisions["pin"]
     assert counts["pinned_blocks"] > counts["pins"]
+    assert 0 < counts["unpins"] <= counts["pins"]  # a pin is released once, re-pins included
     assert "retention_counts" not in off.summary
