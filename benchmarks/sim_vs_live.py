@@ -436,18 +436,16 @@ def metric(summary: Mapping[str, Any], key: str, stat: str) -> float:
     return math.nan if value is None else float(value)
 
 
-def live_median(runs: Sequence[Mapping[str, Any]], key: str, stat: str) -> float:
-    values = [metric(r, key, stat) for r in runs]
-    values = [v for v in values if math.isfinite(v)]
-    return statistics.median(values) if values else math.nan
-
-
 def spread(runs: Sequence[Mapping[str, Any]], key: str, stat: str) -> tuple[float, float, float]:
-    """(median, least, greatest) of a metric over ``runs``."""
+    """(median, least, greatest) of a metric over ``runs`` (those that have it)."""
     values = [v for v in (metric(r, key, stat) for r in runs) if math.isfinite(v)]
     if not values:
         return (math.nan, math.nan, math.nan)
     return (statistics.median(values), min(values), max(values))
+
+
+def live_median(runs: Sequence[Mapping[str, Any]], key: str, stat: str) -> float:
+    return spread(runs, key, stat)[0]
 
 
 #: The metrics whose spread under jittered arrivals is reported (labels of :data:`METRICS`).
@@ -739,7 +737,7 @@ def run(
                 if config.startswith("defaults") and load != "near" and setup.workload != "coding":
                     continue
                 sim = simulate(setup, traces[load], config)
-                spread = simulate_jittered(setup, traces[load], config)
+                jittered_sims = simulate_jittered(setup, traces[load], config)
                 live = []
                 for rep in range(setup.reps if load == "near" else setup.reps_half):
                     summary = live_run(setup, traces[load], config, workdir)
@@ -756,7 +754,7 @@ def run(
                     )
                 runs.setdefault(load, {})[config] = {
                     "sim": sim,
-                    "sim_jittered": spread,
+                    "sim_jittered": jittered_sims,
                     "live": live,
                 }
     return {
