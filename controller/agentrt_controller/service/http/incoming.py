@@ -20,6 +20,7 @@ from agentrt_controller.service.errors import (
     ModelNotFound,
 )
 from agentrt_controller.service.http.identity import foreign_identity, strip_agentic_context
+from agentrt_controller.service.http.prompt_size import PromptSizer, prompt_units
 from agentrt_controller.service.http.responses_api import prompt_chars
 from agentrt_serving.asgi import Receive, Scope, Send
 from agentrt_serving.hardening import NOT_JSON, checked_json
@@ -85,6 +86,9 @@ class IncomingCall:
     #: The ``cache_salt`` the controller chose for the call's tenant (also in :attr:`body`,
     #: not in :attr:`raw_body`; the core adds it where a backend takes it); ``None`` = none.
     cache_salt: str | None = None
+    #: The prompt's size estimate before the model's correction (tokens,
+    #: :func:`~agentrt_controller.service.http.prompt_size.prompt_units`).
+    prompt_units: int = 0
 
     def __repr__(self) -> str:
         return f"IncomingCall(call_id={self.call.call_id!r}, model={self.model!r})"
@@ -192,6 +196,7 @@ def parse_call(
     api: Api = "chat",
     resolve_model: Callable[[object], str] | None = None,
     time_scale: float = 1.0,
+    prompt_size: PromptSizer | None = None,
 ) -> IncomingCall:
     """Validate one generation request and make its :class:`CallFacts` (arrival ``now_s``) for
     ``tenant`` (the authenticated caller; ``None`` = no tenant). ``salt_for`` gives the
@@ -211,6 +216,11 @@ def parse_call(
     becomes :attr:`CallFacts.deadline_s`, which ``service/core/deadlines.py`` enforces. The
     header counts wall milliseconds; the core's clock runs ``time_scale`` of its seconds to
     each wall second (``controller serve --time-scale``).
+
+    :attr:`CallFacts.prompt_tokens` is an estimate from the body's size
+    (:mod:`~agentrt_controller.service.http.prompt_size`), corrected by ``prompt_size``'s
+    factor for the model (``None`` = uncorrected); :attr:`IncomingCall.prompt_units` keeps the
+    uncorrected one, for ``prompt_size`` to learn from the backend's usage.
 
     ``resolve_model`` (the core's: aliases, fallbacks, the one served model for a call naming
     none) turns the body's ``model`` into the model the call runs on — written into the body
@@ -268,9 +278,10 @@ def parse_call(
     options = body.get("stream_options")
     wants_usage = isinstance(options, dict) and options.get("include_usage") is True
     now = now_s
-    # bytes/4: a cheap estimate, usage corrects it (the Responses API: its text only, the
-    # body's item structure is large next to it)
-    prompt_tokens = (prompt_chars(body) if api == "responses" else len(raw)) // 4
+    # bytes/4: a cheap estimate (the Responses API: its text only, the body's item structure
+    # is large next to it), corrected by what the backends reported for the model before
+    units = prompt_units(prompt_chars(body) if api == "responses" else len(raw))
+    prompt_tokens = units if prompt_size is None else prompt_size.tokens(model, units)
     if tags is None and foreign is not None:
         call = new_call_facts(
             call_id=call_id,
@@ -327,4 +338,5 @@ def parse_call(
         headers=headers,
         forward_headers=forward,
         cache_salt=cache_salt,
+        prompt_units=units,
     )

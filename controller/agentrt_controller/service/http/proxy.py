@@ -54,6 +54,7 @@ from agentrt_controller.service.http.incoming import (
     read_body,
 )
 from agentrt_controller.service.http.limits import RequestLimits
+from agentrt_controller.service.http.prompt_size import PromptSizer
 from agentrt_controller.service.http.responses_api import RESPONSES_PATH, chat_view
 from agentrt_controller.service.http.sse import SseScanner, responses_usage
 from agentrt_controller.service.telemetry.metrics import ServiceMetrics
@@ -216,6 +217,8 @@ class CompletionsEndpoint:
         self.limits = limits
         self._ids = itertools.count(1)
         self._status = metrics.requests
+        #: Corrects the prompt size estimate per model from the backends' usage.
+        self.prompt_size = PromptSizer()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -329,6 +332,7 @@ class CompletionsEndpoint:
                 api=self.api,
                 resolve_model=core.resolve_model,
                 time_scale=core.config.time_scale,
+                prompt_size=self.prompt_size,
             )
             if access is not None:
                 program = parsed.call.program
@@ -442,6 +446,10 @@ class CompletionsEndpoint:
                         with anyio.CancelScope(shield=True):  # cleanup must run even when cancelled
                             await answer.aclose()
                     charge = self.core.settle(pending, forwarded, usage, ok=ok, reason=failure)
+                    if usage.prompt_tokens is not None:
+                        self.prompt_size.observe(
+                            parsed.model, parsed.prompt_units, usage.prompt_tokens
+                        )
                     if exchange.access is not None:
                         exchange.access.prompt_tokens = charge.prompt_tokens
                         exchange.access.completion_tokens = charge.output_tokens

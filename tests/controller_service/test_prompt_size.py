@@ -1,0 +1,116 @@
+"""The prompt size estimate is corrected by the backends' usage (service/http/prompt_size.py):
+the memory rule counts a call's context in the engine's tokens, not in its body's bytes / 4.
+
+Over real HTTP: a controller in front of an emulator, one tagged program of filler words
+(about five characters per token in the emulator's tokenizer, so bytes / 4 overstates the
+prompt by a quarter). The first call's context is counted uncorrected; from the second on, the
+ledger holds what the engine holds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from agentrt.errors import ConfigError
+from agentrt.protocol import CallTags
+from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
+from agentrt_controller.service.http.incoming import parse_call
+from agentrt_controller.service.http.prompt_size import PromptSizer, prompt_units
+from agentrt_emulator.server import DEFAULT_MODEL_NAME, EmulatorConfig, serve_engine
+from agentrt_sim.replay.prompts import filler
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_the_factor_is_one_until_a_report_then_the_ratio_of_the_means() -> None:
+    sizer = PromptSizer(weight=0.5)
+    assert sizer.factor("m") == 1.0 and sizer.tokens("m", 1000) == 1000
+    sizer.observe("m", 1000, 800)
+    assert sizer.factor("m") == pytest.approx(0.8) and sizer.tokens("m", 2000) == 1600
+    sizer.observe("m", 3000, 2400)  # means: tokens 1600, units 2000
+    assert sizer.factor("m") == pytest.approx(0.8)
+    sizer.observe("m", 10, 100)  # a small prompt moves the means little
+    assert sizer.factor("m") == pytest.approx(850 / 1005)
+    assert sizer.factor("other") == 1.0  # per model
+    assert sizer.snapshot() == {"m": pytest.approx(850 / 1005)}
+
+
+def test_odd_reports_are_ignored_or_bounded() -> None:
+    sizer = PromptSizer()
+    sizer.observe("m", 0, 100)
+    sizer.observe("m", 100, 0)
+    sizer.observe("m", -5, 100)
+    assert sizer.factor("m") == 1.0
+    sizer.observe("m", 1_000_000, 10)  # an image's base64: few tokens for many bytes
+    assert sizer.factor("m") == 0.1
+    sizer.observe("n", 1, 10_000)
+    assert sizer.factor("n") == 10.0
+    with pytest.raises(ConfigError, match="weight"):
+        PromptSizer(weight=0)
+
+
+def test_parse_call_applies_the_models_factor_and_keeps_the_uncorrected_units() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello " * 400}]}
+    raw = json.dumps(body).encode()
+    bare = parse_call(raw, {}, "c1", 0.0, None)
+    assert bare.call.prompt_tokens == bare.prompt_units == prompt_units(len(raw))
+    sizer = PromptSizer()
+    sizer.observe("m", 1000, 500)
+    corrected = parse_call(raw, {}, "c2", 0.0, None, prompt_size=sizer)
+    assert corrected.prompt_units == bare.prompt_units
+    assert corrected.call.prompt_tokens == bare.prompt_units // 2
+    other = parse_call(raw.replace(b'"m"', b'"x"'), {}, "c3", 0.0, None, prompt_size=sizer)
+    assert other.call.prompt_tokens == other.prompt_units  # no report for that model yet
+
+
+def _demand(app: ControllerApp) -> int:
+    """The tokens the memory rule reserves on the one backend now."""
+    memory = app.core.dispatcher.memory
+    assert memory is not None
+    (backend_id,) = app.core.pool.states
+    return memory.demand_tokens(backend_id, app.core.clock())
+
+
+def _usage(sse: str) -> dict[str, int]:
+    """The usage of a streamed answer (its last chunk with one)."""
+    chunks = [json.loads(line[6:]) for line in sse.splitlines() if line.startswith("data: {")]
+    usage: dict[str, int] = [c["usage"] for c in chunks if c.get("usage")][-1]
+    return usage
+
+
+@pytest.mark.anyio
+async def test_the_memory_ledger_counts_engine_tokens_once_a_call_reported() -> None:
+    tags: dict[str, Any] = {"session_id": "s1", "program_id": "p1", "thread_id": "main"}
+    async with serve_engine(EmulatorConfig()) as engine:
+        config = ControllerConfig(port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),))
+        apps: list[ControllerApp] = []
+        async with (
+            serve_controller(config, on_app=apps.append) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+            contexts = []
+            # The first call streamed (the factor is learned from the stream's usage chunk),
+            # the second a whole answer.
+            for node, words, stream in (("c0", 10_000, True), ("c1", 20_000, False)):
+                body = {
+                    "model": DEFAULT_MODEL_NAME,
+                    "messages": [{"role": "user", "content": filler(words, node)}],
+                    "max_tokens": 2,
+                    "stream": stream,
+                }
+                if stream:
+                    body["stream_options"] = {"include_usage": True}
+                headers = CallTags(**tags, node_id=node).to_headers()
+                answer = await http.post(url + "/v1/chat/completions", json=body, headers=headers)
+                assert answer.status_code == 200, answer.text
+                usage = _usage(answer.text) if stream else answer.json()["usage"]
+                engine_context = usage["prompt_tokens"] + usage["completion_tokens"]
+                contexts.append((_demand(apps[0]), engine_context))
+    (first, first_engine), (second, second_engine) = contexts
+    assert first > 1.15 * first_engine  # bytes / 4 of short words: no report yet
+    assert second == pytest.approx(second_engine, rel=0.03)
