@@ -14,7 +14,7 @@ window ends), the program's end. Windows go to the dispatcher(s) that hold the p
 
 The facts the driver's policy weighs an eviction with come from the engines exactly: the KV CPU
 tier (its size and ``kv_bytes_per_token / pcie_bytes_per_s``), and the recent queueing delay on
-each engine (:class:`~agentrt_controller.retention.recent.RecentWaits`, fed at each wait's start
+each engine (:class:`~agentrt_controller.retention.recent.RecentMeans`, fed at each wait's start
 with the program's calls finished since its last wait: the time they spent neither in engine
 steps nor in a tool — controller queue, engine queue, preempted). When an engine cannot run
 because pinned memory leaves no room for any waiting request, the simulation asks
@@ -35,7 +35,7 @@ from agentrt_controller.retention.driver import (
     ThreadContext,
     ToolWait,
 )
-from agentrt_controller.retention.recent import RecentWaits
+from agentrt_controller.retention.recent import RecentMeans
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_sim.state import EngineSlot, ProgramRun
 from agentrt_sim.workloads.program import WaitNode
@@ -83,7 +83,7 @@ class WaitHandler:
         self.unpins = 0
         #: Recent queueing delay per engine, and per program what it had seen of its own calls
         #: (summed wait, calls finished) at its last wait's start.
-        self._queue_waits = RecentWaits()
+        self._queue_waits = RecentMeans()
         self._seen: dict[ProgramKey, tuple[float, int]] = {}
         #: Per engine: the CPU tier (tokens) and its reload cost (seconds per token); fixed.
         self._tiers: dict[str, tuple[int, float | None]] = {}

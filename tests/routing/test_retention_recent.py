@@ -7,13 +7,13 @@ import math
 import pytest
 
 from agentrt.errors import ConfigError
-from agentrt_controller.retention.recent import RecentWaits
+from agentrt_controller.retention.recent import RecentMeans
 
 pytestmark = pytest.mark.timeout(10)
 
 
 def test_an_exponentially_weighted_mean_per_backend() -> None:
-    waits = RecentWaits(weight=0.5)
+    waits = RecentMeans(weight=0.5)
     assert waits.get("b0") is None  # nothing observed: the policy's fallback
     waits.observe("b0", 10.0)
     waits.observe("b0", 20.0)
@@ -29,4 +29,4 @@ def test_an_exponentially_weighted_mean_per_backend() -> None:
 @pytest.mark.parametrize("weight", [0.0, 1.5, math.nan])
 def test_a_bad_weight_is_refused(weight: float) -> None:
     with pytest.raises(ConfigError, match="weight"):
-        RecentWaits(weight=weight)
+        RecentMeans(weight=weight)

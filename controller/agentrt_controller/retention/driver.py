@@ -108,7 +108,7 @@ class BackendTraits:
     #: Its KV CPU tier (tokens); 0 = none or unknown.
     cpu_kv_capacity_tokens: int = 0
     #: Recent queueing delay of calls on it (seconds, :class:`~agentrt_controller.retention.
-    #: recent.RecentWaits`); ``None`` = unknown.
+    #: recent.RecentMeans`); ``None`` = unknown.
     queue_wait_s: float | None = None
     #: Requests running in it and waiting in its own queue (the engine's gauges); ``None`` =
     #: unknown. The deadlock guard reads them.

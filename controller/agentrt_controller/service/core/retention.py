@@ -66,7 +66,7 @@ from agentrt_controller.retention.driver import (
     ToolWait,
 )
 from agentrt_controller.retention.policy import reload_s_per_token_of
-from agentrt_controller.retention.recent import RecentWaits
+from agentrt_controller.retention.recent import RecentMeans
 from agentrt_controller.scheduling.call import CallFacts
 from agentrt_controller.scheduling.dispatcher import Dispatcher
 from agentrt_controller.service.core.clock import sleep_until
@@ -213,7 +213,7 @@ class RetentionExecutor:
             self._kv_bytes_per_token = PROFILES[profile].kv_bytes_per_token
             self._reload_s_per_token = reload_s_per_token_of(profile)
         #: Recent wait of calls from arrival to admission, per backend (seconds).
-        self.queue_waits = RecentWaits()
+        self.queue_waits = RecentMeans()
         #: Backend calls to make, in order (bounded: a flood drops, counted as ``dropped``).
         self._actions: deque[RetentionAction] = deque()
         #: Set by new work; the loop's sleep on the clock is cancelled when it is set.

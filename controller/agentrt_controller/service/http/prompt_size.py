@@ -16,7 +16,7 @@ Until a model's first report the factor is 1 (the bare estimate). Pure: no clock
 
 from __future__ import annotations
 
-from agentrt.errors import ConfigError
+from agentrt_controller.retention.recent import RecentMeans
 
 __all__ = ["PromptSizer", "prompt_units"]
 
@@ -25,8 +25,6 @@ CHARS_PER_TOKEN = 4
 #: The learned factor stays within this range: one odd body (an image's base64, a prompt of
 #: token ids) must not make every estimate absurd.
 _MIN_FACTOR, _MAX_FACTOR = 0.1, 10.0
-#: Models remembered at most (a controller serves a few; a bound against unknown names).
-_MAX_MODELS = 256
 
 
 def prompt_units(size: int) -> int:
@@ -37,42 +35,29 @@ def prompt_units(size: int) -> int:
 class PromptSizer:
     """Per model, the factor that turns :func:`prompt_units` into the backend's token count."""
 
-    __slots__ = ("_means", "weight")
+    __slots__ = ("_reported", "_units")
 
     def __init__(self, *, weight: float = 0.05) -> None:
         """``weight``: the share of each new report in the means, in (0, 1]."""
-        if not 0 < weight <= 1:
-            raise ConfigError(f"weight must be in (0, 1], got {weight!r}")
-        self.weight = float(weight)
-        #: model -> [mean reported tokens, mean estimated units, factor].
-        self._means: dict[str, list[float]] = {}
+        #: Per model, the recent mean of the reported prompt tokens and of the estimates.
+        self._reported = RecentMeans(weight=weight)
+        self._units = RecentMeans(weight=weight)
 
     def factor(self, model: str) -> float:
         """Reported tokens per estimated unit for ``model`` (1.0 before its first report)."""
-        means = self._means.get(model)
-        return 1.0 if means is None else means[2]
+        units = self._units.get(model)
+        if not units:
+            return 1.0
+        reported = self._reported.get(model) or 0.0
+        return min(_MAX_FACTOR, max(_MIN_FACTOR, reported / units))
 
     def tokens(self, model: str, units: int) -> int:
         """The corrected estimate of a prompt of ``units`` (:func:`prompt_units`)."""
-        means = self._means.get(model)
-        return units if means is None else int(units * means[2])
+        return int(units * self.factor(model))
 
     def observe(self, model: str, units: int, reported_tokens: int) -> None:
         """A backend reported ``reported_tokens`` for a prompt estimated at ``units``
         (ignored when either is not positive)."""
-        if units <= 0 or reported_tokens <= 0:
-            return
-        means = self._means.get(model)
-        if means is None:
-            if len(self._means) >= _MAX_MODELS:
-                self._means.pop(next(iter(self._means)))
-            means = self._means[model] = [float(reported_tokens), float(units), 1.0]
-        else:
-            weight = self.weight
-            means[0] += weight * (reported_tokens - means[0])
-            means[1] += weight * (units - means[1])
-        means[2] = min(_MAX_FACTOR, max(_MIN_FACTOR, means[0] / means[1]))
-
-    def snapshot(self) -> dict[str, float]:
-        """model -> its factor now (introspection)."""
-        return {model: means[2] for model, means in self._means.items()}
+        if units > 0 and reported_tokens > 0:
+            self._reported.observe(model, reported_tokens)
+            self._units.observe(model, units)
