@@ -5,7 +5,8 @@ program-level service of Autellix, arXiv 2502.13965, measured at a proxy).
 Charged work = uncached prompt tokens (``usage.prompt_tokens -
 usage.prompt_tokens_details.cached_tokens``) and generated tokens
 (``usage.completion_tokens``). When the backend sent no usage, the prompt is estimated from the
-body size (bytes / 4, all uncached) and the output from the streamed chunks (one per token).
+body size (bytes / 4 with the model's learned factor, ``service/http/prompt_size.py``; all
+uncached) and the output from the streamed chunks (one per token).
 Proxy wall time is never charged: it includes the backend's own queueing.
 """
 

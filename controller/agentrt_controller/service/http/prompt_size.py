@@ -17,19 +17,19 @@ Until a model's first report the factor is 1 (the bare estimate). Pure: no clock
 from __future__ import annotations
 
 from agentrt_controller.retention.recent import RecentMeans
+from agentrt_controller.routing.hashing import DEFAULT_CHARS_PER_TOKEN
 
 __all__ = ["PromptSizer", "prompt_units"]
 
-#: Characters (JSON bytes, or text characters) per token of the uncorrected estimate.
-CHARS_PER_TOKEN = 4
 #: The learned factor stays within this range: one odd body (an image's base64, a prompt of
 #: token ids) must not make every estimate absurd.
 _MIN_FACTOR, _MAX_FACTOR = 0.1, 10.0
 
 
 def prompt_units(size: int) -> int:
-    """The uncorrected estimate (tokens) of a prompt of ``size`` characters."""
-    return size // CHARS_PER_TOKEN
+    """The uncorrected estimate (tokens) of a prompt of ``size`` characters: as many as the
+    text prefix chains count (``routing/hashing.py``, four characters per token)."""
+    return size // DEFAULT_CHARS_PER_TOKEN
 
 
 class PromptSizer:
