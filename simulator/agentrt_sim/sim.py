@@ -390,6 +390,7 @@ class Simulation:
                 arrival_s=now,
                 prompt_tokens=run.plan.prompt_len[node],
                 block_hashes=hashes,
+                block_tokens=self.config.engine.block_size,
             )
             retained = self.waits.on_call(run, spec.thread_id, now)
             self.oracle.figures[facts.call_id] = OracleFigures(

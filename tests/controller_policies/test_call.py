@@ -10,6 +10,7 @@ import pytest
 
 from agentrt.protocol import DEFAULT_SESSION_ID, CallTags
 from agentrt_controller.keys import DEFAULT_SESSION, ProgramKey
+from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS
 from agentrt_controller.routing.round_robin import RoundRobinRouter
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.basic import FixedWindowAdmission
@@ -28,6 +29,11 @@ def test_facts_are_frozen_and_a_later_fact_makes_a_new_value() -> None:
     later = dataclasses.replace(facts, token_block_hashes=(1, 2), token_block_size=16)
     assert facts.token_block_hashes == () and later.token_block_hashes == (1, 2)
     assert later.program is facts.program  # the key is carried, not rebuilt
+
+
+def test_a_chain_element_is_the_routers_block_unless_the_driver_says() -> None:
+    facts = CallFacts(call_id="c1", program=ProgramKey.untagged("p"))
+    assert facts.block_tokens == DEFAULT_BLOCK_TOKENS  # written out in call.py (import order)
 
 
 def test_submit_makes_the_entry_the_driver_holds() -> None:

@@ -151,7 +151,31 @@ def test_a_prefix_shared_by_residents_is_counted_once() -> None:
     memory.on_program_end(b.program)
     assert memory.demand_tokens("b0", 3.0) == 0
     ledger = memory._ledgers["b0"]
-    assert ledger.refs == {} and ledger.shared == 0  # nothing left behind
+    assert ledger.refs == {} and ledger.shared_blocks == 0  # nothing left behind
+
+
+def test_shared_blocks_count_at_the_calls_tokens_per_element() -> None:
+    """The controller's chains are over text: an element is as many tokens as its model's
+    learned factor makes of 64 characters (``CallFacts.block_tokens``), 12.8 here."""
+
+    def text(program: str, tokens: int, chain: tuple[int, ...], per: float = 12.8) -> CallFacts:
+        return make_facts(program, prompt_tokens=tokens, block_hashes=chain, block_tokens=per)
+
+    memory = MemoryAdmission()
+    repo = (1, 1_000)  # 12,800 tokens at 12.8 a block
+    memory.on_admit(text("A", 20_000, _chain(repo, (2, 250))), "b0", 0.0)
+    memory.on_admit(text("B", 24_000, _chain(repo, (3, 500))), "b0", 0.0)
+    assert memory.demand_tokens("b0", 1.0) == 20_000 + 24_000 - 12_800
+    # A new program on the repository: 12,800 of its 60,000 are there, 31,200 + 47,200 =
+    # 78,400 <= 90,000; of 72,000, 31,200 + 59,200 = 90,400 is held.
+    c = _chain(repo, (5, 2_000))
+    assert memory.fits(text("C", 60_000, c), _view(), 1.0)
+    assert not memory.fits(text("C", 72_000, c), _view(), 1.0)
+    # counted at 16 tokens a block it would fit: 31,200 + 56,000 = 87,200
+    assert memory.fits(text("C", 72_000, c, per=16.0), _view(), 1.0)
+    # A factor learned later applies to the blocks counted before: the same text.
+    memory.on_admit(text("A", 20_000, _chain(repo, (2, 250)), per=16.0), "b0", 2.0)
+    assert memory.demand_tokens("b0", 3.0) == 20_000 + 24_000 - 16_000
 
 
 def test_a_context_below_the_minimum_shares_nothing() -> None:
@@ -369,7 +393,7 @@ def test_a_context_that_grows_past_the_minimum_is_shared_once() -> None:
     ledger.touch(key, 128, 0, 1.0, chain)
     assert ledger.total == 128
     ledger.remove(key)
-    assert ledger.refs == {} and ledger.shared == 0 and ledger.total == 0
+    assert ledger.refs == {} and ledger.shared_blocks == 0 and ledger.total == 0
 
 
 def test_a_program_is_resident_on_one_backend_and_leaves_it_when_it_moves_or_ends() -> None:

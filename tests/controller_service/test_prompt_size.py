@@ -4,7 +4,8 @@ the memory rule counts a call's context in the engine's tokens, not in its body'
 Over real HTTP: a controller in front of an emulator, one tagged program of filler words
 (about five characters per token in the emulator's tokenizer, so bytes / 4 overstates the
 prompt by a quarter). The first call's context is counted uncorrected; from the second on, the
-ledger holds what the engine holds.
+ledger holds what the engine holds — the prefix two programs share included, which it counts
+from the prompts' text chains at the same factor.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 from agentrt.errors import ConfigError
 from agentrt.protocol import CallTags
 from agentrt_controller.backends.spec import BackendSpec
+from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS
 from agentrt_controller.service import ControllerApp, ControllerConfig, serve_controller
 from agentrt_controller.service.http.incoming import parse_call
 from agentrt_controller.service.http.prompt_size import PromptSizer, prompt_units
@@ -29,9 +31,9 @@ pytestmark = pytest.mark.timeout(60)
 
 def test_the_factor_is_one_until_a_report_then_the_ratio_of_the_means() -> None:
     sizer = PromptSizer(weight=0.5)
-    assert sizer.factor("m") == 1.0 and sizer.tokens("m", 1000) == 1000
+    assert sizer.factor("m") == 1.0
     sizer.observe("m", 1000, 800)
-    assert sizer.factor("m") == pytest.approx(0.8) and sizer.tokens("m", 2000) == 1600
+    assert sizer.factor("m") == pytest.approx(0.8)
     sizer.observe("m", 3000, 2400)  # means: tokens 1600, units 2000
     assert sizer.factor("m") == pytest.approx(0.8)
     sizer.observe("m", 10, 100)  # a small prompt moves the means little
@@ -63,6 +65,8 @@ def test_parse_call_applies_the_models_factor_and_keeps_the_uncorrected_units() 
     corrected = parse_call(raw, {}, "c2", 0.0, None, prompt_size=sizer)
     assert corrected.prompt_units == bare.prompt_units
     assert corrected.call.prompt_tokens == bare.prompt_units // 2
+    assert bare.call.block_tokens == DEFAULT_BLOCK_TOKENS  # a text chain element: 16 units
+    assert corrected.call.block_tokens == DEFAULT_BLOCK_TOKENS / 2  # the same factor
     other = parse_call(raw.replace(b'"m"', b'"x"'), {}, "c3", 0.0, None, prompt_size=sizer)
     assert other.call.prompt_tokens == other.prompt_units  # no report for that model yet
 
@@ -113,3 +117,45 @@ async def test_the_memory_ledger_counts_engine_tokens_once_a_call_reported() -> 
     (first, first_engine), (second, second_engine) = contexts
     assert first > 1.15 * first_engine  # bytes / 4 of short words: no report yet
     assert second == pytest.approx(second_engine, rel=0.03)
+
+
+@pytest.mark.anyio
+async def test_a_prefix_two_programs_share_is_counted_once_in_engine_tokens() -> None:
+    """Two programs on one backend whose prompts start with the same long message: the ledger
+    holds the second's context and no more (the shared message once), in the engine's tokens.
+    Counting the text chain's elements as 16 tokens each (64 characters: ~13 of these tokens)
+    would take a quarter of the shared message too much off."""
+    shared = filler(20_000, "repository")
+    async with serve_engine(EmulatorConfig()) as engine:
+        config = ControllerConfig(port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),))
+        apps: list[ControllerApp] = []
+        async with (
+            serve_controller(config, on_app=apps.append) as url,
+            httpx.AsyncClient(timeout=30) as http,
+        ):
+
+            async def call(program: str | None, messages: list[str]) -> dict[str, int]:
+                body = {
+                    "model": DEFAULT_MODEL_NAME,
+                    "messages": [{"role": "user", "content": text} for text in messages],
+                    "max_tokens": 2,
+                }
+                headers = {}
+                if program is not None:
+                    tags = CallTags(session_id="s1", program_id=program, thread_id="main",
+                                    node_id=f"{program}-0")  # fmt: skip
+                    headers = tags.to_headers()
+                answer = await http.post(url + "/v1/chat/completions", json=body, headers=headers)
+                assert answer.status_code == 200, answer.text
+                usage: dict[str, int] = answer.json()["usage"]
+                return usage
+
+            await call(None, [filler(20_000, "warm-up")])  # an untagged call: the factor
+            before = _demand(apps[0])
+            first = await call("a", [shared])
+            second = await call("b", [shared, filler(4_000, "task")])
+            demand = _demand(apps[0]) - before
+    assert first["prompt_tokens"] > 8192  # both count in the ledger (min_context_tokens)
+    # a's context is all in b's: what both hold is b's context (prompt + 2 output tokens)
+    held = second["prompt_tokens"] + second["completion_tokens"]
+    assert demand == pytest.approx(held, rel=0.04)

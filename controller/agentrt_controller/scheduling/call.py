@@ -71,6 +71,14 @@ class CallFacts:
     #: Hash chain of the prompt's blocks (one int per block, for prefix-aware routing);
     #: empty when unknown.
     block_hashes: tuple[int, ...] = ()
+    #: Tokens per element of :attr:`block_hashes`, as the driver counts them: the simulator's
+    #: chains are over token ids (its engines' block size); the controller's over text
+    #: (``routing.hashing.DEFAULT_BLOCK_TOKENS`` x 4 characters per element), which its
+    #: prompt-size factor for the model turns into the backend's tokens
+    #: (``service/http/prompt_size.py``). The memory rule counts the prefixes residents share
+    #: with it. The default is ``DEFAULT_BLOCK_TOKENS`` (``routing`` imports this module, so
+    #: it is written out here; ``tests/controller_policies/test_call.py`` checks they agree).
+    block_tokens: float = 16.0
     #: The prompt's chain over the server's own token ids, :attr:`token_block_size` tokens per
     #: element (:func:`~agentrt_controller.routing.hashing.token_block_hashes`, salted by the
     #: request's ``cache_salt``), for the exact prefix index fed by vLLM's KV events; empty

@@ -18,7 +18,10 @@ retention pin holds it (the engine may evict an idle context; we stop reserving 
 The *demand* on a backend is the sum of its residents' tokens plus the tokens of the contexts
 pinned there (retention, :data:`PinnedSource`) of programs not resident. A prefix several
 residents hold — a shared repository, a system prompt: the same leading blocks of their prompts'
-hash chains (``CallFacts.block_hashes``; the engine caches it once) — is counted once.
+hash chains (``CallFacts.block_hashes``; the engine caches it once) — is counted once. The
+ledger counts shared blocks and turns them into tokens at use, at the tokens per chain element
+of the latest call admitted there (``CallFacts.block_tokens``: the controller's chains are over
+text, and how many tokens 64 characters make is learned per model from the backends' usage).
 
 **The rule** (:meth:`MemoryAdmission.fits`), for a call of program ``P`` on a backend of KV
 capacity ``C`` tokens (``BackendView.kv_capacity_tokens``, else the configured
@@ -69,7 +72,6 @@ from pydantic import Field
 from agentrt_controller.config_check import SECTION, check_fields, parse_section
 from agentrt_controller.keys import ProgramKey
 from agentrt_controller.routing.chain_counts import ChainCounts
-from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS
 from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 
@@ -85,9 +87,6 @@ __all__ = [
 
 #: Priorities under memory pressure: ``max(0, _PRIORITY_TOP - floor(log2(tokens / 1024)))``.
 _PRIORITY_TOP = 8
-#: Tokens per element of a ``CallFacts.block_hashes`` chain (the routers' and the
-#: simulator's block size).
-_CHAIN_BLOCK_TOKENS = DEFAULT_BLOCK_TOKENS
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +171,7 @@ class _Ledger:
     """The residents of one backend, least recently touched first; the total of those
     holding at least ``min_tokens``, less the prefix blocks they share (counted once)."""
 
-    __slots__ = ("min_tokens", "refs", "residents", "shared", "total")
+    __slots__ = ("block_tokens", "min_tokens", "refs", "residents", "shared_blocks", "total")
 
     def __init__(self, min_tokens: int) -> None:
         self.min_tokens = min_tokens
@@ -182,8 +181,12 @@ class _Ledger:
         #: Block hash -> how many counted residents' chains hold it (kept per run of blocks:
         #: a resident's arrival and end cost its new blocks, not its whole chain).
         self.refs = ChainCounts()
-        #: Tokens of the blocks held by more than one counted resident, beyond the first.
-        self.shared = 0
+        #: Blocks held by more than one counted resident, beyond the first.
+        self.shared_blocks = 0
+        #: Tokens per chain element: the latest admitted call's ``CallFacts.block_tokens``
+        #: (0 before one with a chain, when nothing is shared). One value for the ledger: a
+        #: correction learned later applies to the chains counted before (the same text).
+        self.block_tokens = 0.0
 
     def counted(self, tokens: int) -> int:
         """What a context of ``tokens`` adds to :attr:`total`."""
@@ -191,7 +194,7 @@ class _Ledger:
 
     def demand(self) -> int:
         """The counted residents' KV, each shared prefix block once (tokens)."""
-        return max(0, self.total - self.shared)
+        return max(0, self.total - int(self.shared_blocks * self.block_tokens))
 
     def touch(
         self,
@@ -244,16 +247,17 @@ class _Ledger:
             self.total -= entry.tokens
             self._share(entry.chain, -1)
 
-    def held_prefix(self, chain: tuple[int, ...]) -> int:
-        """Tokens of ``chain``'s leading blocks that counted residents hold already."""
-        return self.refs.leading(chain) * _CHAIN_BLOCK_TOKENS
+    def held_prefix(self, chain: tuple[int, ...], block_tokens: float) -> int:
+        """Tokens of ``chain``'s leading blocks (``block_tokens`` each) that counted residents
+        hold already."""
+        return int(self.refs.leading(chain) * block_tokens)
 
     def _share(self, chain: tuple[int, ...], step: int, counted: int = 0) -> None:
         """Add (``step`` 1) or take away (-1) a counted resident's chain (adding: past its
         first ``counted`` blocks, added before). A chain's hashes chain their parents, so two
         chains share exactly their common prefix."""
         shared = self.refs.add(chain, counted) if step > 0 else self.refs.remove(chain)
-        self.shared += step * shared * _CHAIN_BLOCK_TOKENS
+        self.shared_blocks += step * shared
 
     def release_idle(
         self, now_s: float, idle_s: float, pinned: set[ProgramKey]
@@ -329,6 +333,8 @@ class MemoryAdmission:
         ledger = self._ledgers.get(backend_id)
         if ledger is None:
             ledger = self._ledgers[backend_id] = _Ledger(self.config.min_context_tokens)
+        if facts.block_hashes:
+            ledger.block_tokens = facts.block_tokens
         ledger.touch(program, facts.prompt_tokens, 1, now_s, facts.block_hashes)
         self._home[program] = backend_id
         running = self._running[facts.call_id] = RunningCall(program, ledger, facts.prompt_tokens)
@@ -392,7 +398,11 @@ class MemoryAdmission:
             held = entry.tokens
         else:  # a prefix the residents hold (a shared repository, a system prompt) is there
             ledger = self._ledgers.get(view.backend_id)
-            held = ledger.held_prefix(facts.block_hashes) if ledger is not None else 0
+            held = (
+                ledger.held_prefix(facts.block_hashes, facts.block_tokens)
+                if ledger is not None
+                else 0
+            )
         growth = facts.prompt_tokens - held
         if growth < self.config.min_context_tokens:
             return True  # cheap either way: a short prompt, or a resident's next turn

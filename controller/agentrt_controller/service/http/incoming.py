@@ -12,6 +12,7 @@ import anyio.to_thread
 from agentrt.errors import ProtocolError
 from agentrt.protocol import HEADER_TIMEOUT_MS, CallTags, deadline_after, parse_timeout_ms
 from agentrt_controller.keys import ProgramKey
+from agentrt_controller.routing.hashing import DEFAULT_BLOCK_TOKENS
 from agentrt_controller.scheduling.call import CallFacts, new_call_facts
 from agentrt_controller.service.errors import (
     BadRequest,
@@ -220,7 +221,8 @@ def parse_call(
     :attr:`CallFacts.prompt_tokens` is an estimate from the body's size
     (:mod:`~agentrt_controller.service.http.prompt_size`), corrected by ``prompt_size``'s
     factor for the model (``None`` = uncorrected); :attr:`IncomingCall.prompt_units` keeps the
-    uncorrected one, for ``prompt_size`` to learn from the backend's usage.
+    uncorrected one, for ``prompt_size`` to learn from the backend's usage. The same factor
+    sizes the elements of the call's text prefix chain (:attr:`CallFacts.block_tokens`).
 
     ``resolve_model`` (the core's: aliases, fallbacks, the one served model for a call naming
     none) turns the body's ``model`` into the model the call runs on — written into the body
@@ -281,7 +283,10 @@ def parse_call(
     # bytes/4: a cheap estimate (the Responses API: its text only, the body's item structure
     # is large next to it), corrected by what the backends reported for the model before
     units = prompt_units(prompt_chars(body) if api == "responses" else len(raw))
-    prompt_tokens = units if prompt_size is None else prompt_size.tokens(model, units)
+    factor = 1.0 if prompt_size is None else prompt_size.factor(model)
+    prompt_tokens = int(units * factor)
+    # The prefix chains are over text too: DEFAULT_BLOCK_TOKENS units of the estimate each
+    block_tokens = DEFAULT_BLOCK_TOKENS * factor
     if tags is None and foreign is not None:
         call = new_call_facts(
             call_id=call_id,
@@ -292,6 +297,7 @@ def parse_call(
             arrival_s=now,
             deadline_s=deadline_s,
             prompt_tokens=prompt_tokens,
+            block_tokens=block_tokens,
             max_tokens=max_tokens,
             sequences=sequences,
             model=model,
@@ -304,6 +310,7 @@ def parse_call(
             arrival_s=now,
             deadline_s=deadline_s,
             prompt_tokens=prompt_tokens,
+            block_tokens=block_tokens,
             max_tokens=max_tokens,
             sequences=sequences,
             model=model,
@@ -320,6 +327,7 @@ def parse_call(
             arrival_s=now,
             deadline_s=deadline_s,
             prompt_tokens=prompt_tokens,
+            block_tokens=block_tokens,
             max_tokens=max_tokens,
             sequences=sequences,
             objective=tags.objective,

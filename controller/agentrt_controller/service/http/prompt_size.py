@@ -51,10 +51,6 @@ class PromptSizer:
         reported = self._reported.get(model) or 0.0
         return min(_MAX_FACTOR, max(_MIN_FACTOR, reported / units))
 
-    def tokens(self, model: str, units: int) -> int:
-        """The corrected estimate of a prompt of ``units`` (:func:`prompt_units`)."""
-        return int(units * self.factor(model))
-
     def observe(self, model: str, units: int, reported_tokens: int) -> None:
         """A backend reported ``reported_tokens`` for a prompt estimated at ``units``
         (ignored when either is not positive)."""
