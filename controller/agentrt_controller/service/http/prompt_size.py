@@ -11,7 +11,10 @@ counted, so the memory rule held contexts a quarter larger than they were.
 :class:`PromptSizer` corrects the estimate per model with what the backends' usage reported
 for the calls before: the ratio of exponentially weighted means of the reported prompt tokens
 and of the estimate's units, so large prompts (where the error costs memory) weigh most.
-Until a model's first report the factor is 1 (the bare estimate). Pure: no clock, no I/O.
+Until a model's first report the factor is 1 (the bare estimate). The same factor sizes the
+elements of a call's prefix chain, which are cut over text (``DEFAULT_BLOCK_TOKENS`` units of
+the estimate each: ``CallFacts.block_tokens``), so the prefixes the memory rule counts once are
+in the backend's tokens too. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
