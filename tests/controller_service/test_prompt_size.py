@@ -11,6 +11,8 @@ from the prompts' text chains at the same factor.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -86,9 +88,9 @@ def _usage(sse: str) -> dict[str, int]:
     return usage
 
 
-@pytest.mark.anyio
-async def test_the_memory_ledger_counts_engine_tokens_once_a_call_reported() -> None:
-    tags: dict[str, Any] = {"session_id": "s1", "program_id": "p1", "thread_id": "main"}
+@asynccontextmanager
+async def _stack() -> AsyncIterator[tuple[str, httpx.AsyncClient, ControllerApp]]:
+    """A controller in front of one emulator (its URL, a client, the app)."""
     async with serve_engine(EmulatorConfig()) as engine:
         config = ControllerConfig(port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),))
         apps: list[ControllerApp] = []
@@ -96,24 +98,48 @@ async def test_the_memory_ledger_counts_engine_tokens_once_a_call_reported() -> 
             serve_controller(config, on_app=apps.append) as url,
             httpx.AsyncClient(timeout=30) as http,
         ):
-            contexts = []
-            # The first call streamed (the factor is learned from the stream's usage chunk),
-            # the second a whole answer.
-            for node, words, stream in (("c0", 10_000, True), ("c1", 20_000, False)):
-                body = {
-                    "model": DEFAULT_MODEL_NAME,
-                    "messages": [{"role": "user", "content": filler(words, node)}],
-                    "max_tokens": 2,
-                    "stream": stream,
-                }
-                if stream:
-                    body["stream_options"] = {"include_usage": True}
-                headers = CallTags(**tags, node_id=node).to_headers()
-                answer = await http.post(url + "/v1/chat/completions", json=body, headers=headers)
-                assert answer.status_code == 200, answer.text
-                usage = _usage(answer.text) if stream else answer.json()["usage"]
-                engine_context = usage["prompt_tokens"] + usage["completion_tokens"]
-                contexts.append((_demand(apps[0]), engine_context))
+            yield url, http, apps[0]
+
+
+async def _call(
+    url: str,
+    http: httpx.AsyncClient,
+    messages: list[str],
+    program: str | None = None,
+    *,
+    node: str = "n0",
+    stream: bool = False,
+) -> dict[str, int]:
+    """One call of user ``messages`` (2 output tokens) of ``program`` (``None``: untagged);
+    its usage."""
+    body: dict[str, Any] = {
+        "model": DEFAULT_MODEL_NAME,
+        "messages": [{"role": "user", "content": text} for text in messages],
+        "max_tokens": 2,
+        "stream": stream,
+    }
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    headers = {}
+    if program is not None:
+        tags = CallTags(session_id="s1", program_id=program, thread_id="main", node_id=node)
+        headers = tags.to_headers()
+    answer = await http.post(url + "/v1/chat/completions", json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    usage: dict[str, int] = _usage(answer.text) if stream else answer.json()["usage"]
+    return usage
+
+
+@pytest.mark.anyio
+async def test_the_memory_ledger_counts_engine_tokens_once_a_call_reported() -> None:
+    contexts = []
+    async with _stack() as (url, http, app):
+        # The first call streamed (the factor is learned from the stream's usage chunk), the
+        # second a whole answer.
+        for node, words, stream in (("c0", 10_000, True), ("c1", 20_000, False)):
+            usage = await _call(url, http, [filler(words, node)], "p1", node=node, stream=stream)
+            engine_context = usage["prompt_tokens"] + usage["completion_tokens"]
+            contexts.append((_demand(app), engine_context))
     (first, first_engine), (second, second_engine) = contexts
     assert first > 1.15 * first_engine  # bytes / 4 of short words: no report yet
     assert second == pytest.approx(second_engine, rel=0.03)
@@ -126,35 +152,12 @@ async def test_a_prefix_two_programs_share_is_counted_once_in_engine_tokens() ->
     Counting the text chain's elements as 16 tokens each (64 characters: ~13 of these tokens)
     would take a quarter of the shared message too much off."""
     shared = filler(20_000, "repository")
-    async with serve_engine(EmulatorConfig()) as engine:
-        config = ControllerConfig(port=0, backends=(BackendSpec(engine.base_url, kind="emulator"),))
-        apps: list[ControllerApp] = []
-        async with (
-            serve_controller(config, on_app=apps.append) as url,
-            httpx.AsyncClient(timeout=30) as http,
-        ):
-
-            async def call(program: str | None, messages: list[str]) -> dict[str, int]:
-                body = {
-                    "model": DEFAULT_MODEL_NAME,
-                    "messages": [{"role": "user", "content": text} for text in messages],
-                    "max_tokens": 2,
-                }
-                headers = {}
-                if program is not None:
-                    tags = CallTags(session_id="s1", program_id=program, thread_id="main",
-                                    node_id=f"{program}-0")  # fmt: skip
-                    headers = tags.to_headers()
-                answer = await http.post(url + "/v1/chat/completions", json=body, headers=headers)
-                assert answer.status_code == 200, answer.text
-                usage: dict[str, int] = answer.json()["usage"]
-                return usage
-
-            await call(None, [filler(20_000, "warm-up")])  # an untagged call: the factor
-            before = _demand(apps[0])
-            first = await call("a", [shared])
-            second = await call("b", [shared, filler(4_000, "task")])
-            demand = _demand(apps[0]) - before
+    async with _stack() as (url, http, app):
+        await _call(url, http, [filler(20_000, "warm-up")])  # untagged: teaches the factor
+        before = _demand(app)
+        first = await _call(url, http, [shared], "a")
+        second = await _call(url, http, [shared, filler(4_000, "task")], "b")
+        demand = _demand(app) - before
     assert first["prompt_tokens"] > 8192  # both count in the ledger (min_context_tokens)
     # a's context is all in b's: what both hold is b's context (prompt + 2 output tokens)
     held = second["prompt_tokens"] + second["completion_tokens"]
