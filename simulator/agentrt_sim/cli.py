@@ -363,6 +363,15 @@ def _add_policy_args(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="scheduler parameter, e.g. starvation_beta=3 (repeatable; JSON values)",
     )
+    group.add_argument(
+        "--memory-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="memory-aware admission parameter, as the controller's memory_admission table, "
+        "e.g. min_context_tokens=4096 or enabled=false (repeatable; JSON values; "
+        "docs/scheduling.md, 'Admission under memory pressure')",
+    )
     replicas = parser.add_argument_group(
         "controller replicas",
         "Several controller processes over the same engines, each with its own process table, "
@@ -554,6 +563,9 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
     if given and window != "adaptive":
         raise ConfigError("--admission-option applies to --admission-window adaptive only")
     admission_options = {**defaults.ADMISSION, **given}
+    memory = _options(getattr(args, "memory_option", []))
+    if memory and window is None:
+        raise ConfigError("--memory-option: the memory rule is off with an unlimited window")
     weights = {t.name: t.weight for t in tenants}
     specs = [
         PolicySpec(
@@ -571,6 +583,7 @@ def _bench_and_specs(args: argparse.Namespace, rate: float) -> tuple[Any, list[A
             replica_window=replica_window,
             cost=_cost_table(args),
             admission_options=admission_options,
+            memory_admission=memory,
         )
         for p in policies
         for tenancy, isolation in _tenancy_values(

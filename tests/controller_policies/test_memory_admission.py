@@ -46,14 +46,14 @@ class Pin(NamedTuple):
     due_s: float
 
 
-def _view(in_flight: int = 1, **kw: object) -> BackendView:
+def _view(backend_id: str = "b0", in_flight: int = 1, **kw: object) -> BackendView:
     values: dict[str, object] = {"kv_capacity_tokens": CAPACITY, **kw}
-    return BackendView("b0", in_flight=in_flight, **values)  # type: ignore[arg-type]
+    return BackendView(backend_id, in_flight=in_flight, **values)  # type: ignore[arg-type]
 
 
 def _run_call(memory: MemoryAdmission, facts: CallFacts, out: int, now_s: float) -> None:
     """Admit ``facts`` to b0, stream ``out`` tokens, finish it at ``now_s``."""
-    memory.on_admit(facts, "b0", now_s).add(out)
+    memory.on_admit(facts, _view(), now_s).add(out)
     memory.on_finish(facts, now_s)
 
 
@@ -62,7 +62,7 @@ def test_new_program_fits_under_the_watermark_resident_call_under_capacity() -> 
     a = make_facts("A", prompt_tokens=40_000)
     _run_call(memory, a, 1_000, 0.0)  # A holds 41,000
     b = make_facts("B", prompt_tokens=30_000)
-    memory.on_admit(b, "b0", 0.0)  # B runs: holds 30,000
+    memory.on_admit(b, _view(), 0.0)  # B runs: holds 30,000
     assert memory.demand_tokens("b0", 1.0) == 71_000
     # A new program: 71,000 + 20,000 = 91,000 > 90,000 (watermark); 19,000 lands on it.
     assert not memory.fits(make_facts("C", prompt_tokens=20_000), _view(), 1.0)
@@ -78,7 +78,7 @@ def test_an_idle_resident_stops_reserving_unless_pinned() -> None:
     memory = MemoryAdmission(MemoryAdmissionConfig(idle_release_s=10.0))
     a = make_facts("A", prompt_tokens=40_000)
     _run_call(memory, a, 1_000, 0.0)
-    memory.on_admit(make_facts("B", prompt_tokens=30_000), "b0", 0.0)
+    memory.on_admit(make_facts("B", prompt_tokens=30_000), _view(), 0.0)
     c = make_facts("C", prompt_tokens=20_000)
     assert not memory.fits(c, _view(), 9.0)  # A idle 9 s: still reserved (71,000)
     assert memory.fits(c, _view(), 10.0)  # idle 10 s: released; 30,000 + 20,000
@@ -88,7 +88,7 @@ def test_an_idle_resident_stops_reserving_unless_pinned() -> None:
     pins = [Pin(a.program, 41_000, 30.0)]
     pinned.pinned = lambda backend_id: pins if backend_id == "b0" else []
     _run_call(pinned, a, 1_000, 0.0)
-    pinned.on_admit(make_facts("B", prompt_tokens=30_000), "b0", 0.0)
+    pinned.on_admit(make_facts("B", prompt_tokens=30_000), _view(), 0.0)
     assert pinned.demand_tokens("b0", 20.0) == 71_000  # pinned: A is due back at 30 s
     assert not pinned.fits(c, _view(), 20.0)
 
@@ -96,7 +96,7 @@ def test_an_idle_resident_stops_reserving_unless_pinned() -> None:
 def test_a_pin_of_a_program_not_resident_counts_and_the_program_ends() -> None:
     other = ProgramKey.untagged("P")
     memory = MemoryAdmission(pinned=lambda backend_id: [Pin(other, 50_000, 5.0)])
-    memory.on_admit(make_facts("B", prompt_tokens=30_000), "b0", 0.0)
+    memory.on_admit(make_facts("B", prompt_tokens=30_000), _view(), 0.0)
     assert memory.demand_tokens("b0", 1.0) == 80_000
     assert not memory.fits(make_facts("C", prompt_tokens=10_001), _view(), 1.0)
     memory.on_program_end(ProgramKey.untagged("B"))
@@ -104,14 +104,57 @@ def test_a_pin_of_a_program_not_resident_counts_and_the_program_ends() -> None:
 
 
 def test_short_contexts_reserve_nothing_and_are_never_held() -> None:
-    memory = MemoryAdmission()  # min_context_tokens 8,192
-    for name in "ABCDEFGHIJ":  # ten ReAct-sized programs of 7,000 tokens: 70,000 in all
-        memory.on_admit(make_facts(name, prompt_tokens=7_000), "b0", 0.0)
+    memory = MemoryAdmission()  # threshold: a thirty-second of 100,000 = 3,125
+    for name in "ABCDEFGHIJ":  # ten programs of 3,000 tokens: 30,000 in all
+        memory.on_admit(make_facts(name, prompt_tokens=3_000), _view(), 0.0)
     assert memory.demand_tokens("b0", 1.0) == 0
-    memory.on_admit(make_facts("L", prompt_tokens=85_000), "b0", 0.0)
-    assert memory.demand_tokens("b0", 1.0) == 85_000
-    assert memory.fits(make_facts("K", prompt_tokens=8_191), _view(), 1.0)  # cheap: admitted
-    assert not memory.fits(make_facts("K", prompt_tokens=8_192), _view(), 1.0)  # 93,192
+    memory.on_admit(make_facts("L", prompt_tokens=88_000), _view(), 0.0)
+    assert memory.demand_tokens("b0", 1.0) == 88_000
+    # 91,124 > 90,000, but cheap to recompute: admitted; 3,125 is held.
+    assert memory.fits(make_facts("K", prompt_tokens=3_124), _view(), 1.0)
+    assert not memory.fits(make_facts("K", prompt_tokens=3_125), _view(), 1.0)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "threshold"),
+    [
+        (470_000, 8_192),  # an A100 with Llama-3-8B: at most 8,192
+        (262_144, 8_192),
+        (196_608, 6_144),  # a thirty-second
+        (100_000, 3_125),
+        (65_536, 2_048),
+        (1_920, 2_048),  # a tiny engine: at least 2,048 (ReAct contexts never held)
+        (None, 8_192),  # unknown: the rule does not act, the ledger counts from 8,192
+    ],
+)
+def test_the_default_threshold_is_a_sixteenth_of_the_capacity_within_bounds(
+    capacity: int | None, threshold: int
+) -> None:
+    memory = MemoryAdmission()
+    assert memory.min_context(_view(kv_capacity_tokens=capacity)) == threshold
+    fixed = MemoryAdmission(MemoryAdmissionConfig(min_context_tokens=8_192))
+    assert fixed.min_context(_view(kv_capacity_tokens=capacity)) == 8_192
+    configured = MemoryAdmission(MemoryAdmissionConfig(kv_capacity_tokens=131_072))
+    assert configured.min_context(_view(kv_capacity_tokens=None)) == 4_096
+
+
+def test_the_ledger_recounts_when_the_capacity_becomes_known() -> None:
+    memory = MemoryAdmission()
+    repo = (1, 300)  # 4,800 tokens the two programs share
+    a = make_facts("A", prompt_tokens=6_000, block_hashes=_chain(repo, (2, 75)))
+    b = make_facts("B", prompt_tokens=7_000, block_hashes=_chain(repo, (3, 137)))
+    unknown = _view(kv_capacity_tokens=None)
+    memory.on_admit(a, unknown, 0.0)
+    memory.on_admit(b, unknown, 0.0)
+    assert memory.demand_tokens("b0", 1.0) == 0  # both under 8,192
+    # The first metrics sample: 65,536 tokens, a threshold of 2,048. Both count now, the
+    # repository once: 6,000 + 7,000 - 4,800.
+    memory.on_admit(make_facts("C", prompt_tokens=100), _view(kv_capacity_tokens=65_536), 1.0)
+    snapshot = memory.snapshot(1.0)["backends"]
+    assert snapshot == {"b0": {"demand_tokens": 8_200, "residents": 3, "min_context_tokens": 2_048}}
+    # And back (a restart with more memory): nothing counts again.
+    memory.on_admit(make_facts("C", prompt_tokens=100), _view(kv_capacity_tokens=None), 2.0)
+    assert memory.demand_tokens("b0", 2.0) == 0
 
 
 def _chain(*segments: tuple[int, int]) -> tuple[int, ...]:
@@ -131,12 +174,12 @@ def test_a_prefix_shared_by_residents_is_counted_once() -> None:
     repo = (1, 1_000)  # 16,000 tokens of system prompt and repository, 16 tokens a block
     a = make_facts("A", prompt_tokens=20_000, block_hashes=_chain(repo, (2, 250)))
     b = make_facts("B", prompt_tokens=24_000, block_hashes=_chain(repo, (3, 500)))
-    memory.on_admit(a, "b0", 0.0)
-    memory.on_admit(b, "b0", 0.0)
+    memory.on_admit(a, _view(), 0.0)
+    memory.on_admit(b, _view(), 0.0)
     assert memory.demand_tokens("b0", 1.0) == 20_000 + 24_000 - 16_000
     # A's next turn extends its own chain: only its new blocks count, the shared ones still once.
     a2 = make_facts("A", prompt_tokens=30_000, block_hashes=_chain(repo, (2, 250), (4, 625)))
-    memory.on_admit(a2, "b0", 2.0)
+    memory.on_admit(a2, _view(), 2.0)
     assert memory.demand_tokens("b0", 3.0) == 30_000 + 24_000 - 16_000
     # A new program on the same repository needs room for its own part only: 60,000 tokens
     # of which 16,000 are there, 38,000 + 44,000 = 82,000 <= 90,000 (98,000 if counted
@@ -163,8 +206,8 @@ def test_shared_blocks_count_at_the_calls_tokens_per_element() -> None:
 
     memory = MemoryAdmission()
     repo = (1, 1_000)  # 12,800 tokens at 12.8 a block
-    memory.on_admit(text("A", 20_000, _chain(repo, (2, 250))), "b0", 0.0)
-    memory.on_admit(text("B", 24_000, _chain(repo, (3, 500))), "b0", 0.0)
+    memory.on_admit(text("A", 20_000, _chain(repo, (2, 250))), _view(), 0.0)
+    memory.on_admit(text("B", 24_000, _chain(repo, (3, 500))), _view(), 0.0)
     assert memory.demand_tokens("b0", 1.0) == 20_000 + 24_000 - 12_800
     # A new program on the repository: 12,800 of its 60,000 are there, 31,200 + 47,200 =
     # 78,400 <= 90,000; of 72,000, 31,200 + 59,200 = 90,400 is held.
@@ -174,22 +217,22 @@ def test_shared_blocks_count_at_the_calls_tokens_per_element() -> None:
     # counted at 16 tokens a block it would fit: 31,200 + 56,000 = 87,200
     assert memory.fits(text("C", 72_000, c, per=16.0), _view(), 1.0)
     # A factor learned later applies to the blocks counted before: the same text.
-    memory.on_admit(text("A", 20_000, _chain(repo, (2, 250)), per=16.0), "b0", 2.0)
+    memory.on_admit(text("A", 20_000, _chain(repo, (2, 250)), per=16.0), _view(), 2.0)
     assert memory.demand_tokens("b0", 3.0) == 20_000 + 24_000 - 16_000
 
 
 def test_a_context_below_the_minimum_shares_nothing() -> None:
-    memory = MemoryAdmission()  # min_context_tokens 8,192
-    repo = (1, 400)  # 6,400 tokens
-    memory.on_admit(make_facts("A", prompt_tokens=7_000, block_hashes=_chain(repo)), "b0", 0.0)
+    memory = MemoryAdmission()  # threshold 3,125
+    repo = (1, 150)  # 2,400 tokens
+    memory.on_admit(make_facts("A", prompt_tokens=3_000, block_hashes=_chain(repo)), _view(), 0.0)
     b = make_facts("B", prompt_tokens=30_000, block_hashes=_chain(repo, (2, 1_000)))
-    memory.on_admit(b, "b0", 0.0)
+    memory.on_admit(b, _view(), 0.0)
     assert memory.demand_tokens("b0", 1.0) == 30_000  # A reserves nothing, so nothing shared
 
 
 def test_a_cpu_tier_is_room_too() -> None:
     memory = MemoryAdmission()
-    memory.on_admit(make_facts("B", prompt_tokens=85_000), "b0", 0.0)
+    memory.on_admit(make_facts("B", prompt_tokens=85_000), _view(), 0.0)
     new = make_facts("C", prompt_tokens=20_000)  # 105,000 against 90,000 of GPU room
     assert not memory.fits(new, _view(), 1.0)
     # What memory cannot hold is offloaded and reloaded, not recomputed: 15,000 over 90,000
@@ -200,22 +243,22 @@ def test_a_cpu_tier_is_room_too() -> None:
 
 def test_deadlock_guard_unknown_capacity_and_disabled_always_admit() -> None:
     memory = MemoryAdmission()
-    memory.on_admit(make_facts("B", prompt_tokens=95_000), "b0", 0.0)
+    memory.on_admit(make_facts("B", prompt_tokens=95_000), _view(), 0.0)
     huge = make_facts("C", prompt_tokens=500_000)
     assert not memory.fits(huge, _view(in_flight=1), 1.0)
     assert memory.fits(huge, _view(in_flight=0), 1.0)  # nothing of ours runs there
     assert memory.fits(huge, _view(kv_capacity_tokens=None), 1.0)
     off = MemoryAdmission(MemoryAdmissionConfig(enabled=False))
-    off.on_admit(make_facts("B", prompt_tokens=95_000), "b0", 0.0)
+    off.on_admit(make_facts("B", prompt_tokens=95_000), _view(), 0.0)
     assert off.fits(huge, _view(), 1.0)
 
 
 def test_a_program_whose_calls_move_is_resident_only_where_they_go() -> None:
     memory = MemoryAdmission()
     a = make_facts("A", prompt_tokens=40_000)
-    memory.on_admit(a, "b0", 0.0)
+    memory.on_admit(a, _view(), 0.0)
     memory.on_finish(a, 1.0)
-    memory.on_admit(make_facts("A", prompt_tokens=42_000), "b1", 2.0)
+    memory.on_admit(make_facts("A", prompt_tokens=42_000), _view("b1"), 2.0)
     assert memory.demand_tokens("b0", 2.0) == 0
     assert memory.demand_tokens("b1", 2.0) == 42_000
 
@@ -311,24 +354,24 @@ def test_priority_under_memory_pressure_is_the_memory_priority() -> None:
 
 def test_streamed_reads_grow_the_admitted_call_only_until_it_finishes() -> None:
     d = _dispatcher()
-    a = _admit(d, make_facts("A", prompt_tokens=6_000), 0.0)  # below 8,192: not counted
-    d.on_tokens(a, 2_000, 0.1)  # 8,000: still not
+    a = _admit(d, make_facts("A", prompt_tokens=2_000), 0.0)  # below 3,125: not counted
+    d.on_tokens(a, 1_000, 0.1)  # 3,000: still not
     assert d.memory is not None and d.memory.demand_tokens("b0", 0.1) == 0
-    d.on_tokens(a, 500, 0.2)  # 8,500: counted from now on
-    assert d.memory.demand_tokens("b0", 0.2) == 8_500
+    d.on_tokens(a, 500, 0.2)  # 3,500: counted from now on
+    assert d.memory.demand_tokens("b0", 0.2) == 3_500
     d.on_tokens(a, 500, 0.3)
-    assert d.memory.demand_tokens("b0", 0.3) == 9_000
+    assert d.memory.demand_tokens("b0", 0.3) == 4_000
     d.requeue(a, 0.4)  # put back: its record is gone, a late read grows nothing
     assert a.context is None
     d.on_tokens(a, 1_000, 0.4)
-    assert d.memory.demand_tokens("b0", 0.4) == 9_000
+    assert d.memory.demand_tokens("b0", 0.4) == 4_000
     [again] = d.admit(0.5, [_view(in_flight=0)])
     assert again.call is a and a.context is not None
-    d.on_tokens(a, 4_000, 0.6)  # its context anew (6,000 + 4,000) passes A's 9,000
-    assert d.memory.demand_tokens("b0", 0.6) == 10_000
+    d.on_tokens(a, 4_000, 0.6)  # its context anew (2,000 + 4,000) passes A's 4,000
+    assert d.memory.demand_tokens("b0", 0.6) == 6_000
     d.on_finish(a, "b0", 1.0, 0.7)
     d.on_tokens(a, 1_000, 0.8)
-    assert a.context is None and d.memory.demand_tokens("b0", 0.8) == 10_000
+    assert a.context is None and d.memory.demand_tokens("b0", 0.8) == 6_000
 
 
 def test_unlimited_window_or_disabled_builds_no_memory_rule() -> None:
@@ -340,7 +383,7 @@ def test_unlimited_window_or_disabled_builds_no_memory_rule() -> None:
 
 def test_a_configured_capacity_serves_backends_that_report_none() -> None:
     memory = MemoryAdmission(MemoryAdmissionConfig(kv_capacity_tokens=CAPACITY))
-    memory.on_admit(make_facts("B", prompt_tokens=80_000), "b0", 0.0)
+    memory.on_admit(make_facts("B", prompt_tokens=80_000), _view(), 0.0)
     stock = _view(kv_capacity_tokens=None)  # a stock vLLM: no capacity in its metrics
     assert not memory.fits(make_facts("C", prompt_tokens=10_001), stock, 1.0)
     assert memory.fits(make_facts("C", prompt_tokens=10_000), stock, 1.0)  # 90,000
@@ -399,12 +442,12 @@ def test_a_context_that_grows_past_the_minimum_is_shared_once() -> None:
 def test_a_program_is_resident_on_one_backend_and_leaves_it_when_it_moves_or_ends() -> None:
     memory = MemoryAdmission()  # idle_release_s: the default
     a, b = make_facts("A", prompt_tokens=20_000), make_facts("B", prompt_tokens=10_000)
-    memory.on_admit(a, "b0", 0.0)
-    memory.on_admit(b, "b1", 0.0)
+    memory.on_admit(a, _view(), 0.0)
+    memory.on_admit(b, _view("b1"), 0.0)
     assert (memory.demand_tokens("b0", 1.0), memory.demand_tokens("b1", 1.0)) == (20_000, 10_000)
     # A's next call goes to b1: its context now grows there, b0 holds nothing of it.
     moved = make_facts("A", call_id="a2", prompt_tokens=25_000)
-    memory.on_admit(moved, "b1", 2.0)
+    memory.on_admit(moved, _view("b1"), 2.0)
     assert (memory.demand_tokens("b0", 3.0), memory.demand_tokens("b1", 3.0)) == (0, 35_000)
     memory.on_finish(a, 3.0)  # its first call ends on b0, where A is no longer resident
     assert memory.demand_tokens("b0", 3.0) == 0
@@ -414,7 +457,7 @@ def test_a_program_is_resident_on_one_backend_and_leaves_it_when_it_moves_or_end
     memory.on_finish(b, 4.0)
     later = 4.0 + memory.config.idle_release_s
     assert memory.demand_tokens("b1", later) == 0
-    memory.on_admit(make_facts("B", call_id="b2", prompt_tokens=12_000), "b0", later)
+    memory.on_admit(make_facts("B", call_id="b2", prompt_tokens=12_000), _view(), later)
     memory.on_program_end(b.program)
     assert memory.demand_tokens("b0", later) == memory.demand_tokens("b1", later) == 0
 
@@ -438,7 +481,7 @@ def test_the_router_gets_the_rounds_candidate_set_when_every_candidate_fits() ->
     # Memory full on b0 for a new program: the router gets the others, as a list.
     dispatcher.submit(make_facts("C", prompt_tokens=95_000), 2.0)
     full = [BackendView("b0", 1, kv_capacity_tokens=CAPACITY), *views[1:]]
-    dispatcher.memory.on_admit(make_facts("D", prompt_tokens=90_000), "b0", 2.0)
+    dispatcher.memory.on_admit(make_facts("D", prompt_tokens=90_000), _view(), 2.0)
     (admitted,) = dispatcher.admit(2.0, full)
     assert not isinstance(given[-1], CandidateSet)
     assert [v.backend_id for v in given[-1]] == ["b1", "b2"] and admitted.backend_id != "b0"

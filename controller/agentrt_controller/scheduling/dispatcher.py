@@ -238,7 +238,7 @@ class Dispatcher:
             priority = self._priority(call, chosen, now_s)
             self.table.bind(call.facts, backend_id, now_s)
             if memory is not None:
-                call.context = memory.on_admit(call.facts, backend_id, now_s)
+                call.context = memory.on_admit(call.facts, chosen, now_s)
             if self.isolation is not None:
                 self.isolation.on_admit(call.facts.call_id, tenant_of(call), backend_id, now_s)
             admissions.append(Admission(call, backend_id, priority))
@@ -280,8 +280,7 @@ class Dispatcher:
                 some_full = True
         if fitting and blocked is None:
             return (fitting if some_full else candidates), None
-        ids = (b.backend_id for b in candidates)  # read only for a long prompt
-        if not memory.is_long_start(call.facts, ids, now_s):
+        if not memory.is_long_start(call.facts, candidates, now_s):
             return fitting, blocked
         key = memory.invested_key(call, self._attained_s(call))
         if fitting and (blocked is None or key > blocked):

@@ -27,9 +27,13 @@ text, and how many tokens 64 characters make is learned per model from the backe
 capacity ``C`` tokens (``BackendView.kv_capacity_tokens``, else the configured
 ``kv_capacity_tokens``; unknown = no rule):
 
-* a call whose growth is below ``min_context_tokens`` (8,192) is admitted: a short context is
-  cheap to recompute, so holding anyone back for it costs more than it saves (residents
-  holding less than that reserve nothing either);
+* a call whose growth is below the backend's *short-context threshold* is admitted: a short
+  context is cheap to recompute, so holding anyone back for it costs more than it saves
+  (residents holding less than that reserve nothing either). The threshold
+  (:meth:`MemoryAdmissionConfig.min_context`) is ``min_context_tokens`` when set; by default a
+  thirty-second of ``C``, within 2,048 and 8,192 tokens: 8,192 on a full-size engine (an
+  A100's 470 K tokens), 2,048 on one of 65 K tokens, where a 4 K-token context is 6 % of the
+  memory and worth its place in the ledger;
 * ``P`` resident there: its growth is what the call adds, ``prompt_tokens - tokens(P)``; it is
   admitted while ``demand + growth <= C``;
 * ``P`` not resident (a new program, or one whose context was released): its growth is its
@@ -63,7 +67,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Protocol
 
@@ -76,6 +80,8 @@ from agentrt_controller.scheduling.api import BackendView
 from agentrt_controller.scheduling.call import CallEntry, CallFacts
 
 __all__ = [
+    "AUTO_MIN_CONTEXT_SHARE",
+    "AUTO_MIN_CONTEXT_TOKENS",
     "MemoryAdmission",
     "MemoryAdmissionConfig",
     "PinnedContextLike",
@@ -87,6 +93,15 @@ __all__ = [
 
 #: Priorities under memory pressure: ``max(0, _PRIORITY_TOP - floor(log2(tokens / 1024)))``.
 _PRIORITY_TOP = 8
+#: The default short-context threshold (``min_context_tokens`` unset): this share of the
+#: backend's KV capacity, within :data:`AUTO_MIN_CONTEXT_TOKENS` (docs/scheduling.md,
+#: "The short-context threshold").
+AUTO_MIN_CONTEXT_SHARE = 1 / 32
+#: Its bounds (tokens): 2,048, under which a context is cheap to recompute on any engine (0.2 s
+#: of prefill at the cost model's 1e-4 s per token), and 8,192 (under a second), the threshold
+#: that served the full-size engines measured (an A100's 470 K tokens) — also the threshold
+#: while the capacity is unknown.
+AUTO_MIN_CONTEXT_TOKENS = (2048, 8192)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,10 +121,10 @@ class MemoryAdmissionConfig:
     #: Calls the Dispatcher may pass over per admission round when they do not fit (>= 1):
     #: bounds the round's cost when many wait for memory.
     max_passed: Annotated[int, Field(ge=1)] = 64
-    #: Contexts shorter than this are cheap to recompute (tokens, >= 0; 8,192 tokens are
-    #: under a second of prefill at the cost model's 1e-4 s per token): a resident holding
-    #: less reserves nothing, and a call adding less is never held.
-    min_context_tokens: Annotated[int, Field(ge=0)] = 8192
+    #: The short-context threshold (tokens, >= 0): a resident holding less reserves nothing,
+    #: and a call adding less is never held. ``None`` (the default): per backend, a
+    #: thirty-second of its KV capacity within 2,048 and 8,192 tokens (:meth:`min_context`).
+    min_context_tokens: Annotated[int, Field(ge=0)] | None = None
     #: KV capacity (tokens) of a backend that publishes none (``BackendView.kv_capacity_tokens``
     #: unknown: e.g. an OpenAI-compatible server without metrics); ``None`` = the rule acts
     #: only on backends that publish theirs.
@@ -117,6 +132,17 @@ class MemoryAdmissionConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+
+    def min_context(self, capacity_tokens: int | None) -> int:
+        """The short-context threshold on a backend of ``capacity_tokens`` of KV (``None``:
+        unknown) — ``min_context_tokens``, or by default :data:`AUTO_MIN_CONTEXT_SHARE` of
+        the capacity within :data:`AUTO_MIN_CONTEXT_TOKENS` (tokens)."""
+        if self.min_context_tokens is not None:
+            return self.min_context_tokens
+        low, high = AUTO_MIN_CONTEXT_TOKENS
+        if capacity_tokens is None:
+            return high
+        return min(high, max(low, int(capacity_tokens * AUTO_MIN_CONTEXT_SHARE)))
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, object]) -> MemoryAdmissionConfig:
@@ -187,6 +213,22 @@ class _Ledger:
         #: (0 before one with a chain, when nothing is shared). One value for the ledger: a
         #: correction learned later applies to the chains counted before (the same text).
         self.block_tokens = 0.0
+
+    def set_min_tokens(self, min_tokens: int) -> None:
+        """Count the residents holding at least ``min_tokens`` from now on (the backend's
+        threshold moved with its capacity: rare, so every resident is counted again)."""
+        if min_tokens == self.min_tokens:
+            return
+        residents = list(self.residents.values())
+        for entry in residents:
+            if self.counted(entry.tokens):
+                self.total -= entry.tokens
+                self._share(entry.chain, -1)
+        self.min_tokens = min_tokens
+        for entry in residents:
+            if self.counted(entry.tokens):
+                self.total += entry.tokens
+                self._share(entry.chain, 1)
 
     def counted(self, tokens: int) -> int:
         """What a context of ``tokens`` adds to :attr:`total`."""
@@ -323,16 +365,20 @@ class MemoryAdmission:
 
     # --- events (the Dispatcher's) ------------------------------------------------------------
 
-    def on_admit(self, facts: CallFacts, backend_id: str, now_s: float) -> RunningCall:
-        """``facts``' call was admitted to ``backend_id``; returns its record, which the
+    def on_admit(self, facts: CallFacts, view: BackendView, now_s: float) -> RunningCall:
+        """``facts``' call was admitted to ``view``'s backend; returns its record, which the
         streamed reads grow (:meth:`RunningCall.add`) until :meth:`on_finish`."""
         program = facts.program
+        backend_id = view.backend_id
         home = self._home.get(program)
         if home is not None and home != backend_id:  # its context now grows elsewhere
             self._ledgers[home].remove(program)
+        min_tokens = self.min_context(view)
         ledger = self._ledgers.get(backend_id)
         if ledger is None:
-            ledger = self._ledgers[backend_id] = _Ledger(self.config.min_context_tokens)
+            ledger = self._ledgers[backend_id] = _Ledger(min_tokens)
+        else:  # a no-op unless its capacity became known, or changed
+            ledger.set_min_tokens(min_tokens)
         if facts.block_hashes:
             ledger.block_tokens = facts.block_tokens
         ledger.touch(program, facts.prompt_tokens, 1, now_s, facts.block_hashes)
@@ -377,6 +423,11 @@ class MemoryAdmission:
         residents = ledger.residents
         return ledger.demand() + sum(pin.tokens for pin in pins if pin.program not in residents)
 
+    def min_context(self, view: BackendView) -> int:
+        """The short-context threshold on ``view``'s backend (tokens;
+        :meth:`MemoryAdmissionConfig.min_context`)."""
+        return self.config.min_context(self.capacity_tokens(view))
+
     def capacity_tokens(self, view: BackendView) -> int | None:
         """The backend's KV capacity (tokens): reported, else the configured
         ``kv_capacity_tokens``; ``None`` when the rule is off or the capacity unknown."""
@@ -404,7 +455,7 @@ class MemoryAdmission:
                 else 0
             )
         growth = facts.prompt_tokens - held
-        if growth < self.config.min_context_tokens:
+        if growth < self.config.min_context(capacity):
             return True  # cheap either way: a short prompt, or a resident's next turn
         demand = self.demand_tokens(view.backend_id, now_s)
         # What memory cannot hold goes to the backend's CPU tier and comes back at host-link
@@ -414,13 +465,13 @@ class MemoryAdmission:
             return demand + growth <= capacity + spill
         return demand + growth <= self.config.start_watermark * capacity + spill
 
-    def is_long_start(self, facts: CallFacts, backend_ids: Iterable[str], now_s: float) -> bool:
-        """Whether the call starts a long prefill: its prompt is at least
-        ``min_context_tokens`` and its program reserves memory on none of ``backend_ids``
-        (the calls whose order the Dispatcher keeps under memory pressure)."""
-        if facts.prompt_tokens < self.config.min_context_tokens:
+    def is_long_start(self, facts: CallFacts, views: Sequence[BackendView], now_s: float) -> bool:
+        """Whether the call starts a long prefill on ``views``' backends: its prompt is at
+        least the short-context threshold of one of them and its program reserves memory on
+        none (the calls whose order the Dispatcher keeps under memory pressure)."""
+        if all(facts.prompt_tokens < self.min_context(view) for view in views):
             return False
-        return all(self.resident(facts.program, b, now_s) is None for b in backend_ids)
+        return all(self.resident(facts.program, v.backend_id, now_s) is None for v in views)
 
     def under_pressure(self, view: BackendView, now_s: float) -> bool:
         """Whether the demand on ``view``'s backend is above ``start_watermark`` of its
@@ -452,6 +503,7 @@ class MemoryAdmission:
             "backends": {
                 backend_id: {
                     "demand_tokens": self.demand_tokens(backend_id, now_s),
+                    "min_context_tokens": ledger.min_tokens,
                     "residents": len(ledger.residents),
                 }
                 for backend_id, ledger in self._ledgers.items()
