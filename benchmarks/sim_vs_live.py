@@ -603,6 +603,15 @@ def retention_lines(result: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _reps(table_rows: Sequence[Mapping[str, Any]], load: str, planned: int) -> str:
+    """The live runs per config of ``load`` (``planned`` when none ran; a range when the
+    configs differ: merged files)."""
+    counts = sorted({r["reps"] for r in table_rows if r["load"] == load})
+    if not counts:
+        return str(planned)
+    return str(counts[0]) if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+
+
 def markdown(result: Mapping[str, Any]) -> str:
     """The docs section."""
     setup = Setup(**result["setup"])
@@ -647,8 +656,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"`--time-scale {setup.time_scale:g}`; engine {setup.profile}, batch "
         f"{setup.max_num_seqs}, {setup.num_gpu_blocks} KV blocks of {setup.block_size}, FCFS, "
         f"prefix caching, streams written at most every {setup.stream_interval_ms:g} ms. "
-        f"Loads: {loads} Live = median of {setup.reps} runs (`near`)"
-        + (f" / {setup.reps_half} (`half`)" if ran_half else "")
+        f"Loads: {loads} Live = median of {_reps(table_rows, 'near', setup.reps)} runs (`near`)"
+        + (f" / {_reps(table_rows, 'half', setup.reps_half)} (`half`)" if ran_half else "")
         + "; cells are live / simulated / error; times in model seconds; thr/s = "
         "completed programs per second in the arrival window.",
         "",
@@ -765,14 +774,26 @@ def run(
     }
 
 
+def _simulated(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """An entry's simulated run without its wall time (the one figure a rerun changes)."""
+    return {k: v for k, v in entry["sim"].items() if k != "wall_s"}
+
+
 def merge(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Saved results of one setup (e.g. the two loads run apart) as one; later files win."""
+    """Saved results of one setup (e.g. the two loads run apart) as one. A (load, config) in
+    several files with the same simulated run — the same code, repetitions run apart — pools
+    its live runs; otherwise later files win."""
     merged: dict[str, Any] = {**results[0], "runs": {}, "wall_s": 0.0}
     for result in results:
         if result["setup"] != merged["setup"] or result["programs"] != merged["programs"]:
             raise SystemExit("--from-json: the files were made with different setups")
         for load, per_config in result["runs"].items():
-            merged["runs"].setdefault(load, {}).update(per_config)
+            runs = merged["runs"].setdefault(load, {})
+            for config, entry in per_config.items():
+                before = runs.get(config)
+                if before is not None and _simulated(before) == _simulated(entry):
+                    entry = {**entry, "live": [*before["live"], *entry["live"]]}
+                runs[config] = entry
         merged["wall_s"] += result["wall_s"]
     return merged
 
@@ -781,7 +802,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny and fast")
     parser.add_argument(
-        "--from-json", metavar="FILE[,FILE]", help="render saved results (several are merged)"
+        "--from-json",
+        metavar="FILE[,FILE]",
+        help="render saved results (several are merged; a config's live runs made apart, "
+        "against the same simulated run, are pooled)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")

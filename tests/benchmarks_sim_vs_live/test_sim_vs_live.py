@@ -61,6 +61,24 @@ def test_rows_take_live_medians_and_errors() -> None:
     assert [r["load"] for r in svl.rows(_result())] == ["half", "half", "near", "near", "near"]
 
 
+def test_merged_files_pool_the_live_runs_of_one_simulated_run() -> None:
+    first, again = _result(), _result()  # the same setup and code, run twice
+    again["runs"] = {"near": {"plas": again["runs"]["near"]["plas"]}}
+    again["runs"]["near"]["plas"]["live"] = [_summary(40.0, 0.02)]
+    again["runs"]["near"]["plas"]["sim"]["wall_s"] = 12.5  # the simulator's own time differs
+    merged = svl.merge([first, again])
+    rows = {(r["load"], r["config"]): r for r in svl.rows(merged)}
+    assert rows[("near", "plas")]["reps"] == 3
+    assert rows[("near", "plas")]["E2E mean"][0] == 27.0  # median of 26, 27 and 40
+    assert rows[("near", "direct")]["reps"] == 2  # in one file only
+    assert "Live = median of 2–3 runs (`near`) / 2 (`half`)" in svl.markdown(merged)
+    changed = _result()  # another simulated run (the code changed): the later file wins
+    changed["runs"]["near"]["plas"]["sim"] = _summary(24.0, 0.014)
+    rows = {(r["load"], r["config"]): r for r in svl.rows(svl.merge([first, changed]))}
+    assert rows[("near", "plas")]["reps"] == 2
+    assert rows[("near", "plas")]["E2E mean"][1] == 24.0
+
+
 def test_ranking_and_win_ratios() -> None:
     result = _result()
     live, sim = svl.ranking(result, "near", "E2E mean")
