@@ -127,15 +127,19 @@ def test_short_contexts_reserve_nothing_and_are_never_held() -> None:
         (None, 8_192),  # unknown: the rule does not act, the ledger counts from 8,192
     ],
 )
-def test_the_default_threshold_is_a_sixteenth_of_the_capacity_within_bounds(
+def test_the_default_threshold_is_a_thirty_second_of_the_capacity_within_bounds(
     capacity: int | None, threshold: int
 ) -> None:
     memory = MemoryAdmission()
     assert memory.min_context(_view(kv_capacity_tokens=capacity)) == threshold
     fixed = MemoryAdmission(MemoryAdmissionConfig(min_context_tokens=8_192))
     assert fixed.min_context(_view(kv_capacity_tokens=capacity)) == 8_192
+
+
+def test_a_configured_capacity_sets_the_threshold_of_backends_that_report_none() -> None:
     configured = MemoryAdmission(MemoryAdmissionConfig(kv_capacity_tokens=131_072))
     assert configured.min_context(_view(kv_capacity_tokens=None)) == 4_096
+    assert configured.min_context(_view(kv_capacity_tokens=65_536)) == 2_048  # reported wins
 
 
 def test_the_ledger_recounts_when_the_capacity_becomes_known() -> None:

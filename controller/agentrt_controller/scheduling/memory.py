@@ -222,13 +222,11 @@ class _Ledger:
         residents = list(self.residents.values())
         for entry in residents:
             if self.counted(entry.tokens):
-                self.total -= entry.tokens
-                self._share(entry.chain, -1)
+                self._count(entry, -1)
         self.min_tokens = min_tokens
         for entry in residents:
             if self.counted(entry.tokens):
-                self.total += entry.tokens
-                self._share(entry.chain, 1)
+                self._count(entry, 1)
 
     def counted(self, tokens: int) -> int:
         """What a context of ``tokens`` adds to :attr:`total`."""
@@ -254,8 +252,7 @@ class _Ledger:
                 return
             entry = self.residents[program] = Resident(tokens, running, now_s, chain)
             if self.counted(tokens):
-                self.total += tokens
-                self._share(entry.chain, 1)
+                self._count(entry, 1)
             return
         old = entry.chain
         if len(chain) > len(old):
@@ -280,19 +277,22 @@ class _Ledger:
         if self.counted(held):  # counted before, so now (it grew): the difference
             self.total += tokens - held
         elif self.counted(tokens):  # counted from now on, its chain with it
-            self.total += tokens
-            self._share(entry.chain, 1)
+            self._count(entry, 1)
 
     def remove(self, program: ProgramKey) -> None:
         entry = self.residents.pop(program, None)
         if entry is not None and self.counted(entry.tokens):
-            self.total -= entry.tokens
-            self._share(entry.chain, -1)
+            self._count(entry, -1)
 
     def held_prefix(self, chain: tuple[int, ...], block_tokens: float) -> int:
         """Tokens of ``chain``'s leading blocks (``block_tokens`` each) that counted residents
         hold already."""
         return int(self.refs.leading(chain) * block_tokens)
+
+    def _count(self, entry: Resident, step: int) -> None:
+        """Count (``step`` 1) or stop counting (-1) a resident: its tokens and its chain."""
+        self.total += step * entry.tokens
+        self._share(entry.chain, step)
 
     def _share(self, chain: tuple[int, ...], step: int, counted: int = 0) -> None:
         """Add (``step`` 1) or take away (-1) a counted resident's chain (adding: past its
