@@ -37,7 +37,10 @@ of 84.5 K, tool waits clipped at 20 s) so that a live run takes minutes on two c
 engine of 4,096 KV blocks (65,536 tokens: about four last contexts), so that contexts are
 evicted and recomputed as on a KV-bound GPU; ``direct`` against the controller's
 ``defaults`` at 0.2 programs/s for 600 s (``near``) and at 0.1/s (``half``, the same
-programs).
+programs). ``--num-gpu-blocks N`` sizes the engine (both sides) and ``--memory-admission JSON``
+sets the controller's ``memory_admission`` table for every configuration through it (the live
+controller's ``--config`` file, the simulator's ``PolicySpec.memory_admission``): e.g. the
+short-context threshold at another engine size, against a fixed one.
 
 Run (from the repository root)::
 
@@ -45,6 +48,8 @@ Run (from the repository root)::
     .venv/bin/python benchmarks/sim_vs_live.py --defaults --write-docs   # ~23 min on 2 idle cores
     .venv/bin/python benchmarks/sim_vs_live.py --workload coding --loads near --write-docs # 28 min
     .venv/bin/python benchmarks/sim_vs_live.py --workload coding --quick
+    .venv/bin/python benchmarks/sim_vs_live.py --workload coding --loads near --configs defaults \\
+        --num-gpu-blocks 6144 --memory-admission '{"min_context_tokens": 8192}'
 """
 
 from __future__ import annotations
@@ -131,6 +136,10 @@ class Setup:
     #: ``{kind: {field: value}}`` (``--workload-param``).
     workload: str = "mixed"
     workload_params: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    #: The controller's ``memory_admission`` table for every configuration through it, live
+    #: (its ``--config`` file) and simulated (``PolicySpec.memory_admission``); empty: the
+    #: defaults (docs/scheduling.md, "Admission under memory pressure").
+    memory_admission: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def window(self) -> int:
@@ -283,7 +292,8 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
         # default probe period for the adaptive window's engine gauges, in wall seconds, so
         # `time_scale` times as many model seconds (the probes keep real time; the policies
         # run on the emulator's model seconds).
-        spec = PolicySpec(policy=policy) if policy else PolicySpec()
+        named = {"policy": policy} if policy else {}
+        spec = PolicySpec(**named, memory_admission=setup.memory_admission)
         cost = CostModel.from_mapping({}).service_s
         probe_s = ControllerConfig().scrape_interval_s * setup.time_scale
         bench = dataclasses.replace(bench, scrape_interval_s=probe_s)
@@ -295,6 +305,7 @@ def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
             admission_window=setup.window if via_controller else None,
             scheduler_options={},
             router_options={},
+            memory_admission=setup.memory_admission if via_controller else {},
         )
         cost = CostModel.from_profile(setup.profile).service_s
     started = time.perf_counter()
@@ -335,11 +346,19 @@ def engine_argv(setup: Setup, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def controller_argv(setup: Setup, config: str, port: int, engine_url: str) -> list[str]:
-    """``agentrt controller serve`` for ``config`` in front of ``engine_url``."""
+def controller_argv(
+    setup: Setup, config: str, port: int, engine_url: str, config_file: Path | None = None
+) -> list[str]:
+    """``agentrt controller serve`` for ``config`` in front of ``engine_url``; with
+    ``setup.memory_admission``, its table in ``config_file`` (written here)."""
     # The policies on the emulator's model seconds, as the simulator's and the trace's.
     argv = [AGENTRT, "controller", "serve", "--port", str(port),
             "--time-scale", f"{setup.time_scale:g}"]  # fmt: skip
+    if setup.memory_admission:
+        if config_file is None:
+            raise ValueError("a memory_admission table needs a config file to write it to")
+        config_file.write_text(json.dumps({"memory_admission": setup.memory_admission}))
+        argv += ["--config", str(config_file)]
     policy, _ = CONFIGS[config]
     if config.startswith("defaults"):
         # No policy flag (``defaults-<policy>``: that one); kind=emulator so that retention
@@ -384,7 +403,7 @@ def live_run(setup: Setup, trace: Path, config: str, workdir: Path) -> dict[str,
             target = f"http://127.0.0.1:{port}"
             controller = stack.enter_context(
                 _server(
-                    controller_argv(setup, config, port, engine_url),
+                    controller_argv(setup, config, port, engine_url, workdir / "controller.json"),
                     target,
                     workdir / "controller.log",
                 )
@@ -659,7 +678,12 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"Loads: {loads} Live = median of {_reps(table_rows, 'near', setup.reps)} runs (`near`)"
         + (f" / {_reps(table_rows, 'half', setup.reps_half)} (`half`)" if ran_half else "")
         + "; cells are live / simulated / error; times in model seconds; thr/s = "
-        "completed programs per second in the arrival window.",
+        "completed programs per second in the arrival window."
+        + (
+            f" The controller's `memory_admission`: `{json.dumps(setup.memory_admission)}`."
+            if setup.memory_admission
+            else ""
+        ),
         "",
     ]
     header = ["load", "config", *(m[0] for m in METRICS), "kept up"]
@@ -798,6 +822,25 @@ def merge(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def _memory_table(text: str) -> dict[str, Any]:
+    """``--memory-admission``: a JSON object the controller's ``memory_admission`` table
+    accepts (checked here, before a run of many minutes)."""
+    from agentrt.errors import ConfigError
+    from agentrt_controller.scheduling.memory import MemoryAdmissionConfig
+
+    try:
+        table = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from None
+    if not isinstance(table, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object, e.g. '{\"enabled\": false}'")
+    try:
+        MemoryAdmissionConfig.from_mapping(table)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return table
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny and fast")
@@ -822,6 +865,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--rate", type=float, default=None)
     parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument(
+        "--num-gpu-blocks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the engine's KV cache in blocks, live and simulated (default: the workload's)",
+    )
+    parser.add_argument(
+        "--memory-admission",
+        type=_memory_table,
+        default=None,
+        metavar="JSON",
+        help="the controller's memory_admission table for every configuration through it, "
+        """live and simulated, e.g. '{"min_context_tokens": 8192}' (default: its defaults)""",
+    )
     parser.add_argument(
         "--configs", default=None, help="comma-separated subset of " + ",".join(CONFIGS)
     )
@@ -850,6 +908,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "sim_jitter_runs": args.sim_jitter,
             "rate_per_s": args.rate,
             "duration_s": args.duration,
+            "num_gpu_blocks": args.num_gpu_blocks,
+            "memory_admission": args.memory_admission,
         }
         setup = dataclasses.replace(setup, **{k: v for k, v in overrides.items() if v is not None})
         if args.configs:

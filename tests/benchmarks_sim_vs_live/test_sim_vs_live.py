@@ -265,3 +265,55 @@ def test_the_report_sets_the_live_retention_counts_beside_the_simulators() -> No
     assert not any(x.startswith("* near direct, retention") for x in text.splitlines())
     rows = {(r["load"], r["config"]): r for r in svl.rows(result)}
     assert rows[("near", "defaults")]["prefix hits"][:2] == (0.7, 0.6)
+
+
+def test_a_memory_admission_table_reaches_both_sides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agentrt_sim.runner
+
+    table = {"min_context_tokens": 8192}
+    setup = svl.dataclasses.replace(svl.coding_setup(quick=True), memory_admission=table)
+    # Live: the controller reads it from its --config file, for every configuration through it.
+    for config in ("defaults", "plas"):
+        argv = svl.controller_argv(setup, config, 1, "http://x", tmp_path / "c.json")
+        assert argv[argv.index("--config") + 1] == str(tmp_path / "c.json")
+        assert svl.json.loads((tmp_path / "c.json").read_text()) == {"memory_admission": table}
+    with pytest.raises(ValueError, match="config file"):
+        svl.controller_argv(setup, "defaults", 1, "http://x")
+    # Without a table, no file and no --config: the controller's own defaults.
+    assert "--config" not in svl.controller_argv(svl.coding_setup(quick=True), "defaults", 1, "x")
+    # Simulated: the spec of each configuration through the controller carries it, direct's not.
+    specs: dict[str, Any] = {}
+
+    def capture(bench: Any, given: list[Any], **_: Any) -> list[Any]:
+        specs[current] = given[0]
+        raise _Captured
+
+    class _Captured(Exception):
+        pass
+
+    monkeypatch.setattr(agentrt_sim.runner, "run_comparison", capture)
+    trace = svl.make_traces(svl.dataclasses.replace(setup, duration_s=15.0), tmp_path)["near"]
+    for current in ("defaults", "plas", "direct"):
+        with pytest.raises(_Captured):
+            svl.simulate(setup, trace, current)
+    assert specs["defaults"].memory_admission == table == specs["plas"].memory_admission
+    assert specs["direct"].memory_admission == {} and specs["direct"].admission_window is None
+    # The report names the table it ran with.
+    result = _coding_result()
+    result["setup"]["memory_admission"] = table
+    assert 'memory_admission`: `{"min_context_tokens": 8192}`' in svl.markdown(result)
+    assert "memory_admission" not in svl.markdown(_coding_result())
+
+
+def test_the_memory_admission_flag_is_checked_before_a_run() -> None:
+    assert svl._memory_table('{"min_context_tokens": 4096}') == {"min_context_tokens": 4096}
+    for bad, says in (
+        ("{", "not JSON"),
+        ("[1]", "JSON object"),
+        ('{"min_context": 1}', "unknown key"),
+        ('{"min_context_tokens": -1}', ">= 0"),
+    ):
+        with pytest.raises(svl.argparse.ArgumentTypeError, match=says):
+            svl._memory_table(bad)
