@@ -643,9 +643,14 @@ def markdown(result: Mapping[str, Any]) -> str:
             + ", ".join(f"{k}={v:g}" for k, v in setup.workload_params["coding"].items())
             + ")"
         )
+        held = (
+            setup.num_gpu_blocks
+            * setup.block_size
+            / (setup.workload_params["coding"]["final_context_tokens_mean"])
+        )
         loads = (
             f"`near` = {setup.rate_per_s:g} programs/s for {setup.duration_s:g} s (the KV "
-            "cache holds about four last contexts: contexts are evicted and recomputed)"
+            f"cache holds about {held:.0f} last contexts: contexts are evicted and recomputed)"
             + (
                 f", `half` = the same programs at {setup.rate_per_s / 2:g}/s (arrivals × 2)"
                 if ran_half
@@ -738,13 +743,23 @@ def markdown(result: Mapping[str, Any]) -> str:
             f"* machine: {os.cpu_count()} cores, 1-minute load average {min(loads):.2f}–"
             f"{max(loads):.2f} during the live runs; total wall {result['wall_s'] / 60:.1f} min"
         )
+    given = coding_setup(False) if setup.workload == "coding" else Setup()
+    flags = (
+        f"--num-gpu-blocks {setup.num_gpu_blocks} "
+        if setup.num_gpu_blocks != given.num_gpu_blocks
+        else ""
+    ) + (
+        f"--memory-admission '{json.dumps(setup.memory_admission)}' "
+        if setup.memory_admission
+        else ""
+    )
     lines += [
         "",
         "Reproduce: `.venv/bin/python benchmarks/sim_vs_live.py "
         + (
-            f"--workload coding --loads {','.join(_loads_run(result))} --write-docs` "
+            f"--workload coding --loads {','.join(_loads_run(result))} {flags}--write-docs` "
             if setup.workload == "coding"
-            else "--defaults --write-docs` "
+            else f"--defaults {flags}--write-docs` "
         )
         + '(`--quick` for a smoke run). What the errors come from: docs/simulator.md, "Fidelity".',
         "",

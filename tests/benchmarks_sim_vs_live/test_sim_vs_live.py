@@ -300,11 +300,19 @@ def test_a_memory_admission_table_reaches_both_sides(
             svl.simulate(setup, trace, current)
     assert specs["defaults"].memory_admission == table == specs["plas"].memory_admission
     assert specs["direct"].memory_admission == {} and specs["direct"].admission_window is None
-    # The report names the table it ran with.
+    # The report names the table and the engine it ran with, and how to run them again.
     result = _coding_result()
-    result["setup"]["memory_admission"] = table
-    assert 'memory_admission`: `{"min_context_tokens": 8192}`' in svl.markdown(result)
-    assert "memory_admission" not in svl.markdown(_coding_result())
+    result["setup"].update(memory_admission=table, num_gpu_blocks=6144)
+    text = svl.markdown(result)
+    assert 'memory_admission`: `{"min_context_tokens": 8192}`' in text
+    assert "6144 KV blocks" in text and "holds about 6 last contexts" in text
+    assert (
+        "--loads near --num-gpu-blocks 6144 --memory-admission "
+        """'{"min_context_tokens": 8192}' --write-docs`"""
+    ) in text
+    plain = svl.markdown(_coding_result())
+    assert "memory_admission" not in plain and "--num-gpu-blocks" not in plain
+    assert "holds about 4 last contexts" in plain
 
 
 def test_the_memory_admission_flag_is_checked_before_a_run() -> None:
