@@ -818,20 +818,32 @@ def _simulated(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry["sim"].items() if k != "wall_s"}
 
 
+def _measured_setup(result: Mapping[str, Any]) -> dict[str, Any]:
+    """A result's setup without ``sim_jitter_runs``: how many jittered copies the simulator
+    ran is its spread's size, not what the runs measure."""
+    return {k: v for k, v in result["setup"].items() if k != "sim_jitter_runs"}
+
+
 def merge(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Saved results of one setup (e.g. the two loads run apart) as one. A (load, config) in
     several files with the same simulated run — the same code, repetitions run apart — pools
-    its live runs; otherwise later files win."""
+    its live runs, with the simulator's jittered spread of the file that ran the most copies;
+    otherwise later files win."""
     merged: dict[str, Any] = {**results[0], "runs": {}, "wall_s": 0.0}
     for result in results:
-        if result["setup"] != merged["setup"] or result["programs"] != merged["programs"]:
+        if _measured_setup(result) != _measured_setup(merged) or (
+            result["programs"] != merged["programs"]
+        ):
             raise SystemExit("--from-json: the files were made with different setups")
         for load, per_config in result["runs"].items():
             runs = merged["runs"].setdefault(load, {})
             for config, entry in per_config.items():
                 before = runs.get(config)
                 if before is not None and _simulated(before) == _simulated(entry):
-                    entry = {**entry, "live": [*before["live"], *entry["live"]]}
+                    spread = max(before.get("sim_jittered") or [],
+                                 entry.get("sim_jittered") or [], key=len)  # fmt: skip
+                    entry = {**entry, "live": [*before["live"], *entry["live"]],
+                             "sim_jittered": spread}  # fmt: skip
                 runs[config] = entry
         merged["wall_s"] += result["wall_s"]
     return merged

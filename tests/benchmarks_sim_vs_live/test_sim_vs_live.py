@@ -79,6 +79,25 @@ def test_merged_files_pool_the_live_runs_of_one_simulated_run() -> None:
     assert rows[("near", "plas")]["E2E mean"][1] == 24.0
 
 
+def test_runs_with_and_without_the_simulators_jittered_copies_pool() -> None:
+    spread = [_summary(e2e, 0.015) for e2e in (23.0, 25.0, 29.0)]
+    with_spread, without = _result(), _result()  # --sim-jitter 3, then --sim-jitter 0
+    with_spread["setup"]["sim_jitter_runs"] = 3
+    with_spread["runs"]["near"]["plas"]["sim_jittered"] = spread
+    without["setup"]["sim_jitter_runs"] = 0
+    for files in ([with_spread, without], [without, with_spread]):
+        merged = svl.merge(files)
+        entry = merged["runs"]["near"]["plas"]
+        assert len(entry["live"]) == 4 and entry["sim_jittered"] == spread
+        rows = {(r["load"], r["config"]): r for r in svl.rows(merged)}
+        assert rows[("near", "plas")]["sim_jittered_runs"] == 3
+    # Anything else the runs measure still keeps files apart.
+    other = _result()
+    other["setup"]["num_gpu_blocks"] = 6144
+    with pytest.raises(SystemExit, match="different setups"):
+        svl.merge([with_spread, other])
+
+
 def test_ranking_and_win_ratios() -> None:
     result = _result()
     live, sim = svl.ranking(result, "near", "E2E mean")
