@@ -819,9 +819,11 @@ def _simulated(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _measured_setup(result: Mapping[str, Any]) -> dict[str, Any]:
-    """A result's setup without ``sim_jitter_runs``: how many jittered copies the simulator
-    ran is its spread's size, not what the runs measure."""
-    return {k: v for k, v in result["setup"].items() if k != "sim_jitter_runs"}
+    """A result's setup, a field a file saved before it existed at its default, without
+    ``sim_jitter_runs``: how many jittered copies the simulator ran is its spread's size,
+    not what the runs measure."""
+    setup = dataclasses.asdict(Setup(**result["setup"]))
+    return {k: v for k, v in setup.items() if k != "sim_jitter_runs"}
 
 
 def merge(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

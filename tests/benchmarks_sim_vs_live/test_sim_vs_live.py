@@ -91,6 +91,10 @@ def test_runs_with_and_without_the_simulators_jittered_copies_pool() -> None:
         assert len(entry["live"]) == 4 and entry["sim_jittered"] == spread
         rows = {(r["load"], r["config"]): r for r in svl.rows(merged)}
         assert rows[("near", "plas")]["sim_jittered_runs"] == 3
+    # A file saved before the memory table was a setup field pools with one that has it.
+    older = _result()
+    del older["setup"]["memory_admission"]
+    assert len(svl.merge([older, without])["runs"]["near"]["plas"]["live"]) == 4
     # Anything else the runs measure still keeps files apart.
     other = _result()
     other["setup"]["num_gpu_blocks"] = 6144
