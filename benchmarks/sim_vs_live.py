@@ -23,9 +23,10 @@ token latency (E2E ÷ generated tokens), TTFT and completed throughput; the live
 ``--reps`` runs, the simulated value and the error; the policy ranking on both sides; the live
 ratio of the recommended configuration to direct FCFS. The simulator also runs each
 configuration on ``--sim-jitter`` copies of the trace whose arrivals are moved by up to
-±50 ms: where a policy's outcome hangs on who got memory first, its figures move under such
-a change as much as a live run's, and the report says whether the live median falls inside
-that spread. Each live run also records whether the
+±``--sim-jitter-s`` (2 s): where a policy's outcome hangs on who got memory first, its figures
+move under such a change as much as a live run's, and the report says whether the live median
+falls inside that spread (``--from-json FILES --sim-jitter N`` runs that spread again for saved
+live runs). Each live run also records whether the
 emulator kept up with its schedule (delivery lag, schedule restarts: docs/engine-emulator.md),
 the CPU seconds of each process and the load average: a run whose emulator fell behind is
 flagged, not counted as agreement.
@@ -128,10 +129,14 @@ class Setup:
     reps: int = 2
     reps_half: int = 2
     #: Simulated runs per configuration with every arrival moved by a random amount of up to
-    #: ±``sim_jitter_s`` (seeds 1..N): how far the simulator's own figures move when nothing
-    #: but timing changes, the yardstick for a live run's error (0: none).
+    #: ±``sim_jitter_s`` model seconds (seeds 1..N): how far the simulator's own figures move
+    #: when nothing but timing changes, the yardstick for a live run's error (0: none). A
+    #: live run's timing drifts from the trace's call by call, so its programs meet in other
+    #: orders: ±2 s reorders arrivals about as much (±50 ms copies stayed near the trace's
+    #: own order and missed live medians that ±2 s copies matched: docs/benchmarks.md,
+    #: "How far one arrival order moves the result").
     sim_jitter_runs: int = 8
-    sim_jitter_s: float = 0.05
+    sim_jitter_s: float = 2.0
     #: The trace's workload (``agentrt bench sim --workload``) and its parameter overrides
     #: ``{kind: {field: value}}`` (``--workload-param``).
     workload: str = "mixed"
@@ -493,6 +498,7 @@ def rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
                 if label in SPREAD_METRICS and jittered_runs
             }
             row["sim_jittered_runs"] = len(jittered_runs)
+            row["sim_jitter_s"] = _with_jitter(entry, result)["sim_jitter_s"]
             row["kept_up"] = all(kept_up(r["health"]) for r in live)
             row["lag_mean_s"] = max(
                 (r["health"].get("lag_mean_s") or 0.0 for r in live), default=math.nan
@@ -574,7 +580,11 @@ def _loads_run(result: Mapping[str, Any]) -> list[str]:
     return [load for load in LOADS if result["runs"].get(load)]
 
 
-def spread_lines(table_rows: Sequence[Mapping[str, Any]], setup: Setup) -> list[str]:
+def _seconds(value: float) -> str:
+    return f"{value * 1000:g} ms" if value < 1 else f"{value:g} s"
+
+
+def spread_lines(table_rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """Per row, the simulator's figures under jittered arrivals and where the live median
     falls against them."""
     lines = []
@@ -589,7 +599,7 @@ def spread_lines(table_rows: Sequence[Mapping[str, Any]], setup: Setup) -> list[
             where.append(f"{label} {_f(live)} {side}")
         lines.append(
             f"* {row['load']} {row['config']}, the simulator with every arrival moved by up to "
-            f"±{setup.sim_jitter_s * 1000:g} ms ({row['sim_jittered_runs']} runs; median "
+            f"±{_seconds(row['sim_jitter_s'])} ({row['sim_jittered_runs']} runs; median "
             f"[range]): {', '.join(parts)}; live: {', '.join(where)}"
         )
     return lines
@@ -702,7 +712,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         cells.append(cell)
     lines += _report.table(header, cells)
     lines.append("")
-    lines += spread_lines(table_rows, setup)
+    lines += spread_lines(table_rows)
     lines += retention_lines(result)
     for load in LOADS:
         for label in ("E2E mean", "tok mean"):
@@ -803,6 +813,7 @@ def run(
                 runs.setdefault(load, {})[config] = {
                     "sim": sim,
                     "sim_jittered": jittered_sims,
+                    "sim_jitter_s": setup.sim_jitter_s,
                     "live": live,
                 }
     return {
@@ -818,19 +829,29 @@ def _simulated(entry: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in entry["sim"].items() if k != "wall_s"}
 
 
+#: The setup fields of the simulator's jittered spread: how many copies it ran and how far
+#: their arrivals moved are the yardstick's, not what the runs measure.
+SPREAD_FIELDS = ("sim_jitter_runs", "sim_jitter_s")
+
+
 def _measured_setup(result: Mapping[str, Any]) -> dict[str, Any]:
-    """A result's setup, a field a file saved before it existed at its default, without
-    ``sim_jitter_runs``: how many jittered copies the simulator ran is its spread's size,
-    not what the runs measure."""
+    """A result's setup, a field a file saved before it existed at its default, without the
+    :data:`SPREAD_FIELDS`."""
     setup = dataclasses.asdict(Setup(**result["setup"]))
-    return {k: v for k, v in setup.items() if k != "sim_jitter_runs"}
+    return {k: v for k, v in setup.items() if k not in SPREAD_FIELDS}
+
+
+def _with_jitter(entry: Mapping[str, Any], result: Mapping[str, Any]) -> dict[str, Any]:
+    """``entry`` naming how far its jittered copies moved (a file saved before entries named
+    it: its setup's)."""
+    return {"sim_jitter_s": Setup(**result["setup"]).sim_jitter_s, **entry}
 
 
 def merge(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Saved results of one setup (e.g. the two loads run apart) as one. A (load, config) in
     several files with the same simulated run — the same code, repetitions run apart — pools
-    its live runs, with the simulator's jittered spread of the file that ran the most copies;
-    otherwise later files win."""
+    its live runs, with the simulator's jittered spread (and its jitter) of the file that ran
+    the most copies; otherwise later files win."""
     merged: dict[str, Any] = {**results[0], "runs": {}, "wall_s": 0.0}
     for result in results:
         if _measured_setup(result) != _measured_setup(merged) or (
@@ -840,15 +861,43 @@ def merge(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         for load, per_config in result["runs"].items():
             runs = merged["runs"].setdefault(load, {})
             for config, entry in per_config.items():
-                before = runs.get(config)
+                entry, before = _with_jitter(entry, result), runs.get(config)
                 if before is not None and _simulated(before) == _simulated(entry):
-                    spread = max(before.get("sim_jittered") or [],
-                                 entry.get("sim_jittered") or [], key=len)  # fmt: skip
+                    spread = max(before, entry, key=lambda e: len(e.get("sim_jittered") or []))
                     entry = {**entry, "live": [*before["live"], *entry["live"]],
-                             "sim_jittered": spread}  # fmt: skip
+                             "sim_jittered": spread.get("sim_jittered") or [],
+                             "sim_jitter_s": spread["sim_jitter_s"]}  # fmt: skip
                 runs[config] = entry
         merged["wall_s"] += result["wall_s"]
     return merged
+
+
+def respread(result: Mapping[str, Any], runs: int | None, jitter_s: float | None) -> dict[str, Any]:
+    """``result`` with the simulator's jittered spread run again, ``runs`` copies moved by up
+    to ±``jitter_s`` (``None``: the setup's): a new yardstick for saved live runs, without
+    running them again. Refused when the simulator no longer gives the saved simulated runs
+    (the code changed since)."""
+    overrides: dict[str, Any] = {"sim_jitter_runs": runs, "sim_jitter_s": jitter_s}
+    setup = dataclasses.replace(
+        Setup(**result["setup"]), **{k: v for k, v in overrides.items() if v is not None}
+    )
+    out: dict[str, Any] = {**result, "setup": dataclasses.asdict(setup), "runs": {}}
+    with tempfile.TemporaryDirectory(prefix="sim_vs_live-") as tmp:
+        traces = make_traces(setup, Path(tmp))
+        for load, per_config in result["runs"].items():
+            for config, entry in per_config.items():
+                again = {"sim": simulate(setup, traces[load], config)}
+                if _simulated(again) != _simulated(entry):
+                    raise SystemExit(
+                        f"--from-json: the simulator no longer gives the saved {load} {config} "
+                        "run (the code changed since); run the comparison again"
+                    )
+                out["runs"].setdefault(load, {})[config] = {
+                    **entry,
+                    "sim_jittered": simulate_jittered(setup, traces[load], config),
+                    "sim_jitter_s": setup.sim_jitter_s,
+                }
+    return out
 
 
 def _memory_table(text: str) -> dict[str, Any]:
@@ -881,7 +930,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
-    parser.add_argument("--save", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument(
+        "--save", metavar="FILE", help="also write the results (merged, respread) as JSON"
+    )
     parser.add_argument("--time-scale", type=float, default=None)
     parser.add_argument("--reps", type=int, default=None)
     parser.add_argument(
@@ -890,7 +941,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         metavar="N",
         help="simulated runs per configuration with jittered arrivals, the simulator's own "
-        f"spread (default {Setup.sim_jitter_runs}; 0: none)",
+        f"spread (default {Setup.sim_jitter_runs}; 0: none); with --from-json: run that "
+        "spread again for the saved live runs",
+    )
+    parser.add_argument(
+        "--sim-jitter-s",
+        type=float,
+        default=None,
+        metavar="S",
+        help="how far those copies move each arrival, ± model seconds (default "
+        f"{Setup.sim_jitter_s:g}); with --from-json: run the spread again",
     )
     parser.add_argument("--rate", type=float, default=None)
     parser.add_argument("--duration", type=float, default=None)
@@ -924,8 +984,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "engine, direct vs the controller's defaults (module docstring)",
     )
     args = parser.parse_args(argv)
+    if args.sim_jitter_s is not None and not args.sim_jitter_s > 0:
+        parser.error("--sim-jitter-s: expected seconds > 0")
     if args.from_json:
         result = merge([json.loads(Path(f).read_text()) for f in args.from_json.split(",")])
+        if args.sim_jitter is not None or args.sim_jitter_s is not None:
+            result = respread(result, args.sim_jitter, args.sim_jitter_s)
     else:
         if args.workload == "coding":
             setup = coding_setup(args.quick)
@@ -935,6 +999,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "time_scale": args.time_scale,
             "reps": args.reps,
             "sim_jitter_runs": args.sim_jitter,
+            "sim_jitter_s": args.sim_jitter_s,
             "rate_per_s": args.rate,
             "duration_s": args.duration,
             "num_gpu_blocks": args.num_gpu_blocks,
@@ -951,8 +1016,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             configs.append("defaults")
         loads = ["near"] if args.quick else [x for x in args.loads.split(",") if x]
         result = run(setup, configs, loads, log=lambda s: print(s, file=sys.stderr, flush=True))
-        if args.save:
-            Path(args.save).write_text(json.dumps(result, indent=1))
+    if args.save:
+        Path(args.save).write_text(json.dumps(result, indent=1))
     section_heading = heading(Setup(**result["setup"]))
     return _report.publish(args, markdown(result), result, ROOT / "docs", section_heading)
 

@@ -91,6 +91,17 @@ def test_runs_with_and_without_the_simulators_jittered_copies_pool() -> None:
         assert len(entry["live"]) == 4 and entry["sim_jittered"] == spread
         rows = {(r["load"], r["config"]): r for r in svl.rows(merged)}
         assert rows[("near", "plas")]["sim_jittered_runs"] == 3
+    # Copies moved by another jitter (a file saved when ±50 ms was the default) pool too;
+    # the spread kept names its own jitter.
+    older_spread = _result()
+    older_spread["setup"].update(sim_jitter_runs=8, sim_jitter_s=0.05)
+    older_spread["runs"]["near"]["plas"]["sim_jittered"] = [*spread, *spread[:1]]
+    for files in ([with_spread, older_spread], [older_spread, with_spread]):
+        merged = svl.merge(files)
+        rows = {(r["load"], r["config"]): r for r in svl.rows(merged)}
+        assert rows[("near", "plas")]["sim_jittered_runs"] == 4
+        assert rows[("near", "plas")]["sim_jitter_s"] == 0.05
+        assert "±50 ms (4 runs; median [range])" in svl.markdown(merged)
     # A file saved before the memory table was a setup field pools with one that has it.
     older = _result()
     del older["setup"]["memory_admission"]
@@ -258,7 +269,7 @@ def test_the_report_places_the_live_median_against_the_simulators_jittered_sprea
     assert rows[("near", "fcfs")]["sim_spread"] == {}
     text = svl.markdown(result)
     plas = next(line for line in text.splitlines() if line.startswith("* near plas, "))
-    assert "±50 ms (3 runs; median [range])" in plas
+    assert "±2 s (3 runs; median [range])" in plas
     assert "E2E mean 25 [24–29]" in plas and "E2E mean 26.5 inside" in plas
     direct = next(line for line in text.splitlines() if line.startswith("* near direct, "))
     assert "E2E mean 32 above" in direct
@@ -348,3 +359,27 @@ def test_the_memory_admission_flag_is_checked_before_a_run() -> None:
     ):
         with pytest.raises(svl.argparse.ArgumentTypeError, match=says):
             svl._memory_table(bad)
+
+
+def test_a_saved_runs_spread_runs_again_with_another_jitter(tmp_path: Path) -> None:
+    setup = svl.Setup(duration_s=12.0, rate_per_s=0.5, sim_jitter_runs=0)
+    trace = svl.make_traces(setup, tmp_path)["near"]
+    result = {
+        "setup": svl.dataclasses.asdict(setup),
+        "programs": 6,
+        "wall_s": 60.0,
+        "runs": {"near": {"plas": {"sim": svl.simulate(setup, trace, "plas"),
+                                   "sim_jittered": [], "live": [_summary(9.0, 0.01)]}}},
+    }  # fmt: skip
+    again = svl.respread(result, 2, 1.5)
+    entry = again["runs"]["near"]["plas"]
+    assert len(entry["sim_jittered"]) == 2 and entry["sim_jitter_s"] == 1.5
+    assert entry["live"] == result["runs"]["near"]["plas"]["live"]
+    assert (again["setup"]["sim_jitter_runs"], again["setup"]["sim_jitter_s"]) == (2, 1.5)
+    assert "±1.5 s (2 runs; median [range])" in svl.markdown(again)
+    # Saved runs the simulator no longer gives (the code changed) are refused.
+    result["runs"]["near"]["plas"]["sim"]["e2e_latency_s"]["mean"] += 1.0
+    with pytest.raises(SystemExit, match="no longer gives the saved near plas run"):
+        svl.respread(result, 2, None)
+    with pytest.raises(SystemExit):
+        svl.main(["--from-json", "unused.json", "--sim-jitter-s", "0"])
