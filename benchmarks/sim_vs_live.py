@@ -247,9 +247,10 @@ def jittered(trace: Path, seed: int, jitter_s: float, directory: Path) -> Path:
     return path
 
 
-def simulate_jittered(setup: Setup, trace: Path, config: str) -> list[dict[str, Any]]:
+def simulate_jittered(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
     """:func:`simulate` on ``setup.sim_jitter_runs`` jittered copies of ``trace``, each
-    summary cut to the compared metrics. A live run's arrivals (and everything after them)
+    summary cut to the compared metrics, as an entry's ``sim_jittered`` with the
+    ``sim_jitter_s`` they were moved by. A live run's arrivals (and everything after them)
     are off the trace's by the machine's timing; where a policy's outcome hangs on who got
     memory first, the simulator moves as much under such a change, and a live figure inside
     this spread is no disagreement."""
@@ -258,7 +259,7 @@ def simulate_jittered(setup: Setup, trace: Path, config: str) -> list[dict[str, 
     for seed in range(1, setup.sim_jitter_runs + 1):
         path = jittered(trace, seed, setup.sim_jitter_s, trace.parent)
         out.append({k: v for k, v in simulate(setup, path, config).items() if k in keys})
-    return out
+    return {"sim_jittered": out, "sim_jitter_s": setup.sim_jitter_s}
 
 
 def simulate(setup: Setup, trace: Path, config: str) -> dict[str, Any]:
@@ -795,7 +796,7 @@ def run(
                 if config.startswith("defaults") and load != "near" and setup.workload != "coding":
                     continue
                 sim = simulate(setup, traces[load], config)
-                jittered_sims = simulate_jittered(setup, traces[load], config)
+                spread = simulate_jittered(setup, traces[load], config)
                 live = []
                 for rep in range(setup.reps if load == "near" else setup.reps_half):
                     summary = live_run(setup, traces[load], config, workdir)
@@ -810,12 +811,7 @@ def run(
                         f"{h['lag_mean_s'] or 0:.4f} s, resets {h['schedule_resets']}, "
                         f"wall {h['wall_s']:.0f} s, load {h['load_1m_after']:.2f}"
                     )
-                runs.setdefault(load, {})[config] = {
-                    "sim": sim,
-                    "sim_jittered": jittered_sims,
-                    "sim_jitter_s": setup.sim_jitter_s,
-                    "live": live,
-                }
+                runs.setdefault(load, {})[config] = {"sim": sim, **spread, "live": live}
     return {
         "setup": dataclasses.asdict(setup),
         "programs": programs,
@@ -872,14 +868,18 @@ def merge(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return merged
 
 
+def overridden(setup: Setup, overrides: Mapping[str, Any]) -> Setup:
+    """``setup`` with the ``overrides`` that were given (``None``: not given, kept)."""
+    return dataclasses.replace(setup, **{k: v for k, v in overrides.items() if v is not None})
+
+
 def respread(result: Mapping[str, Any], runs: int | None, jitter_s: float | None) -> dict[str, Any]:
     """``result`` with the simulator's jittered spread run again, ``runs`` copies moved by up
     to ±``jitter_s`` (``None``: the setup's): a new yardstick for saved live runs, without
     running them again. Refused when the simulator no longer gives the saved simulated runs
     (the code changed since)."""
-    overrides: dict[str, Any] = {"sim_jitter_runs": runs, "sim_jitter_s": jitter_s}
-    setup = dataclasses.replace(
-        Setup(**result["setup"]), **{k: v for k, v in overrides.items() if v is not None}
+    setup = overridden(
+        Setup(**result["setup"]), {"sim_jitter_runs": runs, "sim_jitter_s": jitter_s}
     )
     out: dict[str, Any] = {**result, "setup": dataclasses.asdict(setup), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="sim_vs_live-") as tmp:
@@ -894,8 +894,7 @@ def respread(result: Mapping[str, Any], runs: int | None, jitter_s: float | None
                     )
                 out["runs"].setdefault(load, {})[config] = {
                     **entry,
-                    "sim_jittered": simulate_jittered(setup, traces[load], config),
-                    "sim_jitter_s": setup.sim_jitter_s,
+                    **simulate_jittered(setup, traces[load], config),
                 }
     return out
 
@@ -1005,7 +1004,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "num_gpu_blocks": args.num_gpu_blocks,
             "memory_admission": args.memory_admission,
         }
-        setup = dataclasses.replace(setup, **{k: v for k, v in overrides.items() if v is not None})
+        setup = overridden(setup, overrides)
         if args.configs:
             configs = args.configs.split(",")
         elif args.workload == "coding":
